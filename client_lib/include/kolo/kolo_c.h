@@ -1,0 +1,108 @@
+/* kolo C ABI: stable, closed error enum, no exceptions cross it.
+ *
+ * A training process calls kolo_init() (settings come from the environment
+ * kolorun sets: KOLO_AGENT_SOCKET, KOLO_JOB_ID, KOLO_JOB_TOKEN, KOLO_SIZE,
+ * KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE, KOLO_START_TIMEOUT), then submits named
+ * collectives asynchronously and waits on handles. Every function is
+ * thread-safe. On error a function returns a kolo_status_t other than
+ * KOLO_OK and kolo_last_error() (thread-local) holds the text.
+ */
+#ifndef KOLO_KOLO_C_H_
+#define KOLO_KOLO_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KOLO_ABI_VERSION 1
+
+typedef enum {
+  KOLO_OK = 0,
+  KOLO_IN_PROGRESS = 1,              /* not finished yet (kolo_poll) */
+  KOLO_ERR_INVALID_ARGUMENT = 2,     /* bad input, mismatch across ranks, duplicate name */
+  KOLO_ERR_UNAVAILABLE = 3,          /* agent not reachable / connection lost */
+  KOLO_ERR_TIMED_OUT = 4,            /* a deadline passed */
+  KOLO_ERR_ABORTED = 5,              /* the job was shut down (a rank left, drain) */
+  KOLO_ERR_PEER_FAILURE = 6,         /* another rank or node of the job failed */
+  KOLO_ERR_MEMBERSHIP_CHANGED = 7,   /* elastic: the generation changed */
+  KOLO_ERR_INTERNAL = 8,             /* a bug or unexpected system error */
+  KOLO_ERR_PERMISSION_DENIED = 9     /* wrong job token */
+} kolo_status_t;
+
+typedef enum {
+  KOLO_FLOAT16 = 0,
+  KOLO_BFLOAT16 = 1,
+  KOLO_FLOAT32 = 2,
+  KOLO_FLOAT64 = 3,
+  KOLO_INT8 = 4,
+  KOLO_UINT8 = 5,
+  KOLO_INT32 = 6,
+  KOLO_INT64 = 7
+} kolo_dtype_t;
+
+typedef enum {
+  KOLO_AVERAGE = 0,
+  KOLO_SUM = 1,
+  KOLO_MIN = 3,
+  KOLO_MAX = 4,
+  KOLO_PRODUCT = 5
+} kolo_op_t;
+
+typedef uint64_t kolo_handle_t;   /* 0 is never a valid handle */
+
+/* --- lifecycle ---------------------------------------------------------- */
+kolo_status_t kolo_init(void);
+kolo_status_t kolo_shutdown(void);
+int kolo_is_initialized(void);
+/* -1 when not initialized. */
+int kolo_rank(void);
+int kolo_size(void);
+int kolo_local_rank(void);
+int kolo_local_size(void);
+int kolo_cross_rank(void);
+int kolo_cross_size(void);
+
+/* --- allreduce ---------------------------------------------------------- */
+/* Reduces `input` (ndim dims of `shape`, dtype) across all ranks of the job
+ * into `output` (may equal input). `name` identifies the tensor across ranks
+ * (<= 255 bytes) and must not be in flight already on this rank. Average
+ * divides by the job size; prescale multiplies each input before the
+ * reduction, postscale the result after it. Buffers must stay valid until
+ * the handle completes. */
+kolo_status_t kolo_allreduce_async(const char* name, const void* input, void* output, int ndim,
+                                   const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
+                                   double prescale, double postscale, kolo_handle_t* handle);
+kolo_status_t kolo_allreduce(const char* name, const void* input, void* output, int ndim,
+                             const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
+                             double prescale, double postscale);
+
+/* --- handles ------------------------------------------------------------ */
+/* KOLO_IN_PROGRESS while running; otherwise the final status (the handle
+ * stays valid until kolo_synchronize/kolo_release). */
+kolo_status_t kolo_poll(kolo_handle_t handle);
+/* Waits up to timeout_ms (<0: the op timeout, KOLO_OP_TIMEOUT, default 600 s)
+ * and releases the handle unless the wait timed out. Copies the result to
+ * the output buffer if it was not zero-copy. */
+kolo_status_t kolo_synchronize(kolo_handle_t handle, int64_t timeout_ms);
+/* Forgets a handle without waiting for its result (the op still runs). */
+void kolo_release(kolo_handle_t handle);
+
+/* --- zero copy ---------------------------------------------------------- */
+/* Memory inside the agent-shared arena: tensors allocated here are reduced
+ * in place with no copy-in or copy-out. NULL (and kolo_last_error) if the
+ * arena is full or kolo is not initialized. */
+void* kolo_alloc_shared(size_t bytes);
+void kolo_free_shared(void* ptr);
+
+/* --- errors ------------------------------------------------------------- */
+const char* kolo_status_string(kolo_status_t status);  /* "KOLO_ERR_TIMED_OUT" */
+const char* kolo_last_error(void);                     /* thread-local text of the last error */
+size_t kolo_dtype_size(kolo_dtype_t dtype);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KOLO_KOLO_C_H_ */

@@ -1,0 +1,100 @@
+// The shared-memory contract between libkolo and kolo-agent.
+//
+// Each client has one arena: a memfd created by the agent, passed to the
+// client with SCM_RIGHTS, mapped by both. Layout:
+//
+//   [ArenaHeader][submission ring][completion ring][data region ......]
+//
+// The client owns allocation inside the data region (it copies tensors in,
+// or allocates tensors there directly for zero copy), writes a SubmitDesc
+// into the submission ring and signals the doorbell eventfd. The agent reads
+// the k local ranks' slots, reduces, writes the result back into every
+// rank's slot (in place), and posts a CompletionDesc, then signals the
+// client's completion eventfd. Offsets are relative to the arena start.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "common/spsc_ring.h"
+
+namespace kolo {
+
+constexpr uint32_t kArenaMagic = 0x4b4f4c41;  // "KOLA"
+constexpr uint32_t kIpcProtocolVersion = 1;
+constexpr size_t kMaxNameBytes = 255;
+constexpr int kMaxDims = 8;
+constexpr size_t kMaxErrorBytes = 440;
+constexpr uint64_t kSubmitRingCapacity = 1024;
+constexpr uint64_t kCompletionRingCapacity = 1024;
+constexpr size_t kDataAlignment = 64;         // every slot starts on a cache line
+constexpr uint64_t kDefaultArenaBytes = 1ull << 30;  // sparse memfd; pages are touched on use
+
+struct SubmitDesc {
+  uint64_t handle;          // client-chosen id, echoed in the completion
+  uint8_t collective;       // CollectiveType
+  uint8_t dtype;            // DataType
+  uint8_t reduce_op;        // ReduceOp
+  uint8_t ndim;
+  int32_t root;             // broadcast root (global rank)
+  uint32_t flags;
+  uint32_t name_len;
+  double prescale;
+  double postscale;
+  uint64_t data_offset;     // input (and in-place output) slot in the arena
+  uint64_t data_bytes;
+  uint64_t out_offset;      // separate output slot (allgather etc.); 0 if in place
+  uint64_t out_bytes;
+  int64_t shape[kMaxDims];
+  char name[kMaxNameBytes + 1];
+};
+
+struct CompletionDesc {
+  uint64_t handle;
+  int32_t code;             // kolo::Code
+  uint32_t msg_len;
+  uint64_t out_offset;      // where the result is, for ops that return one elsewhere
+  uint64_t out_bytes;
+  int64_t aux;              // op-specific (e.g. last joined rank)
+  char msg[kMaxErrorBytes];
+};
+
+struct alignas(64) ArenaHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t total_bytes;
+  uint64_t submit_ring_offset;
+  uint64_t completion_ring_offset;
+  uint64_t data_offset;
+  uint64_t data_bytes;
+  // Set by the agent while it sleeps in epoll; lets the client skip the
+  // doorbell write when the agent is known to be awake (optimisation only).
+  alignas(64) std::atomic<uint32_t> agent_sleeping;
+  // Set by the client while it is blocked waiting for a completion.
+  alignas(64) std::atomic<uint32_t> client_waiting;
+};
+
+using SubmitRing = SpscRing<SubmitDesc>;
+using CompletionRing = SpscRing<CompletionDesc>;
+
+// Computes the layout for an arena of `total_bytes`.
+struct ArenaLayout {
+  uint64_t submit_ring_offset;
+  uint64_t completion_ring_offset;
+  uint64_t data_offset;
+  uint64_t data_bytes;
+  static ArenaLayout compute(uint64_t total_bytes) {
+    ArenaLayout l{};
+    auto align = [](uint64_t v) { return (v + 4095) & ~uint64_t{4095}; };
+    l.submit_ring_offset = align(sizeof(ArenaHeader));
+    l.completion_ring_offset =
+        align(l.submit_ring_offset + SubmitRing::bytesFor(kSubmitRingCapacity));
+    l.data_offset =
+        align(l.completion_ring_offset + CompletionRing::bytesFor(kCompletionRingCapacity));
+    l.data_bytes = total_bytes > l.data_offset ? total_bytes - l.data_offset : 0;
+    return l;
+  }
+};
+
+}  // namespace kolo

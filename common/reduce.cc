@@ -1,0 +1,135 @@
+#include "common/reduce.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "common/half.h"
+
+namespace kolo {
+namespace {
+
+constexpr size_t kBlock = 2048;  // elements per block: the accumulator stays in L1
+
+struct F16 { uint16_t v; };
+struct BF16 { uint16_t v; };
+
+template <typename T> struct Acc { using type = T; };
+template <> struct Acc<F16> { using type = float; };
+template <> struct Acc<BF16> { using type = float; };
+
+template <typename T>
+inline typename Acc<T>::type load(const T* p, size_t i) {
+  if constexpr (std::is_same_v<T, F16>) return halfToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
+  else if constexpr (std::is_same_v<T, BF16>) return bf16ToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
+  else return p[i];
+}
+
+template <typename T>
+inline void store(T* p, size_t i, typename Acc<T>::type v) {
+  if constexpr (std::is_same_v<T, F16>) reinterpret_cast<uint16_t*>(p)[i] = floatToHalf(v);
+  else if constexpr (std::is_same_v<T, BF16>) reinterpret_cast<uint16_t*>(p)[i] = floatToBf16(v);
+  else p[i] = v;
+}
+
+template <typename A>
+inline A scaleVal(A v, double f) {
+  if constexpr (std::is_floating_point_v<A>) {
+    if constexpr (std::is_same_v<A, float>) return static_cast<float>(static_cast<double>(v) * f);
+    else return v * f;
+  } else {
+    return static_cast<A>(static_cast<double>(v) * f);
+  }
+}
+
+template <typename A>
+inline void combine(ReduceOp op, A* __restrict acc, const A* __restrict x, size_t n) {
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+      for (size_t i = 0; i < n; ++i) acc[i] = static_cast<A>(acc[i] + x[i]);
+      break;
+    case ReduceOp::kMin:
+      for (size_t i = 0; i < n; ++i) acc[i] = x[i] < acc[i] ? x[i] : acc[i];
+      break;
+    case ReduceOp::kMax:
+      for (size_t i = 0; i < n; ++i) acc[i] = x[i] > acc[i] ? x[i] : acc[i];
+      break;
+    case ReduceOp::kProduct:
+      for (size_t i = 0; i < n; ++i) acc[i] = static_cast<A>(acc[i] * x[i]);
+      break;
+  }
+}
+
+template <typename T>
+void reduceTyped(ReduceOp op, const void* const* srcs, int nsrc, void* const* dsts, int ndst,
+                 size_t count, double pre, double post) {
+  using A = typename Acc<T>::type;
+  alignas(64) A acc[kBlock];
+  alignas(64) A tmp[kBlock];
+  const bool do_pre = pre != 1.0;
+  const bool do_post = post != 1.0;
+  for (size_t base = 0; base < count; base += kBlock) {
+    size_t n = std::min(kBlock, count - base);
+    const T* s0 = static_cast<const T*>(srcs[0]) + base;
+    if constexpr (std::is_same_v<T, A>) {
+      std::memcpy(acc, s0, n * sizeof(A));
+    } else {
+      for (size_t i = 0; i < n; ++i) acc[i] = load(s0, i);
+    }
+    if (do_pre) for (size_t i = 0; i < n; ++i) acc[i] = scaleVal(acc[i], pre);
+    for (int j = 1; j < nsrc; ++j) {
+      const T* sj = static_cast<const T*>(srcs[j]) + base;
+      const A* x;
+      if constexpr (std::is_same_v<T, A>) {
+        if (do_pre) {
+          for (size_t i = 0; i < n; ++i) tmp[i] = scaleVal(sj[i], pre);
+          x = tmp;
+        } else {
+          x = sj;
+        }
+      } else {
+        for (size_t i = 0; i < n; ++i) tmp[i] = load(sj, i);
+        if (do_pre) for (size_t i = 0; i < n; ++i) tmp[i] = scaleVal(tmp[i], pre);
+        x = tmp;
+      }
+      combine<A>(op, acc, x, n);
+    }
+    if (do_post) for (size_t i = 0; i < n; ++i) acc[i] = scaleVal(acc[i], post);
+    for (int d = 0; d < ndst; ++d) {
+      T* dd = static_cast<T*>(dsts[d]) + base;
+      if constexpr (std::is_same_v<T, A>) {
+        std::memcpy(dd, acc, n * sizeof(A));
+      } else {
+        for (size_t i = 0; i < n; ++i) store(dd, i, acc[i]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void reduceBlocks(DataType dtype, ReduceOp op, const void* const* srcs, int nsrc,
+                  void* const* dsts, int ndst, size_t count, double prescale, double postscale) {
+  if (count == 0 || nsrc <= 0) return;
+  switch (dtype) {
+    case DataType::kFloat16: return reduceTyped<F16>(op, srcs, nsrc, dsts, ndst, count, prescale, postscale);
+    case DataType::kBFloat16: return reduceTyped<BF16>(op, srcs, nsrc, dsts, ndst, count, prescale, postscale);
+    case DataType::kFloat32: return reduceTyped<float>(op, srcs, nsrc, dsts, ndst, count, prescale, postscale);
+    case DataType::kFloat64: return reduceTyped<double>(op, srcs, nsrc, dsts, ndst, count, prescale, postscale);
+    case DataType::kInt8: return reduceTyped<int8_t>(op, srcs, nsrc, dsts, ndst, count, prescale, postscale);
+    case DataType::kUint8: return reduceTyped<uint8_t>(op, srcs, nsrc, dsts, ndst, count, prescale, postscale);
+    case DataType::kInt32: return reduceTyped<int32_t>(op, srcs, nsrc, dsts, ndst, count, prescale, postscale);
+    case DataType::kInt64: return reduceTyped<int64_t>(op, srcs, nsrc, dsts, ndst, count, prescale, postscale);
+  }
+}
+
+void scaleBuffer(DataType dtype, void* buf, size_t count, double factor) {
+  if (factor == 1.0) return;
+  const void* s[1] = {buf};
+  void* d[1] = {buf};
+  reduceBlocks(dtype, ReduceOp::kSum, s, 1, d, 1, count, factor, 1.0);
+}
+
+}  // namespace kolo

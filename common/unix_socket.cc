@@ -1,0 +1,103 @@
+#include "common/unix_socket.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace kolo {
+
+Status makeDirs(const std::string& path, mode_t mode) {
+  if (path.empty()) return okStatus();
+  std::string cur;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    cur = path.substr(0, pos);
+    if (cur.empty()) continue;
+    if (::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) {
+      return errnoStatus("cannot create directory " + cur, errno);
+    }
+  }
+  return okStatus();
+}
+
+static Status fillAddr(const std::string& path, sockaddr_un* addr) {
+  std::memset(addr, 0, sizeof *addr);
+  addr->sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr->sun_path)) {
+    return invalidArgument("socket path too long (" + std::to_string(path.size()) +
+                           " bytes, limit " + std::to_string(sizeof(addr->sun_path) - 1) +
+                           "): " + path);
+  }
+  std::memcpy(addr->sun_path, path.c_str(), path.size());
+  return okStatus();
+}
+
+StatusOr<UniqueFd> listenUnix(const std::string& path, mode_t mode, const std::string& group) {
+  sockaddr_un addr;
+  RETURN_IF_ERROR(fillAddr(path, &addr));
+  auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    RETURN_IF_ERROR(makeDirs(path.substr(0, slash), 0755));
+  }
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return errnoStatus("socket", errno);
+  // A stale file from a previous run: refuse if something still listens there.
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return invalidArgument(path + " exists and is not a socket");
+    UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      return unavailable("another agent is already listening on " + path);
+    }
+    ::unlink(path.c_str());
+  }
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    return errnoStatus("bind " + path, errno);
+  }
+  if (::chmod(path.c_str(), mode) != 0) return errnoStatus("chmod " + path, errno);
+  if (!group.empty()) {
+    struct group* g = ::getgrnam(group.c_str());
+    if (g == nullptr) return invalidArgument("unknown group for the agent socket: " + group);
+    if (::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
+      return errnoStatus("chgrp " + path, errno);
+    }
+  }
+  if (::listen(fd.get(), 128) != 0) return errnoStatus("listen " + path, errno);
+  return fd;
+}
+
+StatusOr<UniqueFd> connectUnix(const std::string& path) {
+  sockaddr_un addr;
+  RETURN_IF_ERROR(fillAddr(path, &addr));
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errnoStatus("socket", errno);
+  for (;;) {
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+    if (errno == EINTR) continue;
+    return errnoStatus("connect " + path, errno);
+  }
+}
+
+Status setNonBlocking(int fd) {
+  int fl = ::fcntl(fd, F_GETFL, 0);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return errnoStatus("fcntl", errno);
+  return okStatus();
+}
+
+StatusOr<PeerCred> peerCredentials(int fd) {
+  struct ucred c;
+  socklen_t len = sizeof c;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &len) != 0) {
+    return errnoStatus("SO_PEERCRED", errno);
+  }
+  return PeerCred{c.pid, c.uid, c.gid};
+}
+
+}  // namespace kolo

@@ -1,0 +1,30 @@
+// Unix domain socket helpers for the agent's local IPC.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "common/fd.h"
+#include "common/status.h"
+
+namespace kolo {
+
+// Creates the parent directory if needed, removes a stale socket file, binds,
+// chmods to `mode` (and chgrp to `group` when non-empty) and listens.
+StatusOr<UniqueFd> listenUnix(const std::string& path, mode_t mode, const std::string& group);
+// Connects (blocking). Errors name the path.
+StatusOr<UniqueFd> connectUnix(const std::string& path);
+Status setNonBlocking(int fd);
+
+struct PeerCred {
+  pid_t pid = -1;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+StatusOr<PeerCred> peerCredentials(int fd);
+
+// mkdir -p
+Status makeDirs(const std::string& path, mode_t mode);
+
+}  // namespace kolo

@@ -1,0 +1,123 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "common/config.h"
+#include "common/event_loop.h"
+#include "common/ipc_layout.h"
+#include "common/shm.h"
+#include "common/spsc_ring.h"
+
+namespace kolo {
+namespace {
+
+TEST(SpscRing, PushPopWrapAndFull) {
+  std::vector<char> mem(SpscRing<uint64_t>::bytesFor(8) + 64);
+  SpscRing<uint64_t>::format(mem.data(), 8);
+  SpscRing<uint64_t> r(mem.data());
+  uint64_t v;
+  EXPECT_FALSE(r.tryPop(&v));
+  for (uint64_t round = 0; round < 5; ++round) {
+    for (uint64_t i = 0; i < 8; ++i) ASSERT_TRUE(r.tryPush(round * 100 + i));
+    EXPECT_FALSE(r.tryPush(999)) << "full ring must refuse";
+    for (uint64_t i = 0; i < 8; ++i) {
+      ASSERT_TRUE(r.tryPop(&v));
+      EXPECT_EQ(v, round * 100 + i);
+    }
+    EXPECT_TRUE(r.empty());
+  }
+}
+
+TEST(SpscRing, TwoThreadsAcrossSharedMemory) {
+  auto region = SharedRegion::create("ring-test", 1 << 20);
+  ASSERT_TRUE(region.isOk()) << region.status().toString();
+  SpscRing<SubmitDesc>::format(region->data(), 64);
+  SpscRing<SubmitDesc> prod(region->data()), cons(region->data());
+  const uint64_t kN = 200000;
+  std::thread t([&] {
+    SubmitDesc d{};
+    for (uint64_t i = 0; i < kN; ++i) {
+      d.handle = i;
+      while (!prod.tryPush(d)) std::this_thread::yield();
+    }
+  });
+  SubmitDesc d;
+  for (uint64_t i = 0; i < kN; ++i) {
+    while (!cons.tryPop(&d)) std::this_thread::yield();
+    ASSERT_EQ(d.handle, i);
+  }
+  t.join();
+}
+
+TEST(ArenaLayout, FitsAndAligns) {
+  auto l = ArenaLayout::compute(kDefaultArenaBytes);
+  EXPECT_EQ(l.data_offset % 4096, 0u);
+  EXPECT_GT(l.data_bytes, kDefaultArenaBytes / 2);
+  EXPECT_LT(l.submit_ring_offset, l.completion_ring_offset);
+}
+
+Config makeConfig() {
+  Config c("test");
+  c.define("fusion-threshold-mb", KnobType::kInt, "128", "fusion buffer size")
+      .define("cycle-time-ms", KnobType::kDouble, "1", "cycle")
+      .define("timeline", KnobType::kString, "", "trace file")
+      .define("autotune", KnobType::kBool, "false", "tune");
+  c.alias("fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD",
+          [](const std::string& b) { return std::to_string(std::stoll(b) >> 20); });
+  return c;
+}
+
+TEST(Config, PrecedenceFlagEnvFileDefault) {
+  std::string path = ::testing::TempDir() + "/kolo-config-test.conf";
+  {
+    std::ofstream f(path);
+    f << "# comment\nfusion-threshold-mb = 32\ncycle-time-ms = 7\ntimeline = \"/tmp/t.json\"\n";
+  }
+  Config c = makeConfig();
+  const char* argv[] = {"prog", "--config", path.c_str(), "--cycle-time-ms=2.5", "--autotune"};
+  ASSERT_TRUE(c.loadWithEnv(5, argv, {{"KOLO_FUSION_THRESHOLD_MB", "64"}, {"KOLO_CYCLE_TIME_MS", "9"}})
+                  .isOk());
+  EXPECT_EQ(c.getInt("fusion-threshold-mb"), 64);           // env beats file
+  EXPECT_DOUBLE_EQ(c.getDouble("cycle-time-ms"), 2.5);       // flag beats env
+  EXPECT_EQ(c.getString("timeline"), "/tmp/t.json");         // file beats default
+  EXPECT_TRUE(c.getBool("autotune"));
+  EXPECT_NE(c.dump().find("cycle-time-ms = 2.5  # flag"), std::string::npos) << c.dump();
+}
+
+TEST(Config, HorovodAliasAndErrors) {
+  Config c = makeConfig();
+  const char* argv[] = {"prog"};
+  ASSERT_TRUE(c.loadWithEnv(1, argv, {{"HOROVOD_FUSION_THRESHOLD", "67108864"}}).isOk());
+  EXPECT_EQ(c.getInt("fusion-threshold-mb"), 64);
+
+  Config bad = makeConfig();
+  const char* argv2[] = {"prog", "--fusion-threshold-mb=abc"};
+  Status s = bad.loadWithEnv(2, argv2, {});
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("expected an integer, got 'abc'"), std::string::npos) << s.message();
+
+  Config unk = makeConfig();
+  const char* argv3[] = {"prog", "--no-such-flag"};
+  s = unk.loadWithEnv(2, argv3, {});
+  EXPECT_NE(s.message().find("unknown flag --no-such-flag"), std::string::npos);
+  EXPECT_NE(makeConfig().markdown().find("`KOLO_FUSION_THRESHOLD_MB`"), std::string::npos);
+}
+
+TEST(EventLoop, PostTimerAndCall) {
+  EventLoop loop("test-loop");
+  loop.start();
+  std::atomic<int> fired{0};
+  loop.post([&] {
+    loop.addTimer(std::chrono::milliseconds(5), [&] { fired = 1; });
+  });
+  auto r = loop.call<int>([&] { return 41 + 1; }, std::chrono::seconds(5));
+  ASSERT_TRUE(r.isOk());
+  EXPECT_EQ(*r, 42);
+  for (int i = 0; i < 500 && fired.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(fired.load(), 1);
+  loop.stop();
+}
+
+}  // namespace
+}  // namespace kolo

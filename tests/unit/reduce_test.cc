@@ -1,0 +1,148 @@
+// Every dtype x op reduction against a float64 reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/half.h"
+#include "common/reduce.h"
+
+namespace kolo {
+namespace {
+
+double loadAsDouble(DataType t, const char* p, size_t i) {
+  switch (t) {
+    case DataType::kFloat16: return halfToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DataType::kBFloat16: return bf16ToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DataType::kFloat32: return reinterpret_cast<const float*>(p)[i];
+    case DataType::kFloat64: return reinterpret_cast<const double*>(p)[i];
+    case DataType::kInt8: return reinterpret_cast<const int8_t*>(p)[i];
+    case DataType::kUint8: return reinterpret_cast<const uint8_t*>(p)[i];
+    case DataType::kInt32: return reinterpret_cast<const int32_t*>(p)[i];
+    case DataType::kInt64: return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
+  }
+  return 0;
+}
+
+void storeFromDouble(DataType t, char* p, size_t i, double v) {
+  switch (t) {
+    case DataType::kFloat16: reinterpret_cast<uint16_t*>(p)[i] = floatToHalf(static_cast<float>(v)); break;
+    case DataType::kBFloat16: reinterpret_cast<uint16_t*>(p)[i] = floatToBf16(static_cast<float>(v)); break;
+    case DataType::kFloat32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: reinterpret_cast<double*>(p)[i] = v; break;
+    case DataType::kInt8: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::kUint8: reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt32: reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+  }
+}
+
+struct Case {
+  DataType dtype;
+  ReduceOp op;
+};
+
+class ReduceAllTypes : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+// Small integer-valued inputs: every dtype represents them and every
+// partial result exactly, so the float64 reference must match bit for bit.
+TEST_P(ReduceAllTypes, MatchesFloat64Reference) {
+  auto dtype = static_cast<DataType>(std::get<0>(GetParam()));
+  auto op = static_cast<ReduceOp>(std::get<1>(GetParam()));
+  int k = std::get<2>(GetParam());
+  const size_t count = 5003;  // a multiple of nothing
+  size_t es = dataTypeSize(dtype);
+  std::mt19937 rng(42 + k);
+  std::uniform_int_distribution<int> dist(op == ReduceOp::kProduct ? -2 : -3, 3);
+  bool is_unsigned = dtype == DataType::kUint8;
+  std::vector<std::vector<char>> in(k, std::vector<char>(count * es));
+  std::vector<double> ref(count);
+  for (size_t i = 0; i < count; ++i) {
+    double acc = 0;
+    for (int j = 0; j < k; ++j) {
+      double v = dist(rng);
+      if (is_unsigned) v = std::abs(v);
+      if (op == ReduceOp::kProduct && (i % 7 == 0)) v = 1;  // keep products small
+      storeFromDouble(dtype, in[j].data(), i, v);
+      if (j == 0) {
+        acc = v;
+      } else if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {
+        acc += v;
+      } else if (op == ReduceOp::kMin) {
+        acc = std::min(acc, v);
+      } else if (op == ReduceOp::kMax) {
+        acc = std::max(acc, v);
+      } else {
+        acc *= v;
+      }
+    }
+    ref[i] = acc;
+  }
+  std::vector<const void*> srcs;
+  std::vector<void*> dsts;
+  for (auto& b : in) {
+    srcs.push_back(b.data());
+    dsts.push_back(b.data());  // in place, written to every slot
+  }
+  reduceBlocks(dtype, op, srcs.data(), k, dsts.data(), k, count, 1.0, 1.0);
+  for (int j = 0; j < k; ++j) {
+    for (size_t i = 0; i < count; ++i) {
+      double got = loadAsDouble(dtype, in[j].data(), i);
+      double want = ref[i];
+      if (dtype == DataType::kInt8) want = static_cast<int8_t>(static_cast<int64_t>(want));
+      if (dtype == DataType::kUint8) want = static_cast<uint8_t>(static_cast<int64_t>(want));
+      ASSERT_EQ(got, want) << dataTypeName(dtype) << " " << reduceOpName(op) << " k=" << k
+                           << " slot " << j << " element " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypesAllOps, ReduceAllTypes,
+                         ::testing::Combine(::testing::Range(0, kNumDataTypes),
+                                            ::testing::Values(0, 1, 3, 4, 5),
+                                            ::testing::Values(1, 2, 3, 4)));
+
+TEST(Reduce, ScaleFactorsFloat64) {
+  std::vector<double> a = {1.5, -2.25, 3.0}, b = {0.5, 0.25, -1.0}, out(3);
+  const void* s[] = {a.data(), b.data()};
+  void* d[] = {out.data()};
+  reduceBlocks(DataType::kFloat64, ReduceOp::kSum, s, 2, d, 1, 3, 2.0, 0.5);
+  for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(out[i], 0.5 * (2.0 * a[i] + 2.0 * b[i]));
+}
+
+TEST(Reduce, Float32RandomAgainstFloat64Tolerance) {
+  const size_t n = 100000;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::vector<float> a(n), b(n), c(n), out(n);
+  for (size_t i = 0; i < n; ++i) a[i] = nd(rng), b[i] = nd(rng), c[i] = nd(rng);
+  const void* s[] = {a.data(), b.data(), c.data()};
+  void* d[] = {out.data()};
+  reduceBlocks(DataType::kFloat32, ReduceOp::kSum, s, 3, d, 1, n, 1.0, 1.0 / 3);
+  for (size_t i = 0; i < n; ++i) {
+    double ref = (double(a[i]) + b[i] + c[i]) / 3;
+    ASSERT_NEAR(out[i], ref, 1e-5 * (1 + std::abs(ref)));
+  }
+}
+
+TEST(Half, RoundTripsEveryFiniteHalf) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    uint16_t v = static_cast<uint16_t>(h);
+    if ((v & 0x7c00) == 0x7c00) continue;  // inf/nan
+    ASSERT_EQ(floatToHalf(halfToFloat(v)), v) << std::hex << h;
+  }
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);  // rounds to inf
+  EXPECT_EQ(floatToHalf(1.0f + 1.0f / 2048), 0x3c00);  // tie to even
+}
+
+TEST(BFloat16, RoundsToNearestEven) {
+  EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16ToFloat(floatToBf16(3.0f)), 3.0f);
+  EXPECT_EQ(floatToBf16(bitsToFloat(0x3f808000u)), 0x3f80);  // tie -> even
+  EXPECT_EQ(floatToBf16(bitsToFloat(0x3f818000u)), 0x3f82);
+}
+
+}  // namespace
+}  // namespace kolo
