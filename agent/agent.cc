@@ -1,0 +1,347 @@
+// Agent lifecycle and the local IPC server (accept, Hello, disconnects).
+#include "agent/agent.h"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "agent/rpc/status_service.h"
+#include "common/log.h"
+#include "common/unix_socket.h"
+
+namespace kolo {
+
+namespace {
+auto logger() { return log::get("agent"); }
+auto ipcLog() { return log::get("agent.ipc"); }
+constexpr size_t kMaxJobIdBytes = 128;
+}  // namespace
+
+Agent::Agent(AgentOptions opts)
+    : opts_(std::move(opts)),
+      loop_("agent-loop"),
+      pool_("reduce", opts_.reduce_threads),
+      executor_(loop_, pool_, opts_.inline_reduce_bytes) {
+  coord::AgentInfo self;
+  self.set_agent_id(opts_.agent_id);
+  self.set_hostname(opts_.hostname);
+  coord_ = std::make_unique<CoordClient>(opts_.coordinator, self, loop_);
+}
+
+Agent::~Agent() {
+  if (rpc_server_) rpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (coord_) coord_->shutdown();
+  if (listen_fd_.valid()) ::unlink(opts_.socket_path.c_str());
+}
+
+Status Agent::start() {
+  started_ = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(listen_fd_, listenUnix(opts_.socket_path, opts_.socket_mode, opts_.socket_group));
+  logger()->info("listening on {} (mode {:o})", opts_.socket_path, opts_.socket_mode);
+  RETURN_IF_ERROR(startRpcServer());
+  RETURN_IF_ERROR(coord_->registerAgent(std::chrono::steady_clock::now() +
+                                        std::chrono::seconds(opts_.register_timeout_s)));
+  coord_->startHeartbeats();
+
+  // Signals arrive as events on the loop (they are blocked in every thread by main()).
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  signal_fd_.reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  Status st = loop_.addFd(listen_fd_.get(), EPOLLIN, [this](uint32_t) { onAcceptOnLoop(); });
+  RETURN_IF_ERROR(st);
+  if (signal_fd_.valid()) {
+    RETURN_IF_ERROR(loop_.addFd(signal_fd_.get(), EPOLLIN, [this](uint32_t) {
+      signalfd_siginfo si;
+      while (::read(signal_fd_.get(), &si, sizeof si) == sizeof si) {
+        logger()->info("received signal {}; shutting down", si.ssi_signo);
+      }
+      stop();
+    }));
+  }
+  return writeReadyFile();
+}
+
+Status Agent::writeReadyFile() {
+  if (opts_.ready_file.empty()) return okStatus();
+  std::string host = opts_.rpc_listen.substr(0, opts_.rpc_listen.rfind(':'));
+  if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
+  std::string tmp = opts_.ready_file + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << host << ":" << rpc_port_ << "\n";
+    if (!f) return internalError("cannot write ready file " + tmp);
+  }
+  if (::rename(tmp.c_str(), opts_.ready_file.c_str()) != 0) {
+    return errnoStatus("rename ready file", errno);
+  }
+  return okStatus();
+}
+
+Status Agent::startRpcServer() {
+  grpc::EnableDefaultHealthCheckService(true);
+  rpc_service_ = makeStatusService(*this);
+  grpc::ServerBuilder b;
+  b.AddListeningPort(opts_.rpc_listen, grpc::InsecureServerCredentials(), &rpc_port_);
+  b.RegisterService(rpc_service_.get());
+  b.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
+  b.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
+  rpc_server_ = b.BuildAndStart();
+  if (!rpc_server_ || rpc_port_ == 0) {
+    return unavailable("cannot serve gRPC on " + opts_.rpc_listen + " (address in use?)");
+  }
+  rpc_server_->GetHealthCheckService()->SetServingStatus(true);
+  logger()->info("status service on port {}", rpc_port_);
+  return okStatus();
+}
+
+void Agent::run() { loop_.run(); }
+
+void Agent::stop() {
+  loop_.post([this] {
+    if (stopping_) return;
+    stopping_ = true;
+    for (auto& [id, job] : jobs_) {
+      failJobOnLoop(*job, aborted("the kolo agent on " + opts_.hostname + " is shutting down"), true);
+    }
+    // Give the departing notifications a moment to flush, then leave the loop.
+    loop_.addTimer(std::chrono::milliseconds(50), [this] {
+      if (rpc_server_) rpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+      coord_->shutdown();
+      loop_.stop();
+    });
+  });
+}
+
+void Agent::onAcceptOnLoop() {
+  for (;;) {
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        ipcLog()->warn("accept failed: {}", std::strerror(errno));
+      }
+      return;
+    }
+    UniqueFd sock(fd);
+    auto cred = peerCredentials(fd);
+    pid_t pid = cred.isOk() ? cred->pid : -1;
+    uid_t uid = cred.isOk() ? cred->uid : 0;
+    uint64_t id = next_conn_id_++;
+    auto conn = std::make_unique<ClientConn>(id, std::move(sock), pid, uid);
+    Status st = loop_.addFd(fd, EPOLLIN | EPOLLRDHUP, [this, id](uint32_t ev) { onSocketOnLoop(id, ev); });
+    if (!st.isOk()) {
+      ipcLog()->warn("cannot watch client socket: {}", st.toString());
+      continue;
+    }
+    ipcLog()->debug("connection {} from pid {} uid {}", id, pid, uid);
+    conns_[id] = std::move(conn);
+  }
+}
+
+void Agent::onSocketOnLoop(uint64_t conn_id, uint32_t events) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
+  ClientConn& c = *it->second;
+  Status st = readAvailable(c.socketFd(), &c.decoder(), &c.receivedFds());
+  std::string payload;
+  while (c.decoder().next(&payload)) {
+    handleFrameOnLoop(c, payload);
+    if (conns_.find(conn_id) == conns_.end()) return;  // dropped while handling
+  }
+  if (!st.isOk()) {
+    if (st.code() == Code::kInvalidArgument) {
+      ipcLog()->warn("dropping connection from pid {}: {}", c.pid(), st.message());
+      dropClientOnLoop(conn_id, "sent a malformed frame (" + st.message() + ")");
+    } else {
+      dropClientOnLoop(conn_id, c.said_goodbye ? "shut down" : "closed its connection");
+    }
+    return;
+  }
+  if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
+    dropClientOnLoop(conn_id, c.said_goodbye ? "shut down" : "closed its connection");
+  }
+}
+
+void Agent::handleFrameOnLoop(ClientConn& c, const std::string& payload) {
+  // Clients never send descriptors; close any they did.
+  c.receivedFds().clear();
+  ipc::ClientFrame f;
+  if (!f.ParseFromString(payload)) {
+    ipcLog()->warn("dropping connection from pid {}: undecodable frame of {} bytes", c.pid(),
+                   payload.size());
+    dropClientOnLoop(c.id(), "sent an undecodable frame");
+    return;
+  }
+  switch (f.msg_case()) {
+    case ipc::ClientFrame::kHello:
+      if (c.hasArena()) {
+        dropClientOnLoop(c.id(), "sent a second Hello");
+        return;
+      }
+      handleHelloOnLoop(c, f.hello());
+      return;
+    case ipc::ClientFrame::kGoodbye:
+      c.said_goodbye = true;
+      return;
+    case ipc::ClientFrame::kTimeline:
+      ipcLog()->info("timeline control from pid {} ignored: the timeline is not built yet", c.pid());
+      return;
+    default:
+      ipcLog()->warn("dropping connection from pid {}: unknown frame type", c.pid());
+      dropClientOnLoop(c.id(), "sent an unknown frame");
+      return;
+  }
+}
+
+void Agent::refuseOnLoop(ClientConn& c, const Status& st) {
+  ipcLog()->warn("refusing pid {}: {}", c.pid(), st.message());
+  ipc::AgentFrame f;
+  f.mutable_welcome()->set_code(static_cast<int>(st.code()));
+  f.mutable_welcome()->set_message(st.message());
+  (void)c.send(f);
+  // The connection stays until the client closes it; it holds no job.
+}
+
+void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
+  if (h.protocol_version() != kIpcProtocolVersion) {
+    return refuseOnLoop(c, invalidArgument("protocol version " + std::to_string(h.protocol_version()) +
+                                          " is not supported by this agent (speaks " +
+                                          std::to_string(kIpcProtocolVersion) + ")"));
+  }
+  if (draining_ || stopping_) return refuseOnLoop(c, unavailable("the kolo agent is draining and admits no new trainers"));
+  if (h.job_id().empty() || h.job_id().size() > kMaxJobIdBytes) {
+    return refuseOnLoop(c, invalidArgument("job id must be 1.." + std::to_string(kMaxJobIdBytes) + " bytes"));
+  }
+  if (h.token().empty()) return refuseOnLoop(c, permissionDenied("a job token is required (KOLO_JOB_TOKEN)"));
+  if (h.local_size() < 1 || h.local_rank() < 0 || h.local_rank() >= h.local_size()) {
+    return refuseOnLoop(c, invalidArgument("local rank " + std::to_string(h.local_rank()) +
+                                          " is not in [0, local size " + std::to_string(h.local_size()) + ")"));
+  }
+  if (h.world_size() < h.local_size()) {
+    return refuseOnLoop(c, invalidArgument("world size " + std::to_string(h.world_size()) +
+                                          " is smaller than local size " + std::to_string(h.local_size())));
+  }
+  Job* job = nullptr;
+  bool created = false;
+  if (auto it = jobs_.find(h.job_id()); it != jobs_.end()) {
+    job = it->second.get();
+    if (job->token() != h.token()) return refuseOnLoop(c, permissionDenied("wrong token for job " + h.job_id()));
+    if (job->localSize() != h.local_size() || job->worldSize() != h.world_size()) {
+      return refuseOnLoop(c, invalidArgument(
+          "job " + h.job_id() + " has local size " + std::to_string(job->localSize()) + " and world size " +
+          std::to_string(job->worldSize()) + " on this agent, but this trainer says " +
+          std::to_string(h.local_size()) + " and " + std::to_string(h.world_size())));
+    }
+    if (job->state() == JobState::kFailed || job->state() == JobState::kEnding) {
+      return refuseOnLoop(c, Status(job->failure().code(), "job " + h.job_id() + " can no longer be joined: " +
+                                                                job->failure().message()));
+    }
+    if (job->everConnected(h.local_rank())) {
+      return refuseOnLoop(c, invalidArgument("local rank " + std::to_string(h.local_rank()) + " of job " +
+                                            h.job_id() + " is already taken"));
+    }
+  } else {
+    auto j = std::make_unique<Job>(h.job_id(), h.token(), h.world_size(), h.local_size());
+    job = j.get();
+    jobs_[h.job_id()] = std::move(j);
+    created = true;
+  }
+  uint64_t bytes = h.arena_bytes() > 0 ? std::clamp<uint64_t>(h.arena_bytes(), 16ull << 20, 64ull << 30)
+                                       : opts_.arena_bytes;
+  Status st = c.createArena(bytes, "kolo-" + h.job_id() + "-" + std::to_string(h.local_rank()));
+  if (!st.isOk()) {
+    if (created) jobs_.erase(h.job_id());
+    return refuseOnLoop(c, st);
+  }
+  ipc::AgentFrame f;
+  f.mutable_welcome()->set_code(0);
+  f.mutable_welcome()->set_arena_bytes(bytes);
+  f.mutable_welcome()->set_agent_id(opts_.agent_id);
+  st = c.send(f, {c.arena()->fd(), c.doorbellFd(), c.completionFd()});
+  if (!st.isOk()) {
+    ipcLog()->warn("cannot send Welcome to pid {}: {}", c.pid(), st.toString());
+    if (created) jobs_.erase(h.job_id());
+    dropClientOnLoop(c.id(), "vanished during admission");
+    return;
+  }
+  c.job_id = h.job_id();
+  c.local_rank = h.local_rank();
+  job->attach(h.local_rank(), &c);
+  job->markConnected(h.local_rank());
+  uint64_t id = c.id();
+  (void)loop_.addFd(c.doorbellFd(), EPOLLIN, [this, id](uint32_t) { onDoorbellOnLoop(id); });
+  ipcLog()->info("admitted pid {} as local rank {}/{} of job {} (arena {} MiB)", c.pid(), h.local_rank(),
+                 h.local_size(), h.job_id(), bytes >> 20);
+  if (created) {
+    std::string job_id = h.job_id();
+    coord_->joinAndWatch(job_id, h.token(), h.local_size(), h.world_size(),
+                         [this, job_id](StatusOr<coord::World> w) { onWorldOnLoop(job_id, std::move(w)); });
+    job->coordinator_joined = true;
+  }
+  if (job->hasWorld()) sendWorldOnLoop(*job, c);
+}
+
+void Agent::sendWorldOnLoop(Job& job, ClientConn& c) {
+  ipc::AgentFrame f;
+  auto* w = f.mutable_world();
+  w->set_generation(job.world().generation);
+  w->set_rank(job.globalRank(c.local_rank));
+  w->set_size(job.world().world_size);
+  w->set_local_rank(c.local_rank);
+  w->set_local_size(job.localSize());
+  w->set_cross_rank(job.world().cross_rank);
+  w->set_cross_size(job.world().cross_size);
+  Status st = c.send(f);
+  if (!st.isOk()) ipcLog()->warn("cannot send World to pid {}: {}", c.pid(), st.toString());
+}
+
+void Agent::dropClientOnLoop(uint64_t conn_id, const std::string& why) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
+  std::unique_ptr<ClientConn> c = std::move(it->second);
+  conns_.erase(it);
+  loop_.removeFd(c->socketFd());
+  if (c->hasArena()) loop_.removeFd(c->doorbellFd());
+  if (c->job_id.empty()) return;
+  auto jit = jobs_.find(c->job_id);
+  if (jit == jobs_.end()) return;
+  Job& job = *jit->second;
+  int rank = job.hasWorld() ? job.globalRank(c->local_rank) : c->local_rank;
+  job.detach(c->local_rank);
+  if (c->said_goodbye) {
+    ipcLog()->info("rank {} (pid {}) of job {} shut down", rank, c->pid(), job.id());
+    job.setEnding(aborted("rank " + std::to_string(rank) + " of job " + job.id() +
+                          " has shut down; collectives that need it can no longer complete"));
+    endJobForRankOnLoop(job, c->local_rank);
+  } else if (job.state() != JobState::kFailed) {
+    std::string reason = "rank " + std::to_string(rank) + " (pid " + std::to_string(c->pid()) + ") on " +
+                         opts_.hostname + " " + why + " without shutting down: it exited, crashed or was killed";
+    ipcLog()->warn("job {}: {}", job.id(), reason);
+    failJobOnLoop(job, peerFailure(reason), true);
+  }
+  maybeRemoveJobOnLoop(job.id());
+}
+
+void Agent::maybeRemoveJobOnLoop(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  if (job.connectedClients() > 0 || job.executing > 0) return;
+  if (!job.coordinator_left) {
+    bool failed = job.state() == JobState::kFailed;
+    coord_->leave(job_id, failed, failed ? job.failure().message() : "");
+    job.coordinator_left = true;
+  }
+  coord_->stopWatch(job_id);
+  ipcLog()->info("job {} removed ({} ops, {} bytes)", job_id, job.counters().ops_done,
+                 job.counters().bytes_done);
+  jobs_.erase(it);
+}
+
+}  // namespace kolo

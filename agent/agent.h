@@ -1,0 +1,93 @@
+// kolo-agent's composition root. The loop thread owns every job, client
+// connection and counter; the gRPC status service, the coordinator client
+// and the worker pool only post work to it.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "agent/agent_config.h"
+#include "agent/coord/coord_client.h"
+#include "agent/core/job.h"
+#include "agent/core/local_executor.h"
+#include "agent/ipc/client_conn.h"
+#include "common/event_loop.h"
+#include "common/fd.h"
+#include "common/worker_pool.h"
+#include "kolo/proto/agent.pb.h"
+#include "kolo/proto/ipc.pb.h"
+
+namespace kolo {
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions opts);
+  ~Agent();
+
+  // Listens on the socket, registers with the coordinator, starts the gRPC
+  // service and writes the ready file. Then run() serves until stop().
+  Status start();
+  void run();
+  void stop();  // thread-safe
+  EventLoop& loop() { return loop_; }
+  const AgentOptions& options() const { return opts_; }
+
+  // Snapshots for the gRPC service (loop thread).
+  agentrpc::AgentStatus statusOnLoop() const;
+  agentrpc::JobInfo jobInfoOnLoop(const Job& job) const;
+  const Job* findJobOnLoop(const std::string& id) const;
+  std::vector<const Job*> jobsOnLoop() const;
+  void drainOnLoop();
+
+ private:
+  // ipc
+  void onAcceptOnLoop();
+  void onSocketOnLoop(uint64_t conn_id, uint32_t events);
+  void onDoorbellOnLoop(uint64_t conn_id);
+  void handleFrameOnLoop(ClientConn& c, const std::string& payload);
+  void handleHelloOnLoop(ClientConn& c, const ipc::Hello& h);
+  void refuseOnLoop(ClientConn& c, const Status& st);
+  void dropClientOnLoop(uint64_t conn_id, const std::string& why);
+  void sendWorldOnLoop(Job& job, ClientConn& c);
+
+  // jobs and collectives
+  void onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w);
+  void onSubmitOnLoop(ClientConn& c, const SubmitDesc& d);
+  void executeOnLoop(Job& job, ReadyOp op);
+  void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
+                    uint64_t bytes, const Status& st);
+  void failJobOnLoop(Job& job, const Status& st, bool tell_coordinator);
+  void endJobForRankOnLoop(Job& job, int local_rank);
+  void maybeRemoveJobOnLoop(const std::string& job_id);
+  void completeOnLoop(ClientConn& c, uint64_t handle, const Status& st);
+
+  Status startRpcServer();
+  Status writeReadyFile();
+
+  AgentOptions opts_;
+  EventLoop loop_;
+  WorkerPool pool_;
+  LocalExecutor executor_;
+  std::unique_ptr<CoordClient> coord_;
+  UniqueFd listen_fd_;
+  UniqueFd signal_fd_;
+  std::unique_ptr<grpc::Service> rpc_service_;
+  std::unique_ptr<grpc::Server> rpc_server_;
+  int rpc_port_ = 0;
+  std::chrono::steady_clock::time_point started_;
+
+  uint64_t next_conn_id_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<ClientConn>> conns_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;
+  JobCounters totals_;
+  bool draining_ = false;
+  bool stopping_ = false;
+};
+
+}  // namespace kolo

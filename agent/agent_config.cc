@@ -1,0 +1,76 @@
+#include "agent/agent_config.h"
+
+#include <unistd.h>
+
+#include <thread>
+
+namespace kolo {
+
+void defineAgentKnobs(Config& c) {
+  c.define("socket", KnobType::kString, "/run/kolo/agent.sock",
+           "Unix socket trainers connect to (parent directory is created)")
+      .define("socket-mode", KnobType::kString, "0660", "File mode of the socket (octal)")
+      .define("socket-group", KnobType::kString, "",
+              "Group owning the socket (members may connect); empty keeps the agent's group")
+      .define("coordinator", KnobType::kString, "127.0.0.1:7470", "kolo-coordinator address host:port")
+      .define("rpc-listen", KnobType::kString, "0.0.0.0:7471",
+              "gRPC status service address (port 0 picks a free port)")
+      .define("ready-file", KnobType::kString, "",
+              "If set, write the bound gRPC address here once serving (for launchers)")
+      .define("agent-id", KnobType::kString, "", "Stable id of this agent (default host:pid)")
+      .define("hostname", KnobType::kString, "", "Host name reported to the coordinator (default: gethostname)")
+      .define("arena-mb", KnobType::kInt, "1024",
+              "Default size of each trainer's shared arena in MiB (sparse; pages are used on touch)")
+      .define("reduce-threads", KnobType::kInt, "0",
+              "Threads for large local reductions (0 = number of cores)")
+      .define("inline-reduce-kb", KnobType::kInt, "256",
+              "Reductions up to this size run on the loop thread (no thread hop)")
+      .define("register-timeout-s", KnobType::kInt, "30",
+              "How long to retry registering with the coordinator at start")
+      .define("fusion-threshold-mb", KnobType::kInt, "128",
+              "Tensor Fusion buffer size in MiB (0 disables fusion)")
+      .define("cycle-time-ms", KnobType::kDouble, "1",
+              "Longest time to gather ready tensors before running them (never delays a lone op)")
+      .define("cache-capacity", KnobType::kInt, "1024", "Response cache entries (0 disables)")
+      .define("timeline-filename", KnobType::kString, "", "Write a Chrome trace of every collective here")
+      .define("autotune", KnobType::kBool, "false", "Tune fusion threshold and cycle time online")
+      .define("stall-check-time-s", KnobType::kInt, "60",
+              "Report collectives some ranks have submitted and others not for this long")
+      .define("log-level", KnobType::kString, "",
+              "Log level: trace|debug|info|warn|error, or per subsystem 'info,agent.ipc=debug'");
+  c.alias("fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD",
+          [](const std::string& b) { return std::to_string(std::stoll(b) >> 20); });
+  c.alias("cycle-time-ms", "HOROVOD_CYCLE_TIME");
+  c.alias("cache-capacity", "HOROVOD_CACHE_CAPACITY");
+  c.alias("timeline-filename", "HOROVOD_TIMELINE");
+  c.alias("autotune", "HOROVOD_AUTOTUNE");
+  c.alias("stall-check-time-s", "HOROVOD_STALL_CHECK_TIME_SECONDS");
+}
+
+StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
+  AgentOptions o;
+  o.socket_path = c.getString("socket");
+  char* end = nullptr;
+  o.socket_mode = static_cast<uint32_t>(std::strtoul(c.getString("socket-mode").c_str(), &end, 8));
+  if (end == nullptr || *end != '\0') return invalidArgument("--socket-mode must be octal, e.g. 0660");
+  o.socket_group = c.getString("socket-group");
+  o.coordinator = c.getString("coordinator");
+  o.rpc_listen = c.getString("rpc-listen");
+  o.ready_file = c.getString("ready-file");
+  char host[256] = "localhost";
+  ::gethostname(host, sizeof host - 1);
+  o.hostname = c.getString("hostname").empty() ? host : c.getString("hostname");
+  o.agent_id = c.getString("agent-id");
+  if (o.agent_id.empty()) o.agent_id = o.hostname + ":" + std::to_string(::getpid());
+  int64_t mb = c.getInt("arena-mb");
+  if (mb < 16 || mb > (1 << 20)) return invalidArgument("--arena-mb must be between 16 and 1048576");
+  o.arena_bytes = static_cast<uint64_t>(mb) << 20;
+  o.reduce_threads = static_cast<int>(c.getInt("reduce-threads"));
+  if (o.reduce_threads <= 0) o.reduce_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.inline_reduce_bytes = static_cast<uint64_t>(c.getInt("inline-reduce-kb")) << 10;
+  o.register_timeout_s = static_cast<int>(c.getInt("register-timeout-s"));
+  o.stall_check_time_s = c.getInt("stall-check-time-s");
+  return o;
+}
+
+}  // namespace kolo

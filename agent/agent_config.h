@@ -1,0 +1,31 @@
+// Every knob of kolo-agent, in one registry (common/config.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/config.h"
+
+namespace kolo {
+
+void defineAgentKnobs(Config& c);
+
+struct AgentOptions {
+  std::string socket_path;
+  uint32_t socket_mode = 0660;
+  std::string socket_group;
+  std::string coordinator;
+  std::string rpc_listen;
+  std::string ready_file;
+  std::string agent_id;
+  std::string hostname;
+  uint64_t arena_bytes = 0;
+  int reduce_threads = 0;
+  uint64_t inline_reduce_bytes = 0;
+  int register_timeout_s = 30;
+  int64_t stall_check_time_s = 60;
+};
+
+StatusOr<AgentOptions> agentOptionsFrom(const Config& c);
+
+}  // namespace kolo

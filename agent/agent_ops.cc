@@ -1,0 +1,205 @@
+// Collectives on the agent loop: draining submission rings, the tensor
+// table, execution, completions and job failure.
+#include <unordered_set>
+
+#include "agent/agent.h"
+#include "common/log.h"
+
+namespace kolo {
+
+namespace {
+auto opsLog() { return log::get("agent.ops"); }
+}  // namespace
+
+void Agent::completeOnLoop(ClientConn& c, uint64_t handle, const Status& st) {
+  c.complete(handle, st);
+  c.flushCompletions();
+  c.signalClient();
+}
+
+void Agent::onDoorbellOnLoop(uint64_t conn_id) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
+  ClientConn& c = *it->second;
+  c.clearDoorbell();
+  c.flushCompletions();
+  SubmitDesc d;
+  // Bounded batch so one busy client cannot starve the loop.
+  for (int i = 0; i < 4096 && c.popSubmission(&d); ++i) {
+    ++c.submitted;
+    onSubmitOnLoop(c, d);
+    if (conns_.find(conn_id) == conns_.end()) return;
+  }
+}
+
+void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
+  auto jit = jobs_.find(c.job_id);
+  if (jit == jobs_.end()) return completeOnLoop(c, d.handle, internalError("client has no job"));
+  Job& job = *jit->second;
+  Status v = c.validate(d);
+  if (!v.isOk()) {
+    opsLog()->warn("job {}: rank {} sent a bad descriptor: {}", job.id(), job.globalRank(c.local_rank), v.message());
+    return completeOnLoop(c, d.handle, v);
+  }
+  if (d.collective != static_cast<uint8_t>(CollectiveType::kAllreduce)) {
+    return completeOnLoop(c, d.handle,
+                          invalidArgument(std::string(collectiveName(static_cast<CollectiveType>(d.collective))) +
+                                          " is not supported by this agent yet"));
+  }
+  if (job.state() == JobState::kFailed || job.state() == JobState::kEnding) {
+    return completeOnLoop(c, d.handle, job.refusal());
+  }
+  if (!job.hasWorld()) {
+    return completeOnLoop(c, d.handle, invalidArgument("job " + job.id() + " has not formed yet: wait for kolo_init"));
+  }
+  std::optional<ReadyOp> ready;
+  Status st = job.table().submit(c.local_rank, d, std::chrono::steady_clock::now(), &ready);
+  if (!st.isOk()) return completeOnLoop(c, d.handle, st);
+  if (ready) executeOnLoop(job, std::move(*ready));
+}
+
+void Agent::executeOnLoop(Job& job, ReadyOp op) {
+  std::vector<uint64_t> handles;
+  handles.reserve(op.descs.size());
+  for (auto& d : op.descs) handles.push_back(d.handle);
+  if (!op.error.isOk()) {
+    opsLog()->warn("job {}: {}", job.id(), op.error.message());
+    finishOnLoop(job.id(), handles, 0, op.error);
+    return;
+  }
+  const SubmitDesc& d0 = op.descs[0];
+  if (d0.data_bytes == 0) {
+    finishOnLoop(job.id(), handles, 0, okStatus());
+    return;
+  }
+  if (job.world().cross_size > 1) {
+    finishOnLoop(job.id(), handles, 0,
+                 invalidArgument("job " + job.id() + " spans several agents, which needs the cross-agent backend"));
+    return;
+  }
+  LocalReduce r;
+  r.dtype = static_cast<DataType>(d0.dtype);
+  auto rop = static_cast<ReduceOp>(d0.reduce_op);
+  r.op = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
+  r.count = d0.data_bytes / dataTypeSize(r.dtype);
+  r.prescale = d0.prescale;
+  r.postscale = d0.postscale * (rop == ReduceOp::kAverage ? 1.0 / job.world().world_size : 1.0);
+  for (size_t i = 0; i < op.descs.size(); ++i) {
+    ClientConn* c = job.client(static_cast<int>(i));
+    if (c == nullptr) {
+      finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
+      return;
+    }
+    r.slots.push_back(c->slot(op.descs[i].data_offset));
+    r.keepalive.push_back(c->arena());
+  }
+  ++job.executing;
+  uint64_t bytes = d0.data_bytes;
+  std::string job_id = job.id();
+  executor_.reduceOnLoop(std::move(r), [this, job_id, handles = std::move(handles), bytes] {
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) --it->second->executing;
+    finishOnLoop(job_id, handles, bytes, okStatus());
+  });
+}
+
+void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
+                         uint64_t bytes, const Status& st) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  // A job that failed while we worked reports the failure, not a result.
+  Status final_st = st;
+  if (st.isOk() && job.state() == JobState::kFailed) final_st = job.failure();
+  for (size_t r = 0; r < handles.size(); ++r) {
+    ClientConn* c = job.client(static_cast<int>(r));
+    if (c != nullptr) completeOnLoop(*c, handles[r], final_st);
+  }
+  if (final_st.isOk()) {
+    job.counters().ops_done++;
+    job.counters().bytes_done += bytes;
+    totals_.ops_done++;
+    totals_.bytes_done += bytes;
+  } else {
+    job.counters().ops_failed++;
+    totals_.ops_failed++;
+  }
+  maybeRemoveJobOnLoop(job_id);
+}
+
+void Agent::failJobOnLoop(Job& job, const Status& st, bool tell_coordinator) {
+  if (job.state() == JobState::kFailed) return;
+  job.fail(st);
+  auto pending = job.table().drainAll();
+  for (auto& [local_rank, handle] : pending) {
+    if (ClientConn* c = job.client(local_rank)) completeOnLoop(*c, handle, st);
+  }
+  ipc::AgentFrame f;
+  f.mutable_job_failed()->set_code(static_cast<int>(st.code()));
+  f.mutable_job_failed()->set_message(st.message());
+  for (ClientConn* c : job.clients()) {
+    if (c != nullptr) (void)c->send(f);
+  }
+  if (tell_coordinator && !job.coordinator_left) {
+    coord_->leave(job.id(), true, st.message());
+    job.coordinator_left = true;
+  }
+}
+
+void Agent::endJobForRankOnLoop(Job& job, int local_rank) {
+  // Everything still pending needs the departed rank: fail it with the refusal.
+  auto pending = job.table().drainAll();
+  for (auto& [r, handle] : pending) {
+    if (ClientConn* c = job.client(r)) completeOnLoop(*c, handle, job.refusal());
+  }
+}
+
+void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  if (!w.isOk()) {
+    opsLog()->warn("job {}: {}", job_id, w.status().message());
+    Status st = w.status();
+    Code code = st.code() == Code::kPermissionDenied || st.code() == Code::kInvalidArgument ? st.code()
+                                                                                            : Code::kUnavailable;
+    failJobOnLoop(job, Status(code, st.message()), false);
+    job.coordinator_left = true;
+    return;
+  }
+  const coord::World& world = *w;
+  if (world.state() == coord::FAILED) {
+    std::string reason = "job " + job_id + " failed: " + world.reason();
+    failJobOnLoop(job, peerFailure(reason), false);
+    job.coordinator_left = true;
+    return;
+  }
+  if (world.state() != coord::RUNNING) return;
+  if (job.hasWorld() && job.world().generation == world.generation()) return;
+  JobWorld jw;
+  jw.generation = world.generation();
+  jw.world_size = world.world_size();
+  jw.cross_size = world.agents_size();
+  bool found = false;
+  for (const auto& slot : world.agents()) {
+    if (slot.agent().agent_id() == opts_.agent_id) {
+      jw.rank_offset = slot.rank_offset();
+      jw.cross_rank = slot.cross_rank();
+      found = true;
+    }
+  }
+  if (!found) {
+    failJobOnLoop(job, internalError("the coordinator's World for job " + job_id + " does not list this agent"), true);
+    return;
+  }
+  job.setWorld(jw);
+  opsLog()->info("job {} generation {}: {} ranks on {} agents; local ranks start at {}", job_id, jw.generation,
+                 jw.world_size, jw.cross_size, jw.rank_offset);
+  for (ClientConn* c : job.clients()) {
+    if (c != nullptr) sendWorldOnLoop(job, *c);
+  }
+}
+
+void Agent::drainOnLoop() { draining_ = true; }
+
+}  // namespace kolo

@@ -1,0 +1,216 @@
+#include "agent/coord/coord_client.h"
+
+#include "common/log.h"
+
+namespace kolo {
+
+namespace {
+auto logger() { return log::get("agent.coord"); }
+}  // namespace
+
+Status fromGrpc(const grpc::Status& s, const std::string& what) {
+  if (s.ok()) return okStatus();
+  Code c = Code::kInternal;
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE: c = Code::kUnavailable; break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED: c = Code::kTimedOut; break;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::FAILED_PRECONDITION: c = Code::kInvalidArgument; break;
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNAUTHENTICATED: c = Code::kPermissionDenied; break;
+    case grpc::StatusCode::CANCELLED:
+    case grpc::StatusCode::ABORTED: c = Code::kAborted; break;
+    default: break;
+  }
+  return Status(c, what + ": " + s.error_message());
+}
+
+CoordClient::CoordClient(std::string address, coord::AgentInfo self, EventLoop& loop)
+    : address_(std::move(address)), self_(std::move(self)), loop_(loop) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  stub_ = coord::Coordinator::NewStub(channel_);
+}
+
+CoordClient::~CoordClient() { shutdown(); }
+
+Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline) {
+  Status last;
+  while (!stop_.load()) {
+    grpc::ClientContext ctx;
+    auto now = std::chrono::steady_clock::now();
+    auto left = std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::seconds(2));
+    ctx.set_deadline(std::chrono::system_clock::now() + std::max<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(50)));
+    ctx.set_wait_for_ready(true);
+    coord::RegisterAgentRequest req;
+    *req.mutable_agent() = self_;
+    coord::RegisterAgentReply rep;
+    grpc::Status s = stub_->RegisterAgent(&ctx, req, &rep);
+    if (s.ok()) {
+      heartbeat_ms_ = rep.heartbeat_interval_ms() > 0 ? rep.heartbeat_interval_ms() : 1000;
+      logger()->info("registered with coordinator {} as {} (lease {} ms)", address_,
+                     self_.agent_id(), rep.lease_ms());
+      return okStatus();
+    }
+    last = fromGrpc(s, "cannot register with the coordinator at " + address_);
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::unique_lock<std::mutex> lock(hb_mu_);
+    hb_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_.load(); });
+  }
+  return last.isOk() ? aborted("agent is stopping") : last;
+}
+
+void CoordClient::startHeartbeats() {
+  heartbeat_ = std::thread([this] {
+    log::setThreadName("coord-hb");
+    while (!stop_.load()) {
+      {
+        std::unique_lock<std::mutex> lock(hb_mu_);
+        hb_cv_.wait_for(lock, std::chrono::milliseconds(heartbeat_ms_), [&] { return stop_.load(); });
+      }
+      if (stop_.load()) break;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(heartbeat_ms_));
+      coord::HeartbeatRequest req;
+      req.set_agent_id(self_.agent_id());
+      coord::HeartbeatReply rep;
+      grpc::Status s = stub_->Heartbeat(&ctx, req, &rep);
+      if (!s.ok()) {
+        logger()->warn("heartbeat to {} failed: {}", address_, s.error_message());
+      } else if (!rep.known()) {
+        logger()->warn("coordinator forgot this agent; registering again");
+        (void)registerAgent(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+      }
+    }
+  });
+}
+
+void CoordClient::joinAndWatch(const std::string& job_id, const std::string& token,
+                               int local_size, int world_size, WorldCallback cb) {
+  auto w = std::make_shared<Watch>();
+  w->ctx = std::make_unique<grpc::ClientContext>();
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    if (auto it = watches_.find(job_id); it != watches_.end()) {
+      it->second->ctx->TryCancel();
+      if (it->second->thread.joinable()) it->second->thread.detach();
+    }
+    watches_[job_id] = w;
+  }
+  w->thread = std::thread([this, w, job_id, token, local_size, world_size, cb] {
+    log::setThreadName("coord-watch");
+    auto post = [this, cb](StatusOr<coord::World> r) {
+      loop_.post([cb, r = std::move(r)]() mutable { cb(std::move(r)); });
+    };
+    {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      coord::JoinJobRequest req;
+      req.set_job_id(job_id);
+      req.set_token(token);
+      req.set_agent_id(self_.agent_id());
+      req.set_local_size(local_size);
+      req.set_world_size(world_size);
+      coord::JoinJobReply rep;
+      grpc::Status s = stub_->JoinJob(&ctx, req, &rep);
+      if (!s.ok()) {
+        post(fromGrpc(s, "the coordinator at " + address_ + " refused job " + job_id));
+        return;
+      }
+    }
+    coord::WatchJobRequest req;
+    req.set_job_id(job_id);
+    req.set_agent_id(self_.agent_id());
+    req.set_token(token);
+    auto reader = stub_->WatchJob(w->ctx.get(), req);
+    coord::World world;
+    while (reader->Read(&world)) {
+      post(world);
+      if (world.state() == coord::FAILED || world.state() == coord::FINISHED) break;
+    }
+    grpc::Status s = reader->Finish();
+    if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED && !stop_.load()) {
+      post(fromGrpc(s, "lost the watch on job " + job_id + " at coordinator " + address_));
+    }
+  });
+}
+
+void CoordClient::stopWatch(const std::string& job_id) {
+  std::shared_ptr<Watch> w;
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    auto it = watches_.find(job_id);
+    if (it == watches_.end()) return;
+    w = it->second;
+    watches_.erase(it);
+  }
+  w->ctx->TryCancel();
+  // Join off the caller's thread: the watcher may be blocked in a post.
+  oneshot_.submit([w] {
+    if (w->thread.joinable()) w->thread.join();
+  });
+}
+
+void CoordClient::leave(const std::string& job_id, bool failed, const std::string& reason) {
+  oneshot_.submit([this, job_id, failed, reason] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    coord::LeaveJobRequest req;
+    req.set_job_id(job_id);
+    req.set_agent_id(self_.agent_id());
+    req.set_failed(failed);
+    req.set_reason(reason);
+    coord::LeaveJobReply rep;
+    grpc::Status s = stub_->LeaveJob(&ctx, req, &rep);
+    if (!s.ok()) logger()->warn("LeaveJob({}) failed: {}", job_id, s.error_message());
+  });
+}
+
+Status CoordClient::kvPut(const std::string& job_id, const std::string& token,
+                          const std::string& key, const std::string& value) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  coord::KvPutRequest req;
+  req.set_job_id(job_id);
+  req.set_token(token);
+  req.set_key(key);
+  req.set_value(value);
+  coord::KvPutReply rep;
+  return fromGrpc(stub_->KvPut(&ctx, req, &rep), "KvPut " + key);
+}
+
+StatusOr<std::string> CoordClient::kvGet(const std::string& job_id, const std::string& token,
+                                         const std::string& key, std::chrono::milliseconds wait) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + wait + std::chrono::seconds(5));
+  coord::KvGetRequest req;
+  req.set_job_id(job_id);
+  req.set_token(token);
+  req.set_key(key);
+  req.set_wait_ms(static_cast<uint64_t>(wait.count()));
+  coord::KvGetReply rep;
+  RETURN_IF_ERROR(fromGrpc(stub_->KvGet(&ctx, req, &rep), "KvGet " + key));
+  if (!rep.found()) return timedOut("key " + key + " did not appear within " + std::to_string(wait.count()) + " ms");
+  return rep.value();
+}
+
+void CoordClient::shutdown() {
+  if (stop_.exchange(true)) return;
+  hb_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  std::map<std::string, std::shared_ptr<Watch>> ws;
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    ws.swap(watches_);
+  }
+  for (auto& [id, w] : ws) {
+    w->ctx->TryCancel();
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+}  // namespace kolo

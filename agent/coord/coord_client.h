@@ -1,0 +1,76 @@
+// The agent's link to kolo-coordinator. Blocking gRPC calls run on this
+// class's own threads (a heartbeat thread, one watcher per job, a worker
+// for one-shot calls); results are posted to the agent loop. Nothing here
+// touches agent state.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/event_loop.h"
+#include "common/status.h"
+#include "common/worker_pool.h"
+#include "kolo/proto/coordinator.grpc.pb.h"
+
+namespace kolo {
+
+class CoordClient {
+ public:
+  using WorldCallback = std::function<void(StatusOr<coord::World>)>;
+
+  CoordClient(std::string address, coord::AgentInfo self, EventLoop& loop);
+  ~CoordClient();
+
+  const std::string& address() const { return address_; }
+  // Registers, retrying until `deadline`. Blocking; call before serving.
+  Status registerAgent(std::chrono::steady_clock::time_point deadline);
+  // Heartbeats every interval the coordinator asked for; re-registers if forgotten.
+  void startHeartbeats();
+
+  // Joins the job and watches its World. `cb` runs on the agent loop for the
+  // join failure (a Status) or each World received. Stops after a terminal World.
+  void joinAndWatch(const std::string& job_id, const std::string& token, int local_size,
+                    int world_size, WorldCallback cb);
+  // Tells the coordinator this agent is done with the job (async).
+  void leave(const std::string& job_id, bool failed, const std::string& reason);
+  void stopWatch(const std::string& job_id);
+
+  Status kvPut(const std::string& job_id, const std::string& token, const std::string& key,
+               const std::string& value);
+  StatusOr<std::string> kvGet(const std::string& job_id, const std::string& token,
+                              const std::string& key, std::chrono::milliseconds wait);
+
+  void shutdown();
+
+ private:
+  std::string address_;
+  coord::AgentInfo self_;
+  EventLoop& loop_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<coord::Coordinator::Stub> stub_;
+  std::atomic<bool> stop_{false};
+  uint64_t heartbeat_ms_ = 1000;
+  std::thread heartbeat_;
+  std::mutex hb_mu_;
+  std::condition_variable hb_cv_;
+
+  struct Watch {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::thread thread;
+  };
+  std::mutex watch_mu_;
+  std::map<std::string, std::shared_ptr<Watch>> watches_;
+  WorkerPool oneshot_{"coord-rpc", 1};
+};
+
+Status fromGrpc(const grpc::Status& s, const std::string& what);
+
+}  // namespace kolo

@@ -1,0 +1,87 @@
+// One job as seen by one agent: its local ranks' connections, its tensor
+// table, the World the coordinator sealed, and its counters. Loop-owned.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/core/tensor_table.h"
+#include "common/status.h"
+
+namespace kolo {
+
+class ClientConn;
+
+enum class JobState { kForming, kRunning, kFailed, kEnding };
+const char* jobStateName(JobState s);
+
+struct JobWorld {
+  uint64_t generation = 0;
+  int rank_offset = 0;
+  int world_size = 0;
+  int cross_rank = 0;
+  int cross_size = 1;
+};
+
+struct JobCounters {
+  uint64_t ops_done = 0;
+  uint64_t bytes_done = 0;
+  uint64_t ops_failed = 0;
+};
+
+class Job {
+ public:
+  Job(std::string id, std::string token, int world_size, int local_size);
+
+  const std::string& id() const { return id_; }
+  const std::string& token() const { return token_; }
+  int worldSize() const { return world_size_; }
+  int localSize() const { return local_size_; }
+  JobState state() const { return state_; }
+  const Status& failure() const { return failure_; }
+  const JobWorld& world() const { return world_; }
+  bool hasWorld() const { return world_.generation > 0; }
+  int globalRank(int local_rank) const { return world_.rank_offset + local_rank; }
+
+  TensorTable& table() { return table_; }
+  const TensorTable& table() const { return table_; }
+  JobCounters& counters() { return counters_; }
+  const JobCounters& counters() const { return counters_; }
+
+  ClientConn* client(int local_rank) const { return clients_[local_rank]; }
+  const std::vector<ClientConn*>& clients() const { return clients_; }
+  void attach(int local_rank, ClientConn* c) { clients_[local_rank] = c; }
+  void detach(int local_rank) { clients_[local_rank] = nullptr; }
+  int connectedClients() const;
+  bool everConnected(int local_rank) const { return ever_connected_[local_rank]; }
+  void markConnected(int local_rank) { ever_connected_[local_rank] = true; }
+
+  void setWorld(const JobWorld& w);
+  // Moves to kFailed (first failure wins) / kEnding.
+  void fail(Status st);
+  void setEnding(Status st);
+  // The status later submissions get (failed or ending jobs).
+  Status refusal() const { return failure_; }
+
+  int executing = 0;       // collectives handed to executors, not yet complete
+  bool coordinator_joined = false;
+  bool coordinator_left = false;
+  int64_t created_ms = 0;
+
+ private:
+  std::string id_;
+  std::string token_;
+  int world_size_;
+  int local_size_;
+  JobState state_ = JobState::kForming;
+  Status failure_;
+  JobWorld world_;
+  TensorTable table_;
+  JobCounters counters_;
+  std::vector<ClientConn*> clients_;
+  std::vector<bool> ever_connected_;
+};
+
+}  // namespace kolo

@@ -1,0 +1,43 @@
+#include "agent/core/local_executor.h"
+
+#include <atomic>
+
+#include "common/reduce.h"
+
+namespace kolo {
+
+void LocalExecutor::reduceOnLoop(LocalReduce r, std::function<void()> done) {
+  const size_t es = dataTypeSize(r.dtype);
+  const size_t bytes = r.count * es;
+  const int k = static_cast<int>(r.slots.size());
+  if (bytes <= inline_bytes_) {
+    reduceBlocks(r.dtype, r.op, const_cast<const void* const*>(r.slots.data()), k, r.slots.data(),
+                 k, r.count, r.prescale, r.postscale);
+    done();
+    return;
+  }
+  // Split into parts of whole cache lines; the last part to finish posts `done`.
+  int parts = pool_.size();
+  size_t per = (r.count + parts - 1) / parts;
+  size_t align_elems = 64 / es;
+  per = (per + align_elems - 1) / align_elems * align_elems;
+  auto shared = std::make_shared<LocalReduce>(std::move(r));
+  auto remaining = std::make_shared<std::atomic<int>>(0);
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (size_t b = 0; b < shared->count; b += per) ranges.emplace_back(b, std::min(per, shared->count - b));
+  remaining->store(static_cast<int>(ranges.size()));
+  auto done_shared = std::make_shared<std::function<void()>>(std::move(done));
+  for (auto [begin, n] : ranges) {
+    pool_.submit([this, shared, remaining, done_shared, begin, n, es, k] {
+      std::vector<void*> s(k);
+      for (int j = 0; j < k; ++j) s[j] = static_cast<char*>(shared->slots[j]) + begin * es;
+      reduceBlocks(shared->dtype, shared->op, const_cast<const void* const*>(s.data()), k, s.data(),
+                   k, n, shared->prescale, shared->postscale);
+      if (remaining->fetch_sub(1) == 1) {
+        loop_.post([shared, done_shared] { (*done_shared)(); });
+      }
+    });
+  }
+}
+
+}  // namespace kolo

@@ -1,0 +1,128 @@
+#include "agent/core/tensor_table.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "common/dtype.h"
+
+namespace kolo {
+
+std::string TensorTable::shapeString(const SubmitDesc& d) {
+  std::ostringstream o;
+  o << "[";
+  for (int i = 0; i < d.ndim && i < kMaxDims; ++i) o << (i ? ", " : "") << d.shape[i];
+  o << "]";
+  return o.str();
+}
+
+std::string TensorTable::describeMismatch(const std::string& name, const SubmitDesc& a, int ra,
+                                          const SubmitDesc& b, int rb) {
+  std::ostringstream o;
+  auto coll = [](const SubmitDesc& d) {
+    return std::string(collectiveName(static_cast<CollectiveType>(d.collective)));
+  };
+  if (a.collective != b.collective) {
+    o << "Mismatched operations for tensor '" << name << "': rank " << ra << " did an "
+      << coll(a) << ", but rank " << rb << " did an " << coll(b) << ".";
+  } else if (a.dtype != b.dtype) {
+    o << "Mismatched data types for tensor '" << name << "': rank " << ra << " sent "
+      << dataTypeName(static_cast<DataType>(a.dtype)) << ", but rank " << rb << " sent "
+      << dataTypeName(static_cast<DataType>(b.dtype)) << ".";
+  } else if (a.ndim != b.ndim ||
+             std::memcmp(a.shape, b.shape, sizeof(int64_t) * std::min<int>(a.ndim, kMaxDims)) != 0) {
+    o << "Mismatched " << coll(a) << " tensor shapes for tensor '" << name << "': rank " << ra
+      << " sent shape " << shapeString(a) << ", but rank " << rb << " sent shape "
+      << shapeString(b) << ".";
+  } else if (a.reduce_op != b.reduce_op) {
+    o << "Mismatched reduction operations for tensor '" << name << "': rank " << ra << " sent "
+      << reduceOpName(static_cast<ReduceOp>(a.reduce_op)) << ", but rank " << rb << " sent "
+      << reduceOpName(static_cast<ReduceOp>(b.reduce_op)) << ".";
+  } else if (a.prescale != b.prescale || a.postscale != b.postscale) {
+    o << "Mismatched prescale and/or postscale factors for tensor '" << name << "': rank " << ra
+      << " sent (" << a.prescale << ", " << a.postscale << "), but rank " << rb << " sent ("
+      << b.prescale << ", " << b.postscale << ").";
+  } else if (a.root != b.root) {
+    o << "Mismatched " << coll(a) << " root ranks for tensor '" << name << "': rank " << ra
+      << " specified root " << a.root << ", but rank " << rb << " specified root " << b.root
+      << ".";
+  }
+  return o.str();
+}
+
+Status TensorTable::submit(int local_rank, const SubmitDesc& desc, SteadyTime now,
+                           std::optional<ReadyOp>* ready) {
+  ready->reset();
+  if (local_rank < 0 || local_rank >= local_size_) {
+    return internalError("local rank " + std::to_string(local_rank) + " out of range");
+  }
+  std::string name(desc.name, std::min<size_t>(desc.name_len, kMaxNameBytes));
+  auto [it, inserted] = pending_.try_emplace(name);
+  Entry& e = it->second;
+  if (inserted) {
+    e.descs.resize(local_size_);
+    e.arrivals.resize(local_size_);
+    e.first_rank = local_rank;
+    e.first_arrival = now;
+  }
+  if (e.descs[local_rank].has_value()) {
+    return invalidArgument("Requested " +
+                           std::string(collectiveName(static_cast<CollectiveType>(desc.collective))) +
+                           " of a tensor named '" + name + "' while rank " +
+                           std::to_string(rank_offset_ + local_rank) +
+                           " already has a tensor of that name in flight. Use a different name, "
+                           "or wait for the first one to finish.");
+  }
+  if (e.mismatch.empty() && !inserted) {
+    e.mismatch = describeMismatch(name, *e.descs[e.first_rank], rank_offset_ + e.first_rank, desc,
+                                  rank_offset_ + local_rank);
+  }
+  e.descs[local_rank] = desc;
+  e.arrivals[local_rank] = now;
+  e.count++;
+  if (e.count < local_size_) return okStatus();
+
+  ReadyOp op;
+  op.name = name;
+  op.first_arrival = e.first_arrival;
+  op.ready_at = now;
+  op.arrivals = e.arrivals;
+  op.descs.reserve(local_size_);
+  for (auto& d : e.descs) op.descs.push_back(*d);
+  if (!e.mismatch.empty()) op.error = invalidArgument(e.mismatch);
+  pending_.erase(it);
+  *ready = std::move(op);
+  return okStatus();
+}
+
+std::vector<std::pair<int, uint64_t>> TensorTable::drainAll() {
+  std::vector<std::pair<int, uint64_t>> out;
+  for (auto& [name, e] : pending_) {
+    for (int r = 0; r < local_size_; ++r) {
+      if (e.descs[r].has_value()) out.emplace_back(r, e.descs[r]->handle);
+    }
+  }
+  pending_.clear();
+  return out;
+}
+
+std::vector<PendingInfo> TensorTable::snapshot() const {
+  std::vector<PendingInfo> out;
+  for (auto& [name, e] : pending_) {
+    PendingInfo p;
+    p.name = name;
+    p.first = *e.descs[e.first_rank];
+    p.first_arrival = e.first_arrival;
+    for (int r = 0; r < local_size_; ++r) {
+      if (e.descs[r].has_value()) {
+        p.submitted.push_back(r);
+        p.arrivals.push_back(e.arrivals[r]);
+      } else {
+        p.waiting.push_back(r);
+      }
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace kolo

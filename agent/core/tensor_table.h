@@ -1,0 +1,80 @@
+// The tensor table of one job on one agent (pure logic, no I/O).
+//
+// Each local rank submits named collectives. A name becomes node-ready when
+// every local rank has submitted it. Submissions must agree on collective,
+// dtype, shape, reduce op, scale factors and root; a disagreement is
+// reported to every rank once all have submitted (so nobody is left
+// waiting), with a message naming both sides and their ranks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/ipc_layout.h"
+#include "common/status.h"
+
+namespace kolo {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+struct ReadyOp {
+  std::string name;
+  std::vector<SubmitDesc> descs;  // indexed by local rank
+  Status error;                   // set when the ranks disagreed
+  SteadyTime first_arrival;
+  SteadyTime ready_at;
+  std::vector<SteadyTime> arrivals;  // indexed by local rank
+};
+
+struct PendingInfo {
+  std::string name;
+  SubmitDesc first;
+  std::vector<int> submitted;  // local ranks
+  std::vector<int> waiting;    // local ranks
+  SteadyTime first_arrival;
+  std::vector<SteadyTime> arrivals;  // per submitted rank, same order as `submitted`
+};
+
+class TensorTable {
+ public:
+  explicit TensorTable(int local_size) : local_size_(local_size) {}
+
+  void setRankOffset(int offset) { rank_offset_ = offset; }
+  int rankOffset() const { return rank_offset_; }
+
+  // Records a submission. An error return concerns this submission only
+  // (e.g. the name is already in flight on that rank). When the name becomes
+  // node-ready, *ready is filled and the entry leaves the table.
+  Status submit(int local_rank, const SubmitDesc& desc, SteadyTime now,
+                std::optional<ReadyOp>* ready);
+
+  // Removes and returns everything pending (used when the job fails).
+  std::vector<std::pair<int, uint64_t>> drainAll();
+  std::vector<PendingInfo> snapshot() const;
+  size_t pendingCount() const { return pending_.size(); }
+
+  // Compares two submissions; returns a message naming both sides, or "".
+  static std::string describeMismatch(const std::string& name, const SubmitDesc& a, int rank_a,
+                                      const SubmitDesc& b, int rank_b);
+  static std::string shapeString(const SubmitDesc& d);
+
+ private:
+  struct Entry {
+    std::vector<std::optional<SubmitDesc>> descs;
+    std::vector<SteadyTime> arrivals;
+    int count = 0;
+    int first_rank = -1;
+    SteadyTime first_arrival;
+    std::string mismatch;
+  };
+  int local_size_;
+  int rank_offset_ = 0;
+  std::unordered_map<std::string, Entry> pending_;
+};
+
+}  // namespace kolo

@@ -1,0 +1,115 @@
+#include "agent/ipc/client_conn.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+#include "common/dtype.h"
+
+namespace kolo {
+
+Status ClientConn::createArena(uint64_t bytes, const std::string& label) {
+  ArenaLayout layout = ArenaLayout::compute(bytes);
+  if (layout.data_bytes < 4096) return invalidArgument("arena of " + std::to_string(bytes) + " bytes is too small");
+  ASSIGN_OR_RETURN(SharedRegion region, SharedRegion::create(label, bytes));
+  auto* hdr = new (region.data()) ArenaHeader();
+  hdr->magic = kArenaMagic;
+  hdr->version = kIpcProtocolVersion;
+  hdr->total_bytes = bytes;
+  hdr->submit_ring_offset = layout.submit_ring_offset;
+  hdr->completion_ring_offset = layout.completion_ring_offset;
+  hdr->data_offset = layout.data_offset;
+  hdr->data_bytes = layout.data_bytes;
+  SubmitRing::format(region.data() + layout.submit_ring_offset, kSubmitRingCapacity);
+  CompletionRing::format(region.data() + layout.completion_ring_offset, kCompletionRingCapacity);
+  submit_ = SubmitRing(region.data() + layout.submit_ring_offset);
+  completions_ = CompletionRing(region.data() + layout.completion_ring_offset);
+  arena_ = std::make_shared<SharedRegion>(std::move(region));
+  doorbell_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  completion_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!doorbell_.valid() || !completion_.valid()) return errnoStatus("eventfd", errno);
+  return okStatus();
+}
+
+Status ClientConn::validate(const SubmitDesc& d) const {
+  auto* hdr = reinterpret_cast<const ArenaHeader*>(arena_->data());
+  (void)hdr;
+  ArenaLayout layout = ArenaLayout::compute(arena_->size());
+  if (d.name_len == 0 || d.name_len > kMaxNameBytes) {
+    return invalidArgument("malformed descriptor: name length " + std::to_string(d.name_len));
+  }
+  if (!isValidCollective(d.collective)) return invalidArgument("malformed descriptor: unknown collective " + std::to_string(d.collective));
+  if (!isValidDataType(d.dtype)) return invalidArgument("malformed descriptor: unknown dtype " + std::to_string(d.dtype));
+  if (!isValidReduceOp(d.reduce_op)) return invalidArgument("malformed descriptor: unknown reduce op " + std::to_string(d.reduce_op));
+  if (d.ndim > kMaxDims) return invalidArgument("malformed descriptor: ndim " + std::to_string(d.ndim));
+  uint64_t elems = 1;
+  for (int i = 0; i < d.ndim; ++i) {
+    if (d.shape[i] < 0) return invalidArgument("malformed descriptor: negative dimension");
+    if (d.shape[i] != 0 && elems > (uint64_t{1} << 62) / static_cast<uint64_t>(d.shape[i])) {
+      return invalidArgument("malformed descriptor: shape overflows");
+    }
+    elems *= static_cast<uint64_t>(d.shape[i]);
+  }
+  uint64_t want = elems * dataTypeSize(static_cast<DataType>(d.dtype));
+  if (d.collective == static_cast<uint8_t>(CollectiveType::kAllreduce) && want != d.data_bytes) {
+    return invalidArgument("malformed descriptor: shape " + std::to_string(elems) + " elements of " +
+                           std::to_string(dataTypeSize(static_cast<DataType>(d.dtype))) +
+                           " bytes does not match data_bytes " + std::to_string(d.data_bytes));
+  }
+  auto in_data = [&](uint64_t off, uint64_t len) {
+    return len == 0 || (off >= layout.data_offset && len <= layout.data_bytes &&
+                        off - layout.data_offset <= layout.data_bytes - len);
+  };
+  if (!in_data(d.data_offset, d.data_bytes)) {
+    return invalidArgument("malformed descriptor: data [" + std::to_string(d.data_offset) + ", +" +
+                           std::to_string(d.data_bytes) + ") is outside the arena's data region");
+  }
+  if (!in_data(d.out_offset, d.out_bytes)) {
+    return invalidArgument("malformed descriptor: output region is outside the arena");
+  }
+  if (d.prescale != d.prescale || d.postscale != d.postscale) {
+    return invalidArgument("scale factors must not be NaN");
+  }
+  return okStatus();
+}
+
+void ClientConn::clearDoorbell() {
+  uint64_t v;
+  while (::read(doorbell_.get(), &v, sizeof v) > 0) {
+  }
+}
+
+void ClientConn::complete(uint64_t handle, const Status& st, int64_t aux, uint64_t out_offset,
+                          uint64_t out_bytes) {
+  CompletionDesc c{};
+  c.handle = handle;
+  c.code = static_cast<int32_t>(st.code());
+  const std::string& m = st.message();
+  c.msg_len = static_cast<uint32_t>(std::min(m.size(), kMaxErrorBytes - 1));
+  std::memcpy(c.msg, m.data(), c.msg_len);
+  c.aux = aux;
+  c.out_offset = out_offset;
+  c.out_bytes = out_bytes;
+  ++completed;
+  if (!completions_.valid()) return;
+  if (!overflow_.empty() || !completions_.tryPush(c)) overflow_.push_back(c);
+}
+
+bool ClientConn::flushCompletions() {
+  while (!overflow_.empty() && completions_.tryPush(overflow_.front())) overflow_.pop_front();
+  return !overflow_.empty();
+}
+
+void ClientConn::signalClient() {
+  uint64_t one = 1;
+  ssize_t r = ::write(completion_.get(), &one, sizeof one);
+  (void)r;
+}
+
+Status ClientConn::send(const google::protobuf::MessageLite& frame, const std::vector<int>& fds) {
+  return sendFrame(sock_.get(), frame, fds);
+}
+
+}  // namespace kolo

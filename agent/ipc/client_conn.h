@@ -1,0 +1,83 @@
+// One connected trainer process: its socket, its shared arena (memfd),
+// its rings and eventfds. Owned by the agent loop.
+#pragma once
+
+#include <sys/types.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "common/fd.h"
+#include "common/frame.h"
+#include "common/ipc_layout.h"
+#include "common/shm.h"
+#include "common/status.h"
+
+namespace google::protobuf {
+class MessageLite;
+}
+
+namespace kolo {
+
+class Job;
+
+class ClientConn {
+ public:
+  ClientConn(uint64_t id, UniqueFd sock, pid_t pid, uid_t uid)
+      : id_(id), sock_(std::move(sock)), pid_(pid), uid_(uid) {}
+
+  uint64_t id() const { return id_; }
+  int socketFd() const { return sock_.get(); }
+  pid_t pid() const { return pid_; }
+  uid_t uid() const { return uid_; }
+  FrameDecoder& decoder() { return decoder_; }
+  std::deque<UniqueFd>& receivedFds() { return received_fds_; }
+
+  // Creates the arena and eventfds (on admission). Returns the fds to pass.
+  Status createArena(uint64_t bytes, const std::string& label);
+  bool hasArena() const { return arena_ != nullptr; }
+  const std::shared_ptr<SharedRegion>& arena() const { return arena_; }
+  uint64_t arenaBytes() const { return arena_ ? arena_->size() : 0; }
+  int doorbellFd() const { return doorbell_.get(); }
+  int completionFd() const { return completion_.get(); }
+
+  // Validates a descriptor read from the ring against this arena.
+  Status validate(const SubmitDesc& d) const;
+  // Pointer to a slot inside the arena (validated first).
+  char* slot(uint64_t offset) const { return arena_->data() + offset; }
+
+  bool popSubmission(SubmitDesc* out) { return submit_.tryPop(out); }
+  void clearDoorbell();
+  // Queues a completion; it is written to the ring now or when there is room.
+  void complete(uint64_t handle, const Status& st, int64_t aux = 0, uint64_t out_offset = 0,
+                uint64_t out_bytes = 0);
+  // Retries completions that did not fit; returns true if some remain.
+  bool flushCompletions();
+  void signalClient();
+
+  Status send(const google::protobuf::MessageLite& frame, const std::vector<int>& fds = {});
+
+  // Job membership (set on admission).
+  std::string job_id;
+  int local_rank = -1;
+  bool said_goodbye = false;
+  uint64_t submitted = 0;
+  uint64_t completed = 0;
+
+ private:
+  uint64_t id_;
+  UniqueFd sock_;
+  pid_t pid_;
+  uid_t uid_;
+  FrameDecoder decoder_;
+  std::deque<UniqueFd> received_fds_;
+  std::shared_ptr<SharedRegion> arena_;
+  UniqueFd doorbell_;
+  UniqueFd completion_;
+  SubmitRing submit_;
+  CompletionRing completions_;
+  std::deque<CompletionDesc> overflow_;
+};
+
+}  // namespace kolo

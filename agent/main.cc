@@ -1,0 +1,52 @@
+// kolo-agent: the per-node communication daemon.
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "agent/agent.h"
+#include "agent/agent_config.h"
+#include "common/log.h"
+
+int main(int argc, char** argv) {
+  // Block the termination signals in every thread; the loop reads them from a signalfd.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  kolo::Config cfg("kolo-agent");
+  kolo::defineAgentKnobs(cfg);
+  kolo::Status st = cfg.load(argc, argv);
+  if (!st.isOk()) {
+    std::fprintf(stderr, "kolo-agent: %s\n", st.message().c_str());
+    return 2;
+  }
+  if (cfg.wantsHelp()) {
+    std::cout << cfg.helpText();
+    return 0;
+  }
+  if (cfg.wantsDump()) {
+    std::cout << cfg.dump();
+    return 0;
+  }
+  kolo::log::init("kolo-agent", cfg.getString("log-level"));
+  kolo::log::setThreadName("agent-main");
+  auto opts = kolo::agentOptionsFrom(cfg);
+  if (!opts.isOk()) {
+    std::fprintf(stderr, "kolo-agent: %s\n", opts.status().message().c_str());
+    return 2;
+  }
+  kolo::Agent agent(*opts);
+  st = agent.start();
+  if (!st.isOk()) {
+    kolo::log::get("agent")->error("cannot start: {}", st.toString());
+    std::fprintf(stderr, "kolo-agent: cannot start: %s\n", st.message().c_str());
+    return 1;
+  }
+  agent.run();
+  kolo::log::get("agent")->info("stopped");
+  return 0;
+}

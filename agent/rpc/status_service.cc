@@ -1,0 +1,86 @@
+#include "agent/rpc/status_service.h"
+
+#include "agent/agent.h"
+#include "kolo/proto/agent.grpc.pb.h"
+
+namespace kolo {
+namespace {
+
+constexpr auto kLoopTimeout = std::chrono::seconds(2);
+
+grpc::Status loopTimeout(const Status& st) {
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, st.message());
+}
+
+class StatusService final : public agentrpc::Agent::Service {
+ public:
+  explicit StatusService(kolo::Agent& a) : agent_(a) {}
+
+  grpc::Status GetStatus(grpc::ServerContext*, const agentrpc::StatusRequest*,
+                         agentrpc::AgentStatus* out) override {
+    auto r = agent_.loop().call<agentrpc::AgentStatus>([this] { return agent_.statusOnLoop(); }, kLoopTimeout);
+    if (!r.isOk()) return loopTimeout(r.status());
+    *out = std::move(r.value());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListJobs(grpc::ServerContext*, const agentrpc::ListJobsRequest*,
+                        agentrpc::ListJobsReply* out) override {
+    auto r = agent_.loop().call<agentrpc::ListJobsReply>(
+        [this] {
+          agentrpc::ListJobsReply rep;
+          for (const Job* j : agent_.jobsOnLoop()) *rep.add_jobs() = agent_.jobInfoOnLoop(*j);
+          return rep;
+        },
+        kLoopTimeout);
+    if (!r.isOk()) return loopTimeout(r.status());
+    *out = std::move(r.value());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetJob(grpc::ServerContext*, const agentrpc::GetJobRequest* req,
+                      agentrpc::JobInfo* out) override {
+    std::string id = req->job_id();
+    auto r = agent_.loop().call<std::optional<agentrpc::JobInfo>>(
+        [this, id]() -> std::optional<agentrpc::JobInfo> {
+          const Job* j = agent_.findJobOnLoop(id);
+          if (j == nullptr) return std::nullopt;
+          return agent_.jobInfoOnLoop(*j);
+        },
+        kLoopTimeout);
+    if (!r.isOk()) return loopTimeout(r.status());
+    if (!r.value().has_value()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + id + "' on this agent");
+    }
+    *out = std::move(*r.value());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Timeline(grpc::ServerContext*, const agentrpc::TimelineRequest*,
+                        agentrpc::TimelineReply*) override {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "this agent was built without the timeline; see issue 4");
+  }
+
+  grpc::Status Drain(grpc::ServerContext*, const agentrpc::DrainRequest*, agentrpc::DrainReply*) override {
+    auto r = agent_.loop().call<bool>(
+        [this] {
+          agent_.drainOnLoop();
+          return true;
+        },
+        kLoopTimeout);
+    if (!r.isOk()) return loopTimeout(r.status());
+    return grpc::Status::OK;
+  }
+
+ private:
+  kolo::Agent& agent_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> makeStatusService(Agent& agent) {
+  return std::make_unique<StatusService>(agent);
+}
+
+}  // namespace kolo
