@@ -100,6 +100,10 @@ void kolo_free_shared(void* ptr);
 /* --- errors ------------------------------------------------------------- */
 const char* kolo_status_string(kolo_status_t status);  /* "KOLO_ERR_TIMED_OUT" */
 const char* kolo_last_error(void);                     /* thread-local text of the last error */
+/* Added in ABI 1 (additive): the thread-local code that went with
+ * kolo_last_error() (KOLO_OK before any error), for the calls that report
+ * errors by returning NULL (kolo_alloc_shared) or nothing (kolo_free_shared). */
+kolo_status_t kolo_last_status(void);
 size_t kolo_dtype_size(kolo_dtype_t dtype);
 
 #ifdef __cplusplus

@@ -1,0 +1,62 @@
+#include "agent/backends/backend.h"
+
+#include "agent/backends/kv_store.h"
+#include "agent/backends/ucx/factory.h"
+#include "common/config.h"
+
+namespace kolo {
+
+Status validateBackendOptions(const BackendOptions& o) {
+  if (o.size < 1) return invalidArgument("backend size must be >= 1, got " + std::to_string(o.size));
+  if (o.rank < 0 || o.rank >= o.size) {
+    return invalidArgument("backend rank " + std::to_string(o.rank) + " out of range [0, " +
+                           std::to_string(o.size) + ")");
+  }
+  if (o.timeout.count() <= 0) return invalidArgument("backend timeout must be > 0 ms");
+  if (o.chunk_bytes < 64) return invalidArgument("backend chunk-bytes must be >= 64");
+  if (o.pipeline_depth < 1) return invalidArgument("backend pipeline-depth must be >= 1");
+  return okStatus();
+}
+
+void defineBackendKnobs(Config& config) {
+  const BackendOptions d;
+  config.define("backend-timeout-ms", KnobType::kInt, std::to_string(d.timeout.count()),
+                "Agent-to-agent deadline: rendezvous, and time without progress inside a "
+                "collective before it fails with PeerFailure");
+  config.define("small-message-bytes", KnobType::kInt, std::to_string(d.small_message_bytes),
+                "Below this size allreduce/broadcast/reducescatter use latency-bound algorithms "
+                "(recursive doubling, binomial tree), at or above it the pipelined ring; 0 = ring "
+                "always");
+  config.define("backend-chunk-bytes", KnobType::kInt, std::to_string(d.chunk_bytes),
+                "Pipelining chunk of the ring/chain algorithms (bytes)");
+  config.define("backend-pipeline-depth", KnobType::kInt, std::to_string(d.pipeline_depth),
+                "Chunks in flight (receive buffers) per collective");
+  config.define("backend-reduce-thread", KnobType::kBool, d.reduce_thread ? "true" : "false",
+                "Reduce large chunks on a helper thread so reduction overlaps transfers");
+}
+
+BackendOptions backendOptionsFromConfig(const Config& config) {
+  BackendOptions o;
+  o.timeout = std::chrono::milliseconds(config.getInt("backend-timeout-ms"));
+  o.small_message_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("small-message-bytes")));
+  o.chunk_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("backend-chunk-bytes")));
+  o.pipeline_depth = static_cast<int>(config.getInt("backend-pipeline-depth"));
+  o.reduce_thread = config.getBool("backend-reduce-thread");
+  return o;
+}
+
+StatusOr<std::unique_ptr<Backend>> createBackend(std::string_view backend,
+                                                 const BackendOptions& options, KvStore& kv) {
+  if (backend == "ucx") return createUcxBackend(options, kv);
+  return invalidArgument("unknown backend '" + std::string(backend) + "' (known: ucx)");
+}
+
+std::vector<std::string> compiledBackends() {
+  std::vector<std::string> names;
+#ifdef KOLO_HAVE_UCX
+  names.push_back("ucx");
+#endif
+  return names;
+}
+
+}  // namespace kolo

@@ -1,0 +1,270 @@
+// Unit tests of kolo-bench's pure parts: options, sizes, table, iteration
+// plan and check data (the latter reduced with the agent's own kernels).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "bench/bench_check.h"
+#include "bench/bench_options.h"
+#include "bench/bench_table.h"
+#include "common/reduce.h"
+
+namespace kolo::bench {
+namespace {
+
+TEST(BenchOptions, ParsesByteSizes) {
+  EXPECT_EQ(parseByteSize("4").value(), 4u);
+  EXPECT_EQ(parseByteSize("64K").value(), 65536u);
+  EXPECT_EQ(parseByteSize("64k").value(), 65536u);
+  EXPECT_EQ(parseByteSize("256M").value(), uint64_t{256} << 20);
+  EXPECT_EQ(parseByteSize("1G").value(), uint64_t{1} << 30);
+  EXPECT_EQ(parseByteSize("2MiB").value(), uint64_t{2} << 20);
+  EXPECT_EQ(parseByteSize("8KB").value(), 8192u);
+  EXPECT_FALSE(parseByteSize("").isOk());
+  EXPECT_FALSE(parseByteSize("K").isOk());
+  EXPECT_FALSE(parseByteSize("12X").isOk());
+  EXPECT_FALSE(parseByteSize("-4").isOk());
+  EXPECT_FALSE(parseByteSize("99999999999999999999").isOk());
+  EXPECT_EQ(formatByteSize(4), "4");
+  EXPECT_EQ(formatByteSize(65536), "64K");
+  EXPECT_EQ(formatByteSize(uint64_t{256} << 20), "256M");
+}
+
+TEST(BenchOptions, Defaults) {
+  auto o = parseBenchArgs({});
+  ASSERT_TRUE(o.isOk()) << o.status().toString();
+  EXPECT_EQ(o->min_bytes, 4u);
+  EXPECT_EQ(o->max_bytes, uint64_t{256} << 20);
+  EXPECT_EQ(o->step_factor, 2.0);
+  EXPECT_EQ(o->dtype, DataType::kFloat32);
+  EXPECT_EQ(o->op, ReduceOp::kSum);
+  EXPECT_EQ(o->warmup_iters, 5);
+  EXPECT_EQ(o->iters, 20);
+  EXPECT_TRUE(o->check);
+  EXPECT_FALSE(o->zero_copy);
+  EXPECT_EQ(o->op_kind, OpKind::kAllreduce);
+}
+
+TEST(BenchOptions, ShortAndLongFlags) {
+  auto o = parseBenchArgs({"-b", "8", "-e", "64K", "-f", "4", "-d", "bfloat16", "-o", "max", "-w", "1",
+                           "-n", "3", "-c", "0", "--zero-copy", "--op-kind", "allreduce", "--json",
+                           "/tmp/x.json", "-T", "0"});
+  ASSERT_TRUE(o.isOk()) << o.status().toString();
+  EXPECT_EQ(o->min_bytes, 8u);
+  EXPECT_EQ(o->max_bytes, 65536u);
+  EXPECT_EQ(o->step_factor, 4.0);
+  EXPECT_EQ(o->dtype, DataType::kBFloat16);
+  EXPECT_EQ(o->op, ReduceOp::kMax);
+  EXPECT_EQ(o->warmup_iters, 1);
+  EXPECT_EQ(o->iters, 3);
+  EXPECT_FALSE(o->check);
+  EXPECT_TRUE(o->zero_copy);
+  EXPECT_EQ(o->json_path, "/tmp/x.json");
+  EXPECT_EQ(o->max_time_s, 0.0);
+
+  auto l = parseBenchArgs({"--minbytes", "1K", "--maxbytes", "1M", "--stepfactor", "2", "--dtype", "half",
+                           "--op", "avg", "--warmup-iters", "0", "--iters", "7", "--check", "1"});
+  ASSERT_TRUE(l.isOk()) << l.status().toString();
+  EXPECT_EQ(l->min_bytes, 1024u);
+  EXPECT_EQ(l->dtype, DataType::kFloat16);
+  EXPECT_EQ(l->op, ReduceOp::kAverage);
+  EXPECT_EQ(l->warmup_iters, 0);
+  EXPECT_EQ(l->iters, 7);
+}
+
+TEST(BenchOptions, EveryDtypeAndOp) {
+  for (const char* d : {"float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64"}) {
+    auto o = parseBenchArgs({"-d", d});
+    ASSERT_TRUE(o.isOk()) << d;
+    EXPECT_EQ(dataTypeName(o->dtype), d);
+  }
+  for (const char* op : {"sum", "average", "min", "max", "product"}) {
+    auto o = parseBenchArgs({"-o", op});
+    ASSERT_TRUE(o.isOk()) << op;
+    EXPECT_EQ(reduceOpName(o->op), op);
+  }
+}
+
+TEST(BenchOptions, RejectsBadInput) {
+  EXPECT_FALSE(parseBenchArgs({"-d", "complex64"}).isOk());
+  EXPECT_FALSE(parseBenchArgs({"-o", "adasum"}).isOk());
+  EXPECT_FALSE(parseBenchArgs({"-b", "1M", "-e", "1K"}).isOk());
+  EXPECT_FALSE(parseBenchArgs({"-b", "0"}).isOk());
+  EXPECT_FALSE(parseBenchArgs({"-f", "1"}).isOk());
+  EXPECT_FALSE(parseBenchArgs({"-n", "0"}).isOk());
+  EXPECT_FALSE(parseBenchArgs({"-c", "2"}).isOk());
+  EXPECT_FALSE(parseBenchArgs({"--no-such-flag"}).isOk());
+  auto kind = parseBenchArgs({"--op-kind", "allgather"});
+  ASSERT_FALSE(kind.isOk());
+  EXPECT_NE(kind.status().message().find("not implemented"), std::string::npos);
+  EXPECT_FALSE(parseBenchArgs({"--op-kind", "gossip"}).isOk());
+  auto help = parseBenchArgs({"--help"});
+  ASSERT_TRUE(help.isOk());
+  EXPECT_TRUE(help->help);
+  EXPECT_NE(help->help_text.find("--zero-copy"), std::string::npos);
+}
+
+TEST(BenchOptions, MessageSizes) {
+  auto s = messageSizes(4, 256u << 20, 2.0, 4);
+  ASSERT_EQ(s.size(), 27u);
+  EXPECT_EQ(s.front(), 4u);
+  EXPECT_EQ(s.back(), uint64_t{256} << 20);
+  for (size_t i = 1; i < s.size(); ++i) EXPECT_EQ(s[i], 2 * s[i - 1]);
+  // Rounded to whole elements, at least one, no duplicates.
+  EXPECT_EQ(messageSizes(4, 64, 2.0, 8), (std::vector<uint64_t>{8, 16, 32, 64}));
+  EXPECT_EQ(messageSizes(6, 30, 2.0, 4), (std::vector<uint64_t>{4, 12, 24}));
+  EXPECT_EQ(messageSizes(1, 4, 1.1, 1), (std::vector<uint64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(messageSizes(64, 64, 2.0, 4), (std::vector<uint64_t>{64}));
+}
+
+// Every row's columns end where the header's column names end.
+TEST(BenchTable, RowsLineUpWithTheHeader) {
+  std::string header = kTableHeader;
+  EXPECT_EQ(header,
+            "#       size         count      type   redop    time(us)   algbw(GB/s)   busbw(GB/s)  #wrong");
+  auto ends = [](const std::string& s) {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] != ' ' && (i + 1 == s.size() || s[i + 1] == ' ')) out.push_back(i + 1);
+    }
+    return out;
+  };
+  std::vector<size_t> want = ends(header);
+  want.erase(want.begin());  // the leading "#"
+  Row r;
+  r.bytes = 268435456;
+  r.count = 67108864;
+  r.type = "bfloat16";
+  r.redop = "average";
+  r.time_us = 123456.78;
+  r.algbw = 2.17;
+  r.busbw = 3.26;
+  r.wrong = 0;
+  EXPECT_EQ(ends(formatRow(r)), want);
+  r.wrong.reset();
+  std::string na = formatRow(r);
+  EXPECT_EQ(ends(na), want);
+  EXPECT_NE(na.find("N/A"), std::string::npos);
+  EXPECT_EQ(formatRow(r).substr(0, 12), "   268435456");
+}
+
+TEST(BenchTable, Bandwidth) {
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kAllreduce, 2), 1.0);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kAllreduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kAllreduce, 1), 0.0);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kAllgather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kReducescatter, 4), 0.75);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kAlltoall, 4), 0.75);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kBroadcast, 4), 1.0);
+  EXPECT_DOUBLE_EQ(algBandwidth(1000000000, 0.5), 2.0);
+  EXPECT_DOUBLE_EQ(algBandwidth(100, 0), 0.0);
+  std::vector<Row> rows(2);
+  rows[0].busbw = 1;
+  rows[1].busbw = 3;
+  EXPECT_DOUBLE_EQ(averageBusBandwidth(rows), 2.0);
+  EXPECT_DOUBLE_EQ(averageBusBandwidth({}), 0.0);
+}
+
+TEST(BenchTable, Median) {
+  EXPECT_DOUBLE_EQ(median({}), 0.0);
+  EXPECT_DOUBLE_EQ(median({5}), 5.0);
+  EXPECT_DOUBLE_EQ(median({9, 1, 5}), 5.0);
+  EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(median({1, 1000, 2, 3, 2}), 2.0);  // an outlier does not move it
+}
+
+TEST(BenchTable, IterationPlan) {
+  // Fast ops: everything asked for.
+  auto p = planIterations(5, 20, 0.5, 1e-5);
+  EXPECT_EQ(p.warmup, 5);
+  EXPECT_EQ(p.iters, 20);
+  // 0.1 s per op with 0.5 s: 2 warm-ups, 5 iterations.
+  p = planIterations(5, 20, 0.5, 0.1);
+  EXPECT_EQ(p.warmup, 2);
+  EXPECT_EQ(p.iters, 5);
+  // Very slow ops: 1 warm-up, 3 iterations (never fewer than min(iters, 3)).
+  p = planIterations(5, 20, 0.5, 10.0);
+  EXPECT_EQ(p.warmup, 1);
+  EXPECT_EQ(p.iters, 3);
+  p = planIterations(5, 2, 0.5, 10.0);
+  EXPECT_EQ(p.iters, 2);
+  // max_time 0: never cut; warm-up 0 still runs the one that measures.
+  p = planIterations(0, 20, 0, 10.0);
+  EXPECT_EQ(p.warmup, 1);
+  EXPECT_EQ(p.iters, 20);
+}
+
+// Reduces n ranks' check inputs with the agent's kernels (common/reduce.h,
+// average as sum with post-scale 1/n, as the agent does) and verifies.
+uint64_t reduceAndCount(DataType dt, ReduceOp op, int n, uint64_t count, bool corrupt) {
+  CheckPattern p = CheckPattern::make(dt, op, n);
+  EXPECT_TRUE(p.feasible);
+  size_t es = dataTypeSize(dt);
+  std::vector<std::vector<unsigned char>> in(n, std::vector<unsigned char>(count * es));
+  std::vector<const void*> srcs;
+  for (int r = 0; r < n; ++r) {
+    fillInput(p, r, in[r].data(), count);
+    srcs.push_back(in[r].data());
+  }
+  std::vector<unsigned char> out(count * es);
+  fillValue(dt, out.data(), count, 0.0);
+  void* dst = out.data();
+  ReduceOp kop = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+  double post = op == ReduceOp::kAverage ? 1.0 / n : 1.0;
+  reduceBlocks(dt, kop, srcs.data(), n, &dst, 1, count, 1.0, post);
+  if (corrupt) std::memset(out.data() + (count / 2) * es, 0, es);
+  return countWrong(p, out.data(), count);
+}
+
+class CheckData : public ::testing::TestWithParam<std::tuple<DataType, ReduceOp>> {};
+
+TEST_P(CheckData, ExactUnderTheAgentKernels) {
+  auto [dt, op] = GetParam();
+  for (int n : {1, 2, 3, 4, 5, 7, 8, 16}) {
+    EXPECT_EQ(reduceAndCount(dt, op, n, 1003, false), 0u)
+        << dataTypeName(dt) << " " << reduceOpName(op) << " n=" << n;
+    EXPECT_EQ(reduceAndCount(dt, op, n, 1003, true), 1u)
+        << dataTypeName(dt) << " " << reduceOpName(op) << " n=" << n;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTypesAndOps, CheckData,
+    ::testing::Combine(::testing::Values(DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                                         DataType::kFloat64, DataType::kInt8, DataType::kUint8,
+                                         DataType::kInt32, DataType::kInt64),
+                       ::testing::Values(ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
+                                         ReduceOp::kMax, ReduceOp::kProduct)),
+    [](const auto& info) {
+      return std::string(dataTypeName(std::get<0>(info.param))) + "_" +
+             std::string(reduceOpName(std::get<1>(info.param)));
+    });
+
+TEST(CheckData, RanksContributeDifferentValues) {
+  CheckPattern p = CheckPattern::make(DataType::kFloat32, ReduceOp::kSum, 4);
+  EXPECT_TRUE(p.rank_weights);
+  EXPECT_EQ(p.modulus, 7);
+  EXPECT_EQ(p.input(0, 0), 1.0);
+  EXPECT_EQ(p.input(3, 6), 28.0);
+  EXPECT_EQ(p.expected(6), 70.0);
+  // bfloat16 sums past 256 fall back to equal contributions.
+  CheckPattern big = CheckPattern::make(DataType::kBFloat16, ReduceOp::kSum, 30);
+  EXPECT_FALSE(big.rank_weights);
+  EXPECT_TRUE(big.feasible);
+  EXPECT_FALSE(CheckPattern::make(DataType::kInt8, ReduceOp::kSum, 200).feasible);
+}
+
+TEST(CheckData, NanIsWrong) {
+  CheckPattern p = CheckPattern::make(DataType::kFloat32, ReduceOp::kSum, 2);
+  std::vector<float> out(10);
+  for (int i = 0; i < 10; ++i) out[i] = static_cast<float>(p.expected(i));
+  EXPECT_EQ(countWrong(p, out.data(), 10), 0u);
+  out[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(countWrong(p, out.data(), 10), 1u);
+}
+
+}  // namespace
+}  // namespace kolo::bench

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# compare.sh: kolo-bench (under kolorun) against mpi-allreduce-bench (under
+# Open MPI's mpirun) on this machine, in one invocation, same sizes, same
+# timing method; prints both tables and a side-by-side comparison per N.
+#
+#   bench/compare.sh [--build-dir DIR] [--np "2 4"] [-b 4] [-e 256M] [--tcp]
+#
+# Exit status: 0 when every run succeeded (and verified), 1 otherwise, 2 for
+# bad usage or missing programs. See docs/benchmarks.md.
+set -u -o pipefail
+export LC_ALL=C
+
+usage() {
+  cat <<'EOF'
+Usage: compare.sh [options]
+  --build-dir DIR     build tree holding bin/kolorun, bin/kolo-bench, bin/mpi-allreduce-bench
+                      (default ./build)
+  --np "N1 N2 ..."    rank counts (default "2 4")
+  -b, --minbytes S    smallest size (default 4; K/M/G suffixes)
+  -e, --maxbytes S    largest size (default 256M)
+  -f, --stepfactor F  size multiplier (default 2)
+  -w, --warmup N      warm-up iterations (default 5)
+  -n, --iters N       timed iterations (default 20)
+  -T, --max-time S    cut each size's timed loop to ~S seconds (default 0.5)
+  -c, --check 0|1     verify results (default 1)
+  --zero-copy         kolo-bench allocates its buffers with kolo_alloc_shared
+  --tcp               MPI over TCP on loopback (--mca btl self,tcp --mca btl_tcp_if_include lo)
+                      and kolo with one agent per rank talking over TCP (UCX_TLS=tcp)
+  --kolorun-args "A"  extra kolorun options (default: none; with --tcp: "--agents N")
+  --mpirun-args "A"   extra mpirun options
+  --timeout S         per-run limit in seconds (default 600)
+  --out DIR           keep the logs and JSON files there (default: a temporary directory, removed)
+  --skip-kolo / --skip-mpi   run one side only
+EOF
+}
+
+build_dir=./build
+nps="2 4"
+minb=4 maxb=256M step=2 warmup=5 iters=20 maxtime=0.5 check=1
+zero_copy=0 tcp=0 kolorun_args="" kolorun_args_set=0 mpirun_args="" run_timeout=600
+out_dir="" skip_kolo=0 skip_mpi=0
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build_dir=$2; shift 2 ;;
+    --np) nps=$2; shift 2 ;;
+    -b|--minbytes) minb=$2; shift 2 ;;
+    -e|--maxbytes) maxb=$2; shift 2 ;;
+    -f|--stepfactor) step=$2; shift 2 ;;
+    -w|--warmup) warmup=$2; shift 2 ;;
+    -n|--iters) iters=$2; shift 2 ;;
+    -T|--max-time) maxtime=$2; shift 2 ;;
+    -c|--check) check=$2; shift 2 ;;
+    --zero-copy) zero_copy=1; shift ;;
+    --tcp) tcp=1; shift ;;
+    --kolorun-args) kolorun_args=$2; kolorun_args_set=1; shift 2 ;;
+    --mpirun-args) mpirun_args=$2; shift 2 ;;
+    --timeout) run_timeout=$2; shift 2 ;;
+    --out) out_dir=$2; shift 2 ;;
+    --skip-kolo) skip_kolo=1; shift ;;
+    --skip-mpi) skip_mpi=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+bin=$build_dir/bin
+need() {
+  if [ ! -x "$1" ]; then
+    echo "compare.sh: $1 not found or not executable ($2)" >&2
+    exit 2
+  fi
+}
+if [ "$skip_kolo" = 0 ]; then
+  need "$bin/kolorun" "build the kolorun target, or pass --build-dir"
+  need "$bin/kolo-bench" "configure with -DKOLO_BUILD_BENCH=ON and build kolo-bench"
+fi
+if [ "$skip_mpi" = 0 ]; then
+  need "$bin/mpi-allreduce-bench" "needs MPI at configure time: apt-get install openmpi-bin libopenmpi-dev"
+  command -v mpirun >/dev/null || { echo "compare.sh: mpirun not in PATH" >&2; exit 2; }
+fi
+
+if [ -n "$out_dir" ]; then
+  mkdir -p "$out_dir" || exit 2
+else
+  out_dir=$(mktemp -d "${TMPDIR:-/tmp}/kolo-compare.XXXXXX") || exit 2
+  trap 'rm -rf "$out_dir"' EXIT
+fi
+
+common_args=(-b "$minb" -e "$maxb" -f "$step" -w "$warmup" -n "$iters" -T "$maxtime" -c "$check")
+if [ "$tcp" = 1 ]; then
+  mpi_transport=(--mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo)
+  mode="tcp (loopback)"
+else
+  # pml ob1: otherwise Open MPI may pick its UCX pml and ignore the btl list.
+  mpi_transport=(--mca pml ob1 --mca btl self,vader)
+  mode="shared memory"
+fi
+
+# Rank 0's lines of a log, without kolorun's "[0]<stdout>:" prefix.
+rank0() { sed -n 's/^\[0\]<stdout>://p' "$1"; }
+# "size time busbw" for each table row.
+rows() { awk '$1 ~ /^[0-9]+$/ && NF == 8 {print $1, $5, $7}' "$1"; }
+latency() { awk -F' : ' '/^# Latency/ {split($2, a, " "); print a[1]; exit}' "$1"; }
+avgbus() { awk -F' : ' '/^# Avg bus bandwidth/ {print $2; exit}' "$1"; }
+
+status=0
+summary=()
+echo "# compare.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cores,"\
+  "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), transport: $mode"
+for np in $nps; do
+  kolo_table=$out_dir/kolo-$np.table
+  mpi_table=$out_dir/mpi-$np.table
+  : >"$kolo_table"
+  : >"$mpi_table"
+
+  if [ "$skip_kolo" = 0 ]; then
+    kargs=($kolorun_args)
+    kenv=()
+    if [ "$tcp" = 1 ]; then
+      [ "$kolorun_args_set" = 1 ] || kargs=(--agents "$np")
+      kenv=(UCX_TLS="${UCX_TLS:-tcp}" UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}")
+    fi
+    bargs=("${common_args[@]}" -d float32 -o sum --json "$out_dir/kolo-$np.json")
+    [ "$zero_copy" = 1 ] && bargs+=(--zero-copy)
+    cmd=("$bin/kolorun" -np "$np" "${kargs[@]}" -- "$bin/kolo-bench" "${bargs[@]}")
+    echo
+    echo "## kolo, N=$np: ${kenv[*]} ${cmd[*]}"
+    env "${kenv[@]}" timeout -k 15 "$run_timeout" "${cmd[@]}" >"$out_dir/kolo-$np.log" 2>&1
+    rc=$?
+    rank0 "$out_dir/kolo-$np.log" >"$kolo_table"
+    cat "$kolo_table"
+    if [ "$rc" -ne 0 ]; then
+      echo "## kolo-bench FAILED (exit $rc); last lines of its output:"
+      tail -n 30 "$out_dir/kolo-$np.log"
+      status=1
+    fi
+  fi
+
+  if [ "$skip_mpi" = 0 ]; then
+    margs=($mpirun_args)
+    cmd=(mpirun --oversubscribe --allow-run-as-root -np "$np" "${mpi_transport[@]}" "${margs[@]}"
+         "$bin/mpi-allreduce-bench" "${common_args[@]}" --json "$out_dir/mpi-$np.json")
+    echo
+    echo "## MPI, N=$np: ${cmd[*]}"
+    timeout -k 15 "$run_timeout" "${cmd[@]}" >"$out_dir/mpi-$np.log" 2>&1
+    rc=$?
+    # mpirun prints rank 0's lines unprefixed (the other ranks print none).
+    cp "$out_dir/mpi-$np.log" "$mpi_table"
+    cat "$mpi_table"
+    if [ "$rc" -ne 0 ]; then
+      echo "## mpi-allreduce-bench FAILED (exit $rc)"
+      status=1
+    fi
+  fi
+
+  if [ "$skip_kolo" = 0 ] && [ "$skip_mpi" = 0 ]; then
+    echo
+    echo "## Comparison, N=$np ($mode): busbw ratio = kolo busbw / MPI busbw = MPI time / kolo time"
+    printf '#%11s%16s%16s%14s%14s%12s\n' size "kolo time(us)" "mpi time(us)" "kolo busbw" "mpi busbw" "kolo/mpi"
+    join <(rows "$kolo_table" | sort -k1,1) <(rows "$mpi_table" | sort -k1,1) | sort -n -k1,1 |
+      awk '{ ratio = ($2 > 0) ? sprintf("%.2f", $4 / $2) : "-";
+             printf "%12s%16.2f%16.2f%14.2f%14.2f%12s\n", $1, $2, $4, $3, $5, ratio }'
+    kl=$(latency "$kolo_table")
+    ml=$(latency "$mpi_table")
+    target=""
+    [ "$np" = 2 ] && target=" (kolo target <= 30 us)"
+    [ "$np" = 4 ] && target=" (kolo target <= 60 us)"
+    line="N=$np: smallest-size latency kolo ${kl:-?} us, MPI ${ml:-?} us$target;"
+    line+=" avg busbw kolo $(avgbus "$kolo_table") GB/s, MPI $(avgbus "$mpi_table") GB/s"
+    echo "# $line"
+    summary+=("$line")
+  fi
+done
+
+if [ ${#summary[@]} -gt 0 ]; then
+  echo
+  echo "## Summary ($mode)"
+  for s in "${summary[@]}"; do echo "# $s"; done
+fi
+[ "$status" = 0 ] || echo "## compare.sh: at least one benchmark FAILED" >&2
+exit "$status"

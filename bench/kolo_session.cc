@@ -1,0 +1,97 @@
+#include "bench/kolo_session.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "kolo/kolo_c.h"
+
+namespace kolo::bench {
+
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kAgentDefaultArena = 1024 * kMiB;  // the agent's --arena-mb default
+constexpr uint64_t kStagingSlack = 64 * kMiB;
+constexpr size_t kPage = 4096;
+
+Status fromKolo(kolo_status_t st, const std::string& what) {
+  if (st == KOLO_OK) return okStatus();
+  return Status(static_cast<Code>(st), what + ": " + kolo_status_string(st) + ": " + kolo_last_error());
+}
+
+}  // namespace
+
+void KoloSession::reserveArena(uint64_t bytes) {
+  uint64_t need = bytes + kStagingSlack;
+  if (std::getenv("KOLO_ARENA_MB") != nullptr || need <= kAgentDefaultArena) return;
+  std::string mb = std::to_string((need + kMiB - 1) / kMiB);
+  setenv("KOLO_ARENA_MB", mb.c_str(), 0);
+}
+
+StatusOr<std::unique_ptr<KoloSession>> KoloSession::start() {
+  RETURN_IF_ERROR(fromKolo(kolo_init(), "kolo_init"));
+  return std::unique_ptr<KoloSession>(new KoloSession());
+}
+
+KoloSession::~KoloSession() { kolo_shutdown(); }
+
+int KoloSession::rank() const { return kolo_rank(); }
+int KoloSession::size() const { return kolo_size(); }
+int KoloSession::localSize() const { return kolo_local_size(); }
+int KoloSession::crossSize() const { return kolo_cross_size(); }
+
+KoloSession::Buffer& KoloSession::Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    ptr_ = o.ptr_;
+    shared_ = o.shared_;
+    o.ptr_ = nullptr;
+  }
+  return *this;
+}
+
+void KoloSession::Buffer::reset() {
+  if (ptr_ == nullptr) return;
+  if (shared_) {
+    kolo_free_shared(ptr_);
+  } else {
+    std::free(ptr_);
+  }
+  ptr_ = nullptr;
+}
+
+StatusOr<KoloSession::Buffer> KoloSession::allocate(uint64_t bytes, bool shared) {
+  if (shared) {
+    void* p = kolo_alloc_shared(bytes);
+    if (p == nullptr) {
+      return Status(Code::kUnavailable, "kolo_alloc_shared(" + std::to_string(bytes) +
+                                            ") failed: " + kolo_last_error() +
+                                            " (a larger KOLO_ARENA_MB may help)");
+    }
+    return Buffer(p, true);
+  }
+  void* p = std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
+  if (p == nullptr) return internalError("out of memory allocating " + std::to_string(bytes) + " bytes");
+  return Buffer(p, false);
+}
+
+Status KoloSession::allreduce(const std::string& name, const void* input, void* output, uint64_t count,
+                              DataType dtype, ReduceOp op) {
+  const int64_t shape[1] = {static_cast<int64_t>(count)};
+  kolo_handle_t h = 0;
+  RETURN_IF_ERROR(fromKolo(kolo_allreduce_async(name.c_str(), input, output, 1, shape,
+                                                static_cast<kolo_dtype_t>(dtype),
+                                                static_cast<kolo_op_t>(op), 1.0, 1.0, &h),
+                           "kolo_allreduce_async(" + name + ")"));
+  return fromKolo(kolo_synchronize(h, -1), "kolo_synchronize(" + name + ")");
+}
+
+Status KoloSession::maxAcrossRanks(const std::string& name, std::vector<double>& values) {
+  return allreduce(name, values.data(), values.data(), values.size(), DataType::kFloat64, ReduceOp::kMax);
+}
+
+Status KoloSession::sumAcrossRanks(const std::string& name, std::vector<int64_t>& values) {
+  return allreduce(name, values.data(), values.data(), values.size(), DataType::kInt64, ReduceOp::kSum);
+}
+
+}  // namespace kolo::bench

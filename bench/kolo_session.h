@@ -1,0 +1,69 @@
+// kolo-bench's thin RAII layer over libkolo's C ABI: init/shutdown, buffers
+// (user memory or kolo_alloc_shared), one blocking collective and the small
+// agreement allreduces that run outside the timed region.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace kolo::bench {
+
+class KoloSession {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static Clock::time_point now() { return Clock::now(); }
+  static double secondsSince(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  // Before start(): asks for a shared arena big enough for `bytes` of
+  // buffers plus staging room, by setting KOLO_ARENA_MB when it is unset
+  // and the agent's default (1 GiB) would be too small.
+  static void reserveArena(uint64_t bytes);
+  // kolo_init(); the session calls kolo_shutdown() when destroyed.
+  static StatusOr<std::unique_ptr<KoloSession>> start();
+  ~KoloSession();
+  KoloSession(const KoloSession&) = delete;
+  KoloSession& operator=(const KoloSession&) = delete;
+
+  int rank() const;
+  int size() const;
+  int localSize() const;
+  int crossSize() const;  // on rank 0 (local rank 0): the number of agents
+
+  // A page-aligned host buffer, or one inside the agent-shared arena
+  // (zero copy). Must be destroyed before the session.
+  class Buffer {
+   public:
+    Buffer() = default;
+    Buffer(void* ptr, bool shared) : ptr_(ptr), shared_(shared) {}
+    Buffer(Buffer&& o) noexcept : ptr_(o.ptr_), shared_(o.shared_) { o.ptr_ = nullptr; }
+    Buffer& operator=(Buffer&& o) noexcept;
+    ~Buffer() { reset(); }
+    void* get() const { return ptr_; }
+    void reset();
+
+   private:
+    void* ptr_ = nullptr;
+    bool shared_ = false;
+  };
+  StatusOr<Buffer> allocate(uint64_t bytes, bool shared);
+
+  // kolo_allreduce_async + kolo_synchronize of a 1-D tensor.
+  Status allreduce(const std::string& name, const void* input, void* output, uint64_t count,
+                   DataType dtype, ReduceOp op);
+  // Element-wise max / sum across ranks, in place (not zero copy).
+  Status maxAcrossRanks(const std::string& name, std::vector<double>& values);
+  Status sumAcrossRanks(const std::string& name, std::vector<int64_t>& values);
+
+ private:
+  KoloSession() = default;
+};
+
+}  // namespace kolo::bench

@@ -1,0 +1,299 @@
+/* mpi-allreduce-bench: MPI_Allreduce (MPI_FLOAT, MPI_SUM) measured exactly
+ * like kolo-bench measures kolo, so the two tables line up:
+ *
+ *   mpirun --oversubscribe -np 2 --mca btl self,vader mpi-allreduce-bench -b 4 -e 256M
+ *
+ * Same sizes (-b/-e/-f), same warm-up and iteration plan (the first warm-up
+ * op, max-reduced across ranks, decides how many iterations fit -T seconds),
+ * same statistic (median over iterations of the slowest rank's time, the
+ * per-iteration times max-reduced outside the timed region), same columns
+ * and the same check data ((r+1) * ((i % m) + 1), exact in float32).
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define HEADER                                                                                   \
+  "#       size         count      type   redop    time(us)   algbw(GB/s)   busbw(GB/s)  #wrong"
+
+typedef struct {
+  uint64_t min_bytes, max_bytes;
+  double step_factor;
+  int warmup_iters, iters, check;
+  double max_time_s;
+  const char* json_path;
+} Options;
+
+typedef struct {
+  uint64_t bytes, count;
+  double time_us, algbw, busbw;
+  long long wrong; /* -1: not checked */
+  int warmup, iters;
+} Row;
+
+static int parse_size(const char* s, uint64_t* out) {
+  char* end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (end == s) return -1;
+  int shift = 0;
+  if (*end == 'k' || *end == 'K') shift = 10;
+  else if (*end == 'm' || *end == 'M') shift = 20;
+  else if (*end == 'g' || *end == 'G') shift = 30;
+  if (shift != 0) ++end;
+  if (strcasecmp(end, "") != 0 && strcasecmp(end, "b") != 0 && strcasecmp(end, "ib") != 0) return -1;
+  *out = (uint64_t)v << shift;
+  return 0;
+}
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double* v, int n) {
+  if (n <= 0) return 0.0;
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+}
+
+/* Same rule as kolo::bench::planIterations. */
+static void plan_iterations(const Options* o, double first_op_s, int* warmup, int* iters) {
+  *warmup = o->warmup_iters < 1 ? 1 : o->warmup_iters;
+  *iters = o->iters < 1 ? 1 : o->iters;
+  if (!(o->max_time_s > 0) || !(first_op_s > 0)) return;
+  double w = floor(o->max_time_s / 2 / first_op_s), n = floor(o->max_time_s / first_op_s);
+  int min_iters = *iters < 3 ? *iters : 3;
+  if (w < *warmup) *warmup = w < 1 ? 1 : (int)w;
+  if (n < *iters) *iters = n < min_iters ? min_iters : (int)n;
+}
+
+static void usage(void) {
+  printf(
+      "mpi-allreduce-bench: MPI_Allreduce (float32, sum), nccl-tests style table\n"
+      "Usage: mpirun -np N mpi-allreduce-bench [options]\n"
+      "  -b,--minbytes SIZE     smallest size (default 4; K/M/G suffixes)\n"
+      "  -e,--maxbytes SIZE     largest size (default 256M)\n"
+      "  -f,--stepfactor F      size multiplier between rows (default 2)\n"
+      "  -w,--warmup-iters N    warm-up iterations (default 5)\n"
+      "  -n,--iters N           timed iterations (default 20)\n"
+      "  -T,--max-time S        cut the timed loop to ~S seconds per size (default 0.5; 0: never)\n"
+      "  -c,--check 0|1         verify every element (default 1)\n"
+      "  --json FILE            also write rank 0's rows as JSON\n");
+}
+
+/* 0: ok, 1: --help printed, -1: error printed. */
+static int parse_args(int argc, char** argv, Options* o) {
+  static const struct option longopts[] = {
+      {"minbytes", required_argument, 0, 'b'},     {"maxbytes", required_argument, 0, 'e'},
+      {"stepfactor", required_argument, 0, 'f'},   {"warmup-iters", required_argument, 0, 'w'},
+      {"iters", required_argument, 0, 'n'},        {"max-time", required_argument, 0, 'T'},
+      {"check", required_argument, 0, 'c'},        {"json", required_argument, 0, 'J'},
+      {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+  int c, bad = 0;
+  while (!bad && (c = getopt_long(argc, argv, "b:e:f:w:n:T:c:h", longopts, NULL)) != -1) {
+    switch (c) {
+      case 'b': bad = parse_size(optarg, &o->min_bytes) != 0; break;
+      case 'e': bad = parse_size(optarg, &o->max_bytes) != 0; break;
+      case 'f': o->step_factor = atof(optarg); break;
+      case 'w': o->warmup_iters = atoi(optarg); break;
+      case 'n': o->iters = atoi(optarg); break;
+      case 'T': o->max_time_s = atof(optarg); break;
+      case 'c': o->check = atoi(optarg); break;
+      case 'J': o->json_path = optarg; break;
+      case 'h': usage(); return 1;
+      default: bad = 1; break;
+    }
+  }
+  if (bad || optind < argc) {
+    fprintf(stderr, "mpi-allreduce-bench: bad option or argument (see --help)\n");
+    return -1;
+  }
+  if (o->min_bytes < 1 || o->max_bytes < o->min_bytes || !(o->step_factor > 1.0) || o->iters < 1 ||
+      o->warmup_iters < 0 || o->max_time_s < 0 || (o->check != 0 && o->check != 1) ||
+      o->max_bytes / 4 > (uint64_t)INT_MAX) {
+    fprintf(stderr, "mpi-allreduce-bench: invalid options (see --help)\n");
+    return -1;
+  }
+  return 0;
+}
+
+static int check_modulus(int nranks) {
+  double weighted = (double)nranks * (nranks + 1) / 2.0;
+  double m = floor(16777216.0 / weighted);
+  return m < 1 ? 1 : (m > 7 ? 7 : (int)m);
+}
+
+static void fill_input(float* buf, uint64_t count, int rank, int m) {
+  int k = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    buf[i] = (float)((rank + 1) * (k + 1));
+    if (++k == m) k = 0;
+  }
+}
+
+static long long count_wrong(const float* buf, uint64_t count, int nranks, int m) {
+  double scale = (double)nranks * (nranks + 1) / 2.0;
+  long long wrong = 0;
+  int k = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (!((double)buf[i] == scale * (k + 1))) ++wrong;
+    if (++k == m) k = 0;
+  }
+  return wrong;
+}
+
+static void print_row(const Row* r) {
+  char wrong[32];
+  if (r->wrong >= 0) snprintf(wrong, sizeof(wrong), "%8lld", r->wrong);
+  else snprintf(wrong, sizeof(wrong), "%8s", "N/A");
+  printf("%12" PRIu64 "%14" PRIu64 "%10s%8s%12.2f%14.2f%14.2f%s\n", r->bytes, r->count, "float32", "sum",
+         r->time_us, r->algbw, r->busbw, wrong);
+  fflush(stdout);
+}
+
+static void write_json(const Options* o, int nranks, const Row* rows, int nrows, double avg) {
+  FILE* f = fopen(o->json_path, "w");
+  if (f == NULL) {
+    fprintf(stderr, "mpi-allreduce-bench: cannot write %s\n", o->json_path);
+    return;
+  }
+  fprintf(f, "{\n  \"benchmark\": \"mpi-allreduce-bench\",\n  \"op_kind\": \"allreduce\",\n");
+  fprintf(f, "  \"nranks\": %d,\n  \"dtype\": \"float32\",\n  \"op\": \"sum\",\n", nranks);
+  fprintf(f, "  \"avg_busbw_gbps\": %.6g,\n  \"rows\": [\n", avg);
+  for (int i = 0; i < nrows; ++i) {
+    const Row* r = &rows[i];
+    fprintf(f,
+            "    {\"size\": %" PRIu64 ", \"count\": %" PRIu64 ", \"type\": \"float32\", \"redop\": \"sum\", "
+            "\"time_us\": %.6g, \"algbw_gbps\": %.6g, \"busbw_gbps\": %.6g, \"warmup\": %d, \"iters\": %d, ",
+            r->bytes, r->count, r->time_us, r->algbw, r->busbw, r->warmup, r->iters);
+    if (r->wrong >= 0) fprintf(f, "\"wrong\": %lld}%s\n", r->wrong, i + 1 < nrows ? "," : "");
+    else fprintf(f, "\"wrong\": null}%s\n", i + 1 < nrows ? "," : "");
+  }
+  fprintf(f, "  ]\n}\n");
+  fclose(f);
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, nranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+
+  Options o = {4, (uint64_t)256 << 20, 2.0, 5, 20, 1, 0.5, NULL};
+  int pr = parse_args(argc, argv, &o);
+  if (pr != 0) {
+    MPI_Finalize();
+    return pr > 0 ? 0 : 2;
+  }
+
+  /* Sizes: as kolo::bench::messageSizes for 4-byte elements. */
+  uint64_t* sizes = NULL;
+  int nsizes = 0, cap = 0;
+  for (uint64_t s = o.min_bytes; s <= o.max_bytes;) {
+    uint64_t b = s / 4 * 4;
+    if (b < 4) b = 4;
+    if (nsizes == cap) {
+      cap = cap ? 2 * cap : 64;
+      sizes = realloc(sizes, sizeof(uint64_t) * (size_t)cap);
+      if (sizes == NULL) MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (nsizes == 0 || sizes[nsizes - 1] != b) sizes[nsizes++] = b;
+    double next = floor((double)s * o.step_factor);
+    s = next > (double)(s + 1) ? (uint64_t)next : s + 1;
+  }
+  uint64_t max_bytes = sizes[nsizes - 1];
+  float* send = aligned_alloc(4096, (max_bytes + 4095) / 4096 * 4096);
+  float* recv = aligned_alloc(4096, (max_bytes + 4095) / 4096 * 4096);
+  Row* rows = calloc((size_t)nsizes, sizeof(Row));
+  double* times = malloc(sizeof(double) * (size_t)(o.iters > 0 ? o.iters : 1));
+  if (send == NULL || recv == NULL || rows == NULL || times == NULL) {
+    fprintf(stderr, "mpi-allreduce-bench: rank %d: out of memory\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  int m = check_modulus(nranks);
+
+  if (rank == 0) {
+    char version[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(version, &len);
+    char* nl = strchr(version, '\n');
+    if (nl != NULL) *nl = '\0';
+    char* comma = strchr(version, ',');
+    if (comma != NULL) *comma = '\0';
+    printf("# mpi-allreduce-bench allreduce: nranks %d, %s\n", nranks, version);
+    printf("# dtype float32, op sum, MPI_Allreduce(MPI_FLOAT, MPI_SUM), out of place\n");
+    printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %g(factor) warmup iters: %d iters: %d "
+           "(cut to ~%g s per size) validation: %d\n",
+           sizes[0], max_bytes, o.step_factor, o.warmup_iters, o.iters, o.max_time_s, o.check);
+    printf("# time = median over iterations of the slowest rank's time per operation\n#\n%s\n", HEADER);
+    fflush(stdout);
+  }
+
+  long long total_wrong = 0;
+  for (int si = 0; si < nsizes; ++si) {
+    uint64_t bytes = sizes[si];
+    int count = (int)(bytes / 4);
+    fill_input(send, (uint64_t)count, rank, m);
+    memset(recv, 0, bytes);
+
+    double t0 = MPI_Wtime();
+    MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double first = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    int warmup, iters;
+    plan_iterations(&o, first, &warmup, &iters);
+    for (int i = 1; i < warmup; ++i) MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (int i = 0; i < iters; ++i) {
+      t0 = MPI_Wtime();
+      MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      times[i] = MPI_Wtime() - t0;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, times, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+
+    Row* r = &rows[si];
+    double sec = median(times, iters);
+    r->bytes = bytes;
+    r->count = (uint64_t)count;
+    r->time_us = sec * 1e6;
+    r->algbw = sec > 0 ? (double)bytes / 1e9 / sec : 0.0;
+    r->busbw = r->algbw * 2.0 * (nranks - 1) / nranks;
+    r->warmup = warmup;
+    r->iters = iters;
+    r->wrong = -1;
+    if (o.check) {
+      memset(recv, 0, bytes);
+      MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      long long wrong = count_wrong(recv, (uint64_t)count, nranks, m);
+      MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+      r->wrong = wrong;
+      total_wrong += wrong;
+    }
+    if (rank == 0) print_row(r);
+  }
+
+  if (rank == 0) {
+    double avg = 0;
+    for (int i = 0; i < nsizes; ++i) avg += rows[i].busbw;
+    avg /= nsizes;
+    printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong == 0 ? "OK" : "FAILED");
+    printf("# Avg bus bandwidth : %g\n", avg);
+    printf("# Latency (%" PRIu64 " B allreduce, median of the slowest rank) : %.2f us\n#\n", rows[0].bytes,
+           rows[0].time_us);
+    fflush(stdout);
+    if (o.json_path != NULL) write_json(&o, nranks, rows, nsizes, avg);
+  }
+  free(times);
+  free(rows);
+  free(sizes);
+  free(send);
+  free(recv);
+  MPI_Finalize();
+  return total_wrong == 0 ? 0 : 1;
+}

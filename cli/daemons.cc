@@ -1,0 +1,294 @@
+#include "cli/daemons.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli/launch_plan.h"
+
+namespace kolo::cli {
+
+namespace {
+
+std::string indent(const std::string& text) {
+  if (text.empty()) return "  (the log is empty)";
+  std::istringstream in(text);
+  std::string line, out;
+  while (std::getline(in, line)) out += "  " + line + "\n";
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+
+std::string secondsText(std::chrono::milliseconds ms) {
+  std::ostringstream o;
+  o << static_cast<double>(ms.count()) / 1000.0 << " s";
+  return o.str();
+}
+
+}  // namespace
+
+StatusOr<std::string> findKoloProgram(const std::string& name, const char* override_env) {
+  if (override_env != nullptr) {
+    if (const char* o = std::getenv(override_env); o != nullptr && *o != '\0') {
+      if (!isExecutableFile(o)) {
+        return invalidArgument(std::string(override_env) + "=" + o + " is not an executable file");
+      }
+      return std::string(o);
+    }
+  }
+  std::string self_dir;
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    self_dir = self.parent_path().string();
+    std::string candidate = self_dir + "/" + name;
+    if (isExecutableFile(candidate)) return candidate;
+  }
+  if (name.find('/') == std::string::npos) {
+    if (auto found = findExecutable(name)) return *found;
+  }
+  std::string hint = override_env != nullptr ? std::string(", or set ") + override_env : "";
+  return unavailable("cannot find " + name + ": it is neither next to this program (in " + self_dir +
+                     ") nor on PATH; build it (ninja " + name + ") or install kolo" + hint);
+}
+
+std::string fileTail(const std::string& path, int max_lines) {
+  std::ifstream in(path);
+  if (!in) return "";
+  std::deque<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    lines.push_back(line);
+    if (static_cast<int>(lines.size()) > max_lines) lines.pop_front();
+  }
+  std::string out;
+  for (auto& l : lines) out += l + "\n";
+  return out;
+}
+
+std::optional<std::string> readReadyFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (s.empty() || s.back() != '\n') return std::nullopt;  // not complete yet
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return std::nullopt;
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+StatusOr<std::unique_ptr<EmbeddedDaemons>> EmbeddedDaemons::create(Supervisor& sup, EmbeddedOptions opts) {
+  std::unique_ptr<EmbeddedDaemons> d(new EmbeddedDaemons(sup, std::move(opts)));
+  RETURN_IF_ERROR(d->makeDir());
+  return d;
+}
+
+Status EmbeddedDaemons::start(const std::function<bool()>& cancelled) {
+  // The coordinator first: the agents register with it.
+  std::string ready = dir_ + "/coordinator.ready";
+  coordinator_log_ = dir_ + "/coordinator.log";
+  std::vector<std::string> argv = {opts_.coordinator_bin, "--listen", "127.0.0.1:0", "--ready-file", ready};
+  if (!opts_.log_level.empty()) {
+    argv.push_back("--log-level");
+    argv.push_back(opts_.log_level);
+  }
+  auto child = spawnDaemon("coordinator", argv, {}, coordinator_log_);
+  RETURN_IF_ERROR(child.status());
+  coordinator_child_ = *child;
+  RETURN_IF_ERROR(waitReady({{"kolo-coordinator", coordinator_child_, ready, coordinator_log_}}, cancelled));
+  coordinator_address_ = *readReadyFile(ready);
+
+  std::vector<std::tuple<std::string, int, std::string, std::string>> waits;
+  for (int i = 0; i < opts_.num_agents; ++i) {
+    EmbeddedAgent a;
+    a.id = embeddedAgentId(i, opts_.num_agents);
+    std::string base = dir_ + "/agent-" + std::to_string(i);
+    a.socket = base + ".sock";
+    a.ready_file = base + ".ready";
+    a.log_path = base + ".log";
+    argv = {opts_.agent_bin, "--socket", a.socket, "--coordinator", coordinator_address_,
+            "--rpc-listen", "127.0.0.1:0", "--ready-file", a.ready_file, "--agent-id", a.id};
+    if (!opts_.log_level.empty()) {
+      argv.push_back("--log-level");
+      argv.push_back(opts_.log_level);
+    }
+    auto c = spawnDaemon(a.id, argv, opts_.agent_env, a.log_path);
+    RETURN_IF_ERROR(c.status());
+    a.child = *c;
+    waits.emplace_back("kolo-agent " + a.id, a.child, a.ready_file, a.log_path);
+    agents_.push_back(std::move(a));
+  }
+  RETURN_IF_ERROR(waitReady(waits, cancelled));
+  for (auto& a : agents_) a.rpc_address = *readReadyFile(a.ready_file);
+  return okStatus();
+}
+
+EmbeddedDaemons::~EmbeddedDaemons() { stop(); }
+
+Status EmbeddedDaemons::makeDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string root = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  std::string templ = root + "/kolorun-XXXXXX";
+  // The agents' sockets live here: check the length limit up front.
+  sockaddr_un addr;
+  size_t longest = templ.size() + std::string("/agent-").size() +
+                   std::to_string(opts_.num_agents).size() + std::string(".sock").size();
+  if (longest >= sizeof addr.sun_path) {
+    return invalidArgument("the temporary directory " + root + " is too long for Unix socket paths (limit " +
+                           std::to_string(sizeof addr.sun_path - 1) + " bytes); set TMPDIR to a shorter one");
+  }
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) return errnoStatus("cannot create a directory in " + root, errno);
+  dir_ = buf.data();
+  ::chmod(dir_.c_str(), 0700);
+  inotify_.reset(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  if (inotify_.valid()) {
+    ::inotify_add_watch(inotify_.get(), dir_.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE | IN_CREATE);
+  }
+  return okStatus();
+}
+
+StatusOr<int> EmbeddedDaemons::spawnDaemon(const std::string& label, std::vector<std::string> argv,
+                                           std::vector<std::pair<std::string, std::string>> env,
+                                           const std::string& log_path) {
+  SpawnSpec spec;
+  spec.name = label;
+  spec.argv = std::move(argv);
+  spec.env = std::move(env);
+  std::string program = label == "coordinator" ? "kolo-coordinator" : "kolo-agent " + label;
+  spec.on_exit = [this, program, log_path](const ExitInfo& info) { onDaemonExit(program, log_path, info); };
+  if (!opts_.verbose) {
+    spec.log_path = log_path;
+  } else {
+    // kolorun writes the log itself and echoes each line, prefixed.
+    auto fd = std::make_unique<UniqueFd>(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (!fd->valid()) return errnoStatus("cannot open " + log_path, errno);
+    int raw = fd->get();
+    log_fds_.push_back(std::move(fd));
+    std::string prefix = "[" + label + "] ";
+    auto echo = [raw, prefix](std::string_view line) {
+      std::string l(line);
+      l += '\n';
+      writeAll(raw, l);
+      writeAll(STDERR_FILENO, prefix + l);
+    };
+    spec.on_stdout = echo;
+    spec.on_stderr = echo;
+  }
+  return sup_.spawn(std::move(spec));
+}
+
+Status EmbeddedDaemons::waitReady(
+    const std::vector<std::tuple<std::string, int, std::string, std::string>>& waits,
+    const std::function<bool()>& cancelled) {
+  if (inotify_.valid()) {
+    sup_.watch(inotify_.get(), [this] {
+      char buf[4096];
+      while (::read(inotify_.get(), buf, sizeof buf) > 0) {
+      }
+    });
+  }
+  bool was_cancelled = false;
+  std::string dead;
+  auto all_ready = [&] {
+    if (cancelled()) {
+      was_cancelled = true;
+      return true;
+    }
+    bool all = true;
+    for (auto& [label, child, ready, log] : waits) {
+      if (readReadyFile(ready)) continue;
+      if (!sup_.running(child)) {
+        dead = label;
+        return true;
+      }
+      all = false;
+    }
+    return all;
+  };
+  bool ok = sup_.pumpUntil(all_ready, Clock::now() + opts_.start_timeout);
+  if (inotify_.valid()) sup_.unwatch(inotify_.get());
+  if (was_cancelled) return aborted("interrupted while starting the embedded daemons");
+  if (!dead.empty()) {
+    keep_logs_ = true;
+    return unavailable(*failure_);
+  }
+  if (!ok) {
+    for (auto& [label, child, ready, log] : waits) {
+      if (readReadyFile(ready)) continue;
+      keep_logs_ = true;
+      return timedOut(label + " did not become ready within " + secondsText(opts_.start_timeout) +
+                      " (--start-timeout); the end of its log (" + log + "):\n" + indent(fileTail(log, 20)));
+    }
+  }
+  return okStatus();
+}
+
+void EmbeddedDaemons::onDaemonExit(const std::string& program, const std::string& log_path,
+                                   const ExitInfo& info) {
+  if (stopping_) return;
+  keep_logs_ = true;
+  if (failure_) return;  // the first failure is the one to report
+  failure_ = program + " " + info.describe() + " unexpectedly; the end of its log (" + log_path + "):\n" +
+             indent(fileTail(log_path, 20));
+}
+
+void EmbeddedDaemons::stopChildren(const std::vector<int>& ids) {
+  for (int id : ids) {
+    if (sup_.running(id)) sup_.signalGroup(id, SIGTERM);
+  }
+  auto all_gone = [&] {
+    for (int id : ids) {
+      if (sup_.running(id)) return false;
+    }
+    return true;
+  };
+  if (!sup_.pumpUntil(all_gone, Clock::now() + opts_.stop_grace)) {
+    for (int id : ids) {
+      if (!sup_.running(id)) continue;
+      std::string msg = "kolorun: " + sup_.name(id) + " did not stop within " +
+                        secondsText(opts_.stop_grace) + " of SIGTERM; sending SIGKILL\n";
+      writeAll(STDERR_FILENO, msg);
+      sup_.signalGroup(id, SIGKILL);
+    }
+    // SIGKILL cannot be ignored; the bound only guards against a D-state child.
+    sup_.pumpUntil(all_gone, Clock::now() + std::chrono::seconds(5));
+  }
+}
+
+void EmbeddedDaemons::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  stopping_ = true;
+  std::vector<int> agents;
+  for (auto& a : agents_) agents.push_back(a.child);
+  stopChildren(agents);
+  if (coordinator_child_ >= 0) stopChildren({coordinator_child_});
+  log_fds_.clear();
+  if (dir_.empty()) return;
+  std::error_code ec;
+  if (!keep_logs_) {
+    std::filesystem::remove_all(dir_, ec);
+    return;
+  }
+  for (auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    if (entry.path().extension() != ".log") std::filesystem::remove(entry.path(), ec);
+  }
+  writeAll(STDERR_FILENO, "kolorun: the daemons' logs are kept in " + dir_ + "\n");
+}
+
+}  // namespace kolo::cli

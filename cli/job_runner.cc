@@ -1,0 +1,343 @@
+#include "cli/job_runner.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/unix_socket.h"
+
+namespace kolo::cli {
+
+namespace {
+
+constexpr auto kKillGrace = std::chrono::seconds(5);
+// After the last rank exited: how long to wait for output still in flight
+// (from something the rank left behind holding its pipes).
+constexpr auto kDrainTime = std::chrono::seconds(1);
+
+std::string seconds(Clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+std::string envOr(const char* name, const std::string& dflt) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string(v) : dflt;
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(r);
+  }
+  return s;
+}
+
+}  // namespace
+
+void JobRunner::say(const std::string& line) const { writeAll(STDERR_FILENO, "kolorun: " + line + "\n"); }
+
+int JobRunner::run() {
+  auto sup = Supervisor::create();
+  if (!sup.isOk()) {
+    say(sup.status().message());
+    return 1;
+  }
+  sup_ = std::move(sup.value());
+
+  Status st = prepareNodes();
+  if (!st.isOk()) {
+    if (received_signal_ != 0) {
+      say("interrupted by " + signalName(received_signal_) + " while starting the embedded daemons");
+      if (daemons_) daemons_->stop();
+      return 128 + received_signal_;
+    }
+    say(st.message());
+    if (daemons_) daemons_->stop();
+    return 1;
+  }
+  auto job = newJobIdentity();
+  if (!job.isOk()) {
+    say(job.status().message());
+    return 1;
+  }
+  plan_.job = *job;
+  plan_.start_timeout_s = opts_.start_timeout_s;
+  plan_.command = opts_.command;
+  for (auto& [k, v] : tuningEnv(opts_)) plan_.extra_env[k] = v;
+
+  if (opts_.verbose) {
+    say("job " + plan_.job.job_id + ": " + std::to_string(plan_.size()) + " rank(s) on " +
+        std::to_string(plan_.nodes.size()) + " node(s)" +
+        (plan_.coordinator.empty() ? "" : ", coordinator " + plan_.coordinator));
+    for (size_t n = 0; n < plan_.nodes.size(); ++n) {
+      const NodeEndpoint& node = plan_.nodes[n];
+      std::vector<int> rs;
+      for (auto& p : plan_.ranks) {
+        if (p.node == static_cast<int>(n)) rs.push_back(p.rank);
+      }
+      say("  node " + std::to_string(n) + (node.agent_id.empty() ? "" : " (" + node.agent_id + ")") + " on " +
+          node.host + ": ranks " + rankList(rs) + ", agent socket " + node.agent_socket +
+          (node.agent_rpc.empty() ? "" : ", status " + node.agent_rpc));
+    }
+  }
+
+  st = spawnRanks();
+  if (!st.isOk()) {
+    say(st.message());
+    if (!failed_rank_) exit_code_ = 1;
+    stopRanks(SIGTERM);
+  }
+  superviseRanks();
+  printSummary();
+  if (daemons_) daemons_->stop();
+  return exit_code_;
+}
+
+Status JobRunner::prepareNodes() {
+  std::vector<HostSlots> hosts;
+  if (!opts_.hosts.empty()) {
+    ASSIGN_OR_RETURN(hosts, parseHostList(opts_.hosts));
+  } else if (!opts_.hostfile.empty()) {
+    std::ifstream in(opts_.hostfile);
+    if (!in) return invalidArgument("cannot read the hostfile " + opts_.hostfile);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    ASSIGN_OR_RETURN(hosts, parseHostfile(ss.str(), opts_.hostfile));
+  }
+  std::set<std::string> seen;
+  for (auto& h : hosts) {
+    if (!seen.insert(h.host).second) return invalidArgument("host " + h.host + " is listed twice");
+  }
+  bool all_local = true;
+  for (auto& h : hosts) all_local = all_local && isLocalHost(h.host);
+  const bool system_agent = opts_.agents == 1 && connectUnix(opts_.agent_socket).isOk();
+
+  if (hosts.empty() || (hosts.size() == 1 && all_local)) {
+    // One machine: its system agent, or embedded agents.
+    if (!hosts.empty()) RETURN_IF_ERROR(fillSlots(opts_.np, {hosts[0].slots}).status());
+    if (system_agent) {
+      if (opts_.verbose) say("using the kolo-agent at " + opts_.agent_socket);
+      plan_.nodes.push_back({"localhost", true, "", opts_.agent_socket, envOr("KOLO_AGENT_RPC", "")});
+      plan_.coordinator = envOr("KOLO_COORDINATOR", "");
+      plan_.ranks = placeRanks({opts_.np});
+      return okStatus();
+    }
+    if (opts_.verbose && opts_.agents == 1) say("no kolo-agent at " + opts_.agent_socket + "; starting embedded daemons");
+    return startEmbedded(opts_.agents);
+  }
+
+  // Several hosts: each runs its own agent at --agent-socket; ranks on other
+  // hosts start through ssh.
+  std::vector<int> slots;
+  for (auto& h : hosts) slots.push_back(h.slots);
+  ASSIGN_OR_RETURN(std::vector<int> per_node, fillSlots(opts_.np, slots));
+  for (size_t i = 0; i < per_node.size(); ++i) {
+    bool local = isLocalHost(hosts[i].host);
+    if (local && !system_agent) {
+      return unavailable("no kolo-agent is listening at " + opts_.agent_socket +
+                         " on this machine; a multi-host job needs a running kolo-agent on every host");
+    }
+    NodeEndpoint node{hosts[i].host, local, "", opts_.agent_socket, ""};
+    if (local) node.agent_rpc = envOr("KOLO_AGENT_RPC", "");
+    plan_.nodes.push_back(node);
+  }
+  plan_.coordinator = envOr("KOLO_COORDINATOR", "");
+  plan_.ranks = placeRanks(per_node);
+  return okStatus();
+}
+
+Status JobRunner::startEmbedded(int num_agents) {
+  EmbeddedOptions eo;
+  ASSIGN_OR_RETURN(eo.coordinator_bin, findKoloProgram("kolo-coordinator", "KOLO_COORDINATOR_BIN"));
+  ASSIGN_OR_RETURN(eo.agent_bin, findKoloProgram("kolo-agent", "KOLO_AGENT_BIN"));
+  eo.num_agents = num_agents;
+  eo.log_level = opts_.log_level;
+  eo.verbose = opts_.verbose;
+  eo.start_timeout = std::chrono::seconds(opts_.start_timeout_s);
+  eo.agent_env = tuningEnv(opts_);
+  auto cancelled = [this] {
+    for (int sig : sup_->takeSignals()) {
+      if (received_signal_ == 0) received_signal_ = sig;
+    }
+    return received_signal_ != 0;
+  };
+  ASSIGN_OR_RETURN(daemons_, EmbeddedDaemons::create(*sup_, std::move(eo)));
+  RETURN_IF_ERROR(daemons_->start(cancelled));
+  if (opts_.verbose) {
+    say("embedded kolo-coordinator at " + daemons_->coordinatorAddress() + " and " +
+        std::to_string(num_agents) + " kolo-agent(s); logs in " + daemons_->dir());
+  }
+  plan_.coordinator = daemons_->coordinatorAddress();
+  for (const EmbeddedAgent& a : daemons_->agents()) {
+    plan_.nodes.push_back({"localhost", true, a.id, a.socket, a.rpc_address});
+  }
+  plan_.ranks = placeRanks(evenBlocks(opts_.np, num_agents));
+  return okStatus();
+}
+
+Status JobRunner::spawnRanks() {
+  ranks_.resize(static_cast<size_t>(plan_.size()));
+  if (!opts_.output_filename.empty()) {
+    RETURN_IF_ERROR(makeDirs(opts_.output_filename, 0755));
+    for (int r = 0; r < plan_.size(); ++r) {
+      std::string path = opts_.output_filename + "/rank." + std::to_string(r);
+      ranks_[static_cast<size_t>(r)].output_file.reset(
+          ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!ranks_[static_cast<size_t>(r)].output_file.valid()) return errnoStatus("cannot create " + path, errno);
+    }
+  }
+  started_ = Clock::now();
+  for (int r = 0; r < plan_.size() && !kill_deadline_; ++r) {
+    RankState& rs = ranks_[static_cast<size_t>(r)];
+    const int file = rs.output_file.valid() ? rs.output_file.get() : -1;
+    auto forward = [file](int fd, std::string prefix) {
+      return [fd, file, prefix = std::move(prefix)](std::string_view line) {
+        std::string out = prefix;
+        out.append(line);
+        out += '\n';
+        writeAll(fd, out);
+        if (file >= 0) writeAll(file, std::string_view(out).substr(prefix.size()));
+      };
+    };
+    SpawnSpec spec;
+    spec.name = "rank " + std::to_string(r);
+    spec.argv = rankArgv(plan_, r);
+    if (plan_.nodes[static_cast<size_t>(plan_.ranks[static_cast<size_t>(r)].node)].local) {
+      spec.env = rankEnv(plan_, r);
+    }
+    const std::string tag = std::to_string(r);
+    spec.on_stdout = forward(STDOUT_FILENO, std::string("[").append(tag).append("]<stdout>:"));
+    spec.on_stderr = forward(STDERR_FILENO, std::string("[").append(tag).append("]<stderr>:"));
+    spec.on_exit = [this, r](const ExitInfo& info) { onRankExit(r, info); };
+    auto id = sup_->spawn(std::move(spec));
+    if (!id.isOk()) return id.status().withContext("cannot start rank " + std::to_string(r));
+    rs.child = *id;
+  }
+  return okStatus();
+}
+
+void JobRunner::onRankExit(int rank, const ExitInfo& info) {
+  RankState& rs = ranks_[static_cast<size_t>(rank)];
+  rs.done = true;
+  rs.exit = info;
+  if (info.success() || kill_deadline_) return;  // a failure after we began stopping is expected
+  if (info.exec_errno != 0) {
+    say("rank " + std::to_string(rank) + ": cannot run '" + plan_.command.front() + "': " +
+        info.describe().substr(std::string("could not be started: ").size()));
+  }
+  say("rank " + std::to_string(rank) + " " +
+      (info.exited ? "exited with code " + std::to_string(info.code) : "exited with signal " + signalName(info.signal)));
+  failed_rank_ = rank;
+  exit_code_ = info.shellCode();
+  stopRanks(SIGTERM);
+}
+
+void JobRunner::stopRanks(int sig) {
+  for (auto& rs : ranks_) {
+    if (rs.child >= 0 && sup_->running(rs.child)) sup_->signalGroup(rs.child, sig);
+  }
+  if (!kill_deadline_) kill_deadline_ = Clock::now() + kKillGrace;
+}
+
+void JobRunner::superviseRanks() {
+  auto all_done = [this] {
+    for (auto& rs : ranks_) {
+      if (rs.child >= 0 && sup_->running(rs.child)) return false;
+    }
+    return true;
+  };
+  while (!all_done()) {
+    auto timeout = std::chrono::milliseconds(1000);
+    if (kill_deadline_ && !killed_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_deadline_ - Clock::now());
+      timeout = std::clamp(left + std::chrono::milliseconds(1), std::chrono::milliseconds(0), timeout);
+    }
+    sup_->pump(timeout);
+    for (int sig : sup_->takeSignals()) {
+      if (received_signal_ == 0 && !kill_deadline_) {
+        received_signal_ = sig;
+        exit_code_ = 128 + sig;
+        say("got " + signalName(sig) + "; stopping the ranks");
+        stopRanks(sig);
+      } else if (!killed_) {
+        say("got " + signalName(sig) + " while stopping; killing the ranks now");
+        stopRanks(SIGKILL);
+        killed_ = true;
+      }
+    }
+    if (daemons_ && daemons_->failure() && !daemon_failed_) {
+      daemon_failed_ = true;
+      say(*daemons_->failure());
+      if (!kill_deadline_) {
+        exit_code_ = 1;
+        say("stopping the ranks");
+        stopRanks(SIGTERM);
+      }
+    }
+    if (kill_deadline_ && !killed_ && Clock::now() >= *kill_deadline_) {
+      std::vector<int> stuck;
+      for (int r = 0; r < plan_.size(); ++r) {
+        const RankState& rs = ranks_[static_cast<size_t>(r)];
+        if (rs.child >= 0 && sup_->running(rs.child)) stuck.push_back(r);
+      }
+      if (!stuck.empty()) {
+        say("rank(s) " + rankList(stuck) + " did not stop within " + seconds(kKillGrace) + "; sending SIGKILL");
+      }
+      stopRanks(SIGKILL);
+      killed_ = true;
+    }
+  }
+  finished_ = Clock::now();
+  // What a rank left behind in its process group goes with it.
+  std::vector<int> children;
+  for (auto& rs : ranks_) {
+    if (rs.child < 0) continue;
+    sup_->signalGroup(rs.child, SIGTERM);
+    children.push_back(rs.child);
+  }
+  sup_->drainOutput(children, Clock::now() + kDrainTime);
+}
+
+void JobRunner::printSummary() {
+  const int n = plan_.size();
+  const bool failed = exit_code_ != 0;
+  if (opts_.verbose || failed) {
+    for (int r = 0; r < n; ++r) {
+      const RankState& rs = ranks_[static_cast<size_t>(r)];
+      if (!rs.done) {
+        say("rank " + std::to_string(r) + " was not started");
+        continue;
+      }
+      std::string how = rs.exit.describe();
+      bool stopped_by_us = kill_deadline_ && failed_rank_ != r && !rs.exit.success();
+      say("rank " + std::to_string(r) + " " + how + " after " + seconds(rs.exit.wall) +
+          (stopped_by_us ? " (stopped by kolorun)" : ""));
+    }
+  }
+  std::string total = std::to_string(n) + (n == 1 ? " rank" : " ranks") + " finished in " +
+                      seconds(finished_ - started_) + ", ";
+  if (failed_rank_) {
+    const ExitInfo& e = ranks_[static_cast<size_t>(*failed_rank_)].exit;
+    total += "rank " + std::to_string(*failed_rank_) + " failed (" + e.describe() + ")";
+  } else if (received_signal_ != 0) {
+    total += "stopped by " + signalName(received_signal_);
+  } else if (daemon_failed_) {
+    total += "stopped because an embedded daemon failed";
+  } else if (exit_code_ != 0) {
+    total += "failed";
+  } else {
+    total += "all succeeded";
+  }
+  say(total);
+}
+
+}  // namespace kolo::cli

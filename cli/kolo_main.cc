@@ -1,0 +1,76 @@
+// kolo: status and control of kolo daemons over gRPC. See docs/cli.md.
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "cli/kolo_commands.h"
+
+namespace {
+
+std::string envOr(const char* name, const char* dflt) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : dflt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kolo::cli;
+  KoloCliOptions o;
+  o.agent = envOr("KOLO_AGENT_RPC", kDefaultAgentRpc);
+  o.coordinator = envOr("KOLO_COORDINATOR", kDefaultCoordinator);
+
+  CLI::App app("kolo: status and control of the kolo agent and coordinator", "kolo");
+  app.require_subcommand(1);
+  auto agent_opt = [&](CLI::App* sub) {
+    sub->add_option("--agent", o.agent, "The agent's status address (default $KOLO_AGENT_RPC or 127.0.0.1:7471)");
+  };
+  auto coord_opt = [&](CLI::App* sub) {
+    sub->add_option("--coordinator", o.coordinator,
+                    "The coordinator's address (default $KOLO_COORDINATOR or 127.0.0.1:7470)");
+  };
+  auto json_opt = [&](CLI::App* sub) { sub->add_flag("--json", o.json, "Print one JSON document"); };
+
+  CLI::App* status = app.add_subcommand("status", "The agent: id, host, socket, uptime, clients, jobs, counters");
+  agent_opt(status);
+  json_opt(status);
+  CLI::App* jobs = app.add_subcommand("jobs", "The coordinator's jobs: state, generation, ranks, agents");
+  coord_opt(jobs);
+  json_opt(jobs);
+  CLI::App* agents = app.add_subcommand("agents", "The agents registered with the coordinator");
+  coord_opt(agents);
+  json_opt(agents);
+  std::string job_id;
+  CLI::App* job = app.add_subcommand("job", "One job on the agent, with every collective in flight");
+  job->add_option("ID", job_id, "The job id (job-...)")->required();
+  agent_opt(job);
+  json_opt(job);
+  CLI::App* timeline = app.add_subcommand("timeline", "Start or stop the agent's timeline");
+  timeline->require_subcommand(1);
+  std::string timeline_path;
+  bool mark_cycles = false;
+  CLI::App* tl_start = timeline->add_subcommand("start", "Start writing a Chrome-trace timeline to PATH");
+  tl_start->add_option("PATH", timeline_path, "The file to write (on the agent's machine)")->required();
+  tl_start->add_flag("--mark-cycles", mark_cycles, "Also mark each negotiation cycle");
+  agent_opt(tl_start);
+  json_opt(tl_start);
+  CLI::App* tl_stop = timeline->add_subcommand("stop", "Stop the timeline");
+  agent_opt(tl_stop);
+  json_opt(tl_stop);
+  CLI::App* drain = app.add_subcommand("drain", "Drain the agent: finish running jobs, accept no new ones");
+  agent_opt(drain);
+  json_opt(drain);
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (status->parsed()) return cmdStatus(o, std::cout, std::cerr);
+  if (jobs->parsed()) return cmdJobs(o, std::cout, std::cerr);
+  if (agents->parsed()) return cmdAgents(o, std::cout, std::cerr);
+  if (job->parsed()) return cmdJob(o, job_id, std::cout, std::cerr);
+  if (tl_start->parsed()) return cmdTimelineStart(o, timeline_path, mark_cycles, std::cout, std::cerr);
+  if (tl_stop->parsed()) return cmdTimelineStop(o, std::cout, std::cerr);
+  if (drain->parsed()) return cmdDrain(o, std::cout, std::cerr);
+  return 2;
+}

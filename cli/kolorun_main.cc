@@ -1,0 +1,32 @@
+// kolorun: launches a kolo job. See docs/kolorun.md.
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli/job_runner.h"
+#include "cli/kolorun_options.h"
+#include "common/log.h"
+
+extern char** environ;
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  auto opts = kolo::cli::parseKolorunArgs(std::vector<std::string>(argv + 1, argv + argc), env);
+  if (!opts.isOk()) {
+    std::fprintf(stderr, "kolorun: %s\n", opts.status().message().c_str());
+    return 2;
+  }
+  if (opts->help) {
+    std::fputs(opts->help_text.c_str(), stdout);
+    return 0;
+  }
+  kolo::log::init("kolorun", opts->log_level);
+  kolo::log::setThreadName("kolorun");
+  return kolo::cli::JobRunner(std::move(opts.value())).run();
+}

@@ -1,0 +1,125 @@
+#include "cli/kolorun_options.h"
+
+#include <CLI/CLI.hpp>
+
+namespace kolo::cli {
+
+namespace {
+
+constexpr const char* kUsage =
+    "kolorun: launch a kolo data-parallel job\n"
+    "Usage: kolorun -np N [options] [--] command [args...]\n\n"
+    "With no kolo-agent reachable at --agent-socket (or with --agents K > 1),\n"
+    "kolorun starts a private kolo-coordinator and K kolo-agents for the job.\n"
+    "Each rank's output lines are prefixed \"[rank]<stdout>:\" / \"[rank]<stderr>:\".";
+
+void defineOptions(CLI::App& app, KolorunOptions& o) {
+  app.add_option("--np", o.np, "Number of ranks (also spelt -np)")->required()->check(CLI::PositiveNumber);
+  app.add_option("--agents", o.agents,
+                 "Embedded mode: K agents on this machine acting as K nodes (ranks in contiguous blocks)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("-H,--hosts", o.hosts, "Hosts and slots, e.g. \"h1:2,h2:2\" (ranks start over ssh)");
+  app.add_option("--hostfile", o.hostfile, "File of \"host slots=N\" lines")->check(CLI::ExistingFile);
+  app.add_option("--agent-socket", o.agent_socket,
+                 "The node agent's socket (default $KOLO_AGENT_SOCKET or /run/kolo/agent.sock)");
+  app.add_option("--start-timeout", o.start_timeout_s,
+                 "Seconds to wait for the daemons (and, in the ranks, for the job to form)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--verbose", o.verbose, "Print the plan, the daemons' output and a summary per rank");
+  app.add_option("--log-level", o.log_level, "Log level of kolo (trace, debug, info, warn, error)");
+  app.add_option("--fusion-threshold-mb", o.fusion_threshold_mb, "Tensor Fusion buffer size in MiB")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cycle-time-ms", o.cycle_time_ms, "Fusion cycle time in milliseconds")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cache-capacity", o.cache_capacity, "Response cache capacity (entries)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--timeline-filename", o.timeline_filename, "Write a Chrome-trace timeline to this file");
+  app.add_flag("--autotune", o.autotune, "Autotune the fusion threshold and cycle time");
+  app.add_option("--output-filename", o.output_filename, "Also write each rank's output to DIR/rank.N");
+}
+
+}  // namespace
+
+StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
+                                          const std::map<std::string, std::string>& env) {
+  KolorunOptions o;
+  CLI::App app(kUsage, "kolorun");
+  defineOptions(app, o);
+
+  // Split the options from the command: the first word that is neither an
+  // option nor an option's value starts the command ("--" also ends them).
+  std::vector<std::string> opts;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    std::string t = args[i];
+    if (t == "--") {
+      ++i;
+      break;
+    }
+    if (t.size() < 2 || t[0] != '-') break;
+    if (t == "-np" || t.rfind("-np=", 0) == 0) t = "-" + t;  // horovodrun's spelling
+    opts.push_back(t);
+    std::string name = t.substr(0, t.find('='));
+    if (name.size() > 2 && name[1] != '-') name = name.substr(0, 2);  // -Hh1:2
+    bool inline_value = t.find('=') != std::string::npos || name.size() < t.size();
+    const CLI::Option* opt = app.get_option_no_throw(name);
+    if (opt != nullptr && opt->get_type_size() != 0 && !inline_value && i + 1 < args.size()) {
+      opts.push_back(args[++i]);
+    }
+  }
+  o.command.assign(args.begin() + static_cast<long>(i), args.end());
+
+  std::vector<const char*> argv = {"kolorun"};
+  for (auto& s : opts) argv.push_back(s.c_str());
+  bool help = false;
+  for (auto& s : opts) help = help || s == "-h" || s == "--help";
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::CallForHelp&) {
+    help = true;
+  } catch (const CLI::ParseError& e) {
+    if (!help) {
+      std::string what = e.what();
+      if (what.find("--np is required") != std::string::npos) what = "-np N is required";
+      return invalidArgument(what + " (see kolorun --help)");
+    }
+  }
+  if (help) {
+    o.help = true;
+    o.help_text = app.help();
+    return o;
+  }
+
+  if (o.agent_socket.empty()) {
+    auto it = env.find("KOLO_AGENT_SOCKET");
+    o.agent_socket = it != env.end() && !it->second.empty() ? it->second : kDefaultAgentSocket;
+  }
+  if (o.command.empty()) {
+    return invalidArgument("no command given: kolorun -np N [options] [--] command [args...]");
+  }
+  if (!o.hosts.empty() && !o.hostfile.empty()) {
+    return invalidArgument("give either -H/--hosts or --hostfile, not both");
+  }
+  if (o.agents > 1 && (!o.hosts.empty() || !o.hostfile.empty())) {
+    return invalidArgument("--agents is for embedded agents on this machine; it cannot be combined "
+                           "with -H/--hosts or --hostfile");
+  }
+  if (o.agents > o.np) {
+    return invalidArgument("--agents " + std::to_string(o.agents) + " is more than -np " +
+                           std::to_string(o.np) + ": every agent needs at least one rank");
+  }
+  return o;
+}
+
+std::vector<std::pair<std::string, std::string>> tuningEnv(const KolorunOptions& o) {
+  std::vector<std::pair<std::string, std::string>> env;
+  if (!o.fusion_threshold_mb.empty()) env.emplace_back("KOLO_FUSION_THRESHOLD_MB", o.fusion_threshold_mb);
+  if (!o.cycle_time_ms.empty()) env.emplace_back("KOLO_CYCLE_TIME_MS", o.cycle_time_ms);
+  if (!o.cache_capacity.empty()) env.emplace_back("KOLO_CACHE_CAPACITY", o.cache_capacity);
+  if (!o.timeline_filename.empty()) env.emplace_back("KOLO_TIMELINE_FILENAME", o.timeline_filename);
+  if (o.autotune) env.emplace_back("KOLO_AUTOTUNE", "1");
+  if (!o.log_level.empty()) env.emplace_back("KOLO_LOG_LEVEL", o.log_level);
+  return env;
+}
+
+}  // namespace kolo::cli

@@ -1,0 +1,47 @@
+// kolorun's command line (CLI11): `kolorun -np N [options] [--] command [args...]`.
+// Options end at the first word that is not an option (or at "--"); that
+// word and everything after it is the command, untouched.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kolo::cli {
+
+constexpr const char* kDefaultAgentSocket = "/run/kolo/agent.sock";
+
+struct KolorunOptions {
+  int np = 0;
+  int agents = 1;
+  std::string hosts;            // -H/--hosts "h1:2,h2:2"
+  std::string hostfile;         // --hostfile FILE
+  std::string agent_socket;     // --agent-socket (default $KOLO_AGENT_SOCKET or kDefaultAgentSocket)
+  int start_timeout_s = 30;
+  bool verbose = false;
+  std::string log_level;
+  // Horovod's tuning flags, kept as given (validated as numbers).
+  std::string fusion_threshold_mb;
+  std::string cycle_time_ms;
+  std::string cache_capacity;
+  std::string timeline_filename;
+  bool autotune = false;
+  std::string output_filename;  // --output-filename DIR
+  std::vector<std::string> command;
+
+  bool help = false;            // --help: print help_text and exit 0
+  std::string help_text;
+};
+
+// `args` excludes the program name; `env` supplies KOLO_AGENT_SOCKET.
+StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
+                                          const std::map<std::string, std::string>& env);
+
+// The tuning flags (and --log-level) as KOLO_* variables, for the embedded
+// agents and the ranks.
+std::vector<std::pair<std::string, std::string>> tuningEnv(const KolorunOptions& o);
+
+}  // namespace kolo::cli

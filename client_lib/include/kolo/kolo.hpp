@@ -1,0 +1,242 @@
+// kolo C++ API: a header-only layer over the C ABI (kolo/kolo_c.h).
+//
+//   kolo::Result r = kolo::init();            // reads KOLO_* set by kolorun
+//   std::vector<float> grad(1024, 1.0f);
+//   r = kolo::allreduce("grad.0", grad.data(), grad.data(), {1024},
+//                       kolo::DataType::kFloat32, kolo::ReduceOp::kAverage);
+//   if (!r.ok()) std::cerr << r.message << "\n";
+//
+// Asynchronous form: allreduceAsync() returns an Expected<Handle>; wait with
+// synchronize(handle) (or handle.wait()). A Handle is move-only and releases
+// its operation on destruction if nobody waited for it (the collective still
+// runs; its result is then not copied to the output buffer).
+//
+// No exceptions: every call returns a Result {code, message}. Everything is
+// thread-safe. Link with -lkolo.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kolo/kolo_c.h"
+
+namespace kolo {
+// Versioned so these names never clash with kolo's internal ones.
+inline namespace api_v1 {
+
+enum class DataType : int {
+  kFloat16 = KOLO_FLOAT16,
+  kBFloat16 = KOLO_BFLOAT16,
+  kFloat32 = KOLO_FLOAT32,
+  kFloat64 = KOLO_FLOAT64,
+  kInt8 = KOLO_INT8,
+  kUint8 = KOLO_UINT8,
+  kInt32 = KOLO_INT32,
+  kInt64 = KOLO_INT64,
+};
+
+// Average divides the sum by the number of ranks.
+enum class ReduceOp : int {
+  kAverage = KOLO_AVERAGE,
+  kSum = KOLO_SUM,
+  kMin = KOLO_MIN,
+  kMax = KOLO_MAX,
+  kProduct = KOLO_PRODUCT,
+};
+
+// The DataType of a C++ element type (float, double, int8_t, uint8_t,
+// int32_t, int64_t); use the enum directly for float16/bfloat16.
+template <typename T>
+constexpr DataType dataTypeOf() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_same_v<U, float>) return DataType::kFloat32;
+  else if constexpr (std::is_same_v<U, double>) return DataType::kFloat64;
+  else if constexpr (std::is_same_v<U, int8_t>) return DataType::kInt8;
+  else if constexpr (std::is_same_v<U, uint8_t>) return DataType::kUint8;
+  else if constexpr (std::is_same_v<U, int32_t>) return DataType::kInt32;
+  else if constexpr (std::is_same_v<U, int64_t>) return DataType::kInt64;
+  else static_assert(!sizeof(T), "no kolo::DataType for this element type");
+}
+
+inline size_t dataTypeSize(DataType t) { return kolo_dtype_size(static_cast<kolo_dtype_t>(t)); }
+
+// The outcome of a call: code KOLO_OK or an error with its text.
+struct Result {
+  kolo_status_t code = KOLO_OK;
+  std::string message;
+
+  bool ok() const { return code == KOLO_OK; }
+  explicit operator bool() const { return ok(); }
+  const char* codeName() const { return kolo_status_string(code); }
+  // "KOLO_ERR_TIMED_OUT: ..." (or "KOLO_OK").
+  std::string toString() const { return ok() ? codeName() : std::string(codeName()) + ": " + message; }
+
+  // Wraps a C status, taking the thread's last-error text for errors.
+  static Result fromC(kolo_status_t code) {
+    if (code == KOLO_OK || code == KOLO_IN_PROGRESS) return Result{code, {}};
+    return Result{code, kolo_last_error()};
+  }
+};
+
+// A value or the Result saying why there is none.
+template <typename T>
+class Expected {
+ public:
+  Expected(T value) : value_(std::move(value)) {}                  // NOLINT(implicit)
+  Expected(Result error) : result_(std::move(error)) {}            // NOLINT(implicit)
+
+  bool ok() const { return value_.has_value(); }
+  explicit operator bool() const { return ok(); }
+  const Result& result() const { return result_; }
+  T& value() & { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  T& operator*() & { return *value_; }
+
+ private:
+  std::optional<T> value_;
+  Result result_;
+};
+
+// --- lifecycle -------------------------------------------------------------
+inline Result init() { return Result::fromC(kolo_init()); }
+inline Result shutdown() { return Result::fromC(kolo_shutdown()); }
+inline bool isInitialized() { return kolo_is_initialized() != 0; }
+// -1 when not initialized.
+inline int rank() { return kolo_rank(); }
+inline int size() { return kolo_size(); }
+inline int localRank() { return kolo_local_rank(); }
+inline int localSize() { return kolo_local_size(); }
+inline int crossRank() { return kolo_cross_rank(); }
+inline int crossSize() { return kolo_cross_size(); }
+
+// --- handles ---------------------------------------------------------------
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(kolo_handle_t id) : id_(id) {}
+  ~Handle() { release(); }
+  Handle(Handle&& o) noexcept : id_(std::exchange(o.id_, 0)) {}
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      release();
+      id_ = std::exchange(o.id_, 0);
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+  kolo_handle_t id() const { return id_; }
+  bool valid() const { return id_ != 0; }
+
+  // KOLO_IN_PROGRESS while running, then the final Result (without waiting).
+  Result poll() const {
+    return valid() ? Result::fromC(kolo_poll(id_)) : Result{KOLO_ERR_INVALID_ARGUMENT, "empty handle"};
+  }
+  // Waits up to timeout_ms (<0: KOLO_OP_TIMEOUT). The handle becomes empty
+  // unless the wait timed out (then wait again).
+  Result wait(int64_t timeout_ms = -1) {
+    if (!valid()) return Result{KOLO_ERR_INVALID_ARGUMENT, "empty handle"};
+    Result r = Result::fromC(kolo_synchronize(id_, timeout_ms));
+    if (r.code != KOLO_ERR_TIMED_OUT) id_ = 0;
+    return r;
+  }
+  // Forgets the operation without waiting (it still runs).
+  void release() {
+    if (id_ != 0) kolo_release(std::exchange(id_, 0));
+  }
+
+ private:
+  kolo_handle_t id_ = 0;
+};
+
+inline Result poll(const Handle& h) { return h.poll(); }
+inline Result synchronize(Handle& h, int64_t timeout_ms = -1) { return h.wait(timeout_ms); }
+
+// --- allreduce -------------------------------------------------------------
+// Reduces `in` (shape, dtype) across all ranks into `out` (may equal `in`).
+// `name` must be the same on every rank and not in flight already. Both
+// buffers must stay valid until the operation completes.
+inline Expected<Handle> allreduceAsync(const std::string& name, const void* in, void* out,
+                                       const std::vector<int64_t>& shape, DataType dtype,
+                                       ReduceOp op, double prescale = 1.0,
+                                       double postscale = 1.0) {
+  kolo_handle_t h = 0;
+  kolo_status_t s = kolo_allreduce_async(name.c_str(), in, out, static_cast<int>(shape.size()),
+                                         shape.data(), static_cast<kolo_dtype_t>(dtype),
+                                         static_cast<kolo_op_t>(op), prescale, postscale, &h);
+  if (s != KOLO_OK) return Result::fromC(s);
+  return Handle(h);
+}
+
+inline Result allreduce(const std::string& name, const void* in, void* out,
+                        const std::vector<int64_t>& shape, DataType dtype, ReduceOp op,
+                        double prescale = 1.0, double postscale = 1.0) {
+  return Result::fromC(kolo_allreduce(name.c_str(), in, out, static_cast<int>(shape.size()),
+                                      shape.data(), static_cast<kolo_dtype_t>(dtype),
+                                      static_cast<kolo_op_t>(op), prescale, postscale));
+}
+
+// In place over `count` elements of a typed array.
+template <typename T>
+Result allreduce(const std::string& name, T* data, size_t count, ReduceOp op = ReduceOp::kSum) {
+  return allreduce(name, data, data, {static_cast<int64_t>(count)}, dataTypeOf<T>(), op);
+}
+
+// --- zero copy -------------------------------------------------------------
+// Memory inside the agent-shared arena: tensors that live here are reduced
+// in place, with no copy in or out. Valid until freed or kolo::shutdown().
+inline Expected<void*> allocShared(size_t bytes) {
+  void* p = kolo_alloc_shared(bytes);
+  if (p == nullptr) return Result{kolo_last_status(), kolo_last_error()};
+  return p;
+}
+inline void freeShared(void* p) { kolo_free_shared(p); }
+
+// RAII owner of a shared buffer.
+class SharedBuffer {
+ public:
+  SharedBuffer() = default;
+  static Expected<SharedBuffer> allocate(size_t bytes) {
+    auto p = allocShared(bytes);
+    if (!p.ok()) return p.result();
+    return SharedBuffer(*p, bytes);
+  }
+  ~SharedBuffer() { reset(); }
+  SharedBuffer(SharedBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  SharedBuffer& operator=(SharedBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      data_ = std::exchange(o.data_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t size() const { return bytes_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  void reset() {
+    if (data_ != nullptr) freeShared(std::exchange(data_, nullptr));
+    bytes_ = 0;
+  }
+
+ private:
+  SharedBuffer(void* p, size_t bytes) : data_(p), bytes_(bytes) {}
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace api_v1
+}  // namespace kolo

@@ -1,0 +1,135 @@
+"""kolo.torch: Horovod's PyTorch API on kolo.
+
+    import kolo.torch as hvd      # instead of: import horovod.torch as hvd
+    hvd.init()
+    optimizer = hvd.DistributedOptimizer(optimizer,
+                                         named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+Run the script with ``kolorun -np N python train.py``. CPU tensors only for
+now. See docs/user-guide-python.md.
+"""
+
+from .. import basics as _basics
+from ..basics import (  # noqa: F401
+    ccl_built,
+    cross_rank,
+    cross_size,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    init as _basics_init,
+    is_homogeneous,
+    is_initialized,
+    kolo_built,
+    library_path,
+    local_rank,
+    local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    rocm_built,
+    shutdown,
+    size,
+)
+from ..errors import (  # noqa: F401
+    HorovodInternalError,
+    KoloError,
+    KoloInternalError,
+    KoloLibraryNotFound,
+    KoloNotImplementedError,
+)
+from . import _handles, shared as _shared
+from .compression import Compression  # noqa: F401
+from .functions import (  # noqa: F401
+    allgather_object,
+    broadcast_object,
+    broadcast_optimizer_state,
+    broadcast_parameters,
+)
+from .mpi_ops import (  # noqa: F401
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    allgather,
+    allgather_async,
+    allreduce,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    alltoall,
+    alltoall_async,
+    barrier,
+    broadcast,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    grouped_allgather,
+    grouped_allgather_async,
+    grouped_allreduce,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+    grouped_reducescatter,
+    grouped_reducescatter_async,
+    join,
+    poll,
+    reducescatter,
+    reducescatter_async,
+    sparse_allreduce_async,
+    synchronize,
+)
+from .optimizer import DistributedOptimizer  # noqa: F401
+from .process_sets import (  # noqa: F401
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
+from .shared import is_shared, shared_empty, shared_zeros, to_shared  # noqa: F401
+
+release = _handles.release
+
+
+def _forget_session():
+    _handles.forget_all()
+    _shared.invalidate_all()
+
+
+_basics.add_shutdown_hook(_forget_session)
+
+
+def init(comm=None, process_sets=None):
+    """Joins the kolo job (Horovod's hvd.init). `process_sets` may list
+    ProcessSets; only sets containing every rank are supported for now."""
+    _basics_init(comm)
+    if process_sets is not None and process_sets != "dynamic":
+        for ps in process_sets:
+            add_process_set(ps)
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Horovod's runtime timeline switch. The kolo timeline is controlled on
+    the agent: `kolo timeline start PATH` / `kolo timeline stop`, or
+    kolorun --timeline-filename."""
+    raise KoloNotImplementedError(
+        "start_timeline", "use `kolo timeline start %s` (the agent writes the timeline) or "
+        "kolorun --timeline-filename" % file_path)
+
+
+def stop_timeline():
+    raise KoloNotImplementedError("stop_timeline", "use `kolo timeline stop`")
+
+
+class SyncBatchNorm:  # pragma: no cover - placeholder with Horovod's name
+    """Horovod's synchronized batch norm. Not available yet."""
+
+    def __init__(self, *args, **kwargs):
+        raise KoloNotImplementedError("SyncBatchNorm")

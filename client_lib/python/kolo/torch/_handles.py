@@ -1,0 +1,272 @@
+"""Asynchronous operations, handles, poll and synchronize.
+
+Every kolo.torch collective is a *stage generator*: it submits one or more
+libkolo operations, yields the list of their C handles, and is resumed when
+they have all completed (the next stage may submit more), until it returns
+its result. A plain allreduce has one stage; the allgather and broadcast
+built on allreduce have two (sizes, then data). The generator's frame keeps
+every buffer alive until libkolo no longer touches it.
+
+The handle returned to the user is a Python int indexing a table of such
+operations, so poll()/synchronize() work the same for all of them.
+"""
+
+import ctypes
+import hashlib
+import itertools
+import threading
+
+from .. import _library, basics
+from ..errors import (ERR_INVALID_ARGUMENT, ERR_TIMED_OUT, IN_PROGRESS, OK,
+                      KoloInternalError)
+
+MAX_NAME_BYTES = 255
+MAX_DIMS = 8
+
+_table = {}
+_table_lock = threading.Lock()
+_ids = itertools.count(1)
+_noname = {}
+_noname_lock = threading.Lock()
+
+
+def require_init():
+    if not _library.lib().kolo_is_initialized():
+        raise ValueError(basics.NOT_INITIALIZED)
+
+
+def op_name(kind, name):
+    """The wire name of a collective: '<kind>.<name>', or '<kind>.noname.<n>'
+    counted per kind (every rank must then call unnamed ops in the same order,
+    as with Horovod). Names longer than libkolo's limit are shortened with a
+    hash, deterministically on every rank."""
+    if name is None:
+        with _noname_lock:
+            n = _noname.get(kind, 0)
+            _noname[kind] = n + 1
+        full = "%s.noname.%d" % (kind, n)
+    else:
+        full = "%s.%s" % (kind, name)
+    b = full.encode("utf-8")
+    if len(b) > MAX_NAME_BYTES:
+        digest = hashlib.sha1(b).hexdigest()[:16]
+        b = b[:MAX_NAME_BYTES - 17].decode("utf-8", "ignore").encode("utf-8") + b"#" + digest.encode()
+    return b.decode("utf-8")
+
+
+def _shape_for_abi(shape):
+    shape = [int(d) for d in shape]
+    if len(shape) > MAX_DIMS:
+        # libkolo takes at most 8 dims: fold the leading ones (same element count).
+        lead = 1
+        for d in shape[:len(shape) - MAX_DIMS + 1]:
+            lead *= d
+        shape = [lead] + shape[len(shape) - MAX_DIMS + 1:]
+    return shape
+
+
+def submit_allreduce(name, inp, out, kdtype, op, prescale=1.0, postscale=1.0):
+    """Submits one libkolo allreduce of contiguous CPU tensor `inp` into `out`
+    (may be the same tensor). Returns the C handle. Submission errors raise:
+    ValueError for bad arguments (including a name already in flight),
+    KoloInternalError otherwise."""
+    lib = _library.lib()
+    shape = _shape_for_abi(inp.shape)
+    arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+    h = _library.kolo_handle_t(0)
+    st = lib.kolo_allreduce_async(name.encode("utf-8"), ctypes.c_void_p(inp.data_ptr()),
+                                  ctypes.c_void_p(out.data_ptr()), len(shape), arr, kdtype,
+                                  int(op), float(prescale), float(postscale), ctypes.byref(h))
+    if st != OK:
+        msg = _library.last_error() or _library.status_string(st)
+        if st == ERR_INVALID_ARGUMENT:
+            raise ValueError(msg)
+        raise KoloInternalError(msg, st)
+    return h.value
+
+
+def release_c_handles(handles):
+    lib = _library.lib()
+    for h in handles:
+        lib.kolo_release(h)
+
+
+class _Op:
+    __slots__ = ("gen", "pending", "result", "error", "done", "lock")
+
+    def __init__(self, gen):
+        self.gen = gen
+        self.pending = []
+        self.result = None
+        self.error = None
+        self.done = False
+        self.lock = threading.Lock()
+
+    def _fail(self, err):
+        release_c_handles(self.pending)
+        self.pending = []
+        try:
+            self.gen.close()
+        except Exception:
+            pass
+        self.error = err
+        self.done = True
+
+    def _advance_gen(self):
+        try:
+            self.pending = list(self.gen.send(None))
+        except StopIteration as stop:
+            self.result = stop.value
+            self.pending = []
+            self.done = True
+        except BaseException as e:  # a later stage failed (e.g. a mismatch found in Python)
+            self.pending = []
+            self.error = e
+            self.done = True
+
+    def progress(self, block, timeout_ms=-1):
+        """Advances as far as possible. Returns True once the op is finished
+        (successfully or not). With block=True it waits until then."""
+        lib = _library.lib()
+        while not self.done:
+            while self.pending:
+                h = self.pending[0]
+                if not block:
+                    st = lib.kolo_poll(h)
+                    if st == IN_PROGRESS:
+                        return False
+                # Completed (or blocking): synchronize copies the result out and
+                # releases the C handle.
+                st = lib.kolo_synchronize(h, timeout_ms if block else -1)
+                if st != OK:
+                    msg = _library.last_error() or _library.status_string(st)
+                    if st == ERR_TIMED_OUT:
+                        msg = "timed out waiting for a collective: " + msg
+                    self.pending.pop(0)
+                    self._fail(KoloInternalError(msg, st))
+                    return True
+                self.pending.pop(0)
+            self._advance_gen()
+        return True
+
+
+def start(gen):
+    """Runs the generator's first stage (submission) and registers it.
+    Returns the user handle. Submission errors propagate to the caller."""
+    op = _Op(gen)
+    try:
+        op.pending = list(next(gen))
+    except StopIteration as stop:  # finished without waiting (e.g. empty group)
+        op.result = stop.value
+        op.done = True
+    hid = next(_ids)
+    with _table_lock:
+        _table[hid] = op
+    return hid
+
+
+def _lookup(handle):
+    with _table_lock:
+        op = _table.get(handle)
+    if op is None:
+        raise ValueError("kolo: unknown handle %r (already synchronized, or never returned by "
+                         "an *_async call)" % (handle,))
+    return op
+
+
+def poll(handle):
+    """True if the operation behind `handle` has finished (synchronize() will
+    not block); False while it is in progress."""
+    op = _lookup(handle)
+    with op.lock:
+        return op.progress(block=False)
+
+
+def synchronize(handle):
+    """Waits for the operation and returns its result (the output tensor, a
+    list for grouped ops). Raises KoloInternalError if it failed, with the
+    agent's message. The handle is forgotten afterwards."""
+    op = _lookup(handle)
+    with op.lock:
+        op.progress(block=True)
+    with _table_lock:
+        _table.pop(handle, None)
+    if op.error is not None:
+        raise op.error
+    return op.result
+
+
+def release(handle):
+    """Forgets a handle without waiting (the collective still runs on the
+    other ranks; this rank's output buffer is no longer written)."""
+    with _table_lock:
+        op = _table.pop(handle, None)
+    if op is not None:
+        with op.lock:
+            if not op.done:
+                op._fail(KoloInternalError("released", None))
+
+
+def forget_all():
+    """Drops every pending handle (after shutdown their C handles are gone)."""
+    with _table_lock:
+        ops = list(_table.values())
+        _table.clear()
+    for op in ops:
+        with op.lock:
+            if not op.done:
+                op._fail(KoloInternalError("kolo was shut down", None))
+
+
+def run(gen):
+    """Runs a stage generator to completion in the calling thread."""
+    return synchronize(start(gen))
+
+
+def submit_many(submissions):
+    """Calls each zero-argument submit function; returns their C handles. If
+    one raises, the handles already obtained are released (their buffers may
+    be freed once the caller unwinds) and the error propagates."""
+    handles = []
+    try:
+        for fn in submissions:
+            handles.append(fn())
+    except BaseException:
+        release_c_handles(handles)
+        raise
+    return handles
+
+
+def parallel(gens):
+    """A stage generator running several stage generators side by side;
+    returns their results as a list (each stage waits for the union of the
+    current handles). If one fails, the handles the others submitted but
+    this generator has not yielded yet are released, the others are closed,
+    and the error propagates."""
+    gens = list(gens)
+    results = [None] * len(gens)
+    unyielded = {}
+    try:
+        for i, g in enumerate(gens):
+            try:
+                unyielded[i] = list(next(g))
+            except StopIteration as stop:
+                results[i] = stop.value
+        while unyielded:
+            current = unyielded
+            unyielded = {}
+            yield [h for hs in current.values() for h in hs]
+            for i in current:
+                try:
+                    unyielded[i] = list(gens[i].send(None))
+                except StopIteration as stop:
+                    results[i] = stop.value
+    except BaseException:
+        release_c_handles([h for hs in unyielded.values() for h in hs])
+        for g in gens:
+            try:
+                g.close()
+            except Exception:
+                pass
+        raise
+    return results

@@ -1,0 +1,164 @@
+"""Whole-model helpers: broadcasting parameters, optimizer state and Python
+objects, and gathering objects (Horovod's torch/functions.py API)."""
+
+import io
+import pickle
+
+import torch
+
+from .. import basics
+from .mpi_ops import (_check_root, _prologue, allgather_async, broadcast_, broadcast_async_,
+                      synchronize)
+from .process_sets import global_process_set
+
+try:  # cloudpickle handles lambdas and local classes; plain pickle otherwise
+    import cloudpickle as _pickler
+except ImportError:  # pragma: no cover - depends on the environment
+    _pickler = pickle
+
+
+def _dumps(obj):
+    buf = io.BytesIO()
+    _pickler.dump(obj, buf)
+    return buf.getvalue()
+
+
+def broadcast_parameters(params, root_rank, process_set=global_process_set):
+    """Overwrites, in place, every tensor of `params` with the root rank's.
+
+    `params` is a dict (``model.state_dict()``, broadcast in sorted-key order)
+    or a list of tensors or (name, tensor) pairs (``model.named_parameters()``).
+    All broadcasts are submitted first, then waited for.
+    """
+    _prologue("broadcast_parameters", process_set)
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    elif isinstance(params, (list, tuple)) or hasattr(params, "__iter__"):
+        items = [p if isinstance(p, tuple) else (None, p) for p in params]
+    else:
+        raise ValueError("broadcast_parameters: invalid params of type %s" % type(params).__name__)
+    _check_root(root_rank, "broadcast_parameters")
+    handles = []
+    try:
+        for i, (name, p) in enumerate(items):
+            if p is None:
+                continue
+            if not torch.is_tensor(p):
+                raise ValueError("broadcast_parameters: %s is a %s, not a tensor"
+                                 % (name if name is not None else "item %d" % i, type(p).__name__))
+            with torch.no_grad():
+                handles.append(broadcast_async_(p.data if isinstance(p, torch.nn.Parameter) else p,
+                                                root_rank, name=None if name is None else
+                                                "param.%s" % name))
+    finally:
+        errors = []
+        for h in handles:
+            try:
+                synchronize(h)
+            except Exception as e:  # wait for all, report the first
+                errors.append(e)
+    if errors:
+        raise errors[0]
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Returns the root rank's `obj` on every rank (pickled, then sent as
+    bytes: a length, then the payload)."""
+    _prologue("broadcast_object", process_set)
+    _check_root(root_rank, "broadcast_object")
+    if name is None:
+        name = type(obj).__name__
+    if basics.rank() == root_rank:
+        payload = _dumps(obj)
+        size = torch.tensor([len(payload)], dtype=torch.int64)
+    else:
+        size = torch.zeros(1, dtype=torch.int64)
+    broadcast_(size, root_rank, name=name + ".sz")
+    n = int(size.item())
+    if basics.rank() == root_rank:
+        data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if n else \
+            torch.zeros(0, dtype=torch.uint8)
+    else:
+        data = torch.zeros(n, dtype=torch.uint8)
+    broadcast_(data, root_rank, name=name + ".t")
+    if basics.rank() == root_rank:
+        return obj
+    return pickle.loads(data.numpy().tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Returns the list of every rank's `obj`, in rank order."""
+    _prologue("allgather_object", process_set)
+    if name is None:
+        name = type(obj).__name__
+    payload = _dumps(obj)
+    t = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    sizes = synchronize(allgather_async(torch.tensor([len(payload)], dtype=torch.int64),
+                                        name=name + ".sz")).tolist()
+    gathered = synchronize(allgather_async(t, name=name + ".t")).numpy().tobytes()
+    out, off = [], 0
+    for n in sizes:
+        out.append(pickle.loads(gathered[off:off + n]))
+        off += n
+    return out
+
+
+def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
+    """Makes every rank's optimizer state (per-parameter state and the
+    options of each param group, e.g. the learning rate) equal to the root's.
+
+    Works with plain torch optimizers and kolo DistributedOptimizers. The
+    root's state layout (keys, shapes, dtypes, non-tensor values, param
+    group options) is broadcast first as an object; every rank then creates
+    or drops state entries to match it, and the tensors are broadcast in
+    place. No optimizer step is taken (unlike Horovod, which steps once with
+    zero gradients when the state is empty): a fresh optimizer stays fresh.
+    """
+    _prologue("broadcast_optimizer_state", process_set)
+    _check_root(root_rank, "broadcast_optimizer_state")
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("broadcast_optimizer_state: torch.optim.LBFGS state cannot be broadcast")
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    sd = optimizer.state_dict()  # per-param state dicts are the live ones
+    layout = None
+    if basics.rank() == root_rank:
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in sd["param_groups"]]
+        state = {}
+        for pid, st in sd["state"].items():
+            state[pid] = {k: (("tensor", tuple(v.shape), v.dtype) if torch.is_tensor(v)
+                              else ("value", v)) for k, v in st.items()}
+        layout = {"groups": groups, "state": state, "nparams": len(params)}
+    layout = broadcast_object(layout, root_rank, name="optimizer_state.layout")
+    if layout["nparams"] != len(params) or len(layout["groups"]) != len(optimizer.param_groups):
+        raise ValueError(
+            "broadcast_optimizer_state: rank %d's optimizer has %d param groups / %d parameters, "
+            "the root's has %d / %d" % (basics.rank(), len(optimizer.param_groups), len(params),
+                                        len(layout["groups"]), layout["nparams"]))
+    for group, opts in zip(optimizer.param_groups, layout["groups"]):
+        group.update(opts)
+
+    to_send = []
+    for pid in sorted(layout["state"]):
+        p = params[pid]
+        st = optimizer.state[p]
+        desc = layout["state"][pid]
+        for k in list(st.keys()):
+            if k not in desc:
+                del st[k]
+        for k in sorted(desc, key=str):
+            kind = desc[k]
+            if kind[0] == "tensor":
+                _, shape, dtype = kind
+                cur = st.get(k)
+                if not (torch.is_tensor(cur) and tuple(cur.shape) == shape and cur.dtype == dtype
+                        and cur.device.type == "cpu"):
+                    cur = torch.zeros(shape, dtype=dtype)
+                    st[k] = cur
+                to_send.append(("opt.%d.%s" % (pid, k), cur))
+            else:
+                st[k] = kind[1]
+    pid_of = {id(p): i for i, p in enumerate(params)}
+    for p in list(optimizer.state.keys()):
+        if pid_of.get(id(p)) not in layout["state"]:
+            del optimizer.state[p]
+    broadcast_parameters(to_send, root_rank)

@@ -1,0 +1,269 @@
+// The C ABI (include/kolo/kolo_c.h) over one process-global Client.
+//
+// The global is a shared_ptr behind a mutex: each call takes a reference and
+// works without the mutex, so a slow wait never blocks other threads, and
+// kolo_shutdown() never frees a Client another thread is still inside.
+// Nothing thrown may cross this boundary: every entry point catches.
+
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "client.h"
+
+#pragma GCC visibility push(default)
+#include "kolo/kolo_c.h"
+#pragma GCC visibility pop
+
+static_assert(KOLO_ERR_PERMISSION_DENIED == static_cast<int>(kolo::Code::kPermissionDenied));
+static_assert(KOLO_IN_PROGRESS == static_cast<int>(kolo::Code::kInProgress));
+static_assert(KOLO_INT64 == static_cast<int>(kolo::DataType::kInt64));
+static_assert(KOLO_PRODUCT == static_cast<int>(kolo::ReduceOp::kProduct));
+
+namespace {
+
+using kolo::Client;
+using kolo::Code;
+using kolo::Status;
+
+std::mutex g_mu;
+std::shared_ptr<Client> g_client;     // guarded by g_mu
+uint64_t g_generation = 0;            // bumped by each successful kolo_init
+thread_local std::string t_last_error;
+thread_local kolo_status_t t_last_status = KOLO_OK;
+
+std::shared_ptr<Client> current() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_client;
+}
+
+kolo_status_t toC(Code c) { return static_cast<kolo_status_t>(c); }
+
+kolo_status_t fail(const Status& s) {
+  t_last_error = s.message();
+  t_last_status = toC(s.code());
+  return t_last_status;
+}
+
+kolo_status_t fail(Code c, std::string message) { return fail(Status(c, std::move(message))); }
+
+kolo_status_t notInitialized() {
+  return fail(Code::kInvalidArgument, "kolo has not been initialized; call kolo_init() first");
+}
+
+kolo_status_t report(const Status& s) { return s.isOk() ? KOLO_OK : fail(s); }
+
+// A handle issued by a Client that was shut down since.
+kolo_status_t staleHandle(kolo_handle_t h) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_generation == 0) return notInitialized();
+  return fail(Code::kAborted, "handle " + std::to_string(h) +
+                                  " belongs to a kolo session that was shut down (kolo_shutdown)");
+}
+
+kolo_status_t internal(const char* where, const std::exception* e) {
+  return fail(Code::kInternal, std::string("unexpected error in ") + where + ": " +
+                                   (e != nullptr ? e->what() : "unknown exception"));
+}
+
+#define KOLO_C_GUARD(where, ...)                      \
+  try {                                               \
+    __VA_ARGS__                                       \
+  } catch (const std::exception& e) {                 \
+    return internal(where, &e);                       \
+  } catch (...) {                                     \
+    return internal(where, nullptr);                  \
+  }
+
+int worldField(int kolo::WorldView::*field) {
+  try {
+    auto c = current();
+    return c ? c->world().*field : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+kolo_status_t kolo_init(void) {
+  KOLO_C_GUARD("kolo_init", {
+    // Held for the whole handshake: concurrent kolo_init calls connect once.
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_client) return KOLO_OK;
+    auto opts = kolo::ClientOptions::fromEnvironment();
+    if (!opts.isOk()) return fail(opts.status());
+    auto client = Client::connect(*opts);
+    if (!client.isOk()) return fail(client.status());
+    g_client = std::shared_ptr<Client>(std::move(client).value());
+    ++g_generation;
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_shutdown(void) {
+  KOLO_C_GUARD("kolo_shutdown", {
+    std::shared_ptr<Client> c;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      c = std::move(g_client);
+      g_client.reset();
+    }
+    if (c) c->shutdown();
+    return KOLO_OK;
+  })
+}
+
+int kolo_is_initialized(void) { return current() ? 1 : 0; }
+int kolo_rank(void) { return worldField(&kolo::WorldView::rank); }
+int kolo_size(void) { return worldField(&kolo::WorldView::size); }
+int kolo_local_rank(void) { return worldField(&kolo::WorldView::local_rank); }
+int kolo_local_size(void) { return worldField(&kolo::WorldView::local_size); }
+int kolo_cross_rank(void) { return worldField(&kolo::WorldView::cross_rank); }
+int kolo_cross_size(void) { return worldField(&kolo::WorldView::cross_size); }
+
+kolo_status_t kolo_allreduce_async(const char* name, const void* input, void* output, int ndim,
+                                   const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
+                                   double prescale, double postscale, kolo_handle_t* handle) {
+  KOLO_C_GUARD("kolo_allreduce_async", {
+    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_allreduce_async: handle is NULL");
+    *handle = 0;
+    auto c = current();
+    if (!c) return notInitialized();
+    kolo::AllreduceArgs a;
+    a.name = name;
+    a.input = input;
+    a.output = output;
+    a.ndim = ndim;
+    a.shape = shape;
+    a.dtype = static_cast<int>(dtype);
+    a.op = static_cast<int>(op);
+    a.prescale = prescale;
+    a.postscale = postscale;
+    auto h = c->allreduceAsync(a);
+    if (!h.isOk()) return fail(h.status());
+    *handle = *h;
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_allreduce(const char* name, const void* input, void* output, int ndim,
+                             const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
+                             double prescale, double postscale) {
+  KOLO_C_GUARD("kolo_allreduce", {
+    auto c = current();
+    if (!c) return notInitialized();
+    kolo::AllreduceArgs a;
+    a.name = name;
+    a.input = input;
+    a.output = output;
+    a.ndim = ndim;
+    a.shape = shape;
+    a.dtype = static_cast<int>(dtype);
+    a.op = static_cast<int>(op);
+    a.prescale = prescale;
+    a.postscale = postscale;
+    auto h = c->allreduceAsync(a);
+    if (!h.isOk()) return fail(h.status());
+    Status s = c->wait(*h, std::chrono::milliseconds(-1));
+    // The caller has no handle to wait again with: forget it (no later copy
+    // into `output`).
+    if (s.code() == Code::kTimedOut) c->release(*h);
+    return report(s);
+  })
+}
+
+kolo_status_t kolo_poll(kolo_handle_t handle) {
+  KOLO_C_GUARD("kolo_poll", {
+    auto c = current();
+    if (!c) return staleHandle(handle);
+    Status s = c->poll(handle);
+    if (s.code() == Code::kInProgress) return KOLO_IN_PROGRESS;
+    return report(s);
+  })
+}
+
+kolo_status_t kolo_synchronize(kolo_handle_t handle, int64_t timeout_ms) {
+  KOLO_C_GUARD("kolo_synchronize", {
+    auto c = current();
+    if (!c) return staleHandle(handle);
+    if (timeout_ms > int64_t{1} << 40) timeout_ms = int64_t{1} << 40;  // no overflow below
+    return report(c->wait(handle, std::chrono::milliseconds(timeout_ms)));
+  })
+}
+
+void kolo_release(kolo_handle_t handle) {
+  try {
+    if (auto c = current()) c->release(handle);
+  } catch (...) {
+  }
+}
+
+void* kolo_alloc_shared(size_t bytes) {
+  try {
+    auto c = current();
+    if (!c) {
+      notInitialized();
+      return nullptr;
+    }
+    auto p = c->allocShared(bytes);
+    if (!p.isOk()) {
+      fail(p.status());
+      return nullptr;
+    }
+    return *p;
+  } catch (const std::exception& e) {
+    internal("kolo_alloc_shared", &e);
+  } catch (...) {
+    internal("kolo_alloc_shared", nullptr);
+  }
+  return nullptr;
+}
+
+void kolo_free_shared(void* ptr) {
+  if (ptr == nullptr) return;
+  try {
+    auto c = current();
+    if (!c) {
+      notInitialized();
+      return;
+    }
+    Status s = c->freeShared(ptr);
+    if (!s.isOk()) fail(s);
+  } catch (const std::exception& e) {
+    internal("kolo_free_shared", &e);
+  } catch (...) {
+    internal("kolo_free_shared", nullptr);
+  }
+}
+
+const char* kolo_status_string(kolo_status_t status) {
+  switch (status) {
+    case KOLO_OK: return "KOLO_OK";
+    case KOLO_IN_PROGRESS: return "KOLO_IN_PROGRESS";
+    case KOLO_ERR_INVALID_ARGUMENT: return "KOLO_ERR_INVALID_ARGUMENT";
+    case KOLO_ERR_UNAVAILABLE: return "KOLO_ERR_UNAVAILABLE";
+    case KOLO_ERR_TIMED_OUT: return "KOLO_ERR_TIMED_OUT";
+    case KOLO_ERR_ABORTED: return "KOLO_ERR_ABORTED";
+    case KOLO_ERR_PEER_FAILURE: return "KOLO_ERR_PEER_FAILURE";
+    case KOLO_ERR_MEMBERSHIP_CHANGED: return "KOLO_ERR_MEMBERSHIP_CHANGED";
+    case KOLO_ERR_INTERNAL: return "KOLO_ERR_INTERNAL";
+    case KOLO_ERR_PERMISSION_DENIED: return "KOLO_ERR_PERMISSION_DENIED";
+  }
+  return "KOLO_ERR_UNKNOWN";
+}
+
+const char* kolo_last_error(void) { return t_last_error.c_str(); }
+kolo_status_t kolo_last_status(void) { return t_last_status; }
+
+size_t kolo_dtype_size(kolo_dtype_t dtype) {
+  int v = static_cast<int>(dtype);
+  return kolo::isValidDataType(v) ? kolo::dataTypeSize(static_cast<kolo::DataType>(v)) : 0;
+}
+
+}  // extern "C"

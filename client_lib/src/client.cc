@@ -1,0 +1,821 @@
+#include "client.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "common/log.h"
+#include "common/unix_socket.h"
+#include "kolo/proto/ipc.pb.h"
+
+namespace kolo {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr milliseconds kConnectRetry{100};
+constexpr milliseconds kWaiterRecheck{20};   // a non-draining waiter re-checks this often
+constexpr milliseconds kDrainerBlockMax{1000};
+constexpr milliseconds kShutdownDrainerWait{10'000};
+
+std::shared_ptr<spdlog::logger> logger() {
+  static auto l = log::get("client");
+  return l;
+}
+
+// Handles are unique across Client instances of the process, so a handle
+// from before a re-init is never mistaken for a new one.
+uint64_t nextHandle() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+std::string fmtSeconds(Client::Clock::duration d) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f",
+                std::chrono::duration_cast<std::chrono::duration<double>>(d).count());
+  return b;
+}
+
+std::string fmtSeconds(milliseconds d) { return fmtSeconds(Client::Clock::duration(d)); }
+
+// A status code received from the agent. 0 and values outside the enum become
+// `fallback` (the agent is another program: do not trust it blindly).
+Status wireStatus(int32_t code, std::string message, Code fallback) {
+  Code c = (code >= 2 && code <= 9) ? static_cast<Code>(code) : fallback;
+  if (message.empty()) message = std::string("the kolo agent reported ") + codeName(c);
+  return Status(c, std::move(message));
+}
+
+std::string quoteName(std::string_view name) {
+  constexpr size_t kShown = 64;
+  std::string q = "'";
+  q.append(name.substr(0, kShown));
+  q.append(name.size() > kShown ? "...'" : "'");
+  return q;
+}
+
+bool isPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+}  // namespace
+
+Client::Client(ClientOptions opts) : opts_(std::move(opts)) {}
+
+Client::~Client() { shutdown(); }
+
+StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& opts) {
+  std::unique_ptr<Client> c(new Client(opts));
+  c->wake_efd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!c->wake_efd_.valid()) return errnoStatus("eventfd", errno);
+  RETURN_IF_ERROR(c->connectSocket());
+  RETURN_IF_ERROR(c->handshake());
+  return c;
+}
+
+// ---------------------------------------------------------------------------
+// Connection and handshake
+
+Status Client::connectSocket() {
+  const std::string& path = opts_.socket_path;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return invalidArgument("KOLO_AGENT_SOCKET is too long (" + std::to_string(path.size()) +
+                           " bytes, limit " + std::to_string(sizeof(addr.sun_path) - 1) +
+                           "): " + path);
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+
+  auto start = Clock::now();
+  auto deadline = start + opts_.start_timeout;
+  int err = 0;
+  for (;;) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) return errnoStatus("socket", errno);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      sock_ = std::move(fd);
+      logger()->debug("connected to the agent at {}", path);
+      return okStatus();
+    }
+    err = errno;
+    if (err == EINTR) continue;
+    // Only "nothing there yet" is worth waiting for (kolorun may be starting
+    // the agent right now); anything else will not change by retrying.
+    if (err != ENOENT && err != ECONNREFUSED) break;
+    auto now = Clock::now();
+    if (now >= deadline) break;
+    std::this_thread::sleep_for(std::min<Clock::duration>(kConnectRetry, deadline - now));
+  }
+  Code code = (err == EACCES || err == EPERM) ? Code::kPermissionDenied : Code::kUnavailable;
+  return Status(code, "cannot reach the kolo agent at " + path + " (" + std::strerror(err) +
+                          ") after " + fmtSeconds(Clock::now() - start) +
+                          " s. Start one with `kolo-agent --socket " + path +
+                          "`, run the program under `kolorun`, which starts one, or set "
+                          "KOLO_AGENT_SOCKET.");
+}
+
+Status Client::recvAgentFrame(Clock::time_point deadline, ipc::AgentFrame* frame) {
+  bool eof = false;
+  for (;;) {
+    std::string payload;
+    if (decoder_.next(&payload)) {
+      if (!frame->ParseFromString(payload)) {
+        return internalError("the kolo agent at " + opts_.socket_path +
+                             " sent a frame that is not an AgentFrame");
+      }
+      return okStatus();
+    }
+    if (eof) {
+      return unavailable("the kolo agent at " + opts_.socket_path +
+                         " closed the connection during the handshake");
+    }
+    auto now = Clock::now();
+    if (now >= deadline) return timedOut("deadline");
+    int ms = static_cast<int>(
+                 std::chrono::duration_cast<milliseconds>(deadline - now).count()) + 1;
+    pollfd p{sock_.get(), POLLIN, 0};
+    int r = ::poll(&p, 1, ms);
+    if (r < 0 && errno != EINTR) return errnoStatus("poll", errno);
+    if (r <= 0) continue;
+    Status s = readAvailable(sock_.get(), &decoder_, &stray_fds_);
+    if (s.code() == Code::kUnavailable) {
+      eof = true;  // deliver what arrived before the close first
+    } else if (!s.isOk()) {
+      return s.withContext("reading from the kolo agent at " + opts_.socket_path);
+    }
+  }
+}
+
+Status Client::handshake() {
+  auto deadline = Clock::now() + opts_.start_timeout;
+  ipc::ClientFrame hello_frame;
+  ipc::Hello* hello = hello_frame.mutable_hello();
+  hello->set_protocol_version(kIpcProtocolVersion);
+  hello->set_job_id(opts_.job_id);
+  hello->set_token(opts_.token);
+  hello->set_local_rank(opts_.local_rank);
+  hello->set_local_size(opts_.local_size);
+  hello->set_world_size(opts_.world_size);
+  hello->set_pid(static_cast<int32_t>(::getpid()));
+  hello->set_arena_bytes(opts_.arena_bytes);
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) hello->set_hostname(host);
+  RETURN_IF_ERROR(sendFrame(sock_.get(), hello_frame)
+                      .withContext("sending Hello to the kolo agent at " + opts_.socket_path));
+
+  ipc::AgentFrame f;
+  Status s = recvAgentFrame(deadline, &f);
+  if (s.code() == Code::kTimedOut) {
+    return timedOut("the kolo agent at " + opts_.socket_path + " did not answer within " +
+                    fmtSeconds(opts_.start_timeout) + " s (KOLO_START_TIMEOUT)");
+  }
+  RETURN_IF_ERROR(s);
+  if (f.has_job_failed()) {
+    return wireStatus(f.job_failed().code(), f.job_failed().message(), Code::kAborted);
+  }
+  if (!f.has_welcome()) {
+    return internalError("the kolo agent at " + opts_.socket_path +
+                         " did not answer Hello with Welcome");
+  }
+  const ipc::Welcome& w = f.welcome();
+  if (w.code() != 0) return wireStatus(w.code(), w.message(), Code::kInternal);
+  if (stray_fds_.size() < 3) {
+    return internalError("the kolo agent's Welcome came with " + std::to_string(stray_fds_.size()) +
+                         " descriptors, expected 3 (arena, doorbell, completion)");
+  }
+  UniqueFd arena = std::move(stray_fds_[0]);
+  UniqueFd doorbell = std::move(stray_fds_[1]);
+  UniqueFd completion = std::move(stray_fds_[2]);
+  stray_fds_.clear();
+  RETURN_IF_ERROR(attachArena(std::move(arena), std::move(doorbell), std::move(completion)));
+  logger()->debug("admitted by agent '{}': arena {} bytes, data region {} bytes", w.agent_id(),
+                  arena_.size(), alloc_->capacity());
+  RETURN_IF_ERROR(waitForWorld(deadline));
+  // From here on the socket is only read by the drainer, without blocking,
+  // and Goodbye must not block shutdown.
+  return setNonBlocking(sock_.get());
+}
+
+Status Client::attachArena(UniqueFd arena, UniqueFd doorbell, UniqueFd completion) {
+  auto region = SharedRegion::attach(std::move(arena), sizeof(ArenaHeader));
+  if (!region.isOk()) return region.status().withContext("mapping the shared arena");
+  arena_ = std::move(region).value();
+  header_ = reinterpret_cast<ArenaHeader*>(arena_.data());
+  const uint64_t total = arena_.size();
+  auto bad = [&](const std::string& what) {
+    return internalError("the shared arena from the kolo agent is malformed: " + what);
+  };
+  if (header_->magic != kArenaMagic) return bad("bad magic");
+  if (header_->version != kIpcProtocolVersion) {
+    return internalError("the kolo agent speaks IPC protocol version " +
+                         std::to_string(header_->version) + ", this libkolo speaks " +
+                         std::to_string(kIpcProtocolVersion) +
+                         ": use a libkolo and a kolo-agent from the same release");
+  }
+  auto within = [&](uint64_t off, uint64_t len) { return off <= total && len <= total - off; };
+  auto ringOk = [&](uint64_t off, size_t entry) {
+    if (!within(off, sizeof(RingHeader)) || off % alignof(RingHeader) != 0) return false;
+    uint64_t cap = reinterpret_cast<RingHeader*>(arena_.data() + off)->capacity;
+    return isPowerOfTwo(cap) && cap <= total / entry && within(off + sizeof(RingHeader), cap * entry);
+  };
+  if (!ringOk(header_->submit_ring_offset, sizeof(SubmitDesc))) return bad("submission ring");
+  if (!ringOk(header_->completion_ring_offset, sizeof(CompletionDesc))) {
+    return bad("completion ring");
+  }
+  if (!within(header_->data_offset, header_->data_bytes) ||
+      header_->data_offset % kDataAlignment != 0) {
+    return bad("data region");
+  }
+  submit_ring_ = SubmitRing(arena_.data() + header_->submit_ring_offset);
+  completion_ring_ = CompletionRing(arena_.data() + header_->completion_ring_offset);
+  data_begin_ = arena_.data() + header_->data_offset;
+  data_end_ = data_begin_ + header_->data_bytes;
+  alloc_ = std::make_unique<ArenaAllocator>(header_->data_offset, header_->data_bytes);
+  RETURN_IF_ERROR(setNonBlocking(doorbell.get()));
+  RETURN_IF_ERROR(setNonBlocking(completion.get()));
+  doorbell_ = std::move(doorbell);
+  completion_efd_ = std::move(completion);
+  return okStatus();
+}
+
+Status Client::waitForWorld(Clock::time_point deadline) {
+  for (;;) {
+    ipc::AgentFrame f;
+    Status s = recvAgentFrame(deadline, &f);
+    if (s.code() == Code::kTimedOut) {
+      return timedOut("the job's " + std::to_string(opts_.world_size) +
+                      " ranks did not all join within " + fmtSeconds(opts_.start_timeout) +
+                      " s (KOLO_START_TIMEOUT): this process is local rank " +
+                      std::to_string(opts_.local_rank) + " of job '" + opts_.job_id +
+                      "'; check that every rank was started");
+    }
+    RETURN_IF_ERROR(s);
+    if (f.has_job_failed()) {
+      return wireStatus(f.job_failed().code(), f.job_failed().message(), Code::kAborted);
+    }
+    if (!f.has_world()) continue;
+    const ipc::WorldInfo& w = f.world();
+    if (w.size() < 1 || w.rank() < 0 || w.rank() >= w.size() || w.local_size() < 1 ||
+        w.local_rank() < 0 || w.local_rank() >= w.local_size() || w.cross_size() < 1 ||
+        w.cross_rank() < 0 || w.cross_rank() >= w.cross_size()) {
+      return internalError("the kolo agent sent an inconsistent world (rank " +
+                           std::to_string(w.rank()) + " of " + std::to_string(w.size()) + ")");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    world_ = WorldView{w.generation(), w.rank(),       w.size(),      w.local_rank(),
+                       w.local_size(), w.cross_rank(), w.cross_size()};
+    logger()->debug("job '{}' generation {}: rank {} of {}", opts_.job_id, w.generation(),
+                    w.rank(), w.size());
+    return okStatus();
+  }
+}
+
+WorldView Client::world() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return world_;
+}
+
+// ---------------------------------------------------------------------------
+// Submission
+
+Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
+  if (a.name == nullptr || a.name[0] == '\0') {
+    return invalidArgument("allreduce: the tensor name is empty; every collective needs a name "
+                           "that is the same on all ranks");
+  }
+  size_t name_len = std::strlen(a.name);
+  std::string_view name(a.name, name_len);
+  if (name_len > kMaxNameBytes) {
+    return invalidArgument("allreduce: tensor name " + quoteName(name) + " is " +
+                           std::to_string(name_len) + " bytes; the limit is " +
+                           std::to_string(kMaxNameBytes));
+  }
+  const std::string tensor = "allreduce of tensor " + quoteName(name) + ": ";
+  if (a.ndim < 0 || a.ndim > kMaxDims) {
+    return invalidArgument(tensor + "ndim is " + std::to_string(a.ndim) + "; it must be 0 (scalar) to " +
+                           std::to_string(kMaxDims));
+  }
+  if (a.ndim > 0 && a.shape == nullptr) return invalidArgument(tensor + "shape is NULL");
+  if (!isValidDataType(a.dtype)) {
+    return invalidArgument(tensor + "unknown dtype " + std::to_string(a.dtype));
+  }
+  if (!isValidReduceOp(a.op)) {
+    return invalidArgument(tensor + "unknown reduce op " + std::to_string(a.op) +
+                           (a.op == 2 ? " (Adasum is not supported)" : ""));
+  }
+  if (!std::isfinite(a.prescale) || !std::isfinite(a.postscale)) {
+    return invalidArgument(tensor + "prescale and postscale must be finite");
+  }
+  uint64_t elems = 1;
+  for (int i = 0; i < a.ndim; ++i) {
+    if (a.shape[i] < 0) {
+      return invalidArgument(tensor + "dimension " + std::to_string(i) + " is " +
+                             std::to_string(a.shape[i]));
+    }
+    if (__builtin_mul_overflow(elems, static_cast<uint64_t>(a.shape[i]), &elems)) {
+      return invalidArgument(tensor + "the shape's element count overflows");
+    }
+  }
+  uint64_t n = 0;
+  if (__builtin_mul_overflow(elems, dataTypeSize(static_cast<DataType>(a.dtype)), &n)) {
+    return invalidArgument(tensor + "the tensor's byte size overflows");
+  }
+  if (n > 0 && (a.input == nullptr || a.output == nullptr)) {
+    return invalidArgument(tensor + (a.input == nullptr ? "input" : "output") + " is NULL");
+  }
+  const char* in = static_cast<const char*>(a.input);
+  bool in_arena = in >= data_begin_ && in < data_end_;
+  if (!in_arena && n > alloc_->capacity()) {
+    return invalidArgument(tensor + "it is " + std::to_string(n) +
+                           " bytes, larger than this process's whole shared arena (" +
+                           std::to_string(alloc_->capacity()) +
+                           " bytes of data). Raise KOLO_ARENA_MB (now " +
+                           (opts_.arena_bytes == 0 ? std::string("unset: the agent's default")
+                                                   : std::to_string(opts_.arena_bytes >> 20)) +
+                           ") above " + std::to_string((n >> 20) + 64) + ".");
+  }
+  *bytes = n;
+  return okStatus();
+}
+
+Status Client::usableLocked() const {
+  if (!failed_.isOk()) return failed_;
+  if (shutdown_) return aborted("kolo was shut down (kolo_shutdown)");
+  return okStatus();
+}
+
+StatusOr<uint64_t> Client::allocateSlot(uint64_t bytes, const std::string& name,
+                                        Clock::time_point deadline) {
+  auto start = Clock::now();
+  for (;;) {
+    uint64_t epoch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      RETURN_IF_ERROR(usableLocked());
+      if (auto off = alloc_->allocate(bytes)) return *off;
+      bool in_flight = std::any_of(ops_.begin(), ops_.end(), [](const auto& kv) {
+        return kv.second.state != OpState::kDone && kv.second.slot.has_value();
+      });
+      if (!in_flight) {
+        uint64_t shared = 0;
+        for (const auto& [off, n] : shared_) shared += ArenaAllocator::roundUp(n);
+        return invalidArgument(
+            "allreduce of tensor " + quoteName(name) + ": its " + std::to_string(bytes) +
+            " bytes do not fit in the shared arena (" + std::to_string(alloc_->capacity()) +
+            " bytes of data, " + std::to_string(shared) +
+            " held by kolo_alloc_shared buffers) and nothing is in flight to free space. "
+            "Free some shared buffers or raise KOLO_ARENA_MB.");
+      }
+      epoch = space_epoch_;
+    }
+    // The arena is temporarily full: let completions free slots.
+    bool more = progressUntil(
+        [&] { return space_epoch_ != epoch || !failed_.isOk(); }, deadline, kDrainerBlockMax);
+    if (!more) {
+      std::lock_guard<std::mutex> lock(mu_);
+      RETURN_IF_ERROR(usableLocked());
+      if (Clock::now() >= deadline) {
+        return timedOut("allreduce of tensor " + quoteName(name) + ": waited " +
+                        fmtSeconds(Clock::now() - start) + " s for " + std::to_string(bytes) +
+                        " bytes of the shared arena (" + std::to_string(alloc_->usedBytes()) +
+                        " of " + std::to_string(alloc_->capacity()) +
+                        " in use) but the collectives in flight did not complete "
+                        "(KOLO_OP_TIMEOUT). Raise KOLO_ARENA_MB or wait on handles sooner.");
+      }
+    }
+  }
+}
+
+StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
+  uint64_t bytes = 0;
+  RETURN_IF_ERROR(validate(a, &bytes));
+  std::string name(a.name);
+  auto deadline = Clock::now() + opts_.op_timeout;
+
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(usableLocked());
+    if (names_in_flight_.count(name) != 0) {
+      // Its completion may be waiting in the ring: one non-blocking pass.
+      lock.unlock();
+      progressUntil([&] { return names_in_flight_.count(name) == 0; }, Clock::now(),
+                    milliseconds(0));
+      lock.lock();
+      RETURN_IF_ERROR(usableLocked());
+    }
+    if (names_in_flight_.count(name) != 0) {
+      return invalidArgument(
+          "Requested to allreduce a tensor with the same name as another tensor that is "
+          "currently being processed: " + quoteName(name) +
+          ". If you want to request another tensor, use a different tensor name.");
+    }
+    names_in_flight_.insert(name);
+  }
+
+  const char* in = static_cast<const char*>(a.input);
+  std::optional<uint64_t> slot;
+  uint64_t data_offset = 0;
+  const char* result = nullptr;
+  Status st;
+  if (bytes > 0 && in >= data_begin_ && in < data_end_) {
+    // Zero copy: the tensor already lives in a shared buffer.
+    uint64_t off = static_cast<uint64_t>(in - arena_.data());
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = shared_.upper_bound(off);
+    if (it == shared_.begin() || (--it, off + bytes > it->first + it->second)) {
+      st = invalidArgument("allreduce of tensor " + quoteName(name) + ": its " +
+                           std::to_string(bytes) +
+                           " bytes start inside the shared arena but do not lie within one "
+                           "buffer from kolo_alloc_shared");
+    }
+    data_offset = off;
+    result = in;
+  } else if (bytes > 0) {
+    auto s = allocateSlot(bytes, name, deadline);
+    if (s.isOk()) {
+      slot = *s;
+      data_offset = *s;
+      result = arena_.data() + *s;
+      std::memcpy(arena_.data() + *s, in, bytes);
+    } else {
+      st = s.status();
+    }
+  }
+
+  SubmitDesc d{};
+  uint64_t handle = nextHandle();
+  if (st.isOk()) {
+    d.handle = handle;
+    d.collective = static_cast<uint8_t>(CollectiveType::kAllreduce);
+    d.dtype = static_cast<uint8_t>(a.dtype);
+    d.reduce_op = static_cast<uint8_t>(a.op);
+    d.ndim = static_cast<uint8_t>(a.ndim);
+    d.root = -1;
+    d.name_len = static_cast<uint32_t>(name.size());
+    d.prescale = a.prescale;
+    d.postscale = a.postscale;
+    d.data_offset = data_offset;
+    d.data_bytes = bytes;
+    for (int i = 0; i < a.ndim; ++i) d.shape[i] = a.shape[i];
+    std::memcpy(d.name, name.data(), name.size());
+  }
+
+  // Publish: the op enters the table and the ring in one critical section,
+  // so its completion always finds it.
+  while (st.isOk()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      st = usableLocked();
+      if (!st.isOk()) break;
+      if (submit_ring_.size() < submit_ring_.capacity()) {
+        Op op;
+        op.name = name;
+        op.output = a.output;
+        op.result = result;
+        op.bytes = bytes;
+        op.slot = slot;
+        ops_.emplace(handle, std::move(op));
+        bool pushed = submit_ring_.tryPush(d);  // we are the only producer
+        assert(pushed);
+        (void)pushed;
+        break;
+      }
+    }
+    // The agent has not consumed the ring yet; it does not signal that, so
+    // re-check every millisecond.
+    bool room = progressUntil(
+        [&] { return submit_ring_.size() < submit_ring_.capacity() || !failed_.isOk(); },
+        deadline, milliseconds(1));
+    if (!room && Clock::now() >= deadline) {
+      st = timedOut("allreduce of tensor " + quoteName(name) +
+                    ": the kolo agent did not take submissions for " +
+                    fmtSeconds(opts_.op_timeout) + " s (KOLO_OP_TIMEOUT)");
+    }
+  }
+  if (!st.isOk()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (slot && alloc_->free(*slot)) ++space_epoch_;
+    names_in_flight_.erase(name);
+    cv_.notify_all();
+    return st;
+  }
+  ringDoorbell();
+  return handle;
+}
+
+void Client::ringDoorbell() {
+  uint64_t one = 1;
+  while (::write(doorbell_.get(), &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Progress
+
+bool Client::progressUntil(const std::function<bool()>& done, Clock::time_point deadline,
+                           milliseconds max_block) {
+  std::unique_lock<std::mutex> lk(mu_);
+  bool first = true;
+  for (;;) {
+    if (done()) return true;
+    if (shutdown_) return false;
+    auto now = Clock::now();
+    bool expired = now >= deadline;
+    if (expired && !first) return false;
+    first = false;
+    if (!draining_) {
+      draining_ = true;
+      lk.unlock();
+      bool progressed = drainOnce();
+      if (!progressed && !expired) {
+        blockForEvents(deadline, max_block);
+        drainOnce();
+      }
+      lk.lock();
+      draining_ = false;
+      cv_.notify_all();
+    } else {
+      if (expired) return done();
+      cv_.wait_until(lk, std::min(deadline, now + kWaiterRecheck));
+    }
+  }
+}
+
+bool Client::drainOnce() {
+  bool any = false;
+  CompletionDesc c;
+  while (completion_ring_.tryPop(&c)) {
+    handleCompletion(c);
+    any = true;
+  }
+  if (!sock_eof_) {
+    std::string payload;
+    Status s = readAvailable(sock_.get(), &decoder_, &stray_fds_);
+    stray_fds_.clear();  // nothing after the handshake carries descriptors
+    while (decoder_.next(&payload)) {
+      handleAgentFrame(payload);
+      any = true;
+    }
+    if (!s.isOk()) {
+      sock_eof_ = true;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (s.code() == Code::kUnavailable) {
+        failAllLocked(unavailable("lost the connection to the kolo agent at " + opts_.socket_path +
+                                  " (the agent exited or dropped this process)"));
+      } else {
+        failAllLocked(internalError("the connection to the kolo agent at " + opts_.socket_path +
+                                    " broke: " + s.message()));
+      }
+      any = true;
+    }
+  }
+  return any;
+}
+
+void Client::blockForEvents(Clock::time_point deadline, milliseconds max_block) {
+  // Tell the agent we are about to sleep, then look at the ring once more:
+  // a completion pushed before it saw the flag is caught here, one pushed
+  // after it rings the eventfd.
+  header_->client_waiting.store(1, std::memory_order_seq_cst);
+  if (!completion_ring_.empty()) {
+    header_->client_waiting.store(0, std::memory_order_relaxed);
+    return;
+  }
+  auto now = Clock::now();
+  auto wait = std::min<Clock::duration>(deadline - now, max_block);
+  int ms = static_cast<int>(std::chrono::ceil<milliseconds>(wait).count());
+  pollfd fds[3] = {{completion_efd_.get(), POLLIN, 0},
+                   {sock_eof_ ? -1 : sock_.get(), POLLIN, 0},
+                   {wake_efd_.get(), POLLIN, 0}};
+  int r = ::poll(fds, 3, std::max(ms, 0));
+  header_->client_waiting.store(0, std::memory_order_relaxed);
+  if (r > 0 && (fds[0].revents & POLLIN)) {
+    uint64_t v;
+    (void)!::read(completion_efd_.get(), &v, sizeof v);  // reset; the ring is the truth
+  }
+}
+
+void Client::handleCompletion(const CompletionDesc& c) {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto it = ops_.find(c.handle);
+  if (it == ops_.end() || it->second.state != OpState::kSubmitted) {
+    // Expected after a failure (the op was failed already), a bug otherwise.
+    logger()->log(failed_.isOk() ? spdlog::level::warn : spdlog::level::debug,
+                  "completion for unknown handle {} ignored", c.handle);
+    return;
+  }
+  Op& op = it->second;
+  Status st;
+  if (c.code != 0) {
+    size_t len = std::min<size_t>(c.msg_len, kMaxErrorBytes);
+    st = wireStatus(c.code, std::string(c.msg, strnlen(c.msg, len)), Code::kInternal);
+  }
+  if (st.isOk() && !op.released && op.bytes > 0 && op.output != op.result) {
+    // Copy out without holding mu_; release() waits for kCompleting to end.
+    op.state = OpState::kCompleting;
+    void* out = op.output;
+    const char* src = op.result;
+    uint64_t bytes = op.bytes;
+    lk.unlock();
+    std::memcpy(out, src, bytes);
+    lk.lock();
+    it = ops_.find(c.handle);  // the table may have rehashed
+  }
+  finishOpLocked(it, std::move(st));
+}
+
+void Client::finishOpLocked(std::unordered_map<uint64_t, Op>::iterator it, Status status) {
+  Op& op = it->second;
+  if (op.slot && alloc_->free(*op.slot)) ++space_epoch_;
+  op.slot.reset();
+  names_in_flight_.erase(op.name);
+  op.state = OpState::kDone;
+  op.status = std::move(status);
+  if (op.released) ops_.erase(it);
+  cv_.notify_all();
+}
+
+void Client::handleAgentFrame(const std::string& payload) {
+  ipc::AgentFrame f;
+  if (!f.ParseFromString(payload)) {
+    logger()->warn("ignoring a frame from the agent that is not an AgentFrame");
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (f.has_job_failed()) {
+    Status st = wireStatus(f.job_failed().code(), f.job_failed().message(), Code::kAborted);
+    logger()->debug("job failed: {}", st.toString());
+    failAllLocked(st);
+  } else if (f.has_world()) {
+    const ipc::WorldInfo& w = f.world();
+    world_ = WorldView{w.generation(), w.rank(),       w.size(),      w.local_rank(),
+                       w.local_size(), w.cross_rank(), w.cross_size()};
+  }
+}
+
+void Client::failAllLocked(const Status& status) {
+  if (failed_.isOk()) failed_ = status;
+  for (auto it = ops_.begin(); it != ops_.end();) {
+    auto cur = it++;  // finishOpLocked may erase a released op
+    if (cur->second.state == OpState::kSubmitted) finishOpLocked(cur, failed_);
+  }
+  cv_.notify_all();
+}
+
+// ---------------------------------------------------------------------------
+// Handles
+
+Status Client::poll(uint64_t handle) {
+  auto done = [&] {
+    auto it = ops_.find(handle);
+    return it == ops_.end() || it->second.state == OpState::kDone;
+  };
+  progressUntil(done, Clock::now(), milliseconds(0));  // one non-blocking pass
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = ops_.find(handle);
+  if (it == ops_.end()) {
+    return invalidArgument("unknown handle " + std::to_string(handle) +
+                           ": it was already synchronized or released");
+  }
+  if (it->second.state != OpState::kDone) {
+    if (shutdown_) return usableLocked();
+    return Status(Code::kInProgress, "in progress");
+  }
+  return it->second.status;
+}
+
+Status Client::wait(uint64_t handle, milliseconds timeout) {
+  auto start = Clock::now();
+  milliseconds limit = timeout.count() < 0 ? opts_.op_timeout : timeout;
+  auto deadline = start + limit;
+  auto done = [&] {
+    auto it = ops_.find(handle);
+    return it == ops_.end() || it->second.state == OpState::kDone;
+  };
+  progressUntil(done, deadline, kDrainerBlockMax);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = ops_.find(handle);
+  if (it == ops_.end()) {
+    return invalidArgument("unknown handle " + std::to_string(handle) +
+                           ": it was already synchronized or released");
+  }
+  if (it->second.state != OpState::kDone) {
+    if (shutdown_) return usableLocked();
+    return timedOut("allreduce of tensor " + quoteName(it->second.name) + " (handle " +
+                    std::to_string(handle) + ") did not complete within " + fmtSeconds(limit) +
+                    " s; it is still pending (wait again, or see `kolo job " + opts_.job_id +
+                    "` for the ranks it waits for)");
+  }
+  Status st = std::move(it->second.status);
+  ops_.erase(it);
+  return st;
+}
+
+void Client::release(uint64_t handle) {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    auto it = ops_.find(handle);
+    if (it == ops_.end()) return;
+    if (it->second.state == OpState::kCompleting) {
+      cv_.wait(lk);  // a copy into its output is running; it is a memcpy, it ends
+      continue;
+    }
+    if (it->second.state == OpState::kDone) {
+      ops_.erase(it);
+    } else {
+      it->second.released = true;
+    }
+    return;
+  }
+}
+
+size_t Client::pendingOps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<size_t>(std::count_if(ops_.begin(), ops_.end(), [](const auto& kv) {
+    return kv.second.state != OpState::kDone;
+  }));
+}
+
+// ---------------------------------------------------------------------------
+// Zero-copy buffers
+
+StatusOr<void*> Client::allocShared(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(usableLocked());
+  auto off = alloc_->allocate(bytes);
+  if (!off) {
+    return invalidArgument("kolo_alloc_shared(" + std::to_string(bytes) +
+                           "): the shared arena has no free block that large (" +
+                           std::to_string(alloc_->capacity()) + " bytes of data, " +
+                           std::to_string(alloc_->usedBytes()) + " in use, largest free block " +
+                           std::to_string(alloc_->largestFreeBlock()) +
+                           "). Free shared buffers or raise KOLO_ARENA_MB.");
+  }
+  shared_[*off] = std::max<uint64_t>(bytes, 1);
+  return static_cast<void*>(arena_.data() + *off);
+}
+
+Status Client::freeShared(void* ptr) {
+  const char* p = static_cast<const char*>(ptr);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = p >= data_begin_ && p < data_end_
+                ? shared_.find(static_cast<uint64_t>(p - arena_.data()))
+                : shared_.end();
+  if (it == shared_.end()) {
+    return invalidArgument("kolo_free_shared: the pointer was not returned by kolo_alloc_shared "
+                           "(or was freed already, or kolo was re-initialized since)");
+  }
+  const char* b = arena_.data() + it->first;
+  const char* e = b + it->second;
+  for (const auto& [h, op] : ops_) {
+    if (op.state != OpState::kDone && !op.slot && op.result >= b && op.result < e) {
+      return invalidArgument("kolo_free_shared: the buffer is in use by the allreduce of tensor " +
+                             quoteName(op.name) + ", still in flight");
+    }
+  }
+  alloc_->free(it->first);
+  shared_.erase(it);
+  ++space_epoch_;
+  cv_.notify_all();
+  return okStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Shutdown
+
+void Client::shutdown() {
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (shutdown_) return;
+    shutdown_ = true;
+    if (wake_efd_.valid()) {
+      uint64_t one = 1;
+      (void)!::write(wake_efd_.get(), &one, sizeof one);
+    }
+    // A drainer leaves at once: its poll includes wake_efd_ and it sees shutdown_.
+    if (!cv_.wait_for(lk, kShutdownDrainerWait, [&] { return !draining_; })) {
+      logger()->warn("shutdown: a thread is still draining completions after {} s",
+                     fmtSeconds(kShutdownDrainerWait));
+      return;  // the destructor cannot run while that thread is inside a call
+    }
+    failAllLocked(aborted("kolo_shutdown() was called while this collective was in flight"));
+  }
+  if (sock_.valid() && !sock_eof_) {
+    ipc::ClientFrame bye;
+    bye.mutable_goodbye();
+    Status s = sendFrame(sock_.get(), bye);
+    if (!s.isOk()) logger()->debug("goodbye not delivered: {}", s.toString());
+  }
+  sock_.reset();
+}
+
+}  // namespace kolo

@@ -1,0 +1,179 @@
+// Client: one process's connection to its node's kolo-agent.
+//
+// connect() does the handshake (Hello -> Welcome + arena/doorbell/completion
+// descriptors -> WorldInfo). Submissions copy a tensor into a slot of the
+// shared arena (or use it in place when it already lives there), push a
+// SubmitDesc into the submission ring and ring the doorbell. Completions come
+// back through the completion ring; whichever thread is waiting drains them,
+// copies results out and frees the slots.
+//
+// Threading: every public function is thread-safe. mu_ guards the handle
+// table and the submission ring (the single producer); at most one thread at
+// a time "drains" (completion ring + socket), marked by draining_ under mu_;
+// the others wait on cv_ with a short bounded timeout. The arena stays mapped
+// and the descriptors open until the Client is destroyed, so threads still
+// inside a call when shutdown() runs never touch freed memory.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "arena_allocator.h"
+#include "client_options.h"
+#include "common/dtype.h"
+#include "common/fd.h"
+#include "common/frame.h"
+#include "common/ipc_layout.h"
+#include "common/shm.h"
+#include "common/status.h"
+
+namespace kolo {
+
+namespace ipc {
+class AgentFrame;
+}
+
+struct WorldView {
+  uint64_t generation = 0;
+  int rank = -1;
+  int size = -1;
+  int local_rank = -1;
+  int local_size = -1;
+  int cross_rank = -1;
+  int cross_size = -1;
+};
+
+struct AllreduceArgs {
+  const char* name = nullptr;
+  const void* input = nullptr;
+  void* output = nullptr;
+  int ndim = 0;
+  const int64_t* shape = nullptr;
+  int dtype = 0;      // DataType value (checked)
+  int op = 0;         // ReduceOp value (checked)
+  double prescale = 1.0;
+  double postscale = 1.0;
+};
+
+class Client {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Connects and waits for the job's world (both bounded by the start timeout).
+  static StatusOr<std::unique_ptr<Client>> connect(const ClientOptions& opts);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  WorldView world() const;
+  const ClientOptions& options() const { return opts_; }
+
+  // Validates and submits; returns a fresh nonzero handle.
+  StatusOr<uint64_t> allreduceAsync(const AllreduceArgs& args);
+  // Drains completions without blocking: kInProgress or the final status.
+  Status poll(uint64_t handle);
+  // Waits up to `timeout` (negative: the op timeout). Forgets the handle
+  // unless the wait timed out (TIMED_OUT leaves it pending).
+  Status wait(uint64_t handle, std::chrono::milliseconds timeout);
+  // Forgets a handle; the op still runs but its result is no longer copied
+  // to the output buffer. Returns once no copy into that buffer is running.
+  void release(uint64_t handle);
+
+  // Zero-copy buffers inside the arena's data region.
+  StatusOr<void*> allocShared(size_t bytes);
+  Status freeShared(void* ptr);
+
+  // Sends Goodbye, fails pending handles with ABORTED and refuses new work.
+  // Idempotent. Memory and descriptors are released by the destructor.
+  void shutdown();
+
+  // Introspection for tests and diagnostics.
+  size_t pendingOps() const;
+  uint64_t arenaUsedBytes() const { return alloc_ ? alloc_->usedBytes() : 0; }
+  uint64_t dataCapacity() const { return alloc_ ? alloc_->capacity() : 0; }
+
+ private:
+  enum class OpState { kSubmitted, kCompleting, kDone };
+  struct Op {
+    std::string name;
+    void* output = nullptr;
+    const char* result = nullptr;  // where the agent leaves the result (in the arena)
+    uint64_t bytes = 0;
+    std::optional<uint64_t> slot;  // our staging slot, freed at completion
+    OpState state = OpState::kSubmitted;
+    bool released = false;
+    Status status;
+  };
+
+  explicit Client(ClientOptions opts);
+  Status connectSocket();
+  Status handshake();
+  Status waitForWorld(Clock::time_point deadline);
+  Status attachArena(UniqueFd arena, UniqueFd doorbell, UniqueFd completion);
+  // Receives one AgentFrame during the handshake (before any ops exist).
+  Status recvAgentFrame(Clock::time_point deadline, ipc::AgentFrame* frame);
+
+  // Runs progress until `done` (checked under mu_) holds or the deadline
+  // passes; returns done(). `max_block` caps each blocking poll.
+  bool progressUntil(const std::function<bool()>& done, Clock::time_point deadline,
+                     std::chrono::milliseconds max_block);
+  // Drainer-only (draining_ set by the caller): one non-blocking pass over
+  // the completion ring and the socket; true if anything happened.
+  bool drainOnce();
+  void blockForEvents(Clock::time_point deadline, std::chrono::milliseconds max_block);
+  void handleCompletion(const CompletionDesc& c);
+  void handleAgentFrame(const std::string& payload);
+  void readSocket();
+  // Fails every pending op and all later submissions (mu_ held; drainer or
+  // shutdown only, so no op is kCompleting).
+  void failAllLocked(const Status& status);
+  void finishOpLocked(std::unordered_map<uint64_t, Op>::iterator it, Status status);
+  Status usableLocked() const;
+  void ringDoorbell();
+
+  Status validate(const AllreduceArgs& a, uint64_t* bytes) const;
+  StatusOr<uint64_t> allocateSlot(uint64_t bytes, const std::string& name,
+                                  Clock::time_point deadline);
+
+  ClientOptions opts_;
+  UniqueFd sock_;
+  UniqueFd doorbell_;
+  UniqueFd completion_efd_;
+  UniqueFd wake_efd_;   // written by shutdown() to interrupt a blocked drainer
+  SharedRegion arena_;
+  ArenaHeader* header_ = nullptr;
+  SubmitRing submit_ring_;
+  CompletionRing completion_ring_;
+  char* data_begin_ = nullptr;
+  char* data_end_ = nullptr;
+  std::unique_ptr<ArenaAllocator> alloc_;
+  FrameDecoder decoder_;           // drainer-only after connect()
+  std::deque<UniqueFd> stray_fds_; // drainer-only
+  bool sock_eof_ = false;          // drainer-only (and shutdown once no drainer runs)
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool draining_ = false;
+  bool shutdown_ = false;
+  Status failed_;                  // sticky: job failed / connection lost / shut down
+  WorldView world_;
+  std::unordered_map<uint64_t, Op> ops_;
+  std::set<std::string, std::less<>> names_in_flight_;
+  std::map<uint64_t, uint64_t> shared_;  // zero-copy buffers: offset -> bytes
+  uint64_t space_epoch_ = 0;       // bumped whenever arena space is freed
+};
+
+}  // namespace kolo

@@ -1,0 +1,109 @@
+#include "client_options.h"
+
+#include <cmath>
+
+extern char** environ;
+
+namespace kolo {
+
+namespace {
+
+std::chrono::milliseconds seconds(double s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
+}
+
+Status missing(const std::string& var, const std::string& what) {
+  return invalidArgument(var + " is not set (" + what +
+                         "). kolorun sets it for every rank it starts: run the program as "
+                         "`kolorun -np N <program>`, or set it yourself.");
+}
+
+}  // namespace
+
+Config ClientOptions::makeConfig() {
+  Config c("libkolo");
+  c.define("agent-socket", KnobType::kString, "/run/kolo/agent.sock",
+           "Unix socket of the node's kolo-agent");
+  c.define("job-id", KnobType::kString, "", "the job this process belongs to (set by kolorun)");
+  c.define("job-token", KnobType::kString, "", "the job's secret, checked by the agent (set by kolorun)");
+  c.define("size", KnobType::kInt, "-1", "number of ranks in the job (set by kolorun)");
+  c.define("local-rank", KnobType::kInt, "-1", "this process's rank on its node (set by kolorun)");
+  c.define("local-size", KnobType::kInt, "-1", "number of ranks of the job on this node (set by kolorun)");
+  c.define("start-timeout", KnobType::kDouble, "30",
+           "seconds kolo_init waits for the agent and for the job's other ranks");
+  c.define("op-timeout", KnobType::kDouble, "600",
+           "seconds a collective may take before a wait without a timeout gives up");
+  c.define("arena-mb", KnobType::kInt, "0",
+           "size of this process's shared arena in MiB (0 = the agent's default)");
+  c.alias("size", "HOROVOD_SIZE");
+  c.alias("local-rank", "HOROVOD_LOCAL_RANK");
+  c.alias("local-size", "HOROVOD_LOCAL_SIZE");
+  return c;
+}
+
+StatusOr<ClientOptions> ClientOptions::fromEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string s(*e);
+    auto eq = s.find('=');
+    if (eq != std::string::npos) env.emplace(s.substr(0, eq), s.substr(eq + 1));
+  }
+  return fromEnv(env);
+}
+
+StatusOr<ClientOptions> ClientOptions::fromEnv(const std::map<std::string, std::string>& env_in) {
+  // KOLO_CONFIG names the daemons' config file, whose keys are not ours:
+  // the client reads the environment only.
+  std::map<std::string, std::string> env = env_in;
+  env.erase("KOLO_CONFIG");
+  Config c = makeConfig();
+  const char* argv0[] = {"libkolo"};
+  RETURN_IF_ERROR(c.loadWithEnv(1, argv0, env));
+
+  ClientOptions o;
+  o.socket_path = c.getString("agent-socket");
+  if (o.socket_path.empty()) return invalidArgument("KOLO_AGENT_SOCKET is empty");
+  o.job_id = c.getString("job-id");
+  if (o.job_id.empty()) return missing("KOLO_JOB_ID", "the job this process belongs to");
+  o.token = c.getString("job-token");
+  int64_t size = c.getInt("size");
+  int64_t local_rank = c.getInt("local-rank");
+  int64_t local_size = c.getInt("local-size");
+  if (size < 0) return missing("KOLO_SIZE", "the number of ranks in the job");
+  if (local_rank < 0) return missing("KOLO_LOCAL_RANK", "this process's rank on its node");
+  if (local_size < 0) return missing("KOLO_LOCAL_SIZE", "the number of ranks on this node");
+  if (size < 1 || size > (1 << 24)) {
+    return invalidArgument("KOLO_SIZE must be at least 1, got " + std::to_string(size));
+  }
+  if (local_size < 1 || local_size > size) {
+    return invalidArgument("KOLO_LOCAL_SIZE must be between 1 and KOLO_SIZE (" +
+                           std::to_string(size) + "), got " + std::to_string(local_size));
+  }
+  if (local_rank >= local_size) {
+    return invalidArgument("KOLO_LOCAL_RANK must be below KOLO_LOCAL_SIZE (" +
+                           std::to_string(local_size) + "), got " + std::to_string(local_rank));
+  }
+  o.world_size = static_cast<int>(size);
+  o.local_rank = static_cast<int>(local_rank);
+  o.local_size = static_cast<int>(local_size);
+
+  double start = c.getDouble("start-timeout");
+  double op = c.getDouble("op-timeout");
+  if (!(start > 0) || start > 1e7) {
+    return invalidArgument("KOLO_START_TIMEOUT must be a positive number of seconds");
+  }
+  if (!(op > 0) || op > 1e7) {
+    return invalidArgument("KOLO_OP_TIMEOUT must be a positive number of seconds");
+  }
+  o.start_timeout = seconds(start);
+  o.op_timeout = seconds(op);
+  int64_t mb = c.getInt("arena-mb");
+  if (mb < 0 || mb > (int64_t{1} << 20)) {
+    return invalidArgument("KOLO_ARENA_MB must be between 0 (agent default) and 1048576, got " +
+                           std::to_string(mb));
+  }
+  o.arena_bytes = static_cast<uint64_t>(mb) << 20;
+  return o;
+}
+
+}  // namespace kolo

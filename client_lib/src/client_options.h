@@ -1,0 +1,35 @@
+// The client's settings. They come from the environment that kolorun sets
+// (KOLO_AGENT_SOCKET, KOLO_JOB_ID, ...), read through the Config registry so
+// every knob has a type, a default and a doc line.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "common/config.h"
+#include "common/status.h"
+
+namespace kolo {
+
+struct ClientOptions {
+  std::string socket_path = "/run/kolo/agent.sock";
+  std::string job_id;
+  std::string token;
+  int world_size = 0;
+  int local_rank = 0;
+  int local_size = 0;
+  std::chrono::milliseconds start_timeout{30'000};
+  std::chrono::milliseconds op_timeout{600'000};
+  uint64_t arena_bytes = 0;  // 0 = the agent's default
+
+  // The knobs libkolo reads (for --dump-config style listings and docs).
+  static Config makeConfig();
+  // Reads the process environment. Missing job settings are an
+  // INVALID_ARGUMENT naming the variable (kolorun sets them all).
+  static StatusOr<ClientOptions> fromEnvironment();
+  static StatusOr<ClientOptions> fromEnv(const std::map<std::string, std::string>& env);
+};
+
+}  // namespace kolo

@@ -1,0 +1,145 @@
+#include "coordinator/core.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/log.h"
+
+namespace kolo::coordinator {
+
+namespace {
+
+// How often leases are checked: a tenth of the lease, between 10 and 250 ms,
+// so an agent is declared lost at most ~10% after its lease ran out.
+std::chrono::milliseconds leaseCheckPeriod(int64_t lease_ms) {
+  return std::chrono::milliseconds(std::clamp<int64_t>(lease_ms / 10, 10, 250));
+}
+
+}  // namespace
+
+Core::Core(EventLoop* loop, MembershipOptions options, const Clock* clock)
+    : loop_(loop), membership_(options, clock) {}
+
+Core::~Core() = default;
+
+void Core::startOnLoop() {
+  auto lease_period = leaseCheckPeriod(membership_.options().lease_ms);
+  lease_timer_ = loop_->addTimer(
+      lease_period,
+      [this] {
+        Changes changes;
+        membership_.expireLeases(&changes);
+        applyOnLoop(changes);
+      },
+      lease_period);
+  auto gc_period = std::chrono::seconds(1);
+  retention_timer_ = loop_->addTimer(
+      gc_period,
+      [this] {
+        Changes changes;
+        membership_.collectEndedJobs(&changes);
+        applyOnLoop(changes);
+      },
+      gc_period);
+}
+
+void Core::shutdownOnLoop() {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  if (lease_timer_ != 0) loop_->cancelTimer(lease_timer_);
+  if (retention_timer_ != 0) loop_->cancelTimer(retention_timer_);
+  lease_timer_ = retention_timer_ = 0;
+  watches_.closeAll(
+      grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down"));
+  kv_.failAllWaiters();
+}
+
+void Core::applyOnLoop(const Changes& changes) {
+  for (const coord::World& w : changes.worlds) watches_.publish(w);
+  for (const Changes::Removed& r : changes.removed) {
+    kv_.eraseJob(r.job_id);
+    watches_.closeJob(r.job_id, grpc::Status(grpc::StatusCode::ABORTED, r.reason));
+  }
+}
+
+grpc::Status Core::refuseIfShuttingDown() const {
+  if (!shutting_down_) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+}
+
+grpc::Status Core::registerAgentOnLoop(const coord::RegisterAgentRequest& req,
+                                       coord::RegisterAgentReply* reply) {
+  return membership_.registerAgent(req, reply);
+}
+
+coord::HeartbeatReply Core::heartbeatOnLoop(const coord::HeartbeatRequest& req) {
+  return membership_.heartbeat(req);
+}
+
+grpc::Status Core::joinJobOnLoop(const coord::JoinJobRequest& req) {
+  Changes changes;
+  grpc::Status st = membership_.joinJob(req, &changes);
+  applyOnLoop(changes);
+  return st;
+}
+
+grpc::Status Core::leaveJobOnLoop(const coord::LeaveJobRequest& req) {
+  Changes changes;
+  grpc::Status st = membership_.leaveJob(req, &changes);
+  applyOnLoop(changes);
+  return st;
+}
+
+grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req,
+                               std::shared_ptr<WatchQueue> queue) {
+  if (auto st = refuseIfShuttingDown(); !st.ok()) return st;
+  coord::World world;
+  grpc::Status st = membership_.world(req.job_id(), req.token(), &world);
+  if (!st.ok()) return st;
+  bool terminal = isTerminal(world);
+  queue->push(std::move(world));
+  if (!terminal) watches_.add(req.job_id(), std::move(queue));
+  log::get("coord")->debug("job {}: agent {} watches ({} watchers)", req.job_id(), req.agent_id(),
+                           watches_.watcherCount(req.job_id()));
+  return grpc::Status::OK;
+}
+
+void Core::unwatchOnLoop(const std::string& job_id, const WatchQueue* queue) {
+  watches_.remove(job_id, queue);
+}
+
+grpc::Status Core::kvPutOnLoop(const coord::KvPutRequest& req) {
+  grpc::Status st = membership_.checkAccess(req.job_id(), req.token());
+  if (!st.ok()) return st;
+  if (req.key().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        fmt::format("KvPut: empty key for job {}", req.job_id()));
+  }
+  kv_.put(req.job_id(), req.key(), req.value());
+  return grpc::Status::OK;
+}
+
+grpc::Status Core::kvGetOnLoop(const coord::KvGetRequest& req, KvDone done) {
+  grpc::Status st = membership_.checkAccess(req.job_id(), req.token());
+  if (!st.ok()) return st;
+  if (auto value = kv_.get(req.job_id(), req.key())) {
+    done(std::move(value));
+    return grpc::Status::OK;
+  }
+  if (req.wait_ms() == 0) {
+    done(std::nullopt);
+    return grpc::Status::OK;
+  }
+  if (auto refuse = refuseIfShuttingDown(); !refuse.ok()) return refuse;
+  uint64_t wait_ms = std::min(req.wait_ms(), kMaxKvWaitMs);
+  KvStore::WaiterId id = kv_.addWaiter(req.job_id(), req.key(), std::move(done));
+  loop_->addTimer(std::chrono::milliseconds(wait_ms), [this, id] { kv_.expireWaiter(id); });
+  return grpc::Status::OK;
+}
+
+coord::ListJobsReply Core::listJobsOnLoop() const { return membership_.listJobs(); }
+
+coord::ListAgentsReply Core::listAgentsOnLoop() const { return membership_.listAgents(); }
+
+}  // namespace kolo::coordinator

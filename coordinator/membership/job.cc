@@ -1,0 +1,105 @@
+#include "coordinator/membership/job.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace kolo::coordinator {
+
+int32_t Job::joinedRanks() const {
+  int32_t n = 0;
+  for (const JobMember& m : members) n += m.local_size;
+  return n;
+}
+
+JobMember* Job::findMember(const std::string& agent_id) {
+  for (JobMember& m : members) {
+    if (m.agent_id == agent_id) return &m;
+  }
+  return nullptr;
+}
+
+const JobMember* Job::findMember(const std::string& agent_id) const {
+  return const_cast<Job*>(this)->findMember(agent_id);
+}
+
+namespace {
+
+// The members as slots in the deterministic order, offsets not assigned.
+std::vector<coord::AgentSlot> orderedSlots(const Job& job, const AgentRegistry& agents) {
+  std::vector<coord::AgentSlot> slots;
+  slots.reserve(job.members.size());
+  for (const JobMember& m : job.members) {
+    coord::AgentSlot s;
+    const AgentRecord* r = agents.find(m.agent_id);
+    *s.mutable_agent() = r != nullptr ? r->info : m.info;
+    s.set_local_size(m.local_size);
+    s.set_rank_offset(-1);
+    s.set_cross_rank(-1);
+    slots.push_back(std::move(s));
+  }
+  std::sort(slots.begin(), slots.end(), [](const coord::AgentSlot& a, const coord::AgentSlot& b) {
+    return std::tie(a.agent().hostname(), a.agent().agent_id()) <
+           std::tie(b.agent().hostname(), b.agent().agent_id());
+  });
+  return slots;
+}
+
+}  // namespace
+
+void sealJob(Job& job, const AgentRegistry& agents) {
+  job.slots = orderedSlots(job, agents);
+  int32_t offset = 0;
+  for (size_t i = 0; i < job.slots.size(); ++i) {
+    job.slots[i].set_rank_offset(offset);
+    job.slots[i].set_cross_rank(static_cast<int32_t>(i));
+    offset += job.slots[i].local_size();
+  }
+  job.state = coord::RUNNING;
+  job.generation = 1;
+}
+
+std::vector<coord::AgentSlot> currentSlots(const Job& job, const AgentRegistry& agents) {
+  if (job.generation > 0) return job.slots;
+  return orderedSlots(job, agents);
+}
+
+coord::World worldOf(const Job& job, const AgentRegistry& agents) {
+  coord::World w;
+  w.set_job_id(job.id);
+  w.set_generation(job.generation);
+  w.set_state(job.state);
+  w.set_world_size(job.world_size);
+  for (auto& s : currentSlots(job, agents)) *w.add_agents() = std::move(s);
+  w.set_reason(job.reason);
+  return w;
+}
+
+coord::JobSummary summaryOf(const Job& job, const AgentRegistry& agents) {
+  coord::JobSummary s;
+  s.set_job_id(job.id);
+  s.set_state(job.state);
+  s.set_generation(job.generation);
+  s.set_world_size(job.world_size);
+  s.set_joined_ranks(job.joinedRanks());
+  for (auto& slot : currentSlots(job, agents)) *s.add_agents() = std::move(slot);
+  s.set_reason(job.reason);
+  s.set_created_unix_ms(job.created_wall_ms);
+  return s;
+}
+
+const char* jobStateName(coord::JobState s) {
+  switch (s) {
+    case coord::FORMING:
+      return "FORMING";
+    case coord::RUNNING:
+      return "RUNNING";
+    case coord::FAILED:
+      return "FAILED";
+    case coord::FINISHED:
+      return "FINISHED";
+    default:
+      return "UNSPECIFIED";
+  }
+}
+
+}  // namespace kolo::coordinator

@@ -1,0 +1,55 @@
+// One job: who joined with how many ranks, and the sealed generation.
+// Plain data plus the pure functions that seal it and describe it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "coordinator/membership/agent_registry.h"
+#include "kolo/proto/coordinator.pb.h"
+
+namespace kolo::coordinator {
+
+struct JobMember {
+  std::string agent_id;
+  coord::AgentInfo info;  // as registered when it joined (used once the agent is gone)
+  int32_t local_size = 0;
+  bool left = false;  // left the RUNNING job cleanly (its part is done)
+};
+
+struct Job {
+  std::string id;
+  std::string token;
+  int32_t world_size = 0;
+  coord::JobState state = coord::FORMING;
+  uint64_t generation = 0;              // 0 while FORMING; 1 once sealed
+  std::vector<JobMember> members;       // in join order
+  std::vector<coord::AgentSlot> slots;  // the sealed order (empty while FORMING)
+  std::string reason;                   // why it FAILED
+  int64_t created_wall_ms = 0;
+  int64_t ended_steady_ms = -1;  // when it became FAILED/FINISHED
+
+  bool ended() const { return state == coord::FAILED || state == coord::FINISHED; }
+  bool active() const { return state == coord::FORMING || state == coord::RUNNING; }
+  int32_t joinedRanks() const;
+  JobMember* findMember(const std::string& agent_id);
+  const JobMember* findMember(const std::string& agent_id) const;
+};
+
+// Orders the members by (hostname, agent_id), assigns cumulative rank
+// offsets and cross ranks, and moves the job to RUNNING at generation 1.
+// Every member must be in `agents`.
+void sealJob(Job& job, const AgentRegistry& agents);
+
+// The slots that describe the job now: the sealed order once sealed; while
+// FORMING the joined agents in the same deterministic order with
+// rank_offset and cross_rank -1 (not assigned yet).
+std::vector<coord::AgentSlot> currentSlots(const Job& job, const AgentRegistry& agents);
+
+coord::World worldOf(const Job& job, const AgentRegistry& agents);
+coord::JobSummary summaryOf(const Job& job, const AgentRegistry& agents);
+
+const char* jobStateName(coord::JobState s);
+
+}  // namespace kolo::coordinator

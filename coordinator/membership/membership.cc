@@ -1,0 +1,277 @@
+#include "coordinator/membership/membership.h"
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+
+namespace kolo::coordinator {
+
+namespace {
+
+grpc::Status error(grpc::StatusCode code, std::string message) {
+  return grpc::Status(code, std::move(message));
+}
+
+}  // namespace
+
+Membership::Membership(MembershipOptions options, const Clock* clock)
+    : options_(options), clock_(clock), agents_(clock, options.lease_ms) {}
+
+grpc::Status Membership::registerAgent(const coord::RegisterAgentRequest& req,
+                                       coord::RegisterAgentReply* reply) {
+  const coord::AgentInfo& info = req.agent();
+  if (info.agent_id().empty()) {
+    return error(grpc::StatusCode::INVALID_ARGUMENT, "RegisterAgent: agent_id must not be empty");
+  }
+  bool again = agents_.find(info.agent_id()) != nullptr;
+  agents_.upsert(info);
+  log::get("coord")->info("agent {} (host {}, rpc {}) {}", info.agent_id(), info.hostname(),
+                          info.rpc_address(), again ? "registered again" : "registered");
+  reply->set_lease_ms(static_cast<uint64_t>(options_.lease_ms));
+  reply->set_heartbeat_interval_ms(static_cast<uint64_t>(options_.heartbeat_interval_ms));
+  return grpc::Status::OK;
+}
+
+coord::HeartbeatReply Membership::heartbeat(const coord::HeartbeatRequest& req) {
+  coord::HeartbeatReply reply;
+  reply.set_known(agents_.heartbeat(req.agent_id()));
+  if (!reply.known()) {
+    log::get("coord")->debug("heartbeat from unknown agent {}: told to register again",
+                             req.agent_id());
+  }
+  return reply;
+}
+
+grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* changes) {
+  const std::string& job_id = req.job_id();
+  const std::string& agent_id = req.agent_id();
+  if (job_id.empty())
+    return error(grpc::StatusCode::INVALID_ARGUMENT, "JoinJob: job_id must not be empty");
+  const AgentRecord* agent = agents_.find(agent_id);
+  if (agent == nullptr) {
+    return error(grpc::StatusCode::FAILED_PRECONDITION,
+                 fmt::format("agent not registered: agent '{}' must call RegisterAgent before "
+                             "joining job {}",
+                             agent_id, job_id));
+  }
+  if (req.local_size() <= 0) {
+    return error(grpc::StatusCode::INVALID_ARGUMENT,
+                 fmt::format("job {}: agent {} asked for local_size {}; it must be at least 1",
+                             job_id, agent_id, req.local_size()));
+  }
+  if (req.world_size() <= 0) {
+    return error(grpc::StatusCode::INVALID_ARGUMENT,
+                 fmt::format("job {}: agent {} asked for world_size {}; it must be at least 1",
+                             job_id, agent_id, req.world_size()));
+  }
+
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    if (req.local_size() > req.world_size()) {
+      return error(grpc::StatusCode::INVALID_ARGUMENT,
+                   fmt::format("job {}: agent {} brings local_size {}, more than world_size {}",
+                               job_id, agent_id, req.local_size(), req.world_size()));
+    }
+    Job job;
+    job.id = job_id;
+    job.token = req.token();
+    job.world_size = req.world_size();
+    job.created_wall_ms = clock_->wallMs();
+    it = jobs_.emplace(job_id, std::move(job)).first;
+    log::get("coord")->info("job {} created by agent {}: world_size {}", job_id, agent_id,
+                            req.world_size());
+  } else {
+    Job& job = it->second;
+    if (job.token != req.token()) {
+      return error(grpc::StatusCode::PERMISSION_DENIED,
+                   fmt::format("wrong token for job {} (agent {})", job_id, agent_id));
+    }
+    if (job.state != coord::FORMING) {
+      // A retried join of a member of the sealed job is not an error.
+      const JobMember* m = job.findMember(agent_id);
+      if (job.state == coord::RUNNING && m != nullptr && !m->left &&
+          m->local_size == req.local_size() && job.world_size == req.world_size()) {
+        return grpc::Status::OK;
+      }
+      std::string why = job.state == coord::FAILED ? fmt::format(" ({})", job.reason) : "";
+      return error(grpc::StatusCode::FAILED_PRECONDITION,
+                   fmt::format("job {} is already {}{} (generation {}); agent {} cannot join it",
+                               job_id, jobStateName(job.state), why, job.generation, agent_id));
+    }
+    if (job.world_size != req.world_size()) {
+      return error(grpc::StatusCode::INVALID_ARGUMENT,
+                   fmt::format("job {} has world_size {} but agent {} asked for world_size {}",
+                               job_id, job.world_size, agent_id, req.world_size()));
+    }
+    const JobMember* m = job.findMember(agent_id);
+    int32_t others = job.joinedRanks() - (m != nullptr ? m->local_size : 0);
+    if (others + req.local_size() > job.world_size) {
+      return error(grpc::StatusCode::INVALID_ARGUMENT,
+                   fmt::format("job {}: agent {} with local_size {} would bring the job to {} "
+                               "ranks, more than its world_size {}",
+                               job_id, agent_id, req.local_size(), others + req.local_size(),
+                               job.world_size));
+    }
+  }
+
+  Job& job = it->second;
+  if (JobMember* m = job.findMember(agent_id)) {
+    m->local_size = req.local_size();
+    m->info = agent->info;
+  } else {
+    job.members.push_back({agent_id, agent->info, req.local_size(), false});
+  }
+  log::get("coord")->info("job {}: agent {} joined with {} ranks ({}/{})", job_id, agent_id,
+                          req.local_size(), job.joinedRanks(), job.world_size);
+  if (job.joinedRanks() == job.world_size) {
+    sealJob(job, agents_);
+    log::get("coord")->info("job {}: generation {} sealed, {} agents, {} ranks", job_id,
+                            job.generation, job.slots.size(), job.world_size);
+    changes->worlds.push_back(worldOf(job, agents_));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Membership::leaveJob(const coord::LeaveJobRequest& req, Changes* changes) {
+  auto it = jobs_.find(req.job_id());
+  if (it == jobs_.end()) {
+    return error(grpc::StatusCode::NOT_FOUND, fmt::format("LeaveJob: job {} not found (agent {})",
+                                                          req.job_id(), req.agent_id()));
+  }
+  Job& job = it->second;
+  JobMember* m = job.findMember(req.agent_id());
+  if (m == nullptr) {
+    return error(
+        grpc::StatusCode::NOT_FOUND,
+        fmt::format("LeaveJob: agent {} is not a member of job {}", req.agent_id(), job.id));
+  }
+  if (req.failed()) {
+    m->left = true;
+    if (job.active()) {
+      std::string reason = req.reason().empty()
+                               ? fmt::format("agent {} reported a failure", req.agent_id())
+                               : req.reason();
+      failJob(job, std::move(reason), changes);
+    }
+    return grpc::Status::OK;
+  }
+  if (job.state == coord::FORMING) {
+    std::erase_if(job.members, [&](const JobMember& x) { return x.agent_id == req.agent_id(); });
+    log::get("coord")->info("job {}: agent {} left before the job formed ({}/{} ranks)", job.id,
+                            req.agent_id(), job.joinedRanks(), job.world_size);
+    if (job.members.empty()) {
+      removeJob(job.id, fmt::format("every agent left job {} before it formed", job.id), changes);
+    }
+    return grpc::Status::OK;
+  }
+  m->left = true;
+  if (job.state == coord::RUNNING) {
+    bool all_left = true;
+    for (const JobMember& x : job.members) all_left = all_left && x.left;
+    if (all_left) finishJob(job, changes);
+  }
+  return grpc::Status::OK;
+}
+
+void Membership::expireLeases(Changes* changes) {
+  for (const ExpiredAgent& lost : agents_.expire()) {
+    const coord::AgentInfo& info = lost.info;
+    log::get("coord")->warn("agent {} (host {}) lost: no heartbeat for {} ms (lease {} ms)",
+                            info.agent_id(), info.hostname(), lost.silent_ms, options_.lease_ms);
+    for (auto& [id, job] : jobs_) {
+      const JobMember* m = job.findMember(info.agent_id());
+      if (m == nullptr || m->left || !job.active()) continue;
+      failJob(job,
+              fmt::format("agent {} (host {}) lost: no heartbeat for {} ms", info.agent_id(),
+                          info.hostname(), lost.silent_ms),
+              changes);
+    }
+  }
+}
+
+void Membership::collectEndedJobs(Changes* changes) {
+  int64_t now = clock_->steadyMs();
+  std::vector<std::string> expired;
+  for (const auto& [id, job] : jobs_) {
+    if (job.ended() && now - job.ended_steady_ms >= options_.finished_job_retention_ms) {
+      expired.push_back(id);
+    }
+  }
+  for (const std::string& id : expired) {
+    removeJob(id,
+              fmt::format("job {} ended more than {} s ago and was forgotten", id,
+                          options_.finished_job_retention_ms / 1000),
+              changes);
+  }
+}
+
+grpc::Status Membership::checkAccess(const std::string& job_id, const std::string& token) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return error(grpc::StatusCode::NOT_FOUND, fmt::format("job {} not found", job_id));
+  }
+  if (it->second.token != token) {
+    return error(grpc::StatusCode::PERMISSION_DENIED,
+                 fmt::format("wrong token for job {}", job_id));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Membership::world(const std::string& job_id, const std::string& token,
+                               coord::World* out) const {
+  grpc::Status st = checkAccess(job_id, token);
+  if (!st.ok()) return st;
+  *out = worldOf(jobs_.at(job_id), agents_);
+  return grpc::Status::OK;
+}
+
+coord::ListJobsReply Membership::listJobs() const {
+  coord::ListJobsReply reply;
+  for (const auto& [id, job] : jobs_) *reply.add_jobs() = summaryOf(job, agents_);
+  return reply;
+}
+
+coord::ListAgentsReply Membership::listAgents() const {
+  coord::ListAgentsReply reply;
+  int64_t now = clock_->steadyMs();
+  for (const auto& [id, rec] : agents_.all()) {
+    coord::AgentSummary* s = reply.add_agents();
+    *s->mutable_agent() = rec.info;
+    s->set_last_heartbeat_age_ms(now - rec.last_heartbeat_ms);
+    for (const auto& [job_id, job] : jobs_) {
+      const JobMember* m = job.findMember(id);
+      if (m != nullptr && !m->left && job.active()) s->add_job_ids(job_id);
+    }
+  }
+  return reply;
+}
+
+const Job* Membership::findJob(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+void Membership::failJob(Job& job, std::string reason, Changes* changes) {
+  if (!job.active()) return;  // the first failure wins
+  job.state = coord::FAILED;
+  job.reason = std::move(reason);
+  job.ended_steady_ms = clock_->steadyMs();
+  log::get("coord")->warn("job {} FAILED (generation {}): {}", job.id, job.generation, job.reason);
+  changes->worlds.push_back(worldOf(job, agents_));
+}
+
+void Membership::finishJob(Job& job, Changes* changes) {
+  job.state = coord::FINISHED;
+  job.ended_steady_ms = clock_->steadyMs();
+  log::get("coord")->info("job {} FINISHED (generation {}): every agent left cleanly", job.id,
+                          job.generation);
+  changes->worlds.push_back(worldOf(job, agents_));
+}
+
+void Membership::removeJob(const std::string& job_id, std::string reason, Changes* changes) {
+  jobs_.erase(job_id);
+  log::get("coord")->info("job {} removed: {}", job_id, reason);
+  changes->removed.push_back({job_id, std::move(reason)});
+}
+
+}  // namespace kolo::coordinator

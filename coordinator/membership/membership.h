@@ -1,0 +1,78 @@
+// The coordinator's membership logic: agents and their leases, jobs and
+// their generations. Pure logic owned by the coordinator's loop thread (no
+// locking, no I/O); time comes from the injected Clock, so tests step it.
+// Results are gRPC statuses because they are exactly the RPCs' answers
+// (kolo::Status has no NOT_FOUND / FAILED_PRECONDITION).
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "coordinator/membership/agent_registry.h"
+#include "coordinator/membership/clock.h"
+#include "coordinator/membership/job.h"
+#include "kolo/proto/coordinator.pb.h"
+
+namespace kolo::coordinator {
+
+struct MembershipOptions {
+  int64_t lease_ms = 5000;
+  int64_t heartbeat_interval_ms = 1000;
+  int64_t finished_job_retention_ms = 300 * 1000;
+};
+
+// What a call changed that the rest of the coordinator must act on.
+struct Changes {
+  struct Removed {
+    std::string job_id;
+    std::string reason;
+  };
+  std::vector<coord::World> worlds;  // new Worlds, in order: push to the job's watchers
+  std::vector<Removed> removed;      // forgotten jobs: drop their keys, end their watchers
+  bool empty() const { return worlds.empty() && removed.empty(); }
+};
+
+class Membership {
+ public:
+  Membership(MembershipOptions options, const Clock* clock);
+
+  grpc::Status registerAgent(const coord::RegisterAgentRequest& req,
+                             coord::RegisterAgentReply* reply);
+  coord::HeartbeatReply heartbeat(const coord::HeartbeatRequest& req);
+  grpc::Status joinJob(const coord::JoinJobRequest& req, Changes* changes);
+  grpc::Status leaveJob(const coord::LeaveJobRequest& req, Changes* changes);
+
+  // Removes agents whose lease ran out; each active job they belong to FAILS.
+  void expireLeases(Changes* changes);
+  // Forgets FAILED/FINISHED jobs older than the retention.
+  void collectEndedJobs(Changes* changes);
+
+  // NOT_FOUND for an unknown job, PERMISSION_DENIED for a wrong token.
+  grpc::Status checkAccess(const std::string& job_id, const std::string& token) const;
+  // The job's World now (after checkAccess).
+  grpc::Status world(const std::string& job_id, const std::string& token, coord::World* out) const;
+
+  coord::ListJobsReply listJobs() const;
+  coord::ListAgentsReply listAgents() const;
+
+  const Job* findJob(const std::string& job_id) const;
+  const AgentRegistry& agents() const { return agents_; }
+  const MembershipOptions& options() const { return options_; }
+
+ private:
+  // FORMING/RUNNING -> FAILED with `reason` (the first failure wins).
+  void failJob(Job& job, std::string reason, Changes* changes);
+  void finishJob(Job& job, Changes* changes);
+  void removeJob(const std::string& job_id, std::string reason, Changes* changes);
+
+  MembershipOptions options_;
+  const Clock* clock_;
+  AgentRegistry agents_;
+  std::map<std::string, Job> jobs_;  // by job_id
+};
+
+}  // namespace kolo::coordinator

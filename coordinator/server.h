@@ -1,0 +1,66 @@
+// CoordinatorServer: the composition root of kolo-coordinator. It owns the
+// loop thread, the state (Core), the gRPC service and server (with
+// grpc.health.v1), and shuts them down in order. Embeddable: kolorun can
+// run a coordinator in-process with start().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/event_loop.h"
+#include "common/status.h"
+#include "coordinator/membership/clock.h"
+#include "coordinator/membership/membership.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace kolo::coordinator {
+
+class Core;
+class CoordinatorService;
+
+struct ServerOptions {
+  std::string listen = "0.0.0.0:7470";  // host:port; port 0 picks a free one
+  MembershipOptions membership;
+};
+
+class CoordinatorServer {
+ public:
+  // Binds, starts serving, and marks the health service SERVING.
+  static StatusOr<std::unique_ptr<CoordinatorServer>> start(
+      const ServerOptions& options, const Clock* clock = SystemClock::get());
+  ~CoordinatorServer();
+  CoordinatorServer(const CoordinatorServer&) = delete;
+  CoordinatorServer& operator=(const CoordinatorServer&) = delete;
+
+  // The bound address as clients should dial it: the listen host (a wildcard
+  // host becomes 127.0.0.1) and the actual port.
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+
+  // Ends watch streams and KV waits, stops accepting RPCs, cancels what is
+  // still running after `grace`, stops the loop. Idempotent; thread-safe.
+  void shutdown(std::chrono::milliseconds grace);
+
+ private:
+  CoordinatorServer(const ServerOptions& options, const Clock* clock);
+
+  ServerOptions options_;
+  EventLoop loop_;
+  std::unique_ptr<Core> core_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> shut_down_{false};
+  std::string address_;
+  int port_ = 0;
+};
+
+// Splits "host:port" ("[::1]:7470" too). InvalidArgument if malformed.
+Status splitHostPort(const std::string& address, std::string* host, int* port);
+
+}  // namespace kolo::coordinator

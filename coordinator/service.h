@@ -1,0 +1,57 @@
+// The gRPC glue of `service Coordinator`. Handlers run on gRPC's threads;
+// they never touch state: they post the work to the loop (Core ...OnLoop)
+// and wait for the answer with a deadline. Streams and KV waits block the
+// handler thread on a queue, checking for cancellation and shutdown every
+// kPollInterval.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+
+#include "common/event_loop.h"
+#include "coordinator/core.h"
+#include "kolo/proto/coordinator.grpc.pb.h"
+
+namespace kolo::coordinator {
+
+class CoordinatorService final : public coord::Coordinator::Service {
+ public:
+  // How long a handler waits for the loop to answer.
+  static constexpr std::chrono::milliseconds kLoopTimeout{5000};
+  // How often a blocked handler checks for cancellation and shutdown.
+  static constexpr std::chrono::milliseconds kPollInterval{100};
+
+  CoordinatorService(EventLoop* loop, Core* core, const std::atomic<bool>* shutting_down)
+      : loop_(loop), core_(core), shutting_down_(shutting_down) {}
+
+  grpc::Status RegisterAgent(grpc::ServerContext* ctx, const coord::RegisterAgentRequest* req,
+                             coord::RegisterAgentReply* reply) override;
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const coord::HeartbeatRequest* req,
+                         coord::HeartbeatReply* reply) override;
+  grpc::Status JoinJob(grpc::ServerContext* ctx, const coord::JoinJobRequest* req,
+                       coord::JoinJobReply* reply) override;
+  grpc::Status LeaveJob(grpc::ServerContext* ctx, const coord::LeaveJobRequest* req,
+                        coord::LeaveJobReply* reply) override;
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const coord::WatchJobRequest* req,
+                        grpc::ServerWriter<coord::World>* writer) override;
+  grpc::Status KvPut(grpc::ServerContext* ctx, const coord::KvPutRequest* req,
+                     coord::KvPutReply* reply) override;
+  grpc::Status KvGet(grpc::ServerContext* ctx, const coord::KvGetRequest* req,
+                     coord::KvGetReply* reply) override;
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const coord::ListJobsRequest* req,
+                        coord::ListJobsReply* reply) override;
+  grpc::Status ListAgents(grpc::ServerContext* ctx, const coord::ListAgentsRequest* req,
+                          coord::ListAgentsReply* reply) override;
+
+ private:
+  // Runs `fn(core)` on the loop and returns its status, filling `reply`.
+  template <typename Reply>
+  grpc::Status onLoop(std::function<grpc::Status(Core*, Reply*)> fn, Reply* reply);
+
+  EventLoop* loop_;
+  Core* core_;  // only dereferenced on the loop
+  const std::atomic<bool>* shutting_down_;
+};
+
+}  // namespace kolo::coordinator

@@ -1,0 +1,82 @@
+#include "coordinator/watch_hub.h"
+
+#include <algorithm>
+
+namespace kolo::coordinator {
+
+void WatchQueue::push(coord::World world) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    worlds_.push_back(std::move(world));
+  }
+  cv_.notify_all();
+}
+
+void WatchQueue::close(grpc::Status why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    close_status_ = std::move(why);
+  }
+  cv_.notify_all();
+}
+
+WatchQueue::Next WatchQueue::next(coord::World* out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !worlds_.empty() || closed_; });
+  if (!worlds_.empty()) {
+    *out = std::move(worlds_.front());
+    worlds_.pop_front();
+    return Next::kWorld;
+  }
+  return closed_ ? Next::kClosed : Next::kTimeout;
+}
+
+grpc::Status WatchQueue::closeStatus() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return close_status_;
+}
+
+void WatchHub::add(const std::string& job_id, std::shared_ptr<WatchQueue> queue) {
+  watchers_[job_id].push_back(std::move(queue));
+}
+
+void WatchHub::remove(const std::string& job_id, const WatchQueue* queue) {
+  auto it = watchers_.find(job_id);
+  if (it == watchers_.end()) return;
+  std::erase_if(it->second, [&](const auto& q) { return q.get() == queue; });
+  if (it->second.empty()) watchers_.erase(it);
+}
+
+void WatchHub::publish(const coord::World& world) {
+  auto it = watchers_.find(world.job_id());
+  if (it == watchers_.end()) return;
+  for (auto& q : it->second) q->push(world);
+}
+
+void WatchHub::closeJob(const std::string& job_id, const grpc::Status& why) {
+  auto it = watchers_.find(job_id);
+  if (it == watchers_.end()) return;
+  for (auto& q : it->second) q->close(why);
+  watchers_.erase(it);
+}
+
+void WatchHub::closeAll(const grpc::Status& why) {
+  for (auto& [job, queues] : watchers_) {
+    for (auto& q : queues) q->close(why);
+  }
+  watchers_.clear();
+}
+
+size_t WatchHub::watcherCount(const std::string& job_id) const {
+  auto it = watchers_.find(job_id);
+  return it == watchers_.end() ? 0 : it->second.size();
+}
+
+bool isTerminal(const coord::World& world) {
+  return world.state() == coord::FAILED || world.state() == coord::FINISHED;
+}
+
+}  // namespace kolo::coordinator

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages kolo needs, skipping what is present.
+# Runs as root, or through sudo when it is available.
+set -euo pipefail
+pkgs=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libspdlog-dev libfmt-dev libucx-dev ucx-utils libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev
+  openmpi-bin libopenmpi-dev
+  iproute2 iperf3 systemd
+  python3 python3-yaml python3-pytest python3-numpy python3-torch python3-pip
+)
+if [ "${KOLO_SKIP_PYTHON_DEPS:-0}" = 1 ]; then
+  pkgs=("${pkgs[@]/python3-torch}")
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  [ -n "$p" ] || continue
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: everything is installed"
+  exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root or install sudo" >&2; exit 1; }
+  SUDO=sudo
+fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

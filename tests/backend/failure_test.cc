@@ -1,0 +1,196 @@
+// Failure behaviour of every compiled backend, peers as threads: creation
+// when a peer never shows up, a peer that never answers, abort(), shutdown
+// with queued work, bad arguments, and ranks that disagree on a collective.
+#include <gtest/gtest.h>
+
+#include "agent/backends/backend.h"
+#include "agent/backends/kv_store.h"
+#include "common/config.h"
+#include "tests/backend/test_util.h"
+
+namespace kolo::testing_backend {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+long msSince(Clock::time_point t) {
+  return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count());
+}
+
+class FailureTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  BackendOptions options(std::chrono::milliseconds timeout) {
+    BackendOptions o;
+    o.timeout = timeout;
+    return o;
+  }
+};
+
+TEST_P(FailureTest, CreationFailsWhenAPeerNeverShowsUp) {
+  InMemoryKvStore kv;
+  BackendOptions o = options(500ms);
+  o.rank = 0;
+  o.size = 2;
+  const auto t0 = Clock::now();
+  auto b = createBackend(GetParam(), o, kv);
+  const long ms = msSince(t0);
+  ASSERT_FALSE(b.isOk());
+  EXPECT_EQ(b.status().code(), Code::kPeerFailure) << b.status().toString();
+  EXPECT_NE(b.status().message().find("rank 1"), std::string::npos) << b.status().toString();
+  EXPECT_LE(ms, 500 + 2000);
+}
+
+TEST_P(FailureTest, BadOptionsAreInvalidArgument) {
+  InMemoryKvStore kv;
+  BackendOptions o = options(500ms);
+  o.rank = 2;
+  o.size = 2;
+  auto b = createBackend(GetParam(), o, kv);
+  ASSERT_FALSE(b.isOk());
+  EXPECT_EQ(b.status().code(), Code::kInvalidArgument);
+}
+
+// Ranks 0 and 1 enter an allreduce that rank 2 never joins: both fail with
+// PeerFailure within the timeout (+2 s), and the backend stays broken.
+TEST_P(FailureTest, APeerThatNeverAnswersFailsTheCollectiveWithinTheTimeout) {
+  auto g = PeerGroup::create(GetParam(), 3, options(1000ms));
+  ASSERT_TRUE(g.isOk()) << g.status().toString();
+  auto& group = **g;
+  const size_t count = 1 << 16;  // 256 KiB: the ring
+  std::vector<Bytes> bufs;
+  for (int r = 0; r < 3; ++r) bufs.push_back(makeInput(DataType::kFloat32, ReduceOp::kSum, r, count));
+  auto c = std::make_shared<Completions>(2);
+  const auto t0 = Clock::now();
+  for (int r = 0; r < 2; ++r) {
+    group.at(r).allreduce(bufs[r].data(), count, DataType::kFloat32, ReduceOp::kSum, c->slot(r, c));
+  }
+  auto statuses = c->wait(1000ms + 2500ms);
+  const long ms = msSince(t0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(statuses[r].code(), Code::kPeerFailure) << "rank " << r << ": " << statuses[r].toString();
+    EXPECT_NE(statuses[r].message().find("unreachable"), std::string::npos) << statuses[r].toString();
+  }
+  EXPECT_LE(ms, 1000 + 2000);
+
+  // Later collectives on a broken backend fail at once with the same code.
+  auto later = std::make_shared<Completions>(1);
+  const auto t1 = Clock::now();
+  group.at(0).barrier(later->slot(0, later));
+  auto s = later->wait(2000ms);
+  EXPECT_EQ(s[0].code(), Code::kPeerFailure) << s[0].toString();
+  EXPECT_LE(msSince(t1), 500);
+
+  // The silent rank's own late collective cannot succeed either.
+  auto late = std::make_shared<Completions>(1);
+  group.at(2).allreduce(bufs[2].data(), count, DataType::kFloat32, ReduceOp::kSum, late->slot(0, late));
+  auto ls = late->wait(1000ms + 2500ms);
+  EXPECT_FALSE(ls[0].isOk());
+  EXPECT_NE(ls[0].code(), Code::kTimedOut) << "no completion within timeout + 2.5 s";
+}
+
+TEST_P(FailureTest, AbortFailsTheRunningAndLaterCollectives) {
+  auto g = PeerGroup::create(GetParam(), 2, options(30s));
+  ASSERT_TRUE(g.isOk()) << g.status().toString();
+  auto& group = **g;
+  Bytes buf = makeInput(DataType::kInt32, ReduceOp::kSum, 0, 1000);
+  auto c = std::make_shared<Completions>(2);
+  group.at(0).allreduce(buf.data(), 1000, DataType::kInt32, ReduceOp::kSum, c->slot(0, c));
+  group.at(0).barrier(c->slot(1, c));  // queued behind it
+  const auto t0 = Clock::now();
+  group.at(0).abort(aborted("generation 3 is over"));
+  auto statuses = c->wait(5s);
+  EXPECT_LE(msSince(t0), 2500);
+  for (const auto& s : statuses) {
+    EXPECT_EQ(s.code(), Code::kAborted) << s.toString();
+    EXPECT_NE(s.message().find("generation 3 is over"), std::string::npos) << s.toString();
+  }
+}
+
+TEST_P(FailureTest, DestroyingABackendCompletesItsQueuedCollectives) {
+  auto g = PeerGroup::create(GetParam(), 2, options(30s));
+  ASSERT_TRUE(g.isOk()) << g.status().toString();
+  auto& group = **g;
+  std::vector<Bytes> bufs(3, makeInput(DataType::kFloat64, ReduceOp::kMax, 0, 5000));
+  auto c = std::make_shared<Completions>(3);
+  for (int i = 0; i < 3; ++i) {
+    group.at(0).allreduce(bufs[i].data(), 5000, DataType::kFloat64, ReduceOp::kMax, c->slot(i, c));
+  }
+  group.destroy(0);
+  auto statuses = c->wait(0ms);  // the destructor already ran every callback
+  for (const auto& s : statuses) EXPECT_EQ(s.code(), Code::kAborted) << s.toString();
+}
+
+// Arguments every rank rejects the same way do not break the backend.
+TEST_P(FailureTest, RejectedArgumentsLeaveTheBackendUsable) {
+  auto g = PeerGroup::create(GetParam(), 2, options(10s));
+  ASSERT_TRUE(g.isOk()) << g.status().toString();
+  auto& group = **g;
+  Bytes buf(16);
+  auto statuses = group.run([&](int r, Backend& b, Backend::Done done) {
+    b.broadcast(buf.data(), 16, /*root=*/7, std::move(done));
+  }, 10s);
+  for (const auto& s : statuses) EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.toString();
+  statuses = group.run([&](int r, Backend& b, Backend::Done done) {
+    b.allgatherv(buf.data(), 3, buf.data(), {1, 1}, std::move(done));  // 3 != its block of 1
+  }, 10s);
+  for (const auto& s : statuses) EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.toString();
+
+  std::vector<Bytes> bufs;
+  for (int r = 0; r < 2; ++r) bufs.push_back(makeInput(DataType::kInt64, ReduceOp::kSum, r, 10));
+  statuses = group.run([&](int r, Backend& b, Backend::Done done) {
+    b.allreduce(bufs[r].data(), 10, DataType::kInt64, ReduceOp::kSum, std::move(done));
+  }, 10s);
+  ASSERT_TRUE(allOk(statuses));
+  Bytes want = makeReference(DataType::kInt64, ReduceOp::kSum, 2, 10);
+  EXPECT_TRUE(sameBytes(bufs[0].data(), want.data(), want.size()));
+}
+
+// Ranks that disagree on the count: an error on every rank, never a hang.
+TEST_P(FailureTest, RanksThatDisagreeOnTheCountFail) {
+  auto g = PeerGroup::create(GetParam(), 2, options(1000ms));
+  ASSERT_TRUE(g.isOk()) << g.status().toString();
+  auto& group = **g;
+  std::vector<Bytes> bufs = {Bytes(400), Bytes(480)};
+  const auto t0 = Clock::now();
+  auto statuses = group.run([&](int r, Backend& b, Backend::Done done) {
+    b.allreduce(bufs[r].data(), r == 0 ? 100 : 120, DataType::kFloat32, ReduceOp::kSum,
+                std::move(done));
+  }, 5s);
+  EXPECT_LE(msSince(t0), 1000 + 2000);
+  bool named = false;
+  for (const auto& s : statuses) {
+    EXPECT_FALSE(s.isOk());
+    EXPECT_NE(s.code(), Code::kTimedOut) << s.toString();
+    if (s.message().find("disagree") != std::string::npos) named = true;
+  }
+  EXPECT_TRUE(named) << statuses[0].toString() << " / " << statuses[1].toString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, FailureTest, ::testing::ValuesIn(compiledBackends()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FailureTest);
+
+TEST(BackendFactory, UnknownBackendIsInvalidArgument) {
+  InMemoryKvStore kv;
+  auto b = createBackend("carrier-pigeon", BackendOptions{}, kv);
+  ASSERT_FALSE(b.isOk());
+  EXPECT_EQ(b.status().code(), Code::kInvalidArgument);
+}
+
+TEST(BackendOptionsConfig, KnobsReachTheOptions) {
+  Config config("test");
+  defineBackendKnobs(config);
+  const char* argv[] = {"test", "--small-message-bytes", "1024", "--backend-chunk-bytes=4096"};
+  ASSERT_TRUE(config.loadWithEnv(4, argv, {{"KOLO_BACKEND_TIMEOUT_MS", "1234"},
+                                           {"KOLO_BACKEND_PIPELINE_DEPTH", "8"}}).isOk());
+  BackendOptions o = backendOptionsFromConfig(config);
+  EXPECT_EQ(o.small_message_bytes, 1024u);
+  EXPECT_EQ(o.chunk_bytes, 4096u);
+  EXPECT_EQ(o.timeout, 1234ms);
+  EXPECT_EQ(o.pipeline_depth, 8);
+  EXPECT_TRUE(o.reduce_thread);
+  EXPECT_TRUE(validateBackendOptions(o).isOk());
+}
+
+}  // namespace
+}  // namespace kolo::testing_backend

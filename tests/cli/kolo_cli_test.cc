@@ -1,0 +1,198 @@
+// The `kolo` CLI binary: error paths without a daemon, and (when the
+// daemons are built) every command against a real kolo-coordinator and
+// kolo-agent started by the test.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/fd.h"
+#include "test_process.h"
+
+namespace kolo::clitest {
+namespace {
+
+std::vector<std::string> kolo(std::vector<std::string> args) {
+  args.insert(args.begin(), binDir() + "/kolo");
+  return args;
+}
+
+// A loopback port that refuses connections: bound, never listening, and
+// held for the test so nobody else takes it.
+struct ClosedPort {
+  UniqueFd fd{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  int port = 0;
+  ClosedPort() {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port = ntohs(a.sin_port);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+};
+
+TEST(KoloCli, UnreachableAgentFailsWithTheAddress) {
+  ClosedPort closed;
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = runCommand(kolo({"status", "--agent", closed.address()}), {}, 30s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s) << "the RPC deadline is 5 s";
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("kolo: cannot reach the kolo agent at " + closed.address() + ": "), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(KoloCli, UnreachableCoordinatorFailsWithTheAddress) {
+  ClosedPort closed;
+  // The default address comes from $KOLO_COORDINATOR.
+  auto r = runCommand(kolo({"jobs", "--json"}), {{"KOLO_COORDINATOR", closed.address()}}, 30s);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("kolo: cannot reach the kolo coordinator at " + closed.address() + ": "), std::string::npos)
+      << r.err;
+}
+
+TEST(KoloCli, DefaultAgentAddressComesFromTheEnvironment) {
+  ClosedPort closed;
+  auto r = runCommand(kolo({"drain"}), {{"KOLO_AGENT_RPC", closed.address()}}, 30s);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("cannot reach the kolo agent at " + closed.address()), std::string::npos) << r.err;
+}
+
+TEST(KoloCli, UsageErrors) {
+  auto none = runCommand(kolo({}), {}, 30s);
+  EXPECT_NE(none.code, 0);
+  auto job = runCommand(kolo({"job"}), {}, 30s);
+  EXPECT_NE(job.code, 0);
+  EXPECT_NE(job.err.find("ID"), std::string::npos) << job.err;
+  auto help = runCommand(kolo({"--help"}), {}, 30s);
+  EXPECT_EQ(help.code, 0);
+  for (const char* cmd : {"status", "jobs", "agents", "job", "timeline", "drain"}) {
+    EXPECT_NE(help.out.find(cmd), std::string::npos) << help.out;
+  }
+}
+
+#if KOLO_TEST_REAL_DAEMONS
+
+std::string readFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// A real coordinator and agent for the test's lifetime.
+class KoloCliDaemons : public ::testing::Test {
+ protected:
+  // Their stderr goes to a pipe read only while waiting: keep it short.
+  const std::map<std::string, std::string> kQuiet = {{"KOLO_LOG_LEVEL", "warn"}};
+
+  void SetUp() override {
+    std::string coord_ready = tmp_.path() + "/coordinator.ready";
+    coordinator_ = std::make_unique<TestProcess>(
+        std::vector<std::string>{binDir() + "/kolo-coordinator", "--listen", "127.0.0.1:0", "--ready-file",
+                                 coord_ready},
+        kQuiet);
+    ASSERT_TRUE(waitForFile(coord_ready, 30s)) << coordinator_->err();
+    coordinator_address_ = readFirstLine(coord_ready);
+    std::string agent_ready = tmp_.path() + "/agent.ready";
+    socket_ = tmp_.path() + "/agent.sock";
+    agent_ = std::make_unique<TestProcess>(
+        std::vector<std::string>{binDir() + "/kolo-agent", "--socket", socket_, "--coordinator",
+                                 coordinator_address_, "--rpc-listen", "127.0.0.1:0", "--ready-file", agent_ready,
+                                 "--agent-id", "cli-test-agent"},
+        kQuiet);
+    ASSERT_TRUE(waitForFile(agent_ready, 30s)) << agent_->err();
+    agent_address_ = readFirstLine(agent_ready);
+  }
+  void TearDown() override {
+    for (auto* p : {agent_.get(), coordinator_.get()}) {
+      if (p == nullptr) continue;
+      p->signal(SIGTERM);
+      EXPECT_TRUE(p->wait(10s).has_value()) << "a daemon did not stop on SIGTERM";
+    }
+    agent_.reset();
+    coordinator_.reset();
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<TestProcess> coordinator_, agent_;
+  std::string coordinator_address_, agent_address_, socket_;
+};
+
+TEST_F(KoloCliDaemons, Status) {
+  auto r = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("agent        cli-test-agent"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("socket       " + socket_), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no clients connected"), std::string::npos) << r.out;
+
+  auto j = runCommand(kolo({"status", "--json"}), {{"KOLO_AGENT_RPC", agent_address_}}, 30s);
+  ASSERT_EQ(j.code, 0) << j.err;
+  auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["agent_id"], "cli-test-agent");
+  EXPECT_EQ(doc["socket_path"], socket_);
+  EXPECT_EQ(doc["coordinator"], coordinator_address_);
+  EXPECT_TRUE(doc["clients"].is_array());
+}
+
+TEST_F(KoloCliDaemons, AgentsAndJobs) {
+  auto a = runCommand(kolo({"agents", "--coordinator", coordinator_address_}), {}, 30s);
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_NE(a.out.find("cli-test-agent"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find(agent_address_), std::string::npos) << a.out;
+
+  auto aj = runCommand(kolo({"agents", "--json"}), {{"KOLO_COORDINATOR", coordinator_address_}}, 30s);
+  ASSERT_EQ(aj.code, 0) << aj.err;
+  auto doc = nlohmann::json::parse(aj.out);
+  ASSERT_EQ(doc["agents"].size(), 1u);
+  EXPECT_EQ(doc["agents"][0]["agent_id"], "cli-test-agent");
+
+  auto jobs = runCommand(kolo({"jobs", "--coordinator", coordinator_address_}), {}, 30s);
+  ASSERT_EQ(jobs.code, 0) << jobs.err;
+  EXPECT_EQ(jobs.out, "no jobs\n");
+  auto jj = runCommand(kolo({"jobs", "--json", "--coordinator", coordinator_address_}), {}, 30s);
+  ASSERT_EQ(jj.code, 0) << jj.err;
+  EXPECT_EQ(nlohmann::json::parse(jj.out)["jobs"].size(), 0u);
+}
+
+TEST_F(KoloCliDaemons, UnknownJobIsAnError) {
+  auto r = runCommand(kolo({"job", "job-000000000000", "--agent", agent_address_}), {}, 30s);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("the kolo agent at " + agent_address_ + " answered NOT_FOUND"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("job-000000000000"), std::string::npos) << r.err;
+}
+
+TEST_F(KoloCliDaemons, TimelineReachesTheAgent) {
+  std::string path = tmp_.path() + "/timeline.json";
+  auto r = runCommand(kolo({"timeline", "start", path, "--mark-cycles", "--agent", agent_address_}), {}, 30s);
+  if (r.code == 0) {
+    EXPECT_NE(r.out.find("timeline started: " + path), std::string::npos) << r.out;
+    auto s = runCommand(kolo({"timeline", "stop", "--agent", agent_address_}), {}, 30s);
+    EXPECT_EQ(s.code, 0) << s.err;
+    EXPECT_NE(s.out.find("timeline stopped"), std::string::npos) << s.out;
+  } else {
+    // An agent built without the timeline says so; the CLI passes it on.
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("the kolo agent at " + agent_address_ + " does not support this request"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
+TEST_F(KoloCliDaemons, Drain) {
+  auto r = runCommand(kolo({"drain", "--agent", agent_address_}), {}, 30s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("is draining"), std::string::npos) << r.out;
+}
+
+#endif
+
+}  // namespace
+}  // namespace kolo::clitest

@@ -1,0 +1,144 @@
+// C ABI behaviour that needs no agent. Built twice: against the static
+// library (kolo_client_tests) and against libkolo.so (kolo_client_abi_tests).
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "kolo/kolo_c.h"
+#include "test_env.h"
+
+namespace {
+
+using kolo::testing::ScopedEnv;
+using kolo::testing::TempDir;
+
+bool contains(const char* haystack, const std::string& needle) {
+  return std::string(haystack).find(needle) != std::string::npos;
+}
+
+TEST(CApi, StatusStrings) {
+  EXPECT_STREQ(kolo_status_string(KOLO_OK), "KOLO_OK");
+  EXPECT_STREQ(kolo_status_string(KOLO_IN_PROGRESS), "KOLO_IN_PROGRESS");
+  EXPECT_STREQ(kolo_status_string(KOLO_ERR_INVALID_ARGUMENT), "KOLO_ERR_INVALID_ARGUMENT");
+  EXPECT_STREQ(kolo_status_string(KOLO_ERR_UNAVAILABLE), "KOLO_ERR_UNAVAILABLE");
+  EXPECT_STREQ(kolo_status_string(KOLO_ERR_TIMED_OUT), "KOLO_ERR_TIMED_OUT");
+  EXPECT_STREQ(kolo_status_string(KOLO_ERR_ABORTED), "KOLO_ERR_ABORTED");
+  EXPECT_STREQ(kolo_status_string(KOLO_ERR_PEER_FAILURE), "KOLO_ERR_PEER_FAILURE");
+  EXPECT_STREQ(kolo_status_string(KOLO_ERR_MEMBERSHIP_CHANGED), "KOLO_ERR_MEMBERSHIP_CHANGED");
+  EXPECT_STREQ(kolo_status_string(KOLO_ERR_INTERNAL), "KOLO_ERR_INTERNAL");
+  EXPECT_STREQ(kolo_status_string(KOLO_ERR_PERMISSION_DENIED), "KOLO_ERR_PERMISSION_DENIED");
+  EXPECT_STREQ(kolo_status_string(static_cast<kolo_status_t>(77)), "KOLO_ERR_UNKNOWN");
+}
+
+TEST(CApi, DtypeSizes) {
+  EXPECT_EQ(kolo_dtype_size(KOLO_FLOAT16), 2u);
+  EXPECT_EQ(kolo_dtype_size(KOLO_BFLOAT16), 2u);
+  EXPECT_EQ(kolo_dtype_size(KOLO_FLOAT32), 4u);
+  EXPECT_EQ(kolo_dtype_size(KOLO_FLOAT64), 8u);
+  EXPECT_EQ(kolo_dtype_size(KOLO_INT8), 1u);
+  EXPECT_EQ(kolo_dtype_size(KOLO_UINT8), 1u);
+  EXPECT_EQ(kolo_dtype_size(KOLO_INT32), 4u);
+  EXPECT_EQ(kolo_dtype_size(KOLO_INT64), 8u);
+  EXPECT_EQ(kolo_dtype_size(static_cast<kolo_dtype_t>(8)), 0u);
+  EXPECT_EQ(kolo_dtype_size(static_cast<kolo_dtype_t>(-1)), 0u);
+}
+
+TEST(CApi, EverythingFailsCleanlyBeforeInit) {
+  EXPECT_EQ(kolo_is_initialized(), 0);
+  EXPECT_EQ(kolo_rank(), -1);
+  EXPECT_EQ(kolo_size(), -1);
+  EXPECT_EQ(kolo_local_rank(), -1);
+  EXPECT_EQ(kolo_local_size(), -1);
+  EXPECT_EQ(kolo_cross_rank(), -1);
+  EXPECT_EQ(kolo_cross_size(), -1);
+
+  float x = 1;
+  int64_t shape[1] = {1};
+  kolo_handle_t h = 99;
+  EXPECT_EQ(kolo_allreduce_async("x", &x, &x, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1, &h),
+            KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(h, 0u);
+  EXPECT_TRUE(contains(kolo_last_error(), "kolo_init")) << kolo_last_error();
+  EXPECT_EQ(kolo_last_status(), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kolo_allreduce("x", &x, &x, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1),
+            KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kolo_poll(1), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kolo_synchronize(1, 0), KOLO_ERR_INVALID_ARGUMENT);
+  kolo_release(1);  // harmless
+  EXPECT_EQ(kolo_alloc_shared(64), nullptr);
+  EXPECT_TRUE(contains(kolo_last_error(), "kolo_init")) << kolo_last_error();
+  kolo_free_shared(nullptr);
+  EXPECT_EQ(kolo_shutdown(), KOLO_OK);  // idempotent, also before init
+  EXPECT_EQ(kolo_allreduce_async("x", &x, &x, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1, nullptr),
+            KOLO_ERR_INVALID_ARGUMENT);
+}
+
+TEST(CApi, LastErrorIsPerThread) {
+  float x = 1;
+  int64_t shape[1] = {1};
+  kolo_handle_t h;
+  ASSERT_NE(kolo_allreduce_async("x", &x, &x, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1, &h), KOLO_OK);
+  std::string other;
+  std::thread([&] { other = kolo_last_error(); }).join();
+  EXPECT_EQ(other, "");
+  EXPECT_NE(std::string(kolo_last_error()), "");
+}
+
+TEST(CApi, MissingJobIdSaysWhichVariableAndKolorun) {
+  TempDir dir;
+  ScopedEnv env;
+  env.setJob(dir.path() + "/agent.sock");
+  env.unset("KOLO_JOB_ID");
+  EXPECT_EQ(kolo_init(), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(kolo_last_error(), "KOLO_JOB_ID")) << kolo_last_error();
+  EXPECT_TRUE(contains(kolo_last_error(), "kolorun")) << kolo_last_error();
+  EXPECT_EQ(kolo_is_initialized(), 0);
+}
+
+TEST(CApi, UnreachableAgentFailsWithinTheStartTimeout) {
+  TempDir dir;
+  ASSERT_TRUE(dir.valid());
+  ScopedEnv env;
+  std::string path = dir.path() + "/nobody-listens.sock";
+  env.setJob(path);
+  env.set("KOLO_START_TIMEOUT", "1");
+  auto start = std::chrono::steady_clock::now();
+  kolo_status_t s = kolo_init();
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s, KOLO_ERR_UNAVAILABLE);
+  EXPECT_LT(took, std::chrono::seconds(3));
+  EXPECT_GE(took, std::chrono::milliseconds(900));  // it kept retrying meanwhile
+  EXPECT_TRUE(contains(kolo_last_error(), path)) << kolo_last_error();
+  EXPECT_TRUE(contains(kolo_last_error(), "kolo-agent --socket " + path)) << kolo_last_error();
+  EXPECT_TRUE(contains(kolo_last_error(), "kolorun")) << kolo_last_error();
+  EXPECT_TRUE(contains(kolo_last_error(), "KOLO_AGENT_SOCKET")) << kolo_last_error();
+  EXPECT_EQ(kolo_is_initialized(), 0);
+}
+
+TEST(CApi, StaleSocketFileIsRetriedThenUnavailable) {
+  // A socket file with nobody listening (an agent that died): ECONNREFUSED.
+  TempDir dir;
+  ASSERT_TRUE(dir.valid());
+  std::string path = dir.path() + "/stale.sock";
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ::close(fd);
+  ScopedEnv env;
+  env.setJob(path);
+  env.set("KOLO_START_TIMEOUT", "1");
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(kolo_init(), KOLO_ERR_UNAVAILABLE);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_TRUE(contains(kolo_last_error(), "Connection refused")) << kolo_last_error();
+}
+
+}  // namespace

@@ -1,0 +1,1348 @@
+#!/usr/bin/env python3
+"""Validates kolo's deployment files (deploy/).
+
+  systemd   deploy/systemd/*.service: `systemd-analyze verify` on copies whose
+            ExecStart points at stub executables, `systemd-analyze security
+            --offline` against an exposure ceiling, the properties kolo needs
+            (Type=notify, --config, Restart, RuntimeDirectory, hardening...),
+            and the sysusers snippet through `systemd-sysusers --root`.
+  config    deploy/config/*.conf.example and the ConfigMaps' embedded files:
+            syntax, the knobs that must be documented, cross-file ports; with
+            --bin NAME=PATH (the built daemons) also every documented knob and
+            default against the daemon's own `--dump-config`.
+  k8s       deploy/kubernetes: every manifest parses and has apiVersion, kind,
+            metadata.name and its namespace; selectors match pod labels;
+            Services select a workload and target declared containerPorts;
+            probes are grpc on declared ports; volumes, ConfigMaps, PVCs and
+            --config paths resolve; KOLO_COORDINATOR names the Service; every
+            kustomization lists existing files; `kubectl kustomize` renders
+            the base and overlays (when kubectl exists) and the rendered
+            objects pass the same checks.
+  container deploy/container/Dockerfile: stages, entrypoints, ports, non-root
+            user, the build packages cmake/KoloDependencies.cmake asks for;
+            runtime-deps.sh run on a real binary.
+  docs      docs/operations.md covers ports, socket, logs and hangs.
+
+--self-test breaks copies of the files in known ways and asserts that each
+breakage is reported, so the checks above cannot pass vacuously.
+
+Only python3 + PyYAML (Debian python3-yaml) and the standard library.
+Exit status 0 when everything checked passes; skipped parts are printed.
+"""
+
+import argparse
+import copy
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+try:
+    import yaml
+except ImportError:  # pragma: no cover
+    print("validate_deploy.py needs PyYAML: apt-get install python3-yaml", file=sys.stderr)
+    sys.exit(2)
+
+TOOL_TIMEOUT_S = 60
+
+# The deployment's fixed facts, shared by all files.
+AGENT_SOCKET = "/run/kolo/agent.sock"
+PORT_COORDINATOR = 7470
+PORT_AGENT_RPC = 7471
+PORT_AGENT_METRICS = 7472
+KOLO_UID = 10001
+
+CLUSTER_SCOPED_KINDS = {
+    "Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+    "RuntimeClass", "PriorityClass", "StorageClass", "PersistentVolume", "Node",
+    "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+}
+WORKLOAD_KINDS = {"Deployment", "DaemonSet", "StatefulSet"}
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+
+# Knobs each example must document (commented or not).
+REQUIRED_KNOBS = {
+    "agent": ["socket", "socket-mode", "socket-group", "coordinator", "rpc-listen",
+              "metrics-listen", "arena-mb", "log-level"],
+    "coordinator": ["listen", "state-dir", "lease-ms", "log-level"],
+}
+
+
+class Report:
+    """Collects failures and skips of one run."""
+
+    def __init__(self, verbose=True):
+        self.failures = []
+        self.skips = []
+        self.checked = []
+        self.verbose = verbose
+
+    def section(self, name, errors):
+        """Records the errors of one named check."""
+        self.checked.append(name)
+        for e in errors:
+            self.failures.append(f"[{name}] {e}")
+        if self.verbose:
+            status = "ok" if not errors else f"FAILED ({len(errors)})"
+            print(f"  {name}: {status}")
+            for e in errors:
+                print(f"      - {e}")
+
+    def skip(self, name, why):
+        self.skips.append(f"[{name}] {why}")
+        if self.verbose:
+            print(f"  {name}: SKIPPED: {why}")
+
+
+def run_tool(argv, **kw):
+    """Runs a command with a bounded wait; returns (rc, combined output)."""
+    try:
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=kw.pop("timeout", TOOL_TIMEOUT_S), **kw)
+        return p.returncode, p.stdout
+    except subprocess.TimeoutExpired as e:
+        return 124, f"timed out after {e.timeout} s: {' '.join(argv)}"
+    except OSError as e:
+        return 127, f"cannot run {argv[0]}: {e}"
+
+
+# --------------------------------------------------------------- config files
+
+KNOB_RE = re.compile(r"^([a-z][a-z0-9-]*)\s*=\s*(.*)$")
+COMMENTED_KNOB_RE = re.compile(r"^# ?([a-z][a-z0-9-]*) = ?(.*)$")
+
+
+def parse_conf(text, where):
+    """Parses a kolo `name = value` file the way common/config.cc does.
+
+    Returns (active, commented, errors): dicts name -> value for live lines
+    and for `# name = value` documentation lines.
+    """
+    active, commented, errors = {}, {}, []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            m = COMMENTED_KNOB_RE.match(line)
+            if m:
+                name, value = m.group(1), m.group(2).strip()
+                if name in commented:
+                    errors.append(f"{where}:{lineno}: knob '{name}' documented twice")
+                commented[name] = value
+            continue
+        body = line.split("#", 1)[0].strip()
+        m = KNOB_RE.match(body)
+        if not m:
+            errors.append(f"{where}:{lineno}: expected 'name = value', got '{raw}'")
+            continue
+        name, value = m.group(1), m.group(2).strip()
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = value[1:-1]
+        if name in active:
+            errors.append(f"{where}:{lineno}: knob '{name}' set twice")
+        active[name] = value
+    both = set(active) & set(commented)
+    for name in sorted(both):
+        errors.append(f"{where}: knob '{name}' is both set and shown commented out")
+    return active, commented, errors
+
+
+def port_of(address):
+    """'0.0.0.0:7471' / '[::]:7471' / 'host:7471' -> 7471, else None."""
+    m = re.match(r"^(.*):(\d+)$", address or "")
+    return int(m.group(2)) if m else None
+
+
+def check_conf_examples(root):
+    errors = []
+    confs = {}
+    for daemon in ("agent", "coordinator"):
+        path = os.path.join(root, "deploy", "config", f"{daemon}.conf.example")
+        if not os.path.isfile(path):
+            errors.append(f"missing {os.path.relpath(path, root)}")
+            continue
+        with open(path) as f:
+            active, commented, errs = parse_conf(f.read(), os.path.relpath(path, root))
+        errors += errs
+        known = {**commented, **active}
+        for knob in REQUIRED_KNOBS[daemon]:
+            if knob not in known:
+                errors.append(f"{daemon}.conf.example does not document '{knob}'")
+        confs[daemon] = known
+    if "agent" in confs and "coordinator" in confs:
+        a, c = confs["agent"], confs["coordinator"]
+        expect = [
+            (a.get("socket"), AGENT_SOCKET, "agent socket"),
+            (port_of(a.get("rpc-listen")), PORT_AGENT_RPC, "agent rpc-listen port"),
+            (port_of(a.get("metrics-listen")), PORT_AGENT_METRICS, "agent metrics-listen port"),
+            (port_of(a.get("coordinator")), PORT_COORDINATOR, "agent coordinator port"),
+            (port_of(c.get("listen")), PORT_COORDINATOR, "coordinator listen port"),
+            (a.get("socket-mode"), "0660", "agent socket-mode"),
+        ]
+        for got, want, what in expect:
+            if got != want:
+                errors.append(f"{what}: example says {got!r}, deployment expects {want!r}")
+    return errors
+
+
+def parse_dump(text):
+    """`name = value  # source` lines of --dump-config -> {name: value}."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-z][a-z0-9-]*)\s*=\s*(.*?)\s*(#.*)?$", line.strip())
+        if m:
+            value = m.group(2)
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1]
+            out[m.group(1)] = value
+    return out
+
+
+def clean_env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KOLO_", "HOROVOD_"))}
+    return env
+
+
+def check_conf_against_binary(binary, label, conf_text, where, compare_defaults):
+    """Every knob in conf_text (commented ones uncommented) must be accepted
+    by `binary --config F --dump-config`; with compare_defaults, commented
+    values must equal the binary's non-empty defaults."""
+    errors = []
+    rc, out = run_tool([binary, "--dump-config"], env=clean_env(), timeout=20)
+    if rc != 0:
+        return [f"{label} --dump-config failed (rc {rc}): {out.strip()[-500:]}"]
+    defaults = parse_dump(out)
+    if not defaults:
+        return [f"{label} --dump-config printed no 'name = value' lines"]
+    active, commented, errs = parse_conf(conf_text, where)
+    errors += errs
+    for name in sorted({**active, **commented}):
+        if name not in defaults:
+            errors.append(f"{where}: '{name}' is not a knob of {label} "
+                          f"(known: {', '.join(sorted(defaults))})")
+    if compare_defaults:
+        for name, value in sorted(commented.items()):
+            d = defaults.get(name)
+            if d not in (None, "") and value != d:
+                errors.append(f"{where}: '# {name} = {value}' but {label}'s default is '{d}'")
+    with tempfile.TemporaryDirectory(prefix="kolo-deploy-conf-") as tmp:
+        path = os.path.join(tmp, "all-knobs.conf")
+        with open(path, "w") as f:
+            for name, value in {**commented, **active}.items():
+                if name in defaults:
+                    f.write(f"{name} = {value}\n")
+        rc, out = run_tool([binary, "--config", path, "--dump-config"], env=clean_env(),
+                           timeout=20)
+        if rc != 0:
+            errors.append(f"{where}: {label} rejects the documented values: {out.strip()[-500:]}")
+    return errors
+
+
+# ------------------------------------------------------------------- systemd
+
+def parse_unit(text):
+    """Returns {section: {key: [values...]}} (systemd allows repeated keys)."""
+    sections, cur = {}, None
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        while line.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            line = line[:-1] + " " + lines[i].strip()
+        i += 1
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            cur = sections.setdefault(line[1:-1], {})
+            continue
+        if "=" in line and cur is not None:
+            k, v = line.split("=", 1)
+            cur.setdefault(k.strip(), []).append(v.strip())
+    return sections
+
+
+def unit_get(unit, section, key):
+    vals = unit.get(section, {}).get(key, [])
+    return vals[-1] if vals else None
+
+
+UNIT_REQUIREMENTS = {
+    "kolo-agent.service": {
+        ("Service", "Type"): "notify",
+        ("Service", "Restart"): "on-failure",
+        ("Service", "RuntimeDirectory"): "kolo",
+        ("Service", "RuntimeDirectoryMode"): "0755",
+        ("Service", "Group"): "kolo",
+        ("Service", "LimitMEMLOCK"): "infinity",
+    },
+    "kolo-coordinator.service": {
+        ("Service", "Type"): "notify",
+        ("Service", "Restart"): "on-failure",
+        ("Service", "StateDirectory"): "kolo-coordinator",
+    },
+}
+COMMON_HARDENING = {
+    "NoNewPrivileges": "yes",
+    "ProtectSystem": "strict",
+    "ProtectHome": "yes",
+    "ProtectKernelTunables": "yes",
+}
+REQUIRED_PRESENT = ["RestartSec", "LimitNOFILE", "PrivateTmp"]
+ADDRESS_FAMILIES = {"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"}
+
+
+def check_unit_static(name, text):
+    errors = []
+    unit = parse_unit(text)
+    daemon = name.replace(".service", "")
+    exec_start = unit_get(unit, "Service", "ExecStart") or ""
+    argv = shlex.split(exec_start)
+    if not argv or argv[0] != f"/usr/bin/{daemon}":
+        errors.append(f"{name}: ExecStart must run /usr/bin/{daemon}, got '{exec_start}'")
+    conf = f"/etc/kolo/{daemon.replace('kolo-', '')}.conf"
+    if "--config" not in argv or argv[argv.index("--config") + 1:][:1] != [conf]:
+        errors.append(f"{name}: ExecStart must pass --config {conf}")
+    reqs = dict(UNIT_REQUIREMENTS.get(name, {}))
+    for k, v in COMMON_HARDENING.items():
+        reqs[("Service", k)] = v
+    for (sec, key), want in sorted(reqs.items()):
+        got = unit_get(unit, sec, key)
+        if got != want:
+            errors.append(f"{name}: [{sec}] {key}={got} (want {want})")
+    for key in REQUIRED_PRESENT:
+        if unit_get(unit, "Service", key) is None:
+            errors.append(f"{name}: [Service] {key}= must be set (and its choice documented)")
+    fams = set(" ".join(unit.get("Service", {}).get("RestrictAddressFamilies", [])).split())
+    if fams != ADDRESS_FAMILIES:
+        errors.append(f"{name}: RestrictAddressFamilies={' '.join(sorted(fams))} "
+                      f"(want {' '.join(sorted(ADDRESS_FAMILIES))})")
+    if not unit.get("Install", {}).get("WantedBy"):
+        errors.append(f"{name}: [Install] WantedBy= missing")
+    if name == "kolo-agent.service":
+        rd = unit_get(unit, "Service", "RuntimeDirectory")
+        if rd and os.path.dirname(AGENT_SOCKET) != f"/run/{rd}":
+            errors.append(f"{name}: socket {AGENT_SOCKET} is not in /run/{rd}")
+    if name == "kolo-coordinator.service":
+        sd = unit_get(unit, "Service", "StateDirectory")
+        if "--state-dir" in argv:
+            got = argv[argv.index("--state-dir") + 1] if argv[-1] != "--state-dir" else ""
+            if got not in (f"%S/{sd}", f"/var/lib/{sd}"):
+                errors.append(f"{name}: --state-dir {got} is not the StateDirectory ({sd})")
+    return errors
+
+
+def verify_units(units, workdir):
+    """systemd-analyze verify on copies of `units` ({name: text}) whose
+    ExecStart binaries are stubs. Returns errors (None if the tool is absent)."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        return None
+    errors = []
+    bindir = os.path.join(workdir, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    paths = []
+    for name, text in units.items():
+        def stub(m):
+            exe = os.path.join(bindir, os.path.basename(m.group(2)))
+            with open(exe, "w") as f:
+                f.write("#!/bin/sh\nexit 0\n")
+            os.chmod(exe, 0o755)
+            return m.group(1) + exe
+        rewritten = re.sub(r"^(Exec\w+=[-@:+!]*)(\S+)", stub, text, flags=re.M)
+        path = os.path.join(workdir, name)
+        with open(path, "w") as f:
+            f.write(rewritten)
+        paths.append(path)
+    env = dict(os.environ, SYSTEMD_COLORS="0", SYSTEMD_PAGER="", LC_ALL="C")
+    rc, out = run_tool([tool, "verify", "--man=no"] + paths, cwd=workdir, env=env)
+    ours = [l for l in out.splitlines()
+            if any(n in l for n in units) or workdir in l]
+    if rc != 0 or ours:
+        errors.append(f"systemd-analyze verify (rc {rc}): " + ("; ".join(ours) or out.strip()))
+    return errors
+
+
+SECURITY_CEILING = {"kolo-agent.service": 5.0, "kolo-coordinator.service": 2.5}
+
+
+def security_units(units, workdir):
+    """`systemd-analyze security --offline` exposure must stay under a ceiling."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        return None
+    errors = []
+    env = dict(os.environ, SYSTEMD_COLORS="0", SYSTEMD_PAGER="", LC_ALL="C")
+    for name in units:
+        path = os.path.join(workdir, name)  # written by verify_units
+        ceiling = SECURITY_CEILING.get(name, 5.0)
+        rc, out = run_tool([tool, "security", "--offline=true", "--no-pager", path],
+                           cwd=workdir, env=env)
+        if "offline" in out and "nrecognized" in out:
+            return None  # systemd older than 250
+        m = re.search(r"Overall exposure level for \S+: ([0-9.]+)", out)
+        if not m:
+            errors.append(f"{name}: no exposure level from systemd-analyze security: "
+                          f"{out.strip()[-300:]}")
+            continue
+        level = float(m.group(1))
+        if level > ceiling:
+            errors.append(f"{name}: exposure {level} > {ceiling}")
+    return errors
+
+
+def check_sysusers(root, units):
+    """The sysusers snippet creates the users/groups the units name."""
+    path = os.path.join(root, "deploy", "systemd", "kolo.sysusers")
+    if not os.path.isfile(path):
+        return ["missing deploy/systemd/kolo.sysusers"], False
+    tool = shutil.which("systemd-sysusers")
+    needed_users, needed_groups = set(), set()
+    for text in units.values():
+        u = parse_unit(text)
+        if (unit_get(u, "Service", "DynamicUser") or "no") in ("yes", "true", "1"):
+            continue
+        if unit_get(u, "Service", "User"):
+            needed_users.add(unit_get(u, "Service", "User"))
+        if unit_get(u, "Service", "Group"):
+            needed_groups.add(unit_get(u, "Service", "Group"))
+    if tool is None:
+        return [], False
+    with tempfile.TemporaryDirectory(prefix="kolo-sysusers-") as tmp:
+        os.makedirs(os.path.join(tmp, "etc"))
+        rc, out = run_tool([tool, f"--root={tmp}", os.path.abspath(path)])
+        if rc != 0:
+            return [f"systemd-sysusers rejects kolo.sysusers: {out.strip()}"], True
+
+        def names(fname):
+            try:
+                with open(os.path.join(tmp, "etc", fname)) as f:
+                    return {l.split(":")[0] for l in f if l.strip()}
+            except OSError:
+                return set()
+        errors = []
+        for u in sorted(needed_users - names("passwd")):
+            errors.append(f"kolo.sysusers does not create user '{u}'")
+        for g in sorted(needed_groups - names("group")):
+            errors.append(f"kolo.sysusers does not create group '{g}'")
+        return errors, True
+
+
+def load_units(root):
+    d = os.path.join(root, "deploy", "systemd")
+    units = {}
+    for name in ("kolo-agent.service", "kolo-coordinator.service"):
+        p = os.path.join(d, name)
+        if os.path.isfile(p):
+            with open(p) as f:
+                units[name] = f.read()
+    return units
+
+
+# ---------------------------------------------------------------- kubernetes
+
+def labels_of(obj):
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def pod_template(obj):
+    return ((obj.get("spec") or {}).get("template") or {})
+
+
+def pod_spec(obj):
+    return pod_template(obj).get("spec") or {}
+
+
+def containers_of(obj, init=False):
+    spec = pod_spec(obj)
+    out = list(spec.get("containers") or [])
+    if init:
+        out += list(spec.get("initContainers") or [])
+    return out
+
+
+def selector_matches(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def object_id(obj):
+    md = obj.get("metadata") or {}
+    return f"{obj.get('kind')}/{md.get('name')}"
+
+
+def check_required_fields(obj, where, namespace):
+    errors = []
+    for field in ("apiVersion", "kind"):
+        if not obj.get(field):
+            errors.append(f"{where}: missing {field}")
+    md = obj.get("metadata") or {}
+    if not md.get("name"):
+        errors.append(f"{where}: missing metadata.name")
+    kind = obj.get("kind")
+    if kind and kind not in CLUSTER_SCOPED_KINDS:
+        ns = md.get("namespace")
+        if not ns:
+            errors.append(f"{where}: {object_id(obj)} has no metadata.namespace")
+        elif namespace and ns != namespace:
+            errors.append(f"{where}: {object_id(obj)} is in namespace {ns}, "
+                          f"kustomization says {namespace}")
+    return errors
+
+
+def check_objects(objs, where):
+    """Semantic checks over one set of objects (a base or a rendered overlay)."""
+    errors = []
+    by_kind = {}
+    for o in objs:
+        by_kind.setdefault(o.get("kind"), []).append(o)
+    workloads = [o for o in objs if o.get("kind") in WORKLOAD_KINDS]
+    configmaps = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o
+                  for o in by_kind.get("ConfigMap", [])}
+    pvcs = {(o["metadata"].get("namespace"), o["metadata"]["name"])
+            for o in by_kind.get("PersistentVolumeClaim", [])}
+    services = by_kind.get("Service", [])
+    namespaces = {o["metadata"]["name"] for o in by_kind.get("Namespace", [])}
+
+    for o in objs:
+        oid = object_id(o)
+        ns = (o.get("metadata") or {}).get("namespace")
+        if ns and namespaces and ns not in namespaces:
+            errors.append(f"{where}: {oid} uses namespace {ns}, which no Namespace creates")
+        if o.get("kind") != "Namespace" and labels_of(o).get(LABEL_NAME) != "kolo":
+            errors.append(f"{where}: {oid} lacks label {LABEL_NAME}: kolo")
+        if o.get("kind") in WORKLOAD_KINDS | {"Service", "ConfigMap", "PersistentVolumeClaim"}:
+            if not labels_of(o).get(LABEL_COMPONENT):
+                errors.append(f"{where}: {oid} lacks label {LABEL_COMPONENT}")
+
+    for w in workloads:
+        wid = object_id(w)
+        ns = w["metadata"].get("namespace")
+        sel = ((w.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        tlabels = (pod_template(w).get("metadata") or {}).get("labels") or {}
+        if not sel:
+            errors.append(f"{where}: {wid} has no spec.selector.matchLabels")
+        elif not selector_matches(sel, tlabels):
+            errors.append(f"{where}: {wid} selector {sel} does not match its pod labels {tlabels}")
+        if labels_of(w).get(LABEL_COMPONENT) != tlabels.get(LABEL_COMPONENT):
+            errors.append(f"{where}: {wid} component label differs from its pod template's")
+        if w.get("kind") == "Deployment" and (w["spec"].get("replicas", 1) != 1 or
+                                              (w["spec"].get("strategy") or {}).get("type")
+                                              != "Recreate"):
+            if tlabels.get(LABEL_COMPONENT) == "coordinator":
+                errors.append(f"{where}: {wid}: the coordinator needs replicas: 1 and "
+                              "strategy Recreate (one journal writer)")
+        spec = pod_spec(w)
+        volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+        for c in containers_of(w, init=True):
+            cname = f"{wid}[{c.get('name')}]"
+            if not c.get("image"):
+                errors.append(f"{where}: {cname} has no image")
+            mounts = {m.get("mountPath"): m.get("name") for m in c.get("volumeMounts") or []}
+            for path, vname in mounts.items():
+                if vname not in volumes:
+                    errors.append(f"{where}: {cname} mounts undeclared volume '{vname}'")
+            # --config FILE must come from a mounted ConfigMap key.
+            args = list(c.get("command") or []) + list(c.get("args") or [])
+            if "--config" in args:
+                cfg = args[args.index("--config") + 1] if args[-1] != "--config" else ""
+                vname = mounts.get(os.path.dirname(cfg))
+                cm_ref = ((volumes.get(vname) or {}).get("configMap") or {}).get("name")
+                cm = configmaps.get((ns, cm_ref))
+                if cm is None:
+                    errors.append(f"{where}: {cname}: --config {cfg} is not in a mounted "
+                                  "ConfigMap")
+                elif os.path.basename(cfg) not in (cm.get("data") or {}):
+                    errors.append(f"{where}: {cname}: ConfigMap {cm_ref} has no key "
+                                  f"{os.path.basename(cfg)}")
+        for vname, v in volumes.items():
+            if "configMap" in v and (ns, v["configMap"].get("name")) not in configmaps:
+                errors.append(f"{where}: {wid} volume {vname}: no ConfigMap "
+                              f"{v['configMap'].get('name')}")
+            if "persistentVolumeClaim" in v and \
+                    (ns, v["persistentVolumeClaim"].get("claimName")) not in pvcs:
+                errors.append(f"{where}: {wid} volume {vname}: no PersistentVolumeClaim "
+                              f"{v['persistentVolumeClaim'].get('claimName')}")
+        for c in containers_of(w):
+            cname = f"{wid}[{c.get('name')}]"
+            port_numbers = {p.get("containerPort") for p in c.get("ports") or []}
+            for kind in ("readinessProbe", "livenessProbe"):
+                if kind not in c:
+                    errors.append(f"{where}: {cname} has no {kind}")
+            for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+                probe = c.get(kind)
+                if probe is None:
+                    continue
+                grpc = probe.get("grpc")
+                if not isinstance(grpc, dict):
+                    errors.append(f"{where}: {cname} {kind} is not a grpc probe "
+                                  "(grpc.health.v1 is the daemons' health check)")
+                    continue
+                if grpc.get("port") not in port_numbers:
+                    errors.append(f"{where}: {cname} {kind} grpc port {grpc.get('port')} "
+                                  f"is not a declared containerPort {sorted(port_numbers)}")
+            # Daemon config vs. ports: listen addresses must be declared ports
+            # and the probes must hit the gRPC one.
+            args = list(c.get("args") or [])
+            if "--config" in args:
+                cfg = args[args.index("--config") + 1]
+                vname = {m.get("mountPath"): m.get("name")
+                         for m in c.get("volumeMounts") or []}.get(os.path.dirname(cfg))
+                cm_ref = ((volumes.get(vname) or {}).get("configMap") or {}).get("name")
+                cm = configmaps.get((ns, cm_ref))
+                text = ((cm or {}).get("data") or {}).get(os.path.basename(cfg))
+                if text is not None:
+                    active, _, perrs = parse_conf(text, f"ConfigMap {cm_ref}")
+                    errors += [f"{where}: {e}" for e in perrs]
+                    grpc_key = "rpc-listen" if "rpc-listen" in active else "listen"
+                    for key in ("rpc-listen", "listen", "metrics-listen"):
+                        if key in active and port_of(active[key]) not in port_numbers:
+                            errors.append(f"{where}: {cname}: {key} = {active[key]} but the "
+                                          f"container declares ports {sorted(port_numbers)}")
+                    gport = port_of(active.get(grpc_key))
+                    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+                        p = ((c.get(kind) or {}).get("grpc") or {}).get("port")
+                        if gport is not None and p is not None and p != gport:
+                            errors.append(f"{where}: {cname} {kind} probes port {p}, but "
+                                          f"{grpc_key} is {active[grpc_key]}")
+                    ann = (pod_template(w).get("metadata") or {}).get("annotations") or {}
+                    if "metrics-listen" in active and "prometheus.io/port" in ann and \
+                            str(port_of(active["metrics-listen"])) != ann["prometheus.io/port"]:
+                        errors.append(f"{where}: {wid} prometheus.io/port "
+                                      f"{ann['prometheus.io/port']} != metrics-listen port")
+                    sock = active.get("socket")
+                    if sock:
+                        sock_dir = os.path.dirname(sock)
+                        vname = {m.get("mountPath"): m.get("name")
+                                 for m in c.get("volumeMounts") or []}.get(sock_dir)
+                        hp = (volumes.get(vname) or {}).get("hostPath") or {}
+                        if hp.get("path") != sock_dir:
+                            errors.append(f"{where}: {cname}: socket dir {sock_dir} is not a "
+                                          "hostPath mount of the same node path")
+            # KOLO_COORDINATOR must name a Service and one of its ports.
+            for e in c.get("env") or []:
+                if e.get("name") != "KOLO_COORDINATOR":
+                    continue
+                value = e.get("value") or ""
+                host, _, port = value.rpartition(":")
+                parts = host.split(".")
+                svc_name = parts[0]
+                svc_ns = parts[1] if len(parts) > 1 else ns
+                svc = [s for s in services if s["metadata"]["name"] == svc_name and
+                       s["metadata"].get("namespace") == svc_ns]
+                if not svc:
+                    errors.append(f"{where}: {cname}: KOLO_COORDINATOR={value} names no "
+                                  "Service")
+                elif not port.isdigit() or int(port) not in \
+                        {p.get("port") for p in svc[0]["spec"].get("ports") or []}:
+                    errors.append(f"{where}: {cname}: KOLO_COORDINATOR={value}: port is not "
+                                  f"a port of Service {svc_name}")
+
+    for s in services:
+        sid = object_id(s)
+        ns = s["metadata"].get("namespace")
+        sel = (s.get("spec") or {}).get("selector") or {}
+        matched = [w for w in workloads if w["metadata"].get("namespace") == ns and
+                   selector_matches(sel, (pod_template(w).get("metadata") or {})
+                                    .get("labels") or {})]
+        if not matched:
+            errors.append(f"{where}: {sid} selector {sel} matches no workload's pod labels")
+            continue
+        for p in (s.get("spec") or {}).get("ports") or []:
+            target = p.get("targetPort", p.get("port"))
+            ok = False
+            for w in matched:
+                for c in containers_of(w):
+                    for cp in c.get("ports") or []:
+                        if target == cp.get("containerPort") or target == cp.get("name"):
+                            ok = True
+            if not ok:
+                errors.append(f"{where}: {sid} port {p.get('name') or p.get('port')}: "
+                              f"targetPort {target} is not a containerPort of "
+                              f"{', '.join(object_id(w) for w in matched)}")
+    return errors
+
+
+def load_yaml_docs(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def check_kustomizations(root):
+    """Every kustomization lists existing files and every manifest next to it
+    is listed. Returns (errors, [(dir, kustomization)])."""
+    errors, found = [], []
+    kdir = os.path.join(root, "deploy", "kubernetes")
+    for dirpath, _, files in os.walk(kdir):
+        if "kustomization.yaml" not in files:
+            yamls = [f for f in files if f.endswith((".yaml", ".yml"))]
+            if yamls:
+                errors.append(f"{os.path.relpath(dirpath, root)}: manifests without a "
+                              "kustomization.yaml")
+            continue
+        kpath = os.path.join(dirpath, "kustomization.yaml")
+        try:
+            docs = load_yaml_docs(kpath)
+        except yaml.YAMLError as e:
+            errors.append(f"{os.path.relpath(kpath, root)}: {e}")
+            continue
+        if len(docs) != 1 or not isinstance(docs[0], dict):
+            errors.append(f"{os.path.relpath(kpath, root)}: not one mapping")
+            continue
+        k = docs[0]
+        rel = os.path.relpath(kpath, root)
+        if k.get("kind") != "Kustomization":
+            errors.append(f"{rel}: kind is {k.get('kind')}, want Kustomization")
+        listed = set()
+        refs = list(k.get("resources") or [])
+        for p in k.get("patches") or []:
+            if isinstance(p, dict) and p.get("path"):
+                refs.append(p["path"])
+        refs += list(k.get("patchesStrategicMerge") or [])
+        refs += list(k.get("components") or [])
+        for ref in refs:
+            target = os.path.normpath(os.path.join(dirpath, ref))
+            listed.add(target)
+            if os.path.isdir(target):
+                if not os.path.isfile(os.path.join(target, "kustomization.yaml")):
+                    errors.append(f"{rel}: {ref} is a directory without kustomization.yaml")
+            elif not os.path.isfile(target):
+                errors.append(f"{rel}: lists {ref}, which does not exist")
+        for f in files:
+            full = os.path.join(dirpath, f)
+            if f.endswith((".yaml", ".yml")) and f != "kustomization.yaml" and \
+                    full not in listed:
+                errors.append(f"{rel}: {f} is in the directory but not listed")
+        found.append((dirpath, k))
+    if not found:
+        errors.append("no kustomization.yaml under deploy/kubernetes")
+    return errors, found
+
+
+def base_objects(root, kustomizations):
+    """Objects of the resources files of the kustomizations that list plain
+    files (the bases), with where each came from; plus the base namespace."""
+    errors, objs = [], []
+    for dirpath, k in kustomizations:
+        namespace = k.get("namespace")
+        for ref in k.get("resources") or []:
+            path = os.path.normpath(os.path.join(dirpath, ref))
+            if not os.path.isfile(path):
+                continue
+            rel = os.path.relpath(path, root)
+            try:
+                docs = load_yaml_docs(path)
+            except yaml.YAMLError as e:
+                errors.append(f"{rel}: {e}")
+                continue
+            for i, d in enumerate(docs):
+                where = f"{rel}#{i}"
+                if not isinstance(d, dict):
+                    errors.append(f"{where}: not a mapping")
+                    continue
+                errors += check_required_fields(d, where, namespace)
+                objs.append(d)
+        # Patches: parse, identify a target in the rendered set later.
+        for p in k.get("patches") or []:
+            if isinstance(p, dict) and p.get("path"):
+                path = os.path.normpath(os.path.join(dirpath, p["path"]))
+                if os.path.isfile(path):
+                    try:
+                        for d in load_yaml_docs(path):
+                            for field in ("apiVersion", "kind"):
+                                if not d.get(field):
+                                    errors.append(f"{os.path.relpath(path, root)}: patch "
+                                                  f"missing {field}")
+                            if not (d.get("metadata") or {}).get("name"):
+                                errors.append(f"{os.path.relpath(path, root)}: patch missing "
+                                              "metadata.name")
+                    except yaml.YAMLError as e:
+                        errors.append(f"{os.path.relpath(path, root)}: {e}")
+    return errors, objs
+
+
+def check_images_listed(objs, kustomizations):
+    errors = []
+    names = set()
+    for _, k in kustomizations:
+        for im in k.get("images") or []:
+            names.add(im.get("name"))
+    for w in objs:
+        if w.get("kind") not in WORKLOAD_KINDS:
+            continue
+        for c in containers_of(w, init=True):
+            image = (c.get("image") or "").split("@")[0]
+            base = image.rsplit(":", 1)[0] if ":" in image.split("/")[-1] else image
+            if base not in names:
+                errors.append(f"{object_id(w)}[{c.get('name')}]: image {base} is not in any "
+                              "kustomization's images: list")
+    return errors
+
+
+def check_k8s_uid(objs):
+    """The Dockerfile's kolo uid is the one the pods run as / chown to."""
+    errors = []
+    for w in objs:
+        if w.get("kind") not in WORKLOAD_KINDS:
+            continue
+        psc = pod_spec(w).get("securityContext") or {}
+        for c in containers_of(w):
+            uid = (c.get("securityContext") or {}).get("runAsUser", psc.get("runAsUser"))
+            if uid != KOLO_UID:
+                errors.append(f"{object_id(w)}[{c.get('name')}] runs as uid {uid}, "
+                              f"want {KOLO_UID} (the image's kolo user)")
+        for c in pod_spec(w).get("initContainers") or []:
+            cmd = " ".join(c.get("command") or [])
+            if "chown" in cmd and f"{KOLO_UID}:{KOLO_UID}" not in cmd:
+                errors.append(f"{object_id(w)}[{c.get('name')}] chowns to another uid")
+    return errors
+
+
+def render_kustomization(dirpath):
+    kubectl = shutil.which("kubectl")
+    if kubectl is not None:
+        rc, out = run_tool([kubectl, "kustomize", dirpath])
+    elif shutil.which("kustomize"):
+        rc, out = run_tool([shutil.which("kustomize"), "build", dirpath])
+    else:
+        return None, "neither kubectl nor kustomize is installed"
+    if rc != 0:
+        return None, out.strip()
+    try:
+        return [d for d in yaml.safe_load_all(out) if d is not None], None
+    except yaml.YAMLError as e:
+        return None, f"rendered output does not parse: {e}"
+
+
+def check_gpu_overlay(objs):
+    errors = []
+    ds = [o for o in objs if o.get("kind") == "DaemonSet"]
+    if not ds:
+        return ["gpu overlay renders no DaemonSet"]
+    for d in ds:
+        spec = pod_spec(d)
+        if spec.get("runtimeClassName") != "nvidia":
+            errors.append(f"{object_id(d)}: gpu overlay must set runtimeClassName: nvidia")
+        for c in containers_of(d):
+            res = c.get("resources") or {}
+            for part in ("requests", "limits"):
+                if "nvidia.com/gpu" in (res.get(part) or {}):
+                    errors.append(f"{object_id(d)}[{c.get('name')}] requests nvidia.com/gpu: "
+                                  "the agent would take GPUs away from trainers")
+            env = {e.get("name"): e.get("value") for e in c.get("env") or []}
+            if env.get("NVIDIA_VISIBLE_DEVICES") != "all":
+                errors.append(f"{object_id(d)}[{c.get('name')}]: NVIDIA_VISIBLE_DEVICES=all "
+                              "missing")
+    return errors
+
+
+# ----------------------------------------------------------------- container
+
+def dockerfile_instructions(text):
+    """[(INSTRUCTION, args)] with continuation lines joined."""
+    out, buf = [], ""
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not buf and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if buf and line.lstrip().startswith("#"):
+            continue  # comment inside a continued instruction
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        parts = buf.strip().split(None, 1)
+        out.append((parts[0].upper(), parts[1] if len(parts) > 1 else ""))
+        buf = ""
+    return out
+
+
+def check_dockerfile(root, text):
+    errors = []
+    ins = dockerfile_instructions(text)
+    args = {}
+    stages = {}  # name -> list of instructions
+    order = []
+    cur = None
+    for op, rest in ins:
+        if op == "ARG" and cur is None:
+            k, _, v = rest.partition("=")
+            args[k.strip()] = v.strip().strip('"')
+        if op == "FROM":
+            m = re.match(r"^(\S+)(?:\s+AS\s+(\S+))?$", rest.strip(), re.I)
+            if not m:
+                errors.append(f"FROM {rest}: cannot parse")
+                continue
+            image = re.sub(r"\$\{(\w+)\}", lambda mm: args.get(mm.group(1), ""), m.group(1))
+            name = m.group(2) or f"stage{len(order)}"
+            cur = name
+            order.append(name)
+            stages[name] = [("FROM", image)]
+            continue
+        if cur is not None:
+            stages[cur].append((op, rest))
+    for want in ("build", "runtime", "agent", "coordinator"):
+        if want not in stages:
+            errors.append(f"Dockerfile has no '{want}' stage")
+    if errors:
+        return errors
+    for name in order:
+        image = stages[name][0][1]
+        if image not in stages and not re.match(r"^debian:(12|bookworm)([-.:].*)?$", image):
+            errors.append(f"stage {name} is FROM {image}, want Debian 12 (debian:12*)")
+
+    def stage_ops(name, op):
+        return [r for o, r in stages[name] if o == op]
+
+    def lineage(name):
+        chain = []
+        while name in stages:
+            chain.append(name)
+            name = stages[name][0][1]
+        return chain
+
+    entry = {"agent": "/usr/bin/kolo-agent", "coordinator": "/usr/bin/kolo-coordinator"}
+    ports = {"agent": {PORT_AGENT_RPC, PORT_AGENT_METRICS}, "coordinator": {PORT_COORDINATOR}}
+    for stage, exe in entry.items():
+        eps = stage_ops(stage, "ENTRYPOINT")
+        if not eps:
+            errors.append(f"stage {stage}: no ENTRYPOINT")
+        else:
+            try:
+                ep = json.loads(eps[-1])
+                if not isinstance(ep, list) or ep[:1] != [exe]:
+                    errors.append(f"stage {stage}: ENTRYPOINT {eps[-1]} does not run {exe}")
+            except ValueError:
+                errors.append(f"stage {stage}: ENTRYPOINT must be exec (JSON) form")
+        exposed = set()
+        for e in stage_ops(stage, "EXPOSE"):
+            exposed |= {int(p.split("/")[0]) for p in e.split()}
+        if exposed != ports[stage]:
+            errors.append(f"stage {stage}: EXPOSE {sorted(exposed)}, want {sorted(ports[stage])}")
+        users = [u for s in reversed(lineage(stage)) for u in stage_ops(s, "USER")]
+        if not users or users[-1].split(":")[0] in ("root", "0"):
+            errors.append(f"stage {stage}: runs as root (want USER {KOLO_UID})")
+        elif users[-1].split(":")[0] not in (str(KOLO_UID), "kolo"):
+            errors.append(f"stage {stage}: USER {users[-1]}, want {KOLO_UID}")
+    if f"--uid {KOLO_UID}" not in " ".join(stage_ops("runtime", "RUN")):
+        errors.append(f"runtime stage does not create the kolo user with uid {KOLO_UID}")
+
+    def apt_packages(stage):
+        pkgs = set()
+        for r in stage_ops(stage, "RUN"):
+            for m in re.finditer(r"apt-get install ([^&;|]*)", r):
+                pkgs |= {w for w in m.group(1).split() if not w.startswith("-")}
+        return pkgs
+    build_pkgs = apt_packages("build")
+    deps = os.path.join(root, "cmake", "KoloDependencies.cmake")
+    if os.path.isfile(deps):
+        with open(deps) as f:
+            for m in re.finditer(r"apt-get install ([a-z0-9+.\- ]+)", f.read()):
+                for pkg in m.group(1).split():
+                    if pkg not in build_pkgs:
+                        errors.append(f"build stage does not install {pkg} "
+                                      "(cmake/KoloDependencies.cmake asks for it)")
+    for stage in order:
+        if stage == "build":
+            continue
+        for pkg in apt_packages(stage):
+            if pkg.endswith("-dev"):
+                errors.append(f"stage {stage} installs development package {pkg}")
+    for stage in order:
+        for r in stage_ops(stage, "COPY"):
+            words = r.split()
+            if any(w.startswith("--from=") for w in words):
+                src = [w for w in words if w.startswith("--from=")][0][7:]
+                if src not in stages:
+                    errors.append(f"COPY --from={src}: no such stage")
+                continue
+            for src in [w for w in words if not w.startswith("--")][:-1]:
+                if src != "." and not os.path.exists(os.path.join(root, src)):
+                    errors.append(f"COPY {src}: not in the repository")
+        for r in stage_ops(stage, "RUN"):
+            for m in re.finditer(r"(deploy/\S+\.sh)", r):
+                if not os.path.isfile(os.path.join(root, m.group(1))):
+                    errors.append(f"RUN uses {m.group(1)}, which does not exist")
+    ignore = os.path.join(root, "deploy", "container", "Dockerfile.dockerignore")
+    if not os.path.isfile(ignore):
+        errors.append("deploy/container/Dockerfile.dockerignore missing")
+    else:
+        with open(ignore) as f:
+            entries = {l.strip() for l in f if l.strip() and not l.startswith("#")}
+        for want in (".git", "build", "build-*"):
+            if want not in entries:
+                errors.append(f"Dockerfile.dockerignore does not exclude {want}")
+    return errors
+
+
+def check_runtime_deps(root):
+    script = os.path.join(root, "deploy", "container", "runtime-deps.sh")
+    if not os.path.isfile(script):
+        return ["deploy/container/runtime-deps.sh missing"]
+    if not (shutil.which("dpkg-query") and shutil.which("ldd")):
+        return None
+    sample = shutil.which("ls")
+    with tempfile.TemporaryDirectory(prefix="kolo-stage-") as stage:
+        os.makedirs(os.path.join(stage, "usr", "bin"))
+        shutil.copy(sample, os.path.join(stage, "usr", "bin", "sample"))
+        with open(os.path.join(stage, "usr", "bin", "not-elf"), "w") as f:
+            f.write("#!/bin/sh\n")
+        rc, out = run_tool(["sh", script, stage])
+    pkgs = out.split()
+    if rc != 0 or "libc6" not in pkgs:
+        return [f"runtime-deps.sh on {sample}: rc {rc}, output {out.strip()!r} "
+                "(expected a package list with libc6)"]
+    return []
+
+
+# ---------------------------------------------------------------------- docs
+
+DOC_TERMS = ["/run/kolo/agent.sock", "7470", "7471", "7472", "grpc.health.v1",
+             "KOLO_LOG_LEVEL", "KOLO_LOG_FORMAT", "kolo job", "stall", "journalctl",
+             "systemctl", "kubectl", "upgrad", "token", "socket-mode", "memfd"]
+
+
+def check_docs(root):
+    path = os.path.join(root, "docs", "operations.md")
+    if not os.path.isfile(path):
+        return ["docs/operations.md missing"]
+    with open(path) as f:
+        text = f.read()
+    return [f"docs/operations.md never mentions '{t}'" for t in DOC_TERMS if t not in text]
+
+
+# ------------------------------------------------------------------- driver
+
+def validate(root, bins, report):
+    units = load_units(root)
+    print("systemd")
+    report.section("unit files present",
+                   [f"missing deploy/systemd/{n}" for n in
+                    ("kolo-agent.service", "kolo-coordinator.service") if n not in units])
+    for name, text in units.items():
+        report.section(f"{name} properties", check_unit_static(name, text))
+    with tempfile.TemporaryDirectory(prefix="kolo-units-") as tmp:
+        errs = verify_units(units, tmp)
+        if errs is None:
+            report.skip("systemd-analyze verify", "systemd-analyze is not installed")
+        else:
+            report.section("systemd-analyze verify", errs)
+            errs = security_units(units, tmp)
+            if errs is None:
+                report.skip("systemd-analyze security", "this systemd has no --offline mode")
+            else:
+                report.section("systemd-analyze security --offline", errs)
+    errs, ran = check_sysusers(root, units)
+    if ran or errs:
+        report.section("sysusers", errs)
+    else:
+        report.skip("sysusers", "systemd-sysusers is not installed")
+
+    print("config")
+    report.section("config examples", check_conf_examples(root))
+    kerrs, kustomizations = check_kustomizations(root)
+    berrs, objs = base_objects(root, kustomizations)
+    confmaps = {}
+    for o in objs:
+        if o.get("kind") == "ConfigMap":
+            for key, text in (o.get("data") or {}).items():
+                if key.endswith(".conf"):
+                    confmaps[key] = (o["metadata"]["name"], text)
+    for daemon in ("agent", "coordinator"):
+        label = f"kolo-{daemon}"
+        binary = bins.get(label)
+        if not binary or not os.access(binary, os.X_OK):
+            report.skip(f"{label} knobs", f"{label} is not built ({binary or 'no --bin'}); "
+                        "config files not checked against its --dump-config")
+            continue
+        example = os.path.join(root, "deploy", "config", f"{daemon}.conf.example")
+        errs = []
+        if os.path.isfile(example):
+            with open(example) as f:
+                errs += check_conf_against_binary(binary, label, f.read(),
+                                                  f"{daemon}.conf.example", True)
+        if f"{daemon}.conf" in confmaps:
+            cm, text = confmaps[f"{daemon}.conf"]
+            errs += check_conf_against_binary(binary, label, text, f"ConfigMap {cm}", False)
+        report.section(f"{label} knobs (--dump-config)", errs)
+
+    print("kubernetes")
+    report.section("kustomizations", kerrs)
+    report.section("manifests (required fields)", berrs)
+    report.section("manifests (selectors, services, probes, volumes)",
+                   check_objects(objs, "base"))
+    report.section("images and uid", check_images_listed(objs, kustomizations) +
+                   check_k8s_uid(objs))
+    for dirpath, _ in kustomizations:
+        rel = os.path.relpath(dirpath, root)
+        rendered, why = render_kustomization(dirpath)
+        if rendered is None and why and "not installed" in why:
+            report.skip(f"kustomize {rel}", why)
+            continue
+        if rendered is None:
+            report.section(f"kustomize {rel}", [why])
+            continue
+        errs = []
+        for i, o in enumerate(rendered):
+            errs += check_required_fields(o, f"{rel} (rendered #{i})", None)
+        errs += check_objects(rendered, f"{rel} (rendered)")
+        if os.path.basename(dirpath) == "gpu":
+            errs += check_gpu_overlay(rendered)
+        report.section(f"kustomize {rel} (rendered)", errs)
+
+    print("container")
+    dockerfile = os.path.join(root, "deploy", "container", "Dockerfile")
+    if os.path.isfile(dockerfile):
+        with open(dockerfile) as f:
+            report.section("Dockerfile", check_dockerfile(root, f.read()))
+    else:
+        report.section("Dockerfile", ["deploy/container/Dockerfile missing"])
+    errs = check_runtime_deps(root)
+    if errs is None:
+        report.skip("runtime-deps.sh", "dpkg-query or ldd is not installed")
+    else:
+        report.section("runtime-deps.sh", errs)
+
+    print("docs")
+    report.section("docs/operations.md", check_docs(root))
+
+
+# ---------------------------------------------------------------- self-test
+
+def self_test(root):
+    """Each known breakage must be reported by the check that owns it."""
+    failures = []
+
+    def expect(name, errors):
+        if errors:
+            print(f"  detected: {name}: {errors[0]}")
+        else:
+            failures.append(name)
+            print(f"  MISSED:   {name}")
+
+    _, kustomizations = check_kustomizations(root)
+    _, objs = base_objects(root, kustomizations)
+    baseline = check_objects(objs, "base")
+    if baseline:
+        print("self-test needs clean manifests; base has errors:", baseline)
+        return 1
+
+    def mutate(fn):
+        o2 = copy.deepcopy(objs)
+        fn(o2)
+        return check_objects(o2, "mutated")
+
+    def find(o2, kind, component):
+        return [o for o in o2 if o.get("kind") == kind and
+                labels_of(o).get(LABEL_COMPONENT) == component][0]
+
+    def svc_selector(o2):
+        find(o2, "Service", "coordinator")["spec"]["selector"][LABEL_COMPONENT] = "nope"
+    expect("Service selector matching no pod", mutate(svc_selector))
+
+    def tmpl_label(o2):
+        pod_template(find(o2, "Deployment", "coordinator"))["metadata"]["labels"][
+            LABEL_COMPONENT] = "other"
+    expect("Deployment selector not matching its pod labels", mutate(tmpl_label))
+
+    def ds_selector(o2):
+        find(o2, "DaemonSet", "agent")["spec"]["selector"]["matchLabels"]["extra"] = "x"
+    expect("DaemonSet selector not matching its pod labels", mutate(ds_selector))
+
+    def http_probe(o2):
+        c = containers_of(find(o2, "DaemonSet", "agent"))[0]
+        c["livenessProbe"] = {"httpGet": {"path": "/", "port": PORT_AGENT_METRICS}}
+    expect("non-grpc probe", mutate(http_probe))
+
+    def probe_port(o2):
+        c = containers_of(find(o2, "Deployment", "coordinator"))[0]
+        c["readinessProbe"]["grpc"]["port"] = 9999
+    expect("grpc probe on an undeclared port", mutate(probe_port))
+
+    def no_liveness(o2):
+        c = containers_of(find(o2, "Deployment", "coordinator"))[0]
+        del c["livenessProbe"]
+    expect("missing liveness probe", mutate(no_liveness))
+
+    def target_port(o2):
+        find(o2, "Service", "agent")["spec"]["ports"][0]["targetPort"] = "nope"
+    expect("Service targetPort not a containerPort", mutate(target_port))
+
+    def coord_env(o2):
+        c = containers_of(find(o2, "DaemonSet", "agent"))[0]
+        for e in c["env"]:
+            if e["name"] == "KOLO_COORDINATOR":
+                e["value"] = "kolo-coord:7470"
+    expect("KOLO_COORDINATOR naming no Service", mutate(coord_env))
+
+    def coord_port(o2):
+        c = containers_of(find(o2, "DaemonSet", "agent"))[0]
+        for e in c["env"]:
+            if e["name"] == "KOLO_COORDINATOR":
+                e["value"] = "kolo-coordinator:1234"
+    expect("KOLO_COORDINATOR with a port the Service lacks", mutate(coord_port))
+
+    def cm_port(o2):
+        cm = find(o2, "ConfigMap", "agent")
+        cm["data"]["agent.conf"] = cm["data"]["agent.conf"].replace(
+            f":{PORT_AGENT_RPC}", ":7999")
+    expect("agent.conf rpc-listen port not declared / not probed", mutate(cm_port))
+
+    def cm_missing(o2):
+        o2.remove(find(o2, "ConfigMap", "coordinator"))
+    expect("volume referencing a missing ConfigMap", mutate(cm_missing))
+
+    def pvc_missing(o2):
+        o2.remove(find(o2, "PersistentVolumeClaim", "coordinator"))
+    expect("volume referencing a missing PVC", mutate(pvc_missing))
+
+    def socket_mount(o2):
+        ds = find(o2, "DaemonSet", "agent")
+        for v in pod_spec(ds)["volumes"]:
+            if "hostPath" in v:
+                v["hostPath"]["path"] = "/var/run/other"
+    expect("socket directory not a hostPath of the same path", mutate(socket_mount))
+
+    def undeclared_volume(o2):
+        c = containers_of(find(o2, "DaemonSet", "agent"))[0]
+        c["volumeMounts"].append({"name": "ghost", "mountPath": "/ghost"})
+    expect("volumeMount of an undeclared volume", mutate(undeclared_volume))
+
+    o_ns = copy.deepcopy(objs)
+    del find(o_ns, "Service", "coordinator")["metadata"]["namespace"]
+    expect("namespaced object without namespace",
+           check_required_fields(find(o_ns, "Service", "coordinator"), "mutated", "kolo-system"))
+    expect("image not in kustomization images",
+           check_images_listed(objs, [("x", {"images": [{"name": "kolo-agent"}]})]))
+
+    _, _, perrs = parse_conf("socket = /run/kolo/agent.sock\nthis is not a knob\n", "t.conf")
+    expect("config line that is not 'name = value'", perrs)
+    _, _, perrs = parse_conf("socket = a\nsocket = b\n", "t.conf")
+    expect("knob set twice", perrs)
+
+    for name, text in load_units(root).items():
+        broken = text.replace("Type=notify", "Type=simple")
+        expect(f"{name} with Type=simple", check_unit_static(name, broken))
+        broken = re.sub(r"^RestrictAddressFamilies=.*$", "RestrictAddressFamilies=AF_UNIX",
+                        text, flags=re.M)
+        expect(f"{name} with narrowed RestrictAddressFamilies", check_unit_static(name, broken))
+        if shutil.which("systemd-analyze"):
+            with tempfile.TemporaryDirectory(prefix="kolo-units-") as tmp:
+                broken = text.replace("[Service]\n", "[Service]\nBogusKey=1\n", 1)
+                expect(f"{name} with an unknown key (systemd-analyze verify)",
+                       verify_units({name: broken}, tmp))
+            with tempfile.TemporaryDirectory(prefix="kolo-units-") as tmp:
+                broken = re.sub(r"^RestartSec=.*$", "RestartSec=soon", text, flags=re.M)
+                expect(f"{name} with an unparsable RestartSec (systemd-analyze verify)",
+                       verify_units({name: broken}, tmp))
+
+    # The --dump-config comparison, against a stand-in daemon that knows two
+    # knobs and rejects config files naming others (as common/config.cc does).
+    with tempfile.TemporaryDirectory(prefix="kolo-fake-daemon-") as tmp:
+        fake = os.path.join(tmp, "fake-daemon")
+        with open(fake, "w") as f:
+            f.write(FAKE_DAEMON.replace("#!/usr/bin/env python3", "#!" + sys.executable, 1))
+        os.chmod(fake, 0o755)
+        good = "# socket = /run/kolo/agent.sock\n# arena-mb = 1024\n"
+        errs = check_conf_against_binary(fake, "fake", good, "good.conf", True)
+        if errs:
+            failures.append("fake daemon baseline")
+            print(f"  MISSED:   fake daemon baseline reported {errs}")
+        expect("documented knob the daemon does not have",
+               check_conf_against_binary(fake, "fake", good + "# bogus-knob = 1\n",
+                                         "t.conf", True))
+        expect("documented default differing from the daemon's",
+               check_conf_against_binary(fake, "fake", good.replace("1024", "2048"),
+                                         "t.conf", True))
+        expect("documented value the daemon rejects",
+               check_conf_against_binary(fake, "fake", "arena-mb = lots\n", "t.conf", False))
+
+    with open(os.path.join(root, "deploy", "container", "Dockerfile")) as f:
+        dtext = f.read()
+    expect("Dockerfile runtime stage as root",
+           check_dockerfile(root, dtext.replace(f"USER {KOLO_UID}:{KOLO_UID}", "USER root")))
+    expect("Dockerfile build stage missing libgrpc++-dev",
+           check_dockerfile(root, dtext.replace(" libgrpc++-dev", "")))
+    expect("Dockerfile agent ENTRYPOINT in shell form",
+           check_dockerfile(root, dtext.replace('ENTRYPOINT ["/usr/bin/kolo-agent"]',
+                                                "ENTRYPOINT /usr/bin/kolo-agent")))
+    expect("Dockerfile from a non-Debian-12 base",
+           check_dockerfile(root, dtext.replace("debian:12-slim", "ubuntu:22.04")))
+
+    with tempfile.TemporaryDirectory(prefix="kolo-kust-") as tmp:
+        kdir = os.path.join(tmp, "deploy", "kubernetes")
+        os.makedirs(kdir)
+        with open(os.path.join(kdir, "kustomization.yaml"), "w") as f:
+            f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+                    "resources:\n  - missing.yaml\n")
+        with open(os.path.join(kdir, "orphan.yaml"), "w") as f:
+            f.write("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n")
+        errs, _ = check_kustomizations(tmp)
+        expect("kustomization listing a missing file", [e for e in errs if "missing.yaml" in e])
+        expect("manifest not listed in its kustomization", [e for e in errs if "orphan" in e])
+
+    if failures:
+        print(f"self-test: {len(failures)} breakage(s) went unnoticed: {failures}")
+        return 1
+    print("self-test: every breakage was detected")
+    return 0
+
+
+FAKE_DAEMON = r"""#!/usr/bin/env python3
+import sys
+knobs = {"socket": "/run/kolo/agent.sock", "arena-mb": "1024"}
+args = sys.argv[1:]
+if "--config" in args:
+    for line in open(args[args.index("--config") + 1]):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        k, _, v = line.partition("=")
+        k, v = k.strip(), v.strip()
+        if k not in knobs:
+            sys.exit("unknown key '%s'" % k)
+        if k == "arena-mb" and not v.isdigit():
+            sys.exit("arena-mb: expected an integer, got '%s'" % v)
+        knobs[k] = v
+if "--dump-config" in args:
+    for k, v in knobs.items():
+        print('%s = "%s"  # default' % (k, v) if not v.isdigit() else "%s = %s  # default" % (k, v))
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", default=os.path.normpath(
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")),
+        help="repository root (default: two levels above this script)")
+    ap.add_argument("--bin", action="append", default=[], metavar="NAME=PATH",
+                    help="a built daemon (kolo-agent=..., kolo-coordinator=...)")
+    ap.add_argument("--self-test", action="store_true",
+                    help="check that the validator detects known breakages")
+    a = ap.parse_args()
+    root = os.path.abspath(a.root)
+    if a.self_test:
+        return self_test(root)
+    bins = {}
+    for b in a.bin:
+        name, _, path = b.partition("=")
+        bins[name] = path
+    report = Report()
+    validate(root, bins, report)
+    print()
+    print(f"{len(report.checked)} checks, {len(report.failures)} failure(s), "
+          f"{len(report.skips)} skipped")
+    for s in report.skips:
+        print(f"  skipped {s}")
+    for f in report.failures:
+        print(f"  FAIL {f}")
+    return 1 if report.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "agent/timeline/mpsc_queue.h"
+#include "agent/timeline/timeline.h"
+
+namespace kolo::timeline {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// A private temp directory, removed even when the test fails.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "kolo-timeline-XXXXXX").string();
+    char* p = ::mkdtemp(tmpl.data());
+    if (p != nullptr) path_ = p;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  bool ok() const { return !path_.empty(); }
+
+ private:
+  std::string path_;
+};
+
+nlohmann::json parseFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());  // throws (fails the test) on invalid JSON
+}
+
+// Events of the trace that are not metadata, with pid mapped back to names.
+struct Parsed {
+  std::map<int64_t, std::string> pid_names;
+  std::vector<nlohmann::json> events;
+};
+
+Parsed parse(const nlohmann::json& doc) {
+  Parsed p;
+  for (const auto& e : doc.at("traceEvents")) {
+    if (e.at("ph") == "M") {
+      if (e.at("name") == "process_name") p.pid_names[e.at("pid")] = e.at("args").at("name");
+    } else {
+      p.events.push_back(e);
+    }
+  }
+  return p;
+}
+
+// A fake clock that tests step by hand.
+struct FakeClock {
+  std::atomic<int64_t> now{1'000'000};
+  std::function<int64_t()> fn() {
+    return [this] { return now.load(); };
+  }
+};
+
+TEST(MpscQueue, BoundedAndFifoAcrossThreads) {
+  BoundedMpscQueue<int> q(5);
+  EXPECT_EQ(q.capacity(), 8u);
+  for (int i = 0; i < 8; ++i) {
+    int v = i;
+    ASSERT_TRUE(q.tryPush(std::move(v)));
+  }
+  int extra = 99;
+  EXPECT_FALSE(q.tryPush(std::move(extra)));
+  int out;
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(q.tryPop(&out));
+    EXPECT_EQ(out, i);
+  }
+  EXPECT_FALSE(q.tryPop(&out));
+
+  // Four producers; per-producer order must hold.
+  BoundedMpscQueue<int> q2(64);
+  const int kPer = 20000;
+  std::vector<std::thread> producers;
+  for (int t = 0; t < 4; ++t) {
+    producers.emplace_back([&, t] {
+      for (int i = 0; i < kPer; ++i) {
+        int v = t * kPer + i;
+        while (!q2.tryPush(std::move(v))) std::this_thread::yield();
+      }
+    });
+  }
+  std::vector<int> last(4, -1);
+  for (int got = 0; got < 4 * kPer;) {
+    if (!q2.tryPop(&out)) {
+      std::this_thread::yield();
+      continue;
+    }
+    int t = out / kPer;
+    EXPECT_GT(out % kPer, last[t]);
+    last[t] = out % kPer;
+    ++got;
+  }
+  for (auto& th : producers) th.join();
+}
+
+TEST(Timeline, StopWritesValidTraceWithExpectedEvents) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  FakeClock clock;
+  TimelineOptions opts;
+  opts.clock_us = clock.fn();
+  Timeline tl(opts);
+  tl.negotiateStart("ignored", CollectiveType::kAllreduce);  // not recording yet
+  const std::string path = dir.file("trace.json");
+  ASSERT_TRUE(tl.start(path, /*mark_cycles=*/true).isOk());
+  EXPECT_TRUE(tl.active());
+  EXPECT_FALSE(tl.start(path, false).isOk()) << "second start must fail";
+
+  const std::vector<int64_t> shape = {3, 4};
+  for (const std::string name : {"grad/w", "grad/b"}) {
+    clock.now += 10;
+    tl.markCycleStart();
+    tl.negotiateStart(name, CollectiveType::kAllreduce);
+    clock.now += 5;
+    tl.negotiateRankReady(name, 0);
+    clock.now += 5;
+    tl.negotiateRankReady(name, 1);
+    tl.negotiateEnd(name);
+    tl.opStart(name, CollectiveType::kAllreduce);
+    tl.activityStart(name, kQueue);
+    clock.now += 1;
+    tl.activityEnd(name);
+    tl.activityStart(name, kMemcpyInFusionBuffer);
+    tl.activityEnd(name);
+    tl.activityStart(name, kLocalReduce);
+    tl.activityEnd(name);
+    tl.activityStart(name, kCrossAllreduce, {{"backend", "ucx"}});
+    clock.now += 100;
+    tl.activityEnd(name);
+    tl.activity(name, kMemcpyOutFusionBuffer, tl.nowUs(), 7);
+    clock.now += 7;
+    tl.opEnd(name, DataType::kFloat32, shape);
+  }
+  ASSERT_TRUE(tl.stop().isOk());
+  EXPECT_FALSE(tl.active());
+  EXPECT_EQ(tl.dropped(), 0u);
+  tl.opStart("late", CollectiveType::kAllreduce);  // after stop: ignored
+
+  Parsed p = parse(parseFile(path));
+  ASSERT_EQ(p.pid_names.size(), 2u);
+  std::map<std::string, int64_t> pid_of;
+  for (auto& [pid, name] : p.pid_names) pid_of[name] = pid;
+  ASSERT_TRUE(pid_of.count("grad/w") && pid_of.count("grad/b"));
+  EXPECT_NE(pid_of["grad/w"], pid_of["grad/b"]);
+
+  // The first tensor's events in order.
+  std::vector<std::string> seq;
+  int cycles = 0;
+  for (const auto& e : p.events) {
+    if (e.at("ph") == "i") {
+      EXPECT_EQ(e.at("name"), "CYCLE_START");
+      EXPECT_EQ(e.at("s"), "g");
+      ++cycles;
+      continue;
+    }
+    if (e.at("pid") != pid_of["grad/w"]) continue;
+    std::string ph = e.at("ph");
+    seq.push_back(ph + (e.contains("name") ? ":" + e.at("name").get<std::string>() : ""));
+  }
+  EXPECT_EQ(cycles, 2);
+  std::vector<std::string> want = {"B:NEGOTIATE_ALLREDUCE",
+                                   "X:0",
+                                   "X:1",
+                                   "E",
+                                   "B:ALLREDUCE",
+                                   "B:QUEUE",
+                                   "E",
+                                   "B:MEMCPY_IN_FUSION_BUFFER",
+                                   "E",
+                                   "B:LOCAL_REDUCE",
+                                   "E",
+                                   "B:CROSS_ALLREDUCE",
+                                   "E",
+                                   "X:MEMCPY_OUT_FUSION_BUFFER",
+                                   "E"};
+  EXPECT_EQ(seq, want);
+
+  // Timestamps are microseconds since start(), from the injected clock.
+  const auto& w = p.events;
+  auto find = [&](const std::string& tensor, const std::string& ph, const std::string& name) {
+    for (const auto& e : w) {
+      if (e.at("pid") == pid_of[tensor] && e.at("ph") == ph && e.value("name", "") == name) return e;
+    }
+    return nlohmann::json();
+  };
+  EXPECT_EQ(find("grad/w", "B", "NEGOTIATE_ALLREDUCE").at("ts"), 10);
+  EXPECT_EQ(find("grad/w", "X", "1").at("ts"), 20);
+  EXPECT_EQ(find("grad/w", "B", "CROSS_ALLREDUCE").at("args").at("backend"), "ucx");
+  auto out = find("grad/w", "X", "MEMCPY_OUT_FUSION_BUFFER");
+  EXPECT_EQ(out.at("dur"), 7);
+  EXPECT_EQ(out.at("ts"), 121);
+  // The final E of each tensor carries dtype and shape.
+  for (const auto& [name, pid] : pid_of) {
+    const nlohmann::json* last = nullptr;
+    for (const auto& e : w) {
+      if (e.at("pid") == pid) last = &e;
+    }
+    ASSERT_NE(last, nullptr);
+    EXPECT_EQ(last->at("ph"), "E");
+    EXPECT_EQ(last->at("args").at("dtype"), "float32");
+    EXPECT_EQ(last->at("args").at("shape"), "[3, 4]");
+  }
+}
+
+TEST(Timeline, FileIsValidAfterEveryFlush) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  TimelineOptions opts;
+  opts.flush_interval = 1h;  // flush only when asked
+  Timeline tl(opts);
+  const std::string path = dir.file("t.json");
+  ASSERT_TRUE(tl.start(path).isOk());
+  EXPECT_EQ(parseFile(path).at("traceEvents").size(), 0u) << "valid right after start";
+  uint64_t recorded = 0;
+  for (int round = 1; round <= 5; ++round) {
+    for (int i = 0; i < 10 * round; ++i) {
+      tl.opStart("t" + std::to_string(i), CollectiveType::kAllgather);
+      ++recorded;
+    }
+    tl.requestFlush();
+    ASSERT_TRUE(tl.waitWritten(recorded, 10s));
+    Parsed p = parse(parseFile(path));
+    EXPECT_EQ(p.events.size(), recorded);
+    EXPECT_EQ(p.pid_names.size(), static_cast<size_t>(10 * round));
+  }
+  tl.markCycleStart();  // mark_cycles off: nothing
+  ASSERT_TRUE(tl.stop().isOk());
+  EXPECT_EQ(parse(parseFile(path)).events.size(), recorded);
+}
+
+TEST(Timeline, FullQueueDropsAndCounts) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  TimelineOptions opts;
+  opts.queue_capacity = 8;
+  opts.flush_interval = 1h;
+  Timeline tl(opts);
+  const std::string path = dir.file("t.json");
+  ASSERT_TRUE(tl.start(path).isOk());
+  for (int i = 0; i < 100; ++i) tl.opStart("x", CollectiveType::kAllreduce);
+  EXPECT_EQ(tl.dropped(), 92u);
+  ASSERT_TRUE(tl.stop().isOk());
+  EXPECT_EQ(parse(parseFile(path)).events.size(), 8u);
+}
+
+TEST(Timeline, RestartWritesAFreshFileAndBadPathFails) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  Timeline tl;
+  EXPECT_FALSE(tl.start(dir.file("no/such/dir/t.json")).isOk());
+  EXPECT_FALSE(tl.active());
+  ASSERT_TRUE(tl.start(dir.file("a.json")).isOk());
+  tl.opStart("one", CollectiveType::kAllreduce);
+  ASSERT_TRUE(tl.stop().isOk());
+  ASSERT_TRUE(tl.stop().isOk()) << "stop twice is fine";
+  ASSERT_TRUE(tl.start(dir.file("b.json")).isOk());
+  tl.opStart("two", CollectiveType::kBroadcast);
+  ASSERT_TRUE(tl.stop().isOk());
+  Parsed a = parse(parseFile(dir.file("a.json")));
+  Parsed b = parse(parseFile(dir.file("b.json")));
+  ASSERT_EQ(b.events.size(), 1u);
+  EXPECT_EQ(b.events[0].at("name"), "BROADCAST");
+  EXPECT_EQ(b.pid_names.begin()->second, "two");
+  EXPECT_EQ(a.pid_names.begin()->second, "one");
+}
+
+// A child process records continuously and is SIGKILLed while its writer
+// thread runs; the file must still parse, with every event of the last flush.
+TEST(Timeline, SurvivesSigkillOfTheWritingProcess) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("killed.json");
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    TimelineOptions opts;
+    opts.flush_interval = 20ms;
+    Timeline tl(opts);
+    if (!tl.start(path).isOk()) ::_exit(2);
+    uint64_t n = 0;
+    bool told = false;
+    // Bounded: the parent kills us long before this ends.
+    for (int i = 0; i < 200000; ++i) {
+      std::string name = "tensor" + std::to_string(i % 50);
+      tl.negotiateStart(name, CollectiveType::kAllreduce);
+      tl.negotiateRankReady(name, i % 4);
+      tl.negotiateEnd(name);
+      n += 3;
+      if (!told && n >= 3000) {
+        if (!tl.waitWritten(n, 10s)) ::_exit(3);
+        char c = 'k';
+        if (::write(fds[1], &c, 1) != 1) ::_exit(4);
+        told = true;
+      }
+      if (told) std::this_thread::sleep_for(1ms);  // keep writing, slowly
+    }
+    ::_exit(5);
+  }
+  ::close(fds[1]);
+  struct pollfd pfd = {fds[0], POLLIN, 0};
+  int ready = ::poll(&pfd, 1, 20000);
+  char c = 0;
+  bool got = ready == 1 && ::read(fds[0], &c, 1) == 1;
+  // Let the child write a few more flushes, bounded by the poll timeout.
+  ::poll(nullptr, 0, 150);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::close(fds[0]);
+  ASSERT_TRUE(got) << "child never reported its first flush (exit status " << status << ")";
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+  nlohmann::json doc;
+  ASSERT_NO_THROW(doc = parseFile(path));
+  Parsed p = parse(doc);
+  EXPECT_GE(p.events.size(), 3000u);
+  EXPECT_EQ(p.pid_names.size(), 50u);
+}
+
+}  // namespace
+}  // namespace kolo::timeline

@@ -1,0 +1,192 @@
+#include "harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace kolo::testing {
+
+std::string binDir() { return KOLO_BIN_DIR; }
+
+std::string Proc::output() const {
+  std::ifstream f(log_path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Proc spawnProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                  const std::string& log_path) {
+  Proc p;
+  p.log_path = log_path;
+  std::map<std::string, std::string> full;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string s(*e);
+    auto eq = s.find('=');
+    if (eq != std::string::npos) full[s.substr(0, eq)] = s.substr(eq + 1);
+  }
+  for (auto& [k, v] : env) full[k] = v;
+  std::vector<std::string> envs;
+  for (auto& [k, v] : full) envs.push_back(k + "=" + v);
+  std::vector<char*> cargv, cenv;
+  for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  p.started = std::chrono::steady_clock::now();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
+    ::setpgid(0, 0);
+    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve(cargv[0], cargv.data(), cenv.data());
+    std::fprintf(stderr, "exec %s: %s\n", cargv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  p.pid = pid;
+  return p;
+}
+
+bool waitProcess(Proc& p, std::chrono::milliseconds timeout) {
+  if (p.exited || p.pid <= 0) return true;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int st = 0;
+    pid_t r = ::waitpid(p.pid, &st, WNOHANG);
+    if (r == p.pid) {
+      p.exited = true;
+      p.ended = std::chrono::steady_clock::now();
+      if (WIFEXITED(st)) p.exit_code = WEXITSTATUS(st);
+      if (WIFSIGNALED(st)) p.term_signal = WTERMSIG(st);
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling a child's exit
+  }
+}
+
+void killProcess(Proc& p, int sig) {
+  if (p.pid > 0 && !p.exited) ::kill(p.pid, sig);
+}
+
+static void stopProcess(Proc& p) {
+  if (p.pid <= 0 || p.exited) return;
+  killProcess(p, SIGTERM);
+  if (!waitProcess(p, std::chrono::seconds(5))) {
+    killProcess(p, SIGKILL);
+    waitProcess(p, std::chrono::seconds(5));
+  }
+}
+
+static bool waitForFile(const std::string& path, Proc& owner, std::chrono::milliseconds timeout,
+                        std::string* content) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream f(path);
+    if (f && std::getline(f, *content) && !content->empty()) return true;
+    if (waitProcess(owner, std::chrono::milliseconds(0)) && owner.exited) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling for a file
+  }
+  return false;
+}
+
+Cluster::Cluster(int agents, std::map<std::string, std::string> agent_env) {
+  char tmpl[] = "/tmp/kolo-test-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) {
+    error_ = "mkdtemp failed";
+    return;
+  }
+  dir_ = tmpl;
+  coord_ = spawnProcess({binDir() + "/kolo-coordinator", "--listen", "127.0.0.1:0", "--ready-file",
+                         dir_ + "/coord.ready", "--lease-ms", "3000", "--heartbeat-interval-ms", "500"},
+                        {}, dir_ + "/coordinator.log");
+  if (!waitForFile(dir_ + "/coord.ready", coord_, std::chrono::seconds(20), &coord_addr_)) {
+    error_ = "coordinator did not become ready: " + coord_.output();
+    return;
+  }
+  for (int i = 0; i < agents; ++i) {
+    std::string id = "node" + std::to_string(i);
+    agents_.push_back(spawnProcess(
+        {binDir() + "/kolo-agent", "--socket", socket(i), "--coordinator", coord_addr_, "--rpc-listen",
+         "127.0.0.1:0", "--ready-file", dir_ + "/" + id + ".ready", "--agent-id", id, "--hostname", id},
+        agent_env, dir_ + "/agent-" + std::to_string(i) + ".log"));
+  }
+  for (int i = 0; i < agents; ++i) {
+    std::string addr;
+    if (!waitForFile(dir_ + "/node" + std::to_string(i) + ".ready", agents_[i], std::chrono::seconds(20),
+                     &addr)) {
+      error_ = "agent " + std::to_string(i) + " did not become ready: " + agents_[i].output();
+      return;
+    }
+    agent_rpc_.push_back(addr);
+  }
+  ok_ = true;
+}
+
+Cluster::~Cluster() {
+  for (auto& a : agents_) stopProcess(a);
+  stopProcess(coord_);
+  if (!dir_.empty() && std::getenv("KOLO_TEST_KEEP") == nullptr) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+std::map<std::string, std::string> Cluster::rankEnv(const std::string& job, const std::string& token,
+                                                    int world, int local_rank, int local_size,
+                                                    int agent) const {
+  return {{"KOLO_AGENT_SOCKET", socket(agent)},
+          {"KOLO_JOB_ID", job},
+          {"KOLO_JOB_TOKEN", token},
+          {"KOLO_SIZE", std::to_string(world)},
+          {"KOLO_LOCAL_RANK", std::to_string(local_rank)},
+          {"KOLO_LOCAL_SIZE", std::to_string(local_size)},
+          {"KOLO_START_TIMEOUT", "20"},
+          {"KOLO_OP_TIMEOUT", "60"}};
+}
+
+std::vector<Proc> Cluster::launchJob(const std::string& job, int world, const std::vector<std::string>& argv,
+                                     std::map<std::string, std::string> extra_env) {
+  std::vector<Proc> ranks;
+  for (int r = 0; r < world; ++r) {
+    auto env = rankEnv(job, "secret-" + job, world, r, world);
+    for (auto& [k, v] : extra_env) env[k] = v;
+    ranks.push_back(spawnProcess(argv, env, dir_ + "/" + job + "-rank" + std::to_string(r) + ".log"));
+  }
+  return ranks;
+}
+
+bool Cluster::waitJob(std::vector<Proc>& ranks, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool all = true;
+  for (auto& p : ranks) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (!waitProcess(p, std::max(left, std::chrono::milliseconds(0)))) {
+      all = false;
+      killProcess(p, SIGKILL);
+      waitProcess(p, std::chrono::seconds(5));
+    }
+  }
+  return all;
+}
+
+}  // namespace kolo::testing

@@ -1,0 +1,191 @@
+// End-to-end tests through the real kolo-coordinator and kolo-agent
+// binaries with real rank processes linked against libkolo.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <regex>
+
+#include "common/frame.h"
+#include "harness.h"
+
+namespace kolo::testing {
+namespace {
+
+std::string checkBin() { return binDir() + "/kolo_check"; }
+
+void expectAllOk(std::vector<Proc>& ranks, const std::string& needle) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    std::string out = ranks[r].output();
+    EXPECT_EQ(ranks[r].exit_code, 0) << "rank " << r << " output:\n" << out;
+    EXPECT_NE(out.find(needle), std::string::npos) << "rank " << r << " output:\n" << out;
+  }
+}
+
+class Allreduce : public ::testing::TestWithParam<int> {};
+
+TEST_P(Allreduce, EveryDtypeOpAndSizeMatchesReference) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  int n = GetParam();
+  std::vector<std::string> argv = {checkBin(), "allreduce"};
+  if (n == 2) argv.push_back("--big");
+  auto ranks = c.launchJob("ar" + std::to_string(n), n, argv);
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(120))) << "ranks did not finish; agent log:\n" << c.agentLog(0);
+  expectAllOk(ranks, "allreduce checks passed");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Allreduce, ::testing::Values(1, 2, 4));
+
+TEST(Integration, MismatchedRanksGetErrorsNamingBothSidesAndJobRecovers) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("mm", 3, {checkBin(), "mismatch"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
+  expectAllOk(ranks, "OK mismatch errors reported and job recovered");
+}
+
+TEST(Integration, DuplicateNameInFlightIsAClearError) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("dup", 2, {checkBin(), "duplicate"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
+  expectAllOk(ranks, "OK duplicate rejected");
+  EXPECT_NE(ranks[0].output().find("currently being processed: 'dup'"), std::string::npos) << ranks[0].output();
+}
+
+TEST(Integration, KilledTrainerFailsPeersFastAndOtherJobsContinue) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  // Job B runs alongside the job that loses a rank.
+  auto other = c.launchJob("steady", 2, {checkBin(), "loop", "3000"});
+  auto ranks = c.launchJob("victim", 3, {checkBin(), "die", "2"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
+  EXPECT_EQ(ranks[2].term_signal, SIGKILL) << ranks[2].output();
+  for (int r = 0; r < 2; ++r) {
+    std::string out = ranks[r].output();
+    EXPECT_EQ(ranks[r].exit_code, 0) << out;
+    std::smatch m;
+    std::regex re("pending op failed after ([0-9.]+) s");
+    ASSERT_TRUE(std::regex_search(out, m, re)) << out;
+    // The victim dies ~0.3 s after the survivors submit; detection must add < 2 s.
+    EXPECT_LT(std::stod(m[1]), 2.3) << out;
+    EXPECT_NE(out.find("rank 2"), std::string::npos) << "the failure must name the dead rank:\n" << out;
+  }
+  ASSERT_TRUE(c.waitJob(other, std::chrono::seconds(120))) << c.agentLog(0);
+  expectAllOk(other, "OK 3000 loop allreduces");
+  // The agent freed the failed job and still serves new ones.
+  auto again = c.launchJob("after", 2, {checkBin(), "loop", "10"});
+  ASSERT_TRUE(c.waitJob(again, std::chrono::seconds(60)));
+  expectAllOk(again, "OK 10 loop allreduces");
+  EXPECT_NE(c.agentLog(0).find("job victim removed"), std::string::npos) << c.agentLog(0);
+}
+
+TEST(Integration, NoAgentReachableFailsWithinStartTimeoutNamingTheSocket) {
+  char dir[] = "/tmp/kolo-noagent-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::string sock = std::string(dir) + "/nobody.sock";
+  Proc p = spawnProcess({checkBin(), "init-only"},
+                        {{"KOLO_AGENT_SOCKET", sock}, {"KOLO_JOB_ID", "j"}, {"KOLO_JOB_TOKEN", "t"},
+                         {"KOLO_SIZE", "1"}, {"KOLO_LOCAL_RANK", "0"}, {"KOLO_LOCAL_SIZE", "1"},
+                         {"KOLO_START_TIMEOUT", "2"}},
+                        std::string(dir) + "/out.log");
+  ASSERT_TRUE(waitProcess(p, std::chrono::seconds(10)));
+  std::string out = p.output();
+  EXPECT_EQ(p.exit_code, 3) << out;
+  EXPECT_LT(p.seconds(), 5.0);
+  EXPECT_NE(out.find(sock), std::string::npos) << out;
+  EXPECT_NE(out.find("kolo-agent"), std::string::npos) << out;
+  ::unlink((std::string(dir) + "/out.log").c_str());
+  ::rmdir(dir);
+}
+
+TEST(Integration, WrongTokenIsRefused) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto env0 = c.rankEnv("tok", "right", 2, 0, 2);
+  auto env1 = c.rankEnv("tok", "wrong", 2, 1, 2);
+  env0["KOLO_START_TIMEOUT"] = "3";
+  env1["KOLO_START_TIMEOUT"] = "3";
+  std::vector<Proc> ranks;
+  ranks.push_back(spawnProcess({checkBin(), "init-only"}, env0, c.dir() + "/tok0.log"));
+  ASSERT_TRUE(waitProcess(ranks[0], std::chrono::milliseconds(300)) == false || ranks[0].exited);
+  ranks.push_back(spawnProcess({checkBin(), "init-only"}, env1, c.dir() + "/tok1.log"));
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(20)));
+  EXPECT_EQ(ranks[1].exit_code, 3) << ranks[1].output();
+  EXPECT_NE(ranks[1].output().find("wrong token"), std::string::npos) << ranks[1].output();
+  EXPECT_NE(ranks[1].output().find("PERMISSION_DENIED"), std::string::npos) << ranks[1].output();
+}
+
+int connectRaw(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True when the agent closes the connection within the timeout.
+bool closedByAgent(int fd, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  char buf[256];
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) > 0) {
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    }
+  }
+  return false;
+}
+
+TEST(Integration, MalformedTruncatedAndOversizeFramesDropOnlyThatConnection) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  {
+    int fd = connectRaw(c.socket());
+    ASSERT_GE(fd, 0);
+    std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    ASSERT_EQ(::write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+    EXPECT_TRUE(closedByAgent(fd, 3000)) << "bad magic";
+    ::close(fd);
+  }
+  {
+    int fd = connectRaw(c.socket());
+    std::string h = encodeFrameHeader(10u << 20);
+    ASSERT_EQ(::write(fd, h.data(), h.size()), 8);
+    EXPECT_TRUE(closedByAgent(fd, 3000)) << "oversize";
+    ::close(fd);
+  }
+  {
+    int fd = connectRaw(c.socket());
+    std::string f = encodeFrameHeader(5) + std::string("\xff\xff\xff\xff\xff", 5);  // not a protobuf
+    ASSERT_EQ(::write(fd, f.data(), f.size()), static_cast<ssize_t>(f.size()));
+    EXPECT_TRUE(closedByAgent(fd, 3000)) << "undecodable";
+    ::close(fd);
+  }
+  {
+    int fd = connectRaw(c.socket());
+    std::string f = encodeFrameHeader(100) + std::string(10, 'x');  // truncated, then hang up
+    ASSERT_EQ(::write(fd, f.data(), f.size()), static_cast<ssize_t>(f.size()));
+    ::close(fd);
+  }
+  EXPECT_TRUE(waitProcess(c.agent(0), std::chrono::milliseconds(0)) == false) << "agent died";
+  auto ranks = c.launchJob("afterjunk", 2, {checkBin(), "loop", "20"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
+  expectAllOk(ranks, "OK 20 loop allreduces");
+  std::string log = c.agentLog(0);
+  EXPECT_NE(log.find("bad magic"), std::string::npos) << log;
+  EXPECT_NE(log.find("oversize frame"), std::string::npos) << log;
+  EXPECT_NE(log.find("undecodable"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace kolo::testing
