@@ -284,7 +284,7 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
                          [this, job_id](StatusOr<coord::World> w) { onWorldOnLoop(job_id, std::move(w)); });
     job->coordinator_joined = true;
   }
-  if (job->hasWorld()) sendWorldOnLoop(*job, c);
+  if (job->ready()) sendWorldOnLoop(*job, c);
 }
 
 void Agent::sendWorldOnLoop(Job& job, ClientConn& c) {

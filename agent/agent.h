@@ -66,6 +66,9 @@ class Agent {
   void endJobForRankOnLoop(Job& job, int local_rank);
   void maybeRemoveJobOnLoop(const std::string& job_id);
   void completeOnLoop(ClientConn& c, uint64_t handle, const Status& st);
+  void startCrossOnLoop(Job& job);
+  void executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<uint64_t> handles);
+  void onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, const std::string& name, Status st);
 
   Status startRpcServer();
   Status writeReadyFile();
@@ -82,6 +85,7 @@ class Agent {
   int rpc_port_ = 0;
   std::chrono::steady_clock::time_point started_;
 
+  WorkerPool setup_pool_{"cross-setup", 2};  // blocking backend rendezvous, off the loop
   uint64_t next_conn_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<ClientConn>> conns_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;

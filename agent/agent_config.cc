@@ -36,8 +36,12 @@ void defineAgentKnobs(Config& c) {
       .define("autotune", KnobType::kBool, "false", "Tune fusion threshold and cycle time online")
       .define("stall-check-time-s", KnobType::kInt, "60",
               "Report collectives some ranks have submitted and others not for this long")
+      .define("backend", KnobType::kString, "ucx", "Cross-agent backend for host memory")
+      .define("idle-cycle-ms", KnobType::kInt, "100",
+              "An agent with nothing to negotiate still joins a cycle this often, so peers never wait long")
       .define("log-level", KnobType::kString, "",
               "Log level: trace|debug|info|warn|error, or per subsystem 'info,agent.ipc=debug'");
+  defineBackendKnobs(c);
   c.alias("fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD",
           [](const std::string& b) { return std::to_string(std::stoll(b) >> 20); });
   c.alias("cycle-time-ms", "HOROVOD_CYCLE_TIME");
@@ -70,6 +74,10 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.inline_reduce_bytes = static_cast<uint64_t>(c.getInt("inline-reduce-kb")) << 10;
   o.register_timeout_s = static_cast<int>(c.getInt("register-timeout-s"));
   o.stall_check_time_s = c.getInt("stall-check-time-s");
+  o.backend = backendOptionsFromConfig(c);
+  o.backend_name = c.getString("backend");
+  o.cache_capacity = static_cast<size_t>(std::max<int64_t>(0, c.getInt("cache-capacity")));
+  o.idle_cycle_ms = std::max<int64_t>(1, c.getInt("idle-cycle-ms"));
   return o;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "agent/backends/backend.h"
 #include "common/config.h"
 
 namespace kolo {
@@ -24,6 +25,10 @@ struct AgentOptions {
   uint64_t inline_reduce_bytes = 0;
   int register_timeout_s = 30;
   int64_t stall_check_time_s = 60;
+  BackendOptions backend;          // tuning for the cross-agent backend
+  std::string backend_name = "ucx";
+  size_t cache_capacity = 1024;
+  int64_t idle_cycle_ms = 100;
 };
 
 StatusOr<AgentOptions> agentOptionsFrom(const Config& c);

@@ -49,7 +49,7 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   if (job.state() == JobState::kFailed || job.state() == JobState::kEnding) {
     return completeOnLoop(c, d.handle, job.refusal());
   }
-  if (!job.hasWorld()) {
+  if (!job.ready()) {
     return completeOnLoop(c, d.handle, invalidArgument("job " + job.id() + " has not formed yet: wait for kolo_init"));
   }
   std::optional<ReadyOp> ready;
@@ -64,17 +64,15 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   for (auto& d : op.descs) handles.push_back(d.handle);
   if (!op.error.isOk()) {
     opsLog()->warn("job {}: {}", job.id(), op.error.message());
-    finishOnLoop(job.id(), handles, 0, op.error);
-    return;
+    if (job.world().cross_size == 1) {
+      finishOnLoop(job.id(), handles, 0, op.error);
+      return;
+    }
+    // Other agents must learn of it, or their ranks would wait for this name.
   }
   const SubmitDesc& d0 = op.descs[0];
-  if (d0.data_bytes == 0) {
+  if (d0.data_bytes == 0 && job.world().cross_size == 1) {
     finishOnLoop(job.id(), handles, 0, okStatus());
-    return;
-  }
-  if (job.world().cross_size > 1) {
-    finishOnLoop(job.id(), handles, 0,
-                 invalidArgument("job " + job.id() + " spans several agents, which needs the cross-agent backend"));
     return;
   }
   LocalReduce r;
@@ -92,6 +90,10 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
     }
     r.slots.push_back(c->slot(op.descs[i].data_offset));
     r.keepalive.push_back(c->arena());
+  }
+  if (job.world().cross_size > 1) {
+    executeCrossOnLoop(job, std::move(op), std::move(r), std::move(handles));
+    return;
   }
   ++job.executing;
   uint64_t bytes = d0.data_bytes;
@@ -130,6 +132,7 @@ void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>&
 void Agent::failJobOnLoop(Job& job, const Status& st, bool tell_coordinator) {
   if (job.state() == JobState::kFailed) return;
   job.fail(st);
+  if (job.cross) job.cross->abort(st);
   auto pending = job.table().drainAll();
   for (auto& [local_rank, handle] : pending) {
     if (ClientConn* c = job.client(local_rank)) completeOnLoop(*c, handle, st);
@@ -182,6 +185,7 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
   jw.cross_size = world.agents_size();
   bool found = false;
   for (const auto& slot : world.agents()) {
+    jw.agents.push_back(slot.agent().agent_id() + " (host " + slot.agent().hostname() + ")");
     if (slot.agent().agent_id() == opts_.agent_id) {
       jw.rank_offset = slot.rank_offset();
       jw.cross_rank = slot.cross_rank();
@@ -195,6 +199,10 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
   job.setWorld(jw);
   opsLog()->info("job {} generation {}: {} ranks on {} agents; local ranks start at {}", job_id, jw.generation,
                  jw.world_size, jw.cross_size, jw.rank_offset);
+  if (jw.cross_size > 1) {
+    startCrossOnLoop(job);  // clients learn the World once the backend is connected
+    return;
+  }
   for (ClientConn* c : job.clients()) {
     if (c != nullptr) sendWorldOnLoop(job, *c);
   }

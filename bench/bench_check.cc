@@ -48,14 +48,22 @@ struct Elem<DataType::kInt64> : Plain<int64_t> {};
 template <typename F>
 auto dispatch(DataType d, F&& f) {
   switch (d) {
-    case DataType::kFloat16: return f(Elem<DataType::kFloat16>{});
-    case DataType::kBFloat16: return f(Elem<DataType::kBFloat16>{});
-    case DataType::kFloat32: return f(Elem<DataType::kFloat32>{});
-    case DataType::kFloat64: return f(Elem<DataType::kFloat64>{});
-    case DataType::kInt8: return f(Elem<DataType::kInt8>{});
-    case DataType::kUint8: return f(Elem<DataType::kUint8>{});
-    case DataType::kInt32: return f(Elem<DataType::kInt32>{});
-    case DataType::kInt64: return f(Elem<DataType::kInt64>{});
+    case DataType::kFloat16:
+      return f(Elem<DataType::kFloat16>{});
+    case DataType::kBFloat16:
+      return f(Elem<DataType::kBFloat16>{});
+    case DataType::kFloat32:
+      return f(Elem<DataType::kFloat32>{});
+    case DataType::kFloat64:
+      return f(Elem<DataType::kFloat64>{});
+    case DataType::kInt8:
+      return f(Elem<DataType::kInt8>{});
+    case DataType::kUint8:
+      return f(Elem<DataType::kUint8>{});
+    case DataType::kInt32:
+      return f(Elem<DataType::kInt32>{});
+    case DataType::kInt64:
+      return f(Elem<DataType::kInt64>{});
   }
   return f(Elem<DataType::kFloat32>{});
 }
@@ -65,11 +73,16 @@ int period(const CheckPattern& p) { return p.op == ReduceOp::kProduct ? 3 : p.mo
 
 int mantissaBits(DataType d) {
   switch (d) {
-    case DataType::kFloat16: return 10;
-    case DataType::kBFloat16: return 7;
-    case DataType::kFloat32: return 23;
-    case DataType::kFloat64: return 52;
-    default: return -1;  // integers
+    case DataType::kFloat16:
+      return 10;
+    case DataType::kBFloat16:
+      return 7;
+    case DataType::kFloat32:
+      return 23;
+    case DataType::kFloat64:
+      return 52;
+    default:
+      return -1;  // integers
   }
 }
 
@@ -81,14 +94,22 @@ int clampModulus(double limit, double per_unit) {
 
 double exactIntegerLimit(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat16: return 2048.0;
-    case DataType::kBFloat16: return 256.0;
-    case DataType::kFloat32: return 16777216.0;
-    case DataType::kFloat64: return 9007199254740992.0;
-    case DataType::kInt8: return 127.0;
-    case DataType::kUint8: return 255.0;
-    case DataType::kInt32: return 2147483647.0;
-    case DataType::kInt64: return 9007199254740992.0;  // compared through double
+    case DataType::kFloat16:
+      return 2048.0;
+    case DataType::kBFloat16:
+      return 256.0;
+    case DataType::kFloat32:
+      return 16777216.0;
+    case DataType::kFloat64:
+      return 9007199254740992.0;
+    case DataType::kInt8:
+      return 127.0;
+    case DataType::kUint8:
+      return 255.0;
+    case DataType::kInt32:
+      return 2147483647.0;
+    case DataType::kInt64:
+      return 9007199254740992.0;  // compared through double
   }
   return 0.0;
 }
@@ -104,10 +125,19 @@ CheckPattern CheckPattern::make(DataType dtype, ReduceOp op, int nranks) {
   // rank weights and without them.
   double weighted = 0, plain = 0;
   switch (op) {
-    case ReduceOp::kSum: weighted = n * (n + 1) / 2; plain = n; break;
-    case ReduceOp::kAverage: weighted = n * n; plain = n; break;
+    case ReduceOp::kSum:
+      weighted = n * (n + 1) / 2;
+      plain = n;
+      break;
+    case ReduceOp::kAverage:
+      weighted = n * n;
+      plain = n;
+      break;
     case ReduceOp::kMin:
-    case ReduceOp::kMax: weighted = n; plain = 1; break;
+    case ReduceOp::kMax:
+      weighted = n;
+      plain = 1;
+      break;
     case ReduceOp::kProduct: {
       double twos = std::ceil(n / 3.0);
       p.modulus = 1;
@@ -149,11 +179,16 @@ double CheckPattern::expected(uint64_t i) const {
   }
   double base = static_cast<double>(i % static_cast<uint64_t>(modulus) + 1);
   switch (op) {
-    case ReduceOp::kSum: return base * (rank_weights ? n * (n + 1) / 2 : n);
-    case ReduceOp::kAverage: return base * (rank_weights ? n : 1.0);
-    case ReduceOp::kMin: return base;
-    case ReduceOp::kMax: return base * (rank_weights ? n : 1.0);
-    case ReduceOp::kProduct: break;
+    case ReduceOp::kSum:
+      return base * (rank_weights ? n * (n + 1) / 2 : n);
+    case ReduceOp::kAverage:
+      return base * (rank_weights ? n : 1.0);
+    case ReduceOp::kMin:
+      return base;
+    case ReduceOp::kMax:
+      return base * (rank_weights ? n : 1.0);
+    case ReduceOp::kProduct:
+      break;
   }
   return 0.0;
 }

@@ -29,7 +29,7 @@ struct CheckPattern {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   int nranks = 1;
-  int modulus = 7;         // m
+  int modulus = 7;           // m
   bool rank_weights = true;  // false: every rank contributes base(i)
   bool feasible = true;
 

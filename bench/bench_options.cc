@@ -1,7 +1,6 @@
 #include "bench/bench_options.h"
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -29,11 +28,16 @@ std::string lower(std::string_view s) {
 
 std::string_view opKindName(OpKind k) {
   switch (k) {
-    case OpKind::kAllreduce: return "allreduce";
-    case OpKind::kAllgather: return "allgather";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kAlltoall: return "alltoall";
-    case OpKind::kReducescatter: return "reducescatter";
+    case OpKind::kAllreduce:
+      return "allreduce";
+    case OpKind::kAllgather:
+      return "allgather";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kAlltoall:
+      return "alltoall";
+    case OpKind::kReducescatter:
+      return "reducescatter";
   }
   return "unknown";
 }
@@ -53,7 +57,8 @@ StatusOr<uint64_t> parseByteSize(std::string_view s) {
   size_t digits = 0;
   while (digits < t.size() && std::isdigit(static_cast<unsigned char>(t[digits]))) ++digits;
   if (digits == 0 || digits > 19) {
-    return invalidArgument("bad size '" + std::string(s) + "': expected a number with an optional K/M/G suffix");
+    return invalidArgument("bad size '" + std::string(s) +
+                           "': expected a number with an optional K/M/G suffix");
   }
   uint64_t value = std::stoull(t.substr(0, digits));
   std::string suffix = t.substr(digits);
@@ -114,9 +119,11 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
                  "float16 bfloat16 float32 float64 int8 uint8 int32 int64 (or half, float, double)")
       ->capture_default_str();
   app.add_option("-o,--op", op_s, "Reduction: sum average min max product")->capture_default_str();
-  app.add_option("-w,--warmup-iters", o.warmup_iters, "Untimed iterations per size (at least 1 runs)")
+  app.add_option("-w,--warmup-iters", o.warmup_iters,
+                 "Untimed iterations per size (at least 1 runs)")
       ->capture_default_str();
-  app.add_option("-n,--iters", o.iters, "Timed iterations per size (fewer for large sizes, see --max-time)")
+  app.add_option("-n,--iters", o.iters,
+                 "Timed iterations per size (fewer for large sizes, see --max-time)")
       ->capture_default_str();
   app.add_option("-T,--max-time", o.max_time_s,
                  "Seconds of timed loop per size before the iteration count is cut (0: never cut)")
@@ -125,7 +132,8 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
       ->capture_default_str();
   app.add_flag("--zero-copy", o.zero_copy,
                "Allocate the buffers with kolo_alloc_shared (no copy-in/copy-out)");
-  app.add_flag("--inplace", o.in_place, "Reduce in place (output == input) instead of out of place");
+  app.add_flag("--inplace", o.in_place,
+               "Reduce in place (output == input) instead of out of place");
   app.add_option("--op-kind", kind_s, "Collective to measure (allreduce)")->capture_default_str();
   app.add_option("--json", o.json_path, "Also write rank 0's rows to this JSON file");
 

@@ -18,8 +18,9 @@ std::string formatRow(const Row& r) {
     std::snprintf(wrong, sizeof(wrong), "%8s", "N/A");
   }
   char line[256];
-  std::snprintf(line, sizeof(line), "%12" PRIu64 "%14" PRIu64 "%10s%8s%12.2f%14.2f%14.2f%s", r.bytes,
-                r.count, r.type.c_str(), r.redop.c_str(), r.time_us, r.algbw, r.busbw, wrong);
+  std::snprintf(line, sizeof(line), "%12" PRIu64 "%14" PRIu64 "%10s%8s%12.2f%14.2f%14.2f%s",
+                r.bytes, r.count, r.type.c_str(), r.redop.c_str(), r.time_us, r.algbw, r.busbw,
+                wrong);
   return line;
 }
 
@@ -27,11 +28,14 @@ double busBandwidthFactor(OpKind kind, int nranks) {
   if (nranks < 1) return 0.0;
   const double n = nranks;
   switch (kind) {
-    case OpKind::kAllreduce: return 2.0 * (n - 1) / n;
+    case OpKind::kAllreduce:
+      return 2.0 * (n - 1) / n;
     case OpKind::kAllgather:
     case OpKind::kReducescatter:
-    case OpKind::kAlltoall: return (n - 1) / n;
-    case OpKind::kBroadcast: return 1.0;
+    case OpKind::kAlltoall:
+      return (n - 1) / n;
+    case OpKind::kBroadcast:
+      return 1.0;
   }
   return 0.0;
 }

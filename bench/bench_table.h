@@ -16,13 +16,13 @@ namespace kolo::bench {
 extern const char* const kTableHeader;
 
 struct Row {
-  uint64_t bytes = 0;   // message size (nccl-tests' "size" column)
-  uint64_t count = 0;   // elements
-  std::string type;     // "float32"
-  std::string redop;    // "sum"
-  double time_us = 0;   // median over iterations of the slowest rank's time
-  double algbw = 0;     // GB/s (1e9 bytes per second)
-  double busbw = 0;     // GB/s
+  uint64_t bytes = 0;             // message size (nccl-tests' "size" column)
+  uint64_t count = 0;             // elements
+  std::string type;               // "float32"
+  std::string redop;              // "sum"
+  double time_us = 0;             // median over iterations of the slowest rank's time
+  double algbw = 0;               // GB/s (1e9 bytes per second)
+  double busbw = 0;               // GB/s
   std::optional<uint64_t> wrong;  // nullopt: not checked (printed N/A)
   int warmup = 0;
   int iters = 0;

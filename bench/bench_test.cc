@@ -49,9 +49,10 @@ TEST(BenchOptions, Defaults) {
 }
 
 TEST(BenchOptions, ShortAndLongFlags) {
-  auto o = parseBenchArgs({"-b", "8", "-e", "64K", "-f", "4", "-d", "bfloat16", "-o", "max", "-w", "1",
-                           "-n", "3", "-c", "0", "--zero-copy", "--op-kind", "allreduce", "--json",
-                           "/tmp/x.json", "-T", "0"});
+  auto o = parseBenchArgs(
+      {"-b",          "8",         "-e",        "64K",    "-f",          "4",  "-d", "bfloat16",
+       "-o",          "max",       "-w",        "1",      "-n",          "3",  "-c", "0",
+       "--zero-copy", "--op-kind", "allreduce", "--json", "/tmp/x.json", "-T", "0"});
   ASSERT_TRUE(o.isOk()) << o.status().toString();
   EXPECT_EQ(o->min_bytes, 8u);
   EXPECT_EQ(o->max_bytes, 65536u);
@@ -65,8 +66,9 @@ TEST(BenchOptions, ShortAndLongFlags) {
   EXPECT_EQ(o->json_path, "/tmp/x.json");
   EXPECT_EQ(o->max_time_s, 0.0);
 
-  auto l = parseBenchArgs({"--minbytes", "1K", "--maxbytes", "1M", "--stepfactor", "2", "--dtype", "half",
-                           "--op", "avg", "--warmup-iters", "0", "--iters", "7", "--check", "1"});
+  auto l = parseBenchArgs({"--minbytes", "1K", "--maxbytes", "1M", "--stepfactor", "2", "--dtype",
+                           "half", "--op", "avg", "--warmup-iters", "0", "--iters", "7", "--check",
+                           "1"});
   ASSERT_TRUE(l.isOk()) << l.status().toString();
   EXPECT_EQ(l->min_bytes, 1024u);
   EXPECT_EQ(l->dtype, DataType::kFloat16);
@@ -76,7 +78,8 @@ TEST(BenchOptions, ShortAndLongFlags) {
 }
 
 TEST(BenchOptions, EveryDtypeAndOp) {
-  for (const char* d : {"float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64"}) {
+  for (const char* d :
+       {"float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64"}) {
     auto o = parseBenchArgs({"-d", d});
     ASSERT_TRUE(o.isOk()) << d;
     EXPECT_EQ(dataTypeName(o->dtype), d);
@@ -124,7 +127,8 @@ TEST(BenchOptions, MessageSizes) {
 TEST(BenchTable, RowsLineUpWithTheHeader) {
   std::string header = kTableHeader;
   EXPECT_EQ(header,
-            "#       size         count      type   redop    time(us)   algbw(GB/s)   busbw(GB/s)  #wrong");
+            "#       size         count      type   redop    time(us)   algbw(GB/s)   busbw(GB/s)  "
+            "#wrong");
   auto ends = [](const std::string& s) {
     std::vector<size_t> out;
     for (size_t i = 0; i < s.size(); ++i) {
@@ -233,9 +237,9 @@ TEST_P(CheckData, ExactUnderTheAgentKernels) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllTypesAndOps, CheckData,
-    ::testing::Combine(::testing::Values(DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                                         DataType::kFloat64, DataType::kInt8, DataType::kUint8,
-                                         DataType::kInt32, DataType::kInt64),
+    ::testing::Combine(::testing::Values(DataType::kFloat16, DataType::kBFloat16,
+                                         DataType::kFloat32, DataType::kFloat64, DataType::kInt8,
+                                         DataType::kUint8, DataType::kInt32, DataType::kInt64),
                        ::testing::Values(ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
                                          ReduceOp::kMax, ReduceOp::kProduct)),
     [](const auto& info) {

@@ -156,17 +156,21 @@ for np in $nps; do
 
   if [ "$skip_kolo" = 0 ] && [ "$skip_mpi" = 0 ]; then
     echo
+    if [ -z "$(rows "$kolo_table")" ] || [ -z "$(rows "$mpi_table")" ]; then
+      echo "## Comparison, N=$np: skipped (a benchmark printed no rows)"
+      summary+=("N=$np: no comparison (a benchmark failed)")
+      continue
+    fi
     echo "## Comparison, N=$np ($mode): busbw ratio = kolo busbw / MPI busbw = MPI time / kolo time"
     printf '#%11s%16s%16s%14s%14s%12s\n' size "kolo time(us)" "mpi time(us)" "kolo busbw" "mpi busbw" "kolo/mpi"
     join <(rows "$kolo_table" | sort -k1,1) <(rows "$mpi_table" | sort -k1,1) | sort -n -k1,1 |
       awk '{ ratio = ($2 > 0) ? sprintf("%.2f", $4 / $2) : "-";
              printf "%12s%16.2f%16.2f%14.2f%14.2f%12s\n", $1, $2, $4, $3, $5, ratio }'
-    kl=$(latency "$kolo_table")
-    ml=$(latency "$mpi_table")
+    small=$(rows "$kolo_table" | head -n 1 | cut -d' ' -f1)
     target=""
-    [ "$np" = 2 ] && target=" (kolo target <= 30 us)"
-    [ "$np" = 4 ] && target=" (kolo target <= 60 us)"
-    line="N=$np: smallest-size latency kolo ${kl:-?} us, MPI ${ml:-?} us$target;"
+    [ "$np" = 2 ] && [ "$small" = 4 ] && target=" (kolo target <= 30 us)"
+    [ "$np" = 4 ] && [ "$small" = 4 ] && target=" (kolo target <= 60 us)"
+    line="N=$np: latency at $small B: kolo $(latency "$kolo_table") us, MPI $(latency "$mpi_table") us$target;"
     line+=" avg busbw kolo $(avgbus "$kolo_table") GB/s, MPI $(avgbus "$mpi_table") GB/s"
     echo "# $line"
     summary+=("$line")

@@ -16,10 +16,11 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <string>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "bench/bench_check.h"
 #include "bench/bench_options.h"
@@ -40,15 +41,16 @@ struct Run {
   void* recv = nullptr;  // == send in place
 };
 
-std::string opName(const char* what, uint64_t bytes) {
-  return std::string("kolo-bench.") + what + "." + std::to_string(bytes);
+// Tensor names: one per purpose and size, the same on every rank.
+std::string opName(std::string_view what, uint64_t bytes) {
+  return "kolo-bench." + std::string(what) + "." + std::to_string(bytes);
 }
 
 // One size: warm-up, timed loop, agreement on the times, optional check.
 StatusOr<Row> runSize(Run& run, uint64_t bytes) {
   const BenchOptions& o = run.opts;
   const uint64_t count = bytes / dataTypeSize(o.dtype);
-  const std::string name = opName(std::string(opKindName(o.op_kind)).c_str(), bytes);
+  const std::string name = opName(opKindName(o.op_kind), bytes);
   auto once = [&]() { return run.kolo->allreduce(name, run.send, run.recv, count, o.dtype, o.op); };
 
   fillInput(run.pattern, run.rank, run.send, count);
@@ -91,8 +93,10 @@ StatusOr<Row> runSize(Run& run, uint64_t bytes) {
     RETURN_IF_ERROR(once());
     std::vector<int64_t> wrong = {static_cast<int64_t>(countWrong(run.pattern, run.recv, count))};
     if (wrong[0] != 0) {
-      std::fprintf(stderr, "kolo-bench: rank %d: %" PRId64 " wrong elements of %" PRIu64 " at size %" PRIu64
-                   "\n", run.rank, wrong[0], count, bytes);
+      std::fprintf(stderr,
+                   "kolo-bench: rank %d: %" PRId64 " wrong elements of %" PRIu64 " at size %" PRIu64
+                   "\n",
+                   run.rank, wrong[0], count, bytes);
     }
     RETURN_IF_ERROR(run.kolo->sumAcrossRanks(opName("wrong", bytes), wrong));
     row.wrong = static_cast<uint64_t>(wrong[0]);
@@ -114,13 +118,14 @@ std::string agentMode(KoloSession& kolo) {
 
 void printHeader(const Run& run, KoloSession& kolo, const std::vector<uint64_t>& sizes) {
   const BenchOptions& o = run.opts;
-  std::printf("# kolo-bench %s: nranks %d, agent mode: %s\n", std::string(opKindName(o.op_kind)).c_str(),
-              run.size, agentMode(kolo).c_str());
+  std::printf("# kolo-bench %s: nranks %d, agent mode: %s\n",
+              std::string(opKindName(o.op_kind)).c_str(), run.size, agentMode(kolo).c_str());
   std::printf("# dtype %s, op %s, buffers %s, %s\n", std::string(dataTypeName(o.dtype)).c_str(),
               std::string(reduceOpName(o.op)).c_str(),
               o.zero_copy ? "zero-copy (kolo_alloc_shared)" : "user memory (copy-in/copy-out)",
               o.in_place ? "in place" : "out of place");
-  std::printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %g(factor) warmup iters: %d iters: %d "
+  std::printf("# minBytes %" PRIu64 " maxBytes %" PRIu64
+              " step: %g(factor) warmup iters: %d iters: %d "
               "(cut to ~%g s per size) validation: %d\n",
               sizes.empty() ? 0 : sizes.front(), sizes.empty() ? 0 : sizes.back(), o.step_factor,
               o.warmup_iters, o.iters, o.max_time_s, o.check ? 1 : 0);
@@ -146,9 +151,9 @@ Status writeJson(const Run& run, const std::vector<Row>& rows, double avg_busbw)
   j["avg_busbw_gbps"] = avg_busbw;
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
-    nlohmann::json jr = {{"size", r.bytes},        {"count", r.count},     {"type", r.type},
-                         {"redop", r.redop},       {"time_us", r.time_us}, {"algbw_gbps", r.algbw},
-                         {"busbw_gbps", r.busbw},  {"warmup", r.warmup},   {"iters", r.iters}};
+    nlohmann::json jr = {{"size", r.bytes},       {"count", r.count},     {"type", r.type},
+                         {"redop", r.redop},      {"time_us", r.time_us}, {"algbw_gbps", r.algbw},
+                         {"busbw_gbps", r.busbw}, {"warmup", r.warmup},   {"iters", r.iters}};
     jr["wrong"] = r.wrong ? nlohmann::json(*r.wrong) : nlohmann::json(nullptr);
     j["rows"].push_back(jr);
   }
@@ -188,16 +193,19 @@ int benchMain(int argc, char** argv) {
   run.size = kolo.size();
   run.pattern = CheckPattern::make(o.dtype, o.op, run.size);
 
-  auto send = kolo.allocate(max_bytes, o.zero_copy);
-  StatusOr<KoloSession::Buffer> recv = Status(Code::kInternal, "unset");
-  if (send.isOk() && !o.in_place) recv = kolo.allocate(max_bytes, o.zero_copy);
-  if (!send.isOk() || (!o.in_place && !recv.isOk())) {
-    const Status& st = !send.isOk() ? send.status() : recv.status();
-    std::fprintf(stderr, "kolo-bench: rank %d: %s\n", run.rank, st.toString().c_str());
-    return 2;
+  // Declared after the session: freed before kolo_shutdown.
+  KoloSession::Buffer send, recv;
+  for (KoloSession::Buffer* b : {&send, &recv}) {
+    if (b == &recv && o.in_place) break;
+    auto buf = kolo.allocate(max_bytes, o.zero_copy);
+    if (!buf.isOk()) {
+      std::fprintf(stderr, "kolo-bench: rank %d: %s\n", run.rank, buf.status().toString().c_str());
+      return 2;
+    }
+    *b = std::move(buf).value();
   }
-  run.send = send->get();
-  run.recv = o.in_place ? run.send : recv->get();
+  run.send = send.get();
+  run.recv = o.in_place ? run.send : recv.get();
 
   if (run.rank == 0) printHeader(run, kolo, sizes);
   std::vector<Row> rows;
@@ -219,7 +227,8 @@ int benchMain(int argc, char** argv) {
 
   if (run.rank == 0) {
     double avg = averageBusBandwidth(rows);
-    std::printf("# Out of bounds values : %" PRIu64 " %s\n", total_wrong, total_wrong == 0 ? "OK" : "FAILED");
+    std::printf("# Out of bounds values : %" PRIu64 " %s\n", total_wrong,
+                total_wrong == 0 ? "OK" : "FAILED");
     std::printf("# Avg bus bandwidth : %g\n", avg);
     const Row& small = rows.front();
     std::printf("# Latency (%" PRIu64 " B %s, median of the slowest rank) : %.2f us", small.bytes,

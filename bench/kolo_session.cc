@@ -16,7 +16,7 @@ constexpr size_t kPage = 4096;
 
 Status fromKolo(kolo_status_t st, const std::string& what) {
   if (st == KOLO_OK) return okStatus();
-  return Status(static_cast<Code>(st), what + ": " + kolo_status_string(st) + ": " + kolo_last_error());
+  return Status(static_cast<Code>(st), what + ": " + kolo_last_error());
 }
 
 }  // namespace
@@ -71,27 +71,30 @@ StatusOr<KoloSession::Buffer> KoloSession::allocate(uint64_t bytes, bool shared)
     return Buffer(p, true);
   }
   void* p = std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
-  if (p == nullptr) return internalError("out of memory allocating " + std::to_string(bytes) + " bytes");
+  if (p == nullptr)
+    return internalError("out of memory allocating " + std::to_string(bytes) + " bytes");
   return Buffer(p, false);
 }
 
-Status KoloSession::allreduce(const std::string& name, const void* input, void* output, uint64_t count,
-                              DataType dtype, ReduceOp op) {
+Status KoloSession::allreduce(const std::string& name, const void* input, void* output,
+                              uint64_t count, DataType dtype, ReduceOp op) {
   const int64_t shape[1] = {static_cast<int64_t>(count)};
   kolo_handle_t h = 0;
-  RETURN_IF_ERROR(fromKolo(kolo_allreduce_async(name.c_str(), input, output, 1, shape,
-                                                static_cast<kolo_dtype_t>(dtype),
-                                                static_cast<kolo_op_t>(op), 1.0, 1.0, &h),
-                           "kolo_allreduce_async(" + name + ")"));
+  RETURN_IF_ERROR(fromKolo(
+      kolo_allreduce_async(name.c_str(), input, output, 1, shape, static_cast<kolo_dtype_t>(dtype),
+                           static_cast<kolo_op_t>(op), 1.0, 1.0, &h),
+      "kolo_allreduce_async(" + name + ")"));
   return fromKolo(kolo_synchronize(h, -1), "kolo_synchronize(" + name + ")");
 }
 
 Status KoloSession::maxAcrossRanks(const std::string& name, std::vector<double>& values) {
-  return allreduce(name, values.data(), values.data(), values.size(), DataType::kFloat64, ReduceOp::kMax);
+  return allreduce(name, values.data(), values.data(), values.size(), DataType::kFloat64,
+                   ReduceOp::kMax);
 }
 
 Status KoloSession::sumAcrossRanks(const std::string& name, std::vector<int64_t>& values) {
-  return allreduce(name, values.data(), values.data(), values.size(), DataType::kInt64, ReduceOp::kSum);
+  return allreduce(name, values.data(), values.data(), values.size(), DataType::kInt64,
+                   ReduceOp::kSum);
 }
 
 }  // namespace kolo::bench

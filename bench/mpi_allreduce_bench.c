@@ -20,7 +20,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define HEADER                                                                                   \
+#define HEADER \
   "#       size         count      type   redop    time(us)   algbw(GB/s)   busbw(GB/s)  #wrong"
 
 typedef struct {
@@ -43,11 +43,15 @@ static int parse_size(const char* s, uint64_t* out) {
   unsigned long long v = strtoull(s, &end, 10);
   if (end == s) return -1;
   int shift = 0;
-  if (*end == 'k' || *end == 'K') shift = 10;
-  else if (*end == 'm' || *end == 'M') shift = 20;
-  else if (*end == 'g' || *end == 'G') shift = 30;
+  if (*end == 'k' || *end == 'K')
+    shift = 10;
+  else if (*end == 'm' || *end == 'M')
+    shift = 20;
+  else if (*end == 'g' || *end == 'G')
+    shift = 30;
   if (shift != 0) ++end;
-  if (strcasecmp(end, "") != 0 && strcasecmp(end, "b") != 0 && strcasecmp(end, "ib") != 0) return -1;
+  if (strcasecmp(end, "") != 0 && strcasecmp(end, "b") != 0 && strcasecmp(end, "ib") != 0)
+    return -1;
   *out = (uint64_t)v << shift;
   return 0;
 }
@@ -90,25 +94,49 @@ static void usage(void) {
 
 /* 0: ok, 1: --help printed, -1: error printed. */
 static int parse_args(int argc, char** argv, Options* o) {
-  static const struct option longopts[] = {
-      {"minbytes", required_argument, 0, 'b'},     {"maxbytes", required_argument, 0, 'e'},
-      {"stepfactor", required_argument, 0, 'f'},   {"warmup-iters", required_argument, 0, 'w'},
-      {"iters", required_argument, 0, 'n'},        {"max-time", required_argument, 0, 'T'},
-      {"check", required_argument, 0, 'c'},        {"json", required_argument, 0, 'J'},
-      {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+  static const struct option longopts[] = {{"minbytes", required_argument, 0, 'b'},
+                                           {"maxbytes", required_argument, 0, 'e'},
+                                           {"stepfactor", required_argument, 0, 'f'},
+                                           {"warmup-iters", required_argument, 0, 'w'},
+                                           {"iters", required_argument, 0, 'n'},
+                                           {"max-time", required_argument, 0, 'T'},
+                                           {"check", required_argument, 0, 'c'},
+                                           {"json", required_argument, 0, 'J'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
   int c, bad = 0;
   while (!bad && (c = getopt_long(argc, argv, "b:e:f:w:n:T:c:h", longopts, NULL)) != -1) {
     switch (c) {
-      case 'b': bad = parse_size(optarg, &o->min_bytes) != 0; break;
-      case 'e': bad = parse_size(optarg, &o->max_bytes) != 0; break;
-      case 'f': o->step_factor = atof(optarg); break;
-      case 'w': o->warmup_iters = atoi(optarg); break;
-      case 'n': o->iters = atoi(optarg); break;
-      case 'T': o->max_time_s = atof(optarg); break;
-      case 'c': o->check = atoi(optarg); break;
-      case 'J': o->json_path = optarg; break;
-      case 'h': usage(); return 1;
-      default: bad = 1; break;
+      case 'b':
+        bad = parse_size(optarg, &o->min_bytes) != 0;
+        break;
+      case 'e':
+        bad = parse_size(optarg, &o->max_bytes) != 0;
+        break;
+      case 'f':
+        o->step_factor = atof(optarg);
+        break;
+      case 'w':
+        o->warmup_iters = atoi(optarg);
+        break;
+      case 'n':
+        o->iters = atoi(optarg);
+        break;
+      case 'T':
+        o->max_time_s = atof(optarg);
+        break;
+      case 'c':
+        o->check = atoi(optarg);
+        break;
+      case 'J':
+        o->json_path = optarg;
+        break;
+      case 'h':
+        usage();
+        return 1;
+      default:
+        bad = 1;
+        break;
     }
   }
   if (bad || optind < argc) {
@@ -151,10 +179,12 @@ static long long count_wrong(const float* buf, uint64_t count, int nranks, int m
 
 static void print_row(const Row* r) {
   char wrong[32];
-  if (r->wrong >= 0) snprintf(wrong, sizeof(wrong), "%8lld", r->wrong);
-  else snprintf(wrong, sizeof(wrong), "%8s", "N/A");
-  printf("%12" PRIu64 "%14" PRIu64 "%10s%8s%12.2f%14.2f%14.2f%s\n", r->bytes, r->count, "float32", "sum",
-         r->time_us, r->algbw, r->busbw, wrong);
+  if (r->wrong >= 0)
+    snprintf(wrong, sizeof(wrong), "%8lld", r->wrong);
+  else
+    snprintf(wrong, sizeof(wrong), "%8s", "N/A");
+  printf("%12" PRIu64 "%14" PRIu64 "%10s%8s%12.2f%14.2f%14.2f%s\n", r->bytes, r->count, "float32",
+         "sum", r->time_us, r->algbw, r->busbw, wrong);
   fflush(stdout);
 }
 
@@ -170,11 +200,15 @@ static void write_json(const Options* o, int nranks, const Row* rows, int nrows,
   for (int i = 0; i < nrows; ++i) {
     const Row* r = &rows[i];
     fprintf(f,
-            "    {\"size\": %" PRIu64 ", \"count\": %" PRIu64 ", \"type\": \"float32\", \"redop\": \"sum\", "
-            "\"time_us\": %.6g, \"algbw_gbps\": %.6g, \"busbw_gbps\": %.6g, \"warmup\": %d, \"iters\": %d, ",
+            "    {\"size\": %" PRIu64 ", \"count\": %" PRIu64
+            ", \"type\": \"float32\", \"redop\": \"sum\", "
+            "\"time_us\": %.6g, \"algbw_gbps\": %.6g, \"busbw_gbps\": %.6g, \"warmup\": %d, "
+            "\"iters\": %d, ",
             r->bytes, r->count, r->time_us, r->algbw, r->busbw, r->warmup, r->iters);
-    if (r->wrong >= 0) fprintf(f, "\"wrong\": %lld}%s\n", r->wrong, i + 1 < nrows ? "," : "");
-    else fprintf(f, "\"wrong\": null}%s\n", i + 1 < nrows ? "," : "");
+    if (r->wrong >= 0)
+      fprintf(f, "\"wrong\": %lld}%s\n", r->wrong, i + 1 < nrows ? "," : "");
+    else
+      fprintf(f, "\"wrong\": null}%s\n", i + 1 < nrows ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);
@@ -229,10 +263,12 @@ int main(int argc, char** argv) {
     if (comma != NULL) *comma = '\0';
     printf("# mpi-allreduce-bench allreduce: nranks %d, %s\n", nranks, version);
     printf("# dtype float32, op sum, MPI_Allreduce(MPI_FLOAT, MPI_SUM), out of place\n");
-    printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %g(factor) warmup iters: %d iters: %d "
+    printf("# minBytes %" PRIu64 " maxBytes %" PRIu64
+           " step: %g(factor) warmup iters: %d iters: %d "
            "(cut to ~%g s per size) validation: %d\n",
            sizes[0], max_bytes, o.step_factor, o.warmup_iters, o.iters, o.max_time_s, o.check);
-    printf("# time = median over iterations of the slowest rank's time per operation\n#\n%s\n", HEADER);
+    printf("# time = median over iterations of the slowest rank's time per operation\n#\n%s\n",
+           HEADER);
     fflush(stdout);
   }
 
@@ -249,7 +285,8 @@ int main(int argc, char** argv) {
     MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     int warmup, iters;
     plan_iterations(&o, first, &warmup, &iters);
-    for (int i = 1; i < warmup; ++i) MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (int i = 1; i < warmup; ++i)
+      MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     for (int i = 0; i < iters; ++i) {
       t0 = MPI_Wtime();
       MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -284,8 +321,8 @@ int main(int argc, char** argv) {
     avg /= nsizes;
     printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong == 0 ? "OK" : "FAILED");
     printf("# Avg bus bandwidth : %g\n", avg);
-    printf("# Latency (%" PRIu64 " B allreduce, median of the slowest rank) : %.2f us\n#\n", rows[0].bytes,
-           rows[0].time_us);
+    printf("# Latency (%" PRIu64 " B allreduce, median of the slowest rank) : %.2f us\n#\n",
+           rows[0].bytes, rows[0].time_us);
     fflush(stdout);
     if (o.json_path != NULL) write_json(&o, nranks, rows, nsizes, avg);
   }

@@ -63,7 +63,7 @@ StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
     if (name.size() > 2 && name[1] != '-') name = name.substr(0, 2);  // -Hh1:2
     bool inline_value = t.find('=') != std::string::npos || name.size() < t.size();
     const CLI::Option* opt = app.get_option_no_throw(name);
-    if (opt != nullptr && opt->get_type_size() != 0 && !inline_value && i + 1 < args.size()) {
+    if (opt != nullptr && opt->get_expected_max() > 0 && !inline_value && i + 1 < args.size()) {
       opts.push_back(args[++i]);
     }
   }

@@ -5,9 +5,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "agent/core/tensor_table.h"
+#include "agent/cross/cross_job.h"
+#include "common/dtype.h"
+#include "common/shm.h"
 #include "common/status.h"
 
 namespace kolo {
@@ -23,6 +27,7 @@ struct JobWorld {
   int world_size = 0;
   int cross_rank = 0;
   int cross_size = 1;
+  std::vector<std::string> agents;  // "agent_id (host h)" by cross rank
 };
 
 struct JobCounters {
@@ -64,6 +69,25 @@ class Job {
   void setEnding(Status st);
   // The status later submissions get (failed or ending jobs).
   Status refusal() const { return failure_; }
+
+  // Ready to run collectives: the World is known and, for a job on several
+  // agents, the cross-agent backend is connected.
+  bool ready() const { return hasWorld() && (world_.cross_size == 1 || cross != nullptr); }
+
+  // Cross-agent state (jobs on several agents).
+  struct CrossPending {
+    std::vector<uint64_t> handles;
+    std::vector<void*> slots;
+    std::vector<std::shared_ptr<SharedRegion>> keepalive;
+    std::unique_ptr<char[], void (*)(char*)> staging{nullptr, [](char*) {}};
+    DataType dtype = DataType::kFloat32;
+    size_t count = 0;
+    uint64_t bytes = 0;
+    double postscale = 1.0;
+  };
+  std::unique_ptr<CrossJob> cross;
+  uint64_t cross_generation = 0;  // generation whose backend is being built or runs
+  std::unordered_map<std::string, CrossPending> cross_pending;
 
   int executing = 0;       // collectives handed to executors, not yet complete
   bool coordinator_joined = false;

@@ -9,10 +9,12 @@ namespace kolo {
 void LocalExecutor::reduceOnLoop(LocalReduce r, std::function<void()> done) {
   const size_t es = dataTypeSize(r.dtype);
   const size_t bytes = r.count * es;
+  if (r.dsts.empty()) r.dsts = r.slots;
   const int k = static_cast<int>(r.slots.size());
+  const int nd = static_cast<int>(r.dsts.size());
   if (bytes <= inline_bytes_) {
-    reduceBlocks(r.dtype, r.op, const_cast<const void* const*>(r.slots.data()), k, r.slots.data(),
-                 k, r.count, r.prescale, r.postscale);
+    reduceBlocks(r.dtype, r.op, const_cast<const void* const*>(r.slots.data()), k, r.dsts.data(),
+                 nd, r.count, r.prescale, r.postscale);
     done();
     return;
   }
@@ -28,11 +30,12 @@ void LocalExecutor::reduceOnLoop(LocalReduce r, std::function<void()> done) {
   remaining->store(static_cast<int>(ranges.size()));
   auto done_shared = std::make_shared<std::function<void()>>(std::move(done));
   for (auto [begin, n] : ranges) {
-    pool_.submit([this, shared, remaining, done_shared, begin, n, es, k] {
-      std::vector<void*> s(k);
+    pool_.submit([this, shared, remaining, done_shared, begin, n, es, k, nd] {
+      std::vector<void*> s(k), d(nd);
       for (int j = 0; j < k; ++j) s[j] = static_cast<char*>(shared->slots[j]) + begin * es;
-      reduceBlocks(shared->dtype, shared->op, const_cast<const void* const*>(s.data()), k, s.data(),
-                   k, n, shared->prescale, shared->postscale);
+      for (int j = 0; j < nd; ++j) d[j] = static_cast<char*>(shared->dsts[j]) + begin * es;
+      reduceBlocks(shared->dtype, shared->op, const_cast<const void* const*>(s.data()), k, d.data(),
+                   nd, n, shared->prescale, shared->postscale);
       if (remaining->fetch_sub(1) == 1) {
         loop_.post([shared, done_shared] { (*done_shared)(); });
       }

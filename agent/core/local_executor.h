@@ -21,7 +21,8 @@ struct LocalReduce {
   size_t count = 0;
   double prescale = 1.0;
   double postscale = 1.0;
-  std::vector<void*> slots;                              // one per local rank, in and out
+  std::vector<void*> slots;                              // sources: one per local rank
+  std::vector<void*> dsts;                               // destinations; empty = the slots (in place)
   std::vector<std::shared_ptr<SharedRegion>> keepalive;  // arenas stay mapped while we work
 };
 

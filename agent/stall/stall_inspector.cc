@@ -119,6 +119,7 @@ std::string StallInspector::formatReport(const StallReport& report, const StallO
         for (int r : p.missing) by_rank[r].push_back(&p);
       }
       out += "\n  Missing ranks:";
+      if (by_rank.empty()) out += " unknown (the job's ranks are not set)";
       for (const auto& [rank, tensors] : by_rank) {
         bool past = std::any_of(tensors.begin(), tensors.end(),
                                 [](const PendingTensor* p) { return p->past_shutdown; });

@@ -5,6 +5,8 @@
 // kolo_shutdown() never frees a Client another thread is still inside.
 // Nothing thrown may cross this boundary: every entry point catches.
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -29,8 +31,11 @@ using kolo::Client;
 using kolo::Code;
 using kolo::Status;
 
-std::mutex g_mu;
-std::shared_ptr<Client> g_client;     // guarded by g_mu
+// Never destroyed: no kolo teardown runs from static destructors at exit
+// (kolo_shutdown is explicit; an exit without it closes the socket and the
+// agent treats the rank as gone).
+std::mutex& g_mu = *new std::mutex;
+std::shared_ptr<Client>& g_client = *new std::shared_ptr<Client>;  // guarded by g_mu
 uint64_t g_generation = 0;            // bumped by each successful kolo_init
 thread_local std::string t_last_error;
 thread_local kolo_status_t t_last_status = KOLO_OK;
@@ -95,6 +100,10 @@ kolo_status_t kolo_init(void) {
   KOLO_C_GUARD("kolo_init", {
     // Held for the whole handshake: concurrent kolo_init calls connect once.
     std::lock_guard<std::mutex> lock(g_mu);
+    if (g_client && g_client->ownerPid() != ::getpid()) {
+      g_client->shutdown();  // inherited through fork(): drop it without touching its fds
+      g_client.reset();
+    }
     if (g_client) return KOLO_OK;
     auto opts = kolo::ClientOptions::fromEnvironment();
     if (!opts.isOk()) return fail(opts.status());

@@ -74,6 +74,7 @@ Client::~Client() { shutdown(); }
 
 StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& opts) {
   std::unique_ptr<Client> c(new Client(opts));
+  c->owner_pid_ = ::getpid();
   c->wake_efd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!c->wake_efd_.valid()) return errnoStatus("eventfd", errno);
   RETURN_IF_ERROR(c->connectSocket());
@@ -348,6 +349,11 @@ Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
 }
 
 Status Client::usableLocked() const {
+  if (::getpid() != owner_pid_) {
+    return invalidArgument("kolo was initialized by process " + std::to_string(owner_pid_) +
+                           "; a forked child cannot use its connection (call kolo_init() in "
+                           "the child to connect on its own)");
+  }
   if (!failed_.isOk()) return failed_;
   if (shutdown_) return aborted("kolo was shut down (kolo_shutdown)");
   return okStatus();
@@ -470,13 +476,15 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
   }
 
   // Publish: the op enters the table and the ring in one critical section,
-  // so its completion always finds it.
+  // so its completion always finds it. At most maxInFlight() ops are in
+  // flight, so neither ring can ever be full: the agent never has to wait
+  // for this client to make room for a completion.
   while (st.isOk()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       st = usableLocked();
       if (!st.isOk()) break;
-      if (submit_ring_.size() < submit_ring_.capacity()) {
+      if (in_flight_ < maxInFlight()) {
         Op op;
         op.name = name;
         op.output = a.output;
@@ -484,20 +492,19 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
         op.bytes = bytes;
         op.slot = slot;
         ops_.emplace(handle, std::move(op));
+        ++in_flight_;
         bool pushed = submit_ring_.tryPush(d);  // we are the only producer
         assert(pushed);
         (void)pushed;
         break;
       }
     }
-    // The agent has not consumed the ring yet; it does not signal that, so
-    // re-check every millisecond.
-    bool room = progressUntil(
-        [&] { return submit_ring_.size() < submit_ring_.capacity() || !failed_.isOk(); },
-        deadline, milliseconds(1));
+    bool room = progressUntil([&] { return in_flight_ < maxInFlight() || !failed_.isOk(); },
+                              deadline, kDrainerBlockMax);
     if (!room && Clock::now() >= deadline) {
-      st = timedOut("allreduce of tensor " + quoteName(name) +
-                    ": the kolo agent did not take submissions for " +
+      st = timedOut("allreduce of tensor " + quoteName(name) + ": none of the " +
+                    std::to_string(maxInFlight()) +
+                    " collectives this process has in flight completed within " +
                     fmtSeconds(opts_.op_timeout) + " s (KOLO_OP_TIMEOUT)");
     }
   }
@@ -633,8 +640,13 @@ void Client::handleCompletion(const CompletionDesc& c) {
   finishOpLocked(it, std::move(st));
 }
 
+uint64_t Client::maxInFlight() const {
+  return std::min(submit_ring_.capacity(), completion_ring_.capacity());
+}
+
 void Client::finishOpLocked(std::unordered_map<uint64_t, Op>::iterator it, Status status) {
   Op& op = it->second;
+  --in_flight_;
   if (op.slot && alloc_->free(*op.slot)) ++space_epoch_;
   op.slot.reset();
   names_in_flight_.erase(op.name);
@@ -793,6 +805,13 @@ Status Client::freeShared(void* ptr) {
 // Shutdown
 
 void Client::shutdown() {
+  if (::getpid() != owner_pid_) {
+    // A forked child: the socket, eventfds and rings are its parent's. Touch
+    // none of them; just stop using this Client here.
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+    return;
+  }
   {
     std::unique_lock<std::mutex> lk(mu_);
     if (shutdown_) return;

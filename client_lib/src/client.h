@@ -80,6 +80,7 @@ class Client {
 
   WorldView world() const;
   const ClientOptions& options() const { return opts_; }
+  pid_t ownerPid() const { return owner_pid_; }  // the process that connected
 
   // Validates and submits; returns a fresh nonzero handle.
   StatusOr<uint64_t> allreduceAsync(const AllreduceArgs& args);
@@ -142,6 +143,7 @@ class Client {
   void failAllLocked(const Status& status);
   void finishOpLocked(std::unordered_map<uint64_t, Op>::iterator it, Status status);
   Status usableLocked() const;
+  uint64_t maxInFlight() const;
   void ringDoorbell();
 
   Status validate(const AllreduceArgs& a, uint64_t* bytes) const;
@@ -174,6 +176,8 @@ class Client {
   std::set<std::string, std::less<>> names_in_flight_;
   std::map<uint64_t, uint64_t> shared_;  // zero-copy buffers: offset -> bytes
   uint64_t space_epoch_ = 0;       // bumped whenever arena space is freed
+  uint64_t in_flight_ = 0;         // ops pushed and not finished (released ones too)
+  pid_t owner_pid_ = -1;
 };
 
 }  // namespace kolo

@@ -141,13 +141,15 @@ TEST_P(AllreduceTest, MatchesReference) {
   }
 }
 
+std::string caseName(const AllreduceCase& c) {
+  return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name +
+         "_c" + std::to_string(c.count) + "_" + typeName(c.dtype) + "_" +
+         opName(c.op);
+}
+void PrintTo(const AllreduceCase& c, std::ostream* os) { *os << caseName(c); }
+
 INSTANTIATE_TEST_SUITE_P(Conformance, AllreduceTest, ::testing::ValuesIn(allreduceCases()),
-                         [](const ::testing::TestParamInfo<AllreduceCase>& i) {
-                           const auto& c = i.param;
-                           return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name +
-                                  "_c" + std::to_string(c.count) + "_" + typeName(c.dtype) + "_" +
-                                  opName(c.op);
-                         });
+                         [](const ::testing::TestParamInfo<AllreduceCase>& i) { return caseName(i.param); });
 
 // --- reducescatter -----------------------------------------------------------
 
@@ -219,12 +221,14 @@ TEST_P(ReducescatterTest, MatchesReference) {
   }
 }
 
+std::string caseName(const ReducescatterCase& c) {
+  return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name +
+         "_" + c.pattern + "_" + typeName(c.dtype) + "_" + opName(c.op);
+}
+void PrintTo(const ReducescatterCase& c, std::ostream* os) { *os << caseName(c); }
+
 INSTANTIATE_TEST_SUITE_P(Conformance, ReducescatterTest, ::testing::ValuesIn(reducescatterCases()),
-                         [](const ::testing::TestParamInfo<ReducescatterCase>& i) {
-                           const auto& c = i.param;
-                           return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name +
-                                  "_" + c.pattern + "_" + typeName(c.dtype) + "_" + opName(c.op);
-                         });
+                         [](const ::testing::TestParamInfo<ReducescatterCase>& i) { return caseName(i.param); });
 
 // --- broadcast ---------------------------------------------------------------
 
@@ -266,12 +270,14 @@ TEST_P(BroadcastTest, EveryRankGetsTheRootsBytes) {
   }
 }
 
+std::string caseName(const BroadcastCase& c) {
+  return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name +
+         "_b" + std::to_string(c.bytes) + "_root" + std::to_string(c.root);
+}
+void PrintTo(const BroadcastCase& c, std::ostream* os) { *os << caseName(c); }
+
 INSTANTIATE_TEST_SUITE_P(Conformance, BroadcastTest, ::testing::ValuesIn(broadcastCases()),
-                         [](const ::testing::TestParamInfo<BroadcastCase>& i) {
-                           const auto& c = i.param;
-                           return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name +
-                                  "_b" + std::to_string(c.bytes) + "_root" + std::to_string(c.root);
-                         });
+                         [](const ::testing::TestParamInfo<BroadcastCase>& i) { return caseName(i.param); });
 
 // --- allgatherv --------------------------------------------------------------
 
@@ -337,12 +343,14 @@ TEST_P(AllgathervTest, EveryRankGetsEveryBlock) {
   }
 }
 
+std::string caseName(const AllgathervCase& c) {
+  return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name +
+         "_" + c.pattern;
+}
+void PrintTo(const AllgathervCase& c, std::ostream* os) { *os << caseName(c); }
+
 INSTANTIATE_TEST_SUITE_P(Conformance, AllgathervTest, ::testing::ValuesIn(allgathervCases()),
-                         [](const ::testing::TestParamInfo<AllgathervCase>& i) {
-                           const auto& c = i.param;
-                           return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name +
-                                  "_" + c.pattern;
-                         });
+                         [](const ::testing::TestParamInfo<AllgathervCase>& i) { return caseName(i.param); });
 
 // --- alltoallv ---------------------------------------------------------------
 
@@ -399,11 +407,13 @@ TEST_P(AlltoallvTest, EveryBlockLandsAtItsDestination) {
   }
 }
 
+std::string caseName(const AlltoallvCase& c) {
+  return c.backend + "_n" + std::to_string(c.size) + "_" + c.pattern;
+}
+void PrintTo(const AlltoallvCase& c, std::ostream* os) { *os << caseName(c); }
+
 INSTANTIATE_TEST_SUITE_P(Conformance, AlltoallvTest, ::testing::ValuesIn(alltoallvCases()),
-                         [](const ::testing::TestParamInfo<AlltoallvCase>& i) {
-                           return i.param.backend + "_n" + std::to_string(i.param.size) + "_" +
-                                  i.param.pattern;
-                         });
+                         [](const ::testing::TestParamInfo<AlltoallvCase>& i) { return caseName(i.param); });
 
 // --- barrier and ordering ----------------------------------------------------
 
@@ -420,9 +430,8 @@ std::vector<GroupCase> groupCases() {
   return cases;
 }
 
-std::string groupCaseName(const ::testing::TestParamInfo<GroupCase>& i) {
-  return i.param.backend + "_n" + std::to_string(i.param.size);
-}
+std::string caseName(const GroupCase& c) { return c.backend + "_n" + std::to_string(c.size); }
+void PrintTo(const GroupCase& c, std::ostream* os) { *os << caseName(c); }
 
 class GroupTest : public ::testing::TestWithParam<GroupCase> {};
 
@@ -527,7 +536,8 @@ TEST_P(GroupTest, BackToBackCollectivesCompleteInOrder) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Conformance, GroupTest, ::testing::ValuesIn(groupCases()), groupCaseName);
+INSTANTIATE_TEST_SUITE_P(Conformance, GroupTest, ::testing::ValuesIn(groupCases()),
+                         [](const ::testing::TestParamInfo<GroupCase>& i) { return caseName(i.param); });
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(AllreduceTest);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ReducescatterTest);

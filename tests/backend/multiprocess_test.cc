@@ -64,7 +64,10 @@ class Peers {
     int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) return false;
-    children_.push_back(Child{pid, std::move(rd)});
+    Child c;
+    c.pid = pid;
+    c.out_fd = std::move(rd);
+    children_.push_back(std::move(c));
     return true;
   }
 
@@ -95,7 +98,7 @@ class Peers {
 
  private:
   struct Child {
-    pid_t pid;
+    pid_t pid = -1;
     UniqueFd out_fd;
     std::string out;
     bool eof = false;

@@ -169,7 +169,8 @@ TEST_F(KolorunTest, SigtermToKolorunEndsEverything) {
   ASSERT_TRUE(p.waitForStdout("[1]<stdout>:up ", 60s)) << p.err();
   std::vector<pid_t> pids;
   std::string out = p.out();
-  for (std::sregex_iterator it(out.begin(), out.end(), std::regex("<stdout>:up ([0-9]+)\n")), end; it != end; ++it) {
+  const std::regex up("<stdout>:up ([0-9]+)\n");
+  for (std::sregex_iterator it(out.begin(), out.end(), up), end; it != end; ++it) {
     pids.push_back(std::stoi((*it)[1]));
   }
   p.signal(SIGTERM);

@@ -29,7 +29,9 @@ TEST(HostList, RejectsBadEntries) {
   for (const char* bad : {"", "h1:0", "h1:x", "h1:2,,h2", ":2", "h1:-1", "h1:2x"}) {
     auto h = parseHostList(bad);
     EXPECT_FALSE(h.isOk()) << "'" << bad << "' was accepted";
-    if (!h.isOk()) EXPECT_EQ(h.status().code(), Code::kInvalidArgument);
+    if (!h.isOk()) {
+      EXPECT_EQ(h.status().code(), Code::kInvalidArgument);
+    }
   }
 }
 

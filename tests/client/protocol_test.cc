@@ -1,6 +1,8 @@
 // libkolo's side of the agent protocol, through the C ABI, against the
 // in-process FakeAgent (tests/client/fake_agent.h).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -600,7 +602,7 @@ TEST_F(Protocol, ReleasedHandleIsForgottenAndItsOutputLeftAlone) {
   EXPECT_EQ(out[1], 0.0f);
 }
 
-TEST_F(Protocol, FullSubmissionRingTimesOutAfterTheOpTimeout) {
+TEST_F(Protocol, InFlightLimitWaitsThenTimesOutAfterTheOpTimeout) {
   FakeAgentOptions o;
   o.consume_submissions = false;  // a stuck agent
   start(std::move(o));
@@ -624,6 +626,40 @@ TEST_F(Protocol, FullSubmissionRingTimesOutAfterTheOpTimeout) {
   EXPECT_GE(took, 900ms);
   EXPECT_LT(took, 3s);
   EXPECT_TRUE(contains(kolo_last_error(), "KOLO_OP_TIMEOUT")) << kolo_last_error();
+}
+
+TEST_F(Protocol, ForkedChildNeitherUsesNorClosesItsParentsSession) {
+  FakeAgentOptions o;
+  o.reduce = doubleFloats;
+  start(std::move(o));
+  ASSERT_EQ(kolo_init(), KOLO_OK) << kolo_last_error();
+  float x[2] = {1, 2};
+  int64_t shape[1] = {2};
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(10);  // never outlive a stuck test
+    int bad = 0;
+    if (kolo_allreduce("child", x, x, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1) !=
+        KOLO_ERR_INVALID_ARGUMENT) {
+      bad |= 1;
+    }
+    if (std::string(kolo_last_error()).find("forked child") == std::string::npos) bad |= 2;
+    if (kolo_shutdown() != KOLO_OK) bad |= 4;
+    ::_exit(bad);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  // The parent's session is intact: no Goodbye was sent for it.
+  ASSERT_EQ(kolo_allreduce("parent", x, x, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1), KOLO_OK)
+      << kolo_last_error();
+  EXPECT_EQ(x[1], 4.0f);
+  EXPECT_EQ(agent_->submissions().size(), 1u);
+  EXPECT_FALSE(agent_->waitForGoodbye(0ms));
+  ASSERT_EQ(kolo_shutdown(), KOLO_OK);
+  EXPECT_TRUE(agent_->waitForGoodbye(kWait));
 }
 
 TEST_F(Protocol, ManyThreadsSubmitAndWaitConcurrently) {

@@ -157,7 +157,9 @@ TEST(FusionPlanner, RandomPlansKeepInvariants) {
     for (size_t gi = 0; gi < groups.size(); ++gi) {
       const auto& g = groups[gi];
       ASSERT_FALSE(g.slots.empty());
-      if (gi > 0) EXPECT_GT(g.slots[0].index, last_first) << "groups ordered by first entry";
+      if (gi > 0) {
+        EXPECT_GT(g.slots[0].index, last_first) << "groups ordered by first entry";
+      }
       last_first = g.slots[0].index;
       uint64_t end = 0;
       for (size_t k = 0; k < g.slots.size(); ++k) {
@@ -173,8 +175,12 @@ TEST(FusionPlanner, RandomPlansKeepInvariants) {
         }
       }
       EXPECT_EQ(g.buffer_bytes, end);
-      if (g.fused()) EXPECT_LE(g.buffer_bytes, threshold);
-      if (threshold == 0) EXPECT_EQ(g.slots.size(), 1u);
+      if (g.fused()) {
+        EXPECT_LE(g.buffer_bytes, threshold);
+      }
+      if (threshold == 0) {
+        EXPECT_EQ(g.slots.size(), 1u);
+      }
     }
     for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(seen[i], 1) << "entry " << i;
   }
@@ -235,7 +241,9 @@ TEST(ChunkPlanner, ChunksCoverTheBufferExactly) {
       EXPECT_EQ(ch.offset, pos);
       EXPECT_EQ(ch.bytes % elem, 0u);
       EXPECT_GT(ch.bytes, 0u);
-      if (max >= elem) EXPECT_LE(ch.bytes, max);
+      if (max >= elem) {
+        EXPECT_LE(ch.bytes, max);
+      }
       pos += ch.bytes;
     }
     EXPECT_EQ(pos, total);

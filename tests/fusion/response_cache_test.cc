@@ -123,7 +123,9 @@ TEST(ResponseCache, SameSequenceGivesSameBits) {
         const CacheEntry* ea = a.get(bit);
         const CacheEntry* eb = b.get(bit);
         ASSERT_EQ(ea == nullptr, eb == nullptr);
-        if (ea) ASSERT_EQ(ea->name, eb->name);
+        if (ea) {
+          ASSERT_EQ(ea->name, eb->name);
+        }
         break;
       }
       case 4: {

@@ -326,7 +326,9 @@ TEST(Timeline, SurvivesSigkillOfTheWritingProcess) {
   int ready = ::poll(&pfd, 1, 20000);
   char c = 0;
   bool got = ready == 1 && ::read(fds[0], &c, 1) == 1;
-  // Let the child write a few more flushes, bounded by the poll timeout.
+  // Let the child record and flush a while longer so that the kill lands
+  // while it is writing. Not a synchronisation: the check below must hold
+  // whenever the kill lands.
   ::poll(nullptr, 0, 150);
   ::kill(pid, SIGKILL);
   int status = 0;

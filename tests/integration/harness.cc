@@ -175,6 +175,23 @@ std::vector<Proc> Cluster::launchJob(const std::string& job, int world, const st
   return ranks;
 }
 
+std::vector<Proc> Cluster::launchMultiJob(const std::string& job, const std::vector<int>& local_sizes,
+                                          const std::vector<std::string>& argv,
+                                          std::map<std::string, std::string> extra_env) {
+  int world = 0;
+  for (int n : local_sizes) world += n;
+  std::vector<Proc> ranks;
+  for (size_t a = 0; a < local_sizes.size(); ++a) {
+    for (int l = 0; l < local_sizes[a]; ++l) {
+      auto env = rankEnv(job, "secret-" + job, world, l, local_sizes[a], static_cast<int>(a));
+      for (auto& [k, v] : extra_env) env[k] = v;
+      ranks.push_back(spawnProcess(argv, env, dir_ + "/" + job + "-a" + std::to_string(a) + "-l" +
+                                                  std::to_string(l) + ".log"));
+    }
+  }
+  return ranks;
+}
+
 bool Cluster::waitJob(std::vector<Proc>& ranks, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   bool all = true;

@@ -53,6 +53,10 @@ class Cluster {
   // Spawns a whole job on agent 0: `world` ranks running argv.
   std::vector<Proc> launchJob(const std::string& job, int world, const std::vector<std::string>& argv,
                               std::map<std::string, std::string> extra_env = {});
+  // Spawns a job over several agents: local_sizes[a] ranks on agent a.
+  std::vector<Proc> launchMultiJob(const std::string& job, const std::vector<int>& local_sizes,
+                                   const std::vector<std::string>& argv,
+                                   std::map<std::string, std::string> extra_env = {});
   // Waits for every rank (bounded); kills leftovers. Returns false on timeout.
   bool waitJob(std::vector<Proc>& ranks, std::chrono::milliseconds timeout);
 

@@ -327,7 +327,7 @@ int runLoop(int n) {
   for (int i = 0; i < n; ++i) {
     for (auto& x : a) x = static_cast<float>(g_rank + i);
     kolo_status_t st = kolo_allreduce("loop", a.data(), a.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1);
-    if (st != KOLO_OK) FAIL("loop %d: %s", i, kolo_last_error());
+    if (st != KOLO_OK) FAIL("loop %d: %s: %s", i, kolo_status_string(st), kolo_last_error());
     float want = static_cast<float>(g_size * i + g_size * (g_size - 1) / 2);
     if (a[17] != want) FAIL("loop %d: got %g want %g", i, a[17], want);
   }

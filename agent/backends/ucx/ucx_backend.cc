@@ -48,6 +48,10 @@ constexpr size_t kInlineReduceBytes = 32 * 1024;
 // failed collective (cancelled requests) before reporting it anyway.
 constexpr auto kDrainGrace = std::chrono::seconds(2);
 constexpr auto kMaxCloseWait = std::chrono::seconds(5);
+// A peer reported gone fails the running collective only if the collective
+// still waits for it this long after: what the peer delivered before it left
+// (a graceful close flushes) is matched first.
+constexpr auto kPeerGrace = std::chrono::milliseconds(50);
 
 ucp_tag_t makeTag(uint64_t seq, int src, uint32_t step, uint32_t chunk) {
   return ((seq & 0xffff) << 48) | ((static_cast<uint64_t>(src) & 0xffff) << 32) |
@@ -443,9 +447,8 @@ class UcxBackend final : public Backend, private CollectiveContext {
     epoll_event evs[4];
     for (;;) {
       // A peer's failure (or a receive posted from a failed peer) is judged
-      // only after one more round of progress, so that whatever that peer
-      // delivered before it went away has been matched first.
-      const bool check_peers = peer_check_needed_;
+      // only after more progress (see kPeerGrace).
+      const bool check_peers = peer_check_needed_ || peer_grace_until_.has_value();
       peer_check_needed_ = false;
       bool moved = takeIncoming();
       moved |= startNext();
@@ -475,6 +478,7 @@ class UcxBackend final : public Backend, private CollectiveContext {
     if (!active_) return 1000;
     auto deadline = active_->failed.isOk() ? active_->last_progress + opts_.timeout
                                            : active_->drain_deadline;
+    if (peer_grace_until_) deadline = std::min(deadline, *peer_grace_until_);
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count() + 1;
     return static_cast<int>(std::clamp<int64_t>(ms, 0, 100));
   }
@@ -591,15 +595,23 @@ class UcxBackend final : public Backend, private CollectiveContext {
   // A failed peer fails the running collective only if the collective still
   // waits for it: messages it delivered before it went away still count.
   void checkPeers() {
-    if (!active_ || !active_->failed.isOk()) return;
+    if (!active_ || !active_->failed.isOk()) {
+      peer_grace_until_.reset();
+      return;
+    }
     for (const auto& [raw, req] : requests_) {
       if (req->seq != active_->seq || peer_status_[req->peer].isOk()) continue;
+      const auto now = Clock::now();
+      if (!peer_grace_until_) peer_grace_until_ = now + kPeerGrace;
+      if (now < *peer_grace_until_) return;
+      peer_grace_until_.reset();
       failActive(peerFailure("agent rank " + std::to_string(req->peer) + " unreachable: " +
                              peer_status_[req->peer].message() + " (" +
                              (req->is_recv ? "receiving from" : "sending to") + " it in " +
                              active_->what + ")"));
       return;
     }
+    peer_grace_until_.reset();  // nothing waits for a failed peer (any more)
   }
 
   void checkDeadline() {
@@ -625,7 +637,7 @@ class UcxBackend final : public Backend, private CollectiveContext {
       others += (others.empty() ? "" : ", ") + std::to_string(p);
     }
     failActive(peerFailure("agent rank " + std::to_string(*peers.begin()) + " unreachable: " +
-                           (receiving ? "nothing received from it" : "it took nothing") + " for " +
+                           (receiving ? "nothing received from it" : "nothing sent to it was taken") + " for " +
                            std::to_string(ms) + " ms in " + active_->what +
                            (others.empty() ? "" : " (also waiting for ranks " + others + ")")));
   }
@@ -653,6 +665,7 @@ class UcxBackend final : public Backend, private CollectiveContext {
   }
 
   void finishActive(Status st) {
+    peer_grace_until_.reset();
     log_->trace("{}done {} in {} us: {}", prefix(), active_->what,
                 std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - active_->started).count(),
                 st.toString());
@@ -909,6 +922,7 @@ class UcxBackend final : public Backend, private CollectiveContext {
   std::vector<std::unique_ptr<PeerArg>> peer_args_;
   std::vector<Status> peer_status_;  // not ok once UCX reported the peer gone
   bool peer_check_needed_ = false;
+  std::optional<Clock::time_point> peer_grace_until_;
   Status broken_;  // the first failure; every later collective fails with it
   bool stopping_ = false;
   std::deque<Queued> pending_;

@@ -140,23 +140,20 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     to_send = []
     for pid in sorted(layout["state"]):
         p = params[pid]
-        st = optimizer.state[p]
-        desc = layout["state"][pid]
-        for k in list(st.keys()):
-            if k not in desc:
-                del st[k]
-        for k in sorted(desc, key=str):
-            kind = desc[k]
+        old = optimizer.state.get(p, {})
+        st = {}  # rebuilt in the root's key order
+        for k, kind in layout["state"][pid].items():
             if kind[0] == "tensor":
                 _, shape, dtype = kind
-                cur = st.get(k)
+                cur = old.get(k)
                 if not (torch.is_tensor(cur) and tuple(cur.shape) == shape and cur.dtype == dtype
                         and cur.device.type == "cpu"):
                     cur = torch.zeros(shape, dtype=dtype)
-                    st[k] = cur
+                st[k] = cur
                 to_send.append(("opt.%d.%s" % (pid, k), cur))
             else:
                 st[k] = kind[1]
+        optimizer.state[p] = st
     pid_of = {id(p): i for i, p in enumerate(params)}
     for p in list(optimizer.state.keys()):
         if pid_of.get(id(p)) not in layout["state"]:

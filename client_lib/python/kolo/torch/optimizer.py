@@ -11,6 +11,7 @@ copy, libkolo copies nothing in or out.
 """
 
 import warnings
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -67,6 +68,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._allreduce_delay = {p: backward_passes_per_step for p in self._requires_update}
         self._handles = {}
         self._grad_accs = []
+        self._hook_handles = []
         self._synchronized = False
         self._should_synchronize = True
 
@@ -134,37 +136,50 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # ---- hooks -----------------------------------------------------------
 
     def _register_hooks(self):
+        # The hooks hold the optimizer weakly: once it is dropped, they do
+        # nothing (and __del__ removes them), so wrapping a model again later
+        # does not reduce each gradient twice.
+        ref = weakref.ref(self)
         for p in self._requires_update:
             # The gradient accumulation node of p: its hooks run right after
             # p.grad has been updated.
             grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            grad_acc.register_hook(self._make_hook(p))
+            self._hook_handles.append(grad_acc.register_hook(_grad_hook(ref, p)))
             self._grad_accs.append(grad_acc)
 
-    def _make_hook(self, p):
-        def hook(*ignore):
-            if p in self._handles and self._handles[p][0] is not None:
-                if self._allreduce_delay[p] <= 0:
-                    raise AssertionError(
-                        "kolo: gradients were computed more than backward_passes_per_step times "
-                        "before step(); increase backward_passes_per_step to accumulate "
-                        "gradients locally")
-            handle, ctx = None, None
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] == 0:
-                if self._groups is not None and p in self._p_to_group:
-                    group = self._p_to_group[p]
-                    self._group_counts[group] += 1
-                    if self._group_counts[group] == len(group):
-                        self._handles[group] = self._grouped_allreduce_grad_async(group)
-                        for gp in group:
-                            self._handles.pop(gp, None)
-                        self._group_counts[group] = 0
-                        return
-                else:
-                    handle, ctx = self._allreduce_grad_async(p)
-            self._handles[p] = (handle, ctx)
-        return hook
+    def _remove_hooks(self):
+        for h in getattr(self, "_hook_handles", []):
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self._hook_handles = []
+
+    def __del__(self):
+        self._remove_hooks()
+
+    def _on_grad_ready(self, p):
+        if p in self._handles and self._handles[p][0] is not None:
+            if self._allreduce_delay[p] <= 0:
+                raise AssertionError(
+                    "kolo: gradients were computed more than backward_passes_per_step times "
+                    "before step(); increase backward_passes_per_step to accumulate "
+                    "gradients locally")
+        handle, ctx = None, None
+        self._allreduce_delay[p] -= 1
+        if self._allreduce_delay[p] == 0:
+            if self._groups is not None and p in self._p_to_group:
+                group = self._p_to_group[p]
+                self._group_counts[group] += 1
+                if self._group_counts[group] == len(group):
+                    self._handles[group] = self._grouped_allreduce_grad_async(group)
+                    for gp in group:
+                        self._handles.pop(gp, None)
+                    self._group_counts[group] = 0
+                    return
+            else:
+                handle, ctx = self._allreduce_grad_async(p)
+        self._handles[p] = (handle, ctx)
 
     # ---- allreduce of one gradient / one group ----------------------------
 
@@ -313,6 +328,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     p.grad.zero_()
             return None
         return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def _grad_hook(ref, p):
+    def hook(*ignore):
+        opt = ref()
+        if opt is not None:
+            opt._on_grad_ready(p)
+    return hook
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,

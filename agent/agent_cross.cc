@@ -1,0 +1,151 @@
+// Jobs that span several agents: backend set-up, and the cross-agent leg of
+// a collective (local reduce into a staging buffer, negotiated allreduce
+// among agents, scaled copy back into every local rank's slot).
+#include <cstdlib>
+#include <regex>
+
+#include "agent/agent.h"
+#include "agent/cross/coord_kv_store.h"
+#include "common/log.h"
+
+namespace kolo {
+
+namespace {
+auto crossLog() { return log::get("agent.cross"); }
+
+std::unique_ptr<char[], void (*)(char*)> allocStaging(size_t bytes) {
+  size_t n = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
+  return {static_cast<char*>(std::aligned_alloc(64, n)), [](char* p) { std::free(p); }};
+}
+}  // namespace
+
+void Agent::startCrossOnLoop(Job& job) {
+  const JobWorld& w = job.world();
+  if (job.cross_generation == w.generation) return;
+  job.cross_generation = w.generation;
+  job.cross.reset();
+  BackendOptions bo = opts_.backend;
+  bo.rank = w.cross_rank;
+  bo.size = w.cross_size;
+  bo.key_prefix = "g" + std::to_string(w.generation) + "/" + opts_.backend_name;
+  bo.name = job.id() + "/g" + std::to_string(w.generation);
+  std::string job_id = job.id(), token = job.token(), backend = opts_.backend_name;
+  uint64_t gen = w.generation;
+  crossLog()->info("job {}: connecting to {} other agents over {}", job_id, w.cross_size - 1, backend);
+  setup_pool_.submit([this, job_id, token, bo, gen, backend] {
+    CoordKvStore kv(*coord_, job_id, token);
+    auto made = std::make_shared<StatusOr<std::unique_ptr<Backend>>>(createBackend(backend, bo, kv));
+    loop_.post([this, job_id, gen, made] {
+      auto it = jobs_.find(job_id);
+      if (it == jobs_.end() || it->second->cross_generation != gen) return;
+      Job& job = *it->second;
+      if (!made->isOk()) {
+        failJobOnLoop(job, made->status().withContext("job " + job_id + ": cannot connect the agents"), true);
+        return;
+      }
+      if (job.state() == JobState::kFailed) return;
+      job.cross = std::make_unique<CrossJob>(
+          job_id + "/g" + std::to_string(gen), std::move(made->value()), opts_.cache_capacity,
+          std::chrono::milliseconds(opts_.idle_cycle_ms), opts_.backend.timeout, loop_,
+          [this, job_id, gen](const std::string& name, Status st) { onCrossDoneOnLoop(job_id, gen, name, st); });
+      crossLog()->info("job {}: agents connected; {} local ranks may start", job_id, job.localSize());
+      for (ClientConn* c : job.clients()) {
+        if (c != nullptr) sendWorldOnLoop(job, *c);
+      }
+    });
+  });
+}
+
+void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<uint64_t> handles) {
+  const SubmitDesc& d0 = op.descs[0];
+  Job::CrossPending p;
+  p.handles = std::move(handles);
+  p.slots = r.slots;
+  p.keepalive = r.keepalive;
+  p.dtype = r.dtype;
+  p.count = r.count;
+  p.bytes = d0.data_bytes;
+  p.postscale = r.postscale;
+  p.staging = allocStaging(p.bytes);
+
+  CrossWork w;
+  w.req.name = op.name;
+  w.req.params = d0;
+  w.req.params.handle = 0;
+  w.req.params.data_offset = w.req.params.out_offset = 0;
+  w.req.first_rank = job.globalRank(0);
+  if (!op.error.isOk()) w.req.error = op.error.message();
+  w.staging = p.staging.get();
+  w.count = op.error.isOk() ? r.count : 0;
+  w.dtype = r.dtype;
+  w.op = r.op;
+
+  std::string job_id = job.id();
+  uint64_t gen = job.cross_generation;
+  job.cross_pending.insert_or_assign(op.name, std::move(p));
+  ++job.executing;
+  if (w.count == 0) {
+    job.cross->submit(std::move(w));
+    return;
+  }
+  r.dsts = {w.staging};
+  r.postscale = 1.0;  // applied after the agents' reduction
+  executor_.reduceOnLoop(std::move(r), [this, job_id, gen, w]() mutable {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    Job& job = *it->second;
+    if (job.cross && job.cross_generation == gen && job.state() != JobState::kFailed) {
+      job.cross->submit(std::move(w));
+    } else {
+      onCrossDoneOnLoop(job_id, gen, w.req.name, job.failure().isOk() ? aborted("job ended") : job.failure());
+    }
+  });
+}
+
+void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, const std::string& name,
+                              Status st) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  auto pit = job.cross_pending.find(name);
+  if (pit == job.cross_pending.end()) return;
+  auto p = std::make_shared<Job::CrossPending>(std::move(pit->second));
+  job.cross_pending.erase(pit);
+  --job.executing;
+  if (!st.isOk()) {
+    if (st.code() == Code::kPeerFailure || st.code() == Code::kTimedOut) {
+      // Name the node behind "agent rank R".
+      std::smatch m;
+      std::string msg = st.message();
+      if (std::regex_search(msg, m, std::regex("agent rank ([0-9]+)"))) {
+        size_t r = std::stoul(m[1]);
+        if (r < job.world().agents.size()) msg = "lost node " + job.world().agents[r] + ": " + msg;
+      }
+      st = Status(Code::kPeerFailure, "job " + job_id + ": " + msg);
+      failJobOnLoop(job, st, true);
+    }
+    finishOnLoop(job_id, p->handles, 0, job.state() == JobState::kFailed ? job.failure() : st);
+    return;
+  }
+  if (p->bytes == 0) {
+    finishOnLoop(job_id, p->handles, 0, okStatus());
+    return;
+  }
+  LocalReduce r;
+  r.dtype = p->dtype;
+  r.op = ReduceOp::kSum;
+  r.count = p->count;
+  r.prescale = 1.0;
+  r.postscale = p->postscale;
+  r.slots = {p->staging.get()};
+  r.dsts = p->slots;
+  r.keepalive = p->keepalive;
+  ++job.executing;
+  executor_.reduceOnLoop(std::move(r), [this, job_id, p] {
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) --it->second->executing;
+    finishOnLoop(job_id, p->handles, p->bytes, okStatus());
+  });
+}
+
+}  // namespace kolo

@@ -1,0 +1,158 @@
+#include "agent/cross/cross_job.h"
+
+#include <future>
+
+#include "common/log.h"
+
+namespace kolo {
+
+namespace {
+auto logger() { return log::get("agent.cross"); }
+}  // namespace
+
+CrossJob::CrossJob(std::string label, std::unique_ptr<Backend> backend, size_t cache_capacity,
+                   std::chrono::milliseconds idle_cycle, std::chrono::milliseconds collective_timeout,
+                   EventLoop& loop, DoneOnLoop on_done)
+    : label_(std::move(label)),
+      backend_(std::move(backend)),
+      state_(backend_->rank(), backend_->size(), cache_capacity),
+      idle_cycle_(idle_cycle),
+      collective_timeout_(collective_timeout),
+      loop_(loop),
+      on_done_(std::move(on_done)) {
+  thread_ = std::thread([this] {
+    log::setThreadName("negotiate");
+    run();
+  });
+}
+
+CrossJob::~CrossJob() {
+  abort(aborted("the job's generation ended"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  backend_.reset();  // completes anything still queued with Aborted
+}
+
+void CrossJob::submit(CrossWork work) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming_.push_back(std::move(work));
+  }
+  cv_.notify_all();
+}
+
+void CrossJob::abort(Status why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_.isOk()) aborted_ = why;
+  }
+  backend_->abort(why);
+  cv_.notify_all();
+}
+
+Status CrossJob::syncCollective(const std::function<void(Backend::Done)>& post) {
+  auto p = std::make_shared<std::promise<Status>>();
+  auto f = p->get_future();
+  post([p](Status st) { p->set_value(std::move(st)); });
+  // The backend bounds every collective by its own timeout; this is a backstop.
+  if (f.wait_for(collective_timeout_ + std::chrono::seconds(5)) != std::future_status::ready) {
+    return timedOut("negotiation collective did not finish within " +
+                    std::to_string(collective_timeout_.count()) + " ms");
+  }
+  return f.get();
+}
+
+void CrossJob::run() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Enter the next cycle at once when there is work (new or still
+      // negotiating); otherwise tick every idle_cycle_ so that peers waiting
+      // on us never wait longer than that.
+      cv_.wait_for(lock, idle_cycle_, [&] {
+        return stop_ || !aborted_.isOk() || !incoming_.empty() || !waiting_.empty();
+      });
+      if (stop_ || !aborted_.isOk()) break;
+      while (!incoming_.empty()) {
+        CrossWork w = std::move(incoming_.front());
+        incoming_.pop_front();
+        state_.addLocal(w.req);
+        std::string name = w.req.name;
+        waiting_[name] = std::move(w);
+      }
+    }
+    Status st = cycle();
+    if (!st.isOk()) {
+      logger()->warn("{}: negotiation failed: {}", label_, st.message());
+      abort(st);
+      break;
+    }
+  }
+  // Fail whatever is still negotiating.
+  Status why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    why = aborted_.isOk() ? aborted("the job's generation ended") : aborted_;
+    for (auto& w : incoming_) waiting_[w.req.name] = std::move(w);
+    incoming_.clear();
+  }
+  for (auto& [name, w] : waiting_) {
+    loop_.post([cb = on_done_, name = name, why] { cb(name, why); });
+  }
+  waiting_.clear();
+}
+
+Status CrossJob::cycle() {
+  std::vector<uint8_t> bits = state_.cacheVector();
+  RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
+    backend_->allreduce(bits.data(), bits.size(), DataType::kUint8, ReduceOp::kMin, std::move(d));
+  }));
+  std::vector<std::string> gathered;
+  bool gather = bits[0] == 0;
+  if (gather) {
+    std::string mine = state_.takeAnnouncements();
+    const int n = backend_->size();
+    std::vector<uint64_t> sizes(n, 0);
+    uint64_t my_size = mine.size();
+    RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
+      backend_->allgatherv(&my_size, 8, sizes.data(), std::vector<size_t>(n, 8), std::move(d));
+    }));
+    std::vector<size_t> recv(n);
+    size_t total = 0;
+    for (int i = 0; i < n; ++i) total += recv[i] = sizes[i];
+    std::string all(total, '\0');
+    RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
+      backend_->allgatherv(mine.data(), mine.size(), all.data(), recv, std::move(d));
+    }));
+    size_t off = 0;
+    for (int i = 0; i < n; ++i) {
+      gathered.push_back(all.substr(off, recv[i]));
+      off += recv[i];
+    }
+  }
+  std::vector<CrossResponse> responses = state_.complete(bits, gather ? &gathered : nullptr);
+  for (CrossResponse& r : responses) {
+    auto it = waiting_.find(r.name);
+    if (it == waiting_.end()) {
+      // Agreed by every agent, so it must be ours too: a bug if not.
+      return internalError("negotiated '" + r.name + "' which this agent never submitted");
+    }
+    CrossWork w = std::move(it->second);
+    waiting_.erase(it);
+    if (!r.error.isOk() || w.count == 0) {
+      loop_.post([cb = on_done_, name = r.name, st = r.error] { cb(name, st); });
+      continue;
+    }
+    backend_->allreduce(w.staging, w.count, w.dtype, w.op,
+                        [this, name = r.name](Status st) {
+                          loop_.post([cb = on_done_, name, st] { cb(name, st); });
+                        });
+  }
+  return okStatus();
+}
+
+}  // namespace kolo

@@ -1,0 +1,67 @@
+// The cross-agent side of one job generation: a negotiation thread that runs
+// cycles over the Backend (see negotiation_state.h) and posts the data
+// collectives in the agreed order. Every collective this job puts on the
+// backend is posted from this one thread, so every agent posts the same
+// sequence. Results are posted to the agent loop.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "agent/backends/backend.h"
+#include "agent/cross/negotiation_state.h"
+#include "common/event_loop.h"
+
+namespace kolo {
+
+struct CrossWork {
+  CrossRequest req;
+  void* staging = nullptr;  // locally reduced data, reduced in place across agents
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+};
+
+class CrossJob {
+ public:
+  // on_done(name, status) runs on the agent loop.
+  using DoneOnLoop = std::function<void(const std::string& name, Status st)>;
+
+  CrossJob(std::string label, std::unique_ptr<Backend> backend, size_t cache_capacity,
+           std::chrono::milliseconds idle_cycle, std::chrono::milliseconds collective_timeout,
+           EventLoop& loop, DoneOnLoop on_done);
+  ~CrossJob();
+
+  void submit(CrossWork work);  // thread-safe (called from the loop)
+  void abort(Status why);       // thread-safe; fails everything in flight
+  Backend& backend() { return *backend_; }
+
+ private:
+  void run();
+  Status cycle();
+  Status syncCollective(const std::function<void(Backend::Done)>& post);
+
+  std::string label_;
+  std::unique_ptr<Backend> backend_;
+  NegotiationState state_;
+  std::chrono::milliseconds idle_cycle_;
+  std::chrono::milliseconds collective_timeout_;
+  EventLoop& loop_;
+  DoneOnLoop on_done_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<CrossWork> incoming_;
+  bool stop_ = false;
+  Status aborted_;
+  std::unordered_map<std::string, CrossWork> waiting_;  // negotiating, thread-owned
+  std::thread thread_;
+};
+
+}  // namespace kolo

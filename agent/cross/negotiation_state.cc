@@ -1,0 +1,165 @@
+#include "agent/cross/negotiation_state.h"
+
+#include <cstring>
+
+#include "agent/core/tensor_table.h"
+
+namespace kolo {
+
+std::string encodeRequests(const std::vector<CrossRequest>& reqs) {
+  std::string out;
+  uint32_t n = static_cast<uint32_t>(reqs.size());
+  out.append(reinterpret_cast<const char*>(&n), 4);
+  for (const auto& r : reqs) {
+    uint32_t len = static_cast<uint32_t>(r.name.size());
+    out.append(reinterpret_cast<const char*>(&len), 4);
+    out.append(r.name);
+    out.append(reinterpret_cast<const char*>(&r.params), sizeof(SubmitDesc));
+    int32_t fr = r.first_rank;
+    out.append(reinterpret_cast<const char*>(&fr), 4);
+    uint32_t elen = static_cast<uint32_t>(r.error.size());
+    out.append(reinterpret_cast<const char*>(&elen), 4);
+    out.append(r.error);
+  }
+  return out;
+}
+
+StatusOr<std::vector<CrossRequest>> decodeRequests(const std::string& bytes) {
+  std::vector<CrossRequest> out;
+  size_t p = 0;
+  auto take = [&](void* dst, size_t n) {
+    if (bytes.size() - p < n) return false;
+    std::memcpy(dst, bytes.data() + p, n);
+    p += n;
+    return true;
+  };
+  if (bytes.empty()) return out;
+  uint32_t n = 0;
+  if (!take(&n, 4)) return internalError("truncated request list");
+  for (uint32_t i = 0; i < n; ++i) {
+    CrossRequest r;
+    uint32_t len = 0;
+    if (!take(&len, 4) || len > kMaxNameBytes || bytes.size() - p < len) return internalError("bad request name");
+    r.name.assign(bytes.data() + p, len);
+    p += len;
+    int32_t fr = 0;
+    if (!take(&r.params, sizeof(SubmitDesc)) || !take(&fr, 4)) return internalError("truncated request");
+    r.first_rank = fr;
+    uint32_t elen = 0;
+    if (!take(&elen, 4) || bytes.size() - p < elen) return internalError("truncated request error");
+    r.error.assign(bytes.data() + p, elen);
+    p += elen;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+bool NegotiationState::sameParams(const SubmitDesc& a, const SubmitDesc& b) {
+  return TensorTable::describeMismatch("", a, 0, b, 0).empty();
+}
+
+void NegotiationState::addLocal(const CrossRequest& req) {
+  pending_[req.name] = req;
+  auto it = name_bits_.find(req.name);
+  if (req.error.empty() && it != name_bits_.end() && sameParams(bit_params_[it->second], req.params)) {
+    return;  // cache hit
+  }
+  unannounced_.push_back(req.name);
+}
+
+std::vector<uint8_t> NegotiationState::cacheVector() const {
+  std::vector<uint8_t> v(cacheVectorSize(), 0);
+  v[0] = unannounced_.empty() ? 1 : 0;
+  for (const auto& [name, req] : pending_) {
+    auto it = name_bits_.find(name);
+    if (req.error.empty() && it != name_bits_.end() && sameParams(bit_params_[it->second], req.params)) {
+      v[1 + it->second] = 1;
+    }
+  }
+  return v;
+}
+
+std::string NegotiationState::takeAnnouncements() {
+  std::vector<CrossRequest> reqs;
+  for (const auto& name : unannounced_) {
+    auto it = pending_.find(name);
+    if (it != pending_.end()) reqs.push_back(it->second);
+  }
+  unannounced_.clear();
+  return encodeRequests(reqs);
+}
+
+void NegotiationState::assignBit(const std::string& name, const SubmitDesc& params) {
+  if (capacity_ == 0 || name_bits_.size() >= capacity_) return;
+  uint32_t bit = 0;
+  while (bit < bit_names_.size() && !bit_names_[bit].empty()) ++bit;
+  if (bit == bit_names_.size()) {
+    bit_names_.emplace_back();
+    bit_params_.emplace_back();
+  }
+  bit_names_[bit] = name;
+  bit_params_[bit] = params;
+  name_bits_[name] = bit;
+}
+
+void NegotiationState::eraseBit(const std::string& name) {
+  auto it = name_bits_.find(name);
+  if (it == name_bits_.end()) return;
+  bit_names_[it->second].clear();
+  name_bits_.erase(it);
+  // Trailing free bits shrink the vector (identically on every agent).
+  while (!bit_names_.empty() && bit_names_.back().empty()) {
+    bit_names_.pop_back();
+    bit_params_.pop_back();
+  }
+}
+
+std::vector<CrossResponse> NegotiationState::complete(const std::vector<uint8_t>& reduced,
+                                                      const std::vector<std::string>* gathered) {
+  std::vector<CrossResponse> out;
+  for (size_t b = 0; b + 1 < reduced.size() && b < bit_names_.size(); ++b) {
+    if (reduced[1 + b] != 1 || bit_names_[b].empty()) continue;
+    const std::string name = bit_names_[b];
+    out.push_back({name, okStatus()});
+    pending_.erase(name);
+  }
+  if (gathered == nullptr) return out;
+  for (int a = 0; a < size_ && a < static_cast<int>(gathered->size()); ++a) {
+    auto reqs = decodeRequests((*gathered)[a]);
+    if (!reqs.isOk()) continue;  // cannot happen between agents of one build
+    for (CrossRequest& req : *reqs) {
+      if (name_bits_.count(req.name)) {
+        // Someone announced a cached name: its parameters changed somewhere.
+        // Every agent drops the bit, and re-announces its own pending copy.
+        eraseBit(req.name);
+        if (pending_.count(req.name) && a != rank_) unannounced_.push_back(req.name);
+      }
+      Remote& r = remote_[req.name];
+      if (r.by_agent.empty()) r.by_agent.resize(size_);
+      if (!r.by_agent[a]) {
+        r.by_agent[a] = req;
+        r.count++;
+      }
+      if (r.count < size_) continue;
+      CrossResponse resp{req.name, okStatus()};
+      const CrossRequest& first = *r.by_agent[0];
+      for (int o = 0; o < size_ && resp.error.isOk(); ++o) {
+        if (!r.by_agent[o]->error.empty()) resp.error = invalidArgument(r.by_agent[o]->error);
+      }
+      for (int o = 1; o < size_ && resp.error.isOk(); ++o) {
+        std::string m = TensorTable::describeMismatch(req.name, first.params, first.first_rank,
+                                                      r.by_agent[o]->params, r.by_agent[o]->first_rank);
+        if (!m.empty()) resp.error = invalidArgument(m);
+      }
+      if (resp.error.isOk()) assignBit(req.name, first.params);
+      remote_.erase(req.name);
+      pending_.erase(req.name);
+      // A re-announcement queued above is moot once the name has completed.
+      std::erase(unannounced_, req.name);
+      out.push_back(std::move(resp));
+    }
+  }
+  return out;
+}
+
+}  // namespace kolo

@@ -1,0 +1,113 @@
+"""Shared fixtures for the kolo Python tests.
+
+The build under test is $KOLO_BUILD_DIR (ctest sets it), else <repo>/build.
+Multi-rank tests run worker scripts through <build>/bin/kolorun, which starts
+a private coordinator and agent; every run is bounded and its whole process
+group is killed if it overruns. Temporary files live in pytest's tmp_path.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+PKG_DIR = os.path.join(REPO, "client_lib", "python")
+WORKERS = os.path.join(HERE, "workers")
+EXAMPLES = os.path.join(REPO, "examples")
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+sys.path.insert(0, PKG_DIR)
+sys.path.insert(0, WORKERS)
+
+
+def build_dir():
+    return os.path.abspath(os.environ.get("KOLO_BUILD_DIR") or os.path.join(REPO, "build"))
+
+
+def _missing():
+    b = build_dir()
+    need = [os.path.join(b, "lib", "libkolo.so"), os.path.join(b, "bin", "kolorun"),
+            os.path.join(b, "bin", "kolo-agent"), os.path.join(b, "bin", "kolo-coordinator")]
+    return [p for p in need if not os.path.exists(p)]
+
+
+@pytest.fixture(scope="session")
+def stack():
+    """The build folder, with libkolo, kolorun and both daemons present."""
+    missing = _missing()
+    if missing:
+        msg = ("the kolo stack is not built in %s (missing: %s); build the targets "
+               "kolo_client kolorun kolo-agent kolo-coordinator" % (build_dir(), ", ".join(missing)))
+        if os.environ.get("KOLO_PYTHON_TESTS_REQUIRE_BUILD") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return build_dir()
+
+
+def rank_env(extra=None):
+    """The environment for a process that imports kolo from this checkout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([PKG_DIR, WORKERS] + (
+        [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["KOLO_LIBRARY"] = os.path.join(build_dir(), "lib", "libkolo.so")
+    env["OMP_NUM_THREADS"] = "1"
+    env.setdefault("KOLO_START_TIMEOUT", "30")
+    env.setdefault("KOLO_OP_TIMEOUT", "60")
+    env.pop("KOLO_AGENT_SOCKET", None)  # always the private agent kolorun starts
+    if extra:
+        env.update(extra)
+    return env
+
+
+class RunResult:
+    def __init__(self, rc, out, err, cmd):
+        self.rc, self.out, self.err, self.cmd = rc, out, err, cmd
+
+    def rank_lines(self, rank, stream="stdout"):
+        prefix = "[%d]<%s>:" % (rank, stream)
+        return [l[len(prefix):] for l in self.out.splitlines() + self.err.splitlines()
+                if l.startswith(prefix)]
+
+    def describe(self):
+        return "command: %s\nexit: %s\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
+            " ".join(self.cmd), self.rc, self.out[-6000:], self.err[-6000:])
+
+
+def run_bounded(cmd, timeout, env=None, cwd=None):
+    """Runs cmd in its own session; on timeout kills the whole group."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                         start_new_session=True, text=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                out, err = p.communicate(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
+            out, err = "", ""
+        raise AssertionError("timed out after %d s: %s\n%s\n%s" % (timeout, " ".join(cmd),
+                                                                   out[-4000:], err[-4000:]))
+    return RunResult(p.returncode, out, err, cmd)
+
+
+@pytest.fixture
+def kolorun(stack, tmp_path):
+    """kolorun(np, script, *args, timeout=...) -> RunResult; asserts nothing."""
+    def run(np, script, *args, timeout=120, env=None, agents=None):
+        cmd = [os.path.join(stack, "bin", "kolorun"), "-np", str(np)]
+        if agents:
+            cmd += ["--agents", str(agents)]
+        cmd += ["--", PYTHON, script] + [str(a) for a in args]
+        return run_bounded(cmd, timeout, env=rank_env(env), cwd=str(tmp_path))
+    return run
