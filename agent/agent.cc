@@ -65,7 +65,47 @@ Status Agent::start() {
       stop();
     }));
   }
+  stall::StallOptions so;
+  so.warning_time = std::chrono::seconds(std::max<int64_t>(1, opts_.stall_check_time_s));
+  so.shutdown_time = std::chrono::seconds(std::max<int64_t>(0, opts_.stall_shutdown_time_s));
+  so.disabled = opts_.stall_check_disable;
+  stalls_.setOptions(so);
+  auto period = std::min<std::chrono::milliseconds>(std::chrono::seconds(5), so.warning_time / 4);
+  loop_.addTimer(period, [this] { checkStallsOnLoop(); }, period);
+  timeline_ = std::make_unique<Timeline>();
+  if (!opts_.timeline_filename.empty()) {
+    Status ts = timeline_->start(opts_.timeline_filename, opts_.timeline_mark_cycles);
+    if (!ts.isOk()) return ts.withContext("--timeline-filename");
+    logger()->info("writing the timeline to {}", opts_.timeline_filename);
+  }
   return writeReadyFile();
+}
+
+StatusOr<std::string> Agent::timelineOnLoop(bool start, const std::string& path, bool mark_cycles) {
+  if (!start) {
+    std::string p = timeline_->path();
+    RETURN_IF_ERROR(timeline_->stop());
+    logger()->info("timeline stopped ({})", p);
+    return p;
+  }
+  if (path.empty()) return invalidArgument("timeline start needs a file path");
+  if (timeline_->active()) RETURN_IF_ERROR(timeline_->stop());
+  RETURN_IF_ERROR(timeline_->start(path, mark_cycles));
+  logger()->info("timeline started: {}", path);
+  return path;
+}
+
+void Agent::checkStallsOnLoop() {
+  stall::StallReport report = stalls_.check(std::chrono::steady_clock::now());
+  if (!report.text.empty()) log::get("agent.stall")->warn("{}", report.text);
+  for (const std::string& job_id : report.shutdown) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) continue;
+    failJobOnLoop(*it->second,
+                  aborted("job " + job_id + " stalled longer than --stall-shutdown-time-s=" +
+                          std::to_string(opts_.stall_shutdown_time_s) + " s; see the agent log for the missing ranks"),
+                  true);
+  }
 }
 
 Status Agent::writeReadyFile() {
@@ -107,6 +147,7 @@ void Agent::stop() {
   loop_.post([this] {
     if (stopping_) return;
     stopping_ = true;
+    if (timeline_ && timeline_->active()) (void)timeline_->stop();
     for (auto& [id, job] : jobs_) {
       failJobOnLoop(*job, aborted("the kolo agent on " + opts_.hostname + " is shutting down"), true);
     }
@@ -189,9 +230,11 @@ void Agent::handleFrameOnLoop(ClientConn& c, const std::string& payload) {
     case ipc::ClientFrame::kGoodbye:
       c.said_goodbye = true;
       return;
-    case ipc::ClientFrame::kTimeline:
-      ipcLog()->info("timeline control from pid {} ignored: the timeline is not built yet", c.pid());
+    case ipc::ClientFrame::kTimeline: {
+      auto r = timelineOnLoop(f.timeline().start(), f.timeline().path(), f.timeline().mark_cycles());
+      if (!r.isOk()) ipcLog()->warn("timeline control from pid {}: {}", c.pid(), r.status().message());
       return;
+    }
     default:
       ipcLog()->warn("dropping connection from pid {}: unknown frame type", c.pid());
       dropClientOnLoop(c.id(), "sent an unknown frame");
@@ -339,6 +382,7 @@ void Agent::maybeRemoveJobOnLoop(const std::string& job_id) {
     job.coordinator_left = true;
   }
   coord_->stopWatch(job_id);
+  stalls_.removeJob(job_id);
   ipcLog()->info("job {} removed ({} ops, {} bytes)", job_id, job.counters().ops_done,
                  job.counters().bytes_done);
   jobs_.erase(it);

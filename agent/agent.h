@@ -16,6 +16,12 @@
 #include "agent/coord/coord_client.h"
 #include "agent/core/job.h"
 #include "agent/core/local_executor.h"
+#include "agent/stall/stall_inspector.h"
+#include "agent/timeline/timeline.h"
+
+namespace kolo {
+using timeline::Timeline;
+}
 #include "agent/ipc/client_conn.h"
 #include "common/event_loop.h"
 #include "common/fd.h"
@@ -44,6 +50,8 @@ class Agent {
   const Job* findJobOnLoop(const std::string& id) const;
   std::vector<const Job*> jobsOnLoop() const;
   void drainOnLoop();
+  // Starts (path non-empty) or stops the timeline; returns the path in use.
+  StatusOr<std::string> timelineOnLoop(bool start, const std::string& path, bool mark_cycles);
 
  private:
   // ipc
@@ -70,6 +78,7 @@ class Agent {
   void executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<uint64_t> handles);
   void onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, const std::string& name, Status st);
 
+  void checkStallsOnLoop();
   Status startRpcServer();
   Status writeReadyFile();
 
@@ -85,6 +94,8 @@ class Agent {
   int rpc_port_ = 0;
   std::chrono::steady_clock::time_point started_;
 
+  std::unique_ptr<Timeline> timeline_;
+  stall::StallInspector stalls_;
   WorkerPool setup_pool_{"cross-setup", 2};  // blocking backend rendezvous, off the loop
   uint64_t next_conn_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<ClientConn>> conns_;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <thread>
 
 namespace kolo {
@@ -32,10 +33,14 @@ void defineAgentKnobs(Config& c) {
       .define("cycle-time-ms", KnobType::kDouble, "1",
               "Longest time to gather ready tensors before running them (never delays a lone op)")
       .define("cache-capacity", KnobType::kInt, "1024", "Response cache entries (0 disables)")
-      .define("timeline-filename", KnobType::kString, "", "Write a Chrome trace of every collective here")
-      .define("autotune", KnobType::kBool, "false", "Tune fusion threshold and cycle time online")
+      .define("timeline-filename", KnobType::kString, "",
+              "Write a Chrome trace of every collective here (%a = agent id)")
+      .define("timeline-mark-cycles", KnobType::kBool, "false", "Mark each negotiation cycle in the timeline")
       .define("stall-check-time-s", KnobType::kInt, "60",
               "Report collectives some ranks have submitted and others not for this long")
+      .define("stall-shutdown-time-s", KnobType::kInt, "0",
+              "Fail a job whose collective has stalled this long (0 = never)")
+      .define("stall-check-disable", KnobType::kBool, "false", "Turn the stall warnings off")
       .define("backend", KnobType::kString, "ucx", "Cross-agent backend for host memory")
       .define("idle-cycle-ms", KnobType::kInt, "100",
               "An agent with nothing to negotiate still joins a cycle this often, so peers never wait long")
@@ -47,7 +52,9 @@ void defineAgentKnobs(Config& c) {
   c.alias("cycle-time-ms", "HOROVOD_CYCLE_TIME");
   c.alias("cache-capacity", "HOROVOD_CACHE_CAPACITY");
   c.alias("timeline-filename", "HOROVOD_TIMELINE");
-  c.alias("autotune", "HOROVOD_AUTOTUNE");
+  c.alias("timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES");
+  c.alias("stall-shutdown-time-s", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS");
+  c.alias("stall-check-disable", "HOROVOD_STALL_CHECK_DISABLE");
   c.alias("stall-check-time-s", "HOROVOD_STALL_CHECK_TIME_SECONDS");
 }
 
@@ -78,6 +85,20 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.backend_name = c.getString("backend");
   o.cache_capacity = static_cast<size_t>(std::max<int64_t>(0, c.getInt("cache-capacity")));
   o.idle_cycle_ms = std::max<int64_t>(1, c.getInt("idle-cycle-ms"));
+  if (c.getInt("fusion-threshold-mb") < 0) return invalidArgument("--fusion-threshold-mb must be >= 0");
+  o.fusion_threshold_bytes = static_cast<uint64_t>(c.getInt("fusion-threshold-mb")) << 20;
+  o.timeline_filename = c.getString("timeline-filename");
+  // "%a" stands for the agent id, so several agents on one host can share a setting.
+  for (size_t p; (p = o.timeline_filename.find("%a")) != std::string::npos;) {
+    std::string id = o.agent_id;
+    for (char& ch : id) {
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+    }
+    o.timeline_filename.replace(p, 2, id);
+  }
+  o.timeline_mark_cycles = c.getBool("timeline-mark-cycles");
+  o.stall_shutdown_time_s = c.getInt("stall-shutdown-time-s");
+  o.stall_check_disable = c.getBool("stall-check-disable");
   return o;
 }
 

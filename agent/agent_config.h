@@ -29,6 +29,11 @@ struct AgentOptions {
   std::string backend_name = "ucx";
   size_t cache_capacity = 1024;
   int64_t idle_cycle_ms = 100;
+  uint64_t fusion_threshold_bytes = 128ull << 20;
+  std::string timeline_filename;
+  bool timeline_mark_cycles = false;
+  int64_t stall_shutdown_time_s = 0;
+  bool stall_check_disable = false;
 };
 
 StatusOr<AgentOptions> agentOptionsFrom(const Config& c);

@@ -44,9 +44,14 @@ void Agent::startCrossOnLoop(Job& job) {
         return;
       }
       if (job.state() == JobState::kFailed) return;
+      CrossJobOptions co;
+      co.cache_capacity = opts_.cache_capacity;
+      co.idle_cycle = std::chrono::milliseconds(opts_.idle_cycle_ms);
+      co.collective_timeout = opts_.backend.timeout;
+      co.fusion_threshold_bytes = opts_.fusion_threshold_bytes;
+      co.timeline = timeline_.get();
       job.cross = std::make_unique<CrossJob>(
-          job_id + "/g" + std::to_string(gen), std::move(made->value()), opts_.cache_capacity,
-          std::chrono::milliseconds(opts_.idle_cycle_ms), opts_.backend.timeout, loop_,
+          job_id + "/g" + std::to_string(gen), std::move(made->value()), co, loop_,
           [this, job_id, gen](const std::string& name, Status st) { onCrossDoneOnLoop(job_id, gen, name, st); });
       crossLog()->info("job {}: agents connected; {} local ranks may start", job_id, job.localSize());
       for (ClientConn* c : job.clients()) {
@@ -84,13 +89,18 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   uint64_t gen = job.cross_generation;
   job.cross_pending.insert_or_assign(op.name, std::move(p));
   ++job.executing;
+  timeline_->opStart(op.name, CollectiveType::kAllreduce);
   if (w.count == 0) {
+    timeline_->activityStart(op.name, "NEGOTIATE_ACROSS_AGENTS");
     job.cross->submit(std::move(w));
     return;
   }
   r.dsts = {w.staging};
   r.postscale = 1.0;  // applied after the agents' reduction
+  timeline_->activityStart(op.name, "LOCAL_REDUCE");
   executor_.reduceOnLoop(std::move(r), [this, job_id, gen, w]() mutable {
+    timeline_->activityEnd(w.req.name);
+    timeline_->activityStart(w.req.name, "NEGOTIATE_ACROSS_AGENTS");
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return;
     Job& job = *it->second;
@@ -124,13 +134,16 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
       st = Status(Code::kPeerFailure, "job " + job_id + ": " + msg);
       failJobOnLoop(job, st, true);
     }
+    timeline_->opEnd(name, p->dtype, {});
     finishOnLoop(job_id, p->handles, 0, job.state() == JobState::kFailed ? job.failure() : st);
     return;
   }
   if (p->bytes == 0) {
+    timeline_->opEnd(name, p->dtype, {});
     finishOnLoop(job_id, p->handles, 0, okStatus());
     return;
   }
+  timeline_->activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
   LocalReduce r;
   r.dtype = p->dtype;
   r.op = ReduceOp::kSum;
@@ -141,7 +154,9 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
   r.dsts = p->slots;
   r.keepalive = p->keepalive;
   ++job.executing;
-  executor_.reduceOnLoop(std::move(r), [this, job_id, p] {
+  executor_.reduceOnLoop(std::move(r), [this, job_id, p, name] {
+    timeline_->activityEnd(name);
+    timeline_->opEnd(name, p->dtype, {});
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) --it->second->executing;
     finishOnLoop(job_id, p->handles, p->bytes, okStatus());

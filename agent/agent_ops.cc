@@ -53,9 +53,21 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
     return completeOnLoop(c, d.handle, invalidArgument("job " + job.id() + " has not formed yet: wait for kolo_init"));
   }
   std::optional<ReadyOp> ready;
-  Status st = job.table().submit(c.local_rank, d, std::chrono::steady_clock::now(), &ready);
+  auto now = std::chrono::steady_clock::now();
+  size_t before = job.table().pendingCount();
+  Status st = job.table().submit(c.local_rank, d, now, &ready);
   if (!st.isOk()) return completeOnLoop(c, d.handle, st);
-  if (ready) executeOnLoop(job, std::move(*ready));
+  std::string_view name(d.name, std::min<size_t>(d.name_len, kMaxNameBytes));
+  bool first = ready ? job.localSize() == 1 : job.table().pendingCount() > before;
+  if (first) timeline_->negotiateStart(name, static_cast<CollectiveType>(d.collective));
+  timeline_->negotiateRankReady(name, job.globalRank(c.local_rank));
+  if (ready) {
+    stalls_.recordDone(job.id(), ready->name);
+    timeline_->negotiateEnd(ready->name);
+    executeOnLoop(job, std::move(*ready));
+  } else {
+    stalls_.recordSubmit(job.id(), std::string(name), job.globalRank(c.local_rank), now);
+  }
 }
 
 void Agent::executeOnLoop(Job& job, ReadyOp op) {
@@ -98,7 +110,13 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   ++job.executing;
   uint64_t bytes = d0.data_bytes;
   std::string job_id = job.id();
-  executor_.reduceOnLoop(std::move(r), [this, job_id, handles = std::move(handles), bytes] {
+  timeline_->opStart(op.name, CollectiveType::kAllreduce);
+  timeline_->activityStart(op.name, "LOCAL_REDUCE");
+  std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
+  executor_.reduceOnLoop(std::move(r), [this, job_id, handles = std::move(handles), bytes, name = op.name,
+                                        dtype = static_cast<DataType>(d0.dtype), shape] {
+    timeline_->activityEnd(name);
+    timeline_->opEnd(name, dtype, shape);
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) --it->second->executing;
     finishOnLoop(job_id, handles, bytes, okStatus());
@@ -157,6 +175,7 @@ void Agent::endJobForRankOnLoop(Job& job, int local_rank) {
   }
 }
 
+// (Stall tracking needs the job's global ranks.)
 void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
@@ -197,6 +216,11 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
     return;
   }
   job.setWorld(jw);
+  {
+    std::vector<int> ranks;
+    for (int r = 0; r < job.localSize(); ++r) ranks.push_back(job.globalRank(r));
+    stalls_.setJobRanks(job_id, ranks);
+  }
   opsLog()->info("job {} generation {}: {} ranks on {} agents; local ranks start at {}", job_id, jw.generation,
                  jw.world_size, jw.cross_size, jw.rank_offset);
   if (jw.cross_size > 1) {

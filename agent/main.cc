@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
     std::cout << cfg.helpText();
     return 0;
   }
+  if (cfg.wantsMarkdown()) {
+    std::cout << cfg.markdown();
+    return 0;
+  }
   if (cfg.wantsDump()) {
     std::cout << cfg.dump();
     return 0;

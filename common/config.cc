@@ -184,6 +184,7 @@ Status Config::loadWithEnv(int argc, const char* const* argv,
     }
     if (name == "help") { help_ = true; continue; }
     if (name == "dump-config") { dump_ = true; continue; }
+    if (name == "config-markdown") { markdown_ = true; continue; }
     if (name == "config") {
       if (!has_value) {
         if (i + 1 >= argc) return invalidArgument("--config needs a file name");
@@ -267,7 +268,8 @@ std::string Config::helpText() const {
     o << ")\n      " << k.doc << "\n";
   }
   o << "  --config FILE\n      Read settings from FILE (name = value lines, or JSON).\n"
-    << "  --dump-config\n      Print the effective configuration and exit.\n";
+    << "  --dump-config\n      Print the effective configuration and exit.\n"
+    << "  --config-markdown\n      Print this reference as a Markdown table and exit.\n";
   return o.str();
 }
 

@@ -58,6 +58,7 @@ class Config {
 
   bool wantsHelp() const { return help_; }
   bool wantsDump() const { return dump_; }
+  bool wantsMarkdown() const { return markdown_; }
   std::string helpText() const;
   // `name = value  # source` for every knob.
   std::string dump() const;
@@ -74,6 +75,7 @@ class Config {
   std::map<std::string, size_t> index_;
   bool help_ = false;
   bool dump_ = false;
+  bool markdown_ = false;
 };
 
 // Parses "1", "true", "yes", "on" (and their opposites).

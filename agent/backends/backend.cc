@@ -7,7 +7,8 @@
 namespace kolo {
 
 Status validateBackendOptions(const BackendOptions& o) {
-  if (o.size < 1) return invalidArgument("backend size must be >= 1, got " + std::to_string(o.size));
+  if (o.size < 1)
+    return invalidArgument("backend size must be >= 1, got " + std::to_string(o.size));
   if (o.rank < 0 || o.rank >= o.size) {
     return invalidArgument("backend rank " + std::to_string(o.rank) + " out of range [0, " +
                            std::to_string(o.size) + ")");
@@ -38,7 +39,8 @@ void defineBackendKnobs(Config& config) {
 BackendOptions backendOptionsFromConfig(const Config& config) {
   BackendOptions o;
   o.timeout = std::chrono::milliseconds(config.getInt("backend-timeout-ms"));
-  o.small_message_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("small-message-bytes")));
+  o.small_message_bytes =
+      static_cast<size_t>(std::max<int64_t>(0, config.getInt("small-message-bytes")));
   o.chunk_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("backend-chunk-bytes")));
   o.pipeline_depth = static_cast<int>(config.getInt("backend-pipeline-depth"));
   o.reduce_thread = config.getBool("backend-reduce-thread");

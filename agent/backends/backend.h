@@ -41,8 +41,8 @@ class KvStore;
 // not use). The agent fills rank/size/key_prefix; the tuning fields come from
 // the configuration registry (defineBackendKnobs / backendOptionsFromConfig).
 struct BackendOptions {
-  int rank = 0;   // this agent's rank among the generation's agents
-  int size = 1;   // number of agents in the generation
+  int rank = 0;  // this agent's rank among the generation's agents
+  int size = 1;  // number of agents in the generation
   // Rendezvous keys are "<key_prefix>/<rank>", e.g. "g3/ucx/0": scope it by
   // job and generation so that two generations never read each other's keys.
   std::string key_prefix = "ucx";
@@ -121,8 +121,8 @@ class Backend {
 // the backend cannot run here, PeerFailure when a peer does not show up.
 //
 // By name ("ucx"): the backends compiled into this build.
-StatusOr<std::unique_ptr<Backend>> createBackend(std::string_view backend, const BackendOptions& options,
-                                                 KvStore& kv);
+StatusOr<std::unique_ptr<Backend>> createBackend(std::string_view backend,
+                                                 const BackendOptions& options, KvStore& kv);
 std::vector<std::string> compiledBackends();
 
 }  // namespace kolo

@@ -1,7 +1,11 @@
 #include "agent/cross/cross_job.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <future>
 
+#include "agent/fusion/fusion_planner.h"
+#include "agent/timeline/timeline.h"
 #include "common/log.h"
 
 namespace kolo {
@@ -10,14 +14,12 @@ namespace {
 auto logger() { return log::get("agent.cross"); }
 }  // namespace
 
-CrossJob::CrossJob(std::string label, std::unique_ptr<Backend> backend, size_t cache_capacity,
-                   std::chrono::milliseconds idle_cycle, std::chrono::milliseconds collective_timeout,
+CrossJob::CrossJob(std::string label, std::unique_ptr<Backend> backend, CrossJobOptions options,
                    EventLoop& loop, DoneOnLoop on_done)
     : label_(std::move(label)),
       backend_(std::move(backend)),
-      state_(backend_->rank(), backend_->size(), cache_capacity),
-      idle_cycle_(idle_cycle),
-      collective_timeout_(collective_timeout),
+      state_(backend_->rank(), backend_->size(), options.cache_capacity),
+      options_(options),
       loop_(loop),
       on_done_(std::move(on_done)) {
   thread_ = std::thread([this] {
@@ -59,9 +61,9 @@ Status CrossJob::syncCollective(const std::function<void(Backend::Done)>& post) 
   auto f = p->get_future();
   post([p](Status st) { p->set_value(std::move(st)); });
   // The backend bounds every collective by its own timeout; this is a backstop.
-  if (f.wait_for(collective_timeout_ + std::chrono::seconds(5)) != std::future_status::ready) {
+  if (f.wait_for(options_.collective_timeout + std::chrono::seconds(5)) != std::future_status::ready) {
     return timedOut("negotiation collective did not finish within " +
-                    std::to_string(collective_timeout_.count()) + " ms");
+                    std::to_string(options_.collective_timeout.count()) + " ms");
   }
   return f.get();
 }
@@ -71,9 +73,9 @@ void CrossJob::run() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Enter the next cycle at once when there is work (new or still
-      // negotiating); otherwise tick every idle_cycle_ so that peers waiting
+      // negotiating); otherwise tick every options_.idle_cycle so that peers waiting
       // on us never wait longer than that.
-      cv_.wait_for(lock, idle_cycle_, [&] {
+      cv_.wait_for(lock, options_.idle_cycle, [&] {
         return stop_ || !aborted_.isOk() || !incoming_.empty() || !waiting_.empty();
       });
       if (stop_ || !aborted_.isOk()) break;
@@ -135,6 +137,8 @@ Status CrossJob::cycle() {
     }
   }
   std::vector<CrossResponse> responses = state_.complete(bits, gather ? &gathered : nullptr);
+  if (options_.timeline != nullptr && options_.timeline->markCycles()) options_.timeline->markCycleStart();
+  std::vector<CrossWork> data;
   for (CrossResponse& r : responses) {
     auto it = waiting_.find(r.name);
     if (it == waiting_.end()) {
@@ -143,16 +147,74 @@ Status CrossJob::cycle() {
     }
     CrossWork w = std::move(it->second);
     waiting_.erase(it);
+    if (options_.timeline != nullptr) options_.timeline->activityEnd(r.name);  // NEGOTIATE_ACROSS_AGENTS
     if (!r.error.isOk() || w.count == 0) {
       loop_.post([cb = on_done_, name = r.name, st = r.error] { cb(name, st); });
       continue;
     }
-    backend_->allreduce(w.staging, w.count, w.dtype, w.op,
-                        [this, name = r.name](Status st) {
-                          loop_.post([cb = on_done_, name, st] { cb(name, st); });
-                        });
+    data.push_back(std::move(w));
   }
+  postData(std::move(data));
   return okStatus();
+}
+
+void CrossJob::postData(std::vector<CrossWork> works) {
+  if (works.empty()) return;
+  std::vector<fusion::FusionEntry> entries;
+  entries.reserve(works.size());
+  for (const CrossWork& w : works) {
+    fusion::FusionEntry e;
+    e.name = w.req.name;
+    e.dtype = w.dtype;
+    e.reduce_op = w.op;
+    e.bytes = w.count * dataTypeSize(w.dtype);
+    entries.push_back(std::move(e));
+  }
+  fusion::FusionOptions fo;
+  fo.threshold_bytes = options_.fusion_threshold_bytes;
+  Timeline* tl = options_.timeline;
+  for (const fusion::FusedGroup& g : fusion::planFusion(entries, fo)) {
+    if (!g.fused()) {
+      CrossWork& w = works[g.slots[0].index];
+      std::string name = w.req.name;
+      if (tl != nullptr) tl->activityStart(name, "CROSS_ALLREDUCE", {{"backend", std::string(backend_->name())}});
+      backend_->allreduce(w.staging, w.count, w.dtype, w.op, [this, name, tl](Status st) {
+        if (tl != nullptr) tl->activityEnd(name);
+        loop_.post([cb = on_done_, name, st] { cb(name, st); });
+      });
+      continue;
+    }
+    // Pack the group into one buffer (aligned offsets, zeroed gaps), reduce
+    // it with one collective, unpack into each tensor's staging buffer.
+    struct Part {
+      std::string name;
+      void* staging;
+      uint64_t offset, bytes;
+    };
+    auto parts = std::make_shared<std::vector<Part>>();
+    size_t buf_bytes = fusion::alignUp(std::max<uint64_t>(g.buffer_bytes, 64), 64);
+    auto buf = std::shared_ptr<char>(static_cast<char*>(std::aligned_alloc(64, buf_bytes)), std::free);
+    std::memset(buf.get(), 0, buf_bytes);
+    DataType dt = works[g.slots[0].index].dtype;
+    ReduceOp op = works[g.slots[0].index].op;
+    for (const fusion::FusedSlot& s : g.slots) {
+      CrossWork& w = works[s.index];
+      std::memcpy(buf.get() + s.offset, w.staging, s.bytes);
+      parts->push_back({w.req.name, w.staging, s.offset, s.bytes});
+      if (tl != nullptr) {
+        tl->activityStart(w.req.name, "CROSS_ALLREDUCE",
+                          {{"backend", std::string(backend_->name())}, {"fused", std::to_string(g.slots.size())}});
+      }
+    }
+    size_t count = buf_bytes / dataTypeSize(dt);
+    backend_->allreduce(buf.get(), count, dt, op, [this, parts, buf, tl](Status st) {
+      for (const Part& p : *parts) {
+        if (st.isOk()) std::memcpy(p.staging, buf.get() + p.offset, p.bytes);
+        if (tl != nullptr) tl->activityEnd(p.name);
+        loop_.post([cb = on_done_, name = p.name, st] { cb(name, st); });
+      }
+    });
+  }
 }
 
 }  // namespace kolo

@@ -28,14 +28,26 @@ struct CrossWork {
   ReduceOp op = ReduceOp::kSum;
 };
 
+namespace timeline {
+class Timeline;
+}
+using timeline::Timeline;
+
+struct CrossJobOptions {
+  size_t cache_capacity = 1024;
+  std::chrono::milliseconds idle_cycle{100};
+  std::chrono::milliseconds collective_timeout{30000};
+  uint64_t fusion_threshold_bytes = 128ull << 20;  // 0 disables fusion
+  Timeline* timeline = nullptr;                    // optional; thread-safe recorder
+};
+
 class CrossJob {
  public:
   // on_done(name, status) runs on the agent loop.
   using DoneOnLoop = std::function<void(const std::string& name, Status st)>;
 
-  CrossJob(std::string label, std::unique_ptr<Backend> backend, size_t cache_capacity,
-           std::chrono::milliseconds idle_cycle, std::chrono::milliseconds collective_timeout,
-           EventLoop& loop, DoneOnLoop on_done);
+  CrossJob(std::string label, std::unique_ptr<Backend> backend, CrossJobOptions options, EventLoop& loop,
+           DoneOnLoop on_done);
   ~CrossJob();
 
   void submit(CrossWork work);  // thread-safe (called from the loop)
@@ -46,12 +58,13 @@ class CrossJob {
   void run();
   Status cycle();
   Status syncCollective(const std::function<void(Backend::Done)>& post);
+  // Posts the agreed data collectives, fusing consecutive compatible ones.
+  void postData(std::vector<CrossWork> works);
 
   std::string label_;
   std::unique_ptr<Backend> backend_;
   NegotiationState state_;
-  std::chrono::milliseconds idle_cycle_;
-  std::chrono::milliseconds collective_timeout_;
+  CrossJobOptions options_;
   EventLoop& loop_;
   DoneOnLoop on_done_;
 

@@ -56,10 +56,16 @@ class StatusService final : public agentrpc::Agent::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Timeline(grpc::ServerContext*, const agentrpc::TimelineRequest*,
-                        agentrpc::TimelineReply*) override {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "this agent was built without the timeline; see issue 4");
+  grpc::Status Timeline(grpc::ServerContext*, const agentrpc::TimelineRequest* req,
+                        agentrpc::TimelineReply* out) override {
+    auto r = agent_.loop().call<StatusOr<std::string>>(
+        [this, req] { return agent_.timelineOnLoop(req->start(), req->path(), req->mark_cycles()); }, kLoopTimeout);
+    if (!r.isOk()) return loopTimeout(r.status());
+    if (!r.value().isOk()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, r.value().status().message());
+    }
+    out->set_path(r.value().value());
+    return grpc::Status::OK;
   }
 
   grpc::Status Drain(grpc::ServerContext*, const agentrpc::DrainRequest*, agentrpc::DrainReply*) override {

@@ -321,6 +321,16 @@ int runDie(int victim) {
   return 0;
 }
 
+// Rank 1 arrives late at "slow" (a slow rank, as in a stalled job).
+int runStall(int delay_s) {
+  std::vector<float> a(64, 1);
+  int64_t shape[1] = {64};
+  if (g_rank == 1) std::this_thread::sleep_for(std::chrono::seconds(delay_s));
+  kolo_status_t st = kolo_allreduce("slow", a.data(), a.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1);
+  std::printf("rank %d: slow allreduce: %s %s\n", g_rank, kolo_status_string(st), st == KOLO_OK ? "" : kolo_last_error());
+  return st == KOLO_OK ? 0 : 1;
+}
+
 int runLoop(int n) {
   std::vector<float> a(4096);
   int64_t shape[1] = {4096};
@@ -354,6 +364,7 @@ int main(int argc, char** argv) {
   else if (mode == "mismatch") rc = runMismatch();
   else if (mode == "duplicate") rc = runDuplicate();
   else if (mode == "die") rc = runDie(argc > 2 ? std::atoi(argv[2]) : 1);
+  else if (mode == "stall") rc = runStall(argc > 2 ? std::atoi(argv[2]) : 3);
   else if (mode == "loop") rc = runLoop(argc > 2 ? std::atoi(argv[2]) : 100);
   else if (mode == "init-only") {
     std::printf("rank %d/%d local %d/%d cross %d/%d\n", g_rank, g_size, kolo_local_rank(), kolo_local_size(),

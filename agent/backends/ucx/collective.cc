@@ -246,9 +246,9 @@ struct RingPlan {
   std::string what;
   DataType dtype = DataType::kUint8;
   ReduceOp op = ReduceOp::kSum;
-  std::vector<size_t> seg_count;           // elements per segment
-  std::vector<const std::byte*> in;        // segment sources for step-0 sends and reductions
-  std::vector<std::byte*> work;            // where each segment is reduced into / lands / is sent from
+  std::vector<size_t> seg_count;     // elements per segment
+  std::vector<const std::byte*> in;  // segment sources for step-0 sends and reductions
+  std::vector<std::byte*> work;      // where each segment is reduced into / lands / is sent from
   int begin = 0;
   int end = 0;
 };
@@ -528,7 +528,9 @@ class ChainBroadcast final : public Collective {
     if (v_ + 1 < ctx_->size()) sendChunk((size_t{step} << 16) | chunk);
     pumpRecvs();
   }
-  bool finished() const override { return recvs_left_ == 0 && sends_left_ == 0 && next_ >= wanted(); }
+  bool finished() const override {
+    return recvs_left_ == 0 && sends_left_ == 0 && next_ >= wanted();
+  }
   const std::string& describe() const override { return what_; }
 
  private:
@@ -575,10 +577,9 @@ class Alltoallv final : public Collective {
         out_(static_cast<std::byte*>(out)),
         send_(std::move(send_bytes)),
         recv_(std::move(recv_bytes)) {
-    what_ = "alltoallv " +
-            std::to_string(std::accumulate(send_.begin(), send_.end(), size_t{0})) +
-            " bytes out, " + std::to_string(std::accumulate(recv_.begin(), recv_.end(), size_t{0})) +
-            " bytes in";
+    what_ = "alltoallv " + std::to_string(std::accumulate(send_.begin(), send_.end(), size_t{0})) +
+            " bytes out, " +
+            std::to_string(std::accumulate(recv_.begin(), recv_.end(), size_t{0})) + " bytes in";
   }
   void start(CollectiveContext& ctx) override {
     const int n = ctx.size();
@@ -666,10 +667,10 @@ class RingAllgatherv final : public Collective {
       : in_(static_cast<const std::byte*>(in)), out_(static_cast<std::byte*>(out)) {
     plan_.dtype = DataType::kUint8;
     plan_.seg_count = std::move(recv_bytes);
-    plan_.what = "allgatherv " +
-                 std::to_string(std::accumulate(plan_.seg_count.begin(), plan_.seg_count.end(),
-                                                size_t{0})) +
-                 " bytes (ring)";
+    plan_.what =
+        "allgatherv " +
+        std::to_string(std::accumulate(plan_.seg_count.begin(), plan_.seg_count.end(), size_t{0})) +
+        " bytes (ring)";
   }
   void start(CollectiveContext& ctx) override {
     fillSegments(plan_, out_, out_);
@@ -732,7 +733,8 @@ std::unique_ptr<Collective> makeRecursiveDoublingAllreduce(void* buf, size_t cou
                                                            ReduceOp op) {
   return std::make_unique<RecursiveDoublingAllreduce>(buf, count, dtype, op);
 }
-std::unique_ptr<Collective> makeRingAllreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
+std::unique_ptr<Collective> makeRingAllreduce(void* buf, size_t count, DataType dtype,
+                                              ReduceOp op) {
   return std::make_unique<RingAllreduce>(buf, count, dtype, op);
 }
 std::unique_ptr<Collective> makeTreeBroadcast(void* buf, size_t bytes, int root) {
@@ -751,8 +753,8 @@ std::unique_ptr<Collective> makeRingReducescatter(const void* in, void* out,
   return std::make_unique<RingReducescatter>(in, out, std::move(recv_counts), dtype, op);
 }
 std::unique_ptr<Collective> makeSmallReducescatter(const void* in, void* out,
-                                                   std::vector<size_t> recv_counts,
-                                                   DataType dtype, ReduceOp op) {
+                                                   std::vector<size_t> recv_counts, DataType dtype,
+                                                   ReduceOp op) {
   return std::make_unique<SmallReducescatter>(in, out, std::move(recv_counts), dtype, op);
 }
 std::unique_ptr<Collective> makeAlltoallv(const void* in, std::vector<size_t> send_bytes, void* out,

@@ -79,8 +79,8 @@ std::unique_ptr<Collective> makeRingReducescatter(const void* in, void* out,
                                                   std::vector<size_t> recv_counts, DataType dtype,
                                                   ReduceOp op);
 std::unique_ptr<Collective> makeSmallReducescatter(const void* in, void* out,
-                                                   std::vector<size_t> recv_counts,
-                                                   DataType dtype, ReduceOp op);
+                                                   std::vector<size_t> recv_counts, DataType dtype,
+                                                   ReduceOp op);
 
 // Every pair exchanges its block at once (UCX queues them).
 std::unique_ptr<Collective> makeAlltoallv(const void* in, std::vector<size_t> send_bytes, void* out,

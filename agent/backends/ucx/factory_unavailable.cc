@@ -4,8 +4,9 @@
 namespace kolo {
 
 StatusOr<std::unique_ptr<Backend>> createUcxBackend(const BackendOptions&, KvStore&) {
-  return unavailable("not viable: this build has no UCX (configure with KOLO_WITH_UCX=ON and "
-                     "libucx-dev installed)");
+  return unavailable(
+      "not viable: this build has no UCX (configure with KOLO_WITH_UCX=ON and "
+      "libucx-dev installed)");
 }
 
 }  // namespace kolo

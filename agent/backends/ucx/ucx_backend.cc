@@ -192,11 +192,11 @@ class UcxBackend final : public Backend, private CollectiveContext {
                     std::move(done));
     }
     if (in_bytes != recv_bytes[opts_.rank]) {
-      return submit(invalidArgument("allgatherv: rank " + std::to_string(opts_.rank) +
-                                    " contributes " + std::to_string(in_bytes) +
-                                    " bytes but its block is " +
-                                    std::to_string(recv_bytes[opts_.rank])),
-                    std::move(done));
+      return submit(
+          invalidArgument("allgatherv: rank " + std::to_string(opts_.rank) + " contributes " +
+                          std::to_string(in_bytes) + " bytes but its block is " +
+                          std::to_string(recv_bytes[opts_.rank])),
+          std::move(done));
     }
     const size_t total = std::accumulate(recv_bytes.begin(), recv_bytes.end(), size_t{0});
     if ((total > 0 && out == nullptr) || (in_bytes > 0 && in == nullptr)) {
@@ -205,7 +205,8 @@ class UcxBackend final : public Backend, private CollectiveContext {
     if (opts_.size == 1) {
       return submit(ucx::makeLocalCollective("allgatherv (local)",
                                              [in, out, in_bytes] {
-                                               if (in_bytes > 0 && in != out) std::memmove(out, in, in_bytes);
+                                               if (in_bytes > 0 && in != out)
+                                                 std::memmove(out, in, in_bytes);
                                              }),
                     std::move(done));
     }
@@ -243,7 +244,8 @@ class UcxBackend final : public Backend, private CollectiveContext {
       return submit(ucx::makeLocalCollective("reducescatter (local)",
                                              [in_b, out_b, own_off, own_bytes, esize] {
                                                const std::byte* src = in_b + own_off * esize;
-                                               if (own_bytes > 0 && src != out_b) std::memmove(out_b, src, own_bytes);
+                                               if (own_bytes > 0 && src != out_b)
+                                                 std::memmove(out_b, src, own_bytes);
                                              }),
                     std::move(done));
     }
@@ -258,10 +260,11 @@ class UcxBackend final : public Backend, private CollectiveContext {
                  std::vector<size_t> recv_bytes, Done done) override {
     const size_t n = static_cast<size_t>(opts_.size);
     if (send_bytes.size() != n || recv_bytes.size() != n) {
-      return submit(invalidArgument("alltoallv: block sizes for " + std::to_string(send_bytes.size()) +
-                                    "/" + std::to_string(recv_bytes.size()) + " ranks, expected " +
-                                    std::to_string(n)),
-                    std::move(done));
+      return submit(
+          invalidArgument("alltoallv: block sizes for " + std::to_string(send_bytes.size()) + "/" +
+                          std::to_string(recv_bytes.size()) + " ranks, expected " +
+                          std::to_string(n)),
+          std::move(done));
     }
     const size_t sin = std::accumulate(send_bytes.begin(), send_bytes.end(), size_t{0});
     const size_t sout = std::accumulate(recv_bytes.begin(), recv_bytes.end(), size_t{0});
@@ -350,7 +353,8 @@ class UcxBackend final : public Backend, private CollectiveContext {
           done = true;
         });
       } else {
-        submit(ucx::makeLocalCollective("barrier (local)", nullptr), [&](Status s) { done = true; });
+        submit(ucx::makeLocalCollective("barrier (local)", nullptr),
+               [&](Status s) { done = true; });
       }
       runLoop([&] { return done; });
       if (!barrier_status.isOk()) st = barrier_status.withContext("connecting to the peers");
@@ -476,10 +480,11 @@ class UcxBackend final : public Backend, private CollectiveContext {
 
   int waitMs() const {
     if (!active_) return 1000;
-    auto deadline = active_->failed.isOk() ? active_->last_progress + opts_.timeout
-                                           : active_->drain_deadline;
+    auto deadline =
+        active_->failed.isOk() ? active_->last_progress + opts_.timeout : active_->drain_deadline;
     if (peer_grace_until_) deadline = std::min(deadline, *peer_grace_until_);
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count() + 1;
+    auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count() + 1;
     return static_cast<int>(std::clamp<int64_t>(ms, 0, 100));
   }
 
@@ -588,8 +593,8 @@ class UcxBackend final : public Backend, private CollectiveContext {
                              std::to_string(r.expected) + " bytes expected while " + where +
                              ": the ranks disagree on the collective's arguments");
     }
-    return peerFailure("agent rank " + std::to_string(r.peer) + " unreachable: " +
-                       ucsText(r.status) + " (" + where + ")");
+    return peerFailure("agent rank " + std::to_string(r.peer) +
+                       " unreachable: " + ucsText(r.status) + " (" + where + ")");
   }
 
   // A failed peer fails the running collective only if the collective still
@@ -605,8 +610,8 @@ class UcxBackend final : public Backend, private CollectiveContext {
       if (!peer_grace_until_) peer_grace_until_ = now + kPeerGrace;
       if (now < *peer_grace_until_) return;
       peer_grace_until_.reset();
-      failActive(peerFailure("agent rank " + std::to_string(req->peer) + " unreachable: " +
-                             peer_status_[req->peer].message() + " (" +
+      failActive(peerFailure("agent rank " + std::to_string(req->peer) +
+                             " unreachable: " + peer_status_[req->peer].message() + " (" +
                              (req->is_recv ? "receiving from" : "sending to") + " it in " +
                              active_->what + ")"));
       return;
@@ -623,7 +628,8 @@ class UcxBackend final : public Backend, private CollectiveContext {
       if (req->seq != active_->seq) continue;
       (req->is_recv ? recv_from : send_to).insert(req->peer);
     }
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - active_->last_progress).count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - active_->last_progress).count();
     if (recv_from.empty() && send_to.empty()) {
       failActive(internalError("no progress for " + std::to_string(ms) + " ms in " + active_->what +
                                " and no message outstanding (local reduction stuck?)"));
@@ -636,10 +642,11 @@ class UcxBackend final : public Backend, private CollectiveContext {
       if (p == *peers.begin()) continue;
       others += (others.empty() ? "" : ", ") + std::to_string(p);
     }
-    failActive(peerFailure("agent rank " + std::to_string(*peers.begin()) + " unreachable: " +
-                           (receiving ? "nothing received from it" : "nothing sent to it was taken") + " for " +
-                           std::to_string(ms) + " ms in " + active_->what +
-                           (others.empty() ? "" : " (also waiting for ranks " + others + ")")));
+    failActive(
+        peerFailure("agent rank " + std::to_string(*peers.begin()) + " unreachable: " +
+                    (receiving ? "nothing received from it" : "nothing sent to it was taken") +
+                    " for " + std::to_string(ms) + " ms in " + active_->what +
+                    (others.empty() ? "" : " (also waiting for ranks " + others + ")")));
   }
 
   bool finishActiveIfDone() {
@@ -647,10 +654,11 @@ class UcxBackend final : public Backend, private CollectiveContext {
     if (!active_->failed.isOk()) {
       if (active_->outstanding > 0 || active_->reduces > 0) {
         if (Clock::now() < active_->drain_deadline) return false;
-        log_->error("{}{}: {} UCX requests and {} reductions still hold its buffers {} ms after "
-                    "the failure; reporting it anyway",
-                    prefix(), active_->what, active_->outstanding, active_->reduces,
-                    std::chrono::duration_cast<std::chrono::milliseconds>(kDrainGrace).count());
+        log_->error(
+            "{}{}: {} UCX requests and {} reductions still hold its buffers {} ms after "
+            "the failure; reporting it anyway",
+            prefix(), active_->what, active_->outstanding, active_->reduces,
+            std::chrono::duration_cast<std::chrono::milliseconds>(kDrainGrace).count());
       }
       finishActive(active_->failed);
       return true;
@@ -666,9 +674,11 @@ class UcxBackend final : public Backend, private CollectiveContext {
 
   void finishActive(Status st) {
     peer_grace_until_.reset();
-    log_->trace("{}done {} in {} us: {}", prefix(), active_->what,
-                std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - active_->started).count(),
-                st.toString());
+    log_->trace(
+        "{}done {} in {} us: {}", prefix(), active_->what,
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - active_->started)
+            .count(),
+        st.toString());
     Done done = std::move(active_->done);
     active_.reset();
     if (done) done(std::move(st));
@@ -739,7 +749,8 @@ class UcxBackend final : public Backend, private CollectiveContext {
         if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
         ::epoll_wait(epoll_fd_.get(), evs, 4, 10);
       }
-      if (pending()) log_->warn("{}closing the UCX endpoints timed out; destroying the worker", prefix());
+      if (pending())
+        log_->warn("{}closing the UCX endpoints timed out; destroying the worker", prefix());
       for (void* r : closing) ucp_request_free(r);
       ucp_worker_destroy(worker_);
       worker_ = nullptr;
@@ -795,7 +806,8 @@ class UcxBackend final : public Backend, private CollectiveContext {
     log_->log(active_ || !pending_.empty() ? spdlog::level::warn : spdlog::level::debug,
               "{}agent rank {} went away: {}", prefix(), peer, ucsText(status));
     if (broken_.isOk()) {
-      broken_ = peerFailure("agent rank " + std::to_string(peer) + " unreachable: " + ucsText(status));
+      broken_ =
+          peerFailure("agent rank " + std::to_string(peer) + " unreachable: " + ucsText(status));
     }
     peer_check_needed_ = true;
   }
@@ -850,8 +862,8 @@ class UcxBackend final : public Backend, private CollectiveContext {
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     prm.cb.send = &UcxBackend::onSendDone;
     prm.user_data = r;
-    track(r, ucp_tag_send_nbx(eps_[peer], buf, bytes, makeTag(active_->seq, opts_.rank, step, chunk),
-                              &prm));
+    track(r, ucp_tag_send_nbx(eps_[peer], buf, bytes,
+                              makeTag(active_->seq, opts_.rank, step, chunk), &prm));
   }
 
   void recv(int peer, uint32_t step, uint32_t chunk, void* buf, size_t bytes) override {

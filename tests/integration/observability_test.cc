@@ -1,0 +1,113 @@
+// The timeline (Chrome trace JSON, valid even after a SIGKILL) and the
+// stall inspector, through the real daemons.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "harness.h"
+
+namespace kolo::testing {
+namespace {
+
+std::string checkBin() { return binDir() + "/kolo_check"; }
+
+nlohmann::json readJson(const std::string& path, std::string* err) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  try {
+    return nlohmann::json::parse(ss.str());
+  } catch (const std::exception& e) {
+    *err = std::string(e.what()) + "\nfile:\n" + ss.str().substr(0, 2000);
+    return {};
+  }
+}
+
+std::set<std::string> eventNames(const nlohmann::json& j) {
+  std::set<std::string> names;
+  const nlohmann::json& evs = j.is_array() ? j : j.value("traceEvents", nlohmann::json::array());
+  for (const auto& e : evs) {
+    if (e.contains("name") && e["name"].is_string()) names.insert(e["name"].get<std::string>());
+  }
+  return names;
+}
+
+TEST(Timeline, OneAgentWritesValidChromeTrace) {
+  char dir[] = "/tmp/kolo-tl-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::string path = std::string(dir) + "/trace.json";
+  {
+    Cluster c(1, {{"KOLO_TIMELINE_FILENAME", path}});
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks = c.launchJob("tl", 2, {checkBin(), "loop", "20"});
+    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
+    for (auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << r.output();
+  }  // the agent stops (SIGTERM) and closes the trace
+  std::string err;
+  auto j = readJson(path, &err);
+  ASSERT_TRUE(err.empty()) << err;
+  auto names = eventNames(j);
+  for (const char* want : {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "LOCAL_REDUCE", "0", "1"}) {
+    EXPECT_TRUE(names.count(want)) << "missing event " << want << " in " << j.dump().substr(0, 1500);
+  }
+  std::remove(path.c_str());
+  ::rmdir(dir);
+}
+
+TEST(Timeline, TwoAgentsShowCrossAllreduceAndSurviveSigkill) {
+  char dir[] = "/tmp/kolo-tl-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::string pattern = std::string(dir) + "/trace-%a.json";
+  std::string p0 = std::string(dir) + "/trace-node0.json", p1 = std::string(dir) + "/trace-node1.json";
+  {
+    Cluster c(2, {{"KOLO_TIMELINE_FILENAME", pattern}});
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks = c.launchMultiJob("tl2", {1, 1}, {checkBin(), "loop", "1000000"});
+    // Let it run long enough for several flushes, then kill node0's agent outright.
+    ASSERT_FALSE(waitProcess(ranks[0], std::chrono::milliseconds(1500))) << ranks[0].output() << c.agentLog(0);
+    killProcess(c.agent(0), SIGKILL);
+    c.waitJob(ranks, std::chrono::seconds(20));
+  }
+  std::string err;
+  auto j0 = readJson(p0, &err);
+  ASSERT_TRUE(err.empty()) << "trace of the SIGKILLed agent is not valid JSON: " << err;
+  auto names = eventNames(j0);
+  EXPECT_TRUE(names.count("CROSS_ALLREDUCE")) << j0.dump().substr(0, 1500);
+  EXPECT_TRUE(names.count("NEGOTIATE_ACROSS_AGENTS")) << j0.dump().substr(0, 1500);
+  auto j1 = readJson(p1, &err);
+  EXPECT_TRUE(err.empty()) << err;
+  std::remove(p0.c_str());
+  std::remove(p1.c_str());
+  ::rmdir(dir);
+}
+
+TEST(Stall, SlowRankIsReportedWithItsRankThenJobCompletes) {
+  Cluster c(1, {{"KOLO_STALL_CHECK_TIME_S", "1"}});
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("stally", 2, {checkBin(), "stall", "4"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(30)));
+  for (auto& r : ranks) EXPECT_EQ(r.exit_code, 0) << r.output();
+  std::string log = c.agentLog(0);
+  EXPECT_NE(log.find("stally"), std::string::npos) << log;
+  EXPECT_NE(log.find("slow"), std::string::npos) << log;
+  EXPECT_NE(log.find("[agent.stall] [warning]"), std::string::npos) << log;
+}
+
+TEST(Stall, ShutdownTimeFailsTheStalledJob) {
+  Cluster c(1, {{"KOLO_STALL_CHECK_TIME_S", "1"}, {"KOLO_STALL_SHUTDOWN_TIME_S", "2"}});
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("stuck", 2, {checkBin(), "stall", "20"});
+  ASSERT_TRUE(waitProcess(ranks[0], std::chrono::seconds(15))) << c.agentLog(0);
+  std::string out = ranks[0].output();
+  EXPECT_EQ(ranks[0].exit_code, 1) << out;
+  EXPECT_NE(out.find("KOLO_ERR_ABORTED"), std::string::npos) << out;
+  EXPECT_NE(out.find("stall-shutdown-time-s"), std::string::npos) << out;
+  c.waitJob(ranks, std::chrono::seconds(30));
+}
+
+}  // namespace
+}  // namespace kolo::testing
