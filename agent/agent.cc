@@ -12,6 +12,7 @@
 
 #include "agent/rpc/status_service.h"
 #include "common/log.h"
+#include "common/sd_notify.h"
 #include "common/unix_socket.h"
 
 namespace kolo {
@@ -78,7 +79,10 @@ Status Agent::start() {
     if (!ts.isOk()) return ts.withContext("--timeline-filename");
     logger()->info("writing the timeline to {}", opts_.timeline_filename);
   }
-  return writeReadyFile();
+  RETURN_IF_ERROR(writeReadyFile());
+  Status sd = sdNotifyReady("serving " + opts_.socket_path);
+  if (!sd.isOk()) logger()->warn("sd_notify READY failed: {}", sd.message());
+  return okStatus();
 }
 
 StatusOr<std::string> Agent::timelineOnLoop(bool start, const std::string& path, bool mark_cycles) {
@@ -147,6 +151,7 @@ void Agent::stop() {
   loop_.post([this] {
     if (stopping_) return;
     stopping_ = true;
+    (void)sdNotifyStopping("draining jobs");
     if (timeline_ && timeline_->active()) (void)timeline_->stop();
     for (auto& [id, job] : jobs_) {
       failJobOnLoop(*job, aborted("the kolo agent on " + opts_.hostname + " is shutting down"), true);

@@ -109,15 +109,26 @@ static bool waitForFile(const std::string& path, Proc& owner, std::chrono::milli
   return false;
 }
 
-Cluster::Cluster(int agents, std::map<std::string, std::string> agent_env) {
+Cluster::Cluster(int agents, std::map<std::string, std::string> agent_env)
+    : Cluster(ClusterOptions{agents, std::move(agent_env), {}, {}, {}, "127.0.0.1:0"}) {}
+
+static std::vector<std::string> prefixed(const std::vector<std::string>& prefix, std::vector<std::string> argv) {
+  std::vector<std::string> out = prefix;
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+Cluster::Cluster(const ClusterOptions& o) {
+  const int agents = o.agents;
   char tmpl[] = "/tmp/kolo-test-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) {
     error_ = "mkdtemp failed";
     return;
   }
   dir_ = tmpl;
-  coord_ = spawnProcess({binDir() + "/kolo-coordinator", "--listen", "127.0.0.1:0", "--ready-file",
-                         dir_ + "/coord.ready", "--lease-ms", "3000", "--heartbeat-interval-ms", "500"},
+  coord_ = spawnProcess(prefixed(o.coordinator_prefix,
+                                 {binDir() + "/kolo-coordinator", "--listen", o.coordinator_listen, "--ready-file",
+                                  dir_ + "/coord.ready", "--lease-ms", "3000", "--heartbeat-interval-ms", "500"}),
                         {}, dir_ + "/coordinator.log");
   if (!waitForFile(dir_ + "/coord.ready", coord_, std::chrono::seconds(20), &coord_addr_)) {
     error_ = "coordinator did not become ready: " + coord_.output();
@@ -125,10 +136,17 @@ Cluster::Cluster(int agents, std::map<std::string, std::string> agent_env) {
   }
   for (int i = 0; i < agents; ++i) {
     std::string id = "node" + std::to_string(i);
+    auto env = o.agent_env;
+    if (i < static_cast<int>(o.per_agent_env.size())) {
+      for (auto& [k, v] : o.per_agent_env[i]) env[k] = v;
+    }
+    std::vector<std::string> prefix = i < static_cast<int>(o.agent_prefix.size()) ? o.agent_prefix[i]
+                                                                                    : std::vector<std::string>{};
     agents_.push_back(spawnProcess(
-        {binDir() + "/kolo-agent", "--socket", socket(i), "--coordinator", coord_addr_, "--rpc-listen",
-         "127.0.0.1:0", "--ready-file", dir_ + "/" + id + ".ready", "--agent-id", id, "--hostname", id},
-        agent_env, dir_ + "/agent-" + std::to_string(i) + ".log"));
+        prefixed(prefix, {binDir() + "/kolo-agent", "--socket", socket(i), "--coordinator", coord_addr_,
+                          "--rpc-listen", "127.0.0.1:0", "--ready-file", dir_ + "/" + id + ".ready", "--agent-id",
+                          id, "--hostname", id}),
+        env, dir_ + "/agent-" + std::to_string(i) + ".log"));
   }
   for (int i = 0; i < agents; ++i) {
     std::string addr;

@@ -32,10 +32,20 @@ Proc spawnProcess(const std::vector<std::string>& argv, const std::map<std::stri
 bool waitProcess(Proc& p, std::chrono::milliseconds timeout);
 void killProcess(Proc& p, int sig);
 
+struct ClusterOptions {
+  int agents = 1;
+  std::map<std::string, std::string> agent_env;               // for every agent
+  std::vector<std::map<std::string, std::string>> per_agent_env;  // extra, by agent index
+  std::vector<std::string> coordinator_prefix;                  // e.g. {"ip","netns","exec","ns-a"}
+  std::vector<std::vector<std::string>> agent_prefix;           // by agent index
+  std::string coordinator_listen = "127.0.0.1:0";
+};
+
 class Cluster {
  public:
   // Starts a coordinator and `agents` agents (agent i has socket dir/agent-i.sock).
   explicit Cluster(int agents = 1, std::map<std::string, std::string> agent_env = {});
+  explicit Cluster(const ClusterOptions& options);
   ~Cluster();
   bool ok() const { return ok_; }
   const std::string& error() const { return error_; }

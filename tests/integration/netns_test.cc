@@ -1,0 +1,96 @@
+// Two agents in separate network namespaces joined by a veth pair, with UCX
+// forced onto TCP: the cross-agent path over a real (virtual) link. The test
+// creates and removes the namespaces itself; it skips, saying why, where the
+// privilege is missing.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "harness.h"
+
+namespace kolo::testing {
+namespace {
+
+int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+
+class VethPair {
+ public:
+  VethPair() {
+    std::string id = std::to_string(::getpid() % 100000);
+    ns_a_ = "kolo-a-" + id;
+    ns_b_ = "kolo-b-" + id;
+    dev_a_ = "kva" + id;
+    dev_b_ = "kvb" + id;
+    subnet_ = "10.201." + std::to_string(::getpid() % 250) + ".";
+    if (sh("ip netns add " + ns_a_) != 0) {
+      why_ = "cannot create network namespaces (needs root / CAP_NET_ADMIN and iproute2)";
+      return;
+    }
+    created_ = true;
+    bool ok = sh("ip netns add " + ns_b_) == 0 &&
+              sh("ip link add " + dev_a_ + " type veth peer name " + dev_b_) == 0 &&
+              sh("ip link set " + dev_a_ + " netns " + ns_a_) == 0 &&
+              sh("ip link set " + dev_b_ + " netns " + ns_b_) == 0 &&
+              sh(exec(ns_a_) + "ip addr add " + addrA() + "/24 dev " + dev_a_) == 0 &&
+              sh(exec(ns_b_) + "ip addr add " + addrB() + "/24 dev " + dev_b_) == 0 &&
+              sh(exec(ns_a_) + "ip link set " + dev_a_ + " up") == 0 &&
+              sh(exec(ns_b_) + "ip link set " + dev_b_ + " up") == 0 &&
+              sh(exec(ns_a_) + "ip link set lo up") == 0 && sh(exec(ns_b_) + "ip link set lo up") == 0;
+    if (!ok) setup_error_ = "could not set up the veth pair between " + ns_a_ + " and " + ns_b_;
+  }
+  ~VethPair() {
+    if (created_) {
+      sh("ip netns del " + ns_a_);  // removes the veth pair with it
+      sh("ip netns del " + ns_b_);
+    }
+  }
+  bool ok() const { return why_.empty(); }
+  const std::string& setupError() const { return setup_error_; }
+  const std::string& why() const { return why_; }
+  std::string addrA() const { return subnet_ + "1"; }
+  std::string addrB() const { return subnet_ + "2"; }
+  std::vector<std::string> prefixA() const { return {"/usr/bin/env", "ip", "netns", "exec", ns_a_}; }
+  std::vector<std::string> prefixB() const { return {"/usr/bin/env", "ip", "netns", "exec", ns_b_}; }
+  const std::string& devA() const { return dev_a_; }
+  const std::string& devB() const { return dev_b_; }
+
+ private:
+  static std::string exec(const std::string& ns) { return "ip netns exec " + ns + " "; }
+  std::string ns_a_, ns_b_, dev_a_, dev_b_, subnet_, why_, setup_error_;
+  bool created_ = false;
+};
+
+TEST(NetworkNamespaces, AgentsJoinedByVethAllreduceOverTcp) {
+  VethPair veth;
+  if (!veth.ok()) GTEST_SKIP() << veth.why();
+  ASSERT_TRUE(veth.setupError().empty()) << veth.setupError();
+  ClusterOptions o;
+  o.agents = 2;
+  o.coordinator_prefix = veth.prefixA();
+  o.coordinator_listen = veth.addrA() + ":0";
+  o.agent_prefix = {veth.prefixA(), veth.prefixB()};
+  o.agent_env = {{"UCX_TLS", "tcp"}};
+  o.per_agent_env = {{{"UCX_NET_DEVICES", veth.devA()}}, {{"UCX_NET_DEVICES", veth.devB()}}};
+  Cluster c(o);
+  ASSERT_TRUE(c.ok()) << c.error();
+  // One rank per agent, each inside its agent's namespace.
+  std::vector<Proc> ranks;
+  std::vector<std::vector<std::string>> prefixes = {veth.prefixA(), veth.prefixB()};
+  for (int a = 0; a < 2; ++a) {
+    auto env = c.rankEnv("veth", "secret-veth", 2, 0, 1, a);
+    std::vector<std::string> argv = prefixes[a];
+    argv.push_back(binDir() + "/kolo_check");
+    argv.push_back("allreduce");
+    ranks.push_back(spawnProcess(argv, env, c.dir() + "/veth-rank" + std::to_string(a) + ".log"));
+  }
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << c.agentLog(0) << c.agentLog(1);
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.exit_code, 0) << r.output() << c.agentLog(0) << c.agentLog(1);
+    EXPECT_NE(r.output().find("allreduce checks passed"), std::string::npos) << r.output();
+  }
+}
+
+}  // namespace
+}  // namespace kolo::testing
