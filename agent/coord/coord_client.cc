@@ -96,7 +96,8 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
     if (auto it = watches_.find(job_id); it != watches_.end()) {
-      it->second->ctx->TryCancel();
+      it->second->cancelled = true;
+      if (it->second->ctx) it->second->ctx->TryCancel();
       if (it->second->thread.joinable()) it->second->thread.detach();
     }
     watches_[job_id] = w;
@@ -122,19 +123,58 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
         return;
       }
     }
-    coord::WatchJobRequest req;
-    req.set_job_id(job_id);
-    req.set_agent_id(self_.agent_id());
-    req.set_token(token);
-    auto reader = stub_->WatchJob(w->ctx.get(), req);
-    coord::World world;
-    while (reader->Read(&world)) {
-      post(world);
-      if (world.state() == coord::FAILED || world.state() == coord::FINISHED) break;
+    // The watch survives a coordinator restart: when the stream breaks, it is
+    // opened again (a recovered coordinator sends the same World) until
+    // `watch_retry` passes without success.
+    std::unique_ptr<grpc::ClientContext> ctx;
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      ctx = std::move(w->ctx);
     }
-    grpc::Status s = reader->Finish();
-    if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED && !stop_.load()) {
-      post(fromGrpc(s, "lost the watch on job " + job_id + " at coordinator " + address_));
+    auto give_up = std::chrono::steady_clock::now() + watch_retry_;
+    grpc::Status last;
+    while (!stop_.load()) {
+      coord::WatchJobRequest req;
+      req.set_job_id(job_id);
+      req.set_agent_id(self_.agent_id());
+      req.set_token(token);
+      {
+        std::lock_guard<std::mutex> lock(watch_mu_);
+        w->ctx = std::move(ctx);
+        if (w->cancelled) break;
+      }
+      auto reader = stub_->WatchJob(w->ctx.get(), req);
+      coord::World world;
+      bool got = false, terminal = false;
+      while (reader->Read(&world)) {
+        got = true;
+        post(world);
+        if (world.state() == coord::FAILED || world.state() == coord::FINISHED) {
+          terminal = true;
+          break;
+        }
+      }
+      last = reader->Finish();
+      if (terminal || last.error_code() == grpc::StatusCode::CANCELLED || stop_.load()) return;
+      if (last.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+          last.error_code() == grpc::StatusCode::NOT_FOUND) {
+        break;  // the coordinator does not know the job (any more): no point retrying
+      }
+      if (got) give_up = std::chrono::steady_clock::now() + watch_retry_;
+      if (std::chrono::steady_clock::now() >= give_up) break;
+      logger()->warn("watch on job {} broke ({}); opening it again", job_id, last.error_message());
+      std::unique_lock<std::mutex> lock(hb_mu_);
+      hb_cv_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stop_.load(); });
+      ctx = std::make_unique<grpc::ClientContext>();
+    }
+    bool cancelled;
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      cancelled = w->cancelled;
+    }
+    if (!stop_.load() && !cancelled) {
+      post(fromGrpc(last.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended") : last,
+                    "lost the watch on job " + job_id + " at coordinator " + address_));
     }
   });
 }
@@ -147,8 +187,9 @@ void CoordClient::stopWatch(const std::string& job_id) {
     if (it == watches_.end()) return;
     w = it->second;
     watches_.erase(it);
+    w->cancelled = true;
+    if (w->ctx) w->ctx->TryCancel();
   }
-  w->ctx->TryCancel();
   // Join off the caller's thread: the watcher may be blocked in a post.
   oneshot_.submit([w] {
     if (w->thread.joinable()) w->thread.join();
@@ -208,7 +249,11 @@ void CoordClient::shutdown() {
     ws.swap(watches_);
   }
   for (auto& [id, w] : ws) {
-    w->ctx->TryCancel();
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      w->cancelled = true;
+      if (w->ctx) w->ctx->TryCancel();
+    }
     if (w->thread.joinable()) w->thread.join();
   }
 }

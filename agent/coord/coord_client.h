@@ -58,12 +58,14 @@ class CoordClient {
   std::unique_ptr<coord::Coordinator::Stub> stub_;
   std::atomic<bool> stop_{false};
   uint64_t heartbeat_ms_ = 1000;
+  std::chrono::milliseconds watch_retry_{30000};
   std::thread heartbeat_;
   std::mutex hb_mu_;
   std::condition_variable hb_cv_;
 
   struct Watch {
     std::unique_ptr<grpc::ClientContext> ctx;
+    bool cancelled = false;  // under watch_mu_
     std::thread thread;
   };
   std::mutex watch_mu_;
