@@ -45,6 +45,12 @@ Status Agent::start() {
   ASSIGN_OR_RETURN(listen_fd_, listenUnix(opts_.socket_path, opts_.socket_mode, opts_.socket_group));
   logger()->info("listening on {} (mode {:o})", opts_.socket_path, opts_.socket_mode);
   RETURN_IF_ERROR(startRpcServer());
+  if (!opts_.metrics_listen.empty()) {
+    metrics_http_ = std::make_unique<metrics::MetricsHttpServer>(metrics_, opts_.metrics_listen);
+    RETURN_IF_ERROR(metrics_http_->start().withContext("--metrics-listen " + opts_.metrics_listen));
+    logger()->info("metrics on http://{}/metrics", metrics_http_->boundAddress());
+  }
+  updateGaugesOnLoop();
   RETURN_IF_ERROR(coord_->registerAgent(std::chrono::steady_clock::now() +
                                         std::chrono::seconds(opts_.register_timeout_s)));
   coord_->startHeartbeats();
@@ -102,6 +108,9 @@ StatusOr<std::string> Agent::timelineOnLoop(bool start, const std::string& path,
 void Agent::checkStallsOnLoop() {
   stall::StallReport report = stalls_.check(std::chrono::steady_clock::now());
   if (!report.text.empty()) log::get("agent.stall")->warn("{}", report.text);
+  for (const auto& j : report.jobs) {
+    metrics_.counter("kolo_stalls_total", "Collectives reported as stalled").inc(j.tensors.size());
+  }
   for (const std::string& job_id : report.shutdown) {
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) continue;
@@ -120,6 +129,7 @@ Status Agent::writeReadyFile() {
   {
     std::ofstream f(tmp);
     f << host << ":" << rpc_port_ << "\n";
+    if (metrics_http_) f << "metrics=" << metrics_http_->boundAddress() << "\n";
     if (!f) return internalError("cannot write ready file " + tmp);
   }
   if (::rename(tmp.c_str(), opts_.ready_file.c_str()) != 0) {
@@ -333,6 +343,7 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
     job->coordinator_joined = true;
   }
   if (job->ready()) sendWorldOnLoop(*job, c);
+  updateGaugesOnLoop();
 }
 
 void Agent::sendWorldOnLoop(Job& job, ClientConn& c) {
@@ -356,6 +367,7 @@ void Agent::dropClientOnLoop(uint64_t conn_id, const std::string& why) {
   conns_.erase(it);
   loop_.removeFd(c->socketFd());
   if (c->hasArena()) loop_.removeFd(c->doorbellFd());
+  updateGaugesOnLoop();
   if (c->job_id.empty()) return;
   auto jit = jobs_.find(c->job_id);
   if (jit == jobs_.end()) return;
@@ -391,6 +403,14 @@ void Agent::maybeRemoveJobOnLoop(const std::string& job_id) {
   ipcLog()->info("job {} removed ({} ops, {} bytes)", job_id, job.counters().ops_done,
                  job.counters().bytes_done);
   jobs_.erase(it);
+  updateGaugesOnLoop();
+}
+
+void Agent::updateGaugesOnLoop() {
+  int clients = 0;
+  for (auto& [id, c] : conns_) clients += !c->job_id.empty();
+  metrics_.gauge("kolo_clients", "Trainer processes connected to this agent").set(clients);
+  metrics_.gauge("kolo_jobs", "Jobs with ranks on this agent").set(static_cast<double>(jobs_.size()));
 }
 
 }  // namespace kolo

@@ -24,6 +24,8 @@ using timeline::Timeline;
 }
 #include "agent/ipc/client_conn.h"
 #include "common/event_loop.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "common/fd.h"
 #include "common/worker_pool.h"
 #include "kolo/proto/agent.pb.h"
@@ -48,6 +50,7 @@ class Agent {
   agentrpc::AgentStatus statusOnLoop() const;
   agentrpc::JobInfo jobInfoOnLoop(const Job& job) const;
   const Job* findJobOnLoop(const std::string& id) const;
+  std::string metricsText() const { return metrics_.render(); }  // any thread
   std::vector<const Job*> jobsOnLoop() const;
   void drainOnLoop();
   // Starts (path non-empty) or stops the timeline; returns the path in use.
@@ -69,7 +72,9 @@ class Agent {
   void onSubmitOnLoop(ClientConn& c, const SubmitDesc& d);
   void executeOnLoop(Job& job, ReadyOp op);
   void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
-                    uint64_t bytes, const Status& st);
+                    uint64_t bytes, const Status& st, DataType dtype = DataType::kFloat32,
+                    SteadyTime started = {});
+  void updateGaugesOnLoop();
   void failJobOnLoop(Job& job, const Status& st, bool tell_coordinator);
   void endJobForRankOnLoop(Job& job, int local_rank);
   void maybeRemoveJobOnLoop(const std::string& job_id);
@@ -94,6 +99,8 @@ class Agent {
   int rpc_port_ = 0;
   std::chrono::steady_clock::time_point started_;
 
+  metrics::Registry metrics_;
+  std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;
   std::unique_ptr<Timeline> timeline_;
   stall::StallInspector stalls_;
   WorkerPool setup_pool_{"cross-setup", 2};  // blocking backend rendezvous, off the loop

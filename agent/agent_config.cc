@@ -16,6 +16,8 @@ void defineAgentKnobs(Config& c) {
       .define("coordinator", KnobType::kString, "127.0.0.1:7470", "kolo-coordinator address host:port")
       .define("rpc-listen", KnobType::kString, "0.0.0.0:7471",
               "gRPC status service address (port 0 picks a free port)")
+      .define("metrics-listen", KnobType::kString, "0.0.0.0:7472",
+              "Prometheus /metrics HTTP address (port 0 picks a free port; empty disables)")
       .define("ready-file", KnobType::kString, "",
               "If set, write the bound gRPC address here once serving (for launchers)")
       .define("agent-id", KnobType::kString, "", "Stable id of this agent (default host:pid)")
@@ -67,6 +69,7 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.socket_group = c.getString("socket-group");
   o.coordinator = c.getString("coordinator");
   o.rpc_listen = c.getString("rpc-listen");
+  o.metrics_listen = c.getString("metrics-listen");
   o.ready_file = c.getString("ready-file");
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);

@@ -17,6 +17,7 @@ struct AgentOptions {
   std::string socket_group;
   std::string coordinator;
   std::string rpc_listen;
+  std::string metrics_listen;
   std::string ready_file;
   std::string agent_id;
   std::string hostname;

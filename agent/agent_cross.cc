@@ -50,6 +50,8 @@ void Agent::startCrossOnLoop(Job& job) {
       co.collective_timeout = opts_.backend.timeout;
       co.fusion_threshold_bytes = opts_.fusion_threshold_bytes;
       co.timeline = timeline_.get();
+      co.fusion_fill = &metrics_.gauge("kolo_fusion_fill_ratio",
+                                       "Bytes in the last fused buffer over the fusion threshold");
       job.cross = std::make_unique<CrossJob>(
           job_id + "/g" + std::to_string(gen), std::move(made->value()), co, loop_,
           [this, job_id, gen](const std::string& name, Status st) { onCrossDoneOnLoop(job_id, gen, name, st); });
@@ -71,6 +73,7 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   p.count = r.count;
   p.bytes = d0.data_bytes;
   p.postscale = r.postscale;
+  p.started = op.first_arrival;
   p.staging = allocStaging(p.bytes);
 
   CrossWork w;
@@ -159,7 +162,7 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
     timeline_->opEnd(name, p->dtype, {});
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) --it->second->executing;
-    finishOnLoop(job_id, p->handles, p->bytes, okStatus());
+    finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->dtype, p->started);
   });
 }
 

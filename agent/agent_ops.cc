@@ -113,18 +113,20 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   timeline_->opStart(op.name, CollectiveType::kAllreduce);
   timeline_->activityStart(op.name, "LOCAL_REDUCE");
   std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
+  metrics_.histogram("kolo_negotiation_seconds", "From a name's first local submission to node-ready")
+      .observe(std::chrono::duration<double>(op.ready_at - op.first_arrival).count());
   executor_.reduceOnLoop(std::move(r), [this, job_id, handles = std::move(handles), bytes, name = op.name,
-                                        dtype = static_cast<DataType>(d0.dtype), shape] {
+                                        dtype = static_cast<DataType>(d0.dtype), shape, started = op.first_arrival] {
     timeline_->activityEnd(name);
     timeline_->opEnd(name, dtype, shape);
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) --it->second->executing;
-    finishOnLoop(job_id, handles, bytes, okStatus());
+    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started);
   });
 }
 
 void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
-                         uint64_t bytes, const Status& st) {
+                         uint64_t bytes, const Status& st, DataType dtype, SteadyTime started) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
@@ -134,6 +136,24 @@ void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>&
   for (size_t r = 0; r < handles.size(); ++r) {
     ClientConn* c = job.client(static_cast<int>(r));
     if (c != nullptr) completeOnLoop(*c, handles[r], final_st);
+  }
+  std::string dt(dataTypeName(dtype));
+  metrics_
+      .counter("kolo_collectives_total", "Collectives completed on this agent",
+               {{"op", "allreduce"}, {"dtype", dt}, {"status", final_st.isOk() ? "ok" : "error"}})
+      .inc();
+  if (final_st.isOk()) {
+    metrics_.counter("kolo_collective_bytes_total", "Payload bytes of completed collectives (one rank's tensor)",
+                     {{"op", "allreduce"}, {"dtype", dt}})
+        .inc(bytes);
+    if (started != SteadyTime{}) {
+      metrics_.histogram("kolo_collective_latency_seconds", "From the first rank's submission to completion",
+                         {{"op", "allreduce"}})
+          .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    }
+  } else {
+    metrics_.counter("kolo_errors_total", "Failed collectives by error kind", {{"kind", codeName(final_st.code())}})
+        .inc();
   }
   if (final_st.isOk()) {
     job.counters().ops_done++;

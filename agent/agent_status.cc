@@ -67,6 +67,7 @@ agentrpc::AgentStatus Agent::statusOnLoop() const {
   }
   for (auto& [id, j] : jobs_) *s.add_jobs() = jobInfoOnLoop(*j);
   fillCounters(totals_, s.mutable_counters());
+  if (metrics_http_) s.set_metrics_address(metrics_http_->boundAddress());
   return s;
 }
 

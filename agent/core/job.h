@@ -84,6 +84,7 @@ class Job {
     size_t count = 0;
     uint64_t bytes = 0;
     double postscale = 1.0;
+    SteadyTime started;
   };
   std::unique_ptr<CrossJob> cross;
   uint64_t cross_generation = 0;  // generation whose backend is being built or runs

@@ -195,6 +195,9 @@ void CrossJob::postData(std::vector<CrossWork> works) {
     size_t buf_bytes = fusion::alignUp(std::max<uint64_t>(g.buffer_bytes, 64), 64);
     auto buf = std::shared_ptr<char>(static_cast<char*>(std::aligned_alloc(64, buf_bytes)), std::free);
     std::memset(buf.get(), 0, buf_bytes);
+    if (options_.fusion_fill != nullptr && options_.fusion_threshold_bytes > 0) {
+      options_.fusion_fill->set(static_cast<double>(g.buffer_bytes) / options_.fusion_threshold_bytes);
+    }
     DataType dt = works[g.slots[0].index].dtype;
     ReduceOp op = works[g.slots[0].index].op;
     for (const fusion::FusedSlot& s : g.slots) {

@@ -17,6 +17,7 @@
 #include "agent/backends/backend.h"
 #include "agent/cross/negotiation_state.h"
 #include "common/event_loop.h"
+#include "common/metrics.h"
 
 namespace kolo {
 
@@ -39,6 +40,7 @@ struct CrossJobOptions {
   std::chrono::milliseconds collective_timeout{30000};
   uint64_t fusion_threshold_bytes = 128ull << 20;  // 0 disables fusion
   Timeline* timeline = nullptr;                    // optional; thread-safe recorder
+  metrics::Gauge* fusion_fill = nullptr;           // optional
 };
 
 class CrossJob {

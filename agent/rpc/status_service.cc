@@ -68,6 +68,11 @@ class StatusService final : public agentrpc::Agent::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Metrics(grpc::ServerContext*, const agentrpc::MetricsRequest*, agentrpc::MetricsReply* out) override {
+    out->set_text(agent_.metricsText());  // the registry is thread-safe
+    return grpc::Status::OK;
+  }
+
   grpc::Status Drain(grpc::ServerContext*, const agentrpc::DrainRequest*, agentrpc::DrainReply*) override {
     auto r = agent_.loop().call<bool>(
         [this] {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -144,7 +145,7 @@ Cluster::Cluster(const ClusterOptions& o) {
                                                                                     : std::vector<std::string>{};
     agents_.push_back(spawnProcess(
         prefixed(prefix, {binDir() + "/kolo-agent", "--socket", socket(i), "--coordinator", coord_addr_,
-                          "--rpc-listen", "127.0.0.1:0", "--ready-file", dir_ + "/" + id + ".ready", "--agent-id",
+                          "--rpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--ready-file", dir_ + "/" + id + ".ready", "--agent-id",
                           id, "--hostname", id}),
         env, dir_ + "/agent-" + std::to_string(i) + ".log"));
   }
@@ -167,6 +168,15 @@ Cluster::~Cluster() {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
+}
+
+std::string Cluster::agentMetrics(int agent) const {
+  std::ifstream f(dir_ + "/node" + std::to_string(agent) + ".ready");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("metrics=", 0) == 0) return line.substr(8);
+  }
+  return "";
 }
 
 std::map<std::string, std::string> Cluster::rankEnv(const std::string& job, const std::string& token,

@@ -53,6 +53,8 @@ class Cluster {
   std::string socket(int agent = 0) const { return dir_ + "/agent-" + std::to_string(agent) + ".sock"; }
   const std::string& coordinatorAddress() const { return coord_addr_; }
   const std::string& agentRpc(int agent = 0) const { return agent_rpc_[agent]; }
+  // host:port of the agent's Prometheus endpoint (from its ready file).
+  std::string agentMetrics(int agent = 0) const;
   Proc& agent(int i) { return agents_[i]; }
   Proc& coordinator() { return coord_; }
   std::string agentLog(int i) const { return agents_[i].output(); }

@@ -7,6 +7,9 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <regex>
 
 #include "common/frame.h"
@@ -185,6 +188,49 @@ TEST(Integration, MalformedTruncatedAndOversizeFramesDropOnlyThatConnection) {
   EXPECT_NE(log.find("bad magic"), std::string::npos) << log;
   EXPECT_NE(log.find("oversize frame"), std::string::npos) << log;
   EXPECT_NE(log.find("undecodable"), std::string::npos) << log;
+}
+
+// GET http://addr/path over a plain socket (bounded by a receive timeout).
+std::string httpGet(const std::string& addr, const std::string& path) {
+  auto colon = addr.rfind(':');
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))));
+  ::inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  (void)::write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, n);
+  ::close(fd);
+  return out;
+}
+
+TEST(Integration, PrometheusEndpointCountsCollectives) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  std::string addr = c.agentMetrics(0);
+  ASSERT_FALSE(addr.empty()) << "no metrics address in the ready file";
+  auto ranks = c.launchJob("metered", 2, {checkBin(), "loop", "25"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
+  expectAllOk(ranks, "OK 25 loop allreduces");
+  std::string text = httpGet(addr, "/metrics");
+  EXPECT_NE(text.find("200 OK"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE kolo_collectives_total counter"), std::string::npos) << text;
+  // 25 loop ops of 4096 float32 = 409600 bytes, all ok.
+  EXPECT_NE(text.find("kolo_collectives_total{dtype=\"float32\",op=\"allreduce\",status=\"ok\"} 25"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("kolo_collective_bytes_total{dtype=\"float32\",op=\"allreduce\"} 409600"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("kolo_collective_latency_seconds_count{op=\"allreduce\"} 25"), std::string::npos) << text;
+  EXPECT_NE(text.find("kolo_jobs 0"), std::string::npos) << text;
 }
 
 }  // namespace
