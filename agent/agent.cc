@@ -51,6 +51,11 @@ Status Agent::start() {
     logger()->info("metrics on http://{}/metrics", metrics_http_->boundAddress());
   }
   updateGaugesOnLoop();
+  {
+    std::string host = opts_.rpc_listen.substr(0, opts_.rpc_listen.rfind(':'));
+    if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = opts_.hostname;
+    coord_->setRpcAddress(host + ":" + std::to_string(rpc_port_));
+  }
   RETURN_IF_ERROR(coord_->registerAgent(std::chrono::steady_clock::now() +
                                         std::chrono::seconds(opts_.register_timeout_s)));
   coord_->startHeartbeats();
