@@ -50,6 +50,7 @@ Status Agent::start() {
     RETURN_IF_ERROR(metrics_http_->start().withContext("--metrics-listen " + opts_.metrics_listen));
     logger()->info("metrics on http://{}/metrics", metrics_http_->boundAddress());
   }
+  initMetrics();
   updateGaugesOnLoop();
   {
     std::string host = opts_.rpc_listen.substr(0, opts_.rpc_listen.rfind(':'));
@@ -409,6 +410,24 @@ void Agent::maybeRemoveJobOnLoop(const std::string& job_id) {
                  job.counters().bytes_done);
   jobs_.erase(it);
   updateGaugesOnLoop();
+}
+
+void Agent::initMetrics() {
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    std::string dt(dataTypeName(static_cast<DataType>(i)));
+    const char* help = "Collectives completed on this agent";
+    op_metrics_.ok[i] = &metrics_.counter("kolo_collectives_total", help,
+                                          {{"op", "allreduce"}, {"dtype", dt}, {"status", "ok"}});
+    op_metrics_.failed[i] = &metrics_.counter("kolo_collectives_total", help,
+                                              {{"op", "allreduce"}, {"dtype", dt}, {"status", "error"}});
+    op_metrics_.bytes[i] = &metrics_.counter("kolo_collective_bytes_total",
+                                             "Payload bytes of completed collectives (one rank's tensor)",
+                                             {{"op", "allreduce"}, {"dtype", dt}});
+  }
+  op_metrics_.latency = &metrics_.histogram("kolo_collective_latency_seconds",
+                                            "From the first rank's submission to completion", {{"op", "allreduce"}});
+  op_metrics_.negotiation = &metrics_.histogram("kolo_negotiation_seconds",
+                                                "From a name's first local submission to node-ready");
 }
 
 void Agent::updateGaugesOnLoop() {

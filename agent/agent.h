@@ -100,6 +100,15 @@ class Agent {
   std::chrono::steady_clock::time_point started_;
 
   metrics::Registry metrics_;
+  // Handles looked up once (the registry's lookup takes a lock).
+  struct OpMetrics {
+    metrics::Counter* ok[kNumDataTypes];
+    metrics::Counter* failed[kNumDataTypes];
+    metrics::Counter* bytes[kNumDataTypes];
+    metrics::Histogram* latency;
+    metrics::Histogram* negotiation;
+  } op_metrics_{};
+  void initMetrics();
   std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;
   std::unique_ptr<Timeline> timeline_;
   stall::StallInspector stalls_;

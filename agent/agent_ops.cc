@@ -113,8 +113,7 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   timeline_->opStart(op.name, CollectiveType::kAllreduce);
   timeline_->activityStart(op.name, "LOCAL_REDUCE");
   std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
-  metrics_.histogram("kolo_negotiation_seconds", "From a name's first local submission to node-ready")
-      .observe(std::chrono::duration<double>(op.ready_at - op.first_arrival).count());
+  op_metrics_.negotiation->observe(std::chrono::duration<double>(op.ready_at - op.first_arrival).count());
   executor_.reduceOnLoop(std::move(r), [this, job_id, handles = std::move(handles), bytes, name = op.name,
                                         dtype = static_cast<DataType>(d0.dtype), shape, started = op.first_arrival] {
     timeline_->activityEnd(name);
@@ -137,21 +136,15 @@ void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>&
     ClientConn* c = job.client(static_cast<int>(r));
     if (c != nullptr) completeOnLoop(*c, handles[r], final_st);
   }
-  std::string dt(dataTypeName(dtype));
-  metrics_
-      .counter("kolo_collectives_total", "Collectives completed on this agent",
-               {{"op", "allreduce"}, {"dtype", dt}, {"status", final_st.isOk() ? "ok" : "error"}})
-      .inc();
+  const int dti = static_cast<int>(dtype);
   if (final_st.isOk()) {
-    metrics_.counter("kolo_collective_bytes_total", "Payload bytes of completed collectives (one rank's tensor)",
-                     {{"op", "allreduce"}, {"dtype", dt}})
-        .inc(bytes);
+    op_metrics_.ok[dti]->inc();
+    op_metrics_.bytes[dti]->inc(bytes);
     if (started != SteadyTime{}) {
-      metrics_.histogram("kolo_collective_latency_seconds", "From the first rank's submission to completion",
-                         {{"op", "allreduce"}})
-          .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      op_metrics_.latency->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
   } else {
+    op_metrics_.failed[dti]->inc();
     metrics_.counter("kolo_errors_total", "Failed collectives by error kind", {{"kind", codeName(final_st.code())}})
         .inc();
   }
