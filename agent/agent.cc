@@ -348,11 +348,19 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
                          [this, job_id](StatusOr<coord::World> w) { onWorldOnLoop(job_id, std::move(w)); });
     job->coordinator_joined = true;
   }
-  if (job->ready()) sendWorldOnLoop(*job, c);
+  maybeSendWorldOnLoop(*job);
   updateGaugesOnLoop();
 }
 
+void Agent::maybeSendWorldOnLoop(Job& job) {
+  if (!job.ready() || !job.allLocalRanksArrived()) return;
+  for (ClientConn* c : job.clients()) {
+    if (c != nullptr && c->world_sent != job.world().generation) sendWorldOnLoop(job, *c);
+  }
+}
+
 void Agent::sendWorldOnLoop(Job& job, ClientConn& c) {
+  c.world_sent = job.world().generation;
   ipc::AgentFrame f;
   auto* w = f.mutable_world();
   w->set_generation(job.world().generation);

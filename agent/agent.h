@@ -66,6 +66,9 @@ class Agent {
   void refuseOnLoop(ClientConn& c, const Status& st);
   void dropClientOnLoop(uint64_t conn_id, const std::string& why);
   void sendWorldOnLoop(Job& job, ClientConn& c);
+  // Init is a rendezvous: trainers learn the World once the generation is
+  // sealed, the backend (if any) is connected, and every local rank arrived.
+  void maybeSendWorldOnLoop(Job& job);
 
   // jobs and collectives
   void onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w);

@@ -240,9 +240,7 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
     startCrossOnLoop(job);  // clients learn the World once the backend is connected
     return;
   }
-  for (ClientConn* c : job.clients()) {
-    if (c != nullptr) sendWorldOnLoop(job, *c);
-  }
+  maybeSendWorldOnLoop(job);
 }
 
 void Agent::drainOnLoop() { draining_ = true; }
