@@ -71,6 +71,11 @@ class Agent {
   void onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w);
   void onSubmitOnLoop(ClientConn& c, const SubmitDesc& d);
   void executeOnLoop(Job& job, ReadyOp op);
+  void executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
+  void executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
+  Status validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
+  // Runs every copy (or reduction) on the executor; `done` once all finished.
+  void copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done);
   void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
                     uint64_t bytes, const Status& st, DataType dtype = DataType::kFloat32,
                     SteadyTime started = {});

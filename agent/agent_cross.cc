@@ -87,17 +87,32 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   w.count = op.error.isOk() ? r.count : 0;
   w.dtype = r.dtype;
   w.op = r.op;
+  w.collective = static_cast<CollectiveType>(d0.collective);
+  // Broadcast: the agent that hosts the root fills the staging buffer with
+  // the root's slot; the others receive into it.
+  int bcast_root_local = -1;
+  if (w.collective == CollectiveType::kBroadcast) {
+    w.root = job.world().crossRankOf(d0.root);
+    bcast_root_local = d0.root - job.world().rank_offset;
+    if (bcast_root_local < 0 || bcast_root_local >= job.localSize()) bcast_root_local = -1;
+    if (w.count > 0 && w.root < 0) {
+      w.count = 0;
+      w.req.error = "broadcast of tensor '" + op.name + "': root rank " + std::to_string(d0.root) +
+                    " is on no agent of this job";
+    }
+  }
 
   std::string job_id = job.id();
   uint64_t gen = job.cross_generation;
   job.cross_pending.insert_or_assign(op.name, std::move(p));
   ++job.executing;
-  timeline_->opStart(op.name, CollectiveType::kAllreduce);
-  if (w.count == 0) {
+  timeline_->opStart(op.name, w.collective);
+  if (w.count == 0 || (w.collective == CollectiveType::kBroadcast && bcast_root_local < 0)) {
     timeline_->activityStart(op.name, "NEGOTIATE_ACROSS_AGENTS");
     job.cross->submit(std::move(w));
     return;
   }
+  if (w.collective == CollectiveType::kBroadcast) r.slots = {r.slots[bcast_root_local]};
   r.dsts = {w.staging};
   r.postscale = 1.0;  // applied after the agents' reduction
   timeline_->activityStart(op.name, "LOCAL_REDUCE");

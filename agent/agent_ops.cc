@@ -41,16 +41,27 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
     opsLog()->warn("job {}: rank {} sent a bad descriptor: {}", job.id(), job.globalRank(c.local_rank), v.message());
     return completeOnLoop(c, d.handle, v);
   }
-  if (d.collective != static_cast<uint8_t>(CollectiveType::kAllreduce)) {
+  auto coll = static_cast<CollectiveType>(d.collective);
+  if (coll != CollectiveType::kAllreduce && coll != CollectiveType::kBroadcast &&
+      coll != CollectiveType::kAllgather) {
     return completeOnLoop(c, d.handle,
-                          invalidArgument(std::string(collectiveName(static_cast<CollectiveType>(d.collective))) +
-                                          " is not supported by this agent yet"));
+                          invalidArgument(std::string(collectiveName(coll)) + " is not supported by this agent yet"));
   }
   if (job.state() == JobState::kFailed || job.state() == JobState::kEnding) {
     return completeOnLoop(c, d.handle, job.refusal());
   }
   if (!job.ready()) {
     return completeOnLoop(c, d.handle, invalidArgument("job " + job.id() + " has not formed yet: wait for kolo_init"));
+  }
+  if (coll == CollectiveType::kBroadcast && (d.root < 0 || d.root >= job.worldSize())) {
+    return completeOnLoop(c, d.handle,
+                          invalidArgument("broadcast of tensor '" + std::string(d.name, std::min<size_t>(d.name_len, kMaxNameBytes)) +
+                                          "': root rank " + std::to_string(d.root) + " is not a rank of this job (size " +
+                                          std::to_string(job.worldSize()) + ")"));
+  }
+  if (coll == CollectiveType::kAllgather) {
+    Status g = validateAllgatherOnLoop(job, c, d);
+    if (!g.isOk()) return completeOnLoop(c, d.handle, g);
   }
   std::optional<ReadyOp> ready;
   auto now = std::chrono::steady_clock::now();
@@ -83,8 +94,17 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
     // Other agents must learn of it, or their ranks would wait for this name.
   }
   const SubmitDesc& d0 = op.descs[0];
+  const auto coll = static_cast<CollectiveType>(d0.collective);
+  if (coll == CollectiveType::kAllgather) {  // local rank 0 may contribute nothing, the others something
+    executeAllgatherOnLoop(job, std::move(op), std::move(handles));
+    return;
+  }
   if (d0.data_bytes == 0 && job.world().cross_size == 1) {
     finishOnLoop(job.id(), handles, 0, okStatus());
+    return;
+  }
+  if (coll == CollectiveType::kBroadcast) {
+    executeBroadcastOnLoop(job, std::move(op), std::move(handles));
     return;
   }
   LocalReduce r;
@@ -117,6 +137,59 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
       .observe(std::chrono::duration<double>(op.ready_at - op.first_arrival).count());
   executor_.reduceOnLoop(std::move(r), [this, job_id, handles = std::move(handles), bytes, name = op.name,
                                         dtype = static_cast<DataType>(d0.dtype), shape, started = op.first_arrival] {
+    timeline_->activityEnd(name);
+    timeline_->opEnd(name, dtype, shape);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) --it->second->executing;
+    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started);
+  });
+}
+
+// Broadcast, in place: the root's slot is copied byte for byte into every
+// other rank's slot (on one agent), or through a staging buffer and the
+// backend's broadcast among agents (see executeCrossOnLoop).
+void Agent::executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles) {
+  const SubmitDesc& d0 = op.descs[0];
+  LocalReduce r;
+  r.dtype = DataType::kUint8;  // a byte copy, whatever the dtype
+  r.op = ReduceOp::kSum;
+  r.count = d0.data_bytes;
+  for (size_t i = 0; i < op.descs.size(); ++i) {
+    ClientConn* c = job.client(static_cast<int>(i));
+    if (c == nullptr) {
+      finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
+      return;
+    }
+    r.slots.push_back(c->slot(op.descs[i].data_offset));
+    r.keepalive.push_back(c->arena());
+  }
+  if (job.world().cross_size > 1) {
+    executeCrossOnLoop(job, std::move(op), std::move(r), std::move(handles));
+    return;
+  }
+  const int root = d0.root - job.world().rank_offset;
+  uint64_t bytes = d0.data_bytes;
+  std::string job_id = job.id();
+  auto dtype = static_cast<DataType>(d0.dtype);
+  std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
+  if (job.localSize() == 1 || root < 0 || root >= job.localSize()) {
+    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, op.first_arrival);
+    return;
+  }
+  LocalReduce copy;
+  copy.dtype = r.dtype;
+  copy.op = r.op;
+  copy.count = r.count;
+  copy.slots = {r.slots[root]};
+  for (int i = 0; i < job.localSize(); ++i) {
+    if (i != root) copy.dsts.push_back(r.slots[i]);
+  }
+  copy.keepalive = std::move(r.keepalive);
+  ++job.executing;
+  timeline_->opStart(op.name, CollectiveType::kBroadcast);
+  timeline_->activityStart(op.name, "MEMCPY_BROADCAST");
+  executor_.reduceOnLoop(std::move(copy), [this, job_id, handles = std::move(handles), bytes, name = op.name, dtype,
+                                           shape, started = op.first_arrival] {
     timeline_->activityEnd(name);
     timeline_->opEnd(name, dtype, shape);
     auto it = jobs_.find(job_id);
@@ -225,6 +298,8 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
   bool found = false;
   for (const auto& slot : world.agents()) {
     jw.agents.push_back(slot.agent().agent_id() + " (host " + slot.agent().hostname() + ")");
+    jw.rank_offsets.push_back(slot.rank_offset());
+    jw.local_sizes.push_back(slot.local_size());
     if (slot.agent().agent_id() == opts_.agent_id) {
       jw.rank_offset = slot.rank_offset();
       jw.cross_rank = slot.cross_rank();

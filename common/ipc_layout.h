@@ -50,6 +50,15 @@ struct SubmitDesc {
   char name[kMaxNameBytes + 1];
 };
 
+// Allgather (additive): the output region [out_offset, +out_bytes) starts
+// with every rank's first dimension (int64_t[world size], written by the
+// client), padded to kDataAlignment; the gathered tensor (ranks'
+// contributions concatenated in rank order) follows.
+inline uint64_t allgatherSizesBytes(int world_size) {
+  uint64_t b = static_cast<uint64_t>(world_size > 0 ? world_size : 0) * sizeof(int64_t);
+  return (b + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
+}
+
 struct CompletionDesc {
   uint64_t handle;
   int32_t code;             // kolo::Code

@@ -28,6 +28,18 @@ struct JobWorld {
   int cross_rank = 0;
   int cross_size = 1;
   std::vector<std::string> agents;  // "agent_id (host h)" by cross rank
+  std::vector<int> rank_offsets;     // first global rank of each agent, by cross rank
+  std::vector<int> local_sizes;      // ranks on each agent, by cross rank
+
+  // The cross rank of the agent hosting `global_rank`, or -1.
+  int crossRankOf(int global_rank) const {
+    for (size_t i = 0; i < rank_offsets.size(); ++i) {
+      if (global_rank >= rank_offsets[i] && global_rank < rank_offsets[i] + local_sizes[i]) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
 };
 
 struct JobCounters {
