@@ -74,6 +74,8 @@ class Agent {
   void executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
   void executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
   Status validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
+  void executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
+  Status validateReducescatterOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
   // Runs every copy (or reduction) on the executor; `done` once all finished.
   void copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done);
   void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,

@@ -162,6 +162,32 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
     return;
   }
   timeline_->activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
+  if (!p->scatter.empty()) {
+    // Reducescatter: each local rank's block, scaled, into its output slot.
+    const size_t es = dataTypeSize(p->dtype);
+    std::vector<LocalReduce> copies;
+    for (size_t i = 0; i < p->scatter.size(); ++i) {
+      if (p->scatter[i].second == 0) continue;
+      LocalReduce c;
+      c.dtype = p->dtype;
+      c.op = ReduceOp::kSum;
+      c.count = p->scatter[i].second;
+      c.postscale = p->postscale;
+      c.slots = {p->staging.get() + p->scatter[i].first * es};
+      c.dsts = {p->slots[i]};
+      c.keepalive = p->keepalive;
+      copies.push_back(std::move(c));
+    }
+    ++job.executing;
+    copyAllOnLoop(std::move(copies), [this, job_id, p, name] {
+      timeline_->activityEnd(name);
+      timeline_->opEnd(name, p->dtype, {});
+      auto it = jobs_.find(job_id);
+      if (it != jobs_.end()) --it->second->executing;
+      finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->dtype, p->started);
+    });
+    return;
+  }
   LocalReduce r;
   r.dtype = p->dtype;
   r.op = ReduceOp::kSum;

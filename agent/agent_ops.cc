@@ -43,7 +43,7 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   }
   auto coll = static_cast<CollectiveType>(d.collective);
   if (coll != CollectiveType::kAllreduce && coll != CollectiveType::kBroadcast &&
-      coll != CollectiveType::kAllgather) {
+      coll != CollectiveType::kAllgather && coll != CollectiveType::kReducescatter) {
     return completeOnLoop(c, d.handle,
                           invalidArgument(std::string(collectiveName(coll)) + " is not supported by this agent yet"));
   }
@@ -61,6 +61,10 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   }
   if (coll == CollectiveType::kAllgather) {
     Status g = validateAllgatherOnLoop(job, c, d);
+    if (!g.isOk()) return completeOnLoop(c, d.handle, g);
+  }
+  if (coll == CollectiveType::kReducescatter) {
+    Status g = validateReducescatterOnLoop(job, c, d);
     if (!g.isOk()) return completeOnLoop(c, d.handle, g);
   }
   std::optional<ReadyOp> ready;
@@ -97,6 +101,10 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   const auto coll = static_cast<CollectiveType>(d0.collective);
   if (coll == CollectiveType::kAllgather) {  // local rank 0 may contribute nothing, the others something
     executeAllgatherOnLoop(job, std::move(op), std::move(handles));
+    return;
+  }
+  if (coll == CollectiveType::kReducescatter) {
+    executeReducescatterOnLoop(job, std::move(op), std::move(handles));
     return;
   }
   if (d0.data_bytes == 0 && job.world().cross_size == 1) {

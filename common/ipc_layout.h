@@ -59,6 +59,17 @@ inline uint64_t allgatherSizesBytes(int world_size) {
   return (b + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
 }
 
+// Reducescatter (additive): rank r of `size` receives rows
+// [reducescatterRowOffset(r), +reducescatterRows(r)) of the reduced tensor:
+// dim0 / size rows each, and the first dim0 % size ranks one more.
+inline int64_t reducescatterRows(int64_t dim0, int size, int rank) {
+  return dim0 / size + (rank < dim0 % size ? 1 : 0);
+}
+inline int64_t reducescatterRowOffset(int64_t dim0, int size, int rank) {
+  int64_t extra = dim0 % size;
+  return rank * (dim0 / size) + (rank < extra ? rank : extra);
+}
+
 struct CompletionDesc {
   uint64_t handle;
   int32_t code;             // kolo::Code

@@ -97,6 +97,9 @@ class Job {
     uint64_t bytes = 0;
     double postscale = 1.0;
     SteadyTime started;
+    // Reducescatter: each local rank's block of the staging buffer
+    // (element offset, element count), copied to its slot; empty otherwise.
+    std::vector<std::pair<size_t, size_t>> scatter;
   };
   std::unique_ptr<CrossJob> cross;
   uint64_t cross_generation = 0;  // generation whose backend is being built or runs

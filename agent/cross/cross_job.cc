@@ -195,6 +195,16 @@ void CrossJob::postOther(CrossWork w) {
       backend_->allgatherv(base + off, w.block_bytes[me], base, w.block_bytes, std::move(done));
       return;
     }
+    case CollectiveType::kReducescatter: {
+      const int me = backend_->rank();
+      size_t off = 0;
+      for (int i = 0; i < me; ++i) off += w.block_counts[i];
+      char* base = static_cast<char*>(w.staging);
+      if (tl != nullptr) tl->activityStart(name, "CROSS_REDUCESCATTER", {{"backend", std::string(backend_->name())}});
+      backend_->reducescatter(base, base + off * dataTypeSize(w.dtype), w.block_counts, w.dtype, w.op,
+                              std::move(done));
+      return;
+    }
     default:
       loop_.post([cb = on_done_, name, c = w.collective] {
         cb(name, invalidArgument(std::string(collectiveName(c)) + " is not supported across agents"));

@@ -32,6 +32,9 @@ struct CrossWork {
   // Allgather: bytes each agent contributes, by cross rank; `staging` holds
   // the whole output (count bytes), this agent's block already in place.
   std::vector<size_t> block_bytes;
+  // Reducescatter: elements of each agent's block, by cross rank; `staging`
+  // holds the locally reduced tensor (count elements).
+  std::vector<size_t> block_counts;
 };
 
 namespace timeline {

@@ -243,6 +243,34 @@ kolo_status_t kolo_result(kolo_handle_t handle, void** data, int64_t* dim0) {
   })
 }
 
+kolo_status_t kolo_reducescatter_async(const char* name, const void* input, void* output, int ndim,
+                                       const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
+                                       kolo_handle_t* handle) {
+  KOLO_C_GUARD("kolo_reducescatter_async", {
+    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_reducescatter_async: handle is NULL");
+    *handle = 0;
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = c->reducescatterAsync(name, input, output, ndim, shape, static_cast<int>(dtype), static_cast<int>(op));
+    if (!h.isOk()) return fail(h.status());
+    *handle = *h;
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_reducescatter(const char* name, const void* input, void* output, int ndim,
+                                 const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op) {
+  KOLO_C_GUARD("kolo_reducescatter", {
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = c->reducescatterAsync(name, input, output, ndim, shape, static_cast<int>(dtype), static_cast<int>(op));
+    if (!h.isOk()) return fail(h.status());
+    Status s = c->wait(*h, std::chrono::milliseconds(-1));
+    if (s.code() == Code::kTimedOut) c->release(*h);
+    return report(s);
+  })
+}
+
 kolo_status_t kolo_barrier(int64_t timeout_ms) {
   KOLO_C_GUARD("kolo_barrier", {
     auto c = current();

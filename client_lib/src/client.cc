@@ -306,12 +306,15 @@ Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
       std::string(collectiveName(static_cast<CollectiveType>(a.collective))) + " of tensor " + quoteName(name) + ": ";
   if (a.collective != static_cast<int>(CollectiveType::kAllreduce) &&
       a.collective != static_cast<int>(CollectiveType::kBroadcast) &&
-      a.collective != static_cast<int>(CollectiveType::kAllgather)) {
+      a.collective != static_cast<int>(CollectiveType::kAllgather) &&
+      a.collective != static_cast<int>(CollectiveType::kReducescatter)) {
     return invalidArgument(tensor + "this collective cannot be submitted this way");
   }
-  if (a.collective == static_cast<int>(CollectiveType::kAllgather) && a.ndim < 1) {
+  if ((a.collective == static_cast<int>(CollectiveType::kAllgather) ||
+       a.collective == static_cast<int>(CollectiveType::kReducescatter)) &&
+      a.ndim < 1) {
     return invalidArgument(tensor + "ndim is " + std::to_string(a.ndim) +
-                           "; an allgather concatenates along the first dimension, so it needs at least one");
+                           "; it works along the first dimension, so it needs at least one");
   }
   if (a.collective == static_cast<int>(CollectiveType::kBroadcast)) {
     int size = world().size;
@@ -349,7 +352,8 @@ Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
   if (__builtin_mul_overflow(elems, dataTypeSize(static_cast<DataType>(a.dtype)), &n)) {
     return invalidArgument(tensor + "the tensor's byte size overflows");
   }
-  if (n > 0 && (a.input == nullptr || a.output == nullptr)) {
+  const bool needs_output = a.collective != static_cast<int>(CollectiveType::kReducescatter);  // checked later
+  if (n > 0 && (a.input == nullptr || (needs_output && a.output == nullptr))) {
     return invalidArgument(tensor + (a.input == nullptr ? "input" : "output") + " is NULL");
   }
   const char* in = static_cast<const char*>(a.input);
@@ -476,6 +480,28 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
       if (bytes > 0) std::memcpy(arena_.data() + data_offset, in, bytes);
     } else {
       st = s.status();
+    }
+  } else if (a.collective == static_cast<int>(CollectiveType::kReducescatter)) {
+    // One slot holds [input, padded | this rank's block of the output].
+    WorldView w = world();
+    uint64_t row = dataTypeSize(static_cast<DataType>(a.dtype));
+    for (int i = 1; i < a.ndim; ++i) row *= static_cast<uint64_t>(a.shape[i]);
+    out_bytes = static_cast<uint64_t>(reducescatterRows(a.shape[0], w.size, w.rank)) * row;
+    const uint64_t in_padded = (bytes + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
+    if (out_bytes > 0 && a.output == nullptr) {
+      st = invalidArgument("reducescatter of tensor " + quoteName(name) + ": output is NULL");
+    } else if (bytes > 0 || out_bytes > 0) {
+      auto s = allocateSlot(in_padded + out_bytes, name, deadline);
+      if (s.isOk()) {
+        slot = *s;
+        data_offset = *s;
+        out_offset = *s + in_padded;
+        result = arena_.data() + out_offset;
+        result_bytes = out_bytes;
+        if (bytes > 0) std::memcpy(arena_.data() + *s, in, bytes);
+      } else {
+        st = s.status();
+      }
     }
   } else if (bytes > 0 && in >= data_begin_ && in < data_end_) {
     // Zero copy: the tensor already lives in a shared buffer.
@@ -648,6 +674,20 @@ StatusOr<uint64_t> Client::allgatherAsync(const char* name, const void* input, i
   }
   // Phase 2: the gather itself.
   a.gather_dims = dims.data();
+  return allreduceAsync(a);
+}
+
+StatusOr<uint64_t> Client::reducescatterAsync(const char* name, const void* input, void* output, int ndim,
+                                              const int64_t* shape, int dtype, int op) {
+  AllreduceArgs a;
+  a.name = name;
+  a.input = input;
+  a.output = output;
+  a.ndim = ndim;
+  a.shape = shape;
+  a.dtype = dtype;
+  a.op = op;
+  a.collective = static_cast<int>(CollectiveType::kReducescatter);
   return allreduceAsync(a);
 }
 

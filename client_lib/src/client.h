@@ -97,6 +97,11 @@ class Client {
   // on each rank pairs with the n-th call on the others): a zero-byte
   // allreduce named "__kolo.barrier.<n>".
   Status barrier(std::chrono::milliseconds timeout);
+  // Reducescatter: the tensors (same shape on every rank) are reduced and
+  // rank r receives its block of rows (reducescatterRows() in ipc_layout.h)
+  // in `output`.
+  StatusOr<uint64_t> reducescatterAsync(const char* name, const void* input, void* output, int ndim,
+                                        const int64_t* shape, int dtype, int op);
   // Allgather: the ranks' tensors concatenated along the first dimension,
   // in rank order (the first dimension may differ per rank). Two phases:
   // the first dimensions are exchanged first (an allreduce named

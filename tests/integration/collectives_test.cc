@@ -1,4 +1,4 @@
-// Broadcast, allgather, barrier (and their mismatch errors) end to end: real
+// Broadcast, allgather, reducescatter, barrier (and their mismatch errors) end to end: real
 // kolo-coordinator and kolo-agent binaries, rank processes running
 // kolo_check, on one agent (N = 1, 2, 4) and over several agents (each agent
 // acts as a node; K = 2, 3 with 1-2 local ranks each).
@@ -59,6 +59,11 @@ TEST_P(Collectives, AllgatherConcatenatesDifferentFirstDimsInRankOrder) {
   std::vector<std::string> args = {"allgather"};
   if (sizes == std::vector<int>{2} || sizes == std::vector<int>{2, 1}) args.push_back("--big");
   runJob(sizes, "ag" + layoutName(sizes), args, "allgather checks passed");
+}
+
+TEST_P(Collectives, ReducescatterEveryDtypeOpAndSplitMatchesReference) {
+  const auto& sizes = GetParam();
+  runJob(sizes, "rs" + layoutName(sizes), {"reducescatter"}, "reducescatter checks passed");
 }
 
 TEST_P(Collectives, BarrierNoRankLeavesBeforeTheLastArrives) {

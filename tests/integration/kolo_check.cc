@@ -11,6 +11,7 @@
 //   kolo_check init-only           init, print the world, shut down
 //   kolo_check broadcast [--big]   every dtype x several roots x sizes 0/1/odd (1M with --big)
 //   kolo_check allgather [--big]   first dims differing per rank (0 included), every dtype
+//   kolo_check reducescatter       every dtype x op x first dims (incl. < size), trailing dims
 //   kolo_check barrier             ranks arrive at different times; none leaves before the last arrives
 //   kolo_check coll-mismatch       broadcast root mismatch and bad roots, then recover
 #include <signal.h>
@@ -511,6 +512,57 @@ int runAllgather(bool big) {
   return 0;
 }
 
+int checkReducescatter(const std::string& name, kolo_dtype_t dt, kolo_op_t op, int64_t dim0,
+                       const std::vector<int64_t>& trailing) {
+  size_t row = 1;
+  for (int64_t t : trailing) row *= static_cast<size_t>(t);
+  size_t es = kolo_dtype_size(dt);
+  size_t count = static_cast<size_t>(dim0) * row;
+  std::vector<char> in(count * es + 1);
+  for (size_t i = 0; i < count; ++i) store(dt, in.data(), i, inputValue(g_rank, i, op, dt));
+  int64_t extra = dim0 % g_size;
+  int64_t rows = dim0 / g_size + (g_rank < extra ? 1 : 0);
+  int64_t first = g_rank * (dim0 / g_size) + std::min<int64_t>(g_rank, extra);
+  std::vector<char> out(static_cast<size_t>(rows) * row * es + 1, 0x5a);
+  std::vector<int64_t> shape = {dim0};
+  shape.insert(shape.end(), trailing.begin(), trailing.end());
+  kolo_status_t st = kolo_reducescatter(name.c_str(), in.data(), rows > 0 ? out.data() : nullptr,
+                                        static_cast<int>(shape.size()), shape.data(), dt, op);
+  if (st != KOLO_OK) FAIL("%s: %s: %s", name.c_str(), kolo_status_string(st), kolo_last_error());
+  for (size_t i = 0; i < static_cast<size_t>(rows) * row; ++i) {
+    size_t global = static_cast<size_t>(first) * row + i;
+    double want = expected(g_size, global, op, dt);
+    double got = load(dt, out.data(), i);
+    if (got != want) {
+      FAIL("%s (%s %s dim0 %lld) element %zu (global %zu): got %g, want %g", name.c_str(), dtypeName(dt), opName(op),
+           static_cast<long long>(dim0), i, global, got, want);
+    }
+  }
+  if (static_cast<unsigned char>(out.back()) != 0x5a) FAIL("%s: wrote past its block", name.c_str());
+  return 0;
+}
+
+int runReducescatter() {
+  int checks = 0;
+  const kolo_op_t ops[] = {KOLO_SUM, KOLO_AVERAGE, KOLO_MIN, KOLO_MAX, KOLO_PRODUCT};
+  const std::vector<int64_t> dims = {0, 1, static_cast<int64_t>(g_size) + 1, 7, 1001};
+  for (int d = 0; d < 8; ++d) {
+    auto dt = static_cast<kolo_dtype_t>(d);
+    for (kolo_op_t op : ops) {
+      for (int64_t dim0 : dims) {
+        std::vector<int64_t> trailing = (dim0 % 2 == 1) ? std::vector<int64_t>{3} : std::vector<int64_t>{};
+        std::string name = std::string("rs.") + dtypeName(dt) + "." + opName(op) + "." + std::to_string(dim0);
+        if (checkReducescatter(name, dt, op, dim0, trailing)) return 1;
+        ++checks;
+      }
+    }
+  }
+  if (checkReducescatter("rs.big", KOLO_FLOAT32, KOLO_AVERAGE, 65537, {17})) return 1;
+  ++checks;
+  std::printf("rank %d/%d: OK %d reducescatter checks passed\n", g_rank, g_size, checks);
+  return 0;
+}
+
 int64_t wallMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -594,6 +646,17 @@ int runCollMismatch() {
     }
     std::printf("rank %d: allgather mismatch error: %s\n", g_rank, msg.c_str());
   }
+  if (g_size >= 2) {
+    // Reducescatter: every dimension must match.
+    std::vector<float> in(6, 1.0f), out(6, 0.0f);
+    int64_t rshape[1] = {g_rank == 0 ? 4 : 6};
+    st = kolo_reducescatter("rs.mismatch", in.data(), out.data(), 1, rshape, KOLO_FLOAT32, KOLO_SUM);
+    msg = kolo_last_error();
+    if (st != KOLO_ERR_INVALID_ARGUMENT || msg.find("Mismatched reducescatter tensor shapes") == std::string::npos ||
+        msg.find("[4]") == std::string::npos || msg.find("[6]") == std::string::npos) {
+      FAIL("reducescatter shape mismatch gave %s: %s", kolo_status_string(st), msg.c_str());
+    }
+  }
   {
     // A scalar cannot be gathered along a first dimension.
     float x = 1;
@@ -633,6 +696,7 @@ int main(int argc, char** argv) {
   else if (mode == "loop") rc = runLoop(argc > 2 ? std::atoi(argv[2]) : 100);
   else if (mode == "broadcast") rc = runBroadcast(argc > 2 && std::string(argv[2]) == "--big");
   else if (mode == "barrier") rc = runBarrier();
+  else if (mode == "reducescatter") rc = runReducescatter();
   else if (mode == "allgather") rc = runAllgather(argc > 2 && std::string(argv[2]) == "--big");
   else if (mode == "coll-mismatch") rc = runCollMismatch();
   else if (mode == "init-only") {

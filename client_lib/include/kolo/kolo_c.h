@@ -105,6 +105,19 @@ kolo_status_t kolo_allgather_async(const char* name, const void* input, int ndim
                                    kolo_dtype_t dtype, kolo_handle_t* handle);
 kolo_status_t kolo_result(kolo_handle_t handle, void** data, int64_t* dim0);
 
+/* --- reducescatter (added in ABI 1, additive) ---------------------------- */
+/* Reduces `input` (same ndim >= 1, shape, dtype and op on every rank; op as
+ * for allreduce, Average divides by the job size) and leaves rank r's block
+ * of rows of the result in `output`: shape[0] / size rows each, and the first
+ * shape[0] % size ranks one more (rank r's block starts at row
+ * r * (shape[0] / size) + min(r, shape[0] % size)); the other dimensions are
+ * kept. `output` must hold that many rows (it may be NULL when it is 0). */
+kolo_status_t kolo_reducescatter_async(const char* name, const void* input, void* output, int ndim,
+                                       const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
+                                       kolo_handle_t* handle);
+kolo_status_t kolo_reducescatter(const char* name, const void* input, void* output, int ndim,
+                                 const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op);
+
 /* --- barrier (added in ABI 1, additive) ---------------------------------- */
 /* Returns once every rank of the job has entered the barrier (the n-th
  * kolo_barrier call of each rank pairs with the n-th of the others).
