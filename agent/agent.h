@@ -80,7 +80,7 @@ class Agent {
   void copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done);
   void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
                     uint64_t bytes, const Status& st, DataType dtype = DataType::kFloat32,
-                    SteadyTime started = {});
+                    SteadyTime started = {}, CollectiveType collective = CollectiveType::kAllreduce);
   void updateGaugesOnLoop();
   void failJobOnLoop(Job& job, const Status& st, bool tell_coordinator);
   void endJobForRankOnLoop(Job& job, int local_rank);

@@ -75,6 +75,8 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   p.postscale = r.postscale;
   p.started = op.first_arrival;
   p.staging = allocStaging(p.bytes);
+  p.collective = static_cast<CollectiveType>(d0.collective);
+  p.report_dtype = static_cast<DataType>(d0.dtype);
 
   CrossWork w;
   w.req.name = op.name;
@@ -153,12 +155,13 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
       failJobOnLoop(job, st, true);
     }
     timeline_->opEnd(name, p->dtype, {});
-    finishOnLoop(job_id, p->handles, 0, job.state() == JobState::kFailed ? job.failure() : st);
+    finishOnLoop(job_id, p->handles, 0, job.state() == JobState::kFailed ? job.failure() : st, p->report_dtype, {},
+                 p->collective);
     return;
   }
   if (p->bytes == 0) {
     timeline_->opEnd(name, p->dtype, {});
-    finishOnLoop(job_id, p->handles, 0, okStatus());
+    finishOnLoop(job_id, p->handles, 0, okStatus(), p->report_dtype, {}, p->collective);
     return;
   }
   timeline_->activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
@@ -184,7 +187,7 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
       timeline_->opEnd(name, p->dtype, {});
       auto it = jobs_.find(job_id);
       if (it != jobs_.end()) --it->second->executing;
-      finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->dtype, p->started);
+      finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
     });
     return;
   }
@@ -203,7 +206,7 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
     timeline_->opEnd(name, p->dtype, {});
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) --it->second->executing;
-    finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->dtype, p->started);
+    finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
   });
 }
 

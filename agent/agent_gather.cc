@@ -102,7 +102,7 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
   }
   if (!op.error.isOk() && job.world().cross_size == 1) {
     gatherLog()->warn("job {}: {}", job.id(), op.error.message());
-    finishOnLoop(job.id(), handles, 0, op.error);
+    finishOnLoop(job.id(), handles, 0, op.error, static_cast<DataType>(d0.dtype), {}, CollectiveType::kAllgather);
     return;
   }
   const uint64_t total = offsets[world];
@@ -138,7 +138,7 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
       timeline_->opEnd(name, dtype, {});
       auto it = jobs_.find(job_id);
       if (it != jobs_.end()) --it->second->executing;
-      finishOnLoop(job_id, handles, total, okStatus(), dtype, started);
+      finishOnLoop(job_id, handles, total, okStatus(), dtype, started, CollectiveType::kAllgather);
     });
     return;
   }
@@ -153,6 +153,8 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
   p.bytes = total;
   p.postscale = 1.0;
   p.started = op.first_arrival;
+  p.collective = CollectiveType::kAllgather;
+  p.report_dtype = dtype;
   size_t n = (std::max<size_t>(total, 64) + 63) / 64 * 64;
   p.staging = {static_cast<char*>(std::aligned_alloc(64, n)), [](char* q) { std::free(q); }};
 

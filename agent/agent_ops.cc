@@ -92,7 +92,8 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   if (!op.error.isOk()) {
     opsLog()->warn("job {}: {}", job.id(), op.error.message());
     if (job.world().cross_size == 1) {
-      finishOnLoop(job.id(), handles, 0, op.error);
+      finishOnLoop(job.id(), handles, 0, op.error, static_cast<DataType>(op.descs[0].dtype), {},
+                   static_cast<CollectiveType>(op.descs[0].collective));
       return;
     }
     // Other agents must learn of it, or their ranks would wait for this name.
@@ -108,7 +109,7 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
     return;
   }
   if (d0.data_bytes == 0 && job.world().cross_size == 1) {
-    finishOnLoop(job.id(), handles, 0, okStatus());
+    finishOnLoop(job.id(), handles, 0, okStatus(), static_cast<DataType>(d0.dtype), {}, coll);
     return;
   }
   if (coll == CollectiveType::kBroadcast) {
@@ -181,7 +182,7 @@ void Agent::executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
   auto dtype = static_cast<DataType>(d0.dtype);
   std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
   if (job.localSize() == 1 || root < 0 || root >= job.localSize()) {
-    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, op.first_arrival);
+    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, op.first_arrival, CollectiveType::kBroadcast);
     return;
   }
   LocalReduce copy;
@@ -202,12 +203,13 @@ void Agent::executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
     timeline_->opEnd(name, dtype, shape);
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) --it->second->executing;
-    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started);
+    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started, CollectiveType::kBroadcast);
   });
 }
 
 void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
-                         uint64_t bytes, const Status& st, DataType dtype, SteadyTime started) {
+                         uint64_t bytes, const Status& st, DataType dtype, SteadyTime started,
+                         CollectiveType collective) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
@@ -219,17 +221,18 @@ void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>&
     if (c != nullptr) completeOnLoop(*c, handles[r], final_st);
   }
   std::string dt(dataTypeName(dtype));
+  const std::string op_label(collectiveName(collective));
   metrics_
       .counter("kolo_collectives_total", "Collectives completed on this agent",
-               {{"op", "allreduce"}, {"dtype", dt}, {"status", final_st.isOk() ? "ok" : "error"}})
+               {{"op", op_label}, {"dtype", dt}, {"status", final_st.isOk() ? "ok" : "error"}})
       .inc();
   if (final_st.isOk()) {
     metrics_.counter("kolo_collective_bytes_total", "Payload bytes of completed collectives (one rank's tensor)",
-                     {{"op", "allreduce"}, {"dtype", dt}})
+                     {{"op", op_label}, {"dtype", dt}})
         .inc(bytes);
     if (started != SteadyTime{}) {
       metrics_.histogram("kolo_collective_latency_seconds", "From the first rank's submission to completion",
-                         {{"op", "allreduce"}})
+                         {{"op", op_label}})
           .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
   } else {

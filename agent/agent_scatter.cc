@@ -92,7 +92,7 @@ void Agent::executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_
       timeline_->opEnd(name, dtype, {});
       auto it = jobs_.find(job_id);
       if (it != jobs_.end()) --it->second->executing;
-      finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started);
+      finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started, CollectiveType::kReducescatter);
     });
     return;
   }
@@ -107,6 +107,8 @@ void Agent::executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_
   p.bytes = count * es;
   p.postscale = post;
   p.started = op.first_arrival;
+  p.collective = CollectiveType::kReducescatter;
+  p.report_dtype = dtype;
   for (int i = 0; i < k; ++i) p.scatter.push_back(blockOf(base + i));
   size_t nbytes = (std::max<size_t>(count * es, 64) + 63) / 64 * 64;
   p.staging = {static_cast<char*>(std::aligned_alloc(64, nbytes)), [](char* q) { std::free(q); }};

@@ -100,6 +100,8 @@ class Job {
     // Reducescatter: each local rank's block of the staging buffer
     // (element offset, element count), copied to its slot; empty otherwise.
     std::vector<std::pair<size_t, size_t>> scatter;
+    CollectiveType collective = CollectiveType::kAllreduce;  // for metrics
+    DataType report_dtype = DataType::kFloat32;               // the tensor's dtype, for metrics
   };
   std::unique_ptr<CrossJob> cross;
   uint64_t cross_generation = 0;  // generation whose backend is being built or runs

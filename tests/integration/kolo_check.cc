@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kolo/kolo.hpp"
 #include "kolo/kolo_c.h"
 
 namespace {
@@ -501,6 +502,26 @@ int runAllgather(bool big) {
     if (checkAllgather("g.zeros", KOLO_FLOAT32, {4}, zeros)) return 1;
     if (checkAllgather("g.one", KOLO_INT64, {}, one)) return 1;
     checks += 2;
+  }
+  {
+    // The C++ API (kolo.hpp): rank r sends r + 1 int32 rows of {r, r}.
+    std::vector<int32_t> mine(2 * (g_rank + 1), g_rank);
+    auto g = kolo::allgather("g.cpp", mine.data(), {g_rank + 1, 2}, kolo::DataType::kInt32);
+    if (!g.ok()) FAIL("kolo::allgather: %s", g.result().toString().c_str());
+    int64_t want_rows = static_cast<int64_t>(g_size) * (g_size + 1) / 2;
+    if (g->dim0 != want_rows || g->data.size() != static_cast<size_t>(want_rows) * 8) {
+      FAIL("kolo::allgather: %lld rows, %zu bytes", static_cast<long long>(g->dim0), g->data.size());
+    }
+    const auto* v = reinterpret_cast<const int32_t*>(g->data.data());
+    size_t k = 0;
+    for (int r = 0; r < g_size; ++r) {
+      for (int i = 0; i < 2 * (r + 1); ++i, ++k) {
+        if (v[k] != r) FAIL("kolo::allgather element %zu: got %d want %d", k, v[k], r);
+      }
+    }
+    kolo::Result b = kolo::barrier(30000);
+    if (!b.ok()) FAIL("kolo::barrier: %s", b.toString().c_str());
+    ++checks;
   }
   if (big) {
     std::vector<int64_t> dim0s(g_size);
