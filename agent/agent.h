@@ -76,6 +76,8 @@ class Agent {
   Status validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
   void executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
   Status validateReducescatterOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
+  void executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
+  Status validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
   // Runs every copy (or reduction) on the executor; `done` once all finished.
   void copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done);
   void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,

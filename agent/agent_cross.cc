@@ -159,6 +159,30 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
                  p->collective);
     return;
   }
+  if (p->collective == CollectiveType::kAlltoall) {  // a rank may receive rows without sending any
+    timeline_->activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
+    std::vector<LocalReduce> copies;
+    for (const auto& c : p->copy_out) {
+      if (c.bytes == 0) continue;
+      LocalReduce r;
+      r.dtype = DataType::kUint8;
+      r.op = ReduceOp::kSum;
+      r.count = c.bytes;
+      r.slots = {p->staging.get() + c.src_off};
+      r.dsts = {static_cast<char*>(p->slots[c.local_rank]) + c.dst_off};
+      r.keepalive = p->keepalive;
+      copies.push_back(std::move(r));
+    }
+    ++job.executing;
+    copyAllOnLoop(std::move(copies), [this, job_id, p, name] {
+      timeline_->activityEnd(name);
+      timeline_->opEnd(name, p->report_dtype, {});
+      auto it = jobs_.find(job_id);
+      if (it != jobs_.end()) --it->second->executing;
+      finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
+    });
+    return;
+  }
   if (p->bytes == 0) {
     timeline_->opEnd(name, p->dtype, {});
     finishOnLoop(job_id, p->handles, 0, okStatus(), p->report_dtype, {}, p->collective);

@@ -43,7 +43,8 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   }
   auto coll = static_cast<CollectiveType>(d.collective);
   if (coll != CollectiveType::kAllreduce && coll != CollectiveType::kBroadcast &&
-      coll != CollectiveType::kAllgather && coll != CollectiveType::kReducescatter) {
+      coll != CollectiveType::kAllgather && coll != CollectiveType::kReducescatter &&
+      coll != CollectiveType::kAlltoall) {
     return completeOnLoop(c, d.handle,
                           invalidArgument(std::string(collectiveName(coll)) + " is not supported by this agent yet"));
   }
@@ -65,6 +66,10 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   }
   if (coll == CollectiveType::kReducescatter) {
     Status g = validateReducescatterOnLoop(job, c, d);
+    if (!g.isOk()) return completeOnLoop(c, d.handle, g);
+  }
+  if (coll == CollectiveType::kAlltoall) {
+    Status g = validateAlltoallOnLoop(job, c, d);
     if (!g.isOk()) return completeOnLoop(c, d.handle, g);
   }
   std::optional<ReadyOp> ready;
@@ -106,6 +111,10 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   }
   if (coll == CollectiveType::kReducescatter) {
     executeReducescatterOnLoop(job, std::move(op), std::move(handles));
+    return;
+  }
+  if (coll == CollectiveType::kAlltoall) {
+    executeAlltoallOnLoop(job, std::move(op), std::move(handles));
     return;
   }
   if (d0.data_bytes == 0 && job.world().cross_size == 1) {

@@ -70,6 +70,16 @@ inline int64_t reducescatterRowOffset(int64_t dim0, int size, int rank) {
   return rank * (dim0 / size) + (rank < extra ? rank : extra);
 }
 
+// Alltoall (additive): the output region starts with the split matrix
+// (int64_t[size][size], rows sent by rank s to rank d at [s * size + d],
+// written by the client), padded to kDataAlignment; the received rows follow
+// (from rank 0 first).
+inline uint64_t alltoallSplitsBytes(int world_size) {
+  uint64_t b = static_cast<uint64_t>(world_size > 0 ? world_size : 0) * static_cast<uint64_t>(world_size) *
+               sizeof(int64_t);
+  return (b + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
+}
+
 struct CompletionDesc {
   uint64_t handle;
   int32_t code;             // kolo::Code

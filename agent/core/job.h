@@ -100,6 +100,16 @@ class Job {
     // Reducescatter: each local rank's block of the staging buffer
     // (element offset, element count), copied to its slot; empty otherwise.
     std::vector<std::pair<size_t, size_t>> scatter;
+    // Alltoall: the buffer sent to the other agents, and the byte copies from
+    // the received staging buffer into local outputs.
+    std::unique_ptr<char[], void (*)(char*)> send_staging{nullptr, [](char*) {}};
+    struct CopyOut {
+      size_t src_off;
+      int local_rank;
+      size_t dst_off;
+      size_t bytes;
+    };
+    std::vector<CopyOut> copy_out;
     CollectiveType collective = CollectiveType::kAllreduce;  // for metrics
     DataType report_dtype = DataType::kFloat32;               // the tensor's dtype, for metrics
   };

@@ -205,6 +205,10 @@ void CrossJob::postOther(CrossWork w) {
                               std::move(done));
       return;
     }
+    case CollectiveType::kAlltoall:
+      if (tl != nullptr) tl->activityStart(name, "CROSS_ALLTOALL", {{"backend", std::string(backend_->name())}});
+      backend_->alltoallv(w.send, w.send_bytes, w.staging, w.recv_bytes, std::move(done));
+      return;
     default:
       loop_.post([cb = on_done_, name, c = w.collective] {
         cb(name, invalidArgument(std::string(collectiveName(c)) + " is not supported across agents"));

@@ -35,6 +35,10 @@ struct CrossWork {
   // Reducescatter: elements of each agent's block, by cross rank; `staging`
   // holds the locally reduced tensor (count elements).
   std::vector<size_t> block_counts;
+  // Alltoall: bytes sent to / received from each agent (blocks of `send` and
+  // `staging` in cross-rank order).
+  const void* send = nullptr;
+  std::vector<size_t> send_bytes, recv_bytes;
 };
 
 namespace timeline {

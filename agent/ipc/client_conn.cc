@@ -56,7 +56,8 @@ Status ClientConn::validate(const SubmitDesc& d) const {
   bool in_place = d.collective == static_cast<uint8_t>(CollectiveType::kAllreduce) ||
                   d.collective == static_cast<uint8_t>(CollectiveType::kBroadcast) ||
                   d.collective == static_cast<uint8_t>(CollectiveType::kAllgather) ||
-                  d.collective == static_cast<uint8_t>(CollectiveType::kReducescatter);
+                  d.collective == static_cast<uint8_t>(CollectiveType::kReducescatter) ||
+                  d.collective == static_cast<uint8_t>(CollectiveType::kAlltoall);
   if (in_place && want != d.data_bytes) {
     return invalidArgument("malformed descriptor: shape " + std::to_string(elems) + " elements of " +
                            std::to_string(dataTypeSize(static_cast<DataType>(d.dtype))) +

@@ -228,6 +228,20 @@ kolo_status_t kolo_allgather_async(const char* name, const void* input, int ndim
   })
 }
 
+kolo_status_t kolo_alltoall_async(const char* name, const void* input, int ndim, const int64_t* shape,
+                                  kolo_dtype_t dtype, const int64_t* splits, kolo_handle_t* handle) {
+  KOLO_C_GUARD("kolo_alltoall_async", {
+    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_alltoall_async: handle is NULL");
+    *handle = 0;
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = c->alltoallAsync(name, input, ndim, shape, static_cast<int>(dtype), splits);
+    if (!h.isOk()) return fail(h.status());
+    *handle = *h;
+    return KOLO_OK;
+  })
+}
+
 kolo_status_t kolo_result(kolo_handle_t handle, void** data, int64_t* dim0) {
   KOLO_C_GUARD("kolo_result", {
     if (data == nullptr || dim0 == nullptr) return fail(Code::kInvalidArgument, "kolo_result: data or dim0 is NULL");

@@ -307,10 +307,12 @@ Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
   if (a.collective != static_cast<int>(CollectiveType::kAllreduce) &&
       a.collective != static_cast<int>(CollectiveType::kBroadcast) &&
       a.collective != static_cast<int>(CollectiveType::kAllgather) &&
-      a.collective != static_cast<int>(CollectiveType::kReducescatter)) {
+      a.collective != static_cast<int>(CollectiveType::kReducescatter) &&
+      a.collective != static_cast<int>(CollectiveType::kAlltoall)) {
     return invalidArgument(tensor + "this collective cannot be submitted this way");
   }
   if ((a.collective == static_cast<int>(CollectiveType::kAllgather) ||
+       a.collective == static_cast<int>(CollectiveType::kAlltoall) ||
        a.collective == static_cast<int>(CollectiveType::kReducescatter)) &&
       a.ndim < 1) {
     return invalidArgument(tensor + "ndim is " + std::to_string(a.ndim) +
@@ -457,15 +459,22 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
   const char* result = nullptr;
   Status st;
   // Allgather: one slot holds [first dims | output | input]; see ipc_layout.h.
-  const bool gather = a.collective == static_cast<int>(CollectiveType::kAllgather);
+  const bool gather = a.collective == static_cast<int>(CollectiveType::kAllgather) ||
+                      a.collective == static_cast<int>(CollectiveType::kAlltoall);
   uint64_t out_offset = 0, out_bytes = 0, result_bytes = bytes;
   int64_t gather_dim0 = 0;
   if (gather) {
-    const int world_size = world().size;
+    const WorldView wv = world();
+    const int world_size = wv.size;
     uint64_t row = dataTypeSize(static_cast<DataType>(a.dtype));
     for (int i = 1; i < a.ndim; ++i) row *= static_cast<uint64_t>(a.shape[i]);
-    for (int r = 0; r < world_size; ++r) gather_dim0 += a.gather_dims[r];
-    const uint64_t prefix = allgatherSizesBytes(world_size);
+    const bool a2a = a.splits_matrix != nullptr;
+    const int64_t* header = a2a ? a.splits_matrix : a.gather_dims;
+    const size_t header_elems = a2a ? static_cast<size_t>(world_size) * world_size : static_cast<size_t>(world_size);
+    for (int r = 0; r < world_size; ++r) {
+      gather_dim0 += a2a ? a.splits_matrix[static_cast<size_t>(r) * world_size + wv.rank] : a.gather_dims[r];
+    }
+    const uint64_t prefix = a2a ? alltoallSplitsBytes(world_size) : allgatherSizesBytes(world_size);
     const uint64_t total = static_cast<uint64_t>(gather_dim0) * row;
     const uint64_t out_padded = (total + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
     auto s = allocateSlot(prefix + out_padded + bytes, name, deadline);
@@ -476,7 +485,7 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
       data_offset = *s + prefix + out_padded;
       result = arena_.data() + *s + prefix;
       result_bytes = total;
-      std::memcpy(arena_.data() + *s, a.gather_dims, sizeof(int64_t) * world_size);
+      std::memcpy(arena_.data() + *s, header, sizeof(int64_t) * header_elems);
       if (bytes > 0) std::memcpy(arena_.data() + data_offset, in, bytes);
     } else {
       st = s.status();
@@ -688,6 +697,62 @@ StatusOr<uint64_t> Client::reducescatterAsync(const char* name, const void* inpu
   a.dtype = dtype;
   a.op = op;
   a.collective = static_cast<int>(CollectiveType::kReducescatter);
+  return allreduceAsync(a);
+}
+
+StatusOr<uint64_t> Client::alltoallAsync(const char* name, const void* input, int ndim, const int64_t* shape,
+                                         int dtype, const int64_t* splits) {
+  AllreduceArgs a;
+  a.name = name;
+  a.input = input;
+  a.output = const_cast<void*>(input);  // unused: the result is library-owned
+  a.ndim = ndim;
+  a.shape = shape;
+  a.dtype = dtype;
+  a.op = static_cast<int>(ReduceOp::kSum);
+  a.collective = static_cast<int>(CollectiveType::kAlltoall);
+  uint64_t bytes = 0;
+  RETURN_IF_ERROR(validate(a, &bytes));
+  static constexpr std::string_view kSuffix = ".__splits";
+  std::string splits_name = std::string(name) + std::string(kSuffix);
+  if (splits_name.size() > kMaxNameBytes) {
+    return invalidArgument("alltoall: tensor name " + quoteName(name) + " is longer than " +
+                           std::to_string(kMaxNameBytes - kSuffix.size()) + " bytes");
+  }
+  const WorldView w = world();
+  const size_t n = static_cast<size_t>(w.size);
+  std::vector<int64_t> m(n * n, 0);
+  int64_t sum = 0;
+  for (size_t d = 0; d < n; ++d) {
+    int64_t v = splits != nullptr ? splits[d] : shape[0] / w.size;
+    if (v < 0) return invalidArgument("alltoall of tensor " + quoteName(name) + ": splits[" + std::to_string(d) + "] is negative");
+    m[static_cast<size_t>(w.rank) * n + d] = v;
+    sum += v;
+  }
+  if (sum != shape[0]) {
+    return invalidArgument("alltoall of tensor " + quoteName(name) + ": " +
+                           (splits != nullptr ? "the splits add up to " + std::to_string(sum) + " rows"
+                                              : "without splits the first dimension must divide by the job size " +
+                                                    std::to_string(w.size)) +
+                           ", but the first dimension is " + std::to_string(shape[0]));
+  }
+  int64_t m_shape[1] = {static_cast<int64_t>(n * n)};
+  AllreduceArgs s;
+  s.name = splits_name.c_str();
+  s.input = m.data();
+  s.output = m.data();
+  s.ndim = 1;
+  s.shape = m_shape;
+  s.dtype = static_cast<int>(DataType::kInt64);
+  s.op = static_cast<int>(ReduceOp::kSum);
+  ASSIGN_OR_RETURN(uint64_t h, allreduceAsync(s));
+  Status st = wait(h, milliseconds(-1));
+  if (st.code() == Code::kTimedOut) release(h);
+  if (!st.isOk()) {
+    return Status(st.code(), "alltoall of tensor " + quoteName(name) +
+                                 ": exchanging the ranks' splits failed: " + st.message());
+  }
+  a.splits_matrix = m.data();
   return allreduceAsync(a);
 }
 

@@ -71,6 +71,8 @@ struct AllreduceArgs {
   int root = -1;       // broadcast: the root's global rank
   // Allgather (internal): every rank's first dimension, int64[world size].
   const int64_t* gather_dims = nullptr;
+  // Alltoall (internal): the split matrix, int64[world size][world size].
+  const int64_t* splits_matrix = nullptr;
 };
 
 class Client {
@@ -109,6 +111,12 @@ class Client {
   // After wait() succeeds, result() gives the library-owned output.
   StatusOr<uint64_t> allgatherAsync(const char* name, const void* input, int ndim, const int64_t* shape,
                                     int dtype);
+  // Alltoall: rank r sends splits[d] rows (first dimension) of `input`, in
+  // order, to each rank d (splits NULL: shape[0] / size each) and receives
+  // the rows sent to it, from rank 0 first, as a result() like allgather's.
+  // The split matrix is exchanged first ("<name>.__splits", waited for here).
+  StatusOr<uint64_t> alltoallAsync(const char* name, const void* input, int ndim, const int64_t* shape, int dtype,
+                                   const int64_t* splits);
   struct GatherResult {
     std::vector<char> data;
     int64_t dim0 = 0;

@@ -1,4 +1,4 @@
-// Broadcast, allgather, reducescatter, barrier (and their mismatch errors) end to end: real
+// Broadcast, allgather, reducescatter, alltoall, barrier (and mismatch errors) end to end: real
 // kolo-coordinator and kolo-agent binaries, rank processes running
 // kolo_check, on one agent (N = 1, 2, 4) and over several agents (each agent
 // acts as a node; K = 2, 3 with 1-2 local ranks each).
@@ -64,6 +64,11 @@ TEST_P(Collectives, AllgatherConcatenatesDifferentFirstDimsInRankOrder) {
 TEST_P(Collectives, ReducescatterEveryDtypeOpAndSplitMatchesReference) {
   const auto& sizes = GetParam();
   runJob(sizes, "rs" + layoutName(sizes), {"reducescatter"}, "reducescatter checks passed");
+}
+
+TEST_P(Collectives, AlltoallUnevenSplitsDeliverEveryBlock) {
+  const auto& sizes = GetParam();
+  runJob(sizes, "a2a" + layoutName(sizes), {"alltoall"}, "alltoall checks passed");
 }
 
 TEST_P(Collectives, BarrierNoRankLeavesBeforeTheLastArrives) {

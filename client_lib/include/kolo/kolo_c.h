@@ -118,6 +118,19 @@ kolo_status_t kolo_reducescatter_async(const char* name, const void* input, void
 kolo_status_t kolo_reducescatter(const char* name, const void* input, void* output, int ndim,
                                  const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op);
 
+/* --- alltoall (added in ABI 1, additive) --------------------------------- */
+/* Rank r sends splits[d] rows (along the first dimension, in order) of
+ * `input` to each rank d and receives the rows every rank sends it,
+ * concatenated from rank 0 up. splits has kolo_size() entries adding up to
+ * shape[0]; NULL splits evenly (shape[0] must divide by the size). The other
+ * dimensions and the dtype must match across ranks. Like allgather, the call
+ * first exchanges the splits ("<name>.__splits"; names <= 246 bytes), which
+ * returns once every rank has called it, and the output is read with
+ * kolo_result(handle, &data, &dim0) after kolo_synchronize (dim0 = rows
+ * received), valid until kolo_release(handle). */
+kolo_status_t kolo_alltoall_async(const char* name, const void* input, int ndim, const int64_t* shape,
+                                  kolo_dtype_t dtype, const int64_t* splits, kolo_handle_t* handle);
+
 /* --- barrier (added in ABI 1, additive) ---------------------------------- */
 /* Returns once every rank of the job has entered the barrier (the n-th
  * kolo_barrier call of each rank pairs with the n-th of the others).
