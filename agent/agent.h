@@ -74,9 +74,18 @@ class Agent {
   void onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w);
   void onSubmitOnLoop(ClientConn& c, const SubmitDesc& d);
   void executeOnLoop(Job& job, ReadyOp op);
+  void executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
+  void executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
+  Status validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
+  void executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
+  Status validateReducescatterOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
+  void executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
+  Status validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
+  // Runs every copy (or reduction) on the executor; `done` once all finished.
+  void copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done);
   void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
                     uint64_t bytes, const Status& st, DataType dtype = DataType::kFloat32,
-                    SteadyTime started = {});
+                    SteadyTime started = {}, CollectiveType collective = CollectiveType::kAllreduce);
   void updateGaugesOnLoop();
   void failJobOnLoop(Job& job, const Status& st, bool tell_coordinator);
   void endJobForRankOnLoop(Job& job, int local_rank);
@@ -105,10 +114,11 @@ class Agent {
   metrics::Registry metrics_;
   // Handles looked up once (the registry's lookup takes a lock).
   struct OpMetrics {
-    metrics::Counter* ok[kNumDataTypes];
-    metrics::Counter* failed[kNumDataTypes];
-    metrics::Counter* bytes[kNumDataTypes];
-    metrics::Histogram* latency;
+    static constexpr int kCollectives = 7;  // CollectiveType values 0..6
+    metrics::Counter* ok[kCollectives][kNumDataTypes];
+    metrics::Counter* failed[kCollectives][kNumDataTypes];
+    metrics::Counter* bytes[kCollectives][kNumDataTypes];
+    metrics::Histogram* latency[kCollectives];
     metrics::Histogram* negotiation;
   } op_metrics_{};
   void initMetrics();

@@ -73,6 +73,8 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   p.postscale = r.postscale;
   p.started = op.first_arrival;
   p.staging = allocStaging(p.bytes);
+  p.collective = static_cast<CollectiveType>(d0.collective);
+  p.report_dtype = static_cast<DataType>(d0.dtype);
 
   CrossWork w;
   w.req.name = op.name;
@@ -85,17 +87,32 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   w.count = op.error.isOk() ? r.count : 0;
   w.dtype = r.dtype;
   w.op = r.op;
+  w.collective = static_cast<CollectiveType>(d0.collective);
+  // Broadcast: the agent that hosts the root fills the staging buffer with
+  // the root's slot; the others receive into it.
+  int bcast_root_local = -1;
+  if (w.collective == CollectiveType::kBroadcast) {
+    w.root = job.world().crossRankOf(d0.root);
+    bcast_root_local = d0.root - job.world().rank_offset;
+    if (bcast_root_local < 0 || bcast_root_local >= job.localSize()) bcast_root_local = -1;
+    if (w.count > 0 && w.root < 0) {
+      w.count = 0;
+      w.req.error = "broadcast of tensor '" + op.name + "': root rank " + std::to_string(d0.root) +
+                    " is on no agent of this job";
+    }
+  }
 
   std::string job_id = job.id();
   uint64_t gen = job.cross_generation;
   job.cross_pending.insert_or_assign(op.name, std::move(p));
   ++job.executing;
-  timeline_->opStart(op.name, CollectiveType::kAllreduce);
-  if (w.count == 0) {
+  timeline_->opStart(op.name, w.collective);
+  if (w.count == 0 || (w.collective == CollectiveType::kBroadcast && bcast_root_local < 0)) {
     timeline_->activityStart(op.name, "NEGOTIATE_ACROSS_AGENTS");
     job.cross->submit(std::move(w));
     return;
   }
+  if (w.collective == CollectiveType::kBroadcast) r.slots = {r.slots[bcast_root_local]};
   r.dsts = {w.staging};
   r.postscale = 1.0;  // applied after the agents' reduction
   timeline_->activityStart(op.name, "LOCAL_REDUCE");
@@ -136,15 +153,66 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
       failJobOnLoop(job, st, true);
     }
     timeline_->opEnd(name, p->dtype, {});
-    finishOnLoop(job_id, p->handles, 0, job.state() == JobState::kFailed ? job.failure() : st);
+    finishOnLoop(job_id, p->handles, 0, job.state() == JobState::kFailed ? job.failure() : st, p->report_dtype, {},
+                 p->collective);
+    return;
+  }
+  if (p->collective == CollectiveType::kAlltoall) {  // a rank may receive rows without sending any
+    timeline_->activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
+    std::vector<LocalReduce> copies;
+    for (const auto& c : p->copy_out) {
+      if (c.bytes == 0) continue;
+      LocalReduce r;
+      r.dtype = DataType::kUint8;
+      r.op = ReduceOp::kSum;
+      r.count = c.bytes;
+      r.slots = {p->staging.get() + c.src_off};
+      r.dsts = {static_cast<char*>(p->slots[c.local_rank]) + c.dst_off};
+      r.keepalive = p->keepalive;
+      copies.push_back(std::move(r));
+    }
+    ++job.executing;
+    copyAllOnLoop(std::move(copies), [this, job_id, p, name] {
+      timeline_->activityEnd(name);
+      timeline_->opEnd(name, p->report_dtype, {});
+      auto it = jobs_.find(job_id);
+      if (it != jobs_.end()) --it->second->executing;
+      finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
+    });
     return;
   }
   if (p->bytes == 0) {
     timeline_->opEnd(name, p->dtype, {});
-    finishOnLoop(job_id, p->handles, 0, okStatus());
+    finishOnLoop(job_id, p->handles, 0, okStatus(), p->report_dtype, {}, p->collective);
     return;
   }
   timeline_->activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
+  if (!p->scatter.empty()) {
+    // Reducescatter: each local rank's block, scaled, into its output slot.
+    const size_t es = dataTypeSize(p->dtype);
+    std::vector<LocalReduce> copies;
+    for (size_t i = 0; i < p->scatter.size(); ++i) {
+      if (p->scatter[i].second == 0) continue;
+      LocalReduce c;
+      c.dtype = p->dtype;
+      c.op = ReduceOp::kSum;
+      c.count = p->scatter[i].second;
+      c.postscale = p->postscale;
+      c.slots = {p->staging.get() + p->scatter[i].first * es};
+      c.dsts = {p->slots[i]};
+      c.keepalive = p->keepalive;
+      copies.push_back(std::move(c));
+    }
+    ++job.executing;
+    copyAllOnLoop(std::move(copies), [this, job_id, p, name] {
+      timeline_->activityEnd(name);
+      timeline_->opEnd(name, p->dtype, {});
+      auto it = jobs_.find(job_id);
+      if (it != jobs_.end()) --it->second->executing;
+      finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
+    });
+    return;
+  }
   LocalReduce r;
   r.dtype = p->dtype;
   r.op = ReduceOp::kSum;
@@ -160,7 +228,7 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
     timeline_->opEnd(name, p->dtype, {});
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) --it->second->executing;
-    finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->dtype, p->started);
+    finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
   });
 }
 

@@ -41,16 +41,36 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
     opsLog()->warn("job {}: rank {} sent a bad descriptor: {}", job.id(), job.globalRank(c.local_rank), v.message());
     return completeOnLoop(c, d.handle, v);
   }
-  if (d.collective != static_cast<uint8_t>(CollectiveType::kAllreduce)) {
+  auto coll = static_cast<CollectiveType>(d.collective);
+  if (coll != CollectiveType::kAllreduce && coll != CollectiveType::kBroadcast &&
+      coll != CollectiveType::kAllgather && coll != CollectiveType::kReducescatter &&
+      coll != CollectiveType::kAlltoall) {
     return completeOnLoop(c, d.handle,
-                          invalidArgument(std::string(collectiveName(static_cast<CollectiveType>(d.collective))) +
-                                          " is not supported by this agent yet"));
+                          invalidArgument(std::string(collectiveName(coll)) + " is not supported by this agent yet"));
   }
   if (job.state() == JobState::kFailed || job.state() == JobState::kEnding) {
     return completeOnLoop(c, d.handle, job.refusal());
   }
   if (!job.ready()) {
     return completeOnLoop(c, d.handle, invalidArgument("job " + job.id() + " has not formed yet: wait for kolo_init"));
+  }
+  if (coll == CollectiveType::kBroadcast && (d.root < 0 || d.root >= job.worldSize())) {
+    return completeOnLoop(c, d.handle,
+                          invalidArgument("broadcast of tensor '" + std::string(d.name, std::min<size_t>(d.name_len, kMaxNameBytes)) +
+                                          "': root rank " + std::to_string(d.root) + " is not a rank of this job (size " +
+                                          std::to_string(job.worldSize()) + ")"));
+  }
+  if (coll == CollectiveType::kAllgather) {
+    Status g = validateAllgatherOnLoop(job, c, d);
+    if (!g.isOk()) return completeOnLoop(c, d.handle, g);
+  }
+  if (coll == CollectiveType::kReducescatter) {
+    Status g = validateReducescatterOnLoop(job, c, d);
+    if (!g.isOk()) return completeOnLoop(c, d.handle, g);
+  }
+  if (coll == CollectiveType::kAlltoall) {
+    Status g = validateAlltoallOnLoop(job, c, d);
+    if (!g.isOk()) return completeOnLoop(c, d.handle, g);
   }
   std::optional<ReadyOp> ready;
   auto now = std::chrono::steady_clock::now();
@@ -77,14 +97,32 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   if (!op.error.isOk()) {
     opsLog()->warn("job {}: {}", job.id(), op.error.message());
     if (job.world().cross_size == 1) {
-      finishOnLoop(job.id(), handles, 0, op.error);
+      finishOnLoop(job.id(), handles, 0, op.error, static_cast<DataType>(op.descs[0].dtype), {},
+                   static_cast<CollectiveType>(op.descs[0].collective));
       return;
     }
     // Other agents must learn of it, or their ranks would wait for this name.
   }
   const SubmitDesc& d0 = op.descs[0];
+  const auto coll = static_cast<CollectiveType>(d0.collective);
+  if (coll == CollectiveType::kAllgather) {  // local rank 0 may contribute nothing, the others something
+    executeAllgatherOnLoop(job, std::move(op), std::move(handles));
+    return;
+  }
+  if (coll == CollectiveType::kReducescatter) {
+    executeReducescatterOnLoop(job, std::move(op), std::move(handles));
+    return;
+  }
+  if (coll == CollectiveType::kAlltoall) {
+    executeAlltoallOnLoop(job, std::move(op), std::move(handles));
+    return;
+  }
   if (d0.data_bytes == 0 && job.world().cross_size == 1) {
-    finishOnLoop(job.id(), handles, 0, okStatus());
+    finishOnLoop(job.id(), handles, 0, okStatus(), static_cast<DataType>(d0.dtype), {}, coll);
+    return;
+  }
+  if (coll == CollectiveType::kBroadcast) {
+    executeBroadcastOnLoop(job, std::move(op), std::move(handles));
     return;
   }
   LocalReduce r;
@@ -124,8 +162,62 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   });
 }
 
+// Broadcast, in place: the root's slot is copied byte for byte into every
+// other rank's slot (on one agent), or through a staging buffer and the
+// backend's broadcast among agents (see executeCrossOnLoop).
+void Agent::executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles) {
+  const SubmitDesc& d0 = op.descs[0];
+  LocalReduce r;
+  r.dtype = DataType::kUint8;  // a byte copy, whatever the dtype
+  r.op = ReduceOp::kSum;
+  r.count = d0.data_bytes;
+  for (size_t i = 0; i < op.descs.size(); ++i) {
+    ClientConn* c = job.client(static_cast<int>(i));
+    if (c == nullptr) {
+      finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
+      return;
+    }
+    r.slots.push_back(c->slot(op.descs[i].data_offset));
+    r.keepalive.push_back(c->arena());
+  }
+  if (job.world().cross_size > 1) {
+    executeCrossOnLoop(job, std::move(op), std::move(r), std::move(handles));
+    return;
+  }
+  const int root = d0.root - job.world().rank_offset;
+  uint64_t bytes = d0.data_bytes;
+  std::string job_id = job.id();
+  auto dtype = static_cast<DataType>(d0.dtype);
+  std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
+  if (job.localSize() == 1 || root < 0 || root >= job.localSize()) {
+    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, op.first_arrival, CollectiveType::kBroadcast);
+    return;
+  }
+  LocalReduce copy;
+  copy.dtype = r.dtype;
+  copy.op = r.op;
+  copy.count = r.count;
+  copy.slots = {r.slots[root]};
+  for (int i = 0; i < job.localSize(); ++i) {
+    if (i != root) copy.dsts.push_back(r.slots[i]);
+  }
+  copy.keepalive = std::move(r.keepalive);
+  ++job.executing;
+  timeline_->opStart(op.name, CollectiveType::kBroadcast);
+  timeline_->activityStart(op.name, "MEMCPY_BROADCAST");
+  executor_.reduceOnLoop(std::move(copy), [this, job_id, handles = std::move(handles), bytes, name = op.name, dtype,
+                                           shape, started = op.first_arrival] {
+    timeline_->activityEnd(name);
+    timeline_->opEnd(name, dtype, shape);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) --it->second->executing;
+    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started, CollectiveType::kBroadcast);
+  });
+}
+
 void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
-                         uint64_t bytes, const Status& st, DataType dtype, SteadyTime started) {
+                         uint64_t bytes, const Status& st, DataType dtype, SteadyTime started,
+                         CollectiveType collective) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
@@ -137,14 +229,15 @@ void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>&
     if (c != nullptr) completeOnLoop(*c, handles[r], final_st);
   }
   const int dti = static_cast<int>(dtype);
+  const int ci = static_cast<int>(collective);
   if (final_st.isOk()) {
-    op_metrics_.ok[dti]->inc();
-    op_metrics_.bytes[dti]->inc(bytes);
+    op_metrics_.ok[ci][dti]->inc();
+    op_metrics_.bytes[ci][dti]->inc(bytes);
     if (started != SteadyTime{}) {
-      op_metrics_.latency->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      op_metrics_.latency[ci]->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
   } else {
-    op_metrics_.failed[dti]->inc();
+    op_metrics_.failed[ci][dti]->inc();
     metrics_.counter("kolo_errors_total", "Failed collectives by error kind", {{"kind", codeName(final_st.code())}})
         .inc();
   }
@@ -218,6 +311,8 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
   bool found = false;
   for (const auto& slot : world.agents()) {
     jw.agents.push_back(slot.agent().agent_id() + " (host " + slot.agent().hostname() + ")");
+    jw.rank_offsets.push_back(slot.rank_offset());
+    jw.local_sizes.push_back(slot.local_size());
     if (slot.agent().agent_id() == opts_.agent_id) {
       jw.rank_offset = slot.rank_offset();
       jw.cross_rank = slot.cross_rank();

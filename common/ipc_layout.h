@@ -50,6 +50,36 @@ struct SubmitDesc {
   char name[kMaxNameBytes + 1];
 };
 
+// Allgather (additive): the output region [out_offset, +out_bytes) starts
+// with every rank's first dimension (int64_t[world size], written by the
+// client), padded to kDataAlignment; the gathered tensor (ranks'
+// contributions concatenated in rank order) follows.
+inline uint64_t allgatherSizesBytes(int world_size) {
+  uint64_t b = static_cast<uint64_t>(world_size > 0 ? world_size : 0) * sizeof(int64_t);
+  return (b + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
+}
+
+// Reducescatter (additive): rank r of `size` receives rows
+// [reducescatterRowOffset(r), +reducescatterRows(r)) of the reduced tensor:
+// dim0 / size rows each, and the first dim0 % size ranks one more.
+inline int64_t reducescatterRows(int64_t dim0, int size, int rank) {
+  return dim0 / size + (rank < dim0 % size ? 1 : 0);
+}
+inline int64_t reducescatterRowOffset(int64_t dim0, int size, int rank) {
+  int64_t extra = dim0 % size;
+  return rank * (dim0 / size) + (rank < extra ? rank : extra);
+}
+
+// Alltoall (additive): the output region starts with the split matrix
+// (int64_t[size][size], rows sent by rank s to rank d at [s * size + d],
+// written by the client), padded to kDataAlignment; the received rows follow
+// (from rank 0 first).
+inline uint64_t alltoallSplitsBytes(int world_size) {
+  uint64_t b = static_cast<uint64_t>(world_size > 0 ? world_size : 0) * static_cast<uint64_t>(world_size) *
+               sizeof(int64_t);
+  return (b + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
+}
+
 struct CompletionDesc {
   uint64_t handle;
   int32_t code;             // kolo::Code

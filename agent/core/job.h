@@ -28,6 +28,18 @@ struct JobWorld {
   int cross_rank = 0;
   int cross_size = 1;
   std::vector<std::string> agents;  // "agent_id (host h)" by cross rank
+  std::vector<int> rank_offsets;     // first global rank of each agent, by cross rank
+  std::vector<int> local_sizes;      // ranks on each agent, by cross rank
+
+  // The cross rank of the agent hosting `global_rank`, or -1.
+  int crossRankOf(int global_rank) const {
+    for (size_t i = 0; i < rank_offsets.size(); ++i) {
+      if (global_rank >= rank_offsets[i] && global_rank < rank_offsets[i] + local_sizes[i]) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
 };
 
 struct JobCounters {
@@ -91,6 +103,21 @@ class Job {
     uint64_t bytes = 0;
     double postscale = 1.0;
     SteadyTime started;
+    // Reducescatter: each local rank's block of the staging buffer
+    // (element offset, element count), copied to its slot; empty otherwise.
+    std::vector<std::pair<size_t, size_t>> scatter;
+    // Alltoall: the buffer sent to the other agents, and the byte copies from
+    // the received staging buffer into local outputs.
+    std::unique_ptr<char[], void (*)(char*)> send_staging{nullptr, [](char*) {}};
+    struct CopyOut {
+      size_t src_off;
+      int local_rank;
+      size_t dst_off;
+      size_t bytes;
+    };
+    std::vector<CopyOut> copy_out;
+    CollectiveType collective = CollectiveType::kAllreduce;  // for metrics
+    DataType report_dtype = DataType::kFloat32;               // the tensor's dtype, for metrics
   };
   std::unique_ptr<CrossJob> cross;
   uint64_t cross_generation = 0;  // generation whose backend is being built or runs

@@ -15,6 +15,13 @@ std::string TensorTable::shapeString(const SubmitDesc& d) {
   return o.str();
 }
 
+namespace {
+bool firstDimMayDiffer(const SubmitDesc& d) {
+  return d.collective == static_cast<uint8_t>(CollectiveType::kAllgather) ||
+         d.collective == static_cast<uint8_t>(CollectiveType::kAlltoall);
+}
+}  // namespace
+
 std::string TensorTable::describeMismatch(const std::string& name, const SubmitDesc& a, int ra,
                                           const SubmitDesc& b, int rb) {
   std::ostringstream o;
@@ -28,8 +35,16 @@ std::string TensorTable::describeMismatch(const std::string& name, const SubmitD
     o << "Mismatched data types for tensor '" << name << "': rank " << ra << " sent "
       << dataTypeName(static_cast<DataType>(a.dtype)) << ", but rank " << rb << " sent "
       << dataTypeName(static_cast<DataType>(b.dtype)) << ".";
-  } else if (a.ndim != b.ndim ||
-             std::memcmp(a.shape, b.shape, sizeof(int64_t) * std::min<int>(a.ndim, kMaxDims)) != 0) {
+  } else if (firstDimMayDiffer(a) &&
+             (a.ndim != b.ndim || a.ndim < 1 ||
+              std::memcmp(a.shape + 1, b.shape + 1, sizeof(int64_t) * std::min<int>(a.ndim - 1, kMaxDims - 1)) != 0)) {
+    // Allgather, alltoall: the first dimension may differ per rank, the others must match.
+    o << "Mismatched " << coll(a) << " tensor shapes for tensor '" << name << "': rank " << ra << " sent shape "
+      << shapeString(a) << ", but rank " << rb << " sent shape " << shapeString(b)
+      << " (all dimensions but the first must match).";
+  } else if (!firstDimMayDiffer(a) &&
+             (a.ndim != b.ndim ||
+              std::memcmp(a.shape, b.shape, sizeof(int64_t) * std::min<int>(a.ndim, kMaxDims)) != 0)) {
     o << "Mismatched " << coll(a) << " tensor shapes for tensor '" << name << "': rank " << ra
       << " sent shape " << shapeString(a) << ", but rank " << rb << " sent shape "
       << shapeString(b) << ".";

@@ -159,6 +159,65 @@ Status CrossJob::cycle() {
 }
 
 void CrossJob::postData(std::vector<CrossWork> works) {
+  // Only allreduces fuse; any other collective closes the current batch, so
+  // the backend sees the agreed order on every agent.
+  std::vector<CrossWork> batch;
+  for (CrossWork& w : works) {
+    if (fusion::isFusable(w.collective) && w.collective == CollectiveType::kAllreduce) {
+      batch.push_back(std::move(w));
+      continue;
+    }
+    postAllreduces(std::move(batch));
+    batch.clear();
+    postOther(std::move(w));
+  }
+  postAllreduces(std::move(batch));
+}
+
+void CrossJob::postOther(CrossWork w) {
+  std::string name = w.req.name;
+  Timeline* tl = options_.timeline;
+  auto done = [this, name, tl](Status st) {
+    if (tl != nullptr) tl->activityEnd(name);
+    loop_.post([cb = on_done_, name, st] { cb(name, st); });
+  };
+  switch (w.collective) {
+    case CollectiveType::kBroadcast:
+      if (tl != nullptr) tl->activityStart(name, "CROSS_BROADCAST", {{"backend", std::string(backend_->name())}});
+      backend_->broadcast(w.staging, w.count * dataTypeSize(w.dtype), w.root, std::move(done));
+      return;
+    case CollectiveType::kAllgather: {
+      const int me = backend_->rank();
+      size_t off = 0;
+      for (int i = 0; i < me; ++i) off += w.block_bytes[i];
+      char* base = static_cast<char*>(w.staging);
+      if (tl != nullptr) tl->activityStart(name, "CROSS_ALLGATHER", {{"backend", std::string(backend_->name())}});
+      backend_->allgatherv(base + off, w.block_bytes[me], base, w.block_bytes, std::move(done));
+      return;
+    }
+    case CollectiveType::kReducescatter: {
+      const int me = backend_->rank();
+      size_t off = 0;
+      for (int i = 0; i < me; ++i) off += w.block_counts[i];
+      char* base = static_cast<char*>(w.staging);
+      if (tl != nullptr) tl->activityStart(name, "CROSS_REDUCESCATTER", {{"backend", std::string(backend_->name())}});
+      backend_->reducescatter(base, base + off * dataTypeSize(w.dtype), w.block_counts, w.dtype, w.op,
+                              std::move(done));
+      return;
+    }
+    case CollectiveType::kAlltoall:
+      if (tl != nullptr) tl->activityStart(name, "CROSS_ALLTOALL", {{"backend", std::string(backend_->name())}});
+      backend_->alltoallv(w.send, w.send_bytes, w.staging, w.recv_bytes, std::move(done));
+      return;
+    default:
+      loop_.post([cb = on_done_, name, c = w.collective] {
+        cb(name, invalidArgument(std::string(collectiveName(c)) + " is not supported across agents"));
+      });
+      return;
+  }
+}
+
+void CrossJob::postAllreduces(std::vector<CrossWork> works) {
   if (works.empty()) return;
   std::vector<fusion::FusionEntry> entries;
   entries.reserve(works.size());

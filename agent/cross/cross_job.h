@@ -27,6 +27,18 @@ struct CrossWork {
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
+  CollectiveType collective = CollectiveType::kAllreduce;
+  int root = 0;  // broadcast: the cross rank of the agent hosting the root rank
+  // Allgather: bytes each agent contributes, by cross rank; `staging` holds
+  // the whole output (count bytes), this agent's block already in place.
+  std::vector<size_t> block_bytes;
+  // Reducescatter: elements of each agent's block, by cross rank; `staging`
+  // holds the locally reduced tensor (count elements).
+  std::vector<size_t> block_counts;
+  // Alltoall: bytes sent to / received from each agent (blocks of `send` and
+  // `staging` in cross-rank order).
+  const void* send = nullptr;
+  std::vector<size_t> send_bytes, recv_bytes;
 };
 
 namespace timeline {
@@ -60,8 +72,11 @@ class CrossJob {
   void run();
   Status cycle();
   Status syncCollective(const std::function<void(Backend::Done)>& post);
-  // Posts the agreed data collectives, fusing consecutive compatible ones.
+  // Posts the agreed data collectives in the agreed order, fusing
+  // consecutive compatible allreduces.
   void postData(std::vector<CrossWork> works);
+  void postAllreduces(std::vector<CrossWork> works);
+  void postOther(CrossWork work);
 
   std::string label_;
   std::unique_ptr<Backend> backend_;

@@ -53,7 +53,12 @@ Status ClientConn::validate(const SubmitDesc& d) const {
     elems *= static_cast<uint64_t>(d.shape[i]);
   }
   uint64_t want = elems * dataTypeSize(static_cast<DataType>(d.dtype));
-  if (d.collective == static_cast<uint8_t>(CollectiveType::kAllreduce) && want != d.data_bytes) {
+  bool in_place = d.collective == static_cast<uint8_t>(CollectiveType::kAllreduce) ||
+                  d.collective == static_cast<uint8_t>(CollectiveType::kBroadcast) ||
+                  d.collective == static_cast<uint8_t>(CollectiveType::kAllgather) ||
+                  d.collective == static_cast<uint8_t>(CollectiveType::kReducescatter) ||
+                  d.collective == static_cast<uint8_t>(CollectiveType::kAlltoall);
+  if (in_place && want != d.data_bytes) {
     return invalidArgument("malformed descriptor: shape " + std::to_string(elems) + " elements of " +
                            std::to_string(dataTypeSize(static_cast<DataType>(d.dtype))) +
                            " bytes does not match data_bytes " + std::to_string(d.data_bytes));

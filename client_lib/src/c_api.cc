@@ -187,6 +187,113 @@ kolo_status_t kolo_allreduce(const char* name, const void* input, void* output, 
   })
 }
 
+kolo_status_t kolo_broadcast_async(const char* name, void* buffer, int ndim, const int64_t* shape,
+                                   kolo_dtype_t dtype, int root, kolo_handle_t* handle) {
+  KOLO_C_GUARD("kolo_broadcast_async", {
+    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_broadcast_async: handle is NULL");
+    *handle = 0;
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = c->broadcastAsync(name, buffer, ndim, shape, static_cast<int>(dtype), root);
+    if (!h.isOk()) return fail(h.status());
+    *handle = *h;
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_broadcast(const char* name, void* buffer, int ndim, const int64_t* shape,
+                             kolo_dtype_t dtype, int root) {
+  KOLO_C_GUARD("kolo_broadcast", {
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = c->broadcastAsync(name, buffer, ndim, shape, static_cast<int>(dtype), root);
+    if (!h.isOk()) return fail(h.status());
+    Status s = c->wait(*h, std::chrono::milliseconds(-1));
+    if (s.code() == Code::kTimedOut) c->release(*h);
+    return report(s);
+  })
+}
+
+kolo_status_t kolo_allgather_async(const char* name, const void* input, int ndim, const int64_t* shape,
+                                   kolo_dtype_t dtype, kolo_handle_t* handle) {
+  KOLO_C_GUARD("kolo_allgather_async", {
+    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_allgather_async: handle is NULL");
+    *handle = 0;
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = c->allgatherAsync(name, input, ndim, shape, static_cast<int>(dtype));
+    if (!h.isOk()) return fail(h.status());
+    *handle = *h;
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_alltoall_async(const char* name, const void* input, int ndim, const int64_t* shape,
+                                  kolo_dtype_t dtype, const int64_t* splits, kolo_handle_t* handle) {
+  KOLO_C_GUARD("kolo_alltoall_async", {
+    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_alltoall_async: handle is NULL");
+    *handle = 0;
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = c->alltoallAsync(name, input, ndim, shape, static_cast<int>(dtype), splits);
+    if (!h.isOk()) return fail(h.status());
+    *handle = *h;
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_result(kolo_handle_t handle, void** data, int64_t* dim0) {
+  KOLO_C_GUARD("kolo_result", {
+    if (data == nullptr || dim0 == nullptr) return fail(Code::kInvalidArgument, "kolo_result: data or dim0 is NULL");
+    *data = nullptr;
+    *dim0 = 0;
+    auto c = current();
+    if (!c) return staleHandle(handle);
+    auto r = c->result(handle);
+    if (!r.isOk()) return fail(r.status());
+    *data = const_cast<char*>((*r)->data.data());
+    *dim0 = (*r)->dim0;
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_reducescatter_async(const char* name, const void* input, void* output, int ndim,
+                                       const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
+                                       kolo_handle_t* handle) {
+  KOLO_C_GUARD("kolo_reducescatter_async", {
+    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_reducescatter_async: handle is NULL");
+    *handle = 0;
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = c->reducescatterAsync(name, input, output, ndim, shape, static_cast<int>(dtype), static_cast<int>(op));
+    if (!h.isOk()) return fail(h.status());
+    *handle = *h;
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_reducescatter(const char* name, const void* input, void* output, int ndim,
+                                 const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op) {
+  KOLO_C_GUARD("kolo_reducescatter", {
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = c->reducescatterAsync(name, input, output, ndim, shape, static_cast<int>(dtype), static_cast<int>(op));
+    if (!h.isOk()) return fail(h.status());
+    Status s = c->wait(*h, std::chrono::milliseconds(-1));
+    if (s.code() == Code::kTimedOut) c->release(*h);
+    return report(s);
+  })
+}
+
+kolo_status_t kolo_barrier(int64_t timeout_ms) {
+  KOLO_C_GUARD("kolo_barrier", {
+    auto c = current();
+    if (!c) return notInitialized();
+    if (timeout_ms > int64_t{1} << 40) timeout_ms = int64_t{1} << 40;
+    return report(c->barrier(std::chrono::milliseconds(timeout_ms)));
+  })
+}
+
 kolo_status_t kolo_poll(kolo_handle_t handle) {
   KOLO_C_GUARD("kolo_poll", {
     auto c = current();

@@ -297,17 +297,41 @@ WorldView Client::world() const {
 
 Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
   if (a.name == nullptr || a.name[0] == '\0') {
-    return invalidArgument("allreduce: the tensor name is empty; every collective needs a name "
+    return invalidArgument(std::string(collectiveName(static_cast<CollectiveType>(a.collective))) +
+                           ": the tensor name is empty; every collective needs a name "
                            "that is the same on all ranks");
   }
   size_t name_len = std::strlen(a.name);
   std::string_view name(a.name, name_len);
   if (name_len > kMaxNameBytes) {
-    return invalidArgument("allreduce: tensor name " + quoteName(name) + " is " +
+    return invalidArgument(std::string(collectiveName(static_cast<CollectiveType>(a.collective))) +
+                           ": tensor name " + quoteName(name) + " is " +
                            std::to_string(name_len) + " bytes; the limit is " +
                            std::to_string(kMaxNameBytes));
   }
-  const std::string tensor = "allreduce of tensor " + quoteName(name) + ": ";
+  const std::string tensor =
+      std::string(collectiveName(static_cast<CollectiveType>(a.collective))) + " of tensor " + quoteName(name) + ": ";
+  if (a.collective != static_cast<int>(CollectiveType::kAllreduce) &&
+      a.collective != static_cast<int>(CollectiveType::kBroadcast) &&
+      a.collective != static_cast<int>(CollectiveType::kAllgather) &&
+      a.collective != static_cast<int>(CollectiveType::kReducescatter) &&
+      a.collective != static_cast<int>(CollectiveType::kAlltoall)) {
+    return invalidArgument(tensor + "this collective cannot be submitted this way");
+  }
+  if ((a.collective == static_cast<int>(CollectiveType::kAllgather) ||
+       a.collective == static_cast<int>(CollectiveType::kAlltoall) ||
+       a.collective == static_cast<int>(CollectiveType::kReducescatter)) &&
+      a.ndim < 1) {
+    return invalidArgument(tensor + "ndim is " + std::to_string(a.ndim) +
+                           "; it works along the first dimension, so it needs at least one");
+  }
+  if (a.collective == static_cast<int>(CollectiveType::kBroadcast)) {
+    int size = world().size;
+    if (a.root < 0 || a.root >= size) {
+      return invalidArgument(tensor + "root rank " + std::to_string(a.root) + " is not a rank of this job (size " +
+                             std::to_string(size) + ")");
+    }
+  }
   if (a.ndim < 0 || a.ndim > kMaxDims) {
     return invalidArgument(tensor + "ndim is " + std::to_string(a.ndim) + "; it must be 0 (scalar) to " +
                            std::to_string(kMaxDims));
@@ -337,7 +361,8 @@ Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
   if (__builtin_mul_overflow(elems, dataTypeSize(static_cast<DataType>(a.dtype)), &n)) {
     return invalidArgument(tensor + "the tensor's byte size overflows");
   }
-  if (n > 0 && (a.input == nullptr || a.output == nullptr)) {
+  const bool needs_output = a.collective != static_cast<int>(CollectiveType::kReducescatter);  // checked later
+  if (n > 0 && (a.input == nullptr || (needs_output && a.output == nullptr))) {
     return invalidArgument(tensor + (a.input == nullptr ? "input" : "output") + " is NULL");
   }
   const char* in = static_cast<const char*>(a.input);
@@ -427,7 +452,8 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
     }
     if (names_in_flight_.count(name) != 0) {
       return invalidArgument(
-          "Requested to allreduce a tensor with the same name as another tensor that is "
+          "Requested to " + std::string(collectiveName(static_cast<CollectiveType>(a.collective))) +
+          " a tensor with the same name as another tensor that is "
           "currently being processed: " + quoteName(name) +
           ". If you want to request another tensor, use a different tensor name.");
     }
@@ -439,13 +465,68 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
   uint64_t data_offset = 0;
   const char* result = nullptr;
   Status st;
-  if (bytes > 0 && in >= data_begin_ && in < data_end_) {
+  // Allgather: one slot holds [first dims | output | input]; see ipc_layout.h.
+  const bool gather = a.collective == static_cast<int>(CollectiveType::kAllgather) ||
+                      a.collective == static_cast<int>(CollectiveType::kAlltoall);
+  uint64_t out_offset = 0, out_bytes = 0, result_bytes = bytes;
+  int64_t gather_dim0 = 0;
+  if (gather) {
+    const WorldView wv = world();
+    const int world_size = wv.size;
+    uint64_t row = dataTypeSize(static_cast<DataType>(a.dtype));
+    for (int i = 1; i < a.ndim; ++i) row *= static_cast<uint64_t>(a.shape[i]);
+    const bool a2a = a.splits_matrix != nullptr;
+    const int64_t* header = a2a ? a.splits_matrix : a.gather_dims;
+    const size_t header_elems = a2a ? static_cast<size_t>(world_size) * world_size : static_cast<size_t>(world_size);
+    for (int r = 0; r < world_size; ++r) {
+      gather_dim0 += a2a ? a.splits_matrix[static_cast<size_t>(r) * world_size + wv.rank] : a.gather_dims[r];
+    }
+    const uint64_t prefix = a2a ? alltoallSplitsBytes(world_size) : allgatherSizesBytes(world_size);
+    const uint64_t total = static_cast<uint64_t>(gather_dim0) * row;
+    const uint64_t out_padded = (total + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
+    auto s = allocateSlot(prefix + out_padded + bytes, name, deadline);
+    if (s.isOk()) {
+      slot = *s;
+      out_offset = *s;
+      out_bytes = prefix + total;
+      data_offset = *s + prefix + out_padded;
+      result = arena_.data() + *s + prefix;
+      result_bytes = total;
+      std::memcpy(arena_.data() + *s, header, sizeof(int64_t) * header_elems);
+      if (bytes > 0) std::memcpy(arena_.data() + data_offset, in, bytes);
+    } else {
+      st = s.status();
+    }
+  } else if (a.collective == static_cast<int>(CollectiveType::kReducescatter)) {
+    // One slot holds [input, padded | this rank's block of the output].
+    WorldView w = world();
+    uint64_t row = dataTypeSize(static_cast<DataType>(a.dtype));
+    for (int i = 1; i < a.ndim; ++i) row *= static_cast<uint64_t>(a.shape[i]);
+    out_bytes = static_cast<uint64_t>(reducescatterRows(a.shape[0], w.size, w.rank)) * row;
+    const uint64_t in_padded = (bytes + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
+    if (out_bytes > 0 && a.output == nullptr) {
+      st = invalidArgument("reducescatter of tensor " + quoteName(name) + ": output is NULL");
+    } else if (bytes > 0 || out_bytes > 0) {
+      auto s = allocateSlot(in_padded + out_bytes, name, deadline);
+      if (s.isOk()) {
+        slot = *s;
+        data_offset = *s;
+        out_offset = *s + in_padded;
+        result = arena_.data() + out_offset;
+        result_bytes = out_bytes;
+        if (bytes > 0) std::memcpy(arena_.data() + *s, in, bytes);
+      } else {
+        st = s.status();
+      }
+    }
+  } else if (bytes > 0 && in >= data_begin_ && in < data_end_) {
     // Zero copy: the tensor already lives in a shared buffer.
     uint64_t off = static_cast<uint64_t>(in - arena_.data());
     std::lock_guard<std::mutex> lock(mu_);
     auto it = shared_.upper_bound(off);
     if (it == shared_.begin() || (--it, off + bytes > it->first + it->second)) {
-      st = invalidArgument("allreduce of tensor " + quoteName(name) + ": its " +
+      st = invalidArgument(std::string(collectiveName(static_cast<CollectiveType>(a.collective))) + " of tensor " +
+                           quoteName(name) + ": its " +
                            std::to_string(bytes) +
                            " bytes start inside the shared arena but do not lie within one "
                            "buffer from kolo_alloc_shared");
@@ -468,16 +549,18 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
   uint64_t handle = nextHandle();
   if (st.isOk()) {
     d.handle = handle;
-    d.collective = static_cast<uint8_t>(CollectiveType::kAllreduce);
+    d.collective = static_cast<uint8_t>(a.collective);
     d.dtype = static_cast<uint8_t>(a.dtype);
     d.reduce_op = static_cast<uint8_t>(a.op);
     d.ndim = static_cast<uint8_t>(a.ndim);
-    d.root = -1;
+    d.root = a.collective == static_cast<int>(CollectiveType::kBroadcast) ? a.root : -1;
     d.name_len = static_cast<uint32_t>(name.size());
     d.prescale = a.prescale;
     d.postscale = a.postscale;
     d.data_offset = data_offset;
     d.data_bytes = bytes;
+    d.out_offset = out_offset;
+    d.out_bytes = out_bytes;
     for (int i = 0; i < a.ndim; ++i) d.shape[i] = a.shape[i];
     std::memcpy(d.name, name.data(), name.size());
   }
@@ -496,8 +579,10 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
         op.name = name;
         op.output = a.output;
         op.result = result;
-        op.bytes = bytes;
+        op.bytes = result_bytes;
         op.slot = slot;
+        op.gather = gather;
+        op.gather_dim0 = gather_dim0;
         ops_.emplace(handle, std::move(op));
         ++in_flight_;
         bool pushed = submit_ring_.tryPush(d);  // we are the only producer
@@ -524,6 +609,171 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
   }
   ringDoorbell();
   return handle;
+}
+
+StatusOr<uint64_t> Client::broadcastAsync(const char* name, void* buf, int ndim, const int64_t* shape,
+                                          int dtype, int root) {
+  AllreduceArgs a;
+  a.name = name;
+  a.input = buf;
+  a.output = buf;
+  a.ndim = ndim;
+  a.shape = shape;
+  a.dtype = dtype;
+  a.op = static_cast<int>(ReduceOp::kSum);  // unused; the same on every rank
+  a.collective = static_cast<int>(CollectiveType::kBroadcast);
+  a.root = root;
+  return allreduceAsync(a);
+}
+
+Status Client::barrier(milliseconds timeout) {
+  std::string name = "__kolo.barrier." + std::to_string(barriers_.fetch_add(1) + 1);
+  int64_t shape[1] = {0};
+  AllreduceArgs a;
+  a.name = name.c_str();
+  a.ndim = 1;
+  a.shape = shape;
+  a.dtype = static_cast<int>(DataType::kUint8);
+  a.op = static_cast<int>(ReduceOp::kSum);
+  ASSIGN_OR_RETURN(uint64_t h, allreduceAsync(a));
+  Status st = wait(h, timeout);
+  if (st.code() == Code::kTimedOut) {
+    release(h);
+    return timedOut("kolo_barrier: not every rank reached barrier " + name.substr(15) + " within " +
+                    fmtSeconds(timeout.count() < 0 ? opts_.op_timeout : timeout) + " s");
+  }
+  return st;
+}
+
+StatusOr<uint64_t> Client::allgatherAsync(const char* name, const void* input, int ndim, const int64_t* shape,
+                                          int dtype) {
+  AllreduceArgs a;
+  a.name = name;
+  a.input = input;
+  a.output = const_cast<void*>(input);  // unused: the result is library-owned
+  a.ndim = ndim;
+  a.shape = shape;
+  a.dtype = dtype;
+  a.op = static_cast<int>(ReduceOp::kSum);
+  a.collective = static_cast<int>(CollectiveType::kAllgather);
+  uint64_t bytes = 0;
+  RETURN_IF_ERROR(validate(a, &bytes));
+  static constexpr std::string_view kSizesSuffix = ".__sizes";
+  std::string sizes_name = std::string(name) + std::string(kSizesSuffix);
+  if (sizes_name.size() > kMaxNameBytes) {
+    return invalidArgument("allgather: tensor name " + quoteName(name) + " is longer than " +
+                           std::to_string(kMaxNameBytes - kSizesSuffix.size()) + " bytes");
+  }
+  WorldView w = world();
+  // Phase 1: every rank's first dimension (Sum of vectors that are zero but
+  // for one's own slot).
+  std::vector<int64_t> dims(static_cast<size_t>(w.size), 0);
+  dims[static_cast<size_t>(w.rank)] = shape[0];
+  int64_t dims_shape[1] = {w.size};
+  AllreduceArgs s;
+  s.name = sizes_name.c_str();
+  s.input = dims.data();
+  s.output = dims.data();
+  s.ndim = 1;
+  s.shape = dims_shape;
+  s.dtype = static_cast<int>(DataType::kInt64);
+  s.op = static_cast<int>(ReduceOp::kSum);
+  ASSIGN_OR_RETURN(uint64_t h, allreduceAsync(s));
+  Status st = wait(h, milliseconds(-1));
+  if (st.code() == Code::kTimedOut) release(h);
+  if (!st.isOk()) {
+    return Status(st.code(), "allgather of tensor " + quoteName(name) +
+                                 ": exchanging the ranks' first dimensions failed: " + st.message());
+  }
+  for (int64_t d : dims) {
+    if (d < 0) return internalError("allgather of tensor " + quoteName(name) + ": a rank reported first dimension " + std::to_string(d));
+  }
+  // Phase 2: the gather itself.
+  a.gather_dims = dims.data();
+  return allreduceAsync(a);
+}
+
+StatusOr<uint64_t> Client::reducescatterAsync(const char* name, const void* input, void* output, int ndim,
+                                              const int64_t* shape, int dtype, int op) {
+  AllreduceArgs a;
+  a.name = name;
+  a.input = input;
+  a.output = output;
+  a.ndim = ndim;
+  a.shape = shape;
+  a.dtype = dtype;
+  a.op = op;
+  a.collective = static_cast<int>(CollectiveType::kReducescatter);
+  return allreduceAsync(a);
+}
+
+StatusOr<uint64_t> Client::alltoallAsync(const char* name, const void* input, int ndim, const int64_t* shape,
+                                         int dtype, const int64_t* splits) {
+  AllreduceArgs a;
+  a.name = name;
+  a.input = input;
+  a.output = const_cast<void*>(input);  // unused: the result is library-owned
+  a.ndim = ndim;
+  a.shape = shape;
+  a.dtype = dtype;
+  a.op = static_cast<int>(ReduceOp::kSum);
+  a.collective = static_cast<int>(CollectiveType::kAlltoall);
+  uint64_t bytes = 0;
+  RETURN_IF_ERROR(validate(a, &bytes));
+  static constexpr std::string_view kSuffix = ".__splits";
+  std::string splits_name = std::string(name) + std::string(kSuffix);
+  if (splits_name.size() > kMaxNameBytes) {
+    return invalidArgument("alltoall: tensor name " + quoteName(name) + " is longer than " +
+                           std::to_string(kMaxNameBytes - kSuffix.size()) + " bytes");
+  }
+  const WorldView w = world();
+  const size_t n = static_cast<size_t>(w.size);
+  std::vector<int64_t> m(n * n, 0);
+  int64_t sum = 0;
+  for (size_t d = 0; d < n; ++d) {
+    int64_t v = splits != nullptr ? splits[d] : shape[0] / w.size;
+    if (v < 0) return invalidArgument("alltoall of tensor " + quoteName(name) + ": splits[" + std::to_string(d) + "] is negative");
+    m[static_cast<size_t>(w.rank) * n + d] = v;
+    sum += v;
+  }
+  if (sum != shape[0]) {
+    return invalidArgument("alltoall of tensor " + quoteName(name) + ": " +
+                           (splits != nullptr ? "the splits add up to " + std::to_string(sum) + " rows"
+                                              : "without splits the first dimension must divide by the job size " +
+                                                    std::to_string(w.size)) +
+                           ", but the first dimension is " + std::to_string(shape[0]));
+  }
+  int64_t m_shape[1] = {static_cast<int64_t>(n * n)};
+  AllreduceArgs s;
+  s.name = splits_name.c_str();
+  s.input = m.data();
+  s.output = m.data();
+  s.ndim = 1;
+  s.shape = m_shape;
+  s.dtype = static_cast<int>(DataType::kInt64);
+  s.op = static_cast<int>(ReduceOp::kSum);
+  ASSIGN_OR_RETURN(uint64_t h, allreduceAsync(s));
+  Status st = wait(h, milliseconds(-1));
+  if (st.code() == Code::kTimedOut) release(h);
+  if (!st.isOk()) {
+    return Status(st.code(), "alltoall of tensor " + quoteName(name) +
+                                 ": exchanging the ranks' splits failed: " + st.message());
+  }
+  a.splits_matrix = m.data();
+  return allreduceAsync(a);
+}
+
+StatusOr<const Client::GatherResult*> Client::result(uint64_t handle) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = results_.find(handle);
+  if (it != results_.end()) return &it->second;
+  auto op = ops_.find(handle);
+  if (op != ops_.end() && op->second.state != OpState::kDone) {
+    return invalidArgument("kolo_result: handle " + std::to_string(handle) +
+                           " has not completed; call kolo_synchronize first");
+  }
+  return invalidArgument("kolo_result: handle " + std::to_string(handle) +
+                         " has no result (not an allgather, failed, or released)");
 }
 
 void Client::ringDoorbell() {
@@ -633,7 +883,19 @@ void Client::handleCompletion(const CompletionDesc& c) {
     size_t len = std::min<size_t>(c.msg_len, kMaxErrorBytes);
     st = wireStatus(c.code, std::string(c.msg, strnlen(c.msg, len)), Code::kInternal);
   }
-  if (st.isOk() && !op.released && op.bytes > 0 && op.output != op.result) {
+  if (st.isOk() && !op.released && op.gather) {
+    // Copy the gathered tensor out of the arena (the slot is freed below).
+    op.state = OpState::kCompleting;
+    GatherResult res;
+    res.dim0 = op.gather_dim0;
+    const char* src = op.result;
+    uint64_t bytes = op.bytes;
+    lk.unlock();
+    res.data.assign(src, src + bytes);
+    lk.lock();
+    results_[c.handle] = std::move(res);
+    it = ops_.find(c.handle);
+  } else if (st.isOk() && !op.released && op.bytes > 0 && op.output != op.result) {
     // Copy out without holding mu_; release() waits for kCompleting to end.
     op.state = OpState::kCompleting;
     void* out = op.output;
@@ -741,6 +1003,7 @@ Status Client::wait(uint64_t handle, milliseconds timeout) {
 
 void Client::release(uint64_t handle) {
   std::unique_lock<std::mutex> lk(mu_);
+  results_.erase(handle);
   for (;;) {
     auto it = ops_.find(handle);
     if (it == ops_.end()) return;

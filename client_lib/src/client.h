@@ -35,6 +35,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "arena_allocator.h"
 #include "client_options.h"
@@ -71,6 +72,12 @@ struct AllreduceArgs {
   int op = 0;         // ReduceOp value (checked)
   double prescale = 1.0;
   double postscale = 1.0;
+  int collective = 0;  // CollectiveType: kAllreduce or kBroadcast (in place)
+  int root = -1;       // broadcast: the root's global rank
+  // Allgather (internal): every rank's first dimension, int64[world size].
+  const int64_t* gather_dims = nullptr;
+  // Alltoall (internal): the split matrix, int64[world size][world size].
+  const int64_t* splits_matrix = nullptr;
 };
 
 class Client {
@@ -89,6 +96,38 @@ class Client {
 
   // Validates and submits; returns a fresh nonzero handle.
   StatusOr<uint64_t> allreduceAsync(const AllreduceArgs& args);
+  // In-place broadcast of `buf` from global rank `root` (buf is read on the
+  // root and overwritten on the others).
+  StatusOr<uint64_t> broadcastAsync(const char* name, void* buf, int ndim, const int64_t* shape,
+                                    int dtype, int root);
+  // Returns once every rank of the job has called barrier() (the n-th call
+  // on each rank pairs with the n-th call on the others): a zero-byte
+  // allreduce named "__kolo.barrier.<n>".
+  Status barrier(std::chrono::milliseconds timeout);
+  // Reducescatter: the tensors (same shape on every rank) are reduced and
+  // rank r receives its block of rows (reducescatterRows() in ipc_layout.h)
+  // in `output`.
+  StatusOr<uint64_t> reducescatterAsync(const char* name, const void* input, void* output, int ndim,
+                                        const int64_t* shape, int dtype, int op);
+  // Allgather: the ranks' tensors concatenated along the first dimension,
+  // in rank order (the first dimension may differ per rank). Two phases:
+  // the first dimensions are exchanged first (an allreduce named
+  // "<name>.__sizes", waited for here), then the gather is submitted.
+  // After wait() succeeds, result() gives the library-owned output.
+  StatusOr<uint64_t> allgatherAsync(const char* name, const void* input, int ndim, const int64_t* shape,
+                                    int dtype);
+  // Alltoall: rank r sends splits[d] rows (first dimension) of `input`, in
+  // order, to each rank d (splits NULL: shape[0] / size each) and receives
+  // the rows sent to it, from rank 0 first, as a result() like allgather's.
+  // The split matrix is exchanged first ("<name>.__splits", waited for here).
+  StatusOr<uint64_t> alltoallAsync(const char* name, const void* input, int ndim, const int64_t* shape, int dtype,
+                                   const int64_t* splits);
+  struct GatherResult {
+    std::vector<char> data;
+    int64_t dim0 = 0;
+  };
+  // The output of a completed allgather, valid until release(handle).
+  StatusOr<const GatherResult*> result(uint64_t handle) const;
   // Drains completions without blocking: kInProgress or the final status.
   Status poll(uint64_t handle);
   // Waits up to `timeout` (negative: the op timeout). Forgets the handle
@@ -119,6 +158,8 @@ class Client {
     const char* result = nullptr;  // where the agent leaves the result (in the arena)
     uint64_t bytes = 0;
     std::optional<uint64_t> slot;  // our staging slot, freed at completion
+    bool gather = false;           // allgather: copy the result into results_
+    int64_t gather_dim0 = 0;
     OpState state = OpState::kSubmitted;
     bool released = false;
     Status status;
@@ -182,6 +223,8 @@ class Client {
   std::map<uint64_t, uint64_t> shared_;  // zero-copy buffers: offset -> bytes
   uint64_t space_epoch_ = 0;       // bumped whenever arena space is freed
   uint64_t in_flight_ = 0;         // ops pushed and not finished (released ones too)
+  std::atomic<uint64_t> barriers_{0};  // barrier() calls so far
+  std::unordered_map<uint64_t, GatherResult> results_;  // allgather outputs until release()
   pid_t owner_pid_ = -1;
 };
 

@@ -9,6 +9,12 @@
 //   kolo_check die VICTIM          VICTIM kills itself mid-collective; others must fail fast
 //   kolo_check loop N              N allreduces (a second job running alongside)
 //   kolo_check init-only           init, print the world, shut down
+//   kolo_check broadcast [--big]   every dtype x several roots x sizes 0/1/odd (1M with --big)
+//   kolo_check allgather [--big]   first dims differing per rank (0 included), every dtype
+//   kolo_check reducescatter       every dtype x op x first dims (incl. < size), trailing dims
+//   kolo_check alltoall            uneven splits (0 included) and even splits, every dtype
+//   kolo_check barrier             ranks arrive at different times; none leaves before the last arrives
+//   kolo_check coll-mismatch       broadcast root mismatch and bad roots, then recover
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,12 +22,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/half.h"
+#include "kolo/kolo.hpp"
 #include "kolo/kolo_c.h"
 
 namespace {
@@ -345,6 +354,426 @@ int runLoop(int n) {
   return 0;
 }
 
+// The value a broadcast must deliver: the root's input, rounded through the dtype.
+double roundTrip(kolo_dtype_t dt, double v) {
+  char tmp[8];
+  store(dt, tmp, 0, v);
+  return load(dt, tmp, 0);
+}
+
+int checkBroadcast(const std::string& name, kolo_dtype_t dt, size_t count, int root, bool zero_copy) {
+  size_t bytes = count * kolo_dtype_size(dt);
+  std::vector<char> vec;
+  void* buf = nullptr;
+  if (zero_copy) {
+    buf = kolo_alloc_shared(bytes ? bytes : 1);
+    if (buf == nullptr) FAIL("kolo_alloc_shared(%zu): %s", bytes, kolo_last_error());
+  } else {
+    vec.resize(bytes + 1);
+    buf = vec.data();
+  }
+  // Every rank fills its own input; only the root's may survive.
+  for (size_t i = 0; i < count; ++i) store(dt, buf, i, inputValue(g_rank, i, KOLO_SUM, dt));
+  int64_t shape[2] = {static_cast<int64_t>(count), 1};
+  int ndim = (count % 2 == 0) ? 1 : 2;
+  kolo_status_t st = kolo_broadcast(name.c_str(), buf, ndim, shape, dt, root);
+  if (st != KOLO_OK) FAIL("%s: %s: %s", name.c_str(), kolo_status_string(st), kolo_last_error());
+  for (size_t i = 0; i < count; ++i) {
+    double want = roundTrip(dt, inputValue(root, i, KOLO_SUM, dt));
+    double got = load(dt, buf, i);
+    if (got != want) {
+      FAIL("%s (%s count %zu root %d%s) element %zu: got %g, want %g", name.c_str(), dtypeName(dt), count, root,
+           zero_copy ? " zero-copy" : "", i, got, want);
+    }
+  }
+  if (zero_copy) kolo_free_shared(buf);
+  return 0;
+}
+
+int runBroadcast(bool big) {
+  std::vector<size_t> sizes = {0, 1, 7, 1001, 65537};
+  std::vector<int> roots = {0, g_size - 1, g_size / 2};
+  int checks = 0;
+  for (int d = 0; d < 8; ++d) {
+    auto dt = static_cast<kolo_dtype_t>(d);
+    for (int root : roots) {
+      for (size_t count : sizes) {
+        std::string name = std::string("b.") + dtypeName(dt) + ".r" + std::to_string(root) + "." + std::to_string(count);
+        if (checkBroadcast(name, dt, count, root, false)) return 1;
+        ++checks;
+      }
+    }
+  }
+  if (checkBroadcast("b.zc", KOLO_FLOAT32, 4099, g_size - 1, true)) return 1;
+  ++checks;
+  if (big) {
+    for (int root : roots) {
+      if (checkBroadcast("b.big.r" + std::to_string(root), KOLO_FLOAT32, (1u << 20) + 3, root, false)) return 1;
+      if (checkBroadcast("b.big16.r" + std::to_string(root), KOLO_BFLOAT16, (1u << 20) + 1, root, false)) return 1;
+      checks += 2;
+    }
+  }
+  // Several broadcasts in flight at once, with different roots, synchronized in reverse order.
+  {
+    const int kN = 16;
+    std::vector<std::vector<int32_t>> bufs(kN, std::vector<int32_t>(333));
+    std::vector<kolo_handle_t> hs(kN);
+    for (int k = 0; k < kN; ++k) {
+      for (size_t i = 0; i < bufs[k].size(); ++i) bufs[k][i] = g_rank * 1000 + k;
+      int64_t shape[1] = {333};
+      std::string name = "b.async." + std::to_string(k);
+      kolo_status_t st = kolo_broadcast_async(name.c_str(), bufs[k].data(), 1, shape, KOLO_INT32, k % g_size, &hs[k]);
+      if (st != KOLO_OK) FAIL("%s: %s", name.c_str(), kolo_last_error());
+    }
+    for (int k = kN - 1; k >= 0; --k) {
+      kolo_status_t st = kolo_synchronize(hs[k], 30000);
+      if (st != KOLO_OK) FAIL("sync b.async.%d: %s", k, kolo_last_error());
+      int32_t want = (k % g_size) * 1000 + k;
+      for (int32_t x : bufs[k]) {
+        if (x != want) FAIL("b.async.%d: got %d want %d", k, x, want);
+      }
+    }
+    ++checks;
+  }
+  std::printf("rank %d/%d: OK %d broadcast checks passed\n", g_rank, g_size, checks);
+  return 0;
+}
+
+// Rank r contributes dim0(r) rows of `trailing`; checks the concatenation.
+int checkAllgather(const std::string& name, kolo_dtype_t dt, const std::vector<int64_t>& trailing,
+                   const std::vector<int64_t>& dim0s) {
+  size_t row = 1;
+  for (int64_t t : trailing) row *= static_cast<size_t>(t);
+  size_t es = kolo_dtype_size(dt);
+  size_t count = static_cast<size_t>(dim0s[g_rank]) * row;
+  std::vector<char> in(count * es + 1);
+  for (size_t i = 0; i < count; ++i) store(dt, in.data(), i, inputValue(g_rank, i, KOLO_SUM, dt));
+  std::vector<int64_t> shape = {dim0s[g_rank]};
+  shape.insert(shape.end(), trailing.begin(), trailing.end());
+  kolo_handle_t h = 0;
+  kolo_status_t st = kolo_allgather_async(name.c_str(), in.data(), static_cast<int>(shape.size()), shape.data(), dt, &h);
+  if (st != KOLO_OK) FAIL("%s: %s: %s", name.c_str(), kolo_status_string(st), kolo_last_error());
+  std::fill(in.begin(), in.end(), 0x5a);  // the input may be reused once the call returns
+  st = kolo_synchronize(h, 60000);
+  if (st != KOLO_OK) FAIL("%s: sync: %s: %s", name.c_str(), kolo_status_string(st), kolo_last_error());
+  void* data = nullptr;
+  int64_t dim0 = -1;
+  st = kolo_result(h, &data, &dim0);
+  if (st != KOLO_OK) FAIL("%s: kolo_result: %s", name.c_str(), kolo_last_error());
+  int64_t want_dim0 = 0;
+  for (int r = 0; r < g_size; ++r) want_dim0 += dim0s[r];
+  if (dim0 != want_dim0) FAIL("%s: first dimension %lld, want %lld", name.c_str(), (long long)dim0, (long long)want_dim0);
+  size_t off = 0;
+  for (int r = 0; r < g_size; ++r) {
+    size_t n = static_cast<size_t>(dim0s[r]) * row;
+    for (size_t i = 0; i < n; ++i) {
+      double want = roundTrip(dt, inputValue(r, i, KOLO_SUM, dt));
+      double got = load(dt, data, off + i);
+      if (got != want) {
+        FAIL("%s (%s) rank %d's element %zu (output element %zu): got %g, want %g", name.c_str(), dtypeName(dt), r, i,
+             off + i, got, want);
+      }
+    }
+    off += n;
+  }
+  kolo_release(h);
+  void* again = nullptr;
+  if (kolo_result(h, &again, &dim0) == KOLO_OK) FAIL("%s: kolo_result after kolo_release succeeded", name.c_str());
+  return 0;
+}
+
+int runAllgather(bool big) {
+  int checks = 0;
+  const std::vector<std::vector<int64_t>> trailings = {{}, {3}, {2, 5}};
+  for (int round = 0; round < 2; ++round) {
+    std::vector<int64_t> dim0s(g_size);
+    for (int r = 0; r < g_size; ++r) dim0s[r] = (r * 3 + round) % 4;  // 0 occurs
+    for (int d = 0; d < 8; ++d) {
+      auto dt = static_cast<kolo_dtype_t>(d);
+      for (size_t t = 0; t < trailings.size(); ++t) {
+        std::string name = std::string("g.") + dtypeName(dt) + ".t" + std::to_string(t) + ".r" + std::to_string(round);
+        if (checkAllgather(name, dt, trailings[t], dim0s)) return 1;
+        ++checks;
+      }
+    }
+  }
+  {
+    // Every rank sends nothing, and a single rank sends everything.
+    std::vector<int64_t> zeros(g_size, 0), one(g_size, 0);
+    one[g_size - 1] = 1001;
+    if (checkAllgather("g.zeros", KOLO_FLOAT32, {4}, zeros)) return 1;
+    if (checkAllgather("g.one", KOLO_INT64, {}, one)) return 1;
+    checks += 2;
+  }
+  {
+    // The C++ API (kolo.hpp): rank r sends r + 1 int32 rows of {r, r}.
+    std::vector<int32_t> mine(2 * (g_rank + 1), g_rank);
+    auto g = kolo::allgather("g.cpp", mine.data(), {g_rank + 1, 2}, kolo::DataType::kInt32);
+    if (!g.ok()) FAIL("kolo::allgather: %s", g.result().toString().c_str());
+    int64_t want_rows = static_cast<int64_t>(g_size) * (g_size + 1) / 2;
+    if (g->dim0 != want_rows || g->data.size() != static_cast<size_t>(want_rows) * 8) {
+      FAIL("kolo::allgather: %lld rows, %zu bytes", static_cast<long long>(g->dim0), g->data.size());
+    }
+    const auto* v = reinterpret_cast<const int32_t*>(g->data.data());
+    size_t k = 0;
+    for (int r = 0; r < g_size; ++r) {
+      for (int i = 0; i < 2 * (r + 1); ++i, ++k) {
+        if (v[k] != r) FAIL("kolo::allgather element %zu: got %d want %d", k, v[k], r);
+      }
+    }
+    kolo::Result b = kolo::barrier(30000);
+    if (!b.ok()) FAIL("kolo::barrier: %s", b.toString().c_str());
+    ++checks;
+  }
+  if (big) {
+    std::vector<int64_t> dim0s(g_size);
+    for (int r = 0; r < g_size; ++r) dim0s[r] = 100003 + 7 * r;
+    if (checkAllgather("g.big", KOLO_FLOAT32, {5}, dim0s)) return 1;
+    ++checks;
+  }
+  std::printf("rank %d/%d: OK %d allgather checks passed\n", g_rank, g_size, checks);
+  return 0;
+}
+
+int checkReducescatter(const std::string& name, kolo_dtype_t dt, kolo_op_t op, int64_t dim0,
+                       const std::vector<int64_t>& trailing) {
+  size_t row = 1;
+  for (int64_t t : trailing) row *= static_cast<size_t>(t);
+  size_t es = kolo_dtype_size(dt);
+  size_t count = static_cast<size_t>(dim0) * row;
+  std::vector<char> in(count * es + 1);
+  for (size_t i = 0; i < count; ++i) store(dt, in.data(), i, inputValue(g_rank, i, op, dt));
+  int64_t extra = dim0 % g_size;
+  int64_t rows = dim0 / g_size + (g_rank < extra ? 1 : 0);
+  int64_t first = g_rank * (dim0 / g_size) + std::min<int64_t>(g_rank, extra);
+  std::vector<char> out(static_cast<size_t>(rows) * row * es + 1, 0x5a);
+  std::vector<int64_t> shape = {dim0};
+  shape.insert(shape.end(), trailing.begin(), trailing.end());
+  kolo_status_t st = kolo_reducescatter(name.c_str(), in.data(), rows > 0 ? out.data() : nullptr,
+                                        static_cast<int>(shape.size()), shape.data(), dt, op);
+  if (st != KOLO_OK) FAIL("%s: %s: %s", name.c_str(), kolo_status_string(st), kolo_last_error());
+  for (size_t i = 0; i < static_cast<size_t>(rows) * row; ++i) {
+    size_t global = static_cast<size_t>(first) * row + i;
+    double want = expected(g_size, global, op, dt);
+    double got = load(dt, out.data(), i);
+    if (got != want) {
+      FAIL("%s (%s %s dim0 %lld) element %zu (global %zu): got %g, want %g", name.c_str(), dtypeName(dt), opName(op),
+           static_cast<long long>(dim0), i, global, got, want);
+    }
+  }
+  if (static_cast<unsigned char>(out.back()) != 0x5a) FAIL("%s: wrote past its block", name.c_str());
+  return 0;
+}
+
+int runReducescatter() {
+  int checks = 0;
+  const kolo_op_t ops[] = {KOLO_SUM, KOLO_AVERAGE, KOLO_MIN, KOLO_MAX, KOLO_PRODUCT};
+  const std::vector<int64_t> dims = {0, 1, static_cast<int64_t>(g_size) + 1, 7, 1001};
+  for (int d = 0; d < 8; ++d) {
+    auto dt = static_cast<kolo_dtype_t>(d);
+    for (kolo_op_t op : ops) {
+      for (int64_t dim0 : dims) {
+        std::vector<int64_t> trailing = (dim0 % 2 == 1) ? std::vector<int64_t>{3} : std::vector<int64_t>{};
+        std::string name = std::string("rs.") + dtypeName(dt) + "." + opName(op) + "." + std::to_string(dim0);
+        if (checkReducescatter(name, dt, op, dim0, trailing)) return 1;
+        ++checks;
+      }
+    }
+  }
+  if (checkReducescatter("rs.big", KOLO_FLOAT32, KOLO_AVERAGE, 65537, {17})) return 1;
+  ++checks;
+  std::printf("rank %d/%d: OK %d reducescatter checks passed\n", g_rank, g_size, checks);
+  return 0;
+}
+
+// splits(s, d): rows rank s sends to rank d.
+int checkAlltoall(const std::string& name, kolo_dtype_t dt, const std::vector<int64_t>& trailing,
+                  const std::function<int64_t(int, int)>& splits, bool pass_null) {
+  size_t row = 1;
+  for (int64_t t : trailing) row *= static_cast<size_t>(t);
+  size_t es = kolo_dtype_size(dt);
+  std::vector<int64_t> mine(g_size);
+  int64_t dim0 = 0;
+  for (int d = 0; d < g_size; ++d) dim0 += mine[d] = splits(g_rank, d);
+  size_t count = static_cast<size_t>(dim0) * row;
+  std::vector<char> in(count * es + 1);
+  for (size_t i = 0; i < count; ++i) store(dt, in.data(), i, inputValue(g_rank, i, KOLO_SUM, dt));
+  std::vector<int64_t> shape = {dim0};
+  shape.insert(shape.end(), trailing.begin(), trailing.end());
+  kolo_handle_t h = 0;
+  kolo_status_t st = kolo_alltoall_async(name.c_str(), in.data(), static_cast<int>(shape.size()), shape.data(), dt,
+                                         pass_null ? nullptr : mine.data(), &h);
+  if (st != KOLO_OK) FAIL("%s: %s: %s", name.c_str(), kolo_status_string(st), kolo_last_error());
+  st = kolo_synchronize(h, 60000);
+  if (st != KOLO_OK) FAIL("%s: sync: %s: %s", name.c_str(), kolo_status_string(st), kolo_last_error());
+  void* data = nullptr;
+  int64_t rows = -1;
+  if (kolo_result(h, &data, &rows) != KOLO_OK) FAIL("%s: kolo_result: %s", name.c_str(), kolo_last_error());
+  int64_t want_rows = 0;
+  for (int s = 0; s < g_size; ++s) want_rows += splits(s, g_rank);
+  if (rows != want_rows) FAIL("%s: received %lld rows, want %lld", name.c_str(), (long long)rows, (long long)want_rows);
+  size_t off = 0;
+  for (int s = 0; s < g_size; ++s) {
+    int64_t first = 0;
+    for (int t = 0; t < g_rank; ++t) first += splits(s, t);
+    size_t n = static_cast<size_t>(splits(s, g_rank)) * row;
+    for (size_t i = 0; i < n; ++i) {
+      double want = roundTrip(dt, inputValue(s, static_cast<size_t>(first) * row + i, KOLO_SUM, dt));
+      double got = load(dt, data, off + i);
+      if (got != want) {
+        FAIL("%s (%s) from rank %d element %zu: got %g, want %g", name.c_str(), dtypeName(dt), s, i, got, want);
+      }
+    }
+    off += n;
+  }
+  kolo_release(h);
+  return 0;
+}
+
+int runAlltoall() {
+  int checks = 0;
+  const std::vector<std::vector<int64_t>> trailings = {{}, {3}};
+  for (int d = 0; d < 8; ++d) {
+    auto dt = static_cast<kolo_dtype_t>(d);
+    for (size_t t = 0; t < trailings.size(); ++t) {
+      std::string name = std::string("a2a.") + dtypeName(dt) + ".t" + std::to_string(t);
+      if (checkAlltoall(name, dt, trailings[t], [](int s, int d) { return static_cast<int64_t>((s + 2 * d + 1) % 3); },
+                        false)) {
+        return 1;
+      }
+      ++checks;
+    }
+  }
+  if (checkAlltoall("a2a.even", KOLO_FLOAT32, {5}, [](int, int) { return int64_t{2}; }, true)) return 1;
+  if (checkAlltoall("a2a.none", KOLO_INT32, {}, [](int, int) { return int64_t{0}; }, false)) return 1;
+  if (checkAlltoall("a2a.big", KOLO_FLOAT64, {9}, [](int s, int d) { return int64_t{4099} + s + d; }, false)) return 1;
+  checks += 3;
+  {
+    // Splits that do not add up to the first dimension are refused at once.
+    std::vector<float> x(4, 0);
+    std::vector<int64_t> bad(g_size, 0);
+    int64_t shape[1] = {4};
+    kolo_handle_t h = 0;
+    kolo_status_t st = kolo_alltoall_async("a2a.bad", x.data(), 1, shape, KOLO_FLOAT32, bad.data(), &h);
+    if (st != KOLO_ERR_INVALID_ARGUMENT || std::string(kolo_last_error()).find("splits add up to 0") == std::string::npos) {
+      FAIL("bad splits gave %s: %s", kolo_status_string(st), kolo_last_error());
+    }
+    ++checks;
+  }
+  std::printf("rank %d/%d: OK %d alltoall checks passed\n", g_rank, g_size, checks);
+  return 0;
+}
+
+int64_t wallMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Ranks arrive staggered (rank r after r*100 ms); every rank must leave the
+// barrier after the last arrival. The arrival times are exchanged with a Max
+// allreduce afterwards (all ranks of a test run on one machine: one clock).
+int runBarrier() {
+  for (int round = 0; round < 3; ++round) {
+    int late = (g_rank + round) % g_size;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 * late));  // staggering, not synchronisation
+    int64_t arrived = wallMicros();
+    kolo_status_t st = kolo_barrier(30000);
+    int64_t left = wallMicros();
+    if (st != KOLO_OK) FAIL("barrier %d: %s: %s", round, kolo_status_string(st), kolo_last_error());
+    int64_t last_arrival = arrived;
+    int64_t one[1] = {1};
+    std::string name = "barrier.check." + std::to_string(round);
+    st = kolo_allreduce(name.c_str(), &last_arrival, &last_arrival, 1, one, KOLO_INT64, KOLO_MAX, 1, 1);
+    if (st != KOLO_OK) FAIL("%s: %s", name.c_str(), kolo_last_error());
+    if (left < last_arrival) {
+      FAIL("barrier %d: left at %lld us, before the last rank arrived at %lld us", round,
+           static_cast<long long>(left), static_cast<long long>(last_arrival));
+    }
+    std::printf("rank %d: barrier %d waited %.3f s\n", g_rank, round, (left - arrived) / 1e6);
+  }
+  std::printf("rank %d: OK barrier never left early\n", g_rank);
+  return 0;
+}
+
+int runCollMismatch() {
+  std::vector<float> buf(16, static_cast<float>(g_rank));
+  int64_t shape[1] = {16};
+  // Root out of range: refused on the calling rank at once.
+  kolo_status_t st = kolo_broadcast("b.badroot", buf.data(), 1, shape, KOLO_FLOAT32, g_size);
+  std::string msg = kolo_last_error();
+  if (st != KOLO_ERR_INVALID_ARGUMENT || msg.find("root rank") == std::string::npos) {
+    FAIL("out-of-range root gave %s: %s", kolo_status_string(st), msg.c_str());
+  }
+  if (g_size >= 2) {
+    int root = g_rank == g_size - 1 ? 1 : 0;
+    st = kolo_broadcast("b.mismatch", buf.data(), 1, shape, KOLO_FLOAT32, root);
+    msg = kolo_last_error();
+    if (st != KOLO_ERR_INVALID_ARGUMENT || msg.find("Mismatched broadcast root ranks") == std::string::npos ||
+        msg.find("root 0") == std::string::npos || msg.find("root 1") == std::string::npos ||
+        msg.find("rank " + std::to_string(g_size - 1)) == std::string::npos) {
+      FAIL("root mismatch gave %s: %s", kolo_status_string(st), msg.c_str());
+    }
+    std::printf("rank %d: root mismatch error: %s\n", g_rank, msg.c_str());
+    int64_t other[1] = {8};
+    st = kolo_broadcast("b.shape", buf.data(), 1, g_rank == 0 ? other : shape, KOLO_FLOAT32, 0);
+    msg = kolo_last_error();
+    if (st != KOLO_ERR_INVALID_ARGUMENT || msg.find("shape [8]") == std::string::npos ||
+        msg.find("broadcast") == std::string::npos) {
+      FAIL("broadcast shape mismatch gave %s: %s", kolo_status_string(st), msg.c_str());
+    }
+    // Broadcast against allreduce of the same name.
+    if (g_rank == 0) {
+      st = kolo_allreduce("b.op", buf.data(), buf.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1);
+    } else {
+      st = kolo_broadcast("b.op", buf.data(), 1, shape, KOLO_FLOAT32, 0);
+    }
+    msg = kolo_last_error();
+    if (st != KOLO_ERR_INVALID_ARGUMENT || msg.find("Mismatched operations") == std::string::npos) {
+      FAIL("allreduce vs broadcast gave %s: %s", kolo_status_string(st), msg.c_str());
+    }
+  }
+  if (g_size >= 2) {
+    // Allgather: the first dimension may differ, the others may not.
+    std::vector<float> g(2 * 4, 1.0f);
+    int64_t gshape[2] = {2, g_rank == 0 ? 3 : 4};
+    kolo_handle_t h = 0;
+    st = kolo_allgather_async("g.mismatch", g.data(), 2, gshape, KOLO_FLOAT32, &h);
+    if (st == KOLO_OK) st = kolo_synchronize(h, 30000);
+    msg = kolo_last_error();
+    if (st != KOLO_ERR_INVALID_ARGUMENT || msg.find("Mismatched allgather tensor shapes") == std::string::npos ||
+        msg.find("[2, 3]") == std::string::npos || msg.find("[2, 4]") == std::string::npos ||
+        msg.find("rank 0") == std::string::npos) {
+      FAIL("allgather trailing-dim mismatch gave %s: %s", kolo_status_string(st), msg.c_str());
+    }
+    std::printf("rank %d: allgather mismatch error: %s\n", g_rank, msg.c_str());
+  }
+  if (g_size >= 2) {
+    // Reducescatter: every dimension must match.
+    std::vector<float> in(6, 1.0f), out(6, 0.0f);
+    int64_t rshape[1] = {g_rank == 0 ? 4 : 6};
+    st = kolo_reducescatter("rs.mismatch", in.data(), out.data(), 1, rshape, KOLO_FLOAT32, KOLO_SUM);
+    msg = kolo_last_error();
+    if (st != KOLO_ERR_INVALID_ARGUMENT || msg.find("Mismatched reducescatter tensor shapes") == std::string::npos ||
+        msg.find("[4]") == std::string::npos || msg.find("[6]") == std::string::npos) {
+      FAIL("reducescatter shape mismatch gave %s: %s", kolo_status_string(st), msg.c_str());
+    }
+  }
+  {
+    // A scalar cannot be gathered along a first dimension.
+    float x = 1;
+    kolo_handle_t h = 0;
+    st = kolo_allgather_async("g.scalar", &x, 0, nullptr, KOLO_FLOAT32, &h);
+    if (st != KOLO_ERR_INVALID_ARGUMENT) FAIL("scalar allgather gave %s", kolo_status_string(st));
+  }
+  // The job goes on.
+  for (auto& x : buf) x = static_cast<float>(g_rank + 10);
+  st = kolo_broadcast("b.after", buf.data(), 1, shape, KOLO_FLOAT32, g_size - 1);
+  if (st != KOLO_OK) FAIL("broadcast after the mismatches: %s", kolo_last_error());
+  if (buf[5] != static_cast<float>(g_size - 1 + 10)) FAIL("after mismatch got %g", buf[5]);
+  std::printf("rank %d: OK collective mismatch errors reported and job recovered\n", g_rank);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -366,6 +795,12 @@ int main(int argc, char** argv) {
   else if (mode == "die") rc = runDie(argc > 2 ? std::atoi(argv[2]) : 1);
   else if (mode == "stall") rc = runStall(argc > 2 ? std::atoi(argv[2]) : 3);
   else if (mode == "loop") rc = runLoop(argc > 2 ? std::atoi(argv[2]) : 100);
+  else if (mode == "broadcast") rc = runBroadcast(argc > 2 && std::string(argv[2]) == "--big");
+  else if (mode == "barrier") rc = runBarrier();
+  else if (mode == "reducescatter") rc = runReducescatter();
+  else if (mode == "alltoall") rc = runAlltoall();
+  else if (mode == "allgather") rc = runAllgather(argc > 2 && std::string(argv[2]) == "--big");
+  else if (mode == "coll-mismatch") rc = runCollMismatch();
   else if (mode == "init-only") {
     std::printf("rank %d/%d local %d/%d cross %d/%d\n", g_rank, g_size, kolo_local_rank(), kolo_local_size(),
                 kolo_cross_rank(), kolo_cross_size());

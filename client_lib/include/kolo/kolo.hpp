@@ -190,6 +190,73 @@ Result allreduce(const std::string& name, T* data, size_t count, ReduceOp op = R
   return allreduce(name, data, data, {static_cast<int64_t>(count)}, dataTypeOf<T>(), op);
 }
 
+// --- broadcast, allgather, reducescatter, barrier ---------------------------
+// See kolo_c.h for the semantics and docs/collectives.md.
+// In place: `buf` is read on global rank `root` and overwritten elsewhere.
+inline Expected<Handle> broadcastAsync(const std::string& name, void* buf, const std::vector<int64_t>& shape,
+                                       DataType dtype, int root) {
+  kolo_handle_t h = 0;
+  kolo_status_t s = kolo_broadcast_async(name.c_str(), buf, static_cast<int>(shape.size()), shape.data(),
+                                         static_cast<kolo_dtype_t>(dtype), root, &h);
+  if (s != KOLO_OK) return Result::fromC(s);
+  return Handle(h);
+}
+inline Result broadcast(const std::string& name, void* buf, const std::vector<int64_t>& shape, DataType dtype,
+                        int root) {
+  return Result::fromC(kolo_broadcast(name.c_str(), buf, static_cast<int>(shape.size()), shape.data(),
+                                      static_cast<kolo_dtype_t>(dtype), root));
+}
+
+// The ranks' tensors concatenated along the first dimension, in rank order.
+struct Gathered {
+  std::vector<unsigned char> data;
+  int64_t dim0 = 0;  // rows: the sum of the ranks' first dimensions
+};
+inline Expected<Gathered> allgather(const std::string& name, const void* in, const std::vector<int64_t>& shape,
+                                    DataType dtype, int64_t timeout_ms = -1) {
+  kolo_handle_t h = 0;
+  kolo_status_t s = kolo_allgather_async(name.c_str(), in, static_cast<int>(shape.size()), shape.data(),
+                                         static_cast<kolo_dtype_t>(dtype), &h);
+  if (s != KOLO_OK) return Result::fromC(s);
+  s = kolo_synchronize(h, timeout_ms);
+  if (s != KOLO_OK) {
+    Result r = Result::fromC(s);
+    kolo_release(h);
+    return r;
+  }
+  void* data = nullptr;
+  Gathered g;
+  s = kolo_result(h, &data, &g.dim0);
+  if (s != KOLO_OK) {
+    Result r = Result::fromC(s);
+    kolo_release(h);
+    return r;
+  }
+  size_t row = dataTypeSize(dtype);
+  for (size_t i = 1; i < shape.size(); ++i) row *= static_cast<size_t>(shape[i]);
+  const auto* p = static_cast<const unsigned char*>(data);
+  g.data.assign(p, p + static_cast<size_t>(g.dim0) * row);
+  kolo_release(h);
+  return g;
+}
+
+// Rank r receives its block of rows of the reduced tensor in `out`.
+inline Expected<Handle> reducescatterAsync(const std::string& name, const void* in, void* out,
+                                           const std::vector<int64_t>& shape, DataType dtype, ReduceOp op) {
+  kolo_handle_t h = 0;
+  kolo_status_t s = kolo_reducescatter_async(name.c_str(), in, out, static_cast<int>(shape.size()), shape.data(),
+                                             static_cast<kolo_dtype_t>(dtype), static_cast<kolo_op_t>(op), &h);
+  if (s != KOLO_OK) return Result::fromC(s);
+  return Handle(h);
+}
+inline Result reducescatter(const std::string& name, const void* in, void* out, const std::vector<int64_t>& shape,
+                            DataType dtype, ReduceOp op) {
+  return Result::fromC(kolo_reducescatter(name.c_str(), in, out, static_cast<int>(shape.size()), shape.data(),
+                                          static_cast<kolo_dtype_t>(dtype), static_cast<kolo_op_t>(op)));
+}
+
+inline Result barrier(int64_t timeout_ms = -1) { return Result::fromC(kolo_barrier(timeout_ms)); }
+
 // --- zero copy -------------------------------------------------------------
 // Memory inside the agent-shared arena: tensors that live here are reduced
 // in place, with no copy in or out. Valid until freed or kolo::shutdown().

@@ -79,6 +79,64 @@ kolo_status_t kolo_allreduce(const char* name, const void* input, void* output, 
                              const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
                              double prescale, double postscale);
 
+/* --- broadcast (added in ABI 1, additive) -------------------------------- */
+/* In place: on rank `root` (a global rank) `buffer` is the input; on every
+ * other rank it is overwritten with the root's tensor once the handle
+ * completes (kolo_synchronize). Every rank must pass the same name, shape,
+ * dtype and root ("Mismatched broadcast root ranks ..." otherwise). */
+kolo_status_t kolo_broadcast_async(const char* name, void* buffer, int ndim, const int64_t* shape,
+                                   kolo_dtype_t dtype, int root, kolo_handle_t* handle);
+kolo_status_t kolo_broadcast(const char* name, void* buffer, int ndim, const int64_t* shape,
+                             kolo_dtype_t dtype, int root);
+
+/* --- allgather (added in ABI 1, additive) -------------------------------- */
+/* Concatenates every rank's `input` (ndim >= 1 dims of `shape`, dtype) along
+ * the first dimension, in rank order. The first dimension may differ per
+ * rank (0 included); the other dimensions, dtype and name must match
+ * ("Mismatched allgather tensor shapes ..." otherwise). The call first
+ * exchanges the ranks' first dimensions (an internal allreduce named
+ * "<name>.__sizes", so names must stay <= 247 bytes), which blocks until
+ * every rank has called it; `input` may be reused once it returns. After
+ * kolo_synchronize(handle) returns KOLO_OK, kolo_result(handle, &data, &dim0)
+ * gives a pointer to a library-owned copy of the output (dim0 = its first
+ * dimension, the sum over ranks) that stays valid until
+ * kolo_release(handle), which the caller must call to free it. */
+kolo_status_t kolo_allgather_async(const char* name, const void* input, int ndim, const int64_t* shape,
+                                   kolo_dtype_t dtype, kolo_handle_t* handle);
+kolo_status_t kolo_result(kolo_handle_t handle, void** data, int64_t* dim0);
+
+/* --- reducescatter (added in ABI 1, additive) ---------------------------- */
+/* Reduces `input` (same ndim >= 1, shape, dtype and op on every rank; op as
+ * for allreduce, Average divides by the job size) and leaves rank r's block
+ * of rows of the result in `output`: shape[0] / size rows each, and the first
+ * shape[0] % size ranks one more (rank r's block starts at row
+ * r * (shape[0] / size) + min(r, shape[0] % size)); the other dimensions are
+ * kept. `output` must hold that many rows (it may be NULL when it is 0). */
+kolo_status_t kolo_reducescatter_async(const char* name, const void* input, void* output, int ndim,
+                                       const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
+                                       kolo_handle_t* handle);
+kolo_status_t kolo_reducescatter(const char* name, const void* input, void* output, int ndim,
+                                 const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op);
+
+/* --- alltoall (added in ABI 1, additive) --------------------------------- */
+/* Rank r sends splits[d] rows (along the first dimension, in order) of
+ * `input` to each rank d and receives the rows every rank sends it,
+ * concatenated from rank 0 up. splits has kolo_size() entries adding up to
+ * shape[0]; NULL splits evenly (shape[0] must divide by the size). The other
+ * dimensions and the dtype must match across ranks. Like allgather, the call
+ * first exchanges the splits ("<name>.__splits"; names <= 246 bytes), which
+ * returns once every rank has called it, and the output is read with
+ * kolo_result(handle, &data, &dim0) after kolo_synchronize (dim0 = rows
+ * received), valid until kolo_release(handle). */
+kolo_status_t kolo_alltoall_async(const char* name, const void* input, int ndim, const int64_t* shape,
+                                  kolo_dtype_t dtype, const int64_t* splits, kolo_handle_t* handle);
+
+/* --- barrier (added in ABI 1, additive) ---------------------------------- */
+/* Returns once every rank of the job has entered the barrier (the n-th
+ * kolo_barrier call of each rank pairs with the n-th of the others).
+ * timeout_ms < 0: the op timeout (KOLO_OP_TIMEOUT). */
+kolo_status_t kolo_barrier(int64_t timeout_ms);
+
 /* --- handles ------------------------------------------------------------ */
 /* KOLO_IN_PROGRESS while running; otherwise the final status (the handle
  * stays valid until kolo_synchronize/kolo_release). */

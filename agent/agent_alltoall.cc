@@ -1,0 +1,229 @@
+// Alltoall on the agent loop. Rank s sends M[s][d] rows of its input (in
+// destination order) to rank d; rank d's output holds the rows it receives,
+// from rank 0 first. The split matrix M (int64[size][size]) heads each
+// rank's output region (written by its client, see ipc_layout.h). One agent:
+// k x k byte copies. Several agents: each agent packs, per destination agent
+// B, the blocks (s in its ranks, d in B's ranks) into a send buffer, the
+// backend's alltoallv exchanges them, and the received blocks are copied to
+// their places in the local outputs.
+#include <cstdlib>
+#include <cstring>
+
+#include "agent/agent.h"
+
+namespace kolo {
+
+namespace {
+
+uint64_t rowBytesOf(const SubmitDesc& d) {
+  uint64_t row = dataTypeSize(static_cast<DataType>(d.dtype));
+  for (int i = 1; i < d.ndim && i < kMaxDims; ++i) row *= static_cast<uint64_t>(d.shape[i]);
+  return row;
+}
+
+std::unique_ptr<char[], void (*)(char*)> alloc64(size_t bytes) {
+  size_t n = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
+  return {static_cast<char*>(std::aligned_alloc(64, n)), [](char* q) { std::free(q); }};
+}
+
+}  // namespace
+
+Status Agent::validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d) {
+  std::string name(d.name, std::min<size_t>(d.name_len, kMaxNameBytes));
+  auto bad = [&](const std::string& what) { return invalidArgument("alltoall of tensor '" + name + "': " + what); };
+  if (d.ndim < 1) return bad("it needs at least one dimension");
+  const int n = job.worldSize();
+  const uint64_t prefix = alltoallSplitsBytes(n);
+  if (d.out_bytes < prefix) return bad("malformed descriptor: the output region lacks the split matrix");
+  const auto* m = reinterpret_cast<const int64_t*>(c.slot(d.out_offset));
+  const int me = job.globalRank(c.local_rank);
+  int64_t sent = 0, received = 0;
+  for (int t = 0; t < n; ++t) {
+    if (m[me * n + t] < 0 || m[t * n + me] < 0) return bad("malformed descriptor: negative split");
+    sent += m[me * n + t];
+    received += m[t * n + me];
+  }
+  if (sent != d.shape[0]) {
+    return bad("rank " + std::to_string(me) + "'s splits add up to " + std::to_string(sent) +
+               " rows, but its tensor has " + std::to_string(d.shape[0]));
+  }
+  if (d.out_bytes - prefix != static_cast<uint64_t>(received) * rowBytesOf(d)) {
+    return bad("malformed descriptor: output region does not match the rows this rank receives");
+  }
+  return okStatus();
+}
+
+void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles) {
+  const SubmitDesc& d0 = op.descs[0];
+  const int n = job.worldSize();
+  const int k = job.localSize();
+  const uint64_t prefix = alltoallSplitsBytes(n);
+  const uint64_t row = rowBytesOf(d0);
+  const auto dtype = static_cast<DataType>(d0.dtype);
+  std::vector<char*> ins, outs;
+  std::vector<std::shared_ptr<SharedRegion>> keep;
+  for (int i = 0; i < k; ++i) {
+    ClientConn* c = job.client(i);
+    if (c == nullptr) {
+      finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
+      return;
+    }
+    ins.push_back(c->slot(op.descs[i].data_offset));
+    outs.push_back(c->slot(op.descs[i].out_offset) + prefix);
+    keep.push_back(c->arena());
+  }
+  std::vector<int64_t> m(static_cast<size_t>(n) * n, 0);
+  if (op.error.isOk()) {
+    std::memcpy(m.data(), outs[0] - prefix, sizeof(int64_t) * m.size());
+    for (int i = 1; i < k && op.error.isOk(); ++i) {
+      if (std::memcmp(outs[i] - prefix, m.data(), sizeof(int64_t) * m.size()) != 0) {
+        op.error = internalError("alltoall of tensor '" + op.name + "': ranks " + std::to_string(job.globalRank(0)) +
+                                 " and " + std::to_string(job.globalRank(i)) + " hold different split matrices");
+      }
+    }
+  }
+  if (!op.error.isOk() && job.world().cross_size == 1) {
+    finishOnLoop(job.id(), handles, 0, op.error, dtype, {}, CollectiveType::kAlltoall);
+    return;
+  }
+  auto M = [&](int s, int d) { return static_cast<uint64_t>(m[static_cast<size_t>(s) * n + d]); };
+  // Byte offset of the rows s sends to d inside s's input, and of the rows d
+  // receives from s inside d's output.
+  auto srcOff = [&](int s, int d) {
+    uint64_t o = 0;
+    for (int t = 0; t < d; ++t) o += M(s, t);
+    return o * row;
+  };
+  auto dstOff = [&](int s, int d) {
+    uint64_t o = 0;
+    for (int t = 0; t < s; ++t) o += M(t, d);
+    return o * row;
+  };
+  auto copy = [&](const char* src, char* dst, uint64_t bytes) {
+    LocalReduce r;
+    r.dtype = DataType::kUint8;
+    r.op = ReduceOp::kSum;
+    r.count = bytes;
+    r.slots = {const_cast<char*>(src)};
+    r.dsts = {dst};
+    r.keepalive = keep;
+    return r;
+  };
+  const int base = job.world().rank_offset;
+  std::string job_id = job.id();
+  uint64_t my_bytes = 0;
+  for (int i = 0; i < k; ++i) my_bytes += op.descs[i].data_bytes;
+
+  if (job.world().cross_size == 1) {
+    std::vector<LocalReduce> copies;
+    for (int i = 0; i < k; ++i) {
+      for (int j = 0; j < k; ++j) {
+        uint64_t bytes = M(base + i, base + j) * row;
+        if (bytes > 0) copies.push_back(copy(ins[i] + srcOff(base + i, base + j), outs[j] + dstOff(base + i, base + j), bytes));
+      }
+    }
+    ++job.executing;
+    timeline_->opStart(op.name, CollectiveType::kAlltoall);
+    timeline_->activityStart(op.name, "MEMCPY_ALLTOALL");
+    copyAllOnLoop(std::move(copies), [this, job_id, handles = std::move(handles), my_bytes, name = op.name, dtype,
+                                      started = op.first_arrival] {
+      timeline_->activityEnd(name);
+      timeline_->opEnd(name, dtype, {});
+      auto it = jobs_.find(job_id);
+      if (it != jobs_.end()) --it->second->executing;
+      finishOnLoop(job_id, handles, my_bytes, okStatus(), dtype, started, CollectiveType::kAlltoall);
+    });
+    return;
+  }
+
+  // Several agents.
+  const JobWorld& jw = job.world();
+  const int agents = jw.cross_size;
+  auto ranksOf = [&](int a) { return std::pair<int, int>(jw.rank_offsets[a], jw.rank_offsets[a] + jw.local_sizes[a]); };
+  CrossWork w;
+  w.req.name = op.name;
+  w.req.params = d0;
+  w.req.params.handle = 0;
+  w.req.params.data_offset = w.req.params.out_offset = 0;
+  w.req.params.data_bytes = w.req.params.out_bytes = 0;
+  w.req.first_rank = job.globalRank(0);
+  if (!op.error.isOk()) w.req.error = op.error.message();
+  w.dtype = DataType::kUint8;
+  w.collective = CollectiveType::kAlltoall;
+  uint64_t send_total = 0, recv_total = 0, all_total = 0;
+  for (int a = 0; a < agents; ++a) {
+    auto [lo, hi] = ranksOf(a);
+    uint64_t sb = 0, rb = 0;
+    for (int s = base; s < base + k; ++s)
+      for (int d = lo; d < hi; ++d) sb += M(s, d) * row;
+    for (int s = lo; s < hi; ++s)
+      for (int d = base; d < base + k; ++d) rb += M(s, d) * row;
+    w.send_bytes.push_back(sb);
+    w.recv_bytes.push_back(rb);
+    send_total += sb;
+    recv_total += rb;
+  }
+  for (int s = 0; s < n; ++s)
+    for (int d = 0; d < n; ++d) all_total += M(s, d);
+  Job::CrossPending p;
+  p.handles = std::move(handles);
+  p.slots.assign(outs.begin(), outs.end());
+  p.keepalive = keep;
+  p.dtype = DataType::kUint8;
+  p.count = recv_total;
+  p.bytes = my_bytes;
+  p.started = op.first_arrival;
+  p.collective = CollectiveType::kAlltoall;
+  p.report_dtype = dtype;
+  p.staging = alloc64(recv_total);
+  p.send_staging = alloc64(send_total);
+  // Pack: per destination agent, (s in mine, d in theirs); unpack: per
+  // source agent, (s in theirs, d in mine).
+  std::vector<LocalReduce> copies;
+  uint64_t off = 0;
+  for (int a = 0; a < agents; ++a) {
+    auto [lo, hi] = ranksOf(a);
+    for (int s = base; s < base + k; ++s) {
+      for (int d = lo; d < hi; ++d) {
+        uint64_t bytes = M(s, d) * row;
+        if (bytes > 0 && op.error.isOk()) copies.push_back(copy(ins[s - base] + srcOff(s, d), p.send_staging.get() + off, bytes));
+        off += bytes;
+      }
+    }
+  }
+  off = 0;
+  for (int a = 0; a < agents; ++a) {
+    auto [lo, hi] = ranksOf(a);
+    for (int s = lo; s < hi; ++s) {
+      for (int d = base; d < base + k; ++d) {
+        uint64_t bytes = M(s, d) * row;
+        p.copy_out.push_back({off, d - base, dstOff(s, d), bytes});
+        off += bytes;
+      }
+    }
+  }
+  w.staging = p.staging.get();
+  w.send = p.send_staging.get();
+  // Zero rows anywhere in the job: nothing to exchange (every agent agrees).
+  w.count = op.error.isOk() ? all_total : 0;
+  if (w.count == 0) p.bytes = 0;
+  uint64_t gen = job.cross_generation;
+  job.cross_pending.insert_or_assign(op.name, std::move(p));
+  ++job.executing;
+  timeline_->opStart(op.name, CollectiveType::kAlltoall);
+  timeline_->activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
+  copyAllOnLoop(std::move(copies), [this, job_id, gen, w = std::move(w)]() mutable {
+    timeline_->activityEnd(w.req.name);
+    timeline_->activityStart(w.req.name, "NEGOTIATE_ACROSS_AGENTS");
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    Job& job = *it->second;
+    if (job.cross && job.cross_generation == gen && job.state() != JobState::kFailed) {
+      job.cross->submit(std::move(w));
+    } else {
+      onCrossDoneOnLoop(job_id, gen, w.req.name, job.failure().isOk() ? aborted("job ended") : job.failure());
+    }
+  });
+}
+
+}  // namespace kolo

@@ -1,0 +1,203 @@
+// Allgather on the agent loop. Each rank's output region starts with every
+// rank's first dimension (written by its client, see ipc_layout.h); the
+// gathered tensor follows. One agent: every local input is copied into every
+// local output at its rank's offset. Several agents: the local inputs are
+// copied into a staging buffer sized for the whole output (at their global
+// offsets), the backend's allgatherv fills in the other agents' blocks, and
+// the staging buffer is copied into every local output.
+#include <cstdlib>
+#include <cstring>
+
+#include "agent/agent.h"
+#include "common/log.h"
+
+namespace kolo {
+
+namespace {
+
+auto gatherLog() { return log::get("agent.ops"); }
+
+uint64_t rowBytes(const SubmitDesc& d) {
+  uint64_t row = dataTypeSize(static_cast<DataType>(d.dtype));
+  for (int i = 1; i < d.ndim && i < kMaxDims; ++i) row *= static_cast<uint64_t>(d.shape[i]);
+  return row;
+}
+
+}  // namespace
+
+Status Agent::validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d) {
+  std::string name(d.name, std::min<size_t>(d.name_len, kMaxNameBytes));
+  auto bad = [&](const std::string& what) {
+    return invalidArgument("allgather of tensor '" + name + "': " + what);
+  };
+  if (d.ndim < 1) return bad("it needs at least one dimension");
+  const int world = job.worldSize();
+  const uint64_t prefix = allgatherSizesBytes(world);
+  if (d.out_bytes < prefix) return bad("malformed descriptor: the output region lacks the ranks' first dimensions");
+  const auto* dims = reinterpret_cast<const int64_t*>(c.slot(d.out_offset));
+  const int me = job.globalRank(c.local_rank);
+  if (dims[me] != d.shape[0]) {
+    return bad("malformed descriptor: rank " + std::to_string(me) + " lists first dimension " +
+               std::to_string(dims[me]) + " but sent shape " + TensorTable::shapeString(d));
+  }
+  uint64_t total = 0;
+  for (int r = 0; r < world; ++r) {
+    if (dims[r] < 0) return bad("malformed descriptor: negative first dimension for rank " + std::to_string(r));
+    total += static_cast<uint64_t>(dims[r]);
+  }
+  if (d.out_bytes - prefix != total * rowBytes(d)) {
+    return bad("malformed descriptor: output region of " + std::to_string(d.out_bytes - prefix) +
+               " bytes, the ranks' first dimensions add up to " + std::to_string(total * rowBytes(d)));
+  }
+  return okStatus();
+}
+
+void Agent::copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) {
+  auto left = std::make_shared<size_t>(copies.size());
+  if (copies.empty()) {
+    done();
+    return;
+  }
+  auto shared_done = std::make_shared<std::function<void()>>(std::move(done));
+  for (LocalReduce& c : copies) {
+    // Callbacks run on the loop thread: a plain counter suffices.
+    executor_.reduceOnLoop(std::move(c), [left, shared_done] {
+      if (--*left == 0) (*shared_done)();
+    });
+  }
+}
+
+void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles) {
+  const SubmitDesc& d0 = op.descs[0];
+  const int world = job.worldSize();
+  const int k = job.localSize();
+  const uint64_t prefix = allgatherSizesBytes(world);
+  const uint64_t row = rowBytes(d0);
+  std::vector<char*> ins, outs;
+  std::vector<std::shared_ptr<SharedRegion>> keep;
+  for (int i = 0; i < k; ++i) {
+    ClientConn* c = job.client(i);
+    if (c == nullptr) {
+      finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
+      return;
+    }
+    ins.push_back(c->slot(op.descs[i].data_offset));
+    outs.push_back(c->slot(op.descs[i].out_offset) + prefix);
+    keep.push_back(c->arena());
+  }
+  // Every rank's first dimension, as local rank 0's client listed them; the
+  // other local ranks' lists must agree (they come from one allreduce).
+  std::vector<uint64_t> offsets(world + 1, 0);
+  if (op.error.isOk()) {
+    const auto* dims0 = reinterpret_cast<const int64_t*>(outs[0] - prefix);
+    for (int i = 1; i < k && op.error.isOk(); ++i) {
+      const auto* dims = reinterpret_cast<const int64_t*>(outs[i] - prefix);
+      if (std::memcmp(dims, dims0, sizeof(int64_t) * world) != 0) {
+        op.error = internalError("allgather of tensor '" + op.name + "': ranks " + std::to_string(job.globalRank(0)) +
+                                 " and " + std::to_string(job.globalRank(i)) +
+                                 " list different first dimensions for the other ranks");
+      }
+    }
+    for (int r = 0; r < world; ++r) offsets[r + 1] = offsets[r] + static_cast<uint64_t>(dims0[r]) * row;
+  }
+  if (!op.error.isOk() && job.world().cross_size == 1) {
+    gatherLog()->warn("job {}: {}", job.id(), op.error.message());
+    finishOnLoop(job.id(), handles, 0, op.error, static_cast<DataType>(d0.dtype), {}, CollectiveType::kAllgather);
+    return;
+  }
+  const uint64_t total = offsets[world];
+  std::string job_id = job.id();
+  auto dtype = static_cast<DataType>(d0.dtype);
+  const int base = job.world().rank_offset;
+  auto piece = [&](char* src, std::vector<void*> dsts, uint64_t bytes) {
+    LocalReduce r;
+    r.dtype = DataType::kUint8;
+    r.op = ReduceOp::kSum;
+    r.count = bytes;
+    r.slots = {src};
+    r.dsts = std::move(dsts);
+    r.keepalive = keep;
+    return r;
+  };
+
+  if (job.world().cross_size == 1) {
+    std::vector<LocalReduce> copies;
+    for (int i = 0; i < k; ++i) {
+      uint64_t bytes = offsets[base + i + 1] - offsets[base + i];
+      if (bytes == 0) continue;
+      std::vector<void*> dsts;
+      for (int j = 0; j < k; ++j) dsts.push_back(outs[j] + offsets[base + i]);
+      copies.push_back(piece(ins[i], std::move(dsts), bytes));
+    }
+    ++job.executing;
+    timeline_->opStart(op.name, CollectiveType::kAllgather);
+    timeline_->activityStart(op.name, "MEMCPY_ALLGATHER");
+    copyAllOnLoop(std::move(copies), [this, job_id, handles = std::move(handles), total, name = op.name, dtype,
+                                      started = op.first_arrival] {
+      timeline_->activityEnd(name);
+      timeline_->opEnd(name, dtype, {});
+      auto it = jobs_.find(job_id);
+      if (it != jobs_.end()) --it->second->executing;
+      finishOnLoop(job_id, handles, total, okStatus(), dtype, started, CollectiveType::kAllgather);
+    });
+    return;
+  }
+
+  // Several agents.
+  Job::CrossPending p;
+  p.handles = std::move(handles);
+  p.slots.assign(outs.begin(), outs.end());
+  p.keepalive = keep;
+  p.dtype = DataType::kUint8;  // the copy back is a byte copy
+  p.count = total;
+  p.bytes = total;
+  p.postscale = 1.0;
+  p.started = op.first_arrival;
+  p.collective = CollectiveType::kAllgather;
+  p.report_dtype = dtype;
+  size_t n = (std::max<size_t>(total, 64) + 63) / 64 * 64;
+  p.staging = {static_cast<char*>(std::aligned_alloc(64, n)), [](char* q) { std::free(q); }};
+
+  CrossWork w;
+  w.req.name = op.name;
+  w.req.params = d0;
+  w.req.params.handle = 0;
+  w.req.params.data_offset = w.req.params.out_offset = 0;
+  w.req.first_rank = job.globalRank(0);
+  if (!op.error.isOk()) w.req.error = op.error.message();
+  w.staging = p.staging.get();
+  w.count = op.error.isOk() ? total : 0;
+  w.dtype = DataType::kUint8;
+  w.collective = CollectiveType::kAllgather;
+  const JobWorld& jw = job.world();
+  for (int a = 0; a < jw.cross_size; ++a) {
+    int lo = jw.rank_offsets[a], hi = lo + jw.local_sizes[a];
+    w.block_bytes.push_back(offsets[hi] - offsets[lo]);
+  }
+  std::vector<LocalReduce> copies;
+  if (w.count > 0) {
+    for (int i = 0; i < k; ++i) {
+      uint64_t bytes = offsets[base + i + 1] - offsets[base + i];
+      if (bytes > 0) copies.push_back(piece(ins[i], {p.staging.get() + offsets[base + i]}, bytes));
+    }
+  }
+  uint64_t gen = job.cross_generation;
+  job.cross_pending.insert_or_assign(op.name, std::move(p));
+  ++job.executing;
+  timeline_->opStart(op.name, CollectiveType::kAllgather);
+  timeline_->activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
+  copyAllOnLoop(std::move(copies), [this, job_id, gen, w = std::move(w)]() mutable {
+    timeline_->activityEnd(w.req.name);
+    timeline_->activityStart(w.req.name, "NEGOTIATE_ACROSS_AGENTS");
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    Job& job = *it->second;
+    if (job.cross && job.cross_generation == gen && job.state() != JobState::kFailed) {
+      job.cross->submit(std::move(w));
+    } else {
+      onCrossDoneOnLoop(job_id, gen, w.req.name, job.failure().isOk() ? aborted("job ended") : job.failure());
+    }
+  });
+}
+
+}  // namespace kolo
