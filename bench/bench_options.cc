@@ -136,6 +136,10 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
                "Reduce in place (output == input) instead of out of place");
   app.add_option("--op-kind", kind_s, "Collective to measure (allreduce)")->capture_default_str();
   app.add_option("--json", o.json_path, "Also write rank 0's rows to this JSON file");
+  app.add_option("--model-step", o.model_step_path,
+                 "Model-step mode: FILE lists a model's tensors ('name count' per line, e.g. "
+                 "bench/models/resnet50.txt); each step allreduces all of them in reverse order "
+                 "(async, then synchronize all), compared with one flat allreduce of the same size");
 
   std::vector<const char*> argv = {"kolo-bench"};
   for (auto& a : args) argv.push_back(a.c_str());
@@ -177,6 +181,9 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
   }
   if (check != 0 && check != 1) return invalidArgument("--check takes 0 or 1");
   o.check = check == 1;
+  if (!o.model_step_path.empty() && o.op_kind != OpKind::kAllreduce) {
+    return invalidArgument("--model-step replays allreduces only");
+  }
   return o;
 }
 

@@ -41,6 +41,10 @@ struct BenchOptions {
   bool in_place = false;
   OpKind op_kind = OpKind::kAllreduce;
   std::string json_path;
+  // --model-step FILE (issue 4): replay one training step's gradients (every
+  // tensor of FILE, reverse order, async, then synchronize all) instead of
+  // the size sweep; -b/-e/-f are then unused.
+  std::string model_step_path;
 
   bool help = false;  // --help: print help_text and exit 0
   std::string help_text;

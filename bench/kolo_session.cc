@@ -40,6 +40,18 @@ int KoloSession::size() const { return kolo_size(); }
 int KoloSession::localSize() const { return kolo_local_size(); }
 int KoloSession::crossSize() const { return kolo_cross_size(); }
 
+std::string KoloSession::describeAgents() const {
+  const char* sock = std::getenv("KOLO_AGENT_SOCKET");
+  std::string path = sock != nullptr ? sock : "/run/kolo/agent.sock";
+  std::string base = path.substr(path.find_last_of('/') + 1);
+  // kolorun's private agents: DIR/agent-<i>.sock; multi_agent_run.sh's: DIR/node<i>.sock.
+  const char* mode = base.rfind("agent-", 0) == 0  ? "embedded by kolorun"
+                     : base.rfind("node", 0) == 0 ? "started by multi_agent_run.sh"
+                                                  : "node agent";
+  return std::to_string(crossSize()) + " agent(s), " + std::to_string(localSize()) +
+         " local rank(s) on rank 0's agent, " + mode + " (" + path + ")";
+}
+
 KoloSession::Buffer& KoloSession::Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
     reset();
@@ -76,15 +88,27 @@ StatusOr<KoloSession::Buffer> KoloSession::allocate(uint64_t bytes, bool shared)
   return Buffer(p, false);
 }
 
-Status KoloSession::allreduce(const std::string& name, const void* input, void* output,
-                              uint64_t count, DataType dtype, ReduceOp op) {
+StatusOr<uint64_t> KoloSession::submitAllreduce(const std::string& name, const void* input,
+                                                void* output, uint64_t count, DataType dtype,
+                                                ReduceOp op) {
   const int64_t shape[1] = {static_cast<int64_t>(count)};
   kolo_handle_t h = 0;
   RETURN_IF_ERROR(fromKolo(
       kolo_allreduce_async(name.c_str(), input, output, 1, shape, static_cast<kolo_dtype_t>(dtype),
                            static_cast<kolo_op_t>(op), 1.0, 1.0, &h),
       "kolo_allreduce_async(" + name + ")"));
-  return fromKolo(kolo_synchronize(h, -1), "kolo_synchronize(" + name + ")");
+  return static_cast<uint64_t>(h);
+}
+
+Status KoloSession::wait(uint64_t handle, const std::string& name) {
+  return fromKolo(kolo_synchronize(static_cast<kolo_handle_t>(handle), -1),
+                  "kolo_synchronize(" + name + ")");
+}
+
+Status KoloSession::allreduce(const std::string& name, const void* input, void* output,
+                              uint64_t count, DataType dtype, ReduceOp op) {
+  ASSIGN_OR_RETURN(uint64_t h, submitAllreduce(name, input, output, count, dtype, op));
+  return wait(h, name);
 }
 
 Status KoloSession::maxAcrossRanks(const std::string& name, std::vector<double>& values) {

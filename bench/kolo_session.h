@@ -36,6 +36,8 @@ class KoloSession {
   int size() const;
   int localSize() const;
   int crossSize() const;  // on rank 0 (local rank 0): the number of agents
+  // "2 agent(s), 1 local rank(s) on rank 0's agent, embedded by kolorun (SOCKET)".
+  std::string describeAgents() const;
 
   // A page-aligned host buffer, or one inside the agent-shared arena
   // (zero copy). Must be destroyed before the session.
@@ -58,6 +60,11 @@ class KoloSession {
   // kolo_allreduce_async + kolo_synchronize of a 1-D tensor.
   Status allreduce(const std::string& name, const void* input, void* output, uint64_t count,
                    DataType dtype, ReduceOp op);
+  // The two halves of allreduce(): submit (returns the handle, never 0) and
+  // wait. Every submitted handle must be waited on.
+  StatusOr<uint64_t> submitAllreduce(const std::string& name, const void* input, void* output,
+                                     uint64_t count, DataType dtype, ReduceOp op);
+  Status wait(uint64_t handle, const std::string& name);
   // Element-wise max / sum across ranks, in place (not zero copy).
   Status maxAcrossRanks(const std::string& name, std::vector<double>& values);
   Status sumAcrossRanks(const std::string& name, std::vector<int64_t>& values);

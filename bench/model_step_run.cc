@@ -1,0 +1,269 @@
+// kolo-bench --model-step: one training step's gradients, as a backward pass
+// hands them to kolo.
+//
+// Each step submits every tensor of the model with kolo_allreduce_async in
+// REVERSE registration order (the last layer's gradients are ready first),
+// then synchronizes all the handles; the step is timed from the first
+// submission to the last completion. The flat baseline is one allreduce of a
+// single buffer of the same total size. Both are measured like a kolo-bench
+// row: the first operation, max-reduced across ranks, plans the iteration
+// counts; the per-iteration times are max-reduced outside the timed region;
+// the figure is the median of the slowest rank's times. Gradients are
+// reduced in place (as Horovod's DistributedOptimizer does), on zeros while
+// timed (so repeated in-place sums cannot overflow), and checked once each
+// on exactly representable data with -c 1.
+#include "bench/model_step_run.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/bench_check.h"
+#include "bench/bench_table.h"
+#include "bench/kolo_session.h"
+#include "bench/model_step.h"
+
+namespace kolo::bench {
+namespace {
+
+struct Measured {
+  double seconds = 0;  // median of the slowest rank's times
+  IterationPlan plan;
+};
+
+// Warm-up, plan, timed loop and agreement, as kolo-bench does for one size.
+StatusOr<Measured> measure(KoloSession& kolo, const BenchOptions& o, const std::string& tag,
+                           const std::function<Status()>& once) {
+  std::vector<double> first(1);
+  auto t0 = KoloSession::now();
+  RETURN_IF_ERROR(once());
+  first[0] = KoloSession::secondsSince(t0);
+  RETURN_IF_ERROR(kolo.maxAcrossRanks("kolo-bench.model." + tag + ".first", first));
+  Measured m;
+  m.plan = planIterations(o.warmup_iters, o.iters, o.max_time_s, first[0]);
+  for (int i = 1; i < m.plan.warmup; ++i) RETURN_IF_ERROR(once());
+  std::vector<double> times(static_cast<size_t>(m.plan.iters));
+  for (double& t : times) {
+    auto t1 = KoloSession::now();
+    RETURN_IF_ERROR(once());
+    t = KoloSession::secondsSince(t1);
+  }
+  RETURN_IF_ERROR(kolo.maxAcrossRanks("kolo-bench.model." + tag + ".times", times));
+  m.seconds = median(times);
+  return m;
+}
+
+class StepRunner {
+ public:
+  StepRunner(KoloSession& kolo, const BenchOptions& o, const Model& model, const ModelLayout& layout,
+             char* base)
+      : kolo_(kolo), o_(o), model_(model), layout_(layout), base_(base) {
+    for (const ModelTensor& t : model.tensors) names_.push_back("grad." + model.name + "." + t.name);
+    handles_.reserve(model.tensors.size());
+  }
+
+  void* tensor(size_t i) const { return base_ + layout_.offsets[i]; }
+
+  // One step: submit all in reverse order, then wait for all. On an error
+  // every handle already submitted is still waited for.
+  Status step() {
+    handles_.clear();
+    Status first = okStatus();
+    for (size_t i = model_.tensors.size(); i-- > 0;) {
+      auto h = kolo_.submitAllreduce(names_[i], tensor(i), tensor(i), model_.tensors[i].count,
+                                     o_.dtype, o_.op);
+      if (!h.isOk()) {
+        first = h.status();
+        break;
+      }
+      handles_.emplace_back(*h, i);
+    }
+    for (auto& [h, i] : handles_) {
+      Status st = kolo_.wait(h, names_[i]);
+      if (first.isOk() && !st.isOk()) first = st;
+    }
+    return first;
+  }
+
+  void fillPattern(const CheckPattern& p, int rank) {
+    for (size_t i = 0; i < model_.tensors.size(); ++i) {
+      fillInput(p, rank, tensor(i), model_.tensors[i].count);
+    }
+  }
+
+  uint64_t countWrongAll(const CheckPattern& p) const {
+    uint64_t wrong = 0;
+    for (size_t i = 0; i < model_.tensors.size(); ++i) {
+      wrong += countWrong(p, tensor(i), model_.tensors[i].count);
+    }
+    return wrong;
+  }
+
+ private:
+  KoloSession& kolo_;
+  const BenchOptions& o_;
+  const Model& model_;
+  const ModelLayout& layout_;
+  char* base_;
+  std::vector<std::string> names_;
+  std::vector<std::pair<uint64_t, size_t>> handles_;
+};
+
+Status writeJson(const BenchOptions& o, const StepRow& r, int nranks, int agents) {
+  nlohmann::json j = {{"benchmark", "kolo-bench --model-step"},
+                      {"model_file", o.model_step_path},
+                      {"model", r.model},
+                      {"nranks", nranks},
+                      {"agents", agents},
+                      {"dtype", std::string(dataTypeName(o.dtype))},
+                      {"op", std::string(reduceOpName(o.op))},
+                      {"zero_copy", o.zero_copy},
+                      {"tensors", r.tensors},
+                      {"params", r.params},
+                      {"bytes", r.bytes},
+                      {"fusion", r.fusion},
+                      {"step_us", r.step_us},
+                      {"step_algbw_gbps", r.algbw},
+                      {"step_busbw_gbps", r.busbw},
+                      {"flat_us", r.flat_us},
+                      {"flat_busbw_gbps", r.flat_busbw},
+                      {"step_over_flat", r.ratio()},
+                      {"target_ratio", kStepTargetRatio},
+                      {"target_met", r.ratio() <= kStepTargetRatio},
+                      {"steps", r.steps},
+                      {"flat_iters", r.flat_iters}};
+  j["wrong"] = r.wrong ? nlohmann::json(*r.wrong) : nlohmann::json(nullptr);
+  std::ofstream f(o.json_path);
+  f << j.dump(2) << "\n";
+  f.close();
+  if (!f) return internalError("cannot write --json file " + o.json_path);
+  return okStatus();
+}
+
+}  // namespace
+
+int modelStepMain(const BenchOptions& o) {
+  auto model = loadModel(o.model_step_path);
+  if (!model.isOk()) {
+    std::fprintf(stderr, "kolo-bench: %s\n", model.status().message().c_str());
+    return 2;
+  }
+  const size_t esize = dataTypeSize(o.dtype);
+  const ModelLayout layout = layoutModel(*model, esize);
+  const uint64_t params = model->totalCount();
+  const uint64_t bytes = params * esize;
+
+  KoloSession::reserveArena(layout.bytes);  // in place: one buffer
+  auto session = KoloSession::start();
+  if (!session.isOk()) {
+    std::fprintf(stderr, "kolo-bench: %s\n", session.status().toString().c_str());
+    return 2;
+  }
+  KoloSession& kolo = **session;
+  const int rank = kolo.rank();
+  const int nranks = kolo.size();
+  auto buf = kolo.allocate(layout.bytes, o.zero_copy);
+  if (!buf.isOk()) {
+    std::fprintf(stderr, "kolo-bench: rank %d: %s\n", rank, buf.status().toString().c_str());
+    return 2;
+  }
+  KoloSession::Buffer grads = std::move(buf).value();  // freed before the session
+  char* base = static_cast<char*>(grads.get());
+  StepRunner runner(kolo, o, *model, layout, base);
+  const CheckPattern pattern = CheckPattern::make(o.dtype, o.op, nranks);
+
+  StepRow row;
+  row.model = model->name;
+  row.tensors = model->tensors.size();
+  row.params = params;
+  row.bytes = bytes;
+  row.fusion = fusionSetting(std::getenv("KOLO_FUSION_THRESHOLD_MB"),
+                             std::getenv("HOROVOD_FUSION_THRESHOLD"), kolo.crossSize());
+  const int agents = kolo.crossSize();
+
+  if (rank == 0) {
+    std::printf("# kolo-bench model step: %s (%s): %" PRIu64 " tensors, %" PRIu64
+                " parameters, %" PRIu64 " B of %s gradients\n",
+                model->name.c_str(), o.model_step_path.c_str(), row.tensors, params, bytes,
+                std::string(dataTypeName(o.dtype)).c_str());
+    std::printf("# nranks %d, agent mode: %s\n", nranks, kolo.describeAgents().c_str());
+    std::printf("# step: kolo_allreduce_async of every tensor in reverse order, then "
+                "kolo_synchronize of all; op %s, in place, %s\n",
+                std::string(reduceOpName(o.op)).c_str(),
+                o.zero_copy ? "zero-copy (kolo_alloc_shared)" : "user memory (copy-in/copy-out)");
+    std::printf("# flat: one allreduce of a single %" PRIu64 " B buffer; fusion: %s%s\n", bytes,
+                row.fusion.c_str(),
+                agents <= 1 ? " (one agent: fusion only applies to cross-agent jobs)" : "");
+    std::printf("# time = median over iterations of the slowest rank's time; warmup iters: %d "
+                "iters: %d (cut to ~%g s each) validation: %d\n#\n%s\n",
+                o.warmup_iters, o.iters, o.max_time_s, o.check ? 1 : 0, stepTableHeader().c_str());
+    std::fflush(stdout);
+  }
+
+  auto fail = [&](const Status& st, const char* what) {
+    std::fprintf(stderr, "kolo-bench: rank %d: %s: %s\n", rank, what, st.toString().c_str());
+    return 3;
+  };
+
+  // Timed runs on zeros: in-place sums stay finite however many steps run.
+  fillValue(o.dtype, base, layout.bytes / esize, 0.0);
+  auto step = measure(kolo, o, "step", [&] { return runner.step(); });
+  if (!step.isOk()) return fail(step.status(), "model step");
+  auto flat = measure(kolo, o, "flat." + std::to_string(bytes), [&] {
+    return kolo.allreduce("kolo-bench.model.flat." + std::to_string(bytes), base, base, params,
+                          o.dtype, o.op);
+  });
+  if (!flat.isOk()) return fail(flat.status(), "flat allreduce");
+
+  row.step_us = step->seconds * 1e6;
+  row.algbw = algBandwidth(bytes, step->seconds);
+  row.busbw = row.algbw * busBandwidthFactor(OpKind::kAllreduce, nranks);
+  row.flat_us = flat->seconds * 1e6;
+  row.flat_busbw =
+      algBandwidth(bytes, flat->seconds) * busBandwidthFactor(OpKind::kAllreduce, nranks);
+  row.steps = step->plan.iters;
+  row.flat_iters = flat->plan.iters;
+
+  if (o.check && pattern.feasible) {
+    std::vector<int64_t> wrong(2, 0);
+    runner.fillPattern(pattern, rank);
+    Status st = runner.step();
+    if (!st.isOk()) return fail(st, "checked model step");
+    wrong[0] = static_cast<int64_t>(runner.countWrongAll(pattern));
+    fillInput(pattern, rank, base, params);
+    st = kolo.allreduce("kolo-bench.model.flat.check", base, base, params, o.dtype, o.op);
+    if (!st.isOk()) return fail(st, "checked flat allreduce");
+    wrong[1] = static_cast<int64_t>(countWrong(pattern, base, params));
+    if (wrong[0] != 0 || wrong[1] != 0) {
+      std::fprintf(stderr, "kolo-bench: rank %d: %" PRId64 " wrong elements in the step, %" PRId64
+                   " in the flat allreduce\n", rank, wrong[0], wrong[1]);
+    }
+    st = kolo.sumAcrossRanks("kolo-bench.model.wrong", wrong);
+    if (!st.isOk()) return fail(st, "agreeing on the check");
+    row.wrong = static_cast<uint64_t>(wrong[0] + wrong[1]);
+  }
+
+  if (rank == 0) {
+    std::printf("%s\n", formatStepRow(row).c_str());
+    std::printf("# steps timed: %d, flat iterations timed: %d\n", row.steps, row.flat_iters);
+    std::printf("# Out of bounds values : %" PRIu64 " %s\n", row.wrong.value_or(0),
+                row.wrong.value_or(0) == 0 ? "OK" : "FAILED");
+    std::printf("%s\n#\n", stepTargetLine(row).c_str());
+    std::fflush(stdout);
+    if (!o.json_path.empty()) {
+      Status st = writeJson(o, row, nranks, agents);
+      if (!st.isOk()) {
+        std::fprintf(stderr, "kolo-bench: %s\n", st.message().c_str());
+        return 2;
+      }
+    }
+  }
+  return row.wrong.value_or(0) == 0 ? 0 : 1;
+}
+
+}  // namespace kolo::bench
