@@ -50,7 +50,13 @@ Status Agent::start() {
     RETURN_IF_ERROR(metrics_http_->start().withContext("--metrics-listen " + opts_.metrics_listen));
     logger()->info("metrics on http://{}/metrics", metrics_http_->boundAddress());
   }
+  initMetrics();
   updateGaugesOnLoop();
+  {
+    std::string host = opts_.rpc_listen.substr(0, opts_.rpc_listen.rfind(':'));
+    if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = opts_.hostname;
+    coord_->setRpcAddress(host + ":" + std::to_string(rpc_port_));
+  }
   RETURN_IF_ERROR(coord_->registerAgent(std::chrono::steady_clock::now() +
                                         std::chrono::seconds(opts_.register_timeout_s)));
   coord_->startHeartbeats();
@@ -342,11 +348,19 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
                          [this, job_id](StatusOr<coord::World> w) { onWorldOnLoop(job_id, std::move(w)); });
     job->coordinator_joined = true;
   }
-  if (job->ready()) sendWorldOnLoop(*job, c);
+  maybeSendWorldOnLoop(*job);
   updateGaugesOnLoop();
 }
 
+void Agent::maybeSendWorldOnLoop(Job& job) {
+  if (!job.ready() || !job.allLocalRanksArrived()) return;
+  for (ClientConn* c : job.clients()) {
+    if (c != nullptr && c->world_sent != job.world().generation) sendWorldOnLoop(job, *c);
+  }
+}
+
 void Agent::sendWorldOnLoop(Job& job, ClientConn& c) {
+  c.world_sent = job.world().generation;
   ipc::AgentFrame f;
   auto* w = f.mutable_world();
   w->set_generation(job.world().generation);
@@ -404,6 +418,24 @@ void Agent::maybeRemoveJobOnLoop(const std::string& job_id) {
                  job.counters().bytes_done);
   jobs_.erase(it);
   updateGaugesOnLoop();
+}
+
+void Agent::initMetrics() {
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    std::string dt(dataTypeName(static_cast<DataType>(i)));
+    const char* help = "Collectives completed on this agent";
+    op_metrics_.ok[i] = &metrics_.counter("kolo_collectives_total", help,
+                                          {{"op", "allreduce"}, {"dtype", dt}, {"status", "ok"}});
+    op_metrics_.failed[i] = &metrics_.counter("kolo_collectives_total", help,
+                                              {{"op", "allreduce"}, {"dtype", dt}, {"status", "error"}});
+    op_metrics_.bytes[i] = &metrics_.counter("kolo_collective_bytes_total",
+                                             "Payload bytes of completed collectives (one rank's tensor)",
+                                             {{"op", "allreduce"}, {"dtype", dt}});
+  }
+  op_metrics_.latency = &metrics_.histogram("kolo_collective_latency_seconds",
+                                            "From the first rank's submission to completion", {{"op", "allreduce"}});
+  op_metrics_.negotiation = &metrics_.histogram("kolo_negotiation_seconds",
+                                                "From a name's first local submission to node-ready");
 }
 
 void Agent::updateGaugesOnLoop() {

@@ -66,6 +66,9 @@ class Agent {
   void refuseOnLoop(ClientConn& c, const Status& st);
   void dropClientOnLoop(uint64_t conn_id, const std::string& why);
   void sendWorldOnLoop(Job& job, ClientConn& c);
+  // Init is a rendezvous: trainers learn the World once the generation is
+  // sealed, the backend (if any) is connected, and every local rank arrived.
+  void maybeSendWorldOnLoop(Job& job);
 
   // jobs and collectives
   void onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w);
@@ -109,6 +112,15 @@ class Agent {
   std::chrono::steady_clock::time_point started_;
 
   metrics::Registry metrics_;
+  // Handles looked up once (the registry's lookup takes a lock).
+  struct OpMetrics {
+    metrics::Counter* ok[kNumDataTypes];
+    metrics::Counter* failed[kNumDataTypes];
+    metrics::Counter* bytes[kNumDataTypes];
+    metrics::Histogram* latency;
+    metrics::Histogram* negotiation;
+  } op_metrics_{};
+  void initMetrics();
   std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;
   std::unique_ptr<Timeline> timeline_;
   stall::StallInspector stalls_;

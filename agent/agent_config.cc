@@ -33,7 +33,7 @@ void defineAgentKnobs(Config& c) {
       .define("fusion-threshold-mb", KnobType::kInt, "128",
               "Tensor Fusion buffer size in MiB (0 disables fusion)")
       .define("cycle-time-ms", KnobType::kDouble, "1",
-              "Longest time to gather ready tensors before running them (never delays a lone op)")
+              "Accepted for Horovod compatibility: kolo negotiates as soon as a name is ready, so no op waits for a cycle")
       .define("cache-capacity", KnobType::kInt, "1024", "Response cache entries (0 disables)")
       .define("timeline-filename", KnobType::kString, "",
               "Write a Chrome trace of every collective here (%a = agent id)")

@@ -56,9 +56,7 @@ void Agent::startCrossOnLoop(Job& job) {
           job_id + "/g" + std::to_string(gen), std::move(made->value()), co, loop_,
           [this, job_id, gen](const std::string& name, Status st) { onCrossDoneOnLoop(job_id, gen, name, st); });
       crossLog()->info("job {}: agents connected; {} local ranks may start", job_id, job.localSize());
-      for (ClientConn* c : job.clients()) {
-        if (c != nullptr) sendWorldOnLoop(job, *c);
-      }
+      maybeSendWorldOnLoop(job);
     });
   });
 }

@@ -151,8 +151,7 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   timeline_->opStart(op.name, CollectiveType::kAllreduce);
   timeline_->activityStart(op.name, "LOCAL_REDUCE");
   std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
-  metrics_.histogram("kolo_negotiation_seconds", "From a name's first local submission to node-ready")
-      .observe(std::chrono::duration<double>(op.ready_at - op.first_arrival).count());
+  op_metrics_.negotiation->observe(std::chrono::duration<double>(op.ready_at - op.first_arrival).count());
   executor_.reduceOnLoop(std::move(r), [this, job_id, handles = std::move(handles), bytes, name = op.name,
                                         dtype = static_cast<DataType>(d0.dtype), shape, started = op.first_arrival] {
     timeline_->activityEnd(name);
@@ -229,22 +228,37 @@ void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>&
     ClientConn* c = job.client(static_cast<int>(r));
     if (c != nullptr) completeOnLoop(*c, handles[r], final_st);
   }
-  std::string dt(dataTypeName(dtype));
-  const std::string op_label(collectiveName(collective));
-  metrics_
-      .counter("kolo_collectives_total", "Collectives completed on this agent",
-               {{"op", op_label}, {"dtype", dt}, {"status", final_st.isOk() ? "ok" : "error"}})
-      .inc();
-  if (final_st.isOk()) {
-    metrics_.counter("kolo_collective_bytes_total", "Payload bytes of completed collectives (one rank's tensor)",
-                     {{"op", op_label}, {"dtype", dt}})
-        .inc(bytes);
-    if (started != SteadyTime{}) {
-      metrics_.histogram("kolo_collective_latency_seconds", "From the first rank's submission to completion",
-                         {{"op", op_label}})
-          .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  const int dti = static_cast<int>(dtype);
+  if (collective == CollectiveType::kAllreduce) {
+    if (final_st.isOk()) {
+      op_metrics_.ok[dti]->inc();
+      op_metrics_.bytes[dti]->inc(bytes);
+      if (started != SteadyTime{}) {
+        op_metrics_.latency->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      }
+    } else {
+      op_metrics_.failed[dti]->inc();
     }
   } else {
+    // The other collectives (rarer): looked up by their own "op" label.
+    std::string dt(dataTypeName(dtype));
+    const std::string op_label(collectiveName(collective));
+    metrics_
+        .counter("kolo_collectives_total", "Collectives completed on this agent",
+                 {{"op", op_label}, {"dtype", dt}, {"status", final_st.isOk() ? "ok" : "error"}})
+        .inc();
+    if (final_st.isOk()) {
+      metrics_.counter("kolo_collective_bytes_total", "Payload bytes of completed collectives (one rank's tensor)",
+                       {{"op", op_label}, {"dtype", dt}})
+          .inc(bytes);
+      if (started != SteadyTime{}) {
+        metrics_.histogram("kolo_collective_latency_seconds", "From the first rank's submission to completion",
+                           {{"op", op_label}})
+            .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      }
+    }
+  }
+  if (!final_st.isOk()) {
     metrics_.counter("kolo_errors_total", "Failed collectives by error kind", {{"kind", codeName(final_st.code())}})
         .inc();
   }
@@ -342,9 +356,7 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
     startCrossOnLoop(job);  // clients learn the World once the backend is connected
     return;
   }
-  for (ClientConn* c : job.clients()) {
-    if (c != nullptr) sendWorldOnLoop(job, *c);
-  }
+  maybeSendWorldOnLoop(job);
 }
 
 void Agent::drainOnLoop() { draining_ = true; }

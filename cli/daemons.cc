@@ -83,10 +83,12 @@ std::optional<std::string> readReadyFile(const std::string& path) {
   ss << in.rdbuf();
   std::string s = ss.str();
   if (s.empty() || s.back() != '\n') return std::nullopt;  // not complete yet
+  // The address is the first word; what follows (e.g. "metrics=host:port")
+  // is for other readers.
   size_t b = s.find_first_not_of(" \t\r\n");
   if (b == std::string::npos) return std::nullopt;
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
+  size_t e = s.find_first_of(" \t\r\n", b);
+  return s.substr(b, e - b);
 }
 
 StatusOr<std::unique_ptr<EmbeddedDaemons>> EmbeddedDaemons::create(Supervisor& sup, EmbeddedOptions opts) {
@@ -119,7 +121,9 @@ Status EmbeddedDaemons::start(const std::function<bool()>& cancelled) {
     a.ready_file = base + ".ready";
     a.log_path = base + ".log";
     argv = {opts_.agent_bin, "--socket", a.socket, "--coordinator", coordinator_address_,
-            "--rpc-listen", "127.0.0.1:0", "--ready-file", a.ready_file, "--agent-id", a.id};
+            "--rpc-listen", "127.0.0.1:0", "--ready-file", a.ready_file, "--agent-id", a.id,
+            // Several agents (and maybe a system agent) share this machine: no fixed port.
+            "--metrics-listen", "127.0.0.1:0"};
     if (!opts_.log_level.empty()) {
       argv.push_back("--log-level");
       argv.push_back(opts_.log_level);

@@ -102,7 +102,8 @@ class EmbeddedDaemons {
   std::optional<std::string> failure_;
 };
 
-// Reads a ready file: "host:port\n" once complete; nullopt until then.
+// Reads a ready file: its first word ("host:port") once the file is complete
+// (ends with '\n'); nullopt until then. Later words are ignored.
 std::optional<std::string> readReadyFile(const std::string& path);
 
 }  // namespace kolo::cli

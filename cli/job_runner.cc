@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -93,6 +94,11 @@ int JobRunner::run() {
   st = spawnRanks();
   if (!st.isOk()) {
     say(st.message());
+    bool any_started = std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& r) { return r.child >= 0; });
+    if (!any_started) {
+      if (daemons_) daemons_->stop();
+      return 1;
+    }
     if (!failed_rank_) exit_code_ = 1;
     stopRanks(SIGTERM);
   }
@@ -232,7 +238,7 @@ void JobRunner::onRankExit(int rank, const ExitInfo& info) {
   if (info.success() || kill_deadline_) return;  // a failure after we began stopping is expected
   if (info.exec_errno != 0) {
     say("rank " + std::to_string(rank) + ": cannot run '" + plan_.command.front() + "': " +
-        info.describe().substr(std::string("could not be started: ").size()));
+        std::strerror(info.exec_errno));
   }
   say("rank " + std::to_string(rank) + " " +
       (info.exited ? "exited with code " + std::to_string(info.code) : "exited with signal " + signalName(info.signal)));

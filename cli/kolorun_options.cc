@@ -27,12 +27,14 @@ void defineOptions(CLI::App& app, KolorunOptions& o) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--verbose", o.verbose, "Print the plan, the daemons' output and a summary per rank");
   app.add_option("--log-level", o.log_level, "Log level of kolo (trace, debug, info, warn, error)");
+  // Integers where the agent's knob is an integer, so a bad value fails here
+  // and not later in the agent.
   app.add_option("--fusion-threshold-mb", o.fusion_threshold_mb, "Tensor Fusion buffer size in MiB")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::TypeValidator<uint64_t>());
   app.add_option("--cycle-time-ms", o.cycle_time_ms, "Fusion cycle time in milliseconds")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--cache-capacity", o.cache_capacity, "Response cache capacity (entries)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::TypeValidator<uint64_t>());
   app.add_option("--timeline-filename", o.timeline_filename, "Write a Chrome-trace timeline to this file");
   app.add_flag("--autotune", o.autotune, "Autotune the fusion threshold and cycle time");
   app.add_option("--output-filename", o.output_filename, "Also write each rank's output to DIR/rank.N");

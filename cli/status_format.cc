@@ -216,7 +216,8 @@ std::string renderCoordinatorAgents(const coord::ListAgentsReply& r) {
   Table t({"AGENT", "HOST", "STATUS ADDRESS", "LAST HEARTBEAT", "JOBS"});
   for (auto& a : r.agents()) {
     std::string jobs = join({a.job_ids().begin(), a.job_ids().end()}, ",");
-    t.add({a.agent().agent_id(), a.agent().hostname(), a.agent().rpc_address(),
+    t.add({a.agent().agent_id(), a.agent().hostname(),
+           a.agent().rpc_address().empty() ? "-" : a.agent().rpc_address(),
            formatDuration(a.last_heartbeat_age_ms()) + " ago", jobs.empty() ? "-" : jobs});
   }
   return t.render();

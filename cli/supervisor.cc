@@ -1,5 +1,7 @@
 #include "cli/supervisor.h"
 
+#include "common/log.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -201,6 +203,7 @@ StatusOr<int> Supervisor::spawn(SpawnSpec spec) {
   if (n != static_cast<ssize_t>(sizeof exec_errno)) exec_errno = 0;
 
   int id = static_cast<int>(children_.size());
+  log::get("kolorun")->debug("started {} as pid {}: {}", child->name, pid, im.path);
   children_.push_back(std::move(child));
   if (exec_errno != 0) {
     Child& c = *children_.back();
@@ -258,6 +261,7 @@ void Supervisor::reapAll() {
     } else if (WIFSIGNALED(st)) {
       info.signal = WTERMSIG(st);
     }
+    log::get("kolorun")->debug("{} (pid {}) {}", c->name, c->pid, info.describe());
     // Everything the child wrote is in the pipes now: deliver it first.
     readPipe(c->out);
     readPipe(c->err);

@@ -129,8 +129,13 @@ void EventLoop::run() {
   constexpr int kMaxEvents = 64;
   struct epoll_event evs[kMaxEvents];
   while (!stop_.load()) {
-    int timeout = runTimers();
     runPosted();
+    // Timers after posted work: a posted task may have added one.
+    int timeout = runTimers();
+    {
+      std::lock_guard<std::mutex> lock(post_mu_);
+      if (!posted_.empty()) timeout = 0;  // a timer posted more work
+    }
     if (stop_.load()) break;
     if (before_sleep_ && before_sleep_()) timeout = 0;  // more work is pending: don't block
     int n = ::epoll_wait(epfd_.get(), evs, kMaxEvents, timeout);

@@ -5,9 +5,9 @@ set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libspdlog-dev libfmt-dev libucx-dev ucx-utils libcli11-dev nlohmann-json3-dev
+  libspdlog-dev libfmt-dev libucx-dev ucx-utils libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev
-  openmpi-bin libopenmpi-dev
+  openmpi-bin libopenmpi-dev libgloo-dev
   iproute2 iperf3 systemd
   python3 python3-yaml python3-pytest python3-numpy python3-torch python3-pip
 )

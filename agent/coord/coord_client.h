@@ -30,6 +30,8 @@ class CoordClient {
   ~CoordClient();
 
   const std::string& address() const { return address_; }
+  // Call before registerAgent: the address `kolo agents` shows for this agent.
+  void setRpcAddress(const std::string& addr) { self_.set_rpc_address(addr); }
   // Registers, retrying until `deadline`. Blocking; call before serving.
   Status registerAgent(std::chrono::steady_clock::time_point deadline);
   // Heartbeats every interval the coordinator asked for; re-registers if forgotten.

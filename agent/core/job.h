@@ -73,6 +73,12 @@ class Job {
   void detach(int local_rank) { clients_[local_rank] = nullptr; }
   int connectedClients() const;
   bool everConnected(int local_rank) const { return ever_connected_[local_rank]; }
+  bool allLocalRanksArrived() const {
+    for (bool b : ever_connected_) {
+      if (!b) return false;
+    }
+    return true;
+  }
   void markConnected(int local_rank) { ever_connected_[local_rank] = true; }
 
   void setWorld(const JobWorld& w);

@@ -62,6 +62,7 @@ class ClientConn {
   std::string job_id;
   int local_rank = -1;
   bool said_goodbye = false;
+  uint64_t world_sent = 0;  // generation of the last WorldInfo sent
   uint64_t submitted = 0;
   uint64_t completed = 0;
 

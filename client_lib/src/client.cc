@@ -66,6 +66,13 @@ std::string quoteName(std::string_view name) {
 
 bool isPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
+// The KOLO_ARENA_MB whose data region holds a tensor of `bytes`: the rings
+// and the header come first.
+uint64_t arenaMbFor(uint64_t bytes) {
+  uint64_t overhead = ArenaLayout::compute(0).data_offset;
+  return (bytes + overhead + (1u << 20) - 1) >> 20;
+}
+
 }  // namespace
 
 Client::Client(ClientOptions opts) : opts_(std::move(opts)) {}
@@ -367,7 +374,7 @@ Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
                            " bytes of data). Raise KOLO_ARENA_MB (now " +
                            (opts_.arena_bytes == 0 ? std::string("unset: the agent's default")
                                                    : std::to_string(opts_.arena_bytes >> 20)) +
-                           ") above " + std::to_string((n >> 20) + 64) + ".");
+                           ") to at least " + std::to_string(arenaMbFor(n)) + ".");
   }
   *bytes = n;
   return okStatus();

@@ -7,6 +7,11 @@
 // back through the completion ring; whichever thread is waiting drains them,
 // copies results out and frees the slots.
 //
+// At most min(ring capacities) = 1024 ops are in flight; a submission beyond
+// that, or one that finds the arena full, drains completions until there is
+// room (bounded by the op timeout). A forked child never touches its
+// parent's connection.
+//
 // Threading: every public function is thread-safe. mu_ guards the handle
 // table and the submission ring (the single producer); at most one thread at
 // a time "drains" (completion ring + socket), marked by draining_ under mu_;

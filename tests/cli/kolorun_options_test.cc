@@ -94,6 +94,8 @@ TEST(KolorunOptions, Errors) {
       {{"-np", "2", "-H", "a:2", "--hostfile", "/etc/hostname", "cmd"}, "not both"},
       {{"-np", "2", "--bogus", "cmd"}, "--bogus"},
       {{"-np", "2", "--fusion-threshold-mb", "lots", "cmd"}, "--fusion-threshold-mb"},
+      {{"-np", "2", "--fusion-threshold-mb", "0.5", "cmd"}, "--fusion-threshold-mb"},
+      {{"-np", "2", "--cycle-time-ms", "-1", "cmd"}, "--cycle-time-ms"},
       {{"-np", "2", "--hostfile", "/no/such/file", "cmd"}, "/no/such/file"},
   };
   for (const Case& c : cases) {

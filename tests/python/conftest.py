@@ -77,28 +77,57 @@ class RunResult:
             " ".join(self.cmd), self.rc, self.out[-6000:], self.err[-6000:])
 
 
+def _session_pids(sid):
+    """Processes of session `sid` (kolorun and `timeout` put their children
+    in process groups of their own, but they stay in our session)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # fields after "(comm)": state ppid pgrp session
+            pids.append(int(d))
+    return pids
+
+
+def _kill_session(sid, sig):
+    for pid in _session_pids(sid):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def run_bounded(cmd, timeout, env=None, cwd=None):
-    """Runs cmd in its own session; on timeout kills the whole group."""
+    """Runs cmd in a session of its own. On timeout it kills every process
+    of that session (SIGTERM, then SIGKILL) and fails; after a normal exit
+    it also kills anything the command left behind in its session."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
                          start_new_session=True, text=True)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        out, err = "", ""
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                break
+            _kill_session(p.pid, sig)
             try:
                 out, err = p.communicate(timeout=10)
                 break
             except subprocess.TimeoutExpired:
                 continue
-        else:
-            out, err = "", ""
+        _kill_session(p.pid, signal.SIGKILL)
         raise AssertionError("timed out after %d s: %s\n%s\n%s" % (timeout, " ".join(cmd),
                                                                    out[-4000:], err[-4000:]))
-    return RunResult(p.returncode, out, err, cmd)
+    finally:
+        leftovers = _session_pids(p.pid)
+        _kill_session(p.pid, signal.SIGKILL)
+    res = RunResult(p.returncode, out, err, cmd)
+    res.leftovers = leftovers
+    return res
 
 
 @pytest.fixture

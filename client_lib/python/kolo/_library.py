@@ -4,8 +4,8 @@ Search order (the first that exists wins):
 
 1. ``$KOLO_LIBRARY`` -- a path to libkolo.so (or to the folder holding it).
    When it is set and wrong, that is an error: nothing else is tried.
-2. ``$KOLO_BUILD_DIR/lib/libkolo.so`` -- a CMake build folder.
-3. the package folder (``pip install`` copies libkolo.so there).
+2. the package folder (``pip install`` copies libkolo.so there).
+3. ``$KOLO_BUILD_DIR/lib/libkolo.so`` -- a CMake build folder.
 4. ``<repository>/build/lib/libkolo.so`` when the package is imported from a
    source checkout (client_lib/python/kolo -> ../../../build/lib).
 5. the system's dynamic loader (``libkolo.so.1`` / ``libkolo.so``: ldconfig,
@@ -76,11 +76,11 @@ def candidate_paths():
     env = os.environ.get("KOLO_LIBRARY")
     if env:
         out.append(("$KOLO_LIBRARY", env))
+    for n in _LIB_NAMES:
+        out.append(("package folder", os.path.join(_PACKAGE_DIR, n)))
     build = os.environ.get("KOLO_BUILD_DIR")
     if build:
         out.append(("$KOLO_BUILD_DIR/lib", os.path.join(build, "lib", "libkolo.so")))
-    for n in _LIB_NAMES:
-        out.append(("package folder", os.path.join(_PACKAGE_DIR, n)))
     repo_lib = _repo_build_lib()
     if repo_lib:
         out.append(("source checkout", os.path.join(repo_lib, "libkolo.so")))

@@ -31,9 +31,14 @@ def expect_raises(exc, fn, *args, contains=None, **kwargs):
 def test_basics(r, n):
     assert hvd.is_initialized()
     assert 0 <= r < n and n >= 2
-    assert hvd.local_size() == n and hvd.local_rank() == r  # one node
-    assert hvd.cross_size() == 1 and hvd.cross_rank() == 0
-    assert hvd.is_homogeneous()
+    ls, lr, cs, cr = hvd.local_size(), hvd.local_rank(), hvd.cross_size(), hvd.cross_rank()
+    # kolorun places ranks on its nodes (agents) in contiguous, even blocks.
+    assert 0 <= lr < ls <= n and 0 <= cr < cs <= n
+    if hvd.is_homogeneous():
+        assert ls * cs == n and r == cr * ls + lr, (r, ls, lr, cs, cr)
+    topo = hvd.allgather_object((lr, ls, cr, cs))
+    assert len({t[1] for t in topo}) >= 1 and sorted(t[2] for t in topo if t[0] == 0) == \
+        list(range(topo[0][3]))
     assert kolo.rank() == r and kolo.size() == n
     assert hvd.library_path().endswith(".so") or "libkolo" in hvd.library_path()
     hvd.init()  # idempotent
@@ -112,6 +117,11 @@ def test_allreduce(r, n):
     w = torch.full((3,), float(r + 1), requires_grad=True)
     out = hvd.allreduce(w, op=hvd.Sum, name="grad")
     (out * (r + 1)).sum().backward()  # d/dw_r = sum over ranks of (q+1)
+    assert torch.equal(w.grad, torch.full((3,), float(sum(ranks))))
+    w = torch.full((3,), float(r + 1), requires_grad=True)
+    out = hvd.allreduce(w, op=hvd.Sum, name="grad_fp16", compression=hvd.Compression.fp16)
+    assert out.dtype == torch.float32 and out.requires_grad
+    (out * (r + 1)).sum().backward()
     assert torch.equal(w.grad, torch.full((3,), float(sum(ranks))))
 
     # Shared (zero-copy) tensors.
@@ -199,6 +209,10 @@ def test_broadcast(r, n):
     for dt in ALL_DTYPES + [torch.bool, torch.int16, torch.complex64]:
         v = (torch.arange(7) % 2).to(dt) if r == 0 else torch.zeros(7, dtype=dt)
         assert torch.equal(hvd.broadcast(v, 0, name="bc.%s" % dt), (torch.arange(7) % 2).to(dt))
+    buf = torch.full((9,), r, dtype=torch.uint8)
+    view = buf[1:9]  # 8 bytes at an odd address: broadcast through an aligned copy
+    hvd.broadcast_(view, 1, name="bc_unaligned")
+    assert buf.tolist() == [r] + [1] * 8
     s = hvd.broadcast(torch.tensor(float(r) + 0.5), root, name="bc_scalar")
     assert s.dim() == 0 and s.item() == root + 0.5
     m = (torch.arange(6.0).reshape(2, 3) + r).t()
@@ -385,7 +399,10 @@ def main():
         test(r, n)
         hvd.barrier()
         print("passed %s" % test.__name__, flush=True)
+    # Shutting down fails what is still pending (no other rank submits this name).
+    h = hvd.allreduce_async(torch.ones(2), name="pending.%d" % r)
     hvd.shutdown()
+    expect_raises(hvd.KoloInternalError, hvd.synchronize, h)
     assert not hvd.is_initialized()
     expect_raises(ValueError, hvd.size)
     hvd.shutdown()  # idempotent

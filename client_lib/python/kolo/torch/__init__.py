@@ -99,7 +99,7 @@ release = _handles.release
 
 
 def _forget_session():
-    _handles.forget_all()
+    _handles.fail_all_pending()
     _shared.invalidate_all()
 
 

@@ -17,7 +17,7 @@ import itertools
 import threading
 
 from .. import _library, basics
-from ..errors import (ERR_INVALID_ARGUMENT, ERR_TIMED_OUT, IN_PROGRESS, OK,
+from ..errors import (ERR_ABORTED, ERR_INVALID_ARGUMENT, ERR_TIMED_OUT, IN_PROGRESS, OK,
                       KoloInternalError)
 
 MAX_NAME_BYTES = 255
@@ -207,15 +207,16 @@ def release(handle):
                 op._fail(KoloInternalError("released", None))
 
 
-def forget_all():
-    """Drops every pending handle (after shutdown their C handles are gone)."""
+def fail_all_pending():
+    """Called as shutdown() starts: every operation still in progress fails
+    (its C handle is released); synchronize() on it raises KoloInternalError."""
     with _table_lock:
         ops = list(_table.values())
-        _table.clear()
     for op in ops:
         with op.lock:
             if not op.done:
-                op._fail(KoloInternalError("kolo was shut down", None))
+                op._fail(KoloInternalError(
+                    "kolo was shut down before this operation completed", ERR_ABORTED))
 
 
 def run(gen):

@@ -164,26 +164,28 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 class _AllreduceFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale, postscale):
+    def forward(ctx, tensor, name, op, prescale, postscale, compression):
         ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
+        ctx.compression = compression
         return synchronize(allreduce_async(tensor, name=name, op=op, prescale_factor=prescale,
-                                           postscale_factor=postscale))
+                                           postscale_factor=postscale, compression=compression))
 
     @staticmethod
     def backward(ctx, grad_output):
         return (allreduce(grad_output, op=ctx.op, prescale_factor=ctx.prescale,
-                          postscale_factor=ctx.postscale), None, None, None, None)
+                          postscale_factor=ctx.postscale, compression=ctx.compression),
+                None, None, None, None, None)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Allreduces `tensor` across all ranks and returns the result (a new
     tensor; differentiable: the gradient is allreduced the same way)."""
-    if (torch.is_grad_enabled() and torch.is_tensor(tensor) and tensor.requires_grad
-            and compression is Compression.none):
+    if torch.is_grad_enabled() and torch.is_tensor(tensor) and tensor.requires_grad:
         _prologue("allreduce", process_set)
         op = _resolve_op(op, average, "allreduce")
-        return _AllreduceFn.apply(tensor, name, op, prescale_factor, postscale_factor)
+        return _AllreduceFn.apply(tensor, name, op, prescale_factor, postscale_factor,
+                                  compression or Compression.none)
     return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
                                        postscale_factor, process_set, compression))
 
@@ -254,15 +256,23 @@ def _words(t):
     """A view of contiguous tensor `t` as integer words sharing its memory,
     keeping the leading dims (so shape mismatches across ranks are still
     caught by the agent): int32 when the last dim's bytes allow, else uint8.
-    Returns (view, kolo dtype)."""
+    The choice depends on the shape and dtype only (the same on every rank);
+    `t` must be 4-byte aligned (see _aligned). Returns (view, kolo dtype)."""
     if t.dim() == 0:
         t = t.reshape(1)
     if t.numel() == 0:
         return t.reshape(-1).view(torch.uint8), _dtypes.KOLO_UINT8
     b = t if t.dtype == torch.uint8 else t.view(torch.uint8)
-    if b.shape[-1] % 4 == 0 and b.data_ptr() % 4 == 0:
+    if b.shape[-1] % 4 == 0:
         return b.view(torch.int32), _dtypes.KOLO_INT32
     return b, _dtypes.KOLO_UINT8
+
+
+def _aligned(t):
+    """`t` if it is contiguous and 4-byte aligned, else an aligned copy."""
+    if t.is_contiguous() and t.data_ptr() % 4 == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 # --------------------------------------------------------------------------
@@ -271,7 +281,7 @@ def _words(t):
 
 def _broadcast_gen(tensor, root_rank, name):
     """In place: every rank ends with the root's bytes."""
-    work = tensor if tensor.is_contiguous() else tensor.contiguous()
+    work = _aligned(tensor)
     if basics.rank() != root_rank:
         with torch.no_grad():
             work.zero_()

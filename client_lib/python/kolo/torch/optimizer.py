@@ -45,7 +45,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         else:
-            named_parameters = [("allreduce.noname.%d.%d" % (i, j), v)
+            named_parameters = [("noname.%d.%d" % (i, j), v)
                                 for i, g in enumerate(self.param_groups)
                                 for j, v in enumerate(g["params"])]
         if any(not isinstance(p, tuple) or len(p) != 2 for p in named_parameters):
