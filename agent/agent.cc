@@ -421,19 +421,22 @@ void Agent::maybeRemoveJobOnLoop(const std::string& job_id) {
 }
 
 void Agent::initMetrics() {
-  for (int i = 0; i < kNumDataTypes; ++i) {
-    std::string dt(dataTypeName(static_cast<DataType>(i)));
-    const char* help = "Collectives completed on this agent";
-    op_metrics_.ok[i] = &metrics_.counter("kolo_collectives_total", help,
-                                          {{"op", "allreduce"}, {"dtype", dt}, {"status", "ok"}});
-    op_metrics_.failed[i] = &metrics_.counter("kolo_collectives_total", help,
-                                              {{"op", "allreduce"}, {"dtype", dt}, {"status", "error"}});
-    op_metrics_.bytes[i] = &metrics_.counter("kolo_collective_bytes_total",
-                                             "Payload bytes of completed collectives (one rank's tensor)",
-                                             {{"op", "allreduce"}, {"dtype", dt}});
+  for (int c = 0; c < OpMetrics::kCollectives; ++c) {
+    std::string op(collectiveName(static_cast<CollectiveType>(c)));
+    for (int i = 0; i < kNumDataTypes; ++i) {
+      std::string dt(dataTypeName(static_cast<DataType>(i)));
+      const char* help = "Collectives completed on this agent";
+      op_metrics_.ok[c][i] = &metrics_.counter("kolo_collectives_total", help,
+                                               {{"op", op}, {"dtype", dt}, {"status", "ok"}});
+      op_metrics_.failed[c][i] = &metrics_.counter("kolo_collectives_total", help,
+                                                   {{"op", op}, {"dtype", dt}, {"status", "error"}});
+      op_metrics_.bytes[c][i] = &metrics_.counter("kolo_collective_bytes_total",
+                                                  "Payload bytes of completed collectives (one rank's tensor)",
+                                                  {{"op", op}, {"dtype", dt}});
+    }
+    op_metrics_.latency[c] = &metrics_.histogram("kolo_collective_latency_seconds",
+                                                 "From the first rank's submission to completion", {{"op", op}});
   }
-  op_metrics_.latency = &metrics_.histogram("kolo_collective_latency_seconds",
-                                            "From the first rank's submission to completion", {{"op", "allreduce"}});
   op_metrics_.negotiation = &metrics_.histogram("kolo_negotiation_seconds",
                                                 "From a name's first local submission to node-ready");
 }

@@ -114,10 +114,11 @@ class Agent {
   metrics::Registry metrics_;
   // Handles looked up once (the registry's lookup takes a lock).
   struct OpMetrics {
-    metrics::Counter* ok[kNumDataTypes];
-    metrics::Counter* failed[kNumDataTypes];
-    metrics::Counter* bytes[kNumDataTypes];
-    metrics::Histogram* latency;
+    static constexpr int kCollectives = 7;  // CollectiveType values 0..6
+    metrics::Counter* ok[kCollectives][kNumDataTypes];
+    metrics::Counter* failed[kCollectives][kNumDataTypes];
+    metrics::Counter* bytes[kCollectives][kNumDataTypes];
+    metrics::Histogram* latency[kCollectives];
     metrics::Histogram* negotiation;
   } op_metrics_{};
   void initMetrics();

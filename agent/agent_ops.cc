@@ -229,36 +229,15 @@ void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>&
     if (c != nullptr) completeOnLoop(*c, handles[r], final_st);
   }
   const int dti = static_cast<int>(dtype);
-  if (collective == CollectiveType::kAllreduce) {
-    if (final_st.isOk()) {
-      op_metrics_.ok[dti]->inc();
-      op_metrics_.bytes[dti]->inc(bytes);
-      if (started != SteadyTime{}) {
-        op_metrics_.latency->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-      }
-    } else {
-      op_metrics_.failed[dti]->inc();
+  const int ci = static_cast<int>(collective);
+  if (final_st.isOk()) {
+    op_metrics_.ok[ci][dti]->inc();
+    op_metrics_.bytes[ci][dti]->inc(bytes);
+    if (started != SteadyTime{}) {
+      op_metrics_.latency[ci]->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
   } else {
-    // The other collectives (rarer): looked up by their own "op" label.
-    std::string dt(dataTypeName(dtype));
-    const std::string op_label(collectiveName(collective));
-    metrics_
-        .counter("kolo_collectives_total", "Collectives completed on this agent",
-                 {{"op", op_label}, {"dtype", dt}, {"status", final_st.isOk() ? "ok" : "error"}})
-        .inc();
-    if (final_st.isOk()) {
-      metrics_.counter("kolo_collective_bytes_total", "Payload bytes of completed collectives (one rank's tensor)",
-                       {{"op", op_label}, {"dtype", dt}})
-          .inc(bytes);
-      if (started != SteadyTime{}) {
-        metrics_.histogram("kolo_collective_latency_seconds", "From the first rank's submission to completion",
-                           {{"op", op_label}})
-            .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-      }
-    }
-  }
-  if (!final_st.isOk()) {
+    op_metrics_.failed[ci][dti]->inc();
     metrics_.counter("kolo_errors_total", "Failed collectives by error kind", {{"kind", codeName(final_st.code())}})
         .inc();
   }

@@ -1,6 +1,7 @@
 #include "common/log.h"
 
 #include <pthread.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <unistd.h>
 
@@ -25,6 +26,31 @@ State& state() {
   static State* s = new State();
   return *s;
 }
+
+// %* : the message as a JSON string body (quotes, backslashes, control characters escaped).
+class JsonEscapedMessage : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    for (char c : std::string_view(msg.payload.data(), msg.payload.size())) {
+      switch (c) {
+        case '"': dest.append(std::string_view("\\\"")); break;
+        case '\\': dest.append(std::string_view("\\\\")); break;
+        case '\n': dest.append(std::string_view("\\n")); break;
+        case '\r': dest.append(std::string_view("\\r")); break;
+        case '\t': dest.append(std::string_view("\\t")); break;
+        default:
+          if (static_cast<unsigned char>(c) < 0x20) {
+            char b[8];
+            std::snprintf(b, sizeof b, "\\u%04x", c);
+            dest.append(std::string_view(b));
+          } else {
+            dest.push_back(c);
+          }
+      }
+    }
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonEscapedMessage>(); }
+};
 
 spdlog::level::level_enum parseLevel(const std::string& s, spdlog::level::level_enum dflt) {
   if (s == "trace") return spdlog::level::trace;
@@ -59,12 +85,15 @@ void initLocked(State& st, const std::string& process_name, const std::string& l
   if (json) {
     st.pattern = std::string(R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","host":")") + host +
                  R"(","proc":")" + process_name +
-                 R"(","pid":%P,"tid":%t,"logger":"%n","level":"%l","msg":"%v"})";
+                 R"(","pid":%P,"tid":%t,"logger":"%n","level":"%l","msg":"%*"})";
   } else {
     st.pattern = std::string("[%Y-%m-%d %H:%M:%S.%e] [") + host + ":%P:%t] [%n] [%^%l%$] %v";
   }
   if (!st.sink) st.sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-  st.sink->set_pattern(st.pattern);
+  auto formatter = std::make_unique<spdlog::pattern_formatter>(json ? spdlog::pattern_time_type::utc
+                                                                     : spdlog::pattern_time_type::local);
+  formatter->add_flag<JsonEscapedMessage>('*').set_pattern(st.pattern);
+  st.sink->set_formatter(std::move(formatter));
   const char* env = std::getenv("KOLO_LOG_LEVEL");
   if (env != nullptr) applySpec(st, env);
   if (!level_spec.empty()) applySpec(st, level_spec);

@@ -142,14 +142,15 @@ TEST_P(AllreduceTest, MatchesReference) {
 }
 
 std::string caseName(const AllreduceCase& c) {
-  return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name +
-         "_c" + std::to_string(c.count) + "_" + typeName(c.dtype) + "_" +
-         opName(c.op);
+  return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name + "_c" +
+         std::to_string(c.count) + "_" + typeName(c.dtype) + "_" + opName(c.op);
 }
 void PrintTo(const AllreduceCase& c, std::ostream* os) { *os << caseName(c); }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, AllreduceTest, ::testing::ValuesIn(allreduceCases()),
-                         [](const ::testing::TestParamInfo<AllreduceCase>& i) { return caseName(i.param); });
+                         [](const ::testing::TestParamInfo<AllreduceCase>& i) {
+                           return caseName(i.param);
+                         });
 
 // --- reducescatter -----------------------------------------------------------
 
@@ -182,7 +183,8 @@ std::vector<ReducescatterCase> reducescatterCases() {
     for (int n : kSizes) {
       for (const Variant* v : kVariants) {
         for (const char* pattern : {"even", "uneven", "inplace"}) {
-          for (DataType t : {DataType::kFloat16, DataType::kFloat32, DataType::kInt8, DataType::kInt64}) {
+          for (DataType t :
+               {DataType::kFloat16, DataType::kFloat32, DataType::kInt8, DataType::kInt64}) {
             for (ReduceOp op : kAllOps) cases.push_back({b, n, v, pattern, t, op});
           }
         }
@@ -217,18 +219,21 @@ TEST_P(ReducescatterTest, MatchesReference) {
   ASSERT_TRUE(allOk(statuses));
   for (int r = 0; r < c.size; ++r) {
     const std::byte* got = in_place ? ins[r].data() + offsets[r] * esize : outs[r].data();
-    EXPECT_TRUE(sameBytes(got, want.data() + offsets[r] * esize, counts[r] * esize)) << "rank " << r;
+    EXPECT_TRUE(sameBytes(got, want.data() + offsets[r] * esize, counts[r] * esize))
+        << "rank " << r;
   }
 }
 
 std::string caseName(const ReducescatterCase& c) {
-  return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name +
-         "_" + c.pattern + "_" + typeName(c.dtype) + "_" + opName(c.op);
+  return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name + "_" + c.pattern + "_" +
+         typeName(c.dtype) + "_" + opName(c.op);
 }
 void PrintTo(const ReducescatterCase& c, std::ostream* os) { *os << caseName(c); }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, ReducescatterTest, ::testing::ValuesIn(reducescatterCases()),
-                         [](const ::testing::TestParamInfo<ReducescatterCase>& i) { return caseName(i.param); });
+                         [](const ::testing::TestParamInfo<ReducescatterCase>& i) {
+                           return caseName(i.param);
+                         });
 
 // --- broadcast ---------------------------------------------------------------
 
@@ -260,7 +265,8 @@ TEST_P(BroadcastTest, EveryRankGetsTheRootsBytes) {
   const auto& c = GetParam();
   const Bytes want = patternBytes(c.root, c.bytes);
   std::vector<Bytes> bufs;
-  for (int r = 0; r < c.size; ++r) bufs.push_back(r == c.root ? want : patternBytes(r + 100, c.bytes));
+  for (int r = 0; r < c.size; ++r)
+    bufs.push_back(r == c.root ? want : patternBytes(r + 100, c.bytes));
   auto statuses = runOn({c.backend, c.size, c.variant}, [&](int r, Backend& b, Backend::Done done) {
     b.broadcast(bufs[r].data(), c.bytes, c.root, std::move(done));
   });
@@ -271,13 +277,15 @@ TEST_P(BroadcastTest, EveryRankGetsTheRootsBytes) {
 }
 
 std::string caseName(const BroadcastCase& c) {
-  return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name +
-         "_b" + std::to_string(c.bytes) + "_root" + std::to_string(c.root);
+  return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name + "_b" +
+         std::to_string(c.bytes) + "_root" + std::to_string(c.root);
 }
 void PrintTo(const BroadcastCase& c, std::ostream* os) { *os << caseName(c); }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, BroadcastTest, ::testing::ValuesIn(broadcastCases()),
-                         [](const ::testing::TestParamInfo<BroadcastCase>& i) { return caseName(i.param); });
+                         [](const ::testing::TestParamInfo<BroadcastCase>& i) {
+                           return caseName(i.param);
+                         });
 
 // --- allgatherv --------------------------------------------------------------
 
@@ -334,7 +342,8 @@ TEST_P(AllgathervTest, EveryRankGetsEveryBlock) {
     if (in_place) std::copy(ins[r].begin(), ins[r].end(), outs[r].begin() + offsets[r]);
   }
   auto statuses = runOn({c.backend, c.size, c.variant}, [&](int r, Backend& b, Backend::Done done) {
-    const void* in = in_place ? static_cast<const void*>(outs[r].data() + offsets[r]) : ins[r].data();
+    const void* in =
+        in_place ? static_cast<const void*>(outs[r].data() + offsets[r]) : ins[r].data();
     b.allgatherv(in, sizes[r], outs[r].data(), sizes, std::move(done));
   });
   ASSERT_TRUE(allOk(statuses));
@@ -344,13 +353,14 @@ TEST_P(AllgathervTest, EveryRankGetsEveryBlock) {
 }
 
 std::string caseName(const AllgathervCase& c) {
-  return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name +
-         "_" + c.pattern;
+  return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name + "_" + c.pattern;
 }
 void PrintTo(const AllgathervCase& c, std::ostream* os) { *os << caseName(c); }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, AllgathervTest, ::testing::ValuesIn(allgathervCases()),
-                         [](const ::testing::TestParamInfo<AllgathervCase>& i) { return caseName(i.param); });
+                         [](const ::testing::TestParamInfo<AllgathervCase>& i) {
+                           return caseName(i.param);
+                         });
 
 // --- alltoallv ---------------------------------------------------------------
 
@@ -413,7 +423,9 @@ std::string caseName(const AlltoallvCase& c) {
 void PrintTo(const AlltoallvCase& c, std::ostream* os) { *os << caseName(c); }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, AlltoallvTest, ::testing::ValuesIn(alltoallvCases()),
-                         [](const ::testing::TestParamInfo<AlltoallvCase>& i) { return caseName(i.param); });
+                         [](const ::testing::TestParamInfo<AlltoallvCase>& i) {
+                           return caseName(i.param);
+                         });
 
 // --- barrier and ordering ----------------------------------------------------
 
@@ -500,7 +512,8 @@ TEST_P(GroupTest, BackToBackCollectivesCompleteInOrder) {
         };
       };
       b.allreduce(results[r][round * 3].data(), small, DataType::kInt32, ReduceOp::kSum, track(0));
-      b.allreduce(results[r][round * 3 + 1].data(), big, DataType::kFloat32, ReduceOp::kMax, track(1));
+      b.allreduce(results[r][round * 3 + 1].data(), big, DataType::kFloat32, ReduceOp::kMax,
+                  track(1));
       b.broadcast(results[r][round * 3 + 2].data(), 5000, round % n, track(2));
       b.allgatherv(gather_in[r].data(), 1000, d[r].gather_out.data(), gather_sizes, track(3));
     }
@@ -517,12 +530,14 @@ TEST_P(GroupTest, BackToBackCollectivesCompleteInOrder) {
       Bytes want_small(small * 4), want_big(big * 4);
       for (size_t i = 0; i < small; ++i) {
         int64_t acc = 0;
-        for (int q = 0; q < n; ++q) acc += inputValue(ReduceOp::kSum, DataType::kInt32, q + round * 10, i);
+        for (int q = 0; q < n; ++q)
+          acc += inputValue(ReduceOp::kSum, DataType::kInt32, q + round * 10, i);
         storeValue(DataType::kInt32, want_small.data(), i, acc);
       }
       for (size_t i = 0; i < big; ++i) {
         int64_t acc = inputValue(ReduceOp::kMax, DataType::kFloat32, round * 10, i);
-        for (int q = 1; q < n; ++q) acc = std::max(acc, inputValue(ReduceOp::kMax, DataType::kFloat32, q + round * 10, i));
+        for (int q = 1; q < n; ++q)
+          acc = std::max(acc, inputValue(ReduceOp::kMax, DataType::kFloat32, q + round * 10, i));
         storeValue(DataType::kFloat32, want_big.data(), i, acc);
       }
       EXPECT_TRUE(sameBytes(results[r][round * 3].data(), want_small.data(), want_small.size()));
@@ -537,7 +552,9 @@ TEST_P(GroupTest, BackToBackCollectivesCompleteInOrder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, GroupTest, ::testing::ValuesIn(groupCases()),
-                         [](const ::testing::TestParamInfo<GroupCase>& i) { return caseName(i.param); });
+                         [](const ::testing::TestParamInfo<GroupCase>& i) {
+                           return caseName(i.param);
+                         });
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(AllreduceTest);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ReducescatterTest);

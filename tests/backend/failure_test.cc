@@ -3,6 +3,8 @@
 // with queued work, bad arguments, and ranks that disagree on a collective.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "agent/backends/backend.h"
 #include "agent/backends/kv_store.h"
 #include "common/config.h"
@@ -14,7 +16,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 long msSince(Clock::time_point t) {
-  return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count());
+  return static_cast<long>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count());
 }
 
 class FailureTest : public ::testing::TestWithParam<std::string> {
@@ -58,7 +61,8 @@ TEST_P(FailureTest, APeerThatNeverAnswersFailsTheCollectiveWithinTheTimeout) {
   auto& group = **g;
   const size_t count = 1 << 16;  // 256 KiB: the ring
   std::vector<Bytes> bufs;
-  for (int r = 0; r < 3; ++r) bufs.push_back(makeInput(DataType::kFloat32, ReduceOp::kSum, r, count));
+  for (int r = 0; r < 3; ++r)
+    bufs.push_back(makeInput(DataType::kFloat32, ReduceOp::kSum, r, count));
   auto c = std::make_shared<Completions>(2);
   const auto t0 = Clock::now();
   for (int r = 0; r < 2; ++r) {
@@ -67,8 +71,10 @@ TEST_P(FailureTest, APeerThatNeverAnswersFailsTheCollectiveWithinTheTimeout) {
   auto statuses = c->wait(1000ms + 2500ms);
   const long ms = msSince(t0);
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(statuses[r].code(), Code::kPeerFailure) << "rank " << r << ": " << statuses[r].toString();
-    EXPECT_NE(statuses[r].message().find("unreachable"), std::string::npos) << statuses[r].toString();
+    EXPECT_EQ(statuses[r].code(), Code::kPeerFailure)
+        << "rank " << r << ": " << statuses[r].toString();
+    EXPECT_NE(statuses[r].message().find("unreachable"), std::string::npos)
+        << statuses[r].toString();
   }
   EXPECT_LE(ms, 1000 + 2000);
 
@@ -82,7 +88,8 @@ TEST_P(FailureTest, APeerThatNeverAnswersFailsTheCollectiveWithinTheTimeout) {
 
   // The silent rank's own late collective cannot succeed either.
   auto late = std::make_shared<Completions>(1);
-  group.at(2).allreduce(bufs[2].data(), count, DataType::kFloat32, ReduceOp::kSum, late->slot(0, late));
+  group.at(2).allreduce(bufs[2].data(), count, DataType::kFloat32, ReduceOp::kSum,
+                        late->slot(0, late));
   auto ls = late->wait(1000ms + 2500ms);
   EXPECT_FALSE(ls[0].isOk());
   EXPECT_NE(ls[0].code(), Code::kTimedOut) << "no completion within timeout + 2.5 s";
@@ -126,20 +133,26 @@ TEST_P(FailureTest, RejectedArgumentsLeaveTheBackendUsable) {
   ASSERT_TRUE(g.isOk()) << g.status().toString();
   auto& group = **g;
   Bytes buf(16);
-  auto statuses = group.run([&](int r, Backend& b, Backend::Done done) {
-    b.broadcast(buf.data(), 16, /*root=*/7, std::move(done));
-  }, 10s);
+  auto statuses = group.run(
+      [&](int r, Backend& b, Backend::Done done) {
+        b.broadcast(buf.data(), 16, /*root=*/7, std::move(done));
+      },
+      10s);
   for (const auto& s : statuses) EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.toString();
-  statuses = group.run([&](int r, Backend& b, Backend::Done done) {
-    b.allgatherv(buf.data(), 3, buf.data(), {1, 1}, std::move(done));  // 3 != its block of 1
-  }, 10s);
+  statuses = group.run(
+      [&](int r, Backend& b, Backend::Done done) {
+        b.allgatherv(buf.data(), 3, buf.data(), {1, 1}, std::move(done));  // 3 != its block of 1
+      },
+      10s);
   for (const auto& s : statuses) EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.toString();
 
   std::vector<Bytes> bufs;
   for (int r = 0; r < 2; ++r) bufs.push_back(makeInput(DataType::kInt64, ReduceOp::kSum, r, 10));
-  statuses = group.run([&](int r, Backend& b, Backend::Done done) {
-    b.allreduce(bufs[r].data(), 10, DataType::kInt64, ReduceOp::kSum, std::move(done));
-  }, 10s);
+  statuses = group.run(
+      [&](int r, Backend& b, Backend::Done done) {
+        b.allreduce(bufs[r].data(), 10, DataType::kInt64, ReduceOp::kSum, std::move(done));
+      },
+      10s);
   ASSERT_TRUE(allOk(statuses));
   Bytes want = makeReference(DataType::kInt64, ReduceOp::kSum, 2, 10);
   EXPECT_TRUE(sameBytes(bufs[0].data(), want.data(), want.size()));
@@ -152,10 +165,12 @@ TEST_P(FailureTest, RanksThatDisagreeOnTheCountFail) {
   auto& group = **g;
   std::vector<Bytes> bufs = {Bytes(400), Bytes(480)};
   const auto t0 = Clock::now();
-  auto statuses = group.run([&](int r, Backend& b, Backend::Done done) {
-    b.allreduce(bufs[r].data(), r == 0 ? 100 : 120, DataType::kFloat32, ReduceOp::kSum,
-                std::move(done));
-  }, 5s);
+  auto statuses = group.run(
+      [&](int r, Backend& b, Backend::Done done) {
+        b.allreduce(bufs[r].data(), r == 0 ? 100 : 120, DataType::kFloat32, ReduceOp::kSum,
+                    std::move(done));
+      },
+      5s);
   EXPECT_LE(msSince(t0), 1000 + 2000);
   bool named = false;
   for (const auto& s : statuses) {
@@ -177,12 +192,27 @@ TEST(BackendFactory, UnknownBackendIsInvalidArgument) {
   EXPECT_EQ(b.status().code(), Code::kInvalidArgument);
 }
 
+TEST(BackendFactory, ABackendLeftOutOfTheBuildIsNotViable) {
+  const auto built = compiledBackends();
+  if (std::find(built.begin(), built.end(), "ucx") != built.end()) {
+    GTEST_SKIP() << "ucx is built in";
+  }
+  InMemoryKvStore kv;
+  auto b = createBackend("ucx", BackendOptions{}, kv);
+  ASSERT_FALSE(b.isOk());
+  EXPECT_EQ(b.status().code(), Code::kUnavailable);
+  EXPECT_EQ(b.status().message().rfind("not viable: ", 0), 0u) << b.status().toString();
+}
+
 TEST(BackendOptionsConfig, KnobsReachTheOptions) {
   Config config("test");
   defineBackendKnobs(config);
   const char* argv[] = {"test", "--small-message-bytes", "1024", "--backend-chunk-bytes=4096"};
-  ASSERT_TRUE(config.loadWithEnv(4, argv, {{"KOLO_BACKEND_TIMEOUT_MS", "1234"},
-                                           {"KOLO_BACKEND_PIPELINE_DEPTH", "8"}}).isOk());
+  ASSERT_TRUE(
+      config
+          .loadWithEnv(4, argv,
+                       {{"KOLO_BACKEND_TIMEOUT_MS", "1234"}, {"KOLO_BACKEND_PIPELINE_DEPTH", "8"}})
+          .isOk());
   BackendOptions o = backendOptionsFromConfig(config);
   EXPECT_EQ(o.small_message_bytes, 1024u);
   EXPECT_EQ(o.chunk_bytes, 4096u);

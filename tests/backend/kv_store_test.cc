@@ -27,7 +27,10 @@ class TempDir {
 };
 
 void checkStore(KvStore& a, KvStore& b) {
-  const std::string binary("\0\x01\xff" "addr", 7);
+  const std::string binary(
+      "\0\x01\xff"
+      "addr",
+      7);
   ASSERT_TRUE(a.put("g1/ucx/0", binary).isOk());
   auto v = b.get("g1/ucx/0", 1s);
   ASSERT_TRUE(v.isOk()) << v.status().toString();

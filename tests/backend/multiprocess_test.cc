@@ -107,7 +107,8 @@ class Peers {
 
   // One poll+read; false once the deadline has passed with nothing to read.
   static bool readSome(Child& c, Clock::time_point deadline) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return false;
     pollfd p{c.out_fd.get(), POLLIN, 0};
     int rc = ::poll(&p, 1, static_cast<int>(left));
@@ -155,7 +156,8 @@ class MultiProcessTest : public ::testing::TestWithParam<std::string> {
     for (int r = 0; r < kSize; ++r) {
       if (r == kVictim) continue;
       EXPECT_TRUE(peers.waitFor(r, "RESULT", bound))
-          << "rank " << r << " did not fail within timeout + 2 s:\n" << peers.output(r);
+          << "rank " << r << " did not fail within timeout + 2 s:\n"
+          << peers.output(r);
       int code = -1;
       ASSERT_TRUE(peers.waitExit(r, Clock::now() + 10s, &code)) << peers.output(r);
       EXPECT_EQ(code, 2) << "rank " << r << ":\n" << peers.output(r);
@@ -173,7 +175,8 @@ TEST_P(MultiProcessTest, AllreduceMatchesTheReference) {
   ASSERT_TRUE(start(peers, kSize, "check", 20000));
   for (int r = 0; r < kSize; ++r) {
     int code = -1;
-    ASSERT_TRUE(peers.waitExit(r, Clock::now() + 60s, &code)) << "rank " << r << ":\n" << peers.output(r);
+    ASSERT_TRUE(peers.waitExit(r, Clock::now() + 60s, &code)) << "rank " << r << ":\n"
+                                                              << peers.output(r);
     EXPECT_EQ(code, 0) << "rank " << r << ":\n" << peers.output(r);
     EXPECT_NE(peers.output(r).find("OK"), std::string::npos) << peers.output(r);
   }

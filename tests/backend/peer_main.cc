@@ -32,7 +32,8 @@ Status runOne(const std::function<void(Backend::Done)>& post, std::chrono::milli
   post([p](Status s) { p->set_value(std::move(s)); });
   if (f.wait_for(bound) != std::future_status::ready) {
     // The backend still holds our buffers: leave at once rather than unwind.
-    std::printf("RESULT HANG: no completion within %lld ms\n", static_cast<long long>(bound.count()));
+    std::printf("RESULT HANG: no completion within %lld ms\n",
+                static_cast<long long>(bound.count()));
     std::fflush(stdout);
     std::_Exit(4);
   }
@@ -52,18 +53,19 @@ int check(Backend& b, int rank, int size, std::chrono::milliseconds bound) {
                           {2, DataType::kFloat16, ReduceOp::kAverage}};
   for (const auto& s : shapes) {
     Bytes buf = makeInput(s.dtype, s.op, rank, s.count);
-    Status st = runOne([&](Backend::Done d) { b.allreduce(buf.data(), s.count, s.dtype, s.op, std::move(d)); },
-                       bound);
+    Status st = runOne(
+        [&](Backend::Done d) { b.allreduce(buf.data(), s.count, s.dtype, s.op, std::move(d)); },
+        bound);
     if (!st.isOk()) {
-      std::printf("FAIL allreduce %zu %s: %s\n", s.count, std::string(dataTypeName(s.dtype)).c_str(),
-                  st.toString().c_str());
+      std::printf("FAIL allreduce %zu %s: %s\n", s.count,
+                  std::string(dataTypeName(s.dtype)).c_str(), st.toString().c_str());
       return 1;
     }
     Bytes want = makeReference(s.dtype, s.op, size, s.count);
     auto same = sameBytes(buf.data(), want.data(), want.size());
     if (!same) {
-      std::printf("FAIL allreduce %zu %s: %s\n", s.count, std::string(dataTypeName(s.dtype)).c_str(),
-                  same.message());
+      std::printf("FAIL allreduce %zu %s: %s\n", s.count,
+                  std::string(dataTypeName(s.dtype)).c_str(), same.message());
       return 1;
     }
   }
@@ -80,9 +82,11 @@ int loop(Backend& b, int rank, std::chrono::milliseconds bound) {
   const size_t count = size_t{1} << 20;
   Bytes buf = makeInput(DataType::kFloat32, ReduceOp::kSum, rank, count);
   for (int iter = 1; iter <= 1000000; ++iter) {
-    Status st = runOne([&](Backend::Done d) {
-      b.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum, std::move(d));
-    }, bound);
+    Status st = runOne(
+        [&](Backend::Done d) {
+          b.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum, std::move(d));
+        },
+        bound);
     if (!st.isOk()) {
       std::printf("RESULT %s\n", st.toString().c_str());
       std::fflush(stdout);

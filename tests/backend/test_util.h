@@ -57,10 +57,14 @@ inline int64_t inputValue(ReduceOp op, DataType t, int rank, size_t i) {
 inline int64_t combine(ReduceOp op, int64_t a, int64_t b) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return a + b;
-    case ReduceOp::kProduct: return a * b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
+    case ReduceOp::kAverage:
+      return a + b;
+    case ReduceOp::kProduct:
+      return a * b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
   }
   return 0;
 }
@@ -102,7 +106,9 @@ inline void storeValue(DataType t, std::byte* base, size_t i, int64_t v) {
       std::memcpy(base + 4 * i, &x, 4);
       break;
     }
-    case DataType::kInt64: std::memcpy(base + 8 * i, &v, 8); break;
+    case DataType::kInt64:
+      std::memcpy(base + 8 * i, &v, 8);
+      break;
   }
 }
 
@@ -127,7 +133,8 @@ inline Bytes makeReference(DataType t, ReduceOp op, int size, size_t count, size
 // Rank-and-position dependent bytes for the byte-moving collectives.
 inline Bytes patternBytes(int rank, size_t bytes, uint64_t salt = 0) {
   Bytes b(bytes);
-  for (size_t i = 0; i < bytes; ++i) b[i] = static_cast<std::byte>(mix((salt << 48) ^ (static_cast<uint64_t>(rank) << 32) ^ i));
+  for (size_t i = 0; i < bytes; ++i)
+    b[i] = static_cast<std::byte>(mix((salt << 48) ^ (static_cast<uint64_t>(rank) << 32) ^ i));
   return b;
 }
 
@@ -137,9 +144,9 @@ inline ::testing::AssertionResult sameBytes(const void* got, const void* want, s
   const auto* w = static_cast<const unsigned char*>(want);
   size_t i = 0;
   while (g[i] == w[i]) ++i;
-  return ::testing::AssertionFailure() << "first difference at byte " << i << " of " << bytes
-                                       << ": got 0x" << std::hex << int{g[i]} << ", want 0x"
-                                       << int{w[i]};
+  return ::testing::AssertionFailure()
+         << "first difference at byte " << i << " of " << bytes << ": got 0x" << std::hex
+         << int{g[i]} << ", want 0x" << int{w[i]};
 }
 
 // Collects one completion per rank; waits are bounded.

@@ -221,9 +221,13 @@ int FakeAgent::connectionsAccepted() const {
   return accepted_;
 }
 
-const char* FakeAgent::arenaBase() const {
+std::string FakeAgent::readArena(uint64_t offset, size_t len) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return conn_ && conn_->arena.valid() ? conn_->arena.data() : nullptr;
+  if (!conn_ || !conn_->arena.valid() || offset > conn_->arena.size() ||
+      len > conn_->arena.size() - offset) {
+    return {};
+  }
+  return std::string(conn_->arena.data() + offset, len);
 }
 
 uint64_t FakeAgent::dataOffset() const {

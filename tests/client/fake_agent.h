@@ -58,9 +58,10 @@ class FakeAgent {
   std::vector<SubmitDesc> submissions() const;
   ipc::Hello lastHello() const;
   int connectionsAccepted() const;
-  // Start of the current connection's arena in this process's mapping, and
-  // the data region's bounds (offsets).
-  const char* arenaBase() const;
+  // A copy of `len` bytes at `offset` of the current arena, as the agent's
+  // own mapping shows them (taken under the agent's lock, so that race
+  // detectors see the order), and the data region's bounds (offsets).
+  std::string readArena(uint64_t offset, size_t len) const;
   uint64_t dataOffset() const;
   uint64_t dataBytes() const;
 

@@ -195,7 +195,8 @@ TEST_F(Protocol, ZeroCopyReducesInPlaceInTheSharedBuffer) {
   // The agent was pointed at the user's buffer itself, not at a staging
   // slot: what the client writes there is what the agent sees.
   for (int i = 0; i < 256; ++i) buf[i] = -1.0f * i;
-  EXPECT_EQ(std::memcmp(agent_->arenaBase() + d.data_offset, buf, 256 * sizeof(float)), 0);
+  EXPECT_EQ(agent_->readArena(d.data_offset, 256 * sizeof(float)),
+            std::string(reinterpret_cast<const char*>(buf), 256 * sizeof(float)));
   EXPECT_EQ(d.data_bytes, 256 * sizeof(float));
   // Output elsewhere: the result is also copied out.
   std::vector<float> out(256);
@@ -230,8 +231,8 @@ TEST_F(Protocol, ZeroCopyOffsetIsTheBuffersOffset) {
   // Both mappings show the same bytes: compare what the agent sees at the
   // submitted offset with what the client wrote.
   std::memset(b, 0x5a, 100);
-  const char* seen = agent_->arenaBase() + agent_->submissions().at(0).data_offset;
-  EXPECT_EQ(std::memcmp(seen, b, 100), 0);
+  EXPECT_EQ(agent_->readArena(agent_->submissions().at(0).data_offset, 100),
+            std::string(static_cast<const char*>(b), 100));
   EXPECT_NE(static_cast<char*>(a), static_cast<char*>(b));
   kolo_free_shared(a);
   kolo_free_shared(b);
@@ -507,6 +508,9 @@ TEST_F(Protocol, TensorLargerThanTheArenaNamesKoloArenaMb) {
   EXPECT_TRUE(contains(kolo_last_error(), "KOLO_ARENA_MB")) << kolo_last_error();
   EXPECT_TRUE(contains(kolo_last_error(), "4194304")) << kolo_last_error();
   EXPECT_TRUE(contains(kolo_last_error(), "'huge'")) << kolo_last_error();
+  // The advice is right: that arena size holds the tensor.
+  EXPECT_TRUE(contains(kolo_last_error(), "at least 5.")) << kolo_last_error();
+  EXPECT_GE(ArenaLayout::compute(5ull << 20).data_bytes, big.size() * sizeof(float));
 }
 
 TEST_F(Protocol, FullArenaWaitsForCompletionsToFreeSpace) {

@@ -85,6 +85,30 @@ TEST(Timeline, TwoAgentsShowCrossAllreduceAndSurviveSigkill) {
   ::rmdir(dir);
 }
 
+TEST(Logging, JsonLinesCarryHostPidTidAndEscapedMessages) {
+  Cluster c(1, {{"KOLO_LOG_FORMAT", "json"}});
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("jsonlog", 3, {checkBin(), "mismatch"});  // warnings with quotes and brackets
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
+  std::string log = c.agentLog(0);
+  std::istringstream lines(log);
+  std::string line;
+  int parsed = 0;
+  bool saw_mismatch = false;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << "not a JSON line: " << line;
+    for (const char* k : {"ts", "host", "pid", "tid", "logger", "level", "msg"}) {
+      ASSERT_TRUE(j.contains(k)) << k << " missing in " << line;
+    }
+    saw_mismatch |= j["msg"].get<std::string>().find("Mismatched") != std::string::npos;
+    ++parsed;
+  }
+  EXPECT_GT(parsed, 3) << log;
+  EXPECT_TRUE(saw_mismatch) << log;
+}
+
 TEST(Stall, SlowRankIsReportedWithItsRankThenJobCompletes) {
   Cluster c(1, {{"KOLO_STALL_CHECK_TIME_S", "1"}});
   ASSERT_TRUE(c.ok()) << c.error();
