@@ -18,30 +18,53 @@ std::chrono::milliseconds leaseCheckPeriod(int64_t lease_ms) {
 
 }  // namespace
 
-Core::Core(EventLoop* loop, MembershipOptions options, const Clock* clock)
-    : loop_(loop), membership_(options, clock) {}
+Core::Core(EventLoop* loop, MembershipOptions options, const Clock* clock,
+           persist::RecordSink* sink)
+    : loop_(loop), sink_(sink), membership_(options, clock) {}
 
 Core::~Core() = default;
 
 void Core::startOnLoop() {
   auto lease_period = leaseCheckPeriod(membership_.options().lease_ms);
   lease_timer_ = loop_->addTimer(
-      lease_period,
-      [this] {
-        Changes changes;
-        membership_.expireLeases(&changes);
-        applyOnLoop(changes);
-      },
-      lease_period);
+      lease_period, [this] { expireLeasesOnLoop(); }, lease_period);
   auto gc_period = std::chrono::seconds(1);
   retention_timer_ = loop_->addTimer(
-      gc_period,
-      [this] {
-        Changes changes;
-        membership_.collectEndedJobs(&changes);
-        applyOnLoop(changes);
-      },
-      gc_period);
+      gc_period, [this] { collectEndedJobsOnLoop(); }, gc_period);
+}
+
+void Core::expireLeasesOnLoop() {
+  Changes changes;
+  membership_.expireLeases(&changes);
+  applyOnLoop(changes);
+}
+
+void Core::collectEndedJobsOnLoop() {
+  Changes changes;
+  membership_.collectEndedJobs(&changes);
+  applyOnLoop(changes);
+}
+
+void Core::restoreOnLoop(const persist::PersistedState& state) {
+  for (const auto& [id, info] : state.agents) membership_.restoreAgent(info);
+  for (const auto& [id, job] : state.jobs) membership_.restoreJob(job);
+  for (const auto& [slot, value] : state.kv) {
+    if (membership_.findJob(slot.first) != nullptr) kv_.put(slot.first, slot.second, value);
+  }
+}
+
+persist::PersistedState Core::persistedStateOnLoop() const {
+  persist::PersistedState state;
+  for (const auto& [id, rec] : membership_.agents().all()) state.agents.emplace(id, rec.info);
+  state.jobs = membership_.jobs();
+  state.kv = kv_.values();
+  return state;
+}
+
+void Core::recordOnLoop(persist::Record record) {
+  if (sink_ == nullptr) return;
+  last_seq_ = sink_->append(std::move(record));
+  if (sink_->wantsCompaction()) sink_->compact(persistedStateOnLoop());
 }
 
 void Core::shutdownOnLoop() {
@@ -56,6 +79,17 @@ void Core::shutdownOnLoop() {
 }
 
 void Core::applyOnLoop(const Changes& changes) {
+  for (const std::string& id : changes.lost_agents) recordOnLoop(persist::Record::agentLost(id));
+  std::vector<std::string> journaled;
+  for (const std::string& id : changes.touched_jobs) {
+    if (std::find(journaled.begin(), journaled.end(), id) != journaled.end()) continue;
+    journaled.push_back(id);
+    // A job removed by the same change is journaled by its removal below.
+    if (const Job* job = membership_.findJob(id)) recordOnLoop(persist::Record::jobState(*job));
+  }
+  for (const Changes::Removed& r : changes.removed) {
+    recordOnLoop(persist::Record::jobRemoved(r.job_id));
+  }
   for (const coord::World& w : changes.worlds) watches_.publish(w);
   for (const Changes::Removed& r : changes.removed) {
     kv_.eraseJob(r.job_id);
@@ -70,7 +104,9 @@ grpc::Status Core::refuseIfShuttingDown() const {
 
 grpc::Status Core::registerAgentOnLoop(const coord::RegisterAgentRequest& req,
                                        coord::RegisterAgentReply* reply) {
-  return membership_.registerAgent(req, reply);
+  grpc::Status st = membership_.registerAgent(req, reply);
+  if (st.ok()) recordOnLoop(persist::Record::agentRegistered(req.agent()));
+  return st;
 }
 
 coord::HeartbeatReply Core::heartbeatOnLoop(const coord::HeartbeatRequest& req) {
@@ -117,6 +153,7 @@ grpc::Status Core::kvPutOnLoop(const coord::KvPutRequest& req) {
                         fmt::format("KvPut: empty key for job {}", req.job_id()));
   }
   kv_.put(req.job_id(), req.key(), req.value());
+  recordOnLoop(persist::Record::kvPut(req.job_id(), req.key(), req.value()));
   return grpc::Status::OK;
 }
 

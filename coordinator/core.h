@@ -15,6 +15,7 @@
 #include "common/event_loop.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/membership/membership.h"
+#include "coordinator/persist/record_sink.h"
 #include "coordinator/watch_hub.h"
 #include "kolo/proto/coordinator.pb.h"
 
@@ -25,11 +26,26 @@ inline constexpr uint64_t kMaxKvWaitMs = 60 * 1000;
 
 class Core {
  public:
-  Core(EventLoop* loop, MembershipOptions options, const Clock* clock);
+  // `sink` (may be null: in memory only) receives a Record for every change
+  // of the durable state; it must outlive the Core.
+  Core(EventLoop* loop, MembershipOptions options, const Clock* clock,
+       persist::RecordSink* sink = nullptr);
   ~Core();
+
+  // Puts back a recovered state (before startOnLoop): agents with a fresh
+  // lease, jobs with their state and generation, keys of known jobs.
+  void restoreOnLoop(const persist::PersistedState& state);
+  // The durable state now (what a snapshot holds).
+  persist::PersistedState persistedStateOnLoop() const;
+  // The seq of the last record handed to the sink (0: none).
+  uint64_t lastRecordSeqOnLoop() const { return last_seq_; }
+  persist::RecordSink* sink() const { return sink_; }
 
   // Arms the lease-expiry and retention timers.
   void startOnLoop();
+  // What those timers run (public so tests and fuzzers step them by hand).
+  void expireLeasesOnLoop();
+  void collectEndedJobsOnLoop();
   // Ends every watch stream and KV wait, refuses new ones, stops the timers.
   void shutdownOnLoop();
 
@@ -57,11 +73,15 @@ class Core {
   const Membership& membership() const { return membership_; }
 
  private:
-  // Pushes new Worlds to watchers; drops the keys and watchers of removed jobs.
+  // Journals the changes, pushes new Worlds to watchers, drops the keys and
+  // watchers of removed jobs.
   void applyOnLoop(const Changes& changes);
+  void recordOnLoop(persist::Record record);
   grpc::Status refuseIfShuttingDown() const;
 
   EventLoop* loop_;
+  persist::RecordSink* sink_;
+  uint64_t last_seq_ = 0;
   Membership membership_;
   KvStore kv_;
   WatchHub watches_;

@@ -15,6 +15,19 @@ void defineFlags(Config& config) {
               "Heartbeat interval told to agents (must be below lease-ms)")
       .define("finished-job-retention-s", KnobType::kInt, "300",
               "How long FAILED/FINISHED jobs stay listed (their keys go with them)")
+      .define("state-dir", KnobType::kString, "",
+              "Journal the state (jobs, generations, agents, keys) in this directory and recover "
+              "it at start; empty = in memory only")
+      .define("state-compact-records", KnobType::kInt, "10000",
+              "Journal records after which the state is compacted into a snapshot")
+      .define("tls-cert", KnobType::kString, "",
+              "PEM certificate (chain) of this server: serve TLS only (needs --tls-key)")
+      .define("tls-key", KnobType::kString, "", "PEM private key for --tls-cert")
+      .define("tls-client-ca", KnobType::kString, "",
+              "PEM CA bundle: require and verify a client certificate signed by it (mutual TLS)")
+      .define("auth-token-file", KnobType::kString, "",
+              "File holding a bearer token that RegisterAgent, JoinJob, LeaveJob and KvPut must "
+              "carry ('authorization: Bearer <token>'); empty = none")
       .define("log-level", KnobType::kString, "",
               "Log level: info, or per subsystem 'warn,coord=debug' (overrides KOLO_LOG_LEVEL)");
 }
@@ -41,6 +54,23 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
                            std::to_string(retention_s));
   }
   o.membership.finished_job_retention_ms = retention_s * 1000;
+  o.state_dir = config.getString("state-dir");
+  int64_t compact = config.getInt("state-compact-records");
+  if (compact <= 0) {
+    return invalidArgument("--state-compact-records must be positive, got " +
+                           std::to_string(compact));
+  }
+  o.compact_records = static_cast<uint64_t>(compact);
+  o.tls_cert_file = config.getString("tls-cert");
+  o.tls_key_file = config.getString("tls-key");
+  o.tls_client_ca_file = config.getString("tls-client-ca");
+  o.auth_token_file = config.getString("auth-token-file");
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return invalidArgument("--tls-cert and --tls-key go together");
+  }
+  if (!o.tls_client_ca_file.empty() && o.tls_cert_file.empty()) {
+    return invalidArgument("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)");
+  }
   return o;
 }
 

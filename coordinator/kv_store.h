@@ -19,6 +19,7 @@ class KvStore {
  public:
   using WaiterId = uint64_t;
   using Waiter = std::function<void(std::optional<std::string> value)>;
+  using Slot = std::pair<std::string, std::string>;  // (job_id, key)
 
   void put(const std::string& job_id, const std::string& key, std::string value);
   std::optional<std::string> get(const std::string& job_id, const std::string& key) const;
@@ -35,9 +36,10 @@ class KvStore {
 
   size_t keyCount(const std::string& job_id) const;
   size_t waiterCount() const { return waiter_keys_.size(); }
+  // Every key of every job (snapshots).
+  const std::map<Slot, std::string>& values() const { return values_; }
 
  private:
-  using Slot = std::pair<std::string, std::string>;  // (job_id, key)
   std::map<Slot, std::string> values_;
   std::map<Slot, std::vector<std::pair<WaiterId, Waiter>>> waiters_;
   std::unordered_map<WaiterId, Slot> waiter_keys_;

@@ -22,10 +22,31 @@ namespace kolo::coordinator {
 
 class Core;
 class CoordinatorService;
+namespace persist {
+class Journal;
+}
 
 struct ServerOptions {
   std::string listen = "0.0.0.0:7470";  // host:port; port 0 picks a free one
   MembershipOptions membership;
+
+  // Durability: empty = in memory only. Otherwise the state is journaled in
+  // this directory and recovered from it at start (coordinator/persist/).
+  std::string state_dir;
+  uint64_t compact_records = 10000;  // journal records between snapshots
+
+  // Transport security (PEM files). tls_cert + tls_key: serve TLS only.
+  // tls_client_ca too: mutual TLS, every client must present a certificate
+  // signed by that CA.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  // Bearer token required (metadata "authorization: Bearer <token>") on the
+  // mutating calls RegisterAgent, JoinJob, LeaveJob, KvPut. Read from the
+  // file at start (surrounding whitespace trimmed); `auth_token` is used
+  // when no file is given (embedding). Empty: no token required.
+  std::string auth_token_file;
+  std::string auth_token;
 };
 
 class CoordinatorServer {
@@ -47,9 +68,11 @@ class CoordinatorServer {
   void shutdown(std::chrono::milliseconds grace);
 
  private:
-  CoordinatorServer(const ServerOptions& options, const Clock* clock);
+  CoordinatorServer(const ServerOptions& options, const Clock* clock,
+                    std::unique_ptr<persist::Journal> journal, std::string auth_token);
 
   ServerOptions options_;
+  std::unique_ptr<persist::Journal> journal_;  // null: in memory only; outlives core_
   EventLoop loop_;
   std::unique_ptr<Core> core_;
   std::unique_ptr<CoordinatorService> service_;

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 #include "common/log.h"
 
@@ -16,7 +17,18 @@ template <typename Reply>
 struct Answer {
   grpc::Status status;
   Reply reply;
+  uint64_t seq = 0;  // the last journal record when the call was done
 };
+
+// Compares without an early exit, so the time taken does not tell how much
+// of a guessed token was right.
+bool constantTimeEquals(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
 
 // A KvGet result handed from the loop to the waiting handler thread.
 class KvWait {
@@ -51,8 +63,8 @@ grpc::Status shuttingDown() {
 }  // namespace
 
 template <typename Reply>
-grpc::Status CoordinatorService::onLoop(std::function<grpc::Status(Core*, Reply*)> fn,
-                                        Reply* reply) {
+grpc::Status CoordinatorService::onLoop(std::function<grpc::Status(Core*, Reply*)> fn, Reply* reply,
+                                        bool durable) {
   Core* core = core_;
   // The closure owns copies of everything it needs: if the loop answers late
   // the handler is gone, but the closure still runs safely.
@@ -60,6 +72,7 @@ grpc::Status CoordinatorService::onLoop(std::function<grpc::Status(Core*, Reply*
       [core, fn = std::move(fn)] {
         Answer<Reply> a;
         a.status = fn(core, &a.reply);
+        a.seq = core->lastRecordSeqOnLoop();
         return a;
       },
       kLoopTimeout);
@@ -67,18 +80,54 @@ grpc::Status CoordinatorService::onLoop(std::function<grpc::Status(Core*, Reply*
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "coordinator busy: " + answer.status().message());
   }
+  if (durable && sink_ != nullptr && answer->seq > 0) {
+    Status st = sink_->waitDurable(answer->seq, kLoopTimeout);
+    if (!st.isOk()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the coordinator could not persist the change: " + st.message());
+    }
+  }
   *reply = std::move(answer->reply);
   return answer->status;
 }
 
-grpc::Status CoordinatorService::RegisterAgent(grpc::ServerContext*,
+grpc::Status CoordinatorService::checkBearer(const grpc::ServerContext* ctx,
+                                             const char* method) const {
+  if (auth_token_.empty()) return grpc::Status::OK;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        fmt::format("{} needs a bearer token: this coordinator runs with "
+                                    "--auth-token-file; send the metadata 'authorization: Bearer "
+                                    "<token>'",
+                                    method));
+  }
+  std::string_view value(it->second.data(), it->second.size());
+  constexpr std::string_view kScheme = "Bearer ";
+  if (value.size() < kScheme.size() || value.substr(0, kScheme.size()) != kScheme) {
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        fmt::format("{}: the authorization metadata must be 'Bearer <token>'", method));
+  }
+  if (!constantTimeEquals(value.substr(kScheme.size()), auth_token_)) {
+    log::get("coord")->warn("{} refused from {}: wrong bearer token", method, ctx->peer());
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        fmt::format("{}: the bearer token is not valid for this coordinator", method));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::RegisterAgent(grpc::ServerContext* ctx,
                                                const coord::RegisterAgentRequest* req,
                                                coord::RegisterAgentReply* reply) {
+  if (auto st = checkBearer(ctx, "RegisterAgent"); !st.ok()) return st;
   return onLoop<coord::RegisterAgentReply>(
       [req = *req](Core* c, coord::RegisterAgentReply* r) {
         return c->registerAgentOnLoop(req, r);
       },
-      reply);
+      reply, /*durable=*/true);
 }
 
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*, const coord::HeartbeatRequest* req,
@@ -91,16 +140,21 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*, const coord::He
       reply);
 }
 
-grpc::Status CoordinatorService::JoinJob(grpc::ServerContext*, const coord::JoinJobRequest* req,
+grpc::Status CoordinatorService::JoinJob(grpc::ServerContext* ctx, const coord::JoinJobRequest* req,
                                          coord::JoinJobReply* reply) {
+  if (auto st = checkBearer(ctx, "JoinJob"); !st.ok()) return st;
   return onLoop<coord::JoinJobReply>(
-      [req = *req](Core* c, coord::JoinJobReply*) { return c->joinJobOnLoop(req); }, reply);
+      [req = *req](Core* c, coord::JoinJobReply*) { return c->joinJobOnLoop(req); }, reply,
+      /*durable=*/true);
 }
 
-grpc::Status CoordinatorService::LeaveJob(grpc::ServerContext*, const coord::LeaveJobRequest* req,
+grpc::Status CoordinatorService::LeaveJob(grpc::ServerContext* ctx,
+                                          const coord::LeaveJobRequest* req,
                                           coord::LeaveJobReply* reply) {
+  if (auto st = checkBearer(ctx, "LeaveJob"); !st.ok()) return st;
   return onLoop<coord::LeaveJobReply>(
-      [req = *req](Core* c, coord::LeaveJobReply*) { return c->leaveJobOnLoop(req); }, reply);
+      [req = *req](Core* c, coord::LeaveJobReply*) { return c->leaveJobOnLoop(req); }, reply,
+      /*durable=*/true);
 }
 
 grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* ctx,
@@ -152,10 +206,12 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* ctx,
   }
 }
 
-grpc::Status CoordinatorService::KvPut(grpc::ServerContext*, const coord::KvPutRequest* req,
+grpc::Status CoordinatorService::KvPut(grpc::ServerContext* ctx, const coord::KvPutRequest* req,
                                        coord::KvPutReply* reply) {
+  if (auto st = checkBearer(ctx, "KvPut"); !st.ok()) return st;
   return onLoop<coord::KvPutReply>(
-      [req = *req](Core* c, coord::KvPutReply*) { return c->kvPutOnLoop(req); }, reply);
+      [req = *req](Core* c, coord::KvPutReply*) { return c->kvPutOnLoop(req); }, reply,
+      /*durable=*/true);
 }
 
 grpc::Status CoordinatorService::KvGet(grpc::ServerContext* ctx, const coord::KvGetRequest* req,

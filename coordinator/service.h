@@ -3,11 +3,20 @@
 // and wait for the answer with a deadline. Streams and KV waits block the
 // handler thread on a queue, checking for cancellation and shutdown every
 // kPollInterval.
+//
+// Durability: a mutating call answers only once its journal records are on
+// disk (when the coordinator has a state dir). Authentication: with a bearer
+// token configured, RegisterAgent, JoinJob, LeaveJob and KvPut need the
+// metadata "authorization: Bearer <token>" (UNAUTHENTICATED otherwise);
+// Heartbeat and the reads stay open (job-scoped reads still need the job
+// token). TLS and client certificates are the server's credentials
+// (server.cc).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <string>
 
 #include "common/event_loop.h"
 #include "coordinator/core.h"
@@ -22,8 +31,13 @@ class CoordinatorService final : public coord::Coordinator::Service {
   // How often a blocked handler checks for cancellation and shutdown.
   static constexpr std::chrono::milliseconds kPollInterval{100};
 
-  CoordinatorService(EventLoop* loop, Core* core, const std::atomic<bool>* shutting_down)
-      : loop_(loop), core_(core), shutting_down_(shutting_down) {}
+  CoordinatorService(EventLoop* loop, Core* core, const std::atomic<bool>* shutting_down,
+                     std::string auth_token = "")
+      : loop_(loop),
+        core_(core),
+        sink_(core->sink()),
+        shutting_down_(shutting_down),
+        auth_token_(std::move(auth_token)) {}
 
   grpc::Status RegisterAgent(grpc::ServerContext* ctx, const coord::RegisterAgentRequest* req,
                              coord::RegisterAgentReply* reply) override;
@@ -46,12 +60,18 @@ class CoordinatorService final : public coord::Coordinator::Service {
 
  private:
   // Runs `fn(core)` on the loop and returns its status, filling `reply`.
+  // With `durable`, it then waits until the records of the call are on disk.
   template <typename Reply>
-  grpc::Status onLoop(std::function<grpc::Status(Core*, Reply*)> fn, Reply* reply);
+  grpc::Status onLoop(std::function<grpc::Status(Core*, Reply*)> fn, Reply* reply,
+                      bool durable = false);
+  // OK, or UNAUTHENTICATED when a token is required and `ctx` lacks it.
+  grpc::Status checkBearer(const grpc::ServerContext* ctx, const char* method) const;
 
   EventLoop* loop_;
-  Core* core_;  // only dereferenced on the loop
+  Core* core_;                 // only dereferenced on the loop
+  persist::RecordSink* sink_;  // null: in memory only; waitDurable is thread-safe
   const std::atomic<bool>* shutting_down_;
+  const std::string auth_token_;  // empty: no token required
 };
 
 }  // namespace kolo::coordinator

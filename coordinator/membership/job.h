@@ -29,6 +29,7 @@ struct Job {
   std::string reason;                   // why it FAILED
   int64_t created_wall_ms = 0;
   int64_t ended_steady_ms = -1;  // when it became FAILED/FINISHED
+  int64_t ended_wall_ms = -1;    // the same on the wall clock (survives a restart)
 
   bool ended() const { return state == coord::FAILED || state == coord::FINISHED; }
   bool active() const { return state == coord::FORMING || state == coord::RUNNING; }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace kolo::coordinator {
@@ -121,6 +123,7 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
   } else {
     job.members.push_back({agent_id, agent->info, req.local_size(), false});
   }
+  changes->touched_jobs.push_back(job_id);
   log::get("coord")->info("job {}: agent {} joined with {} ranks ({}/{})", job_id, agent_id,
                           req.local_size(), job.joinedRanks(), job.world_size);
   if (job.joinedRanks() == job.world_size) {
@@ -145,6 +148,7 @@ grpc::Status Membership::leaveJob(const coord::LeaveJobRequest& req, Changes* ch
         grpc::StatusCode::NOT_FOUND,
         fmt::format("LeaveJob: agent {} is not a member of job {}", req.agent_id(), job.id));
   }
+  changes->touched_jobs.push_back(job.id);
   if (req.failed()) {
     m->left = true;
     if (job.active()) {
@@ -176,6 +180,7 @@ grpc::Status Membership::leaveJob(const coord::LeaveJobRequest& req, Changes* ch
 void Membership::expireLeases(Changes* changes) {
   for (const ExpiredAgent& lost : agents_.expire()) {
     const coord::AgentInfo& info = lost.info;
+    changes->lost_agents.push_back(info.agent_id());
     log::get("coord")->warn("agent {} (host {}) lost: no heartbeat for {} ms (lease {} ms)",
                             info.agent_id(), info.hostname(), lost.silent_ms, options_.lease_ms);
     for (auto& [id, job] : jobs_) {
@@ -246,6 +251,34 @@ coord::ListAgentsReply Membership::listAgents() const {
   return reply;
 }
 
+void Membership::restoreAgent(const coord::AgentInfo& info) {
+  if (info.agent_id().empty()) return;
+  agents_.upsert(info);
+}
+
+void Membership::restoreJob(Job job) {
+  if (job.id.empty()) return;
+  if (job.ended()) {
+    // Age it by the wall clock: the steady clock of the old process is gone.
+    int64_t age =
+        job.ended_wall_ms >= 0 ? std::max<int64_t>(0, clock_->wallMs() - job.ended_wall_ms) : 0;
+    job.ended_steady_ms = clock_->steadyMs() - age;
+    if (job.ended_wall_ms < 0) job.ended_wall_ms = clock_->wallMs();
+  } else {
+    job.ended_steady_ms = -1;
+    job.ended_wall_ms = -1;
+    for (const JobMember& m : job.members) {
+      if (!m.left && agents_.find(m.agent_id) == nullptr) {
+        coord::AgentInfo info = m.info;
+        info.set_agent_id(m.agent_id);
+        agents_.upsert(info);
+      }
+    }
+  }
+  std::string id = job.id;
+  jobs_.insert_or_assign(std::move(id), std::move(job));
+}
+
 const Job* Membership::findJob(const std::string& job_id) const {
   auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : &it->second;
@@ -256,6 +289,8 @@ void Membership::failJob(Job& job, std::string reason, Changes* changes) {
   job.state = coord::FAILED;
   job.reason = std::move(reason);
   job.ended_steady_ms = clock_->steadyMs();
+  job.ended_wall_ms = clock_->wallMs();
+  changes->touched_jobs.push_back(job.id);
   log::get("coord")->warn("job {} FAILED (generation {}): {}", job.id, job.generation, job.reason);
   changes->worlds.push_back(worldOf(job, agents_));
 }
@@ -263,15 +298,19 @@ void Membership::failJob(Job& job, std::string reason, Changes* changes) {
 void Membership::finishJob(Job& job, Changes* changes) {
   job.state = coord::FINISHED;
   job.ended_steady_ms = clock_->steadyMs();
+  job.ended_wall_ms = clock_->wallMs();
+  changes->touched_jobs.push_back(job.id);
   log::get("coord")->info("job {} FINISHED (generation {}): every agent left cleanly", job.id,
                           job.generation);
   changes->worlds.push_back(worldOf(job, agents_));
 }
 
 void Membership::removeJob(const std::string& job_id, std::string reason, Changes* changes) {
-  jobs_.erase(job_id);
-  log::get("coord")->info("job {} removed: {}", job_id, reason);
-  changes->removed.push_back({job_id, std::move(reason)});
+  // `job_id` may be the erased job's own id (job.id): copy it first.
+  std::string id = job_id;
+  jobs_.erase(id);
+  log::get("coord")->info("job {} removed: {}", id, reason);
+  changes->removed.push_back({std::move(id), std::move(reason)});
 }
 
 }  // namespace kolo::coordinator

@@ -33,6 +33,11 @@ struct Changes {
   };
   std::vector<coord::World> worlds;  // new Worlds, in order: push to the job's watchers
   std::vector<Removed> removed;      // forgotten jobs: drop their keys, end their watchers
+  // For the journal: jobs whose stored state changed (joined, sealed,
+  // failed, finished, a member left) and agents removed for a lost lease.
+  std::vector<std::string> touched_jobs;
+  std::vector<std::string> lost_agents;
+  // Nothing to push to watchers (the journal fields are not counted).
   bool empty() const { return worlds.empty() && removed.empty(); }
 };
 
@@ -60,7 +65,16 @@ class Membership {
   coord::ListAgentsReply listAgents() const;
 
   const Job* findJob(const std::string& job_id) const;
+  const std::map<std::string, Job>& jobs() const { return jobs_; }
   const AgentRegistry& agents() const { return agents_; }
+
+  // Recovery (coordinator/persist): puts back an agent with a fresh lease, or
+  // a job as it was journaled (replacing one of the same id). A restored job
+  // keeps its state, generation and slots; its retention counts from
+  // job.ended_wall_ms. Every member of an active job that is not registered
+  // is put back from its JobMember info, so a dead one is found by its lease.
+  void restoreAgent(const coord::AgentInfo& info);
+  void restoreJob(Job job);
   const MembershipOptions& options() const { return options_; }
 
  private:

@@ -395,7 +395,9 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
   auto help = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--help"}, milliseconds(10000));
   EXPECT_EQ(help.exit_code, 0);
   for (const char* flag : {"--listen", "--ready-file", "--lease-ms", "--heartbeat-interval-ms",
-                           "--finished-job-retention-s", "--log-level"}) {
+                           "--finished-job-retention-s", "--log-level", "--state-dir",
+                           "--state-compact-records", "--tls-cert", "--tls-key", "--tls-client-ca",
+                           "--auth-token-file"}) {
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
   }
   auto dump = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--dump-config", "--lease-ms=750"},

@@ -1,0 +1,520 @@
+#include "coordinator/persist/state_codec.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace kolo::coordinator::persist {
+
+using nlohmann::json;
+
+namespace {
+
+// Thrown inside this file only (caught by decodeRecord / loadState).
+struct DecodeError {
+  std::string what;
+};
+
+[[noreturn]] void fail(std::string what) { throw DecodeError{std::move(what)}; }
+
+const json& field(const json& j, const char* name) {
+  if (!j.is_object()) fail(fmt::format("expected an object holding '{}'", name));
+  auto it = j.find(name);
+  if (it == j.end()) fail(fmt::format("missing field '{}'", name));
+  return *it;
+}
+
+int64_t intField(const json& j, const char* name, int64_t lo, int64_t hi) {
+  const json& v = field(j, name);
+  if (!v.is_number_integer()) fail(fmt::format("field '{}' is not an integer", name));
+  int64_t x = 0;
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      fail(fmt::format("field '{}' is out of range", name));
+    }
+    x = static_cast<int64_t>(u);
+  } else {
+    x = v.get<int64_t>();
+  }
+  if (x < lo || x > hi) fail(fmt::format("field '{}' = {} is out of range", name, x));
+  return x;
+}
+
+uint64_t uintField(const json& j, const char* name) {
+  const json& v = field(j, name);
+  if (!v.is_number_unsigned()) {
+    if (v.is_number_integer() && v.get<int64_t>() >= 0)
+      return static_cast<uint64_t>(v.get<int64_t>());
+    fail(fmt::format("field '{}' is not an unsigned integer", name));
+  }
+  return v.get<uint64_t>();
+}
+
+bool boolField(const json& j, const char* name) {
+  const json& v = field(j, name);
+  if (!v.is_boolean()) fail(fmt::format("field '{}' is not a boolean", name));
+  return v.get<bool>();
+}
+
+std::string stringField(const json& j, const char* name) {
+  const json& v = field(j, name);
+  if (!v.is_string()) fail(fmt::format("field '{}' is not a string", name));
+  auto s = unescapeString(v.get_ref<const std::string&>());
+  if (!s.isOk()) fail(fmt::format("field '{}': {}", name, s.status().message()));
+  return std::move(s).value();
+}
+
+std::string hexField(const json& j, const char* name) {
+  const json& v = field(j, name);
+  if (!v.is_string()) fail(fmt::format("field '{}' is not a string", name));
+  auto s = fromHex(v.get_ref<const std::string&>());
+  if (!s.isOk()) fail(fmt::format("field '{}': {}", name, s.status().message()));
+  return std::move(s).value();
+}
+
+const json& arrayField(const json& j, const char* name) {
+  const json& v = field(j, name);
+  if (!v.is_array()) fail(fmt::format("field '{}' is not an array", name));
+  return v;
+}
+
+constexpr int64_t kI32Min = std::numeric_limits<int32_t>::min();
+constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+
+json agentToJson(const coord::AgentInfo& a) {
+  return json{{"id", escapeString(a.agent_id())},
+              {"host", escapeString(a.hostname())},
+              {"rpc", escapeString(a.rpc_address())},
+              {"data", toHex(a.data_address())}};
+}
+
+coord::AgentInfo agentFromJson(const json& j) {
+  coord::AgentInfo a;
+  a.set_agent_id(stringField(j, "id"));
+  a.set_hostname(stringField(j, "host"));
+  a.set_rpc_address(stringField(j, "rpc"));
+  a.set_data_address(hexField(j, "data"));
+  return a;
+}
+
+coord::JobState stateFromName(const std::string& s) {
+  if (s == "FORMING") return coord::FORMING;
+  if (s == "RUNNING") return coord::RUNNING;
+  if (s == "FAILED") return coord::FAILED;
+  if (s == "FINISHED") return coord::FINISHED;
+  fail("unknown job state '" + s + "'");
+}
+
+json jobToJson(const Job& job) {
+  json members = json::array();
+  for (const JobMember& m : job.members) {
+    members.push_back(json{{"agent_id", escapeString(m.agent_id)},
+                           {"agent", agentToJson(m.info)},
+                           {"local_size", m.local_size},
+                           {"left", m.left}});
+  }
+  json slots = json::array();
+  for (const coord::AgentSlot& s : job.slots) {
+    slots.push_back(json{{"agent", agentToJson(s.agent())},
+                         {"local_size", s.local_size()},
+                         {"rank_offset", s.rank_offset()},
+                         {"cross_rank", s.cross_rank()}});
+  }
+  return json{{"id", escapeString(job.id)},
+              {"token", escapeString(job.token)},
+              {"world_size", job.world_size},
+              {"state", jobStateName(job.state)},
+              {"generation", job.generation},
+              {"reason", escapeString(job.reason)},
+              {"created_unix_ms", job.created_wall_ms},
+              {"ended_unix_ms", job.ended_wall_ms},
+              {"members", std::move(members)},
+              {"slots", std::move(slots)}};
+}
+
+Job jobFromJson(const json& j) {
+  Job job;
+  job.id = stringField(j, "id");
+  if (job.id.empty()) fail("a job with an empty id");
+  job.token = stringField(j, "token");
+  job.world_size = static_cast<int32_t>(intField(j, "world_size", 0, kI32Max));
+  job.state = stateFromName(stringField(j, "state"));
+  job.generation = uintField(j, "generation");
+  job.reason = stringField(j, "reason");
+  job.created_wall_ms = intField(j, "created_unix_ms", kI64Min, kI64Max);
+  job.ended_wall_ms = intField(j, "ended_unix_ms", kI64Min, kI64Max);
+  for (const json& m : arrayField(j, "members")) {
+    JobMember member;
+    member.agent_id = stringField(m, "agent_id");
+    member.info = agentFromJson(field(m, "agent"));
+    member.local_size = static_cast<int32_t>(intField(m, "local_size", kI32Min, kI32Max));
+    member.left = boolField(m, "left");
+    job.members.push_back(std::move(member));
+  }
+  for (const json& s : arrayField(j, "slots")) {
+    coord::AgentSlot slot;
+    *slot.mutable_agent() = agentFromJson(field(s, "agent"));
+    slot.set_local_size(static_cast<int32_t>(intField(s, "local_size", kI32Min, kI32Max)));
+    slot.set_rank_offset(static_cast<int32_t>(intField(s, "rank_offset", kI32Min, kI32Max)));
+    slot.set_cross_rank(static_cast<int32_t>(intField(s, "cross_rank", kI32Min, kI32Max)));
+    job.slots.push_back(std::move(slot));
+  }
+  return job;
+}
+
+const char* typeName(Record::Type t) {
+  switch (t) {
+    case Record::Type::kAgent:
+      return "agent";
+    case Record::Type::kAgentLost:
+      return "agent_lost";
+    case Record::Type::kJob:
+      return "job";
+    case Record::Type::kJobRemoved:
+      return "job_removed";
+    case Record::Type::kKvPut:
+      return "kv";
+  }
+  return "?";
+}
+
+Record recordFromJson(const json& j) {
+  Record r;
+  r.seq = uintField(j, "seq");
+  std::string type = stringField(j, "type");
+  if (type == "agent") {
+    r.type = Record::Type::kAgent;
+    r.agent = agentFromJson(field(j, "agent"));
+    if (r.agent.agent_id().empty()) fail("an agent with an empty id");
+  } else if (type == "agent_lost") {
+    r.type = Record::Type::kAgentLost;
+    r.id = stringField(j, "id");
+  } else if (type == "job") {
+    r.type = Record::Type::kJob;
+    r.job = jobFromJson(field(j, "job"));
+  } else if (type == "job_removed") {
+    r.type = Record::Type::kJobRemoved;
+    r.id = stringField(j, "id");
+  } else if (type == "kv") {
+    r.type = Record::Type::kKvPut;
+    r.id = stringField(j, "job");
+    r.key = stringField(j, "key");
+    r.value = hexField(j, "value");
+  } else {
+    fail("unknown record type '" + type + "'");
+  }
+  return r;
+}
+
+json parseLine(std::string_view line) {
+  json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) fail("not valid JSON");
+  if (!j.is_object()) fail("not a JSON object");
+  return j;
+}
+
+bool sameAgent(const coord::AgentInfo& a, const coord::AgentInfo& b) {
+  return a.agent_id() == b.agent_id() && a.hostname() == b.hostname() &&
+         a.rpc_address() == b.rpc_address() && a.data_address() == b.data_address();
+}
+
+bool sameJob(const Job& a, const Job& b) {
+  if (a.id != b.id || a.token != b.token || a.world_size != b.world_size || a.state != b.state ||
+      a.generation != b.generation || a.reason != b.reason ||
+      a.created_wall_ms != b.created_wall_ms || a.ended_wall_ms != b.ended_wall_ms ||
+      a.members.size() != b.members.size() || a.slots.size() != b.slots.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.members.size(); ++i) {
+    const JobMember& x = a.members[i];
+    const JobMember& y = b.members[i];
+    if (x.agent_id != y.agent_id || !sameAgent(x.info, y.info) || x.local_size != y.local_size ||
+        x.left != y.left) {
+      return false;
+    }
+  }
+  for (size_t i = 0; i < a.slots.size(); ++i) {
+    const coord::AgentSlot& x = a.slots[i];
+    const coord::AgentSlot& y = b.slots[i];
+    if (!sameAgent(x.agent(), y.agent()) || x.local_size() != y.local_size() ||
+        x.rank_offset() != y.rank_offset() || x.cross_rank() != y.cross_rank()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool PersistedState::operator==(const PersistedState& o) const {
+  if (agents.size() != o.agents.size() || jobs.size() != o.jobs.size() || kv != o.kv) return false;
+  for (auto a = agents.begin(), b = o.agents.begin(); a != agents.end(); ++a, ++b) {
+    if (a->first != b->first || !sameAgent(a->second, b->second)) return false;
+  }
+  for (auto a = jobs.begin(), b = o.jobs.begin(); a != jobs.end(); ++a, ++b) {
+    if (a->first != b->first || !sameJob(a->second, b->second)) return false;
+  }
+  return true;
+}
+
+Record Record::agentRegistered(const coord::AgentInfo& info) {
+  Record r;
+  r.type = Type::kAgent;
+  r.agent = info;
+  return r;
+}
+
+Record Record::agentLost(std::string agent_id) {
+  Record r;
+  r.type = Type::kAgentLost;
+  r.id = std::move(agent_id);
+  return r;
+}
+
+Record Record::jobState(const Job& job) {
+  Record r;
+  r.type = Type::kJob;
+  r.job = job;
+  return r;
+}
+
+Record Record::jobRemoved(std::string job_id) {
+  Record r;
+  r.type = Type::kJobRemoved;
+  r.id = std::move(job_id);
+  return r;
+}
+
+Record Record::kvPut(std::string job_id, std::string key, std::string value) {
+  Record r;
+  r.type = Type::kKvPut;
+  r.id = std::move(job_id);
+  r.key = std::move(key);
+  r.value = std::move(value);
+  return r;
+}
+
+std::string encodeRecord(const Record& r) {
+  json j{{"seq", r.seq}, {"type", typeName(r.type)}};
+  switch (r.type) {
+    case Record::Type::kAgent:
+      j["agent"] = agentToJson(r.agent);
+      break;
+    case Record::Type::kAgentLost:
+    case Record::Type::kJobRemoved:
+      j["id"] = escapeString(r.id);
+      break;
+    case Record::Type::kJob:
+      j["job"] = jobToJson(r.job);
+      break;
+    case Record::Type::kKvPut:
+      j["job"] = escapeString(r.id);
+      j["key"] = escapeString(r.key);
+      j["value"] = toHex(r.value);
+      break;
+  }
+  // Every string is printable ASCII by construction, so dump cannot throw.
+  return j.dump();
+}
+
+StatusOr<Record> decodeRecord(std::string_view line) {
+  try {
+    return recordFromJson(parseLine(line));
+  } catch (const DecodeError& e) {
+    return invalidArgument(e.what);
+  } catch (const json::exception& e) {
+    return invalidArgument(e.what());
+  }
+}
+
+void applyRecord(const Record& r, PersistedState* state) {
+  switch (r.type) {
+    case Record::Type::kAgent:
+      state->agents[r.agent.agent_id()] = r.agent;
+      break;
+    case Record::Type::kAgentLost:
+      state->agents.erase(r.id);
+      break;
+    case Record::Type::kJob:
+      state->jobs.insert_or_assign(r.job.id, r.job);
+      break;
+    case Record::Type::kJobRemoved: {
+      state->jobs.erase(r.id);
+      auto first = state->kv.lower_bound({r.id, std::string()});
+      auto last = first;
+      while (last != state->kv.end() && last->first.first == r.id) ++last;
+      state->kv.erase(first, last);
+      break;
+    }
+    case Record::Type::kKvPut:
+      state->kv[{r.id, r.key}] = r.value;
+      break;
+  }
+}
+
+std::string encodeSnapshot(const PersistedState& state, uint64_t seq) {
+  std::string out =
+      json{{"type", "snapshot"}, {"version", kFormatVersion}, {"seq", seq}}.dump() + "\n";
+  auto add = [&](Record r) {
+    r.seq = seq;
+    out += encodeRecord(r);
+    out += '\n';
+  };
+  for (const auto& [id, info] : state.agents) add(Record::agentRegistered(info));
+  for (const auto& [id, job] : state.jobs) add(Record::jobState(job));
+  for (const auto& [slot, value] : state.kv) add(Record::kvPut(slot.first, slot.second, value));
+  return out;
+}
+
+StatusOr<LoadedState> loadState(std::string_view snapshot, std::string_view journal) {
+  LoadedState out;
+  uint64_t snapshot_seq = 0;
+  // Splits `text` into lines; `fn(line, number, terminated)`.
+  auto forEachLine = [](std::string_view text, auto&& fn) {
+    size_t pos = 0;
+    size_t number = 0;
+    while (pos < text.size()) {
+      size_t nl = text.find('\n', pos);
+      ++number;
+      if (nl == std::string_view::npos) {
+        fn(text.substr(pos), number, false, text.size());
+        return;
+      }
+      fn(text.substr(pos, nl - pos), number, true, nl + 1);
+      pos = nl + 1;
+    }
+  };
+  try {
+    bool header = false;
+    forEachLine(snapshot, [&](std::string_view line, size_t number, bool terminated, size_t) {
+      auto where = [&](const std::string& what) {
+        return fmt::format("snapshot line {}: {}", number, what);
+      };
+      if (!terminated) fail(where("unterminated line (the snapshot is written whole)"));
+      if (line.empty()) return;
+      try {
+        if (!header) {
+          json h = parseLine(line);
+          if (stringField(h, "type") != "snapshot") fail("not a snapshot header");
+          int64_t version = intField(h, "version", 1, kI32Max);
+          if (version > kFormatVersion) {
+            fail(fmt::format("format version {} is newer than this coordinator's ({})", version,
+                             kFormatVersion));
+          }
+          snapshot_seq = uintField(h, "seq");
+          header = true;
+          return;
+        }
+        applyRecord(recordFromJson(parseLine(line)), &out.state);
+      } catch (const DecodeError& e) {
+        fail(where(e.what));
+      } catch (const json::exception& e) {
+        fail(where(e.what()));
+      }
+    });
+    if (!snapshot.empty() && !header) fail("snapshot: no header line");
+    out.last_seq = snapshot_seq;
+    forEachLine(journal, [&](std::string_view line, size_t number, bool terminated, size_t end) {
+      if (!terminated) {
+        out.torn_tail = true;
+        return;
+      }
+      out.valid_journal_bytes = end;
+      if (line.empty()) return;
+      try {
+        Record r = recordFromJson(parseLine(line));
+        if (r.seq <= snapshot_seq) return;  // already in the snapshot
+        if (r.seq <= out.last_seq) {
+          fail(fmt::format("seq {} is not above the previous record's {}", r.seq, out.last_seq));
+        }
+        out.last_seq = r.seq;
+        applyRecord(r, &out.state);
+        ++out.journal_records;
+      } catch (const DecodeError& e) {
+        fail(fmt::format("journal line {}: {}", number, e.what));
+      } catch (const json::exception& e) {
+        fail(fmt::format("journal line {}: {}", number, e.what()));
+      }
+    });
+  } catch (const DecodeError& e) {
+    return invalidArgument(e.what);
+  }
+  return out;
+}
+
+std::string escapeString(std::string_view s) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c <= 0x7e && c != '%') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+namespace {
+
+int hexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+StatusOr<std::string> unescapeString(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    if (s.size() - i < 3) {
+      return invalidArgument("truncated %-escape");
+    }
+    int hi = hexValue(s[i + 1]);
+    int lo = hexValue(s[i + 2]);
+    if (hi < 0 || lo < 0) return invalidArgument("bad %-escape");
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+std::string toHex(std::string_view bytes) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+StatusOr<std::string> fromHex(std::string_view hex) {
+  if (hex.size() % 2 != 0) return invalidArgument("odd number of hex digits");
+  std::string out;
+  out.reserve(hex.size() / 2);
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    int hi = hexValue(hex[i]);
+    int lo = hexValue(hex[i + 1]);
+    if (hi < 0 || lo < 0) return invalidArgument("not a hex digit");
+    out += static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
+
+}  // namespace kolo::coordinator::persist

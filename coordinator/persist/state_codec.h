@@ -1,0 +1,94 @@
+// The coordinator's durable state and its text form. Pure (no I/O), so it
+// is unit-tested and fuzzed on its own; coordinator/persist/journal.h does
+// the files.
+//
+// One record per line, a JSON object:
+//   {"seq":7,"type":"agent","agent":{"id":..,"host":..,"rpc":..,"data":HEX}}
+//   {"seq":8,"type":"agent_lost","id":AGENT}
+//   {"seq":9,"type":"job","job":{"id":..,"token":..,"world_size":4,"state":"RUNNING",
+//                              "generation":1,"reason":..,"created_unix_ms":..,
+//                              "ended_unix_ms":-1,"members":[..],"slots":[..]}}
+//   {"seq":10,"type":"job_removed","id":JOB}
+//   {"seq":11,"type":"kv","job":JOB,"key":KEY,"value":HEX}
+// A "job" record carries the whole job as it is after the change, so replay
+// is "last record wins" and never re-runs the membership rules. Strings are
+// percent-escaped outside printable ASCII (so any bytes survive and a line
+// is always valid JSON); bytes fields are hex.
+//
+// A snapshot is a header line {"type":"snapshot","version":1,"seq":S}
+// followed by the records that rebuild the state (their seq is S). Journal
+// records with seq <= S are already in the snapshot and are skipped.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "common/status.h"
+#include "coordinator/membership/job.h"
+#include "kolo/proto/coordinator.pb.h"
+
+namespace kolo::coordinator::persist {
+
+inline constexpr int kFormatVersion = 1;
+
+// Everything the coordinator keeps across a restart. Leases, watchers and
+// KV waiters are not kept: agents get a fresh lease, clients re-watch.
+struct PersistedState {
+  std::map<std::string, coord::AgentInfo> agents;  // by agent_id
+  std::map<std::string, Job> jobs;                 // by job id; ended_steady_ms is not kept
+  std::map<std::pair<std::string, std::string>, std::string> kv;  // (job, key) -> value
+
+  bool operator==(const PersistedState& o) const;
+};
+
+struct Record {
+  enum class Type { kAgent, kAgentLost, kJob, kJobRemoved, kKvPut };
+  Type type = Type::kAgent;
+  uint64_t seq = 0;
+  coord::AgentInfo agent;  // kAgent
+  std::string id;          // kAgentLost: agent id; kJobRemoved, kKvPut: job id
+  Job job;                 // kJob
+  std::string key;         // kKvPut
+  std::string value;       // kKvPut
+
+  static Record agentRegistered(const coord::AgentInfo& info);
+  static Record agentLost(std::string agent_id);
+  static Record jobState(const Job& job);
+  static Record jobRemoved(std::string job_id);
+  static Record kvPut(std::string job_id, std::string key, std::string value);
+};
+
+// One line, without the trailing newline.
+std::string encodeRecord(const Record& r);
+// InvalidArgument (with what is wrong) for anything but a well-formed record.
+StatusOr<Record> decodeRecord(std::string_view line);
+// Applies a record to the state (the same effect the change had live).
+void applyRecord(const Record& r, PersistedState* state);
+
+// The snapshot text (header + records, each line ending in '\n').
+std::string encodeSnapshot(const PersistedState& state, uint64_t seq);
+
+struct LoadedState {
+  PersistedState state;
+  uint64_t last_seq = 0;           // the highest seq seen (snapshot or journal)
+  size_t journal_records = 0;      // journal records applied (after the snapshot)
+  bool torn_tail = false;          // the journal's last line was incomplete and was ignored
+  size_t valid_journal_bytes = 0;  // the journal's length up to its last whole record
+};
+
+// Rebuilds the state from a snapshot (may be empty: none yet) and the
+// journal. A malformed line is an error naming the file and line, except an
+// unterminated last journal line (a write cut short by a crash), which is
+// ignored and reported in torn_tail.
+StatusOr<LoadedState> loadState(std::string_view snapshot, std::string_view journal);
+
+// Escaping helpers (exposed for tests).
+std::string escapeString(std::string_view s);
+StatusOr<std::string> unescapeString(std::string_view s);
+std::string toHex(std::string_view bytes);
+StatusOr<std::string> fromHex(std::string_view hex);
+
+}  // namespace kolo::coordinator::persist
