@@ -6,6 +6,8 @@ void defineFlags(Config& config) {
   config
       .define("listen", KnobType::kString, "0.0.0.0:7470",
               "gRPC listen address host:port (port 0 picks a free port; see --ready-file)")
+      .define("metrics-listen", KnobType::kString, "",
+              "Prometheus /metrics HTTP address, e.g. 0.0.0.0:7473 (port 0 picks a free port; empty: off)")
       .define("ready-file", KnobType::kString, "",
               "Once serving, write 'host:port' of the bound address to this file (atomically: "
               "temp file then rename)")

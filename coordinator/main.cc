@@ -7,8 +7,20 @@
 #include <fstream>
 #include <iostream>
 
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <map>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "common/config.h"
 #include "common/log.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
+#include "common/sd_notify.h"
+#include "kolo/proto/coordinator.grpc.pb.h"
 #include "coordinator/flags.h"
 #include "coordinator/server.h"
 
@@ -32,6 +44,69 @@ kolo::Status writeReadyFile(const std::string& path, const std::string& address)
   return kolo::okStatus();
 }
 
+// Publishes agent and job counts for Prometheus. It reads them through the
+// coordinator's own public ListAgents/ListJobs calls every few seconds, so it
+// never touches the loop's state.
+class CoordinatorMetrics {
+ public:
+  CoordinatorMetrics(const std::string& listen, const std::string& self_address) {
+    channel_ = grpc::CreateChannel(self_address, grpc::InsecureChannelCredentials());
+    stub_ = kolo::coord::Coordinator::NewStub(channel_);
+    http_ = std::make_unique<kolo::metrics::MetricsHttpServer>(registry_, listen);
+  }
+  ~CoordinatorMetrics() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (poller_.joinable()) poller_.join();
+    http_->stop();
+  }
+  kolo::Status start() {
+    RETURN_IF_ERROR(http_->start());
+    poller_ = std::thread([this] {
+      kolo::log::setThreadName("coord-metrics");
+      for (;;) {
+        poll();
+        std::unique_lock<std::mutex> lock(mu_);
+        if (cv_.wait_for(lock, std::chrono::seconds(5), [&] { return stop_; })) return;
+      }
+    });
+    return kolo::okStatus();
+  }
+  std::string address() const { return http_->boundAddress(); }
+
+ private:
+  void poll() {
+    grpc::ClientContext c1, c2;
+    c1.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    c2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    kolo::coord::ListAgentsReply agents;
+    if (stub_->ListAgents(&c1, kolo::coord::ListAgentsRequest(), &agents).ok()) {
+      registry_.gauge("kolo_coordinator_agents", "Agents holding a lease").set(agents.agents_size());
+    }
+    kolo::coord::ListJobsReply jobs;
+    if (stub_->ListJobs(&c2, kolo::coord::ListJobsRequest(), &jobs).ok()) {
+      std::map<std::string, int> by_state = {{"FORMING", 0}, {"RUNNING", 0}, {"FAILED", 0}, {"FINISHED", 0}};
+      for (const auto& j : jobs.jobs()) by_state[kolo::coord::JobState_Name(j.state())]++;
+      for (auto& [state, n] : by_state) {
+        registry_.gauge("kolo_coordinator_jobs", "Jobs known to the coordinator by state", {{"state", state}}).set(n);
+      }
+    }
+    registry_.counter("kolo_coordinator_metric_polls_total", "Snapshots taken for /metrics").inc();
+  }
+
+  kolo::metrics::Registry registry_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<kolo::coord::Coordinator::Stub> stub_;
+  std::unique_ptr<kolo::metrics::MetricsHttpServer> http_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread poller_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,6 +123,10 @@ int main(int argc, char** argv) {
   }
   if (config.wantsDump()) {
     std::cout << config.dump();
+    return 0;
+  }
+  if (config.wantsMarkdown()) {
+    std::cout << config.markdown();
     return 0;
   }
   auto options = kolo::coordinator::serverOptionsFrom(config);
@@ -73,6 +152,19 @@ int main(int argc, char** argv) {
     logger->critical("cannot start: {}", server.status().message());
     return 1;
   }
+  std::unique_ptr<CoordinatorMetrics> metrics;
+  if (!config.getString("metrics-listen").empty()) {
+    std::string self = (*server)->address();
+    if (self.rfind("0.0.0.0:", 0) == 0) self = "127.0.0.1:" + self.substr(8);
+    metrics = std::make_unique<CoordinatorMetrics>(config.getString("metrics-listen"), self);
+    st = metrics->start();
+    if (!st.isOk()) {
+      logger->critical("--metrics-listen {}: {}", config.getString("metrics-listen"), st.message());
+      (*server)->shutdown(std::chrono::milliseconds(0));
+      return 1;
+    }
+    logger->info("metrics on http://{}/metrics", metrics->address());
+  }
   const std::string& ready_file = config.getString("ready-file");
   if (!ready_file.empty()) {
     st = writeReadyFile(ready_file, (*server)->address());
@@ -83,9 +175,12 @@ int main(int argc, char** argv) {
     }
   }
 
+  (void)kolo::sdNotifyReady("serving " + (*server)->address());
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {
   }
+  (void)kolo::sdNotifyStopping();
+  metrics.reset();
   logger->info("got {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
   // Streams and KV waits end at once and unary calls take milliseconds, so
   // the grace mostly bounds how long idle client connections are waited for

@@ -127,10 +127,11 @@ Cluster::Cluster(const ClusterOptions& o) {
     return;
   }
   dir_ = tmpl;
-  coord_ = spawnProcess(prefixed(o.coordinator_prefix,
-                                 {binDir() + "/kolo-coordinator", "--listen", o.coordinator_listen, "--ready-file",
-                                  dir_ + "/coord.ready", "--lease-ms", "3000", "--heartbeat-interval-ms", "500"}),
-                        {}, dir_ + "/coordinator.log");
+  std::vector<std::string> cargv = {binDir() + "/kolo-coordinator", "--listen", o.coordinator_listen,
+                                    "--ready-file", dir_ + "/coord.ready", "--lease-ms", "3000",
+                                    "--heartbeat-interval-ms", "500"};
+  cargv.insert(cargv.end(), o.coordinator_args.begin(), o.coordinator_args.end());
+  coord_ = spawnProcess(prefixed(o.coordinator_prefix, cargv), {}, dir_ + "/coordinator.log");
   if (!waitForFile(dir_ + "/coord.ready", coord_, std::chrono::seconds(20), &coord_addr_)) {
     error_ = "coordinator did not become ready: " + coord_.output();
     return;

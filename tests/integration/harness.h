@@ -39,6 +39,7 @@ struct ClusterOptions {
   std::vector<std::string> coordinator_prefix;                  // e.g. {"ip","netns","exec","ns-a"}
   std::vector<std::vector<std::string>> agent_prefix;           // by agent index
   std::string coordinator_listen = "127.0.0.1:0";
+  std::vector<std::string> coordinator_args;                    // extra flags
 };
 
 class Cluster {

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 
 #include <regex>
+#include <thread>
 
 #include "common/frame.h"
 #include "harness.h"
@@ -231,6 +232,28 @@ TEST(Integration, PrometheusEndpointCountsCollectives) {
             std::string::npos) << text;
   EXPECT_NE(text.find("kolo_collective_latency_seconds_count{op=\"allreduce\"} 25"), std::string::npos) << text;
   EXPECT_NE(text.find("kolo_jobs 0"), std::string::npos) << text;
+}
+
+TEST(Integration, CoordinatorMetricsCountAgentsAndJobs) {
+  ClusterOptions o;
+  o.agents = 2;
+  o.coordinator_args = {"--metrics-listen", "127.0.0.1:0"};
+  Cluster c(o);
+  ASSERT_TRUE(c.ok()) << c.error();
+  std::smatch m;
+  std::string log = c.coordinator().output();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://([0-9.]+:[0-9]+)/metrics"))) << log;
+  std::string addr = m[1];
+  // The gauges are refreshed every 5 s; wait (bounded) for both agents.
+  std::string text;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(12);
+  while (std::chrono::steady_clock::now() < deadline) {
+    text = httpGet(addr, "/metrics");
+    if (text.find("kolo_coordinator_agents 2") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // polling a periodic gauge
+  }
+  EXPECT_NE(text.find("kolo_coordinator_agents 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("kolo_coordinator_jobs{state=\"RUNNING\"} 0"), std::string::npos) << text;
 }
 
 }  // namespace
