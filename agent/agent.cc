@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sched.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -67,6 +68,21 @@ Status Agent::start() {
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
   signal_fd_.reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (opts_.spin_us > 0) {
+    // Before sleeping, poll the submission rings briefly: the next small
+    // collective usually arrives within microseconds, and a sleep + wake-up
+    // costs more than that.
+    loop_.setBeforeSleep([this] {
+      auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(opts_.spin_us);
+      do {
+        for (auto& [id, c] : conns_) {
+          if (c->hasArena() && c->hasSubmissions()) return true;
+        }
+        ::sched_yield();
+      } while (std::chrono::steady_clock::now() < end);
+      return false;
+    });
+  }
   Status st = loop_.addFd(listen_fd_.get(), EPOLLIN, [this](uint32_t) { onAcceptOnLoop(); });
   RETURN_IF_ERROR(st);
   if (signal_fd_.valid()) {

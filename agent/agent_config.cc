@@ -28,6 +28,8 @@ void defineAgentKnobs(Config& c) {
               "Threads for large local reductions (0 = number of cores)")
       .define("inline-reduce-kb", KnobType::kInt, "256",
               "Reductions up to this size run on the loop thread (no thread hop)")
+      .define("spin-us", KnobType::kInt, "50",
+              "Microseconds the loop polls the trainers' rings before it sleeps (0 = never spin)")
       .define("register-timeout-s", KnobType::kInt, "30",
               "How long to retry registering with the coordinator at start")
       .define("fusion-threshold-mb", KnobType::kInt, "128",
@@ -83,6 +85,7 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   if (o.reduce_threads <= 0) o.reduce_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   o.inline_reduce_bytes = static_cast<uint64_t>(c.getInt("inline-reduce-kb")) << 10;
   o.register_timeout_s = static_cast<int>(c.getInt("register-timeout-s"));
+  o.spin_us = std::clamp<int64_t>(c.getInt("spin-us"), 0, 1'000'000);
   o.stall_check_time_s = c.getInt("stall-check-time-s");
   o.backend = backendOptionsFromConfig(c);
   o.backend_name = c.getString("backend");

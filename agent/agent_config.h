@@ -24,6 +24,7 @@ struct AgentOptions {
   uint64_t arena_bytes = 0;
   int reduce_threads = 0;
   uint64_t inline_reduce_bytes = 0;
+  int64_t spin_us = 50;
   int register_timeout_s = 30;
   int64_t stall_check_time_s = 60;
   BackendOptions backend;          // tuning for the cross-agent backend

@@ -48,6 +48,7 @@ class ClientConn {
   char* slot(uint64_t offset) const { return arena_->data() + offset; }
 
   bool popSubmission(SubmitDesc* out) { return submit_.tryPop(out); }
+  bool hasSubmissions() const { return !submit_.empty(); }
   void clearDoorbell();
   // Queues a completion; it is written to the ring now or when there is room.
   void complete(uint64_t handle, const Status& st, int64_t aux = 0, uint64_t out_offset = 0,

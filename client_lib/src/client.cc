@@ -1,3 +1,4 @@
+#include <sched.h>
 #include "client.h"
 
 #include <poll.h>
@@ -846,6 +847,16 @@ bool Client::drainOnce() {
 }
 
 void Client::blockForEvents(Clock::time_point deadline, milliseconds max_block) {
+  // A small collective completes in tens of microseconds: poll the ring for
+  // that long first, so the common case needs no sleep and no wake-up.
+  if (opts_.spin.count() > 0) {
+    auto spin_end = std::min<Clock::time_point>(Clock::now() + opts_.spin, deadline);
+    for (int i = 0; !sock_eof_; ++i) {
+      if (!completion_ring_.empty()) return;
+      if (Clock::now() >= spin_end) break;
+      ::sched_yield();  // on oversubscribed cores, let the agent run
+    }
+  }
   // Tell the agent we are about to sleep, then look at the ring once more:
   // a completion pushed before it saw the flag is caught here, one pushed
   // after it rings the eventfd.

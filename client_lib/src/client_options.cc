@@ -33,6 +33,8 @@ Config ClientOptions::makeConfig() {
            "seconds kolo_init waits for the agent and for the job's other ranks");
   c.define("op-timeout", KnobType::kDouble, "600",
            "seconds a collective may take before a wait without a timeout gives up");
+  c.define("spin-us", KnobType::kInt, "50",
+           "microseconds a waiting thread polls the completion ring before it sleeps (0 = never spin)");
   c.define("arena-mb", KnobType::kInt, "0",
            "size of this process's shared arena in MiB (0 = the agent's default)");
   c.alias("size", "HOROVOD_SIZE");
@@ -97,6 +99,9 @@ StatusOr<ClientOptions> ClientOptions::fromEnv(const std::map<std::string, std::
   }
   o.start_timeout = seconds(start);
   o.op_timeout = seconds(op);
+  int64_t spin = c.getInt("spin-us");
+  if (spin < 0 || spin > 1'000'000) return invalidArgument("KOLO_SPIN_US must be between 0 and 1000000");
+  o.spin = std::chrono::microseconds(spin);
   int64_t mb = c.getInt("arena-mb");
   if (mb < 0 || mb > (int64_t{1} << 20)) {
     return invalidArgument("KOLO_ARENA_MB must be between 0 (agent default) and 1048576, got " +

@@ -22,6 +22,7 @@ struct ClientOptions {
   int local_size = 0;
   std::chrono::milliseconds start_timeout{30'000};
   std::chrono::milliseconds op_timeout{600'000};
+  std::chrono::microseconds spin{50};  // poll the completion ring this long before sleeping
   uint64_t arena_bytes = 0;  // 0 = the agent's default
 
   // The knobs libkolo reads (for --dump-config style listings and docs).
