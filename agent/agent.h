@@ -92,6 +92,9 @@ class Agent {
   void maybeRemoveJobOnLoop(const std::string& job_id);
   void completeOnLoop(ClientConn& c, uint64_t handle, const Status& st);
   void startCrossOnLoop(Job& job);
+  // After the local step of a cross-agent collective: gives `w` to the job's
+  // negotiation thread if the job is still in generation `gen`, else fails it.
+  void handToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w);
   void executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<uint64_t> handles);
   void onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, const std::string& name, Status st);
 

@@ -213,16 +213,7 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
   timeline_->opStart(op.name, CollectiveType::kAlltoall);
   timeline_->activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
   copyAllOnLoop(std::move(copies), [this, job_id, gen, w = std::move(w)]() mutable {
-    timeline_->activityEnd(w.req.name);
-    timeline_->activityStart(w.req.name, "NEGOTIATE_ACROSS_AGENTS");
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return;
-    Job& job = *it->second;
-    if (job.cross && job.cross_generation == gen && job.state() != JobState::kFailed) {
-      job.cross->submit(std::move(w));
-    } else {
-      onCrossDoneOnLoop(job_id, gen, w.req.name, job.failure().isOk() ? aborted("job ended") : job.failure());
-    }
+    handToNegotiationOnLoop(job_id, gen, std::move(w));
   });
 }
 

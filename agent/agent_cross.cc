@@ -117,17 +117,21 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   r.postscale = 1.0;  // applied after the agents' reduction
   timeline_->activityStart(op.name, "LOCAL_REDUCE");
   executor_.reduceOnLoop(std::move(r), [this, job_id, gen, w]() mutable {
-    timeline_->activityEnd(w.req.name);
-    timeline_->activityStart(w.req.name, "NEGOTIATE_ACROSS_AGENTS");
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return;
-    Job& job = *it->second;
-    if (job.cross && job.cross_generation == gen && job.state() != JobState::kFailed) {
-      job.cross->submit(std::move(w));
-    } else {
-      onCrossDoneOnLoop(job_id, gen, w.req.name, job.failure().isOk() ? aborted("job ended") : job.failure());
-    }
+    handToNegotiationOnLoop(job_id, gen, std::move(w));
   });
+}
+
+void Agent::handToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) {
+  timeline_->activityEnd(w.req.name);
+  timeline_->activityStart(w.req.name, "NEGOTIATE_ACROSS_AGENTS");
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  if (job.cross && job.cross_generation == gen && job.state() != JobState::kFailed) {
+    job.cross->submit(std::move(w));
+  } else {
+    onCrossDoneOnLoop(job_id, gen, w.req.name, job.failure().isOk() ? aborted("job ended") : job.failure());
+  }
 }
 
 void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, const std::string& name,
