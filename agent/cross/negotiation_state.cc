@@ -39,7 +39,9 @@ StatusOr<std::vector<CrossRequest>> decodeRequests(const std::string& bytes) {
   for (uint32_t i = 0; i < n; ++i) {
     CrossRequest r;
     uint32_t len = 0;
-    if (!take(&len, 4) || len > kMaxNameBytes || bytes.size() - p < len) return internalError("bad request name");
+    if (!take(&len, 4) || len == 0 || len > kMaxNameBytes || bytes.size() - p < len) {
+      return internalError("bad request name");
+    }
     r.name.assign(bytes.data() + p, len);
     p += len;
     int32_t fr = 0;

@@ -52,7 +52,9 @@ Status ClientConn::validate(const SubmitDesc& d) const {
     }
     elems *= static_cast<uint64_t>(d.shape[i]);
   }
-  uint64_t want = elems * dataTypeSize(static_cast<DataType>(d.dtype));
+  const uint64_t esize = dataTypeSize(static_cast<DataType>(d.dtype));
+  if (elems > UINT64_MAX / esize) return invalidArgument("malformed descriptor: shape overflows");
+  uint64_t want = elems * esize;
   bool in_place = d.collective == static_cast<uint8_t>(CollectiveType::kAllreduce) ||
                   d.collective == static_cast<uint8_t>(CollectiveType::kBroadcast) ||
                   d.collective == static_cast<uint8_t>(CollectiveType::kAllgather) ||
