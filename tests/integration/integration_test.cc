@@ -222,7 +222,15 @@ TEST(Integration, PrometheusEndpointCountsCollectives) {
   auto ranks = c.launchJob("metered", 2, {checkBin(), "loop", "25"});
   ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
   expectAllOk(ranks, "OK 25 loop allreduces");
-  std::string text = httpGet(addr, "/metrics");
+  // The ranks have exited, but the agent learns of their hang-ups on its own loop: wait
+  // (bounded) for it to drop the job before reading the counters.
+  std::string text;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    text = httpGet(addr, "/metrics");
+    if (text.find("kolo_jobs 0") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling an asynchronous gauge
+  }
   EXPECT_NE(text.find("200 OK"), std::string::npos) << text;
   EXPECT_NE(text.find("# TYPE kolo_collectives_total counter"), std::string::npos) << text;
   // 25 loop ops of 4096 float32 = 409600 bytes, all ok.
