@@ -51,6 +51,22 @@ _PROTOTYPES = {
         ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
         ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int,
         ctypes.c_double, ctypes.c_double]),
+    "kolo_broadcast_async": (kolo_status_t, [
+        ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+        ctypes.c_int, ctypes.c_int, ctypes.POINTER(kolo_handle_t)]),
+    "kolo_allgather_async": (kolo_status_t, [
+        ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+        ctypes.c_int, ctypes.POINTER(kolo_handle_t)]),
+    "kolo_result": (kolo_status_t, [
+        kolo_handle_t, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)]),
+    "kolo_reducescatter_async": (kolo_status_t, [
+        ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+        ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int,
+        ctypes.POINTER(kolo_handle_t)]),
+    "kolo_alltoall_async": (kolo_status_t, [
+        ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+        ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(kolo_handle_t)]),
+    "kolo_barrier": (kolo_status_t, [ctypes.c_int64]),
     "kolo_poll": (kolo_status_t, [kolo_handle_t]),
     "kolo_synchronize": (kolo_status_t, [kolo_handle_t, ctypes.c_int64]),
     "kolo_release": (None, [kolo_handle_t]),

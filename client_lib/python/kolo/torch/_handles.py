@@ -3,9 +3,11 @@
 Every kolo.torch collective is a *stage generator*: it submits one or more
 libkolo operations, yields the list of their C handles, and is resumed when
 they have all completed (the next stage may submit more), until it returns
-its result. A plain allreduce has one stage; the allgather and broadcast
-built on allreduce have two (sizes, then data). The generator's frame keeps
-every buffer alive until libkolo no longer touches it.
+its result. Every native op has one stage; grouped ops run several
+generators side by side (parallel()). The generator's frame keeps every
+buffer alive until libkolo no longer touches it, and a generator whose C
+handle owns a library result (allgather, alltoall) frees it when it ends,
+however it ends.
 
 The handle returned to the user is a Python int indexing a table of such
 operations, so poll()/synchronize() work the same for all of them.
@@ -35,11 +37,12 @@ def require_init():
         raise ValueError(basics.NOT_INITIALIZED)
 
 
-def op_name(kind, name):
+def op_name(kind, name, max_bytes=MAX_NAME_BYTES):
     """The wire name of a collective: '<kind>.<name>', or '<kind>.noname.<n>'
     counted per kind (every rank must then call unnamed ops in the same order,
-    as with Horovod). Names longer than libkolo's limit are shortened with a
-    hash, deterministically on every rank."""
+    as with Horovod). Names longer than `max_bytes` (libkolo's limit, less
+    what libkolo or kolo.torch append for an op's internal exchanges) are
+    shortened with a hash, deterministically on every rank."""
     if name is None:
         with _noname_lock:
             n = _noname.get(kind, 0)
@@ -47,10 +50,16 @@ def op_name(kind, name):
         full = "%s.noname.%d" % (kind, n)
     else:
         full = "%s.%s" % (kind, name)
+    return fit_name(full, max_bytes)
+
+
+def fit_name(full, max_bytes=MAX_NAME_BYTES):
+    """`full` if its UTF-8 form fits in `max_bytes`, else a prefix of it plus
+    '#' and 16 hex digits of its SHA-1 (the same on every rank)."""
     b = full.encode("utf-8")
-    if len(b) > MAX_NAME_BYTES:
+    if len(b) > max_bytes:
         digest = hashlib.sha1(b).hexdigest()[:16]
-        b = b[:MAX_NAME_BYTES - 17].decode("utf-8", "ignore").encode("utf-8") + b"#" + digest.encode()
+        b = b[:max_bytes - 17].decode("utf-8", "ignore").encode("utf-8") + b"#" + digest.encode()
     return b.decode("utf-8")
 
 
@@ -92,19 +101,24 @@ def release_c_handles(handles):
 
 
 class _Op:
-    __slots__ = ("gen", "pending", "result", "error", "done", "lock")
+    __slots__ = ("gen", "pending", "stage", "result", "error", "done", "lock")
 
     def __init__(self, gen):
         self.gen = gen
         self.pending = []
+        self.stage = []  # every C handle of the current stage, waited for or not
         self.result = None
         self.error = None
         self.done = False
         self.lock = threading.Lock()
 
     def _fail(self, err):
-        release_c_handles(self.pending)
+        # The stage's handles that completed may hold a library-owned result
+        # (allgather, alltoall) the generator will now never take: free them
+        # too (releasing a finished allreduce's handle is a no-op).
+        release_c_handles(self.stage)
         self.pending = []
+        self.stage = []
         try:
             self.gen.close()
         except Exception:
@@ -113,8 +127,10 @@ class _Op:
         self.done = True
 
     def _advance_gen(self):
+        self.stage = []
         try:
             self.pending = list(self.gen.send(None))
+            self.stage = list(self.pending)
         except StopIteration as stop:
             self.result = stop.value
             self.pending = []
@@ -156,6 +172,7 @@ def start(gen):
     op = _Op(gen)
     try:
         op.pending = list(next(gen))
+        op.stage = list(op.pending)
     except StopIteration as stop:  # finished without waiting (e.g. empty group)
         op.result = stop.value
         op.done = True

@@ -1,17 +1,24 @@
-"""Collectives on torch tensors with Horovod's signatures.
+"""Collectives on torch tensors with Horovod's signatures, each on libkolo's
+native C ABI (kolo/kolo_c.h):
 
-Today's libkolo ABI has allreduce only, so:
+* allreduce (all variants, grouped too): kolo_allreduce_async;
+* broadcast (all variants): kolo_broadcast_async, in place;
+* allgather, grouped_allgather: kolo_allgather_async, output read with
+  kolo_result (dim 0 may differ per rank);
+* alltoall: kolo_alltoall_async plus an allreduce of the split matrix that
+  tells each rank its received splits (both in flight together);
+* reducescatter, grouped_reducescatter: kolo_reducescatter_async
+  (Average or Sum; prescale/postscale are applied here, around it, since
+  the C ABI has no scale factors);
+* barrier: kolo_barrier;
+* join raises KoloNotImplementedError until the C ABI has it.
 
-* allreduce (all variants, grouped too) maps 1:1 onto kolo_allreduce_async;
-* broadcast is an allreduce (sum) of the tensor's bytes viewed as int32 (or
-  uint8) where every rank but the root contributes zeros: exact for every
-  dtype, bit for bit (integer addition of zeros);
-* allgather first allreduces a small table of every rank's shape (sizes and
-  a consistency check), then allreduces a zero buffer of the gathered size
-  into which each rank wrote its own rows (again as integer words: exact);
-* barrier is a one-element allreduce;
-* alltoall, reducescatter and join raise KoloNotImplementedError until the
-  agent implements them natively (issue 5).
+Grouped ops are one native op per tensor, submitted together (libkolo may
+fuse them). broadcast, allgather and alltoall carry every dtype bit for bit:
+the eight kolo dtypes natively, bool/int16/complex as bytes (see
+_native.py). allgather_async and alltoall_async return only once every rank
+has called them (libkolo exchanges sizes/splits first): issue them in the
+same order on every rank.
 
 All tensors must be CPU tensors. Inputs that are not contiguous are staged
 through a contiguous copy. Asynchronous calls return an int handle for
@@ -25,7 +32,7 @@ import torch
 
 from .. import basics
 from ..errors import KoloInternalError, KoloNotImplementedError
-from . import _dtypes, _handles, shared
+from . import _dtypes, _handles, _native, shared
 from .compression import Compression
 from .process_sets import check as _check_process_set
 from .process_sets import global_process_set
@@ -249,44 +256,38 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 
 # --------------------------------------------------------------------------
-# exact byte transport helpers (broadcast and allgather on allreduce)
+# shared by broadcast, allgather, alltoall and reducescatter
+
+# libkolo appends "<name>.__sizes" (allgather) and "<name>.__splits"
+# (alltoall) for its internal exchanges; alltoall here adds "<name>.__kolo_recv".
+_GATHER_NAME_BYTES = _handles.MAX_NAME_BYTES - len(".__sizes")
+_RECV_SUFFIX = ".__kolo_recv"
+_ALLTOALL_NAME_BYTES = _handles.MAX_NAME_BYTES - len(_RECV_SUFFIX)
 
 
-def _words(t):
-    """A view of contiguous tensor `t` as integer words sharing its memory,
-    keeping the leading dims (so shape mismatches across ranks are still
-    caught by the agent): int32 when the last dim's bytes allow, else uint8.
-    The choice depends on the shape and dtype only (the same on every rank);
-    `t` must be 4-byte aligned (see _aligned). Returns (view, kolo dtype)."""
-    if t.dim() == 0:
-        t = t.reshape(1)
-    if t.numel() == 0:
-        return t.reshape(-1).view(torch.uint8), _dtypes.KOLO_UINT8
-    b = t if t.dtype == torch.uint8 else t.view(torch.uint8)
-    if b.shape[-1] % 4 == 0:
-        return b.view(torch.int32), _dtypes.KOLO_INT32
-    return b, _dtypes.KOLO_UINT8
+def _contiguous(t):
+    return t if t.is_contiguous() else t.contiguous()
 
 
-def _aligned(t):
-    """`t` if it is contiguous and 4-byte aligned, else an aligned copy."""
-    if t.is_contiguous() and t.data_ptr() % 4 == 0:
-        return t
-    return t.clone(memory_format=torch.contiguous_format)
+def _release_on_exit(h):
+    """Frees a C handle's library-owned result, if any (harmless otherwise)."""
+    _handles.release_c_handles([h])
+
+
+def _check_dim0(tensor, op_name):
+    if tensor.dim() == 0:
+        raise ValueError("kolo %s: cannot %s a rank-zero (scalar) tensor; it works along the "
+                         "first dimension (reshape it to [1])" % (op_name, op_name))
 
 
 # --------------------------------------------------------------------------
-# broadcast
+# broadcast (kolo_broadcast_async)
 
 
 def _broadcast_gen(tensor, root_rank, name):
-    """In place: every rank ends with the root's bytes."""
-    work = _aligned(tensor)
-    if basics.rank() != root_rank:
-        with torch.no_grad():
-            work.zero_()
-    words, kdtype = _words(work)
-    h = _handles.submit_allreduce(name, words, words, kdtype, Sum)
+    """In place: every rank ends with the root's tensor, bit for bit."""
+    work = _contiguous(tensor)
+    h = _native.submit_broadcast(name, work, root_rank)
     yield [h]
     if work is not tensor:
         with torch.no_grad():
@@ -297,25 +298,27 @@ def _broadcast_gen(tensor, root_rank, name):
 def _broadcast_start(tensor, root_rank, name, process_set, in_place):
     _prologue("broadcast", process_set)
     _dtypes.check_tensor(tensor, "broadcast", any_dtype=True)
+    _native.check_carried_dtype(tensor, "broadcast")
     _check_root(root_rank, "broadcast")
     wire = _handles.op_name("broadcast", name)
-    if not in_place:
-        if basics.rank() == root_rank:
-            target = tensor.detach().clone(memory_format=torch.contiguous_format)
-        else:
-            target = torch.zeros(tensor.shape, dtype=tensor.dtype)
-    else:
+    if in_place:
         target = tensor
+    elif basics.rank() == root_rank:
+        target = tensor.detach().clone(memory_format=torch.contiguous_format)
+    else:
+        target = torch.empty(tensor.shape, dtype=tensor.dtype)
     return _handles.start(_broadcast_gen(target, root_rank, wire))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    """Starts a broadcast of the root's `tensor` into a new tensor on every rank."""
+    """Starts a broadcast of the root's `tensor` into a new tensor on every
+    rank; synchronize() returns it."""
     return _broadcast_start(tensor, root_rank, name, process_set, in_place=False)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    """Starts an in-place broadcast of the root's `tensor`."""
+    """Starts an in-place broadcast of the root's `tensor`; synchronize()
+    returns `tensor`."""
     return _broadcast_start(tensor, root_rank, name, process_set, in_place=True)
 
 
@@ -349,71 +352,35 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 
 # --------------------------------------------------------------------------
-# allgather
-
-_HDR_DIMS = 16  # trailing dims a gathered tensor may have, plus dim 0
-# Element types allgather/broadcast can carry (codes are positions + 1).
-_ANY_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
-               torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool,
-               torch.complex64, torch.complex128]
-
-
-def _shape_str(row):
-    ndim = row[1]
-    return "[%s]" % ", ".join(str(d) for d in [row[0]] + row[3:3 + ndim - 1])
+# allgather (kolo_allgather_async + kolo_result)
 
 
 def _allgather_gen(tensor, name):
-    """Concatenation of every rank's `tensor` along dim 0 (dim 0 may differ)."""
-    n, r = basics.size(), basics.rank()
-    # Stage 1: every rank's shape and dtype.
-    hdr = torch.zeros((n, 3 + _HDR_DIMS), dtype=torch.int64)
-    row = [tensor.shape[0], tensor.dim(), _ANY_DTYPES.index(tensor.dtype) + 1] + \
-        list(tensor.shape[1:])
-    hdr[r, :len(row)] = torch.tensor(row, dtype=torch.int64)
-    h = _handles.submit_allreduce(name + "#shapes", hdr, hdr, _dtypes.KOLO_INT64, Sum)
-    yield [h]
-    rows = hdr.tolist()
-    for q in range(1, n):
-        if rows[q][1:] != rows[0][1:]:
-            a, b = rows[0], rows[q]
-            da = str(_ANY_DTYPES[a[2] - 1]).replace("torch.", "") if 0 < a[2] <= len(
-                _ANY_DTYPES) else "?"
-            db = str(_ANY_DTYPES[b[2] - 1]).replace("torch.", "") if 0 < b[2] <= len(
-                _ANY_DTYPES) else "?"
-            raise KoloInternalError(
-                "Mismatched ALLGATHER tensors for tensor '%s': rank 0 sent a %s tensor of shape "
-                "%s, but rank %d sent a %s tensor of shape %s (all dims but the first, and the "
-                "dtype, must agree)" % (name, da, _shape_str(a), q, db, _shape_str(b)))
-    dims0 = [row[0] for row in rows]
-    # Stage 2: a zero buffer of the gathered size holding our rows.
-    out = torch.zeros((sum(dims0),) + tuple(tensor.shape[1:]), dtype=tensor.dtype)
-    start = sum(dims0[:r])
-    with torch.no_grad():
-        out.narrow(0, start, dims0[r]).copy_(tensor)
-    words, kdtype = _words(out)
-    h = _handles.submit_allreduce(name, words, words, kdtype, Sum)
-    yield [h]
-    return out
+    """Concatenation of every rank's `tensor` along dim 0 (dim 0 may differ).
+    Submitting returns once every rank has submitted (libkolo exchanges the
+    first dimensions first)."""
+    h = _native.submit_allgather(name, _contiguous(tensor))
+    try:
+        yield [h]
+        return _native.take_result(h, tensor.shape[1:], tensor.dtype)
+    finally:
+        _release_on_exit(h)
 
 
 def _check_allgather(tensor, op_name):
     _dtypes.check_tensor(tensor, op_name, any_dtype=True)
-    if tensor.dim() == 0:
-        raise ValueError("kolo %s: cannot gather a rank-zero (scalar) tensor; reshape it to [1]"
-                         % op_name)
-    if tensor.dim() > _HDR_DIMS:
-        raise ValueError("kolo %s supports tensors of at most %d dims" % (op_name, _HDR_DIMS))
-    if tensor.dtype not in _ANY_DTYPES:
-        raise ValueError("kolo %s does not support dtype %s" % (op_name, tensor.dtype))
+    _native.check_carried_dtype(tensor, op_name)
+    _check_dim0(tensor, "allgather")
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather: synchronize() returns the concatenation of every
-    rank's tensor along dim 0 (dim 0 may differ between ranks)."""
+    rank's tensor along dim 0 (dim 0 may differ between ranks). Returns once
+    every rank has called it (libkolo exchanges the first dimensions)."""
     _prologue("allgather", process_set)
     _check_allgather(tensor, "allgather")
-    return _handles.start(_allgather_gen(tensor.detach(), _handles.op_name("allgather", name)))
+    return _handles.start(_allgather_gen(tensor.detach(),
+                                         _handles.op_name("allgather", name, _GATHER_NAME_BYTES)))
 
 
 class _AllgatherFn(torch.autograd.Function):
@@ -441,18 +408,271 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    """Starts allgathers of a list of tensors; synchronize() returns a list."""
+    """Starts allgathers of a list of tensors (one native allgather each,
+    submitted in list order); synchronize() returns the list of results."""
     _prologue("grouped_allgather", process_set)
+    if not isinstance(tensors, (list, tuple)):
+        raise ValueError("kolo grouped_allgather expects a list of tensors, got %s"
+                         % type(tensors).__name__)
     for t in tensors:
         _check_allgather(t, "grouped_allgather")
     base = _handles.op_name("allgather" if name is not None else "grouped_allgather", name)
-    gens = [_allgather_gen(t.detach(), "%s.%d" % (base, i)) for i, t in enumerate(tensors)]
+    gens = [_allgather_gen(t.detach(), _handles.fit_name("%s.%d" % (base, i), _GATHER_NAME_BYTES))
+            for i, t in enumerate(tensors)]
     return _handles.start(_handles.parallel(gens))
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers a list of tensors; returns the list of results."""
     return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+# --------------------------------------------------------------------------
+# alltoall (kolo_alltoall_async + kolo_result)
+
+
+def _normalize_splits(tensor, splits, op_name="alltoall"):
+    """The list of size() non-negative ints to send to each rank (even
+    when splits is None); their sum may be below dim 0 (the rest is not
+    sent), as with Horovod."""
+    n = basics.size()
+    d0 = tensor.shape[0]
+    if splits is None:
+        if d0 % n != 0:
+            raise ValueError("kolo %s: without splits the first dimension (%d) must divide "
+                             "evenly by the number of ranks (%d)" % (op_name, d0, n))
+        return [d0 // n] * n
+    if torch.is_tensor(splits):
+        if splits.dim() != 1 or splits.dtype.is_floating_point or splits.is_complex():
+            raise ValueError("kolo %s: splits must be a 1-D integer tensor or a list of ints, "
+                             "got a %s tensor of shape %s" % (op_name, splits.dtype,
+                                                              list(splits.shape)))
+        splits = splits.tolist()
+    try:
+        sp = [int(s) for s in splits]
+        if any(isinstance(s, bool) or int(s) != s for s in splits):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise ValueError("kolo %s: splits must be a list of ints, got %r" % (op_name, splits))
+    if len(sp) != n:
+        raise ValueError("kolo %s: splits has %d entries; it needs one per rank (%d)"
+                         % (op_name, len(sp), n))
+    if any(s < 0 for s in sp):
+        raise ValueError("kolo %s: splits must not be negative, got %s" % (op_name, sp))
+    if sum(sp) > d0:
+        raise ValueError("kolo %s: the splits add up to %d rows, more than the first dimension "
+                         "of the tensor (%d)" % (op_name, sum(sp), d0))
+    return sp
+
+
+def _alltoall_gen(tensor, splits, name):
+    """(output, received_splits): rank r sends splits[d] rows to rank d and
+    receives every rank's rows for it, from rank 0 up. Besides the native
+    alltoall (whose own exchange of the split matrix stays inside libkolo) an
+    allreduce of the split matrix gives this rank the received splits; both
+    are in flight together."""
+    n, r = basics.size(), basics.rank()
+    src = _contiguous(tensor)
+    if sum(splits) < src.shape[0]:
+        src = src.narrow(0, 0, sum(splits))  # the rows after the splits are not sent
+    matrix = torch.zeros((n, n), dtype=torch.int64)
+    matrix[r] = torch.tensor(splits, dtype=torch.int64)
+    hm = _handles.submit_allreduce(name + _RECV_SUFFIX, matrix, matrix, _dtypes.KOLO_INT64, Sum)
+    try:
+        h = _native.submit_alltoall(name, src, splits)
+    except BaseException:
+        _handles.release_c_handles([hm])
+        raise
+    try:
+        yield [hm, h]
+        received = matrix[:, r].to(torch.int32)
+        out = _native.take_result(h, tensor.shape[1:], tensor.dtype)
+        if out.shape[0] != int(received.sum()):
+            raise KoloInternalError("alltoall of tensor '%s': received %d rows, but the ranks' "
+                                    "splits add up to %d" % (name, out.shape[0],
+                                                             int(received.sum())))
+        return out, received
+    finally:
+        _release_on_exit(h)
+
+
+def _alltoall_prepare(tensor, splits, op_name):
+    _dtypes.check_tensor(tensor, op_name, any_dtype=True)
+    _native.check_carried_dtype(tensor, op_name)
+    _check_dim0(tensor, "alltoall")
+    return _normalize_splits(tensor, splits)
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts an alltoall; synchronize() returns (output, received_splits)
+    (an int32 tensor: the rows received from each rank). `splits` (a list or
+    1-D integer tensor, one entry per rank) says how many rows along dim 0 go
+    to each rank; None splits dim 0 evenly. Returns once every rank has
+    called it (libkolo exchanges the splits first)."""
+    _prologue("alltoall", process_set)
+    sp = _alltoall_prepare(tensor, splits, "alltoall")
+    wire = _handles.op_name("alltoall", name, _ALLTOALL_NAME_BYTES)
+    return _handles.start(_alltoall_gen(tensor.detach(), sp, wire))
+
+
+class _AlltoallFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        ctx.dim0 = tensor.shape[0]
+        out, received = synchronize(alltoall_async(tensor, splits, name))
+        ctx.received = received.tolist()
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_received):
+        g, _ = synchronize(alltoall_async(grad_output, ctx.received))
+        if g.shape[0] < ctx.dim0:  # rows that were not sent get no gradient
+            g = torch.cat([g, g.new_zeros((ctx.dim0 - g.shape[0],) + tuple(g.shape[1:]))])
+        return g, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[d] rows of `tensor` (along dim 0, in order) to each rank
+    d and returns the rows every rank sent this one, concatenated in rank
+    order. With `splits` given returns (output, received_splits), without
+    (even split) the output only -- Horovod's convention. Differentiable."""
+    if torch.is_grad_enabled() and torch.is_tensor(tensor) and tensor.requires_grad:
+        _prologue("alltoall", process_set)
+        sp = _alltoall_prepare(tensor, splits, "alltoall")
+        out, received = _AlltoallFn.apply(tensor, sp, name)
+    else:
+        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    return out if splits is None else (out, received)
+
+
+# --------------------------------------------------------------------------
+# reducescatter (kolo_reducescatter_async)
+
+
+def _scaled(t, factor):
+    """t * factor in float64, cast back to t's dtype (integers truncate
+    toward zero), as the agent applies allreduce's scale factors."""
+    if t.dtype == torch.float64:
+        return t * factor
+    return (t.to(torch.float64) * factor).to(t.dtype)
+
+
+def _reducescatter_gen(tensor, name, op, prescale, postscale):
+    """This rank's block of rows of the reduction: dim0 // size rows, plus
+    one on the first dim0 % size ranks. The C ABI has no scale factors:
+    prescale multiplies a copy of the input here, postscale the output."""
+    n, r = basics.size(), basics.rank()
+    src = _scaled(tensor, prescale) if prescale != 1.0 else _contiguous(tensor)
+    src = _contiguous(src)
+    rows = _native.reducescatter_rows(src.shape[0], n, r)
+    out = torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype)
+    h = _native.submit_reducescatter(name, src, out, op)
+    yield [h]
+    if postscale != 1.0:
+        out = _scaled(out, postscale)
+    return out
+
+
+def _resolve_rs_op(op, op_name):
+    if op == Adasum:
+        raise KoloNotImplementedError("Adasum", "use op=Average or op=Sum")
+    if op not in (Average, Sum):
+        raise ValueError("kolo %s: op must be Average or Sum, got %s"
+                         % (op_name, _OP_NAMES.get(op, repr(op))))
+    return op
+
+
+def _check_reducescatter(tensor, op_name):
+    _dtypes.check_tensor(tensor, op_name)
+    _check_dim0(tensor, "reducescatter")
+
+
+def _reducescatter_start(tensor, name, op, prescale_factor, postscale_factor, process_set):
+    _prologue("reducescatter", process_set)
+    op = _resolve_rs_op(op, "reducescatter")
+    _check_reducescatter(tensor, "reducescatter")
+    pre = _check_scale(prescale_factor, "prescale_factor")
+    post = _check_scale(postscale_factor, "postscale_factor")
+    return _handles.start(_reducescatter_gen(tensor.detach(), _handles.op_name("reducescatter", name),
+                                             op, pre, post))
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Starts a reducescatter; synchronize() returns this rank's block of
+    rows of the reduced tensor (dim0 // size rows, plus one on the first
+    dim0 % size ranks). op: Average (default) or Sum."""
+    return _reducescatter_start(tensor, name, op, prescale_factor, postscale_factor, process_set)
+
+
+class _ReducescatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale):
+        ctx.scale = (1.0 / basics.size() if op == Average else 1.0) * prescale * postscale
+        return synchronize(reducescatter_async(tensor, name, op, prescale_factor=prescale,
+                                               postscale_factor=postscale))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        g = allgather(grad_output)
+        if ctx.scale != 1.0:
+            g = g * ctx.scale
+        return g, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` across ranks (every rank passes the same shape) and
+    returns this rank's block of rows of the result (differentiable)."""
+    _prologue("reducescatter", process_set)
+    op = _resolve_rs_op(op, "reducescatter")
+    _check_reducescatter(tensor, "reducescatter")
+    compression = compression or Compression.none
+    compressed, cctx = compression.compress(tensor)
+    if torch.is_grad_enabled() and compressed.requires_grad:
+        pre = _check_scale(prescale_factor, "prescale_factor")
+        post = _check_scale(postscale_factor, "postscale_factor")
+        out = _ReducescatterFn.apply(compressed, name, op, pre, post)
+    else:
+        out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
+                                              postscale_factor))
+    return compression.decompress(out, cctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Starts reducescatters of a list of tensors (one native reducescatter
+    each); synchronize() returns the list of this rank's blocks."""
+    _prologue("grouped_reducescatter", process_set)
+    op = _resolve_rs_op(op, "grouped_reducescatter")
+    if not isinstance(tensors, (list, tuple)):
+        raise ValueError("kolo grouped_reducescatter expects a list of tensors, got %s"
+                         % type(tensors).__name__)
+    for t in tensors:
+        _check_reducescatter(t, "grouped_reducescatter")
+    pre = _check_scale(prescale_factor, "prescale_factor")
+    post = _check_scale(postscale_factor, "postscale_factor")
+    base = _handles.op_name("reducescatter" if name is not None else "grouped_reducescatter", name)
+    gens = [_reducescatter_gen(t.detach(), _handles.fit_name("%s.%d" % (base, i)), op, pre, post)
+            for i, t in enumerate(tensors)]
+    return _handles.start(_handles.parallel(gens))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """Reducescatters a list of tensors; returns the list of this rank's blocks."""
+    if not isinstance(tensors, (list, tuple)):
+        raise ValueError("kolo grouped_reducescatter expects a list of tensors, got %s"
+                         % type(tensors).__name__)
+    for t in tensors:
+        _dtypes.check_tensor(t, "grouped_reducescatter")
+    compression = compression or Compression.none
+    pairs = [compression.compress(t) for t in tensors]
+    outs = synchronize(grouped_reducescatter_async([c for c, _ in pairs], name, op, process_set,
+                                                   prescale_factor, postscale_factor))
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
 # --------------------------------------------------------------------------
@@ -479,67 +699,23 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
         raise ValueError("kolo sparse_allreduce_async expects a sparse COO tensor")
     if op not in (Average, Sum):
         raise ValueError("kolo sparse_allreduce supports op=Average or op=Sum only")
-    return _handles.start(_sparse_gen(tensor.detach(), _handles.op_name("sparse_allreduce", name),
-                                      op))
+    return _handles.start(_sparse_gen(tensor.detach(), _handles.op_name("sparse_allreduce", name,
+                                                       _GATHER_NAME_BYTES - 8), op))
 
 
 # --------------------------------------------------------------------------
-# barrier, and the operations libkolo does not have yet
+# barrier, and join (not in the C ABI yet)
 
 
 def barrier(process_set=global_process_set):
-    """Returns once every rank has called barrier()."""
+    """Returns once every rank has called barrier() (kolo_barrier; waits at
+    most KOLO_OP_TIMEOUT)."""
     _prologue("barrier", process_set)
-    t = torch.zeros(1, dtype=torch.int32)
-    _handles.run(_allreduce_gen(t, t, _handles.op_name("barrier", None), _dtypes.KOLO_INT32, Sum,
-                                1.0, 1.0))
-
-
-def _not_yet(op):
-    raise KoloNotImplementedError(
-        op, "the kolo agent has no %s yet (the C ABI of this libkolo offers allreduce; "
-        "allgather, broadcast and barrier are built on it)" % op)
-
-
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    _prologue("alltoall", process_set)
-    _not_yet("alltoall")
-
-
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Scatters slices of `tensor` to every rank and gathers theirs. Not
-    available yet: raises KoloNotImplementedError."""
-    _prologue("alltoall", process_set)
-    _not_yet("alltoall")
-
-
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0):
-    _prologue("reducescatter", process_set)
-    _not_yet("reducescatter")
-
-
-def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces and scatters `tensor` along dim 0. Not available yet."""
-    _prologue("reducescatter", process_set)
-    _not_yet("reducescatter")
-
-
-def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
-                                prescale_factor=1.0, postscale_factor=1.0):
-    _prologue("grouped_reducescatter", process_set)
-    _not_yet("reducescatter")
-
-
-def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
-                          process_set=global_process_set, prescale_factor=1.0,
-                          postscale_factor=1.0):
-    _prologue("grouped_reducescatter", process_set)
-    _not_yet("reducescatter")
+    _native.barrier()
 
 
 def join(device=-1):
     """Horovod's join (uneven inputs). Not available yet."""
     _handles.require_init()
-    _not_yet("join")
+    raise KoloNotImplementedError(
+        "join", "the C ABI of this libkolo has no join yet (every other collective is native)")

@@ -1,0 +1,165 @@
+"""libkolo's native collectives on torch tensors: tensor descriptors,
+submission through the C ABI (kolo/kolo_c.h) and library-owned results.
+
+Every function here takes contiguous CPU tensors and returns C handles (or
+raises at once): ValueError when libkolo refuses the arguments
+(KOLO_ERR_INVALID_ARGUMENT), KoloInternalError with libkolo's message for
+anything else. The stage generators in mpi_ops.py wait for the handles.
+
+Element types. The eight kolo dtypes travel as themselves. The element
+types the agent does not know (bool, int16, complex64, complex128) can still
+be moved bit for bit by broadcast, allgather and alltoall: they travel as
+uint8 with one more, trailing dimension of the element's size (a [5] int16
+tensor is a [5, 2] uint8 one on the wire), so the first dimension -- the one
+allgather and alltoall cut along -- is the tensor's own.
+"""
+
+import ctypes
+
+import torch
+
+from .. import _library
+from ..errors import ERR_INVALID_ARGUMENT, OK, KoloInternalError
+from . import _dtypes
+
+MAX_DIMS = 8
+
+# Element types broadcast, allgather and alltoall can carry (reductions take
+# the kolo dtypes only).
+CARRIED_DTYPES = list(_dtypes.TORCH_TO_KOLO) + [torch.int16, torch.bool, torch.complex64,
+                                                torch.complex128]
+
+
+def dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def is_byte_carried(dtype):
+    return dtype not in _dtypes.TORCH_TO_KOLO
+
+
+def check_carried_dtype(tensor, op_name):
+    if tensor.dtype not in CARRIED_DTYPES:
+        raise ValueError("kolo %s does not support dtype %s (supported: %s)"
+                         % (op_name, dtype_name(tensor.dtype),
+                            ", ".join(dtype_name(d) for d in CARRIED_DTYPES)))
+
+
+class Desc:
+    """What libkolo is told about a tensor: ndim, shape array, kolo dtype."""
+
+    __slots__ = ("ndim", "shape", "kdtype")
+
+    def __init__(self, shape, kdtype):
+        shape = [int(d) for d in shape]
+        if len(shape) > MAX_DIMS:
+            # libkolo takes at most 8 dims: fold the trailing ones, so that the
+            # first dimension stays the tensor's own.
+            tail = 1
+            for d in shape[MAX_DIMS - 1:]:
+                tail *= d
+            shape = shape[:MAX_DIMS - 1] + [tail]
+        self.ndim = len(shape)
+        self.shape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        self.kdtype = kdtype
+
+
+def describe(tensor):
+    """The descriptor of contiguous `tensor` (byte-carried when its dtype is
+    not a kolo dtype, see the module docstring)."""
+    kd = _dtypes.TORCH_TO_KOLO.get(tensor.dtype)
+    if kd is not None:
+        return Desc(tensor.shape, kd)
+    return Desc(list(tensor.shape) + [tensor.element_size()], _dtypes.KOLO_UINT8)
+
+
+def _ptr(tensor):
+    return ctypes.c_void_p(tensor.data_ptr() or None)
+
+
+def _raise(st):
+    msg = _library.last_error() or _library.status_string(st)
+    if st == ERR_INVALID_ARGUMENT:
+        raise ValueError(msg)
+    raise KoloInternalError(msg, st)
+
+
+def submit_broadcast(name, buf, root):
+    """In place on contiguous `buf`: the root's tensor everywhere."""
+    d = describe(buf)
+    h = _library.kolo_handle_t(0)
+    st = _library.lib().kolo_broadcast_async(name.encode("utf-8"), _ptr(buf), d.ndim, d.shape,
+                                             d.kdtype, int(root), ctypes.byref(h))
+    if st != OK:
+        _raise(st)
+    return h.value
+
+
+def submit_allgather(name, tensor):
+    """Returns once every rank has called it (libkolo exchanges the first
+    dimensions first); `tensor` may be reused then. Read the output with
+    take_result() once the handle completed."""
+    d = describe(tensor)
+    h = _library.kolo_handle_t(0)
+    st = _library.lib().kolo_allgather_async(name.encode("utf-8"), _ptr(tensor), d.ndim, d.shape,
+                                             d.kdtype, ctypes.byref(h))
+    if st != OK:
+        _raise(st)
+    return h.value
+
+
+def submit_alltoall(name, tensor, splits):
+    """`splits`: a list of size() ints adding up to tensor.shape[0], or None
+    (even). Returns once every rank has called it, like submit_allgather."""
+    d = describe(tensor)
+    arr = None if splits is None else (ctypes.c_int64 * len(splits))(*[int(s) for s in splits])
+    h = _library.kolo_handle_t(0)
+    st = _library.lib().kolo_alltoall_async(name.encode("utf-8"), _ptr(tensor), d.ndim, d.shape,
+                                            d.kdtype, arr, ctypes.byref(h))
+    if st != OK:
+        _raise(st)
+    return h.value
+
+
+def submit_reducescatter(name, tensor, output, op):
+    """`output` holds this rank's block of rows (see reducescatter_rows)."""
+    d = describe(tensor)
+    h = _library.kolo_handle_t(0)
+    st = _library.lib().kolo_reducescatter_async(name.encode("utf-8"), _ptr(tensor), _ptr(output),
+                                                 d.ndim, d.shape, d.kdtype, int(op),
+                                                 ctypes.byref(h))
+    if st != OK:
+        _raise(st)
+    return h.value
+
+
+def reducescatter_rows(dim0, size, rank):
+    """Rows of rank `rank`'s block: dim0 // size, plus one for the first
+    dim0 % size ranks (libkolo's and Horovod's split)."""
+    return dim0 // size + (1 if rank < dim0 % size else 0)
+
+
+def take_result(handle, tail_shape, dtype):
+    """The library-owned output of a completed allgather/alltoall handle,
+    copied into a new tensor of shape (rows,) + tail_shape; frees it in
+    libkolo (kolo_release)."""
+    lib = _library.lib()
+    try:
+        data = ctypes.c_void_p()
+        dim0 = ctypes.c_int64(0)
+        st = lib.kolo_result(handle, ctypes.byref(data), ctypes.byref(dim0))
+        if st != OK:
+            raise KoloInternalError(_library.last_error() or _library.status_string(st), st)
+        out = torch.empty((dim0.value,) + tuple(tail_shape), dtype=dtype)
+        nbytes = out.numel() * out.element_size()
+        if nbytes:
+            ctypes.memmove(out.data_ptr(), data.value, nbytes)
+        return out
+    finally:
+        lib.kolo_release(handle)
+
+
+def barrier(timeout_ms=-1):
+    st = _library.lib().kolo_barrier(int(timeout_ms))
+    if st != OK:
+        raise KoloInternalError(_library.last_error() or _library.status_string(st), st)
