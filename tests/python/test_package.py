@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import time
+import types
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from conftest import PKG_DIR, PYTHON, REPO, build_dir, rank_env, run_bounded
 import kolo  # noqa: E402  (conftest put the checkout on sys.path)
 import kolo.torch as hvd  # noqa: E402
 from kolo import errors  # noqa: E402
-from kolo.torch import _dtypes, _handles, mpi_ops  # noqa: E402
+from kolo.torch import _dtypes, _handles, _native, mpi_ops  # noqa: E402
 
 HEADER = os.path.join(REPO, "client_lib", "include", "kolo", "kolo_c.h")
 
@@ -152,6 +153,28 @@ def test_dtype_checks():
         _dtypes.check_tensor(torch.ones(1, dtype=torch.int16), "allreduce")
     with pytest.raises(ValueError, match="torch.Tensor"):
         _dtypes.check_tensor([1.0], "allreduce")
+
+
+def test_native_descriptors():
+    # kolo dtypes travel as themselves; others as uint8 with a trailing dim of
+    # their element size, so dim 0 (the one allgather/alltoall cut) is kept.
+    d = _native.describe(torch.zeros(5, 3, dtype=torch.bfloat16))
+    assert (d.ndim, list(d.shape), d.kdtype) == (2, [5, 3], _dtypes.KOLO_BFLOAT16)
+    d = _native.describe(torch.zeros(5, dtype=torch.int16))
+    assert (d.ndim, list(d.shape), d.kdtype) == (2, [5, 2], _dtypes.KOLO_UINT8)
+    d = _native.describe(torch.zeros((), dtype=torch.complex128))
+    assert (d.ndim, list(d.shape), d.kdtype) == (1, [16], _dtypes.KOLO_UINT8)
+    d = _native.describe(torch.zeros(0, 2, dtype=torch.bool))
+    assert (d.ndim, list(d.shape)[:3]) == (3, [0, 2, 1])
+    # More than 8 dims: the trailing ones are folded, dim 0 stays.
+    d = _native.describe(torch.zeros([3] + [1] * 8 + [2]))
+    assert (d.ndim, list(d.shape)) == (8, [3, 1, 1, 1, 1, 1, 1, 2])
+    assert [_native.reducescatter_rows(7, 3, r) for r in range(3)] == [3, 2, 2]
+    assert [_native.reducescatter_rows(1, 4, r) for r in range(4)] == [1, 0, 0, 0]
+    assert _handles.fit_name("a" * 300, 246) == _handles.fit_name("a" * 300, 246)
+    assert len(_handles.fit_name("a" * 300, 246).encode()) == 246
+    with pytest.raises(ValueError, match="broadcast does not support dtype quint8"):
+        _native.check_carried_dtype(types.SimpleNamespace(dtype=torch.quint8), "broadcast")
 
 
 def test_process_set_stub():

@@ -129,7 +129,7 @@ def test_allgather(r, n):
 
 
 def a2a_splits(q, n, salt):
-    return [(q + d + salt) % 3 for d in range(n)]
+    return [(2 * q + d + salt) % 3 for d in range(n)]  # not symmetric in (q, d)
 
 
 def a2a_reference(ins, splits, r):
