@@ -94,10 +94,65 @@ def submit_allreduce(name, inp, out, kdtype, op, prescale=1.0, postscale=1.0):
     return h.value
 
 
+class Deferred:
+    """A libkolo submission that may block -- kolo_allgather_async and
+    kolo_alltoall_async first exchange first dimensions / splits with the
+    other ranks and return only when every rank has called them -- run on a
+    thread of its own, so that the *_async call returns at once (as with
+    Horovod) and ranks may issue such ops in any order. A stage generator
+    yields it like a C handle; once it is done, `handle` is the C handle (or
+    `error` what the submission raised). The exchange is bounded by
+    KOLO_OP_TIMEOUT inside libkolo, so the thread always ends."""
+
+    __slots__ = ("handle", "error", "_done", "_lock", "_abandoned")
+
+    def __init__(self, submit):
+        self.handle = None
+        self.error = None
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._abandoned = False
+        threading.Thread(target=self._run, args=(submit,), name="kolo-submit",
+                         daemon=True).start()
+
+    def _run(self, submit):
+        h, err = None, None
+        try:
+            h = submit()
+        except BaseException as e:  # handed to whoever waits
+            err = e
+        with self._lock:
+            self.handle, self.error = h, err
+            abandoned = self._abandoned
+        self._done.set()
+        if abandoned and h:
+            _library.lib().kolo_release(h)
+
+    def done(self):
+        return self._done.is_set()
+
+    def wait(self):
+        self._done.wait()
+
+    def abandon(self):
+        """Nobody will wait for it: release its C handle now or when the
+        submission returns (kolo_release of a finished handle frees its
+        library-owned result; the collective itself still runs)."""
+        with self._lock:
+            self._abandoned = True
+            h = self.handle
+        if h:
+            _library.lib().kolo_release(h)
+
+
 def release_c_handles(handles):
+    """Releases C handles (ints) and abandons Deferred submissions."""
     lib = _library.lib()
     for h in handles:
-        lib.kolo_release(h)
+        if isinstance(h, Deferred):
+            h.abandon()
+        else:
+            lib.kolo_release(h)
 
 
 class _Op:
@@ -147,6 +202,15 @@ class _Op:
         while not self.done:
             while self.pending:
                 h = self.pending[0]
+                if isinstance(h, Deferred):
+                    if not block and not h.done():
+                        return False
+                    h.wait()
+                    if h.error is not None:
+                        self.pending.pop(0)
+                        self._fail(h.error)
+                        return True
+                    h = h.handle  # submitted: wait for the C handle below
                 if not block:
                     st = lib.kolo_poll(h)
                     if st == IN_PROGRESS:

@@ -97,7 +97,8 @@ def submit_broadcast(name, buf, root):
 
 def submit_allgather(name, tensor):
     """Returns once every rank has called it (libkolo exchanges the first
-    dimensions first); `tensor` may be reused then. Read the output with
+    dimensions first), so callers run it on a thread of its own
+    (_handles.Deferred); `tensor` may be reused then. Read the output with
     take_result() once the handle completed."""
     d = describe(tensor)
     h = _library.kolo_handle_t(0)
@@ -110,7 +111,8 @@ def submit_allgather(name, tensor):
 
 def submit_alltoall(name, tensor, splits):
     """`splits`: a list of size() ints adding up to tensor.shape[0], or None
-    (even). Returns once every rank has called it, like submit_allgather."""
+    (even). Returns once every rank has called it, like submit_allgather
+    (run it through _handles.Deferred too)."""
     d = describe(tensor)
     arr = None if splits is None else (ctypes.c_int64 * len(splits))(*[int(s) for s in splits])
     h = _library.kolo_handle_t(0)
@@ -141,22 +143,18 @@ def reducescatter_rows(dim0, size, rank):
 
 def take_result(handle, tail_shape, dtype):
     """The library-owned output of a completed allgather/alltoall handle,
-    copied into a new tensor of shape (rows,) + tail_shape; frees it in
-    libkolo (kolo_release)."""
-    lib = _library.lib()
-    try:
-        data = ctypes.c_void_p()
-        dim0 = ctypes.c_int64(0)
-        st = lib.kolo_result(handle, ctypes.byref(data), ctypes.byref(dim0))
-        if st != OK:
-            raise KoloInternalError(_library.last_error() or _library.status_string(st), st)
-        out = torch.empty((dim0.value,) + tuple(tail_shape), dtype=dtype)
-        nbytes = out.numel() * out.element_size()
-        if nbytes:
-            ctypes.memmove(out.data_ptr(), data.value, nbytes)
-        return out
-    finally:
-        lib.kolo_release(handle)
+    copied into a new tensor of shape (rows,) + tail_shape. The caller frees
+    the library's copy afterwards (kolo_release)."""
+    data = ctypes.c_void_p()
+    dim0 = ctypes.c_int64(0)
+    st = _library.lib().kolo_result(handle, ctypes.byref(data), ctypes.byref(dim0))
+    if st != OK:
+        raise KoloInternalError(_library.last_error() or _library.status_string(st), st)
+    out = torch.empty((dim0.value,) + tuple(tail_shape), dtype=dtype)
+    nbytes = out.numel() * out.element_size()
+    if nbytes:
+        ctypes.memmove(out.data_ptr(), data.value, nbytes)
+    return out
 
 
 def barrier(timeout_ms=-1):

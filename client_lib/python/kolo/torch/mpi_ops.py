@@ -16,9 +16,10 @@ native C ABI (kolo/kolo_c.h):
 Grouped ops are one native op per tensor, submitted together (libkolo may
 fuse them). broadcast, allgather and alltoall carry every dtype bit for bit:
 the eight kolo dtypes natively, bool/int16/complex as bytes (see
-_native.py). allgather_async and alltoall_async return only once every rank
-has called them (libkolo exchanges sizes/splits first): issue them in the
-same order on every rank.
+_native.py). kolo_allgather_async and kolo_alltoall_async return only once
+every rank has called them (libkolo exchanges sizes/splits first), so they
+are submitted from a thread of their own (_handles.Deferred): the *_async
+calls here return at once and ranks may issue them in any order.
 
 All tensors must be CPU tensors. Inputs that are not contiguous are staged
 through a contiguous copy. Asynchronous calls return an int handle for
@@ -269,11 +270,6 @@ def _contiguous(t):
     return t if t.is_contiguous() else t.contiguous()
 
 
-def _release_on_exit(h):
-    """Frees a C handle's library-owned result, if any (harmless otherwise)."""
-    _handles.release_c_handles([h])
-
-
 def _check_dim0(tensor, op_name):
     if tensor.dim() == 0:
         raise ValueError("kolo %s: cannot %s a rank-zero (scalar) tensor; it works along the "
@@ -357,14 +353,15 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 def _allgather_gen(tensor, name):
     """Concatenation of every rank's `tensor` along dim 0 (dim 0 may differ).
-    Submitting returns once every rank has submitted (libkolo exchanges the
-    first dimensions first)."""
-    h = _native.submit_allgather(name, _contiguous(tensor))
+    The submission waits for every rank (libkolo exchanges the first
+    dimensions first), so it runs on a thread of its own (Deferred)."""
+    src = _contiguous(tensor)
+    sub = _handles.Deferred(lambda: _native.submit_allgather(name, src))
     try:
-        yield [h]
-        return _native.take_result(h, tensor.shape[1:], tensor.dtype)
+        yield [sub]
+        return _native.take_result(sub.handle, tensor.shape[1:], tensor.dtype)
     finally:
-        _release_on_exit(h)
+        sub.abandon()  # frees libkolo's copy of the output
 
 
 def _check_allgather(tensor, op_name):
@@ -375,8 +372,7 @@ def _check_allgather(tensor, op_name):
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather: synchronize() returns the concatenation of every
-    rank's tensor along dim 0 (dim 0 may differ between ranks). Returns once
-    every rank has called it (libkolo exchanges the first dimensions)."""
+    rank's tensor along dim 0 (dim 0 may differ between ranks)."""
     _prologue("allgather", process_set)
     _check_allgather(tensor, "allgather")
     return _handles.start(_allgather_gen(tensor.detach(),
@@ -478,22 +474,18 @@ def _alltoall_gen(tensor, splits, name):
     matrix = torch.zeros((n, n), dtype=torch.int64)
     matrix[r] = torch.tensor(splits, dtype=torch.int64)
     hm = _handles.submit_allreduce(name + _RECV_SUFFIX, matrix, matrix, _dtypes.KOLO_INT64, Sum)
+    sub = _handles.Deferred(lambda: _native.submit_alltoall(name, src, splits))
     try:
-        h = _native.submit_alltoall(name, src, splits)
-    except BaseException:
-        _handles.release_c_handles([hm])
-        raise
-    try:
-        yield [hm, h]
+        yield [hm, sub]
         received = matrix[:, r].to(torch.int32)
-        out = _native.take_result(h, tensor.shape[1:], tensor.dtype)
+        out = _native.take_result(sub.handle, tensor.shape[1:], tensor.dtype)
         if out.shape[0] != int(received.sum()):
             raise KoloInternalError("alltoall of tensor '%s': received %d rows, but the ranks' "
                                     "splits add up to %d" % (name, out.shape[0],
                                                              int(received.sum())))
         return out, received
     finally:
-        _release_on_exit(h)
+        sub.abandon()  # frees libkolo's copy of the output
 
 
 def _alltoall_prepare(tensor, splits, op_name):
@@ -507,8 +499,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """Starts an alltoall; synchronize() returns (output, received_splits)
     (an int32 tensor: the rows received from each rank). `splits` (a list or
     1-D integer tensor, one entry per rank) says how many rows along dim 0 go
-    to each rank; None splits dim 0 evenly. Returns once every rank has
-    called it (libkolo exchanges the splits first)."""
+    to each rank; None splits dim 0 evenly."""
     _prologue("alltoall", process_set)
     sp = _alltoall_prepare(tensor, splits, "alltoall")
     wire = _handles.op_name("alltoall", name, _ALLTOALL_NAME_BYTES)
