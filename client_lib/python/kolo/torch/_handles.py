@@ -7,7 +7,9 @@ its result. Every native op has one stage; grouped ops run several
 generators side by side (parallel()). The generator's frame keeps every
 buffer alive until libkolo no longer touches it, and a generator whose C
 handle owns a library result (allgather, alltoall) frees it when it ends,
-however it ends.
+however it ends. Besides C handles a stage may yield Deferred submissions
+(allgather, alltoall: libkolo's submission itself waits for the other ranks,
+so it runs on a thread of its own).
 
 The handle returned to the user is a Python int indexing a table of such
 operations, so poll()/synchronize() work the same for all of them.
