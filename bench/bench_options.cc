@@ -173,7 +173,8 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
   if (!dt) return invalidArgument("unknown --dtype '" + dtype_s + "'");
   o.dtype = *dt;
   auto op = parseBenchReduceOp(op_s);
-  if (!op) return invalidArgument("unknown -o/--redop '" + op_s + "' (sum average min max product)");
+  if (!op)
+    return invalidArgument("unknown -o/--redop '" + op_s + "' (sum average min max product)");
   o.op = *op;
   auto kind = parseOpKind(lower(kind_s));
   if (!kind) {
@@ -218,16 +219,16 @@ std::vector<uint64_t> messageSizes(uint64_t min_bytes, uint64_t max_bytes, doubl
   return out;
 }
 
-std::vector<OpSize> opMessageSizes(OpKind kind, int nranks, uint64_t min_bytes,
-                                   uint64_t max_bytes, double factor, size_t elem_size) {
+std::vector<OpSize> opMessageSizes(OpKind kind, int nranks, uint64_t min_bytes, uint64_t max_bytes,
+                                   double factor, size_t elem_size) {
   std::vector<OpSize> out;
   if (kind == OpKind::kBarrier) {
     out.push_back({0, 0});
     return out;
   }
   const uint64_t n = static_cast<uint64_t>(std::max(1, nranks));
-  const bool parts = kind == OpKind::kAllgather || kind == OpKind::kReducescatter ||
-                     kind == OpKind::kAlltoall;
+  const bool parts =
+      kind == OpKind::kAllgather || kind == OpKind::kReducescatter || kind == OpKind::kAlltoall;
   for (uint64_t bytes : messageSizes(min_bytes, max_bytes, factor, elem_size)) {
     OpSize s;
     if (parts) {

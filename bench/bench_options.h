@@ -19,8 +19,8 @@ namespace kolo::bench {
 // busbw conventions (opMessageSizes below, busBandwidthFactor in bench_table.h).
 enum class OpKind { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter, kBarrier };
 
-inline constexpr OpKind kAllOpKinds[] = {OpKind::kAllreduce, OpKind::kAllgather,
-                                         OpKind::kBroadcast, OpKind::kAlltoall,
+inline constexpr OpKind kAllOpKinds[] = {OpKind::kAllreduce,     OpKind::kAllgather,
+                                         OpKind::kBroadcast,     OpKind::kAlltoall,
                                          OpKind::kReducescatter, OpKind::kBarrier};
 
 std::string_view opKindName(OpKind k);
@@ -43,7 +43,7 @@ struct BenchOptions {
   double max_time_s = 0.5;
   bool check = true;
   bool zero_copy = false;
-  bool in_place = false;          // allreduce only
+  bool in_place = false;                // allreduce only
   OpKind op_kind = OpKind::kAllreduce;  // --op (alias --op-kind)
   std::string json_path;
   // --model-step FILE (issue 4): replay one training step's gradients (every

@@ -51,8 +51,8 @@ TEST(BenchOptions, Defaults) {
 
 TEST(BenchOptions, ShortAndLongFlags) {
   auto o = parseBenchArgs(
-      {"-b",          "8",         "-e",        "64K",    "-f",          "4",  "-d", "bfloat16",
-       "-o",          "max",       "-w",        "1",      "-n",          "3",  "-c", "0",
+      {"-b",          "8",    "-e",        "64K",    "-f",          "4",  "-d", "bfloat16",
+       "-o",          "max",  "-w",        "1",      "-n",          "3",  "-c", "0",
        "--zero-copy", "--op", "allreduce", "--json", "/tmp/x.json", "-T", "0"});
   ASSERT_TRUE(o.isOk()) << o.status().toString();
   EXPECT_EQ(o->min_bytes, 8u);
@@ -68,8 +68,8 @@ TEST(BenchOptions, ShortAndLongFlags) {
   EXPECT_EQ(o->max_time_s, 0.0);
 
   auto l = parseBenchArgs({"--minbytes", "1K", "--maxbytes", "1M", "--stepfactor", "2", "--dtype",
-                           "half", "--redop", "avg", "--warmup-iters", "0", "--iters", "7", "--check",
-                           "1"});
+                           "half", "--redop", "avg", "--warmup-iters", "0", "--iters", "7",
+                           "--check", "1"});
   ASSERT_TRUE(l.isOk()) << l.status().toString();
   EXPECT_EQ(l->min_bytes, 1024u);
   EXPECT_EQ(l->dtype, DataType::kFloat16);
@@ -152,8 +152,7 @@ TEST(BenchOptions, OpMessageSizes) {
             (V{{4, 1}, {8, 2}, {16, 4}, {32, 8}, {64, 16}}));
   EXPECT_EQ(opMessageSizes(OpKind::kBroadcast, 4, 4, 16, 2.0, 4), (V{{4, 1}, {8, 2}, {16, 4}}));
   EXPECT_EQ(opMessageSizes(OpKind::kAllgather, 4, 4, 64, 2.0, 4), (V{{16, 1}, {32, 2}, {64, 4}}));
-  EXPECT_EQ(opMessageSizes(OpKind::kAlltoall, 2, 4, 32, 2.0, 4),
-            (V{{8, 1}, {16, 2}, {32, 4}}));
+  EXPECT_EQ(opMessageSizes(OpKind::kAlltoall, 2, 4, 32, 2.0, 4), (V{{8, 1}, {16, 2}, {32, 4}}));
   EXPECT_EQ(opMessageSizes(OpKind::kReducescatter, 3, 4, 64, 2.0, 4),
             (V{{12, 1}, {24, 2}, {60, 5}}));
   EXPECT_EQ(opMessageSizes(OpKind::kAllgather, 2, 1024, 1024, 2.0, 2), (V{{1024, 256}}));
@@ -373,7 +372,8 @@ TEST(CheckData, AllgatherReference) {
     for (int r = 0; r < n; ++r) fillMoved(dt, r, 0, out.data() + r * count * es, count);
     auto wrong = [&] {
       uint64_t w = 0;
-      for (int s = 0; s < n; ++s) w += countWrongMoved(dt, s, 0, out.data() + s * count * es, count);
+      for (int s = 0; s < n; ++s)
+        w += countWrongMoved(dt, s, 0, out.data() + s * count * es, count);
       return w;
     };
     EXPECT_EQ(wrong(), 0u) << dataTypeName(dt);

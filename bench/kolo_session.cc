@@ -112,8 +112,8 @@ Status KoloSession::allreduce(const std::string& name, const void* input, void* 
   return wait(h, name);
 }
 
-Status KoloSession::broadcast(const std::string& name, void* buffer, uint64_t count,
-                              DataType dtype, int root) {
+Status KoloSession::broadcast(const std::string& name, void* buffer, uint64_t count, DataType dtype,
+                              int root) {
   const int64_t shape[1] = {static_cast<int64_t>(count)};
   kolo_handle_t h = 0;
   RETURN_IF_ERROR(fromKolo(kolo_broadcast_async(name.c_str(), buffer, 1, shape,
@@ -137,8 +137,8 @@ namespace {
 
 // Waits for an allgather / alltoall handle, checks the received size, copies
 // the library-owned result to `output` when asked, and releases the handle.
-Status finishGathered(kolo_handle_t h, const std::string& name, const char* what,
-                      int64_t want_dim0, size_t esize, void* output) {
+Status finishGathered(kolo_handle_t h, const std::string& name, const char* what, int64_t want_dim0,
+                      size_t esize, void* output) {
   Status st = fromKolo(kolo_synchronize(h, -1), std::string("kolo_synchronize(") + name + ")");
   if (st.isOk()) {
     void* data = nullptr;
@@ -162,9 +162,9 @@ Status KoloSession::allgather(const std::string& name, const void* input, uint64
                               DataType dtype, void* output) {
   const int64_t shape[1] = {static_cast<int64_t>(count)};
   kolo_handle_t h = 0;
-  RETURN_IF_ERROR(fromKolo(kolo_allgather_async(name.c_str(), input, 1, shape,
-                                                static_cast<kolo_dtype_t>(dtype), &h),
-                           "kolo_allgather_async(" + name + ")"));
+  RETURN_IF_ERROR(fromKolo(
+      kolo_allgather_async(name.c_str(), input, 1, shape, static_cast<kolo_dtype_t>(dtype), &h),
+      "kolo_allgather_async(" + name + ")"));
   return finishGathered(h, name, "allgather", static_cast<int64_t>(count) * size(),
                         dataTypeSize(dtype), output);
 }

@@ -67,8 +67,7 @@ class KoloSession {
   Status wait(uint64_t handle, const std::string& name);
 
   // kolo_broadcast_async + kolo_synchronize, in place, from global rank `root`.
-  Status broadcast(const std::string& name, void* buffer, uint64_t count, DataType dtype,
-                   int root);
+  Status broadcast(const std::string& name, void* buffer, uint64_t count, DataType dtype, int root);
   // kolo_reducescatter_async + kolo_synchronize: `input` holds count_total
   // elements (a multiple of size()), `output` this rank's count_total / size().
   Status reducescatter(const std::string& name, const void* input, void* output,

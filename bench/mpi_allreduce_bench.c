@@ -33,7 +33,15 @@
 #define HEADER \
   "#       size         count      type   redop    time(us)   algbw(GB/s)   busbw(GB/s)  #wrong"
 
-enum { OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER, OP_BARRIER, NUM_OPS };
+enum {
+  OP_ALLREDUCE,
+  OP_ALLGATHER,
+  OP_BROADCAST,
+  OP_ALLTOALL,
+  OP_REDUCESCATTER,
+  OP_BARRIER,
+  NUM_OPS
+};
 static const char* const kOpNames[NUM_OPS] = {"allreduce", "allgather",     "broadcast",
                                               "alltoall",  "reducescatter", "barrier"};
 static const char* const kMpiCalls[NUM_OPS] = {
@@ -110,7 +118,8 @@ static void usage(void) {
   printf(
       "mpi-allreduce-bench: Open MPI collectives (float32, sum), nccl-tests style table\n"
       "Usage: mpirun -np N mpi-allreduce-bench [options]\n"
-      "  --op NAME              allreduce (default) allgather broadcast alltoall reducescatter barrier\n"
+      "  --op NAME              allreduce (default) allgather broadcast alltoall reducescatter "
+      "barrier\n"
       "  --root R               broadcast's root rank (default 0)\n"
       "  -b,--minbytes SIZE     smallest size (default 4; K/M/G suffixes)\n"
       "  -e,--maxbytes SIZE     largest size (default 256M)\n"
@@ -346,8 +355,10 @@ static long long check_barrier(int rank, int nranks) {
   double left = monotonic_s();
   MPI_Allreduce(MPI_IN_PLACE, &entered, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (left < entered) {
-    fprintf(stderr, "mpi-allreduce-bench: rank %d left the barrier %.1f us before the last rank entered it\n",
-            rank, (entered - left) * 1e6);
+    fprintf(
+        stderr,
+        "mpi-allreduce-bench: rank %d left the barrier %.1f us before the last rank entered it\n",
+        rank, (entered - left) * 1e6);
     return 1;
   }
   return 0;
@@ -550,8 +561,8 @@ int main(int argc, char** argv) {
     avg /= nsizes;
     printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong == 0 ? "OK" : "FAILED");
     printf("# Avg bus bandwidth : %g\n", avg);
-    printf("# Latency (%" PRIu64 " B %s, median of the slowest rank) : %.2f us\n#\n",
-           rows[0].bytes, kOpNames[o.op], rows[0].time_us);
+    printf("# Latency (%" PRIu64 " B %s, median of the slowest rank) : %.2f us\n#\n", rows[0].bytes,
+           kOpNames[o.op], rows[0].time_us);
     fflush(stdout);
     if (o.json_path != NULL) write_json(&o, nranks, rows, nsizes, avg);
   }
