@@ -226,7 +226,7 @@ void fillValue(DataType dtype, void* buf, uint64_t count, double value) {
   });
 }
 
-uint64_t countWrong(const CheckPattern& p, const void* buf, uint64_t count) {
+uint64_t countWrong(const CheckPattern& p, const void* buf, uint64_t count, uint64_t first) {
   return dispatch(p.dtype, [&](auto e) -> uint64_t {
     using E = decltype(e);
     using T = typename E::T;
@@ -238,10 +238,60 @@ uint64_t countWrong(const CheckPattern& p, const void* buf, uint64_t count) {
     }
     const T* in = static_cast<const T*>(buf);
     uint64_t wrong = 0;
-    int k = 0;
+    int k = static_cast<int>(first % static_cast<uint64_t>(per));
     for (uint64_t i = 0; i < count; ++i) {
       // Written so that NaN counts as wrong.
       if (!(std::fabs(E::to(in[i]) - want[k]) <= tol[k])) ++wrong;
+      if (++k == per) k = 0;
+    }
+    return wrong;
+  });
+}
+
+int movedPeriod(DataType dtype) {
+  return static_cast<int>(std::min(251.0, exactIntegerLimit(dtype)));
+}
+
+namespace {
+// Index into the cycle of movedPeriod values where element 0 of (src, dst) starts.
+uint64_t movedOffset(DataType dtype, int src, int dst) {
+  const uint64_t l = static_cast<uint64_t>(movedPeriod(dtype));
+  return (3 * static_cast<uint64_t>(src) + 5 * static_cast<uint64_t>(dst)) % l;
+}
+}  // namespace
+
+double movedValue(DataType dtype, int src, int dst, uint64_t i) {
+  const uint64_t l = static_cast<uint64_t>(movedPeriod(dtype));
+  return static_cast<double>((i % l + movedOffset(dtype, src, dst)) % l + 1);
+}
+
+void fillMoved(DataType dtype, int src, int dst, void* buf, uint64_t count) {
+  dispatch(dtype, [&](auto e) {
+    using E = decltype(e);
+    using T = typename E::T;
+    const int per = movedPeriod(dtype);
+    std::vector<T> cycle(per);
+    for (int k = 0; k < per; ++k) cycle[k] = E::from(k + 1);
+    T* out = static_cast<T*>(buf);
+    int k = static_cast<int>(movedOffset(dtype, src, dst));
+    for (uint64_t i = 0; i < count; ++i) {
+      out[i] = cycle[k];
+      if (++k == per) k = 0;
+    }
+    return 0;
+  });
+}
+
+uint64_t countWrongMoved(DataType dtype, int src, int dst, const void* buf, uint64_t count) {
+  return dispatch(dtype, [&](auto e) -> uint64_t {
+    using E = decltype(e);
+    using T = typename E::T;
+    const int per = movedPeriod(dtype);
+    const T* in = static_cast<const T*>(buf);
+    uint64_t wrong = 0;
+    int k = static_cast<int>(movedOffset(dtype, src, dst));
+    for (uint64_t i = 0; i < count; ++i) {
+      if (!(E::to(in[i]) == static_cast<double>(k + 1))) ++wrong;
       if (++k == per) k = 0;
     }
     return wrong;

@@ -45,8 +45,24 @@ struct CheckPattern {
 void fillInput(const CheckPattern& p, int rank, void* buf, uint64_t count);
 // Writes `value` into every element (to poison an output before a check).
 void fillValue(DataType dtype, void* buf, uint64_t count, double value);
-// Number of elements of buf that differ from the expected result.
-uint64_t countWrong(const CheckPattern& p, const void* buf, uint64_t count);
+// Number of elements of buf that differ from the expected result, buf[k]
+// holding element `first + k` of the result (reducescatter: rank r's block
+// starts at r * count).
+uint64_t countWrong(const CheckPattern& p, const void* buf, uint64_t count, uint64_t first = 0);
+
+// Allgather, broadcast and alltoall move data without reducing it. Element i
+// of the block that rank `src` sends to rank `dst` (dst = 0 for allgather and
+// broadcast, whose one block goes to everyone) is
+//
+//   movedValue(src, dst, i) = ((i + 3 src + 5 dst) % L) + 1,  L = min(251, exact limit)
+//
+// (L = 127 for int8), exact in every dtype. A block from the wrong rank, for
+// the wrong rank, or shifted within the output does not match.
+int movedPeriod(DataType dtype);
+double movedValue(DataType dtype, int src, int dst, uint64_t i);
+void fillMoved(DataType dtype, int src, int dst, void* buf, uint64_t count);
+// Number of elements of buf (count of them) that differ from the block src sent to dst.
+uint64_t countWrongMoved(DataType dtype, int src, int dst, const void* buf, uint64_t count);
 
 // Largest integer magnitude the dtype holds exactly (and without overflow).
 double exactIntegerLimit(DataType dtype);

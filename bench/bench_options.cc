@@ -14,8 +14,9 @@ constexpr const char* kUsage =
     "kolo-bench: collective benchmark over libkolo, nccl-tests style\n"
     "Usage: kolorun -np N -- kolo-bench [options]\n"
     "Rank 0 prints one row per message size: the median over iterations of the\n"
-    "slowest rank's time per operation, algbw = size / time and busbw (for\n"
-    "allreduce busbw = algbw * 2(n-1)/n).";
+    "slowest rank's time per operation, algbw = size / time and busbw = algbw *\n"
+    "factor (nccl-tests: allreduce 2(n-1)/n; allgather, reducescatter, alltoall\n"
+    "(n-1)/n; broadcast 1). See docs/benchmarks.md.";
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -38,19 +39,20 @@ std::string_view opKindName(OpKind k) {
       return "alltoall";
     case OpKind::kReducescatter:
       return "reducescatter";
+    case OpKind::kBarrier:
+      return "barrier";
   }
   return "unknown";
 }
 
 std::optional<OpKind> parseOpKind(std::string_view s) {
-  for (OpKind k : {OpKind::kAllreduce, OpKind::kAllgather, OpKind::kBroadcast, OpKind::kAlltoall,
-                   OpKind::kReducescatter}) {
+  for (OpKind k : kAllOpKinds) {
     if (opKindName(k) == s) return k;
   }
   return std::nullopt;
 }
 
-bool opKindImplemented(OpKind k) { return k == OpKind::kAllreduce; }
+bool opKindReduces(OpKind k) { return k == OpKind::kAllreduce || k == OpKind::kReducescatter; }
 
 StatusOr<uint64_t> parseByteSize(std::string_view s) {
   std::string t = lower(s);
@@ -118,7 +120,13 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
   app.add_option("-d,--dtype", dtype_s,
                  "float16 bfloat16 float32 float64 int8 uint8 int32 int64 (or half, float, double)")
       ->capture_default_str();
-  app.add_option("-o,--op", op_s, "Reduction: sum average min max product")->capture_default_str();
+  app.add_option("--op,--op-kind", kind_s,
+                 "Collective: allreduce allgather broadcast alltoall reducescatter barrier")
+      ->capture_default_str();
+  app.add_option("-o,--redop", op_s,
+                 "Reduction of allreduce and reducescatter: sum average min max product")
+      ->capture_default_str();
+  app.add_option("--root", o.root, "Broadcast's root rank")->capture_default_str();
   app.add_option("-w,--warmup-iters", o.warmup_iters,
                  "Untimed iterations per size (at least 1 runs)")
       ->capture_default_str();
@@ -133,8 +141,7 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
   app.add_flag("--zero-copy", o.zero_copy,
                "Allocate the buffers with kolo_alloc_shared (no copy-in/copy-out)");
   app.add_flag("--inplace", o.in_place,
-               "Reduce in place (output == input) instead of out of place");
-  app.add_option("--op-kind", kind_s, "Collective to measure (allreduce)")->capture_default_str();
+               "Allreduce in place (output == input) instead of out of place");
   app.add_option("--json", o.json_path, "Also write rank 0's rows to this JSON file");
   app.add_option("--model-step", o.model_step_path,
                  "Model-step mode: FILE lists a model's tensors ('name count' per line, e.g. "
@@ -166,14 +173,24 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
   if (!dt) return invalidArgument("unknown --dtype '" + dtype_s + "'");
   o.dtype = *dt;
   auto op = parseBenchReduceOp(op_s);
-  if (!op) return invalidArgument("unknown --op '" + op_s + "' (sum average min max product)");
+  if (!op)
+    return invalidArgument("unknown -o/--redop '" + op_s + "' (sum average min max product)");
   o.op = *op;
-  auto kind = parseOpKind(kind_s);
-  if (!kind) return invalidArgument("unknown --op-kind '" + kind_s + "'");
-  if (!opKindImplemented(*kind)) {
-    return invalidArgument("--op-kind " + kind_s + " is not implemented yet (only allreduce)");
+  auto kind = parseOpKind(lower(kind_s));
+  if (!kind) {
+    std::string hint = parseBenchReduceOp(kind_s)
+                           ? "; --op names the collective, the reduction is -o/--redop"
+                           : "";
+    return invalidArgument("unknown --op '" + kind_s +
+                           "' (allreduce allgather broadcast alltoall reducescatter barrier" +
+                           hint + ")");
   }
   o.op_kind = *kind;
+  if (o.in_place && o.op_kind != OpKind::kAllreduce) {
+    return invalidArgument("--inplace is for --op allreduce (broadcast is always in place; " +
+                           kind_s + " has no in-place form here)");
+  }
+  if (o.root < 0) return invalidArgument("--root must be >= 0");
   if (o.warmup_iters < 0) return invalidArgument("--warmup-iters must be >= 0");
   if (o.iters < 1) return invalidArgument("--iters must be >= 1");
   if (!(o.max_time_s >= 0) || !std::isfinite(o.max_time_s)) {
@@ -198,6 +215,30 @@ std::vector<uint64_t> messageSizes(uint64_t min_bytes, uint64_t max_bytes, doubl
     double next = std::floor(static_cast<double>(size) * factor);
     if (next >= 1.8e19) break;
     size = std::max<uint64_t>(size + 1, static_cast<uint64_t>(next));
+  }
+  return out;
+}
+
+std::vector<OpSize> opMessageSizes(OpKind kind, int nranks, uint64_t min_bytes, uint64_t max_bytes,
+                                   double factor, size_t elem_size) {
+  std::vector<OpSize> out;
+  if (kind == OpKind::kBarrier) {
+    out.push_back({0, 0});
+    return out;
+  }
+  const uint64_t n = static_cast<uint64_t>(std::max(1, nranks));
+  const bool parts =
+      kind == OpKind::kAllgather || kind == OpKind::kReducescatter || kind == OpKind::kAlltoall;
+  for (uint64_t bytes : messageSizes(min_bytes, max_bytes, factor, elem_size)) {
+    OpSize s;
+    if (parts) {
+      s.count = std::max<uint64_t>(1, bytes / elem_size / n);
+      s.bytes = s.count * n * elem_size;
+    } else {
+      s.count = bytes / elem_size;
+      s.bytes = bytes;
+    }
+    if (out.empty() || !(out.back() == s)) out.push_back(s);
   }
   return out;
 }

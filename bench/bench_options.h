@@ -1,5 +1,6 @@
 // kolo-bench's command line, nccl-tests style:
-//   kolo-bench -b 4 -e 256M -f 2 -d float32 -o sum -w 5 -n 20 -c 1 [--zero-copy] [--json FILE]
+//   kolo-bench [--op allreduce|allgather|broadcast|alltoall|reducescatter|barrier]
+//              -b 4 -e 256M -f 2 -d float32 -o sum -w 5 -n 20 -c 1 [--zero-copy] [--json FILE]
 // Pure parsing (no kolo calls), so it is unit-tested.
 #pragma once
 
@@ -14,23 +15,27 @@
 
 namespace kolo::bench {
 
-// The collective a run measures. Only allreduce runs today; the others are
-// listed so that issue 5 can add them with nccl-tests' busbw conventions
-// (see busBandwidthFactor in bench_table.h).
-enum class OpKind { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter };
+// The collective a run measures (--op), each with nccl-tests' size and
+// busbw conventions (opMessageSizes below, busBandwidthFactor in bench_table.h).
+enum class OpKind { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter, kBarrier };
+
+inline constexpr OpKind kAllOpKinds[] = {OpKind::kAllreduce,     OpKind::kAllgather,
+                                         OpKind::kBroadcast,     OpKind::kAlltoall,
+                                         OpKind::kReducescatter, OpKind::kBarrier};
 
 std::string_view opKindName(OpKind k);
 // "allreduce", ...; nullopt for an unknown name.
 std::optional<OpKind> parseOpKind(std::string_view s);
-// True for the kinds kolo-bench can run now.
-bool opKindImplemented(OpKind k);
+// Allreduce and reducescatter reduce (-o applies); the others move data.
+bool opKindReduces(OpKind k);
 
 struct BenchOptions {
   uint64_t min_bytes = 4;
   uint64_t max_bytes = uint64_t{256} << 20;
   double step_factor = 2.0;
   DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
+  ReduceOp op = ReduceOp::kSum;  // -o, --redop
+  int root = 0;                  // --root: broadcast's root rank
   int warmup_iters = 5;
   int iters = 20;
   // Per size, the timed loop is cut to about this many seconds (at least
@@ -38,8 +43,8 @@ struct BenchOptions {
   double max_time_s = 0.5;
   bool check = true;
   bool zero_copy = false;
-  bool in_place = false;
-  OpKind op_kind = OpKind::kAllreduce;
+  bool in_place = false;                // allreduce only
+  OpKind op_kind = OpKind::kAllreduce;  // --op (alias --op-kind)
   std::string json_path;
   // --model-step FILE (issue 4): replay one training step's gradients (every
   // tensor of FILE, reverse order, async, then synchronize all) instead of
@@ -69,5 +74,24 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args);
 // duplicates dropped.
 std::vector<uint64_t> messageSizes(uint64_t min_bytes, uint64_t max_bytes, double factor,
                                    size_t elem_size);
+
+// One row's message as nccl-tests defines it for the op (its "size" and
+// "count" columns): `bytes` is the largest buffer a rank passes, `count` the
+// op's element count per rank ("paramcount"):
+//   allreduce, broadcast: bytes = count * esize (the buffer)
+//   allgather:     count = each rank's input; bytes = n * count * esize (the gathered output)
+//   reducescatter: count = each rank's output; bytes = n * count * esize (the input)
+//   alltoall:      count = the block sent to each rank; bytes = n * count * esize (the input)
+//   barrier:       one message of 0 bytes, count 0
+struct OpSize {
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+  bool operator==(const OpSize&) const = default;
+};
+// messageSizes(), then for the ops whose size is n parts: each size rounded
+// down to a multiple of n elements (at least n), duplicates dropped. Barrier:
+// the single {0, 0}, whatever the range.
+std::vector<OpSize> opMessageSizes(OpKind kind, int nranks, uint64_t min_bytes, uint64_t max_bytes,
+                                   double factor, size_t elem_size);
 
 }  // namespace kolo::bench

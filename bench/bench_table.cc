@@ -36,6 +36,8 @@ double busBandwidthFactor(OpKind kind, int nranks) {
       return (n - 1) / n;
     case OpKind::kBroadcast:
       return 1.0;
+    case OpKind::kBarrier:
+      return 0.0;  // moves no data
   }
   return 0.0;
 }

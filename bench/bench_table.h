@@ -18,8 +18,8 @@ extern const char* const kTableHeader;
 struct Row {
   uint64_t bytes = 0;             // message size (nccl-tests' "size" column)
   uint64_t count = 0;             // elements
-  std::string type;               // "float32"
-  std::string redop;              // "sum"
+  std::string type;               // "float32" ("none" for barrier)
+  std::string redop;              // "sum" ("none" for the ops that do not reduce)
   double time_us = 0;             // median over iterations of the slowest rank's time
   double algbw = 0;               // GB/s (1e9 bytes per second)
   double busbw = 0;               // GB/s
@@ -32,8 +32,9 @@ std::string formatRow(const Row& r);
 
 // nccl-tests' busbw = algbw * factor:
 //   allreduce 2(n-1)/n, reducescatter and allgather (n-1)/n, alltoall (n-1)/n,
-//   broadcast 1. (For allgather and reducescatter nccl-tests' size is the
-//   full gathered buffer, n times each rank's part.) n == 1 gives 0 except broadcast.
+//   broadcast 1, barrier 0 (no data). Sizes as opMessageSizes (bench_options.h)
+//   defines them, so algbw = size / time for every op. n == 1 gives 0 except
+//   broadcast.
 double busBandwidthFactor(OpKind kind, int nranks);
 // GB/s for `bytes` in `seconds` (0 when seconds <= 0).
 double algBandwidth(uint64_t bytes, double seconds);

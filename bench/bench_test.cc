@@ -2,6 +2,7 @@
 // plan and check data (the latter reduced with the agent's own kernels).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <regex>
 #include <string>
@@ -50,9 +51,9 @@ TEST(BenchOptions, Defaults) {
 
 TEST(BenchOptions, ShortAndLongFlags) {
   auto o = parseBenchArgs(
-      {"-b",          "8",         "-e",        "64K",    "-f",          "4",  "-d", "bfloat16",
-       "-o",          "max",       "-w",        "1",      "-n",          "3",  "-c", "0",
-       "--zero-copy", "--op-kind", "allreduce", "--json", "/tmp/x.json", "-T", "0"});
+      {"-b",          "8",    "-e",        "64K",    "-f",          "4",  "-d", "bfloat16",
+       "-o",          "max",  "-w",        "1",      "-n",          "3",  "-c", "0",
+       "--zero-copy", "--op", "allreduce", "--json", "/tmp/x.json", "-T", "0"});
   ASSERT_TRUE(o.isOk()) << o.status().toString();
   EXPECT_EQ(o->min_bytes, 8u);
   EXPECT_EQ(o->max_bytes, 65536u);
@@ -67,8 +68,8 @@ TEST(BenchOptions, ShortAndLongFlags) {
   EXPECT_EQ(o->max_time_s, 0.0);
 
   auto l = parseBenchArgs({"--minbytes", "1K", "--maxbytes", "1M", "--stepfactor", "2", "--dtype",
-                           "half", "--op", "avg", "--warmup-iters", "0", "--iters", "7", "--check",
-                           "1"});
+                           "half", "--redop", "avg", "--warmup-iters", "0", "--iters", "7",
+                           "--check", "1"});
   ASSERT_TRUE(l.isOk()) << l.status().toString();
   EXPECT_EQ(l->min_bytes, 1024u);
   EXPECT_EQ(l->dtype, DataType::kFloat16);
@@ -100,14 +101,62 @@ TEST(BenchOptions, RejectsBadInput) {
   EXPECT_FALSE(parseBenchArgs({"-n", "0"}).isOk());
   EXPECT_FALSE(parseBenchArgs({"-c", "2"}).isOk());
   EXPECT_FALSE(parseBenchArgs({"--no-such-flag"}).isOk());
-  auto kind = parseBenchArgs({"--op-kind", "allgather"});
-  ASSERT_FALSE(kind.isOk());
-  EXPECT_NE(kind.status().message().find("not implemented"), std::string::npos);
   EXPECT_FALSE(parseBenchArgs({"--op-kind", "gossip"}).isOk());
   auto help = parseBenchArgs({"--help"});
   ASSERT_TRUE(help.isOk());
   EXPECT_TRUE(help->help);
   EXPECT_NE(help->help_text.find("--zero-copy"), std::string::npos);
+}
+
+TEST(BenchOptions, EveryCollective) {
+  for (OpKind k : kAllOpKinds) {
+    auto o = parseBenchArgs({"--op", std::string(opKindName(k))});
+    ASSERT_TRUE(o.isOk()) << opKindName(k) << ": " << o.status().toString();
+    EXPECT_EQ(o->op_kind, k);
+  }
+  EXPECT_EQ(parseBenchArgs({"--op-kind", "barrier"}).value().op_kind, OpKind::kBarrier);
+  EXPECT_EQ(parseBenchArgs({"--op", "AllGather"}).value().op_kind, OpKind::kAllgather);
+  EXPECT_TRUE(opKindReduces(OpKind::kAllreduce));
+  EXPECT_TRUE(opKindReduces(OpKind::kReducescatter));
+  EXPECT_FALSE(opKindReduces(OpKind::kAllgather));
+  EXPECT_FALSE(opKindReduces(OpKind::kBarrier));
+  auto b = parseBenchArgs({"--op", "broadcast", "--root", "3"});
+  ASSERT_TRUE(b.isOk());
+  EXPECT_EQ(b->root, 3);
+  EXPECT_EQ(parseBenchArgs({}).value().root, 0);
+}
+
+TEST(BenchOptions, CollectiveErrors) {
+  // --op used to be the reduction: a reduction name says where it went.
+  auto red = parseBenchArgs({"--op", "sum"});
+  ASSERT_FALSE(red.isOk());
+  EXPECT_EQ(red.status().message(),
+            "unknown --op 'sum' (allreduce allgather broadcast alltoall reducescatter barrier; "
+            "--op names the collective, the reduction is -o/--redop)");
+  auto bad = parseBenchArgs({"--op", "gossip"});
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().message(),
+            "unknown --op 'gossip' (allreduce allgather broadcast alltoall reducescatter barrier)");
+  auto inplace = parseBenchArgs({"--op", "allgather", "--inplace"});
+  ASSERT_FALSE(inplace.isOk());
+  EXPECT_NE(inplace.status().message().find("--inplace is for --op allreduce"), std::string::npos);
+  EXPECT_TRUE(parseBenchArgs({"--op", "allreduce", "--inplace"}).isOk());
+  EXPECT_FALSE(parseBenchArgs({"--root", "-1"}).isOk());
+  EXPECT_FALSE(parseBenchArgs({"--op", "alltoall", "--model-step", "x.txt"}).isOk());
+}
+
+// nccl-tests' size per op: the n-part ops round to n elements (at least n).
+TEST(BenchOptions, OpMessageSizes) {
+  using V = std::vector<OpSize>;
+  EXPECT_EQ(opMessageSizes(OpKind::kAllreduce, 4, 4, 64, 2.0, 4),
+            (V{{4, 1}, {8, 2}, {16, 4}, {32, 8}, {64, 16}}));
+  EXPECT_EQ(opMessageSizes(OpKind::kBroadcast, 4, 4, 16, 2.0, 4), (V{{4, 1}, {8, 2}, {16, 4}}));
+  EXPECT_EQ(opMessageSizes(OpKind::kAllgather, 4, 4, 64, 2.0, 4), (V{{16, 1}, {32, 2}, {64, 4}}));
+  EXPECT_EQ(opMessageSizes(OpKind::kAlltoall, 2, 4, 32, 2.0, 4), (V{{8, 1}, {16, 2}, {32, 4}}));
+  EXPECT_EQ(opMessageSizes(OpKind::kReducescatter, 3, 4, 64, 2.0, 4),
+            (V{{12, 1}, {24, 2}, {60, 5}}));
+  EXPECT_EQ(opMessageSizes(OpKind::kAllgather, 2, 1024, 1024, 2.0, 2), (V{{1024, 256}}));
+  EXPECT_EQ(opMessageSizes(OpKind::kBarrier, 4, 4, 1u << 20, 2.0, 4), (V{{0, 0}}));
 }
 
 TEST(BenchOptions, MessageSizes) {
@@ -163,6 +212,9 @@ TEST(BenchTable, Bandwidth) {
   EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kReducescatter, 4), 0.75);
   EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kAlltoall, 4), 0.75);
   EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kBroadcast, 4), 1.0);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kBroadcast, 1), 1.0);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kAllgather, 2), 0.5);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(OpKind::kBarrier, 4), 0.0);
   EXPECT_DOUBLE_EQ(algBandwidth(1000000000, 0.5), 2.0);
   EXPECT_DOUBLE_EQ(algBandwidth(100, 0), 0.0);
   std::vector<Row> rows(2);
@@ -259,6 +311,100 @@ TEST(CheckData, RanksContributeDifferentValues) {
   EXPECT_FALSE(big.rank_weights);
   EXPECT_TRUE(big.feasible);
   EXPECT_FALSE(CheckPattern::make(DataType::kInt8, ReduceOp::kSum, 200).feasible);
+}
+
+// Reducescatter: every rank reduces the whole n * count vector and keeps its
+// block; the check of rank r's block starts at element r * count.
+TEST(CheckData, ReducescatterBlocks) {
+  const int n = 3;
+  const uint64_t count = 10;  // not a multiple of the pattern's period
+  for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt8}) {
+    CheckPattern p = CheckPattern::make(dt, ReduceOp::kSum, n);
+    size_t es = dataTypeSize(dt);
+    std::vector<std::vector<unsigned char>> in(n, std::vector<unsigned char>(n * count * es));
+    std::vector<const void*> srcs;
+    for (int r = 0; r < n; ++r) {
+      fillInput(p, r, in[r].data(), n * count);
+      srcs.push_back(in[r].data());
+    }
+    std::vector<unsigned char> out(n * count * es);
+    void* dst = out.data();
+    reduceBlocks(dt, ReduceOp::kSum, srcs.data(), n, &dst, 1, n * count, 1.0, 1.0);
+    for (int r = 0; r < n; ++r) {
+      const unsigned char* block = out.data() + r * count * es;
+      EXPECT_EQ(countWrong(p, block, count, r * count), 0u) << dataTypeName(dt) << " r=" << r;
+      // Another rank's block (or the right block checked from 0) is wrong.
+      if (r > 0) {
+        EXPECT_GT(countWrong(p, block, count, 0), 0u) << dataTypeName(dt);
+      }
+    }
+  }
+}
+
+const DataType kAllTypes[] = {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                              DataType::kFloat64, DataType::kInt8,     DataType::kUint8,
+                              DataType::kInt32,   DataType::kInt64};
+
+TEST(CheckData, MovedValuesAreExactInEveryType) {
+  for (DataType dt : kAllTypes) {
+    EXPECT_EQ(movedPeriod(dt), dt == DataType::kInt8 ? 127 : 251) << dataTypeName(dt);
+    const uint64_t count = 700;  // more than two periods
+    std::vector<unsigned char> buf(count * dataTypeSize(dt));
+    fillMoved(dt, 5, 2, buf.data(), count);
+    EXPECT_EQ(countWrongMoved(dt, 5, 2, buf.data(), count), 0u) << dataTypeName(dt);
+    EXPECT_EQ(movedValue(dt, 0, 0, 0), 1.0);
+    EXPECT_EQ(movedValue(dt, 1, 0, 0), 4.0);
+    EXPECT_EQ(movedValue(dt, 0, 1, 0), 6.0);
+    // Another source or destination does not match anywhere.
+    EXPECT_EQ(countWrongMoved(dt, 4, 2, buf.data(), count), count) << dataTypeName(dt);
+    EXPECT_EQ(countWrongMoved(dt, 5, 1, buf.data(), count), count) << dataTypeName(dt);
+  }
+}
+
+// Allgather of n ranks' inputs, concatenated in rank order: the reference
+// accepts it, and rejects swapped blocks and a poisoned element.
+TEST(CheckData, AllgatherReference) {
+  for (DataType dt : kAllTypes) {
+    const int n = 4;
+    const uint64_t count = 33;
+    const size_t es = dataTypeSize(dt);
+    std::vector<unsigned char> out(n * count * es);
+    for (int r = 0; r < n; ++r) fillMoved(dt, r, 0, out.data() + r * count * es, count);
+    auto wrong = [&] {
+      uint64_t w = 0;
+      for (int s = 0; s < n; ++s)
+        w += countWrongMoved(dt, s, 0, out.data() + s * count * es, count);
+      return w;
+    };
+    EXPECT_EQ(wrong(), 0u) << dataTypeName(dt);
+    std::swap_ranges(out.begin(), out.begin() + count * es, out.begin() + count * es);
+    EXPECT_EQ(wrong(), 2 * count) << dataTypeName(dt);
+    std::swap_ranges(out.begin(), out.begin() + count * es, out.begin() + count * es);
+    fillValue(dt, out.data() + (2 * count + 7) * es, 1, 0.0);
+    EXPECT_EQ(wrong(), 1u) << dataTypeName(dt);
+  }
+}
+
+// Alltoall: rank r receives block r of every rank's input, in source order.
+TEST(CheckData, AlltoallReference) {
+  const DataType dt = DataType::kFloat32;
+  const int n = 3;
+  const uint64_t count = 20;
+  std::vector<std::vector<float>> send(n, std::vector<float>(n * count));
+  for (int s = 0; s < n; ++s) {
+    for (int d = 0; d < n; ++d) fillMoved(dt, s, d, send[s].data() + d * count, count);
+  }
+  for (int r = 0; r < n; ++r) {
+    std::vector<float> recv(n * count);
+    for (int s = 0; s < n; ++s) {
+      std::copy_n(send[s].begin() + r * count, count, recv.begin() + s * count);
+    }
+    for (int s = 0; s < n; ++s) {
+      EXPECT_EQ(countWrongMoved(dt, s, r, recv.data() + s * count, count), 0u);
+      // What s sent to the next rank is not what r had to receive.
+      EXPECT_EQ(countWrongMoved(dt, s, (r + 1) % n, recv.data() + s * count, count), count);
+    }
+  }
 }
 
 TEST(CheckData, NanIsWrong) {

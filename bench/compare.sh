@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # compare.sh: kolo-bench (under kolorun) against mpi-allreduce-bench (under
 # Open MPI's mpirun) on this machine, in one invocation, same sizes, same
-# timing method; prints both tables and a side-by-side comparison per N.
+# timing method; prints both tables and a side-by-side comparison per
+# collective and N.
 #
-#   bench/compare.sh [--build-dir DIR] [--np "2 4"] [-b 4] [-e 256M] [--tcp]
+#   bench/compare.sh [--build-dir DIR] [--op "allreduce allgather"|all] [--np "2 4"]
+#                    [-b 4] [-e 256M] [--tcp]
 #
 # Exit status: 0 when every run succeeded (and verified), 1 otherwise, 2 for
 # bad usage or missing programs. See docs/benchmarks.md.
@@ -15,6 +17,8 @@ usage() {
 Usage: compare.sh [options]
   --build-dir DIR     build tree holding bin/kolorun, bin/kolo-bench, bin/mpi-allreduce-bench
                       (default ./build)
+  --op "OP1 OP2 ..."  collectives: allreduce allgather broadcast alltoall reducescatter
+                      barrier, or "all" for every one (default allreduce)
   --np "N1 N2 ..."    rank counts (default "2 4")
   -b, --minbytes S    smallest size (default 4; K/M/G suffixes)
   -e, --maxbytes S    largest size (default 256M)
@@ -35,6 +39,8 @@ EOF
 }
 
 build_dir=./build
+all_ops="allreduce allgather broadcast alltoall reducescatter barrier"
+ops=allreduce
 nps="2 4"
 minb=4 maxb=256M step=2 warmup=5 iters=20 maxtime=0.5 check=1
 zero_copy=0 tcp=0 kolorun_args="" kolorun_args_set=0 mpirun_args="" run_timeout=600
@@ -43,6 +49,7 @@ out_dir="" skip_kolo=0 skip_mpi=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
+    --op|--ops) ops=$2; shift 2 ;;
     --np) nps=$2; shift 2 ;;
     -b|--minbytes) minb=$2; shift 2 ;;
     -e|--maxbytes) maxb=$2; shift 2 ;;
@@ -61,6 +68,14 @@ while [ $# -gt 0 ]; do
     --skip-mpi) skip_mpi=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+[ "$ops" = all ] && ops=$all_ops
+for op in $ops; do
+  case " $all_ops " in
+    *" $op "*) ;;
+    *) echo "compare.sh: unknown --op '$op' ($all_ops, or all)" >&2; exit 2 ;;
   esac
 done
 
@@ -108,9 +123,11 @@ status=0
 summary=()
 echo "# compare.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cores,"\
   "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), transport: $mode"
+# One pair of runs per collective and N (the two loops share one body).
+for op in $ops; do
 for np in $nps; do
-  kolo_table=$out_dir/kolo-$np.table
-  mpi_table=$out_dir/mpi-$np.table
+  kolo_table=$out_dir/kolo-$op-$np.table
+  mpi_table=$out_dir/mpi-$op-$np.table
   : >"$kolo_table"
   : >"$mpi_table"
 
@@ -121,18 +138,18 @@ for np in $nps; do
       [ "$kolorun_args_set" = 1 ] || kargs=(--agents "$np")
       kenv=(UCX_TLS="${UCX_TLS:-tcp}" UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}")
     fi
-    bargs=("${common_args[@]}" -d float32 -o sum --json "$out_dir/kolo-$np.json")
+    bargs=(--op "$op" "${common_args[@]}" -d float32 -o sum --json "$out_dir/kolo-$op-$np.json")
     [ "$zero_copy" = 1 ] && bargs+=(--zero-copy)
     cmd=("$bin/kolorun" -np "$np" "${kargs[@]}" -- "$bin/kolo-bench" "${bargs[@]}")
     echo
-    echo "## kolo, N=$np: ${kenv[*]} ${cmd[*]}"
-    env "${kenv[@]}" timeout -k 15 "$run_timeout" "${cmd[@]}" >"$out_dir/kolo-$np.log" 2>&1
+    echo "## kolo $op, N=$np: ${kenv[*]} ${cmd[*]}"
+    env "${kenv[@]}" timeout -k 15 "$run_timeout" "${cmd[@]}" >"$out_dir/kolo-$op-$np.log" 2>&1
     rc=$?
-    rank0 "$out_dir/kolo-$np.log" >"$kolo_table"
+    rank0 "$out_dir/kolo-$op-$np.log" >"$kolo_table"
     cat "$kolo_table"
     if [ "$rc" -ne 0 ]; then
       echo "## kolo-bench FAILED (exit $rc); last lines of its output:"
-      tail -n 30 "$out_dir/kolo-$np.log"
+      tail -n 30 "$out_dir/kolo-$op-$np.log"
       status=1
     fi
   fi
@@ -140,13 +157,13 @@ for np in $nps; do
   if [ "$skip_mpi" = 0 ]; then
     margs=($mpirun_args)
     cmd=(mpirun --oversubscribe --allow-run-as-root -np "$np" "${mpi_transport[@]}" "${margs[@]}"
-         "$bin/mpi-allreduce-bench" "${common_args[@]}" --json "$out_dir/mpi-$np.json")
+         "$bin/mpi-allreduce-bench" --op "$op" "${common_args[@]}" --json "$out_dir/mpi-$op-$np.json")
     echo
-    echo "## MPI, N=$np: ${cmd[*]}"
-    timeout -k 15 "$run_timeout" "${cmd[@]}" >"$out_dir/mpi-$np.log" 2>&1
+    echo "## MPI $op, N=$np: ${cmd[*]}"
+    timeout -k 15 "$run_timeout" "${cmd[@]}" >"$out_dir/mpi-$op-$np.log" 2>&1
     rc=$?
     # mpirun prints rank 0's lines unprefixed (the other ranks print none).
-    cp "$out_dir/mpi-$np.log" "$mpi_table"
+    cp "$out_dir/mpi-$op-$np.log" "$mpi_table"
     cat "$mpi_table"
     if [ "$rc" -ne 0 ]; then
       echo "## mpi-allreduce-bench FAILED (exit $rc)"
@@ -157,24 +174,27 @@ for np in $nps; do
   if [ "$skip_kolo" = 0 ] && [ "$skip_mpi" = 0 ]; then
     echo
     if [ -z "$(rows "$kolo_table")" ] || [ -z "$(rows "$mpi_table")" ]; then
-      echo "## Comparison, N=$np: skipped (a benchmark printed no rows)"
-      summary+=("N=$np: no comparison (a benchmark failed)")
+      echo "## Comparison, $op N=$np: skipped (a benchmark printed no rows)"
+      summary+=("$op N=$np: no comparison (a benchmark failed)")
       continue
     fi
-    echo "## Comparison, N=$np ($mode): busbw ratio = kolo busbw / MPI busbw = MPI time / kolo time"
+    echo "## Comparison, $op N=$np ($mode): busbw ratio = kolo busbw / MPI busbw = MPI time / kolo time"
     printf '#%11s%16s%16s%14s%14s%12s\n' size "kolo time(us)" "mpi time(us)" "kolo busbw" "mpi busbw" "kolo/mpi"
     join <(rows "$kolo_table" | sort -k1,1) <(rows "$mpi_table" | sort -k1,1) | sort -n -k1,1 |
       awk '{ ratio = ($2 > 0) ? sprintf("%.2f", $4 / $2) : "-";
              printf "%12s%16.2f%16.2f%14.2f%14.2f%12s\n", $1, $2, $4, $3, $5, ratio }'
     small=$(rows "$kolo_table" | head -n 1 | cut -d' ' -f1)
     target=""
-    [ "$np" = 2 ] && [ "$small" = 4 ] && target=" (kolo target <= 30 us)"
-    [ "$np" = 4 ] && [ "$small" = 4 ] && target=" (kolo target <= 60 us)"
-    line="N=$np: latency at $small B: kolo $(latency "$kolo_table") us, MPI $(latency "$mpi_table") us$target;"
+    if [ "$op" = allreduce ]; then
+      [ "$np" = 2 ] && [ "$small" = 4 ] && target=" (kolo target <= 30 us)"
+      [ "$np" = 4 ] && [ "$small" = 4 ] && target=" (kolo target <= 60 us)"
+    fi
+    line="$op N=$np: latency at $small B: kolo $(latency "$kolo_table") us, MPI $(latency "$mpi_table") us$target;"
     line+=" avg busbw kolo $(avgbus "$kolo_table") GB/s, MPI $(avgbus "$mpi_table") GB/s"
     echo "# $line"
     summary+=("$line")
   fi
+done
 done
 
 if [ ${#summary[@]} -gt 0 ]; then

@@ -86,8 +86,11 @@ StatusOr<GlooOptions> parseGlooArgs(int argc, char** argv) {
   if (g.rank < 0 || g.rank >= g.size) return invalidArgument("--rank must be in 0..size-1");
   if (g.store.empty()) return invalidArgument("--store DIR is required");
   if (g.timeout_s < 1) return invalidArgument("--timeout-s must be >= 1");
+  if (g.bench.op_kind != OpKind::kAllreduce) {
+    return invalidArgument("gloo-allreduce-bench measures --op allreduce only");
+  }
   if (g.bench.dtype != DataType::kFloat32 || g.bench.op != ReduceOp::kSum) {
-    return invalidArgument("only -d float32 -o sum (like mpi-allreduce-bench)");
+    return invalidArgument("only -d float32 -o sum (like mpi-allreduce-bench's allreduce)");
   }
   if (g.bench.in_place || g.bench.zero_copy || !g.bench.model_step_path.empty()) {
     return invalidArgument("--inplace, --zero-copy and --model-step are kolo-bench options");

@@ -1,15 +1,24 @@
 // kolo-bench: an nccl-tests style collective benchmark over libkolo's C ABI.
 //
 //   kolorun -np 2 -- kolo-bench -b 4 -e 256M -f 2 -d float32 -o sum -c 1
+//   kolorun -np 4 -- kolo-bench --op allgather -b 1K -e 64M
 //
-// For each message size every rank runs warm-up iterations, then times each
-// of `iters` iterations of kolo_allreduce_async + kolo_synchronize. The
-// per-iteration times are max-reduced across ranks with a small kolo
-// allreduce (outside the timed region) and rank 0 prints the median of those
-// maxima, algbw = size / time and busbw = algbw * 2(n-1)/n. With -c 1 a
-// separate, untimed operation on exactly representable data is verified
-// element by element on every rank; #wrong sums the wrong elements of all
-// ranks and any wrong element makes the exit status non-zero.
+// --op picks the collective: allreduce (default), allgather, broadcast,
+// alltoall, reducescatter or barrier. For each message size (sizes as
+// nccl-tests defines them per op, opMessageSizes) every rank runs warm-up
+// iterations, then times each of `iters` iterations of one blocking
+// operation (submit + kolo_synchronize, and for allgather / alltoall
+// kolo_result + kolo_release). The per-iteration times are max-reduced across
+// ranks with a small kolo allreduce (outside the timed region) and rank 0
+// prints the median of those maxima, algbw = size / time and busbw = algbw *
+// nccl-tests' factor for the op. With -c 1 a separate, untimed operation on
+// exactly representable data is verified element by element on every rank
+// against a reference (bench_check.h); #wrong sums the wrong elements of all
+// ranks and any wrong element makes the exit status non-zero. A barrier is
+// checked by entering it late on the last rank: #wrong counts the ranks that
+// left it before the last rank had entered.
+#include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -32,12 +42,15 @@
 namespace kolo::bench {
 namespace {
 
+// How late the last rank enters the barrier of a barrier check.
+constexpr auto kBarrierLateEntry = std::chrono::milliseconds(5);
+
 struct Run {
   BenchOptions opts;
   KoloSession* kolo = nullptr;
   int rank = 0;
   int size = 1;
-  CheckPattern pattern;
+  CheckPattern pattern;  // reducing ops
   void* send = nullptr;
   void* recv = nullptr;  // == send in place
 };
@@ -47,15 +60,121 @@ std::string opName(std::string_view what, uint64_t bytes) {
   return "kolo-bench." + std::string(what) + "." + std::to_string(bytes);
 }
 
-// One size: warm-up, timed loop, agreement on the times, optional check.
-StatusOr<Row> runSize(Run& run, uint64_t bytes) {
-  const BenchOptions& o = run.opts;
-  const uint64_t count = bytes / dataTypeSize(o.dtype);
-  const std::string name = opName(opKindName(o.op_kind), bytes);
-  auto once = [&]() { return run.kolo->allreduce(name, run.send, run.recv, count, o.dtype, o.op); };
+char* at(void* buf, uint64_t elems, DataType dtype) {
+  return static_cast<char*>(buf) + elems * dataTypeSize(dtype);
+}
 
-  fillInput(run.pattern, run.rank, run.send, count);
-  if (run.recv != run.send) fillValue(o.dtype, run.recv, count, 0.0);
+// One operation of the run's collective. `keep`: allgather and alltoall copy
+// the library-owned result into run.recv (for the check); timed operations
+// leave it where the library put it.
+Status runOnce(Run& run, const OpSize& s, const std::string& name, bool keep) {
+  const BenchOptions& o = run.opts;
+  KoloSession& k = *run.kolo;
+  switch (o.op_kind) {
+    case OpKind::kAllreduce:
+      return k.allreduce(name, run.send, run.recv, s.count, o.dtype, o.op);
+    case OpKind::kBroadcast:
+      return k.broadcast(name, run.send, s.count, o.dtype, o.root);
+    case OpKind::kAllgather:
+      return k.allgather(name, run.send, s.count, o.dtype, keep ? run.recv : nullptr);
+    case OpKind::kAlltoall:
+      return k.alltoall(name, run.send, s.count, o.dtype, keep ? run.recv : nullptr);
+    case OpKind::kReducescatter:
+      return k.reducescatter(name, run.send, run.recv, s.count * static_cast<uint64_t>(run.size),
+                             o.dtype, o.op);
+    case OpKind::kBarrier:
+      return k.barrier();
+  }
+  return internalError("unknown op kind");
+}
+
+// This rank's input for the op (checkable data) and a poisoned output.
+void fillBuffers(Run& run, const OpSize& s) {
+  const BenchOptions& o = run.opts;
+  const uint64_t n = static_cast<uint64_t>(run.size);
+  switch (o.op_kind) {
+    case OpKind::kAllreduce:
+      fillInput(run.pattern, run.rank, run.send, s.count);
+      if (run.recv != run.send) fillValue(o.dtype, run.recv, s.count, 0.0);
+      break;
+    case OpKind::kReducescatter:
+      fillInput(run.pattern, run.rank, run.send, s.count * n);
+      fillValue(o.dtype, run.recv, s.count, 0.0);
+      break;
+    case OpKind::kAllgather:
+    case OpKind::kBroadcast:
+      // Broadcast: the root's data, and on the others data that must be overwritten.
+      fillMoved(o.dtype, run.rank, 0, run.send, s.count);
+      if (o.op_kind == OpKind::kAllgather) fillValue(o.dtype, run.recv, s.count * n, 0.0);
+      break;
+    case OpKind::kAlltoall:
+      for (uint64_t d = 0; d < n; ++d) {
+        fillMoved(o.dtype, run.rank, static_cast<int>(d), at(run.send, d * s.count, o.dtype),
+                  s.count);
+      }
+      fillValue(o.dtype, run.recv, s.count * n, 0.0);
+      break;
+    case OpKind::kBarrier:
+      break;
+  }
+}
+
+// Wrong elements of this rank's output against the reference.
+uint64_t countWrongOutput(const Run& run, const OpSize& s) {
+  const BenchOptions& o = run.opts;
+  const uint64_t n = static_cast<uint64_t>(run.size);
+  uint64_t wrong = 0;
+  switch (o.op_kind) {
+    case OpKind::kAllreduce:
+      return countWrong(run.pattern, run.recv, s.count);
+    case OpKind::kReducescatter:
+      return countWrong(run.pattern, run.recv, s.count, static_cast<uint64_t>(run.rank) * s.count);
+    case OpKind::kBroadcast:
+      return countWrongMoved(o.dtype, o.root, 0, run.send, s.count);
+    case OpKind::kAllgather:
+    case OpKind::kAlltoall:
+      for (uint64_t src = 0; src < n; ++src) {
+        // Allgather: block src is src's input; alltoall: the block src sent to this rank.
+        int dst = o.op_kind == OpKind::kAlltoall ? run.rank : 0;
+        wrong += countWrongMoved(o.dtype, static_cast<int>(src), dst,
+                                 at(run.recv, src * s.count, o.dtype), s.count);
+      }
+      return wrong;
+    case OpKind::kBarrier:
+      break;
+  }
+  return 0;
+}
+
+// The barrier check: the last rank enters kBarrierLateEntry late; 1 on every
+// rank that left the barrier before the last rank had entered it. Times come
+// from steady_clock, which the ranks of one host share.
+StatusOr<uint64_t> checkBarrier(Run& run) {
+  RETURN_IF_ERROR(run.kolo->barrier());  // line the ranks up
+  if (run.rank == run.size - 1) std::this_thread::sleep_for(kBarrierLateEntry);
+  auto since_epoch = [] {
+    return std::chrono::duration<double>(KoloSession::now().time_since_epoch()).count();
+  };
+  std::vector<double> entered = {since_epoch()};
+  RETURN_IF_ERROR(run.kolo->barrier());
+  double left = since_epoch();
+  RETURN_IF_ERROR(run.kolo->maxAcrossRanks(opName("barrier-entered", 0), entered));
+  if (left < entered[0]) {
+    std::fprintf(stderr,
+                 "kolo-bench: rank %d left the barrier %.1f us before the last rank entered it\n",
+                 run.rank, (entered[0] - left) * 1e6);
+    return 1;
+  }
+  return 0;
+}
+
+// One size: warm-up, timed loop, agreement on the times, optional check.
+StatusOr<Row> runSize(Run& run, const OpSize& s) {
+  const BenchOptions& o = run.opts;
+  const std::string name = opName(opKindName(o.op_kind), s.bytes);
+  auto once = [&]() { return runOnce(run, s, name, false); };
+
+  fillBuffers(run, s);
 
   // The first warm-up op, timed, decides how many iterations this size gets.
   std::vector<double> first(1);
@@ -64,7 +183,7 @@ StatusOr<Row> runSize(Run& run, uint64_t bytes) {
     RETURN_IF_ERROR(once());
     first[0] = KoloSession::secondsSince(t0);
   }
-  RETURN_IF_ERROR(run.kolo->maxAcrossRanks(opName("warmup", bytes), first));
+  RETURN_IF_ERROR(run.kolo->maxAcrossRanks(opName("warmup", s.bytes), first));
   IterationPlan plan = planIterations(o.warmup_iters, o.iters, o.max_time_s, first[0]);
   for (int i = 1; i < plan.warmup; ++i) RETURN_IF_ERROR(once());
 
@@ -74,51 +193,76 @@ StatusOr<Row> runSize(Run& run, uint64_t bytes) {
     RETURN_IF_ERROR(once());
     t = KoloSession::secondsSince(t0);
   }
-  RETURN_IF_ERROR(run.kolo->maxAcrossRanks(opName("times", bytes), times));
+  RETURN_IF_ERROR(run.kolo->maxAcrossRanks(opName("times", s.bytes), times));
 
   Row row;
-  row.bytes = bytes;
-  row.count = count;
-  row.type = std::string(dataTypeName(o.dtype));
-  row.redop = std::string(reduceOpName(o.op));
+  row.bytes = s.bytes;
+  row.count = s.count;
+  row.type = o.op_kind == OpKind::kBarrier ? "none" : std::string(dataTypeName(o.dtype));
+  row.redop = opKindReduces(o.op_kind) ? std::string(reduceOpName(o.op)) : "none";
   double seconds = median(times);
   row.time_us = seconds * 1e6;
-  row.algbw = algBandwidth(bytes, seconds);
+  row.algbw = algBandwidth(s.bytes, seconds);
   row.busbw = row.algbw * busBandwidthFactor(o.op_kind, run.size);
   row.warmup = plan.warmup;
   row.iters = plan.iters;
 
-  if (o.check && run.pattern.feasible) {
-    fillInput(run.pattern, run.rank, run.send, count);
-    if (run.recv != run.send) fillValue(o.dtype, run.recv, count, 0.0);
-    RETURN_IF_ERROR(once());
-    std::vector<int64_t> wrong = {static_cast<int64_t>(countWrong(run.pattern, run.recv, count))};
-    if (wrong[0] != 0) {
-      std::fprintf(stderr,
-                   "kolo-bench: rank %d: %" PRId64 " wrong elements of %" PRIu64 " at size %" PRIu64
-                   "\n",
-                   run.rank, wrong[0], count, bytes);
+  if (o.check && (run.pattern.feasible || !opKindReduces(o.op_kind))) {
+    std::vector<int64_t> wrong(1);
+    if (o.op_kind == OpKind::kBarrier) {
+      ASSIGN_OR_RETURN(uint64_t w, checkBarrier(run));
+      wrong[0] = static_cast<int64_t>(w);
+    } else {
+      fillBuffers(run, s);
+      RETURN_IF_ERROR(runOnce(run, s, name, true));
+      wrong[0] = static_cast<int64_t>(countWrongOutput(run, s));
+      if (wrong[0] != 0) {
+        std::fprintf(stderr,
+                     "kolo-bench: rank %d: %s: %" PRId64 " wrong elements at size %" PRIu64 "\n",
+                     run.rank, std::string(opKindName(o.op_kind)).c_str(), wrong[0], s.bytes);
+      }
     }
-    RETURN_IF_ERROR(run.kolo->sumAcrossRanks(opName("wrong", bytes), wrong));
+    RETURN_IF_ERROR(run.kolo->sumAcrossRanks(opName("wrong", s.bytes), wrong));
     row.wrong = static_cast<uint64_t>(wrong[0]);
   }
   return row;
 }
 
-void printHeader(const Run& run, KoloSession& kolo, const std::vector<uint64_t>& sizes) {
+// What each op does with its buffers, for the header.
+std::string describeOp(const BenchOptions& o) {
+  switch (o.op_kind) {
+    case OpKind::kAllreduce:
+      return std::string(o.in_place ? "in place" : "out of place");
+    case OpKind::kReducescatter:
+      return "out of place; size = the input (n x each rank's count)";
+    case OpKind::kBroadcast:
+      return "in place, root " + std::to_string(o.root);
+    case OpKind::kAllgather:
+      return "size = the gathered output (n x each rank's count); result read with kolo_result, "
+             "not copied out";
+    case OpKind::kAlltoall:
+      return "even splits; size = each rank's input (n blocks of count); result read with "
+             "kolo_result, not copied out";
+    case OpKind::kBarrier:
+      return "no data (one row, size 0); check: the last rank enters late";
+  }
+  return "";
+}
+
+void printHeader(const Run& run, KoloSession& kolo, const std::vector<OpSize>& sizes) {
   const BenchOptions& o = run.opts;
   std::printf("# kolo-bench %s: nranks %d, agent mode: %s\n",
               std::string(opKindName(o.op_kind)).c_str(), run.size, kolo.describeAgents().c_str());
   std::printf("# dtype %s, op %s, buffers %s, %s\n", std::string(dataTypeName(o.dtype)).c_str(),
-              std::string(reduceOpName(o.op)).c_str(),
+              opKindReduces(o.op_kind) ? std::string(reduceOpName(o.op)).c_str() : "none",
               o.zero_copy ? "zero-copy (kolo_alloc_shared)" : "user memory (copy-in/copy-out)",
-              o.in_place ? "in place" : "out of place");
+              describeOp(o).c_str());
   std::printf("# minBytes %" PRIu64 " maxBytes %" PRIu64
               " step: %g(factor) warmup iters: %d iters: %d "
               "(cut to ~%g s per size) validation: %d\n",
-              sizes.empty() ? 0 : sizes.front(), sizes.empty() ? 0 : sizes.back(), o.step_factor,
-              o.warmup_iters, o.iters, o.max_time_s, o.check ? 1 : 0);
-  if (o.check && !run.pattern.feasible) {
+              sizes.empty() ? 0 : sizes.front().bytes, sizes.empty() ? 0 : sizes.back().bytes,
+              o.step_factor, o.warmup_iters, o.iters, o.max_time_s, o.check ? 1 : 0);
+  if (o.check && opKindReduces(o.op_kind) && !run.pattern.feasible) {
     std::printf("# check skipped: %d ranks overflow %s exactly representable values\n", run.size,
                 std::string(dataTypeName(o.dtype)).c_str());
   }
@@ -134,7 +278,8 @@ Status writeJson(const Run& run, const std::vector<Row>& rows, double avg_busbw)
   j["nranks"] = run.size;
   j["agents"] = run.kolo->crossSize();
   j["dtype"] = std::string(dataTypeName(run.opts.dtype));
-  j["op"] = std::string(reduceOpName(run.opts.op));
+  j["op"] = opKindReduces(run.opts.op_kind) ? std::string(reduceOpName(run.opts.op)) : "none";
+  if (run.opts.op_kind == OpKind::kBroadcast) j["root"] = run.opts.root;
   j["zero_copy"] = run.opts.zero_copy;
   j["in_place"] = run.opts.in_place;
   j["avg_busbw_gbps"] = avg_busbw;
@@ -168,9 +313,15 @@ int benchMain(int argc, char** argv) {
   if (!run.opts.model_step_path.empty()) return modelStepMain(run.opts);
   const BenchOptions& o = run.opts;
   const size_t esize = dataTypeSize(o.dtype);
-  std::vector<uint64_t> sizes = messageSizes(o.min_bytes, o.max_bytes, o.step_factor, esize);
-  const uint64_t max_bytes = sizes.back();
-
+  // The sizes depend on the job size for some ops; KOLO_SIZE (set by kolorun
+  // and multi_agent_run.sh) gives it before kolo_init, to size the arena.
+  const char* env_size = std::getenv("KOLO_SIZE");
+  const int guess_n = env_size != nullptr ? std::max(1, std::atoi(env_size)) : 1;
+  uint64_t max_bytes = 0;
+  for (const OpSize& s :
+       opMessageSizes(o.op_kind, guess_n, o.min_bytes, o.max_bytes, o.step_factor, esize)) {
+    max_bytes = std::max(max_bytes, s.bytes);
+  }
   KoloSession::reserveArena(max_bytes * (o.in_place ? 1 : 2));
   auto session = KoloSession::start();
   if (!session.isOk()) {
@@ -182,11 +333,22 @@ int benchMain(int argc, char** argv) {
   run.rank = kolo.rank();
   run.size = kolo.size();
   run.pattern = CheckPattern::make(o.dtype, o.op, run.size);
+  if (o.op_kind == OpKind::kBroadcast && o.root >= run.size) {
+    std::fprintf(stderr, "kolo-bench: --root %d is not a rank of this job (size %d)\n", o.root,
+                 run.size);
+    return 2;
+  }
+  const std::vector<OpSize> sizes =
+      opMessageSizes(o.op_kind, run.size, o.min_bytes, o.max_bytes, o.step_factor, esize);
+  max_bytes = 0;
+  for (const OpSize& s : sizes) max_bytes = std::max(max_bytes, s.bytes);
 
-  // Declared after the session: freed before kolo_shutdown.
+  // Declared after the session: freed before kolo_shutdown. Each holds the
+  // largest size (broadcast uses only `send`, barrier neither).
   KoloSession::Buffer send, recv;
+  const bool need_recv = !o.in_place && o.op_kind != OpKind::kBroadcast;
   for (KoloSession::Buffer* b : {&send, &recv}) {
-    if (b == &recv && o.in_place) break;
+    if (max_bytes == 0 || (b == &recv && !need_recv)) break;
     auto buf = kolo.allocate(max_bytes, o.zero_copy);
     if (!buf.isOk()) {
       std::fprintf(stderr, "kolo-bench: rank %d: %s\n", run.rank, buf.status().toString().c_str());
@@ -195,15 +357,15 @@ int benchMain(int argc, char** argv) {
     *b = std::move(buf).value();
   }
   run.send = send.get();
-  run.recv = o.in_place ? run.send : recv.get();
+  run.recv = need_recv ? recv.get() : run.send;
 
   if (run.rank == 0) printHeader(run, kolo, sizes);
   std::vector<Row> rows;
   uint64_t total_wrong = 0;
-  for (uint64_t bytes : sizes) {
-    auto row = runSize(run, bytes);
+  for (const OpSize& s : sizes) {
+    auto row = runSize(run, s);
     if (!row.isOk()) {
-      std::fprintf(stderr, "kolo-bench: rank %d: size %" PRIu64 ": %s\n", run.rank, bytes,
+      std::fprintf(stderr, "kolo-bench: rank %d: size %" PRIu64 ": %s\n", run.rank, s.bytes,
                    row.status().toString().c_str());
       return 3;
     }
@@ -223,11 +385,12 @@ int benchMain(int argc, char** argv) {
     const Row& small = rows.front();
     std::printf("# Latency (%" PRIu64 " B %s, median of the slowest rank) : %.2f us", small.bytes,
                 std::string(opKindName(o.op_kind)).c_str(), small.time_us);
-    if (small.bytes == 4 && kolo.crossSize() == 2) {
+    const bool targets = o.op_kind == OpKind::kAllreduce && small.bytes == 4;
+    if (targets && kolo.crossSize() == 2) {
       std::printf("  [target (issue 3) <= 100 us across 2 agents]");
-    } else if (small.bytes == 4 && kolo.crossSize() > 2) {
+    } else if (targets && kolo.crossSize() > 2) {
       std::printf("  [issue 3's target, <= 100 us, is for 2 agents]");
-    } else if (small.bytes == 4) {
+    } else if (targets) {
       std::printf("  [target <= 30 us at N=2, <= 60 us at N=4]");
     }
     std::printf("\n#\n");

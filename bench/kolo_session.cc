@@ -1,6 +1,7 @@
 #include "bench/kolo_session.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kolo/kolo_c.h"
@@ -110,6 +111,76 @@ Status KoloSession::allreduce(const std::string& name, const void* input, void* 
   ASSIGN_OR_RETURN(uint64_t h, submitAllreduce(name, input, output, count, dtype, op));
   return wait(h, name);
 }
+
+Status KoloSession::broadcast(const std::string& name, void* buffer, uint64_t count, DataType dtype,
+                              int root) {
+  const int64_t shape[1] = {static_cast<int64_t>(count)};
+  kolo_handle_t h = 0;
+  RETURN_IF_ERROR(fromKolo(kolo_broadcast_async(name.c_str(), buffer, 1, shape,
+                                                static_cast<kolo_dtype_t>(dtype), root, &h),
+                           "kolo_broadcast_async(" + name + ")"));
+  return wait(h, name);
+}
+
+Status KoloSession::reducescatter(const std::string& name, const void* input, void* output,
+                                  uint64_t count_total, DataType dtype, ReduceOp op) {
+  const int64_t shape[1] = {static_cast<int64_t>(count_total)};
+  kolo_handle_t h = 0;
+  RETURN_IF_ERROR(fromKolo(
+      kolo_reducescatter_async(name.c_str(), input, output, 1, shape,
+                               static_cast<kolo_dtype_t>(dtype), static_cast<kolo_op_t>(op), &h),
+      "kolo_reducescatter_async(" + name + ")"));
+  return wait(h, name);
+}
+
+namespace {
+
+// Waits for an allgather / alltoall handle, checks the received size, copies
+// the library-owned result to `output` when asked, and releases the handle.
+Status finishGathered(kolo_handle_t h, const std::string& name, const char* what, int64_t want_dim0,
+                      size_t esize, void* output) {
+  Status st = fromKolo(kolo_synchronize(h, -1), std::string("kolo_synchronize(") + name + ")");
+  if (st.isOk()) {
+    void* data = nullptr;
+    int64_t dim0 = 0;
+    st = fromKolo(kolo_result(h, &data, &dim0), std::string("kolo_result(") + name + ")");
+    if (st.isOk() && dim0 != want_dim0) {
+      st = internalError(std::string(what) + " of " + name + " returned " + std::to_string(dim0) +
+                         " elements, expected " + std::to_string(want_dim0));
+    }
+    if (st.isOk() && output != nullptr && dim0 > 0) {
+      std::memcpy(output, data, static_cast<size_t>(dim0) * esize);
+    }
+  }
+  kolo_release(h);
+  return st;
+}
+
+}  // namespace
+
+Status KoloSession::allgather(const std::string& name, const void* input, uint64_t count,
+                              DataType dtype, void* output) {
+  const int64_t shape[1] = {static_cast<int64_t>(count)};
+  kolo_handle_t h = 0;
+  RETURN_IF_ERROR(fromKolo(
+      kolo_allgather_async(name.c_str(), input, 1, shape, static_cast<kolo_dtype_t>(dtype), &h),
+      "kolo_allgather_async(" + name + ")"));
+  return finishGathered(h, name, "allgather", static_cast<int64_t>(count) * size(),
+                        dataTypeSize(dtype), output);
+}
+
+Status KoloSession::alltoall(const std::string& name, const void* input, uint64_t block,
+                             DataType dtype, void* output) {
+  const int64_t total = static_cast<int64_t>(block) * size();
+  const int64_t shape[1] = {total};
+  kolo_handle_t h = 0;
+  RETURN_IF_ERROR(fromKolo(kolo_alltoall_async(name.c_str(), input, 1, shape,
+                                               static_cast<kolo_dtype_t>(dtype), nullptr, &h),
+                           "kolo_alltoall_async(" + name + ")"));
+  return finishGathered(h, name, "alltoall", total, dataTypeSize(dtype), output);
+}
+
+Status KoloSession::barrier() { return fromKolo(kolo_barrier(-1), "kolo_barrier"); }
 
 Status KoloSession::maxAcrossRanks(const std::string& name, std::vector<double>& values) {
   return allreduce(name, values.data(), values.data(), values.size(), DataType::kFloat64,

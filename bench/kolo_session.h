@@ -1,6 +1,6 @@
 // kolo-bench's thin RAII layer over libkolo's C ABI: init/shutdown, buffers
-// (user memory or kolo_alloc_shared), one blocking collective and the small
-// agreement allreduces that run outside the timed region.
+// (user memory or kolo_alloc_shared), one blocking call per collective and
+// the small agreement allreduces that run outside the timed region.
 #pragma once
 
 #include <chrono>
@@ -65,6 +65,27 @@ class KoloSession {
   StatusOr<uint64_t> submitAllreduce(const std::string& name, const void* input, void* output,
                                      uint64_t count, DataType dtype, ReduceOp op);
   Status wait(uint64_t handle, const std::string& name);
+
+  // kolo_broadcast_async + kolo_synchronize, in place, from global rank `root`.
+  Status broadcast(const std::string& name, void* buffer, uint64_t count, DataType dtype, int root);
+  // kolo_reducescatter_async + kolo_synchronize: `input` holds count_total
+  // elements (a multiple of size()), `output` this rank's count_total / size().
+  Status reducescatter(const std::string& name, const void* input, void* output,
+                       uint64_t count_total, DataType dtype, ReduceOp op);
+  // kolo_allgather_async (which exchanges the ranks' sizes first) +
+  // kolo_synchronize + kolo_result + kolo_release: `count` elements from each
+  // rank, size() * count gathered. The result stays in the library's buffer
+  // unless `output` is not null (then it is copied there, for the check).
+  Status allgather(const std::string& name, const void* input, uint64_t count, DataType dtype,
+                   void* output);
+  // kolo_alltoall_async with even splits (it exchanges the splits first) +
+  // kolo_synchronize + kolo_result + kolo_release: `input` holds size()
+  // blocks of `block` elements, one per destination rank; as many are
+  // received. `output`: as for allgather.
+  Status alltoall(const std::string& name, const void* input, uint64_t block, DataType dtype,
+                  void* output);
+  // kolo_barrier with the op timeout.
+  Status barrier();
   // Element-wise max / sum across ranks, in place (not zero copy).
   Status maxAcrossRanks(const std::string& name, std::vector<double>& values);
   Status sumAcrossRanks(const std::string& name, std::vector<int64_t>& values);

@@ -1,13 +1,22 @@
-/* mpi-allreduce-bench: MPI_Allreduce (MPI_FLOAT, MPI_SUM) measured exactly
- * like kolo-bench measures kolo, so the two tables line up:
+/* mpi-allreduce-bench: Open MPI's collectives (float32; sum for the reducing
+ * ones) measured exactly like kolo-bench measures kolo, so the tables line up:
  *
  *   mpirun --oversubscribe -np 2 --mca btl self,vader mpi-allreduce-bench -b 4 -e 256M
+ *   mpirun ... mpi-allreduce-bench --op allgather
  *
- * Same sizes (-b/-e/-f), same warm-up and iteration plan (the first warm-up
- * op, max-reduced across ranks, decides how many iterations fit -T seconds),
- * same statistic (median over iterations of the slowest rank's time, the
- * per-iteration times max-reduced outside the timed region), same columns
- * and the same check data ((r+1) * ((i % m) + 1), exact in float32).
+ * --op: allreduce (MPI_Allreduce, the default), allgather (MPI_Allgather),
+ * broadcast (MPI_Bcast, --root), alltoall (MPI_Alltoall), reducescatter
+ * (MPI_Reduce_scatter_block), barrier (MPI_Barrier). The name stays from
+ * when it only did allreduce.
+ *
+ * Same sizes per op (-b/-e/-f, nccl-tests' definition per op as
+ * kolo::bench::opMessageSizes), same warm-up and iteration plan (the first
+ * warm-up op, max-reduced across ranks, decides how many iterations fit -T
+ * seconds), same statistic (median over iterations of the slowest rank's
+ * time, the per-iteration times max-reduced outside the timed region), same
+ * columns, busbw factors and the same check data as kolo-bench
+ * (bench/bench_check.h): (r+1) * ((i % m) + 1) for the sums, exact in
+ * float32, and ((i + 3 src + 5 dst) % 251) + 1 for the data the other ops move.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -19,9 +28,34 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define HEADER \
   "#       size         count      type   redop    time(us)   algbw(GB/s)   busbw(GB/s)  #wrong"
+
+enum {
+  OP_ALLREDUCE,
+  OP_ALLGATHER,
+  OP_BROADCAST,
+  OP_ALLTOALL,
+  OP_REDUCESCATTER,
+  OP_BARRIER,
+  NUM_OPS
+};
+static const char* const kOpNames[NUM_OPS] = {"allreduce", "allgather",     "broadcast",
+                                              "alltoall",  "reducescatter", "barrier"};
+static const char* const kMpiCalls[NUM_OPS] = {
+    "MPI_Allreduce(MPI_FLOAT, MPI_SUM), out of place",
+    "MPI_Allgather(MPI_FLOAT); size = the gathered output (n x each rank's count)",
+    "MPI_Bcast(MPI_FLOAT), in place",
+    "MPI_Alltoall(MPI_FLOAT); size = each rank's input (n blocks of count)",
+    "MPI_Reduce_scatter_block(MPI_FLOAT, MPI_SUM); size = the input (n x each rank's count)",
+    "MPI_Barrier; no data (one row, size 0); check: the last rank enters late"};
+
+/* How late the last rank enters the barrier of a barrier check (as kolo-bench). */
+#define BARRIER_LATE_ENTRY_NS 5000000L
+/* movedValue's period for float32 (bench_check.h). */
+#define MOVED_PERIOD 251
 
 typedef struct {
   uint64_t min_bytes, max_bytes;
@@ -29,10 +63,12 @@ typedef struct {
   int warmup_iters, iters, check;
   double max_time_s;
   const char* json_path;
+  int op;
+  int root;
 } Options;
 
 typedef struct {
-  uint64_t bytes, count;
+  uint64_t bytes, count; /* nccl-tests' size and count columns */
   double time_us, algbw, busbw;
   long long wrong; /* -1: not checked */
   int warmup, iters;
@@ -80,8 +116,11 @@ static void plan_iterations(const Options* o, double first_op_s, int* warmup, in
 
 static void usage(void) {
   printf(
-      "mpi-allreduce-bench: MPI_Allreduce (float32, sum), nccl-tests style table\n"
+      "mpi-allreduce-bench: Open MPI collectives (float32, sum), nccl-tests style table\n"
       "Usage: mpirun -np N mpi-allreduce-bench [options]\n"
+      "  --op NAME              allreduce (default) allgather broadcast alltoall reducescatter "
+      "barrier\n"
+      "  --root R               broadcast's root rank (default 0)\n"
       "  -b,--minbytes SIZE     smallest size (default 4; K/M/G suffixes)\n"
       "  -e,--maxbytes SIZE     largest size (default 256M)\n"
       "  -f,--stepfactor F      size multiplier between rows (default 2)\n"
@@ -102,6 +141,9 @@ static int parse_args(int argc, char** argv, Options* o) {
                                            {"max-time", required_argument, 0, 'T'},
                                            {"check", required_argument, 0, 'c'},
                                            {"json", required_argument, 0, 'J'},
+                                           {"op", required_argument, 0, 'O'},
+                                           {"op-kind", required_argument, 0, 'O'},
+                                           {"root", required_argument, 0, 'R'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   int c, bad = 0;
@@ -131,6 +173,22 @@ static int parse_args(int argc, char** argv, Options* o) {
       case 'J':
         o->json_path = optarg;
         break;
+      case 'O':
+        o->op = -1;
+        for (int k = 0; k < NUM_OPS; ++k) {
+          if (strcasecmp(optarg, kOpNames[k]) == 0) o->op = k;
+        }
+        if (o->op < 0) {
+          fprintf(stderr,
+                  "mpi-allreduce-bench: unknown --op '%s' (allreduce allgather broadcast alltoall "
+                  "reducescatter barrier)\n",
+                  optarg);
+          return -1;
+        }
+        break;
+      case 'R':
+        o->root = atoi(optarg);
+        break;
       case 'h':
         usage();
         return 1;
@@ -145,7 +203,7 @@ static int parse_args(int argc, char** argv, Options* o) {
   }
   if (o->min_bytes < 1 || o->max_bytes < o->min_bytes || !(o->step_factor > 1.0) || o->iters < 1 ||
       o->warmup_iters < 0 || o->max_time_s < 0 || (o->check != 0 && o->check != 1) ||
-      o->max_bytes / 4 > (uint64_t)INT_MAX) {
+      o->max_bytes / 4 > (uint64_t)INT_MAX || o->root < 0) {
     fprintf(stderr, "mpi-allreduce-bench: invalid options (see --help)\n");
     return -1;
   }
@@ -158,6 +216,7 @@ static int check_modulus(int nranks) {
   return m < 1 ? 1 : (m > 7 ? 7 : (int)m);
 }
 
+/* Rank `rank`'s sum input for elements first .. first+count-1. */
 static void fill_input(float* buf, uint64_t count, int rank, int m) {
   int k = 0;
   for (uint64_t i = 0; i < count; ++i) {
@@ -166,10 +225,11 @@ static void fill_input(float* buf, uint64_t count, int rank, int m) {
   }
 }
 
-static long long count_wrong(const float* buf, uint64_t count, int nranks, int m) {
+/* Wrong elements of a sum result whose buf[0] is element `first`. */
+static long long count_wrong(const float* buf, uint64_t count, uint64_t first, int nranks, int m) {
   double scale = (double)nranks * (nranks + 1) / 2.0;
   long long wrong = 0;
-  int k = 0;
+  int k = (int)(first % (uint64_t)m);
   for (uint64_t i = 0; i < count; ++i) {
     if (!((double)buf[i] == scale * (k + 1))) ++wrong;
     if (++k == m) k = 0;
@@ -177,14 +237,160 @@ static long long count_wrong(const float* buf, uint64_t count, int nranks, int m
   return wrong;
 }
 
-static void print_row(const Row* r) {
+/* kolo::bench::fillMoved / countWrongMoved for float32. */
+static int moved_offset(int src, int dst) {
+  return (int)((3 * (uint64_t)src + 5 * (uint64_t)dst) % MOVED_PERIOD);
+}
+
+static void fill_moved(float* buf, uint64_t count, int src, int dst) {
+  int k = moved_offset(src, dst);
+  for (uint64_t i = 0; i < count; ++i) {
+    buf[i] = (float)(k + 1);
+    if (++k == MOVED_PERIOD) k = 0;
+  }
+}
+
+static long long count_wrong_moved(const float* buf, uint64_t count, int src, int dst) {
+  long long wrong = 0;
+  int k = moved_offset(src, dst);
+  for (uint64_t i = 0; i < count; ++i) {
+    if (!((double)buf[i] == (double)(k + 1))) ++wrong;
+    if (++k == MOVED_PERIOD) k = 0;
+  }
+  return wrong;
+}
+
+/* One operation; count is nccl-tests' per-op count (opMessageSizes). */
+static void run_once(const Options* o, int nranks, float* send, float* recv, int count) {
+  switch (o->op) {
+    case OP_ALLREDUCE:
+      MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      break;
+    case OP_ALLGATHER:
+      MPI_Allgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, MPI_COMM_WORLD);
+      break;
+    case OP_BROADCAST:
+      MPI_Bcast(send, count, MPI_FLOAT, o->root, MPI_COMM_WORLD);
+      break;
+    case OP_ALLTOALL:
+      MPI_Alltoall(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, MPI_COMM_WORLD);
+      break;
+    case OP_REDUCESCATTER:
+      MPI_Reduce_scatter_block(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      break;
+    case OP_BARRIER:
+      MPI_Barrier(MPI_COMM_WORLD);
+      break;
+  }
+  (void)nranks;
+}
+
+/* Checkable input and a poisoned output. */
+static void fill_buffers(const Options* o, int rank, int nranks, int m, float* send, float* recv,
+                         uint64_t count) {
+  uint64_t n = (uint64_t)nranks;
+  switch (o->op) {
+    case OP_ALLREDUCE:
+      fill_input(send, count, rank, m);
+      memset(recv, 0, count * 4);
+      break;
+    case OP_REDUCESCATTER:
+      fill_input(send, count * n, rank, m);
+      memset(recv, 0, count * 4);
+      break;
+    case OP_ALLGATHER:
+      fill_moved(send, count, rank, 0);
+      memset(recv, 0, count * n * 4);
+      break;
+    case OP_BROADCAST:
+      fill_moved(send, count, rank, 0);
+      break;
+    case OP_ALLTOALL:
+      for (uint64_t d = 0; d < n; ++d) fill_moved(send + d * count, count, rank, (int)d);
+      memset(recv, 0, count * n * 4);
+      break;
+    default:
+      break;
+  }
+}
+
+static long long count_wrong_output(const Options* o, int rank, int nranks, int m,
+                                    const float* send, const float* recv, uint64_t count) {
+  long long wrong = 0;
+  switch (o->op) {
+    case OP_ALLREDUCE:
+      return count_wrong(recv, count, 0, nranks, m);
+    case OP_REDUCESCATTER:
+      return count_wrong(recv, count, (uint64_t)rank * count, nranks, m);
+    case OP_BROADCAST:
+      return count_wrong_moved(send, count, o->root, 0);
+    case OP_ALLGATHER:
+    case OP_ALLTOALL:
+      for (int s = 0; s < nranks; ++s) {
+        wrong += count_wrong_moved(recv + (uint64_t)s * count, count, s,
+                                   o->op == OP_ALLTOALL ? rank : 0);
+      }
+      return wrong;
+    default:
+      return 0;
+  }
+}
+
+static double monotonic_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* As kolo-bench's checkBarrier: 1 if this rank left the barrier before the
+ * last rank (entering late) had entered it. */
+static long long check_barrier(int rank, int nranks) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == nranks - 1) {
+    struct timespec late = {0, BARRIER_LATE_ENTRY_NS};
+    nanosleep(&late, NULL);
+  }
+  double entered = monotonic_s();
+  MPI_Barrier(MPI_COMM_WORLD);
+  double left = monotonic_s();
+  MPI_Allreduce(MPI_IN_PLACE, &entered, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (left < entered) {
+    fprintf(
+        stderr,
+        "mpi-allreduce-bench: rank %d left the barrier %.1f us before the last rank entered it\n",
+        rank, (entered - left) * 1e6);
+    return 1;
+  }
+  return 0;
+}
+
+static double bus_factor(int op, int nranks) {
+  double n = nranks;
+  switch (op) {
+    case OP_ALLREDUCE:
+      return 2.0 * (n - 1) / n;
+    case OP_ALLGATHER:
+    case OP_ALLTOALL:
+    case OP_REDUCESCATTER:
+      return (n - 1) / n;
+    case OP_BROADCAST:
+      return 1.0;
+    default:
+      return 0.0;
+  }
+}
+
+static int op_reduces(int op) { return op == OP_ALLREDUCE || op == OP_REDUCESCATTER; }
+
+static void print_row(const Options* o, const Row* r) {
   char wrong[32];
   if (r->wrong >= 0)
     snprintf(wrong, sizeof(wrong), "%8lld", r->wrong);
   else
     snprintf(wrong, sizeof(wrong), "%8s", "N/A");
-  printf("%12" PRIu64 "%14" PRIu64 "%10s%8s%12.2f%14.2f%14.2f%s\n", r->bytes, r->count, "float32",
-         "sum", r->time_us, r->algbw, r->busbw, wrong);
+  printf("%12" PRIu64 "%14" PRIu64 "%10s%8s%12.2f%14.2f%14.2f%s\n", r->bytes, r->count,
+         o->op == OP_BARRIER ? "none" : "float32", op_reduces(o->op) ? "sum" : "none", r->time_us,
+         r->algbw, r->busbw, wrong);
   fflush(stdout);
 }
 
@@ -194,17 +400,21 @@ static void write_json(const Options* o, int nranks, const Row* rows, int nrows,
     fprintf(stderr, "mpi-allreduce-bench: cannot write %s\n", o->json_path);
     return;
   }
-  fprintf(f, "{\n  \"benchmark\": \"mpi-allreduce-bench\",\n  \"op_kind\": \"allreduce\",\n");
-  fprintf(f, "  \"nranks\": %d,\n  \"dtype\": \"float32\",\n  \"op\": \"sum\",\n", nranks);
+  const char* type = o->op == OP_BARRIER ? "none" : "float32";
+  const char* redop = op_reduces(o->op) ? "sum" : "none";
+  fprintf(f, "{\n  \"benchmark\": \"mpi-allreduce-bench\",\n  \"op_kind\": \"%s\",\n",
+          kOpNames[o->op]);
+  fprintf(f, "  \"nranks\": %d,\n  \"dtype\": \"float32\",\n  \"op\": \"%s\",\n", nranks, redop);
+  if (o->op == OP_BROADCAST) fprintf(f, "  \"root\": %d,\n", o->root);
   fprintf(f, "  \"avg_busbw_gbps\": %.6g,\n  \"rows\": [\n", avg);
   for (int i = 0; i < nrows; ++i) {
     const Row* r = &rows[i];
     fprintf(f,
             "    {\"size\": %" PRIu64 ", \"count\": %" PRIu64
-            ", \"type\": \"float32\", \"redop\": \"sum\", "
+            ", \"type\": \"%s\", \"redop\": \"%s\", "
             "\"time_us\": %.6g, \"algbw_gbps\": %.6g, \"busbw_gbps\": %.6g, \"warmup\": %d, "
             "\"iters\": %d, ",
-            r->bytes, r->count, r->time_us, r->algbw, r->busbw, r->warmup, r->iters);
+            r->bytes, r->count, type, redop, r->time_us, r->algbw, r->busbw, r->warmup, r->iters);
     if (r->wrong >= 0)
       fprintf(f, "\"wrong\": %lld}%s\n", r->wrong, i + 1 < nrows ? "," : "");
     else
@@ -220,31 +430,56 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 
-  Options o = {4, (uint64_t)256 << 20, 2.0, 5, 20, 1, 0.5, NULL};
+  Options o = {4, (uint64_t)256 << 20, 2.0, 5, 20, 1, 0.5, NULL, OP_ALLREDUCE, 0};
   int pr = parse_args(argc, argv, &o);
+  if (pr == 0 && o.op == OP_BROADCAST && o.root >= nranks) {
+    if (rank == 0)
+      fprintf(stderr, "mpi-allreduce-bench: --root %d is not a rank of this job (size %d)\n",
+              o.root, nranks);
+    pr = -1;
+  }
   if (pr != 0) {
     MPI_Finalize();
     return pr > 0 ? 0 : 2;
   }
 
-  /* Sizes: as kolo::bench::messageSizes for 4-byte elements. */
+  /* Sizes and counts: as kolo::bench::opMessageSizes for 4-byte elements. */
+  const int parts = o.op == OP_ALLGATHER || o.op == OP_ALLTOALL || o.op == OP_REDUCESCATTER;
+  const uint64_t n = (uint64_t)nranks;
   uint64_t* sizes = NULL;
+  uint64_t* counts = NULL;
   int nsizes = 0, cap = 0;
   for (uint64_t s = o.min_bytes; s <= o.max_bytes;) {
-    uint64_t b = s / 4 * 4;
+    uint64_t b = s / 4 * 4, c;
     if (b < 4) b = 4;
+    if (parts) {
+      c = b / 4 / n;
+      if (c < 1) c = 1;
+      b = c * n * 4;
+    } else {
+      c = b / 4;
+    }
+    if (o.op == OP_BARRIER) b = c = 0;
     if (nsizes == cap) {
       cap = cap ? 2 * cap : 64;
       sizes = realloc(sizes, sizeof(uint64_t) * (size_t)cap);
-      if (sizes == NULL) MPI_Abort(MPI_COMM_WORLD, 2);
+      counts = realloc(counts, sizeof(uint64_t) * (size_t)cap);
+      if (sizes == NULL || counts == NULL) MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    if (nsizes == 0 || sizes[nsizes - 1] != b) sizes[nsizes++] = b;
+    if (nsizes == 0 || sizes[nsizes - 1] != b) {
+      sizes[nsizes] = b;
+      counts[nsizes++] = c;
+    }
+    if (o.op == OP_BARRIER) break;
     double next = floor((double)s * o.step_factor);
     s = next > (double)(s + 1) ? (uint64_t)next : s + 1;
   }
-  uint64_t max_bytes = sizes[nsizes - 1];
-  float* send = aligned_alloc(4096, (max_bytes + 4095) / 4096 * 4096);
-  float* recv = aligned_alloc(4096, (max_bytes + 4095) / 4096 * 4096);
+  uint64_t max_bytes = 0;
+  for (int i = 0; i < nsizes; ++i) max_bytes = sizes[i] > max_bytes ? sizes[i] : max_bytes;
+  size_t alloc = (size_t)((max_bytes + 4095) / 4096 * 4096);
+  if (alloc == 0) alloc = 4096;
+  float* send = aligned_alloc(4096, alloc);
+  float* recv = aligned_alloc(4096, alloc);
   Row* rows = calloc((size_t)nsizes, sizeof(Row));
   double* times = malloc(sizeof(double) * (size_t)(o.iters > 0 ? o.iters : 1));
   if (send == NULL || recv == NULL || rows == NULL || times == NULL) {
@@ -261,8 +496,10 @@ int main(int argc, char** argv) {
     if (nl != NULL) *nl = '\0';
     char* comma = strchr(version, ',');
     if (comma != NULL) *comma = '\0';
-    printf("# mpi-allreduce-bench allreduce: nranks %d, %s\n", nranks, version);
-    printf("# dtype float32, op sum, MPI_Allreduce(MPI_FLOAT, MPI_SUM), out of place\n");
+    printf("# mpi-allreduce-bench %s: nranks %d, %s\n", kOpNames[o.op], nranks, version);
+    printf("# dtype float32, op %s, %s", op_reduces(o.op) ? "sum" : "none", kMpiCalls[o.op]);
+    if (o.op == OP_BROADCAST) printf(", root %d", o.root);
+    printf("\n");
     printf("# minBytes %" PRIu64 " maxBytes %" PRIu64
            " step: %g(factor) warmup iters: %d iters: %d "
            "(cut to ~%g s per size) validation: %d\n",
@@ -275,21 +512,19 @@ int main(int argc, char** argv) {
   long long total_wrong = 0;
   for (int si = 0; si < nsizes; ++si) {
     uint64_t bytes = sizes[si];
-    int count = (int)(bytes / 4);
-    fill_input(send, (uint64_t)count, rank, m);
-    memset(recv, 0, bytes);
+    int count = (int)counts[si];
+    fill_buffers(&o, rank, nranks, m, send, recv, (uint64_t)count);
 
     double t0 = MPI_Wtime();
-    MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    run_once(&o, nranks, send, recv, count);
     double first = MPI_Wtime() - t0;
     MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     int warmup, iters;
     plan_iterations(&o, first, &warmup, &iters);
-    for (int i = 1; i < warmup; ++i)
-      MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (int i = 1; i < warmup; ++i) run_once(&o, nranks, send, recv, count);
     for (int i = 0; i < iters; ++i) {
       t0 = MPI_Wtime();
-      MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      run_once(&o, nranks, send, recv, count);
       times[i] = MPI_Wtime() - t0;
     }
     MPI_Allreduce(MPI_IN_PLACE, times, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -300,19 +535,24 @@ int main(int argc, char** argv) {
     r->count = (uint64_t)count;
     r->time_us = sec * 1e6;
     r->algbw = sec > 0 ? (double)bytes / 1e9 / sec : 0.0;
-    r->busbw = r->algbw * 2.0 * (nranks - 1) / nranks;
+    r->busbw = r->algbw * bus_factor(o.op, nranks);
     r->warmup = warmup;
     r->iters = iters;
     r->wrong = -1;
     if (o.check) {
-      memset(recv, 0, bytes);
-      MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      long long wrong = count_wrong(recv, (uint64_t)count, nranks, m);
+      long long wrong;
+      if (o.op == OP_BARRIER) {
+        wrong = check_barrier(rank, nranks);
+      } else {
+        fill_buffers(&o, rank, nranks, m, send, recv, (uint64_t)count);
+        run_once(&o, nranks, send, recv, count);
+        wrong = count_wrong_output(&o, rank, nranks, m, send, recv, (uint64_t)count);
+      }
       MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
       r->wrong = wrong;
       total_wrong += wrong;
     }
-    if (rank == 0) print_row(r);
+    if (rank == 0) print_row(&o, r);
   }
 
   if (rank == 0) {
@@ -321,14 +561,15 @@ int main(int argc, char** argv) {
     avg /= nsizes;
     printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong == 0 ? "OK" : "FAILED");
     printf("# Avg bus bandwidth : %g\n", avg);
-    printf("# Latency (%" PRIu64 " B allreduce, median of the slowest rank) : %.2f us\n#\n",
-           rows[0].bytes, rows[0].time_us);
+    printf("# Latency (%" PRIu64 " B %s, median of the slowest rank) : %.2f us\n#\n", rows[0].bytes,
+           kOpNames[o.op], rows[0].time_us);
     fflush(stdout);
     if (o.json_path != NULL) write_json(&o, nranks, rows, nsizes, avg);
   }
   free(times);
   free(rows);
   free(sizes);
+  free(counts);
   free(send);
   free(recv);
   MPI_Finalize();
