@@ -298,7 +298,7 @@ kolo_status_t kolo_start_timeline(const char* path, int mark_cycles) {
   KOLO_C_GUARD("kolo_start_timeline", {
     auto c = current();
     if (!c) return notInitialized();
-    if (path == nullptr) return report(invalidArgument("kolo_start_timeline: path is NULL"));
+    if (path == nullptr) return report(kolo::invalidArgument("kolo_start_timeline: path is NULL"));
     return report(c->timelineControl(true, path, mark_cycles != 0));
   })
 }
