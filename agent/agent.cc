@@ -101,7 +101,11 @@ Status Agent::start() {
   stalls_.setOptions(so);
   auto period = std::min<std::chrono::milliseconds>(std::chrono::seconds(5), so.warning_time / 4);
   loop_.addTimer(period, [this] { checkStallsOnLoop(); }, period);
-  timeline_ = std::make_unique<Timeline>();
+  {
+    timeline::TimelineOptions to;
+    to.label = opts_.agent_id;
+    timeline_ = std::make_unique<Timeline>(to);
+  }
   if (!opts_.timeline_filename.empty()) {
     Status ts = timeline_->start(opts_.timeline_filename, opts_.timeline_mark_cycles);
     if (!ts.isOk()) return ts.withContext("--timeline-filename");

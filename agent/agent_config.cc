@@ -36,6 +36,17 @@ void defineAgentKnobs(Config& c) {
               "Tensor Fusion buffer size in MiB (0 disables fusion)")
       .define("cycle-time-ms", KnobType::kDouble, "1",
               "Accepted for Horovod compatibility: kolo negotiates as soon as a name is ready, so no op waits for a cycle")
+      .define("autotune", KnobType::kBool, "false",
+              "Tune the fusion threshold and the small/large algorithm switch point online (multi-agent jobs)")
+      .define("autotune-log-file", KnobType::kString, "",
+              "CSV of every autotune sample and the best one (%j = job id, %a = agent id)")
+      .define("autotune-warmup-samples", KnobType::kInt, "3", "Autotune samples discarded at the start")
+      .define("autotune-steps-per-sample", KnobType::kInt, "10",
+              "Negotiation cycles that moved data per autotune sample")
+      .define("autotune-bayes-opt-max-samples", KnobType::kInt, "20",
+              "Scored samples before autotune keeps the best for good")
+      .define("autotune-gaussian-process-noise", KnobType::kDouble, "0.8",
+              "Noise of the Gaussian process (normalised score units)")
       .define("cache-capacity", KnobType::kInt, "1024", "Response cache entries (0 disables)")
       .define("timeline-filename", KnobType::kString, "",
               "Write a Chrome trace of every collective here (%a = agent id)")
@@ -55,6 +66,12 @@ void defineAgentKnobs(Config& c) {
           [](const std::string& b) { return std::to_string(std::stoll(b) >> 20); });
   c.alias("cycle-time-ms", "HOROVOD_CYCLE_TIME");
   c.alias("cache-capacity", "HOROVOD_CACHE_CAPACITY");
+  c.alias("autotune", "HOROVOD_AUTOTUNE");
+  c.alias("autotune-log-file", "HOROVOD_AUTOTUNE_LOG");
+  c.alias("autotune-warmup-samples", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES");
+  c.alias("autotune-steps-per-sample", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE");
+  c.alias("autotune-bayes-opt-max-samples", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES");
+  c.alias("autotune-gaussian-process-noise", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE");
   c.alias("timeline-filename", "HOROVOD_TIMELINE");
   c.alias("timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES");
   c.alias("stall-shutdown-time-s", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS");
@@ -103,6 +120,27 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
     o.timeline_filename.replace(p, 2, id);
   }
   o.timeline_mark_cycles = c.getBool("timeline-mark-cycles");
+  o.autotune = c.getBool("autotune");
+  o.autotune_log_file = c.getString("autotune-log-file");
+  for (size_t p; (p = o.autotune_log_file.find("%a")) != std::string::npos;) {
+    std::string id = o.agent_id;
+    for (char& ch : id) {
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+    }
+    o.autotune_log_file.replace(p, 2, id);
+  }
+  o.autotune_warmup_samples = static_cast<int>(c.getInt("autotune-warmup-samples"));
+  o.autotune_steps_per_sample = static_cast<int>(c.getInt("autotune-steps-per-sample"));
+  o.autotune_max_samples = static_cast<int>(c.getInt("autotune-bayes-opt-max-samples"));
+  o.autotune_gp_noise = c.getDouble("autotune-gaussian-process-noise");
+  if (o.autotune_steps_per_sample < 1) return invalidArgument("--autotune-steps-per-sample must be >= 1");
+  if (o.autotune_max_samples < 1) return invalidArgument("--autotune-bayes-opt-max-samples must be >= 1");
+  if (o.autotune_warmup_samples < 0) return invalidArgument("--autotune-warmup-samples must be >= 0");
+  if (!(o.autotune_gp_noise > 0)) return invalidArgument("--autotune-gaussian-process-noise must be > 0");
+  // A value the user set is kept, not tuned (as in Horovod).
+  o.autotune_fixed_fusion = c.find("fusion-threshold-mb")->source != "default";
+  o.autotune_fixed_switch = c.find("small-message-bytes") != nullptr &&
+                            c.find("small-message-bytes")->source != "default";
   o.stall_shutdown_time_s = c.getInt("stall-shutdown-time-s");
   o.stall_check_disable = c.getBool("stall-check-disable");
   return o;

@@ -34,6 +34,14 @@ struct AgentOptions {
   uint64_t fusion_threshold_bytes = 128ull << 20;
   std::string timeline_filename;
   bool timeline_mark_cycles = false;
+  bool autotune = false;
+  std::string autotune_log_file;  // %a already replaced; %j is replaced per job
+  int autotune_warmup_samples = 3;
+  int autotune_steps_per_sample = 10;
+  int autotune_max_samples = 20;
+  double autotune_gp_noise = 0.8;
+  bool autotune_fixed_fusion = false;  // the user set fusion-threshold-mb
+  bool autotune_fixed_switch = false;  // the user set small-message-bytes
   int64_t stall_shutdown_time_s = 0;
   bool stall_check_disable = false;
 };

@@ -1,6 +1,7 @@
 // Jobs that span several agents: backend set-up, and the cross-agent leg of
 // a collective (local reduce into a staging buffer, negotiated allreduce
 // among agents, scaled copy back into every local rank's slot).
+#include <cctype>
 #include <cstdlib>
 #include <regex>
 
@@ -16,6 +17,24 @@ auto crossLog() { return log::get("agent.cross"); }
 std::unique_ptr<char[], void (*)(char*)> allocStaging(size_t bytes) {
   size_t n = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
   return {static_cast<char*>(std::aligned_alloc(64, n)), [](char* p) { std::free(p); }};
+}
+
+// The autotuner's settings for one job (only the leader agent uses them).
+autotune::AutotuneOptions autotuneOptionsFor(const AgentOptions& o, const std::string& job_id) {
+  autotune::AutotuneOptions a;
+  a.warmup_samples = o.autotune_warmup_samples;
+  a.steps_per_sample = o.autotune_steps_per_sample;
+  a.max_samples = o.autotune_max_samples;
+  a.gp_noise = o.autotune_gp_noise;
+  if (o.autotune_fixed_fusion) a.fixed_fusion_threshold_mb = static_cast<double>(o.fusion_threshold_bytes) / (1 << 20);
+  if (o.autotune_fixed_switch) a.fixed_switch_point_bytes = o.backend.small_message_bytes;
+  a.log_file = o.autotune_log_file;
+  std::string id = job_id;
+  for (char& ch : id) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+  }
+  for (size_t p; (p = a.log_file.find("%j")) != std::string::npos;) a.log_file.replace(p, 2, id);
+  return a;
 }
 }  // namespace
 
@@ -49,6 +68,8 @@ void Agent::startCrossOnLoop(Job& job) {
       co.idle_cycle = std::chrono::milliseconds(opts_.idle_cycle_ms);
       co.collective_timeout = opts_.backend.timeout;
       co.fusion_threshold_bytes = opts_.fusion_threshold_bytes;
+      co.small_message_bytes = opts_.backend.small_message_bytes;
+      if (opts_.autotune) co.autotune = autotuneOptionsFor(opts_, job_id);
       co.timeline = timeline_.get();
       co.fusion_fill = &metrics_.gauge("kolo_fusion_fill_ratio",
                                        "Bytes in the last fused buffer over the fusion threshold");

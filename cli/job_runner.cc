@@ -74,10 +74,6 @@ int JobRunner::run() {
   plan_.start_timeout_s = opts_.start_timeout_s;
   plan_.command = opts_.command;
   for (auto& [k, v] : tuningEnv(opts_)) plan_.extra_env[k] = v;
-  if (opts_.autotune) {
-    std::fprintf(stderr, "kolorun: warning: --autotune is accepted for horovodrun compatibility but the agent "
-                         "does not autotune yet; it has no effect\n");
-  }
 
   if (opts_.verbose) {
     say("job " + plan_.job.job_id + ": " + std::to_string(plan_.size()) + " rank(s) on " +

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <string>
 
+#include "agent/timeline/timeline_merge.h"
 #include "cli/kolo_commands.h"
 
 namespace {
@@ -59,6 +60,12 @@ int main(int argc, char** argv) {
   CLI::App* tl_stop = timeline->add_subcommand("stop", "Stop the timeline");
   agent_opt(tl_stop);
   json_opt(tl_stop);
+  std::vector<std::string> merge_inputs;
+  std::string merge_output;
+  CLI::App* tl_merge = timeline->add_subcommand(
+      "merge", "Merge several agents' timeline files into one trace for the whole job (aligned on wall-clock time)");
+  tl_merge->add_option("FILES", merge_inputs, "The agents' timeline files")->required()->check(CLI::ExistingFile);
+  tl_merge->add_option("-o,--output", merge_output, "The merged file to write")->required();
   CLI::App* drain = app.add_subcommand("drain", "Drain the agent: finish running jobs, accept no new ones");
   agent_opt(drain);
   json_opt(drain);
@@ -71,6 +78,16 @@ int main(int argc, char** argv) {
   if (job->parsed()) return cmdJob(o, job_id, std::cout, std::cerr);
   if (tl_start->parsed()) return cmdTimelineStart(o, timeline_path, mark_cycles, std::cout, std::cerr);
   if (tl_stop->parsed()) return cmdTimelineStop(o, std::cout, std::cerr);
+  if (tl_merge->parsed()) {
+    auto merged = kolo::timeline::mergeTraceFiles(merge_inputs, merge_output);
+    if (!merged.isOk()) {
+      std::cerr << "kolo: " << merged.status().message() << "\n";
+      return 1;
+    }
+    std::cout << "merged " << merged.value().files << " files, " << merged.value().events << " events into "
+              << merge_output << "\n";
+    return 0;
+  }
   if (drain->parsed()) return cmdDrain(o, std::cout, std::cerr);
   return 2;
 }

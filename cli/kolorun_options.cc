@@ -36,7 +36,7 @@ void defineOptions(CLI::App& app, KolorunOptions& o) {
   app.add_option("--cache-capacity", o.cache_capacity, "Response cache capacity (entries)")
       ->check(CLI::TypeValidator<uint64_t>());
   app.add_option("--timeline-filename", o.timeline_filename, "Write a Chrome-trace timeline to this file");
-  app.add_flag("--autotune", o.autotune, "Accepted for horovodrun compatibility; no effect yet (the agent does not autotune)");
+  app.add_flag("--autotune", o.autotune, "Embedded agents tune the fusion threshold and algorithm switch point of multi-agent jobs (KOLO_AUTOTUNE)");
   app.add_option("--output-filename", o.output_filename, "Also write each rank's output to DIR/rank.N");
 }
 

@@ -108,6 +108,14 @@ class Backend {
                          std::vector<size_t> recv_bytes, Done done) = 0;
   virtual void barrier(Done done) = 0;
 
+  // Changes the small/large algorithm switch point (BackendOptions::
+  // small_message_bytes) for collectives posted from now on. Called from the
+  // thread that posts collectives, at the same point of the collective
+  // sequence on every rank (the autotuner's agreed parameters), so every rank
+  // keeps choosing the same algorithm. A backend without such a switch
+  // ignores it.
+  virtual void setSmallMessageBytes(size_t bytes) { (void)bytes; }
+
   // Fails the running and queued collectives with `why` and breaks the
   // backend (later collectives fail with `why` too). For the agent when the
   // generation ends for another reason (a lost lease, a local rank's exit).

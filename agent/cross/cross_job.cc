@@ -1,5 +1,6 @@
 #include "agent/cross/cross_job.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -14,6 +15,31 @@ namespace {
 auto logger() { return log::get("agent.cross"); }
 }  // namespace
 
+void AgreedParams::encode(bool leader, uint8_t* out) const {
+  if (!leader) {
+    std::memset(out, 0xFF, kWireBytes);
+    return;
+  }
+  auto put = [](uint8_t* p, uint64_t v) {
+    v = std::min<uint64_t>(v, 0xFFFFFFFFu);
+    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+  };
+  put(out, (fusion_threshold_bytes + 1023) >> 10);
+  put(out + 4, small_message_bytes);
+}
+
+AgreedParams AgreedParams::decode(const uint8_t* in) {
+  auto get = [](const uint8_t* p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+    return v;
+  };
+  AgreedParams a;
+  a.fusion_threshold_bytes = get(in) << 10;
+  a.small_message_bytes = get(in + 4);
+  return a;
+}
+
 CrossJob::CrossJob(std::string label, std::unique_ptr<Backend> backend, CrossJobOptions options,
                    EventLoop& loop, DoneOnLoop on_done)
     : label_(std::move(label)),
@@ -22,6 +48,27 @@ CrossJob::CrossJob(std::string label, std::unique_ptr<Backend> backend, CrossJob
       options_(options),
       loop_(loop),
       on_done_(std::move(on_done)) {
+  agreed_.fusion_threshold_bytes = options_.fusion_threshold_bytes;
+  agreed_.small_message_bytes = options_.small_message_bytes;
+  if (options_.autotune && backend_->rank() == 0) {
+    autotune::AutotuneOptions ao = *options_.autotune;
+    ao.initial.fusion_threshold_mb = static_cast<double>(options_.fusion_threshold_bytes) / (1 << 20);
+    ao.initial.switch_point_bytes = options_.small_message_bytes;
+    // kolo never waits for a cycle (a name is negotiated as soon as it is
+    // ready), so the cycle time is not a dimension worth searching.
+    ao.fixed_cycle_time_ms = ao.initial.cycle_time_ms;
+    auto made = autotune::Autotuner::create(std::move(ao));
+    if (made.isOk()) {
+      tuner_ = std::move(made.value());
+      agreed_.fusion_threshold_bytes = tuner_->params().fusionThresholdBytes();
+      agreed_.small_message_bytes = tuner_->params().switch_point_bytes;
+      logger()->info("{}: autotune on: starting at fusion threshold {:.1f} MiB, switch point {} bytes", label_,
+                     tuner_->params().fusion_threshold_mb, tuner_->params().switch_point_bytes);
+    } else {
+      logger()->warn("{}: autotune off: {}", label_, made.status().message());
+    }
+  }
+  last_report_ = std::chrono::steady_clock::now();
   thread_ = std::thread([this] {
     log::setThreadName("negotiate");
     run();
@@ -108,11 +155,51 @@ void CrossJob::run() {
   waiting_.clear();
 }
 
+void CrossJob::applyAgreed(const AgreedParams& p) {
+  if (p.small_message_bytes != agreed_.small_message_bytes) backend_->setSmallMessageBytes(p.small_message_bytes);
+  agreed_ = p;
+}
+
+void CrossJob::measureForAutotune() {
+  if (!tuner_ || tuner_->done()) return;
+  const uint64_t done = allreduced_bytes_.load(std::memory_order_relaxed);
+  if (done == reported_bytes_) return;  // nothing completed: idle time counts into the next step
+  auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - last_report_).count();
+  const uint64_t bytes = done - reported_bytes_;
+  reported_bytes_ = done;
+  last_report_ = now;
+  if (seconds <= 0) return;
+  if (tuner_->report(bytes, seconds)) {
+    const autotune::TunedParams& t = tuner_->params();
+    if (tuner_->done()) {
+      logger()->info("{}: autotune done: fusion threshold {:.1f} MiB, switch point {} bytes ({:.1f} MB/s)", label_,
+                     t.fusion_threshold_mb, t.switch_point_bytes, tuner_->best().score / 1e6);
+    } else {
+      logger()->debug("{}: autotune: trying fusion threshold {:.1f} MiB, switch point {} bytes", label_,
+                      t.fusion_threshold_mb, t.switch_point_bytes);
+    }
+  }
+}
+
 Status CrossJob::cycle() {
+  // One byte per cache bit, then the leader's parameters for this cycle
+  // (every agent plans fusion and picks algorithms with the same values).
   std::vector<uint8_t> bits = state_.cacheVector();
+  const size_t nbits = bits.size();
+  measureForAutotune();
+  AgreedParams proposal = agreed_;
+  if (tuner_) {
+    proposal.fusion_threshold_bytes = tuner_->params().fusionThresholdBytes();
+    proposal.small_message_bytes = tuner_->params().switch_point_bytes;
+  }
+  bits.resize(nbits + AgreedParams::kWireBytes);
+  proposal.encode(backend_->rank() == 0, bits.data() + nbits);
   RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
     backend_->allreduce(bits.data(), bits.size(), DataType::kUint8, ReduceOp::kMin, std::move(d));
   }));
+  applyAgreed(AgreedParams::decode(bits.data() + nbits));
+  bits.resize(nbits);
   std::vector<std::string> gathered;
   bool gather = bits[0] == 0;
   if (gather) {
@@ -230,14 +317,16 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     entries.push_back(std::move(e));
   }
   fusion::FusionOptions fo;
-  fo.threshold_bytes = options_.fusion_threshold_bytes;
+  fo.threshold_bytes = agreed_.fusion_threshold_bytes;
   Timeline* tl = options_.timeline;
   for (const fusion::FusedGroup& g : fusion::planFusion(entries, fo)) {
     if (!g.fused()) {
       CrossWork& w = works[g.slots[0].index];
       std::string name = w.req.name;
       if (tl != nullptr) tl->activityStart(name, "CROSS_ALLREDUCE", {{"backend", std::string(backend_->name())}});
-      backend_->allreduce(w.staging, w.count, w.dtype, w.op, [this, name, tl](Status st) {
+      const uint64_t bytes = w.count * dataTypeSize(w.dtype);
+      backend_->allreduce(w.staging, w.count, w.dtype, w.op, [this, name, tl, bytes](Status st) {
+        if (st.isOk()) allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
         if (tl != nullptr) tl->activityEnd(name);
         loop_.post([cb = on_done_, name, st] { cb(name, st); });
       });
@@ -254,8 +343,8 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     size_t buf_bytes = fusion::alignUp(std::max<uint64_t>(g.buffer_bytes, 64), 64);
     auto buf = std::shared_ptr<char>(static_cast<char*>(std::aligned_alloc(64, buf_bytes)), std::free);
     std::memset(buf.get(), 0, buf_bytes);
-    if (options_.fusion_fill != nullptr && options_.fusion_threshold_bytes > 0) {
-      options_.fusion_fill->set(static_cast<double>(g.buffer_bytes) / options_.fusion_threshold_bytes);
+    if (options_.fusion_fill != nullptr && agreed_.fusion_threshold_bytes > 0) {
+      options_.fusion_fill->set(static_cast<double>(g.buffer_bytes) / agreed_.fusion_threshold_bytes);
     }
     DataType dt = works[g.slots[0].index].dtype;
     ReduceOp op = works[g.slots[0].index].op;
@@ -269,7 +358,9 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
       }
     }
     size_t count = buf_bytes / dataTypeSize(dt);
-    backend_->allreduce(buf.get(), count, dt, op, [this, parts, buf, tl](Status st) {
+    const uint64_t payload = g.buffer_bytes;
+    backend_->allreduce(buf.get(), count, dt, op, [this, parts, buf, tl, payload](Status st) {
+      if (st.isOk()) allreduced_bytes_.fetch_add(payload, std::memory_order_relaxed);
       for (const Part& p : *parts) {
         if (st.isOk()) std::memcpy(p.staging, buf.get() + p.offset, p.bytes);
         if (tl != nullptr) tl->activityEnd(p.name);

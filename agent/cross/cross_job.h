@@ -5,15 +5,18 @@
 // sequence. Results are posted to the agent loop.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 
+#include "agent/autotune/autotuner.h"
 #include "agent/backends/backend.h"
 #include "agent/cross/negotiation_state.h"
 #include "common/event_loop.h"
@@ -51,8 +54,25 @@ struct CrossJobOptions {
   std::chrono::milliseconds idle_cycle{100};
   std::chrono::milliseconds collective_timeout{30000};
   uint64_t fusion_threshold_bytes = 128ull << 20;  // 0 disables fusion
+  uint64_t small_message_bytes = 64 * 1024;        // the backend's configured switch point
   Timeline* timeline = nullptr;                    // optional; thread-safe recorder
   metrics::Gauge* fusion_fill = nullptr;           // optional
+  // Set: the job's leader agent (cross rank 0) tunes the fusion threshold and
+  // the backend's small/large switch point online (see docs/fusion-and-timeline.md).
+  std::optional<autotune::AutotuneOptions> autotune;
+};
+
+// The parameters every agent of a job must agree on, carried in each
+// negotiation cycle: the leader's values win (see CrossJob::cycle).
+struct AgreedParams {
+  uint64_t fusion_threshold_bytes = 0;
+  uint64_t small_message_bytes = 0;
+  static constexpr size_t kWireBytes = 8;
+  // Leader: the values (fusion threshold in KiB, switch point in bytes, each
+  // 4 bytes little-endian, saturated). Others: all 0xFF, so that a bytewise
+  // Min allreduce yields the leader's bytes.
+  void encode(bool leader, uint8_t* out) const;
+  static AgreedParams decode(const uint8_t* in);
 };
 
 class CrossJob {
@@ -77,6 +97,10 @@ class CrossJob {
   void postData(std::vector<CrossWork> works);
   void postAllreduces(std::vector<CrossWork> works);
   void postOther(CrossWork work);
+  // Leader only: feeds the allreduce throughput measured since the last call
+  // to the autotuner.
+  void measureForAutotune();
+  void applyAgreed(const AgreedParams& p);
 
   std::string label_;
   std::unique_ptr<Backend> backend_;
@@ -91,6 +115,13 @@ class CrossJob {
   bool stop_ = false;
   Status aborted_;
   std::unordered_map<std::string, CrossWork> waiting_;  // negotiating, thread-owned
+  // Negotiation-thread state: the agreed parameters in force, and the
+  // leader's tuner.
+  AgreedParams agreed_;
+  std::unique_ptr<autotune::Autotuner> tuner_;
+  std::atomic<uint64_t> allreduced_bytes_{0};  // completed, updated by backend callbacks
+  uint64_t reported_bytes_ = 0;
+  std::chrono::steady_clock::time_point last_report_;
   std::thread thread_;
 };
 

@@ -110,6 +110,23 @@ Status Timeline::start(const std::string& path, bool mark_cycles) {
     }
   }
   writer_state_ = std::make_unique<WriterState>(std::move(file).value());
+  // First event: the clock anchor (metadata; viewers ignore it). It maps
+  // this file's monotonic timestamps to wall-clock time for merging.
+  {
+    const int64_t wall_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+    std::string anchor = nlohmann::json{{"name", kClockAnchorName},
+                                        {"ph", "M"},
+                                        {"pid", 0},
+                                        {"args", {{"ts_us", clock_()}, {"unix_us", wall_us}, {"label", options_.label}}}}
+                             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    Status st = writer_state_->file.append({anchor});
+    if (!st.isOk()) {
+      writer_state_.reset();
+      return st;
+    }
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_requested_ = false;

@@ -57,11 +57,18 @@ struct TraceEvent {
   TraceArgs args;
 };
 
+// Name of the metadata event that opens every file (see TimelineOptions::label).
+inline constexpr const char* kClockAnchorName = "kolo_clock_anchor";
+
 struct TimelineOptions {
   size_t queue_capacity = size_t{1} << 16;  // events; rounded up to a power of two
   std::chrono::milliseconds flush_interval{100};
   // Monotonic clock in microseconds (any epoch). Tests inject their own.
   std::function<int64_t()> clock_us;
+  // Who records (the agent id): written, with the clock anchor, into each
+  // file's first event so that `kolo timeline merge` can label and align
+  // several agents' files.
+  std::string label;
 };
 
 class Timeline {

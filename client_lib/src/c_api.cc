@@ -294,6 +294,23 @@ kolo_status_t kolo_barrier(int64_t timeout_ms) {
   })
 }
 
+kolo_status_t kolo_start_timeline(const char* path, int mark_cycles) {
+  KOLO_C_GUARD("kolo_start_timeline", {
+    auto c = current();
+    if (!c) return notInitialized();
+    if (path == nullptr) return report(kolo::invalidArgument("kolo_start_timeline: path is NULL"));
+    return report(c->timelineControl(true, path, mark_cycles != 0));
+  })
+}
+
+kolo_status_t kolo_stop_timeline(void) {
+  KOLO_C_GUARD("kolo_stop_timeline", {
+    auto c = current();
+    if (!c) return notInitialized();
+    return report(c->timelineControl(false, "", false));
+  })
+}
+
 kolo_status_t kolo_poll(kolo_handle_t handle) {
   KOLO_C_GUARD("kolo_poll", {
     auto c = current();

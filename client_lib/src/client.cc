@@ -1118,4 +1118,15 @@ void Client::shutdown() {
   sock_.reset();
 }
 
+Status Client::timelineControl(bool start, const std::string& path, bool mark_cycles) {
+  std::lock_guard<std::mutex> lk(mu_);
+  RETURN_IF_ERROR(usableLocked());
+  if (start && path.empty()) return invalidArgument("start_timeline: the file name is empty");
+  ipc::ClientFrame f;
+  f.mutable_timeline()->set_start(start);
+  f.mutable_timeline()->set_path(path);
+  f.mutable_timeline()->set_mark_cycles(mark_cycles);
+  return sendFrame(sock_.get(), f).withContext(start ? "start_timeline" : "stop_timeline");
+}
+
 }  // namespace kolo

@@ -141,6 +141,11 @@ class Client {
   StatusOr<void*> allocShared(size_t bytes);
   Status freeShared(void* ptr);
 
+  // Starts (path non-empty) or stops the agent's timeline. The agent applies
+  // it on its loop and logs a failure (e.g. an unwritable path); the call
+  // reports only whether the request reached the agent.
+  Status timelineControl(bool start, const std::string& path, bool mark_cycles);
+
   // Sends Goodbye, fails pending handles with ABORTED and refuses new work.
   // Idempotent. Memory and descriptors are released by the destructor.
   void shutdown();

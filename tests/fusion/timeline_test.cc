@@ -232,7 +232,9 @@ TEST(Timeline, FileIsValidAfterEveryFlush) {
   Timeline tl(opts);
   const std::string path = dir.file("t.json");
   ASSERT_TRUE(tl.start(path).isOk());
-  EXPECT_EQ(parseFile(path).at("traceEvents").size(), 0u) << "valid right after start";
+  // Valid right after start, holding only the clock anchor.
+  ASSERT_EQ(parseFile(path).at("traceEvents").size(), 1u);
+  EXPECT_EQ(parseFile(path).at("traceEvents")[0].at("name"), kClockAnchorName);
   uint64_t recorded = 0;
   for (int round = 1; round <= 5; ++round) {
     for (int i = 0; i < 10 * round; ++i) {

@@ -340,6 +340,63 @@ int runStall(int delay_s) {
   return st == KOLO_OK ? 0 : 1;
 }
 
+// Training-step shape: each step submits `tensors` allreduces of varied
+// sizes at once (as backward produces gradients), then waits for all; every
+// element is checked. Exercises fusion while its parameters change (autotune).
+int runSteps(int steps) {
+  const int tensors = 24;
+  std::vector<std::vector<float>> bufs(tensors);
+  std::vector<kolo_handle_t> handles(tensors);
+  for (int t = 0; t < tensors; ++t) bufs[t].resize(static_cast<size_t>(97 + 4099 * (t % 7) + 131 * t));
+  for (int s = 0; s < steps; ++s) {
+    for (int t = 0; t < tensors; ++t) {
+      auto& b = bufs[t];
+      for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((g_rank + 1) * (s + t + static_cast<int>(i % 5)));
+      int64_t shape[1] = {static_cast<int64_t>(b.size())};
+      std::string name = "step.grad" + std::to_string(t);
+      kolo_status_t st = kolo_allreduce_async(name.c_str(), b.data(), b.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM,
+                                              1, 1, &handles[t]);
+      if (st != KOLO_OK) FAIL("step %d tensor %d: %s: %s", s, t, kolo_status_string(st), kolo_last_error());
+    }
+    for (int t = tensors - 1; t >= 0; --t) {
+      kolo_status_t st = kolo_synchronize(handles[t], -1);
+      if (st != KOLO_OK) FAIL("step %d tensor %d: %s: %s", s, t, kolo_status_string(st), kolo_last_error());
+      const float ranks_sum = static_cast<float>(g_size * (g_size + 1) / 2);
+      for (size_t i = 0; i < bufs[t].size(); ++i) {
+        float want = ranks_sum * static_cast<float>(s + t + static_cast<int>(i % 5));
+        if (bufs[t][i] != want) FAIL("step %d tensor %d [%zu]: got %g want %g", s, t, i, bufs[t][i], want);
+      }
+    }
+  }
+  std::printf("rank %d: OK %d steps\n", g_rank, steps);
+  return 0;
+}
+
+// Rank 0 starts the agent's timeline through the API, every rank runs a
+// few allreduces, rank 0 stops it; a bad call is refused with its text.
+int runApiTimeline(const char* path) {
+  if (kolo_start_timeline(nullptr, 0) != KOLO_ERR_INVALID_ARGUMENT) FAIL("start_timeline(NULL) was accepted");
+  if (g_rank == 0) {
+    kolo_status_t st = kolo_start_timeline(path, 1);
+    if (st != KOLO_OK) FAIL("start_timeline: %s: %s", kolo_status_string(st), kolo_last_error());
+  }
+  if (kolo_barrier(-1) != KOLO_OK) FAIL("barrier: %s", kolo_last_error());
+  std::vector<float> a(1024, 1.0f);
+  int64_t shape[1] = {1024};
+  for (int i = 0; i < 10; ++i) {
+    kolo_status_t st = kolo_allreduce("tl.grad", a.data(), a.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1);
+    if (st != KOLO_OK) FAIL("allreduce: %s", kolo_last_error());
+  }
+  if (kolo_barrier(-1) != KOLO_OK) FAIL("barrier: %s", kolo_last_error());
+  if (g_rank == 0) {
+    kolo_status_t st = kolo_stop_timeline();
+    if (st != KOLO_OK) FAIL("stop_timeline: %s: %s", kolo_status_string(st), kolo_last_error());
+  }
+  if (kolo_barrier(-1) != KOLO_OK) FAIL("barrier: %s", kolo_last_error());
+  std::printf("rank %d: OK api timeline\n", g_rank);
+  return 0;
+}
+
 int runLoop(int n) {
   std::vector<float> a(4096);
   int64_t shape[1] = {4096};
@@ -795,6 +852,8 @@ int main(int argc, char** argv) {
   else if (mode == "die") rc = runDie(argc > 2 ? std::atoi(argv[2]) : 1);
   else if (mode == "stall") rc = runStall(argc > 2 ? std::atoi(argv[2]) : 3);
   else if (mode == "loop") rc = runLoop(argc > 2 ? std::atoi(argv[2]) : 100);
+  else if (mode == "api-timeline" && argc > 2) rc = runApiTimeline(argv[2]);
+  else if (mode == "steps") rc = runSteps(argc > 2 ? std::atoi(argv[2]) : 10);
   else if (mode == "broadcast") rc = runBroadcast(argc > 2 && std::string(argv[2]) == "--big");
   else if (mode == "barrier") rc = runBarrier();
   else if (mode == "reducescatter") rc = runReducescatter();

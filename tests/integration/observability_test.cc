@@ -85,6 +85,75 @@ TEST(Timeline, TwoAgentsShowCrossAllreduceAndSurviveSigkill) {
   ::rmdir(dir);
 }
 
+TEST(Timeline, MergeMakesOneJobTraceFromEveryAgentsFile) {
+  char dir[] = "/tmp/kolo-tl-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::string p0 = std::string(dir) + "/trace-node0.json", p1 = std::string(dir) + "/trace-node1.json";
+  std::string merged = std::string(dir) + "/job.json";
+  {
+    Cluster c(2, {{"KOLO_TIMELINE_FILENAME", std::string(dir) + "/trace-%a.json"}});
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks = c.launchMultiJob("tlm", {1, 1}, {checkBin(), "loop", "30"});
+    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
+    for (auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << r.output();
+  }
+  Proc m = spawnProcess({binDir() + "/kolo", "timeline", "merge", p0, p1, "-o", merged}, {},
+                        std::string(dir) + "/merge.log");
+  ASSERT_TRUE(waitProcess(m, std::chrono::seconds(30)));
+  ASSERT_EQ(m.exit_code, 0) << m.output();
+  EXPECT_NE(m.output().find("merged 2 files"), std::string::npos) << m.output();
+  std::string err;
+  auto j = readJson(merged, &err);
+  ASSERT_TRUE(err.empty()) << err;
+  // Both agents' rows, labelled by agent, with their cross-agent allreduces;
+  // times start at 0 and every pid range stays apart.
+  std::set<std::string> procs;
+  std::set<int64_t> cross_pids;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "process_name") procs.insert(e.at("args").at("name"));
+    if (e.contains("ts")) EXPECT_GE(e.at("ts").get<int64_t>(), 0) << e.dump();
+    if (e.value("name", "") == "CROSS_ALLREDUCE") cross_pids.insert(e.at("pid").get<int64_t>() / 1000000);
+    EXPECT_NE(e.value("name", ""), "kolo_clock_anchor");
+  }
+  EXPECT_TRUE(procs.count("node0: loop")) << j.dump().substr(0, 1500);
+  EXPECT_TRUE(procs.count("node1: loop")) << j.dump().substr(0, 1500);
+  EXPECT_EQ(cross_pids.size(), 2u) << "CROSS_ALLREDUCE from both agents";
+  // A file that is not a trace is refused with its name.
+  std::string bogus = std::string(dir) + "/bogus.json";
+  { std::ofstream(bogus) << "{not json"; }
+  Proc b = spawnProcess({binDir() + "/kolo", "timeline", "merge", p0, bogus, "-o", merged}, {},
+                        std::string(dir) + "/merge2.log");
+  ASSERT_TRUE(waitProcess(b, std::chrono::seconds(30)));
+  EXPECT_EQ(b.exit_code, 1);
+  EXPECT_NE(b.output().find("bogus.json is not valid JSON"), std::string::npos) << b.output();
+  for (const std::string& f : {p0, p1, merged, bogus, std::string(dir) + "/merge.log", std::string(dir) + "/merge2.log"}) {
+    std::remove(f.c_str());
+  }
+  ::rmdir(dir);
+}
+
+TEST(Timeline, ApiStartsAndStopsTheAgentsTimeline) {
+  char dir[] = "/tmp/kolo-tl-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::string path = std::string(dir) + "/api.json";
+  {
+    Cluster c(1);
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks = c.launchJob("tlapi", 2, {checkBin(), "api-timeline", path});
+    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
+    for (auto& r : ranks) EXPECT_EQ(r.exit_code, 0) << r.output() << c.agentLog(0);
+    std::string log = c.agentLog(0);
+    EXPECT_NE(log.find("timeline recording to " + path), std::string::npos) << log;
+    EXPECT_NE(log.find("timeline " + path + " closed"), std::string::npos) << log;
+  }
+  std::string err;
+  auto j = readJson(path, &err);
+  ASSERT_TRUE(err.empty()) << err;
+  EXPECT_TRUE(eventNames(j).count("ALLREDUCE")) << j.dump().substr(0, 1500);
+  std::remove(path.c_str());
+  ::rmdir(dir);
+}
+
 TEST(Logging, JsonLinesCarryHostPidTidAndEscapedMessages) {
   Cluster c(1, {{"KOLO_LOG_FORMAT", "json"}});
   ASSERT_TRUE(c.ok()) << c.error();

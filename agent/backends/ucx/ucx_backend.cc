@@ -147,6 +147,7 @@ class UcxBackend final : public Backend, private CollectiveContext {
 
   std::string_view name() const override { return "ucx"; }
   int rank() const override { return opts_.rank; }
+  void setSmallMessageBytes(size_t bytes) override { small_message_bytes_ = bytes; }
   int size() const override { return opts_.size; }
 
   void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op, Done done) override {
@@ -160,7 +161,7 @@ class UcxBackend final : public Backend, private CollectiveContext {
     if (opts_.size == 1 || count == 0) {
       return submit(ucx::makeLocalCollective("allreduce (local)", nullptr), std::move(done));
     }
-    if (bytes < opts_.small_message_bytes) {
+    if (bytes < small_message_bytes_) {
       return submit(ucx::makeRecursiveDoublingAllreduce(buf, count, dtype, op), std::move(done));
     }
     submit(ucx::makeRingAllreduce(buf, count, dtype, op), std::move(done));
@@ -178,7 +179,7 @@ class UcxBackend final : public Backend, private CollectiveContext {
     if (opts_.size == 1 || bytes == 0) {
       return submit(ucx::makeLocalCollective("broadcast (local)", nullptr), std::move(done));
     }
-    if (bytes < opts_.small_message_bytes) {
+    if (bytes < small_message_bytes_) {
       return submit(ucx::makeTreeBroadcast(buf, bytes, root), std::move(done));
     }
     submit(ucx::makeChainBroadcast(buf, bytes, root), std::move(done));
@@ -249,7 +250,7 @@ class UcxBackend final : public Backend, private CollectiveContext {
                                              }),
                     std::move(done));
     }
-    if (total * esize < opts_.small_message_bytes) {
+    if (total * esize < small_message_bytes_) {
       return submit(ucx::makeSmallReducescatter(in, out, std::move(recv_counts), dtype, op),
                     std::move(done));
     }
@@ -913,6 +914,8 @@ class UcxBackend final : public Backend, private CollectiveContext {
   // --- state ---------------------------------------------------------------
 
   const BackendOptions opts_;
+  // Read and written only on the posting thread (see Backend::setSmallMessageBytes).
+  size_t small_message_bytes_ = opts_.small_message_bytes;
   std::shared_ptr<spdlog::logger> log_;
   UniqueFd wake_fd_;
   std::thread thread_;

@@ -155,6 +155,16 @@ void kolo_release(kolo_handle_t handle);
 void* kolo_alloc_shared(size_t bytes);
 void kolo_free_shared(void* ptr);
 
+/* --- timeline (added in ABI 1, additive) -------------------------------- */
+/* Starts the agent's Chrome-trace timeline, written to `path` on the
+ * agent's machine (as `kolo timeline start PATH`, HOROVOD's
+ * start_timeline); `mark_cycles` adds a mark per negotiation cycle. Stop
+ * closes the file as valid JSON. The agent applies the request
+ * asynchronously and logs a path it cannot open; the call reports only
+ * whether the request reached the agent. */
+kolo_status_t kolo_start_timeline(const char* path, int mark_cycles);
+kolo_status_t kolo_stop_timeline(void);
+
 /* --- errors ------------------------------------------------------------- */
 const char* kolo_status_string(kolo_status_t status);  /* "KOLO_ERR_TIMED_OUT" */
 const char* kolo_last_error(void);                     /* thread-local text of the last error */
