@@ -1,6 +1,7 @@
 // Agent lifecycle and the local IPC server (accept, Hello, disconnects).
 #include "agent/agent.h"
 
+#include <cctype>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sched.h>
@@ -8,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 
@@ -125,10 +127,20 @@ StatusOr<std::string> Agent::timelineOnLoop(bool start, const std::string& path,
     return p;
   }
   if (path.empty()) return invalidArgument("timeline start needs a file path");
+  // "%a" stands for this agent's id, as in --timeline-filename, so that
+  // several agents on one host write separate files.
+  std::string file = path;
+  for (size_t p; (p = file.find("%a")) != std::string::npos;) {
+    std::string id = opts_.agent_id;
+    for (char& ch : id) {
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+    }
+    file.replace(p, 2, id);
+  }
   if (timeline_->active()) RETURN_IF_ERROR(timeline_->stop());
-  RETURN_IF_ERROR(timeline_->start(path, mark_cycles));
-  logger()->info("timeline started: {}", path);
-  return path;
+  RETURN_IF_ERROR(timeline_->start(file, mark_cycles));
+  logger()->info("timeline started: {}", file);
+  return file;
 }
 
 void Agent::checkStallsOnLoop() {

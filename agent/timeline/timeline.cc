@@ -112,6 +112,9 @@ Status Timeline::start(const std::string& path, bool mark_cycles) {
   writer_state_ = std::make_unique<WriterState>(std::move(file).value());
   // First event: the clock anchor (metadata; viewers ignore it). It maps
   // this file's monotonic timestamps to wall-clock time for merging.
+  // Event times are microseconds since start_us_, so the anchor says
+  // ts 0 <=> unix_us.
+  start_us_.store(clock_(), std::memory_order_relaxed);
   {
     const int64_t wall_us = std::chrono::duration_cast<std::chrono::microseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
@@ -119,7 +122,7 @@ Status Timeline::start(const std::string& path, bool mark_cycles) {
     std::string anchor = nlohmann::json{{"name", kClockAnchorName},
                                         {"ph", "M"},
                                         {"pid", 0},
-                                        {"args", {{"ts_us", clock_()}, {"unix_us", wall_us}, {"label", options_.label}}}}
+                                        {"args", {{"ts_us", 0}, {"unix_us", wall_us}, {"label", options_.label}}}}
                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     Status st = writer_state_->file.append({anchor});
     if (!st.isOk()) {
@@ -137,7 +140,6 @@ Status Timeline::start(const std::string& path, bool mark_cycles) {
   dropped_.store(0, std::memory_order_relaxed);
   written_.store(0, std::memory_order_relaxed);
   flushes_.store(0, std::memory_order_relaxed);
-  start_us_.store(clock_(), std::memory_order_relaxed);
   mark_cycles_.store(mark_cycles, std::memory_order_relaxed);
   writer_ = std::thread([this] { writerMain(); });
   active_.store(true, std::memory_order_release);

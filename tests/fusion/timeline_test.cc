@@ -14,6 +14,7 @@
 
 #include "agent/timeline/mpsc_queue.h"
 #include "agent/timeline/timeline.h"
+#include "agent/timeline/timeline_merge.h"
 
 namespace kolo::timeline {
 namespace {
@@ -344,6 +345,58 @@ TEST(Timeline, SurvivesSigkillOfTheWritingProcess) {
   Parsed p = parse(doc);
   EXPECT_GE(p.events.size(), 3000u);
   EXPECT_EQ(p.pid_names.size(), 50u);
+}
+
+TEST(TimelineMerge, AlignsFilesOnWallClockAndKeepsAgentsApart) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  auto write = [&](const std::string& name, const nlohmann::json& events) {
+    std::ofstream(dir.file(name)) << nlohmann::json{{"traceEvents", events}}.dump();
+    return dir.file(name);
+  };
+  // Agent a started recording at unix 1'000'000 us, agent b 500 us later.
+  std::string a = write("a.json", nlohmann::json::array({
+      {{"name", kClockAnchorName}, {"ph", "M"}, {"pid", 0}, {"args", {{"ts_us", 0}, {"unix_us", 1000000}, {"label", "hostA"}}}},
+      {{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", "grad"}}}},
+      {{"name", "ALLREDUCE"}, {"ph", "B"}, {"ts", 10}, {"pid", 1}, {"tid", 0}},
+      {{"ph", "E"}, {"ts", 700}, {"pid", 1}, {"tid", 0}}}));
+  std::string b = write("b.json", nlohmann::json::array({
+      {{"name", kClockAnchorName}, {"ph", "M"}, {"pid", 0}, {"args", {{"ts_us", 0}, {"unix_us", 1000500}, {"label", "hostB"}}}},
+      {{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", "grad"}}}},
+      {{"name", "ALLREDUCE"}, {"ph", "B"}, {"ts", 0}, {"pid", 1}, {"tid", 0}}}));
+  std::string out = dir.file("job.json");
+  auto st = mergeTraceFiles({a, b}, out);
+  ASSERT_TRUE(st.isOk()) << st.status().toString();
+  EXPECT_EQ(st.value().files, 2u);
+  Parsed p = parse(parseFile(out));
+  EXPECT_EQ(p.pid_names.at(1), "hostA: grad");
+  EXPECT_EQ(p.pid_names.at(1000001), "hostB: grad");
+  std::map<int64_t, std::vector<int64_t>> ts;  // pid -> timestamps
+  for (const auto& e : p.events) ts[e.at("pid")].push_back(e.at("ts"));
+  EXPECT_EQ(ts[1], (std::vector<int64_t>{0, 690}));  // earliest event is 0
+  EXPECT_EQ(ts[1000001], (std::vector<int64_t>{490}));  // 500 us later on the wall clock
+  // A file without an anchor cannot be aligned: a clear error.
+  std::string old = write("old.json", nlohmann::json::array({{{"name", "X"}, {"ph", "i"}, {"ts", 1}, {"pid", 1}}}));
+  auto bad = mergeTraceFiles({a, old}, out);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("old.json has no clock anchor"), std::string::npos) << bad.status().message();
+}
+
+TEST(TimelineMerge, RecordedFilesCarryTheAnchorFirst) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  TimelineOptions opts;
+  opts.label = "node7";
+  Timeline tl(opts);
+  ASSERT_TRUE(tl.start(dir.file("t.json")).isOk());
+  ASSERT_TRUE(tl.stop().isOk());
+  auto doc = parseFile(dir.file("t.json"));
+  ASSERT_GE(doc.at("traceEvents").size(), 1u);
+  const auto& anchor = doc.at("traceEvents")[0];
+  EXPECT_EQ(anchor.at("name"), kClockAnchorName);
+  EXPECT_EQ(anchor.at("args").at("label"), "node7");
+  EXPECT_EQ(anchor.at("args").at("ts_us"), 0);
+  EXPECT_GT(anchor.at("args").at("unix_us").get<int64_t>(), 1'600'000'000'000'000);
 }
 
 }  // namespace

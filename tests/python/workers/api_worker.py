@@ -5,6 +5,7 @@ and asserts its results on every rank, errors included. Prints
 
 import math
 import struct
+import os
 import sys
 import warnings
 
@@ -364,11 +365,45 @@ def test_errors_and_unsupported(r, n):
     # Operations libkolo does not offer yet say so, naming the operation.
     # (alltoall and reducescatter are native now: workers/collectives_worker.py.)
     for fn, args, opname in [(hvd.join, (), "join"),
-                             (hvd.start_timeline, ("/tmp/x.json",), "timeline"),
-                             (hvd.stop_timeline, (), "timeline"),
                              (hvd.SyncBatchNorm, (4,), "SyncBatchNorm")]:
         err = expect_raises(NotImplementedError, fn, *args, contains=opname)
         assert isinstance(err, hvd.KoloNotImplementedError)
+    # The agent's timeline, switched on and off from the API (local rank 0
+    # sends it): the file is valid JSON holding this job's allreduce.
+    # "%a" gives each agent its own file (several agents share this host).
+    tl_pattern = "/tmp/kolo-api-timeline-%d-%%a.json" % os.getppid()
+    hvd.start_timeline(tl_pattern, mark_cycles=True)
+    hvd.barrier()
+    hvd.allreduce(torch.ones(3), name="timeline.probe")
+    hvd.barrier()
+    hvd.stop_timeline()
+    hvd.barrier()
+    if r == 0:
+        import glob
+        import json
+        import time
+        deadline = time.monotonic() + 10
+        files, procs = [], set()
+        while time.monotonic() < deadline:
+            files = glob.glob(tl_pattern.replace("%a", "*"))
+            procs = set()
+            try:
+                for fn in files:
+                    with open(fn) as f:
+                        doc = json.load(f)
+                    procs |= {fn + ":" + e["args"]["name"] for e in doc["traceEvents"]
+                              if e.get("name") == "process_name"}
+            except (OSError, ValueError):
+                procs = set()
+            if len(files) == hvd.cross_size() and \
+                    sum("timeline.probe" in p for p in procs) == hvd.cross_size():
+                break
+            time.sleep(0.05)  # the agents apply and flush on their own threads
+        assert len(files) == hvd.cross_size(), files
+        assert sum("timeline.probe" in p for p in procs) == hvd.cross_size(), sorted(procs)
+        for fn in files:
+            os.unlink(fn)
+    hvd.barrier()
     out, recv = hvd.alltoall(torch.full((n,), r), splits=[1] * n, name="a2a_smoke")
     assert out.tolist() == list(range(n)) and recv.tolist() == [1] * n
     got = hvd.reducescatter(torch.ones(n, 2), op=hvd.Sum, name="rs_smoke")

@@ -11,6 +11,8 @@ Run the script with ``kolorun -np N python train.py``. CPU tensors only for
 now. See docs/user-guide-python.md.
 """
 
+import os
+
 from .. import basics as _basics
 from ..basics import (  # noqa: F401
     ccl_built,
@@ -116,16 +118,26 @@ def init(comm=None, process_sets=None):
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """Horovod's runtime timeline switch. The kolo timeline is controlled on
-    the agent: `kolo timeline start PATH` / `kolo timeline stop`, or
-    kolorun --timeline-filename."""
-    raise KoloNotImplementedError(
-        "start_timeline", "use `kolo timeline start %s` (the agent writes the timeline) or "
-        "kolorun --timeline-filename" % file_path)
+    """Horovod's runtime timeline switch: the agent starts writing a Chrome
+    trace of every collective to `file_path` (on the agent's machine). Any
+    rank may call it; the local rank 0 of each agent sends the request, so
+    each agent writes one file (the same as `kolo timeline start PATH`).
+    The agent applies it asynchronously and logs a path it cannot open;
+    merge several agents' files with `kolo timeline merge`."""
+    from . import _native
+    if not _basics.is_initialized():
+        raise ValueError("start_timeline: kolo is not initialized (call init() first)")
+    if _basics.local_rank() == 0:
+        _native.timeline(True, os.fspath(file_path), mark_cycles)
 
 
 def stop_timeline():
-    raise KoloNotImplementedError("stop_timeline", "use `kolo timeline stop`")
+    """Stops the agent's timeline (closes the file as valid JSON)."""
+    from . import _native
+    if not _basics.is_initialized():
+        raise ValueError("stop_timeline: kolo is not initialized (call init() first)")
+    if _basics.local_rank() == 0:
+        _native.timeline(False)
 
 
 class SyncBatchNorm:  # pragma: no cover - placeholder with Horovod's name

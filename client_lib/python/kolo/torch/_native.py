@@ -15,6 +15,7 @@ allgather and alltoall cut along -- is the tensor's own.
 """
 
 import ctypes
+import os
 
 import torch
 
@@ -155,6 +156,18 @@ def take_result(handle, tail_shape, dtype):
     if nbytes:
         ctypes.memmove(out.data_ptr(), data.value, nbytes)
     return out
+
+
+def timeline(start, path="", mark_cycles=False):
+    lib = _library.lib()
+    if start:
+        st = lib.kolo_start_timeline(os.fsencode(path), 1 if mark_cycles else 0)
+    else:
+        st = lib.kolo_stop_timeline()
+    if st == ERR_INVALID_ARGUMENT:
+        raise ValueError(_library.last_error() or _library.status_string(st))
+    if st != OK:
+        raise KoloInternalError(_library.last_error() or _library.status_string(st), st)
 
 
 def barrier(timeout_ms=-1):
