@@ -1,0 +1,223 @@
+// The reduction kernel (see reduce.h). One template per (storage type, op);
+// prescale/postscale are runtime flags. All arithmetic goes through the
+// explicitly rounded intrinsics (__fadd_rn, __dmul_rn, ...) so that nvcc
+// never contracts into an FMA and results match the CPU path bit for bit.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "agent/gpu/cuda_status.h"
+#include "agent/gpu/plan.h"
+#include "agent/gpu/reduce.h"
+
+namespace kolo::gpu {
+namespace {
+
+struct F16 { uint16_t v; };
+struct BF16 { uint16_t v; };
+
+template <typename T> struct AccOf { using type = T; };
+template <> struct AccOf<F16> { using type = float; };
+template <> struct AccOf<BF16> { using type = float; };
+
+template <typename T>
+__device__ __forceinline__ typename AccOf<T>::type loadElem(T x) {
+  if constexpr (std::is_same_v<T, F16>) return __half2float(__ushort_as_half(x.v));
+  else if constexpr (std::is_same_v<T, BF16>) return __bfloat162float(__ushort_as_bfloat16(x.v));
+  else return x;
+}
+
+template <typename T>
+__device__ __forceinline__ T storeElem(typename AccOf<T>::type a) {
+  if constexpr (std::is_same_v<T, F16>) return F16{__half_as_ushort(__float2half_rn(a))};
+  else if constexpr (std::is_same_v<T, BF16>) return BF16{__bfloat16_as_ushort(__float2bfloat16_rn(a))};
+  else return a;
+}
+
+// As common/reduce.cc scaleVal: in double, then back (integers truncate).
+template <typename A>
+__device__ __forceinline__ A scaleBy(A v, double f) {
+  if constexpr (std::is_same_v<A, float>) return __double2float_rn(__dmul_rn(static_cast<double>(v), f));
+  else if constexpr (std::is_same_v<A, double>) return __dmul_rn(v, f);
+  else return static_cast<A>(__dmul_rn(static_cast<double>(v), f));
+}
+
+template <typename A, int OP>
+__device__ __forceinline__ A combine(A acc, A x) {
+  if constexpr (OP == static_cast<int>(ReduceOp::kSum)) {
+    if constexpr (std::is_same_v<A, float>) return __fadd_rn(acc, x);
+    else if constexpr (std::is_same_v<A, double>) return __dadd_rn(acc, x);
+    else return static_cast<A>(acc + x);
+  } else if constexpr (OP == static_cast<int>(ReduceOp::kProduct)) {
+    if constexpr (std::is_same_v<A, float>) return __fmul_rn(acc, x);
+    else if constexpr (std::is_same_v<A, double>) return __dmul_rn(acc, x);
+    else return static_cast<A>(acc * x);
+  } else if constexpr (OP == static_cast<int>(ReduceOp::kMin)) {
+    return x < acc ? x : acc;
+  } else {
+    return x > acc ? x : acc;
+  }
+}
+
+struct Params {
+  const void* src[kMaxReduceSources];
+  void* dst[kMaxReduceOutputs];
+  int nsrc;
+  int ndst;
+  uint64_t head;     // scalar elements [0, head)
+  uint64_t vectors;  // 16-byte vectors from element `head`
+  uint64_t tail;     // scalar elements after the vectors
+  double pre;
+  double post;
+  bool do_pre;
+  bool do_post;
+};
+
+template <typename T, int OP>
+__device__ __forceinline__ void reduceOne(const Params& p, uint64_t i) {
+  using A = typename AccOf<T>::type;
+  A acc = loadElem<T>(static_cast<const T*>(p.src[0])[i]);
+  if (p.do_pre) acc = scaleBy(acc, p.pre);
+  for (int j = 1; j < p.nsrc; ++j) {
+    A x = loadElem<T>(static_cast<const T*>(p.src[j])[i]);
+    if (p.do_pre) x = scaleBy(x, p.pre);
+    acc = combine<A, OP>(acc, x);
+  }
+  if (p.do_post) acc = scaleBy(acc, p.post);
+  const T out = storeElem<T>(acc);
+  for (int d = 0; d < p.ndst; ++d) static_cast<T*>(p.dst[d])[i] = out;
+}
+
+template <typename T, int OP>
+__global__ void __launch_bounds__(256) reduceKernel(const Params p) {
+  using A = typename AccOf<T>::type;
+  constexpr int kE = static_cast<int>(kVectorBytes / sizeof(T));
+  union Vec {
+    uint4 u;
+    T e[kE];
+  };
+  const uint64_t tid = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+
+  // Body: 16-byte vectors. Plain (coherent) loads: an output may alias a source.
+  for (uint64_t v = tid; v < p.vectors; v += stride) {
+    const uint64_t byte_off = p.head * sizeof(T) + v * kVectorBytes;
+    Vec in;
+    A acc[kE];
+    in.u = *reinterpret_cast<const uint4*>(static_cast<const char*>(p.src[0]) + byte_off);
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      acc[e] = loadElem<T>(in.e[e]);
+      if (p.do_pre) acc[e] = scaleBy(acc[e], p.pre);
+    }
+    for (int j = 1; j < p.nsrc; ++j) {
+      in.u = *reinterpret_cast<const uint4*>(static_cast<const char*>(p.src[j]) + byte_off);
+#pragma unroll
+      for (int e = 0; e < kE; ++e) {
+        A x = loadElem<T>(in.e[e]);
+        if (p.do_pre) x = scaleBy(x, p.pre);
+        acc[e] = combine<A, OP>(acc[e], x);
+      }
+    }
+    Vec out;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      if (p.do_post) acc[e] = scaleBy(acc[e], p.post);
+      out.e[e] = storeElem<T>(acc[e]);
+    }
+    for (int d = 0; d < p.ndst; ++d)
+      *reinterpret_cast<uint4*>(static_cast<char*>(p.dst[d]) + byte_off) = out.u;
+  }
+
+  // Head and tail, element by element.
+  const uint64_t scalars = p.head + p.tail;
+  const uint64_t tail_start = p.head + p.vectors * kE;
+  for (uint64_t s = tid; s < scalars; s += stride) {
+    reduceOne<T, OP>(p, s < p.head ? s : tail_start + (s - p.head));
+  }
+}
+
+template <typename T, int OP>
+Status launchTyped(const Params& p, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  constexpr uint64_t kMaxBlocks = 8192;  // grid-stride beyond this
+  const uint64_t work = std::max(p.vectors, p.head + p.tail);
+  const uint64_t blocks = std::min(kMaxBlocks, std::max<uint64_t>(1, (work + kThreads - 1) / kThreads));
+  reduceKernel<T, OP><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+  KOLO_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return okStatus();
+}
+
+template <typename T>
+Status launchOp(ReduceOp op, const Params& p, cudaStream_t stream) {
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+      return launchTyped<T, static_cast<int>(ReduceOp::kSum)>(p, stream);
+    case ReduceOp::kMin:
+      return launchTyped<T, static_cast<int>(ReduceOp::kMin)>(p, stream);
+    case ReduceOp::kMax:
+      return launchTyped<T, static_cast<int>(ReduceOp::kMax)>(p, stream);
+    case ReduceOp::kProduct:
+      return launchTyped<T, static_cast<int>(ReduceOp::kProduct)>(p, stream);
+  }
+  return invalidArgument("GPU reduce: unknown op " + std::to_string(static_cast<int>(op)));
+}
+
+}  // namespace
+
+Status launchReduce(DataType dtype, ReduceOp op, const void* const* srcs, int nsrc,
+                    void* const* dsts, int ndst, size_t count, double prescale, double postscale,
+                    cudaStream_t stream) {
+  if (nsrc < 1 || nsrc > kMaxReduceSources)
+    return invalidArgument("GPU reduce: " + std::to_string(nsrc) + " sources (1.." +
+                           std::to_string(kMaxReduceSources) + " supported)");
+  if (ndst < 1 || ndst > kMaxReduceOutputs)
+    return invalidArgument("GPU reduce: " + std::to_string(ndst) + " outputs (1.." +
+                           std::to_string(kMaxReduceOutputs) + " supported)");
+  if (!isValidDataType(static_cast<int>(dtype)))
+    return invalidArgument("GPU reduce: unknown dtype " + std::to_string(static_cast<int>(dtype)));
+  if (!isValidReduceOp(static_cast<int>(op)))
+    return invalidArgument("GPU reduce: unknown op " + std::to_string(static_cast<int>(op)));
+  if (count == 0) return okStatus();
+  Params p = {};
+  uintptr_t addrs[kMaxReduceSources + kMaxReduceOutputs];
+  for (int j = 0; j < nsrc; ++j) {
+    if (srcs[j] == nullptr) return invalidArgument("GPU reduce: source " + std::to_string(j) + " is null");
+    p.src[j] = srcs[j];
+    addrs[j] = reinterpret_cast<uintptr_t>(srcs[j]);
+  }
+  for (int d = 0; d < ndst; ++d) {
+    if (dsts[d] == nullptr) return invalidArgument("GPU reduce: output " + std::to_string(d) + " is null");
+    p.dst[d] = dsts[d];
+    addrs[nsrc + d] = reinterpret_cast<uintptr_t>(dsts[d]);
+  }
+  p.nsrc = nsrc;
+  p.ndst = ndst;
+  const VectorSplit split = planVectorSplit(addrs, nsrc + ndst, count, dataTypeSize(dtype));
+  p.head = split.head;
+  p.vectors = split.vectors;
+  p.tail = split.tail;
+  p.pre = prescale;
+  p.post = postscale;
+  p.do_pre = prescale != 1.0;
+  p.do_post = postscale != 1.0;
+  switch (dtype) {
+    case DataType::kFloat16: return launchOp<F16>(op, p, stream);
+    case DataType::kBFloat16: return launchOp<BF16>(op, p, stream);
+    case DataType::kFloat32: return launchOp<float>(op, p, stream);
+    case DataType::kFloat64: return launchOp<double>(op, p, stream);
+    case DataType::kInt8: return launchOp<int8_t>(op, p, stream);
+    case DataType::kUint8: return launchOp<uint8_t>(op, p, stream);
+    case DataType::kInt32: return launchOp<int32_t>(op, p, stream);
+    case DataType::kInt64: return launchOp<int64_t>(op, p, stream);
+  }
+  return invalidArgument("GPU reduce: unknown dtype");
+}
+
+}  // namespace kolo::gpu
