@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +28,21 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The peer binary: $KOLO_GPU_TEST_PEER, else next to this test binary (so a
+// build tree copied to a GPU machine works), else the build-time path.
+std::string peerPath() {
+  if (const char* env = std::getenv("KOLO_GPU_TEST_PEER"); env != nullptr && env[0] != '\0') return env;
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    const std::string next = dir + "/kolo_gpu_test_peer";
+    if (::access(next.c_str(), X_OK) == 0) return next;
+  }
+  return KOLO_GPU_TEST_PEER;
+}
+
 // The peer process; killed and reaped on destruction if still running.
 class Peer {
  public:
@@ -38,10 +54,11 @@ class Peer {
     UniqueFd child_end(sv[1]);
     (void)::fcntl(sv[0], F_SETFD, FD_CLOEXEC);
     const std::string arg = std::to_string(sv[1]);
+    const std::string path = peerPath();
     p->pid_ = ::fork();
     if (p->pid_ < 0) return errnoStatus("fork", errno);
     if (p->pid_ == 0) {
-      ::execl(KOLO_GPU_TEST_PEER, KOLO_GPU_TEST_PEER, arg.c_str(), static_cast<char*>(nullptr));
+      ::execl(path.c_str(), path.c_str(), arg.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
     return p;
