@@ -3,7 +3,7 @@
 // trainer-like peer process (kolo_gpu_test_peer), which imports and maps it.
 // Ordering goes through an interprocess event on the device only: the
 // agent's writes sit behind a long kernel on its stream, and the peer's copy
-// must still see them. A peer that dies with the arena mapped leaves no
+// must still see them (the peer starts waiting long before they are done). A peer that dies with the arena mapped leaves no
 // device memory behind once the agent drops the arena.
 #include <fcntl.h>
 #include <signal.h>
@@ -107,8 +107,9 @@ TEST(VmmArena, PeerProcessSeesTheAgentsWritesOrderedByAnInterprocessEvent) {
   auto stream = Stream::create();
   auto ready = InterprocessEvent::create();
   ASSERT_TRUE(stream.isOk() && ready.isOk());
-  // The agent's writes, behind ~0.5 s of other work, then the event.
-  launchBusy(stream->get(), 500'000'000);
+  // The agent's writes, behind ~1.5 s of other work (longer than the peer
+  // takes to start and import), then the event.
+  launchBusy(stream->get(), 3'000'000'000ull);
   KOLO_ASSERT_CUDA(cudaMemsetAsync((*arena)->data(), 0x3C, half, stream->get()));
   KOLO_ASSERT_OK(ready->record(stream->get()));
 

@@ -309,8 +309,9 @@ class NcclBackend final : public Backend {
       Op op;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait_for(lock, kWatchdogInterval,
-                     [&] { return stop_ || !abort_why_.isOk() || !queue_.empty(); });
+        cv_.wait_for(lock, kWatchdogInterval, [&] {
+          return stop_ || !queue_.empty() || (!abort_why_.isOk() && broken_.isOk());
+        });
         if (!abort_why_.isOk() && broken_.isOk()) {
           Status why = abort_why_;
           lock.unlock();
@@ -333,12 +334,13 @@ class NcclBackend final : public Backend {
         }
       }
       Status s = run(op);
-      if (!s.isOk()) {
+      if (s.isOk()) {
+        op.done(std::move(s));
+      } else {
         s = s.withContext("nccl " + op.what);
         log_->warn("{}: {}", opts_.name, s.toString());
-        breakWith(s);
+        breakWith(s, &op);  // the running op completes before the queued ones
       }
-      op.done(std::move(s));
     }
   }
 
@@ -386,19 +388,20 @@ class NcclBackend final : public Backend {
     }
   }
 
-  // Aborts the communicator and fails everything queued; later posts fail at once.
-  void breakWith(Status why) {
+  // Aborts the communicator and fails `running` (if any), then everything
+  // queued, in posting order; later posts fail at once.
+  void breakWith(Status why, Op* running = nullptr) {
     std::deque<Op> pending;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!broken_.isOk()) return;
-      broken_ = why;
+      if (broken_.isOk()) broken_ = why;
       pending.swap(queue_);
     }
     if (comm_ != nullptr) {
       (void)ncclCommAbort(comm_);
       comm_ = nullptr;
     }
+    if (running != nullptr) running->done(why);
     for (Op& op : pending) op.done(why);
   }
 
