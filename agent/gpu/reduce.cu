@@ -93,45 +93,84 @@ __device__ __forceinline__ void reduceOne(const Params& p, uint64_t i) {
   for (int d = 0; d < p.ndst; ++d) static_cast<T*>(p.dst[d])[i] = out;
 }
 
+// Element e of a 16-byte vector held in registers (little endian), and the
+// reverse. With the element loops unrolled every index is a constant, so
+// nothing goes through local memory (a union of uint4 and T[] spilled for
+// the 2-byte types).
+template <typename T>
+__device__ __forceinline__ T getElem(const uint4& u, int e) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  T t;
+  if constexpr (sizeof(T) == 8) {
+    const uint64_t b = (static_cast<uint64_t>(w[2 * e + 1]) << 32) | w[2 * e];
+    memcpy(&t, &b, 8);
+  } else if constexpr (sizeof(T) == 4) {
+    memcpy(&t, &w[e], 4);
+  } else if constexpr (sizeof(T) == 2) {
+    const uint16_t b = static_cast<uint16_t>(w[e / 2] >> (16 * (e % 2)));
+    memcpy(&t, &b, 2);
+  } else {
+    const uint8_t b = static_cast<uint8_t>(w[e / 4] >> (8 * (e % 4)));
+    memcpy(&t, &b, 1);
+  }
+  return t;
+}
+
+template <typename T>
+__device__ __forceinline__ void setElem(uint32_t (&w)[4], int e, T t) {
+  if constexpr (sizeof(T) == 8) {
+    uint64_t b;
+    memcpy(&b, &t, 8);
+    w[2 * e] = static_cast<uint32_t>(b);
+    w[2 * e + 1] = static_cast<uint32_t>(b >> 32);
+  } else if constexpr (sizeof(T) == 4) {
+    memcpy(&w[e], &t, 4);
+  } else if constexpr (sizeof(T) == 2) {
+    uint16_t b;
+    memcpy(&b, &t, 2);
+    w[e / 2] |= static_cast<uint32_t>(b) << (16 * (e % 2));
+  } else {
+    uint8_t b;
+    memcpy(&b, &t, 1);
+    w[e / 4] |= static_cast<uint32_t>(b) << (8 * (e % 4));
+  }
+}
+
 template <typename T, int OP>
 __global__ void __launch_bounds__(256) reduceKernel(const Params p) {
   using A = typename AccOf<T>::type;
   constexpr int kE = static_cast<int>(kVectorBytes / sizeof(T));
-  union Vec {
-    uint4 u;
-    T e[kE];
-  };
   const uint64_t tid = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
 
   // Body: 16-byte vectors. Plain (coherent) loads: an output may alias a source.
   for (uint64_t v = tid; v < p.vectors; v += stride) {
     const uint64_t byte_off = p.head * sizeof(T) + v * kVectorBytes;
-    Vec in;
     A acc[kE];
-    in.u = *reinterpret_cast<const uint4*>(static_cast<const char*>(p.src[0]) + byte_off);
+    uint4 in = *reinterpret_cast<const uint4*>(static_cast<const char*>(p.src[0]) + byte_off);
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
-      acc[e] = loadElem<T>(in.e[e]);
+      acc[e] = loadElem<T>(getElem<T>(in, e));
       if (p.do_pre) acc[e] = scaleBy(acc[e], p.pre);
     }
     for (int j = 1; j < p.nsrc; ++j) {
-      in.u = *reinterpret_cast<const uint4*>(static_cast<const char*>(p.src[j]) + byte_off);
+      in = *reinterpret_cast<const uint4*>(static_cast<const char*>(p.src[j]) + byte_off);
 #pragma unroll
       for (int e = 0; e < kE; ++e) {
-        A x = loadElem<T>(in.e[e]);
+        A x = loadElem<T>(getElem<T>(in, e));
         if (p.do_pre) x = scaleBy(x, p.pre);
         acc[e] = combine<A, OP>(acc[e], x);
       }
     }
-    Vec out;
+    uint32_t w[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
       if (p.do_post) acc[e] = scaleBy(acc[e], p.post);
-      out.e[e] = storeElem<T>(acc[e]);
+      setElem<T>(w, e, storeElem<T>(acc[e]));
     }
+    const uint4 out = make_uint4(w[0], w[1], w[2], w[3]);
     for (int d = 0; d < p.ndst; ++d)
-      *reinterpret_cast<uint4*>(static_cast<char*>(p.dst[d]) + byte_off) = out.u;
+      *reinterpret_cast<uint4*>(static_cast<char*>(p.dst[d]) + byte_off) = out;
   }
 
   // Head and tail, element by element.
