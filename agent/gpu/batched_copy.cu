@@ -1,4 +1,6 @@
 // The batched copy kernel (see batched_copy.h): block b copies items[b].
+// The per-item body is __host__ __device__ so that testing::
+// batchedCopyOnHost runs the same code on the CPU (tests without a GPU).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -15,13 +17,11 @@ struct CopyBatch {
 };
 static_assert(sizeof(CopyBatch) <= 4000, "kernel parameters must stay under 4 KiB");
 
-__global__ void __launch_bounds__(256) batchedCopyKernel(const CopyBatch batch) {
-  const CopyItem it = batch.items[blockIdx.x];
+// Thread `t` of `nt` threads copying one item.
+__host__ __device__ __forceinline__ void copyItem(const CopyItem& it, unsigned t, unsigned nt) {
   const char* src = reinterpret_cast<const char*>(it.src);
   char* dst = reinterpret_cast<char*>(it.dst);
   const uint64_t n = it.bytes;
-  const unsigned t = threadIdx.x;
-  const unsigned nt = blockDim.x;
   if (((it.src ^ it.dst) & (kVectorBytes - 1)) == 0) {
     // Same misalignment: bytes up to the 16-byte boundary, vectors, bytes.
     uint64_t head = (kVectorBytes - (it.src & (kVectorBytes - 1))) & (kVectorBytes - 1);
@@ -49,6 +49,12 @@ __global__ void __launch_bounds__(256) batchedCopyKernel(const CopyBatch batch) 
   }
 }
 
+constexpr unsigned kCopyThreads = 256;
+
+__global__ void __launch_bounds__(kCopyThreads) batchedCopyKernel(const CopyBatch batch) {
+  copyItem(batch.items[blockIdx.x], threadIdx.x, blockDim.x);
+}
+
 }  // namespace
 
 StatusOr<int> batchedCopy(const std::vector<CopySegment>& segments, cudaStream_t stream,
@@ -57,10 +63,23 @@ StatusOr<int> batchedCopy(const std::vector<CopySegment>& segments, cudaStream_t
   for (const CopyLaunch& l : launches) {
     CopyBatch batch = {};
     for (size_t i = 0; i < l.items.size(); ++i) batch.items[i] = l.items[i];
-    batchedCopyKernel<<<static_cast<unsigned>(l.items.size()), 256, 0, stream>>>(batch);
+    batchedCopyKernel<<<static_cast<unsigned>(l.items.size()), kCopyThreads, 0, stream>>>(batch);
     KOLO_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   return static_cast<int>(launches.size());
 }
 
+namespace testing {
+
+StatusOr<int> batchedCopyOnHost(const std::vector<CopySegment>& segments, size_t chunk_bytes) {
+  ASSIGN_OR_RETURN(auto launches, planBatchedCopy(segments, chunk_bytes, kMaxCopyItemsPerLaunch));
+  for (const CopyLaunch& l : launches) {
+    for (const CopyItem& it : l.items) {
+      for (unsigned t = 0; t < kCopyThreads; ++t) copyItem(it, t, kCopyThreads);
+    }
+  }
+  return static_cast<int>(launches.size());
+}
+
+}  // namespace testing
 }  // namespace kolo::gpu

@@ -25,4 +25,11 @@ constexpr size_t kDefaultCopyChunkBytes = 64 * 1024;
 StatusOr<int> batchedCopy(const std::vector<CopySegment>& segments, cudaStream_t stream,
                           size_t chunk_bytes = kDefaultCopyChunkBytes);
 
+namespace testing {
+// The kernel's per-item code run on the CPU over host buffers, block after
+// block and thread after thread (tests without a GPU).
+StatusOr<int> batchedCopyOnHost(const std::vector<CopySegment>& segments,
+                                size_t chunk_bytes = kDefaultCopyChunkBytes);
+}  // namespace testing
+
 }  // namespace kolo::gpu

@@ -29,4 +29,14 @@ Status launchReduce(DataType dtype, ReduceOp op, const void* const* srcs, int ns
                     void* const* dsts, int ndst, size_t count, double prescale, double postscale,
                     cudaStream_t stream);
 
+namespace testing {
+// The kernel's own code (reduce.cu's __host__ __device__ body), run on the
+// CPU over host buffers as `threads` grid-stride threads one after another:
+// same arguments, checks and vector split as launchReduce. For tests on
+// machines without a GPU; not for production use.
+Status reduceOnHost(DataType dtype, ReduceOp op, const void* const* srcs, int nsrc,
+                    void* const* dsts, int ndst, size_t count, double prescale, double postscale,
+                    int threads);
+}  // namespace testing
+
 }  // namespace kolo::gpu
