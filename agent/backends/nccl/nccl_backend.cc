@@ -24,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/backends/nccl/call_plan.h"
 #include "agent/backends/nccl/factory.h"
 #include "agent/gpu/cuda_status.h"
 #include "agent/gpu/device.h"
@@ -188,25 +189,19 @@ class NcclBackend final : public Backend {
                   Done done) override {
     if (static_cast<int>(recv_bytes.size()) != opts_.size || in_bytes != recv_bytes[opts_.rank])
       return done(invalidArgument("allgatherv: recv_bytes must have one entry per rank and match in_bytes"));
-    const int me = opts_.rank;
-    post("allgatherv", std::move(done), [=, rb = std::move(recv_bytes)](ncclComm_t c, cudaStream_t s) {
-      const bool even = std::all_of(rb.begin(), rb.end(), [&](size_t b) { return b == rb[0]; });
-      if (even) {
-        if (rb[0] == 0) return okStatus();
-        return ncclStatus(ncclAllGather(in, out, rb[0], ncclUint8, c, s), "ncclAllGather", c);
-      }
-      // Uneven: one broadcast per rank into its block (NCCL has no allgatherv).
-      size_t off = 0;
-      for (int i = 0; i < static_cast<int>(rb.size()); ++i) {
-        char* dst = static_cast<char*>(out) + off;
-        if (rb[i] > 0) {
-          const void* src = i == me ? in : dst;
-          RETURN_IF_ERROR(ncclStatus(ncclBroadcast(src, dst, rb[i], ncclUint8, i, c, s), "ncclBroadcast", c));
-        }
-        off += rb[i];
-      }
-      return okStatus();
-    });
+    post("allgatherv", std::move(done),
+         [=, calls = nccl::planAllgatherv(opts_.rank, recv_bytes)](ncclComm_t c, cudaStream_t s) {
+           for (const nccl::Call& k : calls) {
+             char* dst = static_cast<char*>(out) + k.out_offset;
+             if (k.kind == nccl::Call::kAllGather) {
+               RETURN_IF_ERROR(ncclStatus(ncclAllGather(in, out, k.count, ncclUint8, c, s), "ncclAllGather", c));
+             } else {
+               const void* src = k.use_in ? in : dst;
+               RETURN_IF_ERROR(ncclStatus(ncclBroadcast(src, dst, k.count, ncclUint8, k.peer, c, s), "ncclBroadcast", c));
+             }
+           }
+           return okStatus();
+         });
   }
 
   void reducescatter(const void* in, void* out, std::vector<size_t> recv_counts, DataType dtype,
@@ -219,21 +214,16 @@ class NcclBackend final : public Backend {
     const int me = opts_.rank;
     const size_t es = dataTypeSize(dtype);
     post("reducescatter", std::move(done),
-         [=, rc = std::move(recv_counts), t = *t, o = *o](ncclComm_t c, cudaStream_t s) {
-           const bool even = std::all_of(rc.begin(), rc.end(), [&](size_t n) { return n == rc[0]; });
-           if (even) {
-             if (rc[0] == 0) return okStatus();
-             return ncclStatus(ncclReduceScatter(in, out, rc[0], t, o, c, s), "ncclReduceScatter", c);
-           }
-           // Uneven: one reduce per block, rooted at the block's owner.
-           size_t off = 0;
-           for (int i = 0; i < static_cast<int>(rc.size()); ++i) {
-             const char* src = static_cast<const char*>(in) + off * es;
-             if (rc[i] > 0) {
-               void* dst = i == me ? out : const_cast<char*>(src);  // recvbuff only used on the root
-               RETURN_IF_ERROR(ncclStatus(ncclReduce(src, dst, rc[i], t, o, i, c, s), "ncclReduce", c));
+         [=, calls = nccl::planReducescatter(me, recv_counts), t = *t, o = *o](ncclComm_t c, cudaStream_t s) {
+           for (const nccl::Call& k : calls) {
+             if (k.kind == nccl::Call::kReduceScatter) {
+               RETURN_IF_ERROR(ncclStatus(ncclReduceScatter(in, out, k.count, t, o, c, s), "ncclReduceScatter", c));
+             } else {
+               const char* src = static_cast<const char*>(in) + k.in_offset * es;
+               // recvbuff only matters on the root; elsewhere any valid pointer.
+               void* dst = k.peer == me ? out : const_cast<char*>(src);
+               RETURN_IF_ERROR(ncclStatus(ncclReduce(src, dst, k.count, t, o, k.peer, c, s), "ncclReduce", c));
              }
-             off += rc[i];
            }
            return okStatus();
          });
@@ -245,19 +235,15 @@ class NcclBackend final : public Backend {
         static_cast<int>(recv_bytes.size()) != opts_.size)
       return done(invalidArgument("alltoallv: send_bytes and recv_bytes need one entry per rank"));
     post("alltoallv", std::move(done),
-         [=, sb = std::move(send_bytes), rb = std::move(recv_bytes)](ncclComm_t c, cudaStream_t s) {
-           size_t soff = 0, roff = 0;
-           for (int p = 0; p < static_cast<int>(sb.size()); ++p) {
-             if (sb[p] > 0) {
+         [=, calls = nccl::planAlltoallv(send_bytes, recv_bytes)](ncclComm_t c, cudaStream_t s) {
+           for (const nccl::Call& k : calls) {
+             if (k.kind == nccl::Call::kSend) {
                RETURN_IF_ERROR(ncclStatus(
-                   ncclSend(static_cast<const char*>(in) + soff, sb[p], ncclUint8, p, c, s), "ncclSend", c));
-             }
-             if (rb[p] > 0) {
+                   ncclSend(static_cast<const char*>(in) + k.in_offset, k.count, ncclUint8, k.peer, c, s), "ncclSend", c));
+             } else {
                RETURN_IF_ERROR(ncclStatus(
-                   ncclRecv(static_cast<char*>(out) + roff, rb[p], ncclUint8, p, c, s), "ncclRecv", c));
+                   ncclRecv(static_cast<char*>(out) + k.out_offset, k.count, ncclUint8, k.peer, c, s), "ncclRecv", c));
              }
-             soff += sb[p];
-             roff += rb[p];
            }
            return okStatus();
          });
