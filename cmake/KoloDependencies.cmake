@@ -36,6 +36,9 @@ if(NOT _kolo_cuda_req STREQUAL "OFF")
   endif()
 endif()
 kolo_resolve_option(CUDA _kolo_cuda_found "Install the CUDA toolkit under /usr/local/cuda (or set CUDAToolkit_ROOT)")
+if(KOLO_HAVE_CUDA)
+  include(KoloCuda)  # enable_language(CUDA), sm_90 SASS + compute_90 PTX by default
+endif()
 
 set(_kolo_nccl_found OFF)
 if(KOLO_HAVE_CUDA)

@@ -1,6 +1,7 @@
 #include "agent/backends/backend.h"
 
 #include "agent/backends/kv_store.h"
+#include "agent/backends/nccl/factory.h"
 #include "agent/backends/ucx/factory.h"
 #include "common/config.h"
 
@@ -50,7 +51,9 @@ BackendOptions backendOptionsFromConfig(const Config& config) {
 StatusOr<std::unique_ptr<Backend>> createBackend(std::string_view backend,
                                                  const BackendOptions& options, KvStore& kv) {
   if (backend == "ucx") return createUcxBackend(options, kv);
-  return invalidArgument("unknown backend '" + std::string(backend) + "' (known: ucx)");
+  // Device memory; on the calling thread's current CUDA device.
+  if (backend == "nccl") return createNcclBackend(options, kv);
+  return invalidArgument("unknown backend '" + std::string(backend) + "' (known: ucx, nccl)");
 }
 
 std::vector<std::string> compiledBackends() {
@@ -58,6 +61,9 @@ std::vector<std::string> compiledBackends() {
 #ifdef KOLO_HAVE_UCX
   names.push_back("ucx");
 #endif
+  // nccl is not listed: these are the host-memory backends (the conformance
+  // suite and the agent's cross-agent host path iterate them); see
+  // ncclBackendCompiled() in nccl/factory.h for the device backend.
   return names;
 }
 
