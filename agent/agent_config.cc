@@ -34,6 +34,9 @@ void defineAgentKnobs(Config& c) {
               "How long to retry registering with the coordinator at start")
       .define("fusion-threshold-mb", KnobType::kInt, "128",
               "Tensor Fusion buffer size in MiB (0 disables fusion)")
+      .define("fusion-chunk-mb", KnobType::kInt, "8",
+              "Fused buffers go across agents in chunks of this many MiB, packing one while the previous moves "
+              "(0 = one collective per buffer)")
       .define("cycle-time-ms", KnobType::kDouble, "1",
               "Accepted for Horovod compatibility: kolo negotiates as soon as a name is ready, so no op waits for a cycle")
       .define("autotune", KnobType::kBool, "false",
@@ -110,6 +113,8 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.idle_cycle_ms = std::max<int64_t>(1, c.getInt("idle-cycle-ms"));
   if (c.getInt("fusion-threshold-mb") < 0) return invalidArgument("--fusion-threshold-mb must be >= 0");
   o.fusion_threshold_bytes = static_cast<uint64_t>(c.getInt("fusion-threshold-mb")) << 20;
+  if (c.getInt("fusion-chunk-mb") < 0) return invalidArgument("--fusion-chunk-mb must be >= 0");
+  o.fusion_chunk_bytes = static_cast<uint64_t>(c.getInt("fusion-chunk-mb")) << 20;
   o.timeline_filename = c.getString("timeline-filename");
   // "%a" stands for the agent id, so several agents on one host can share a setting.
   for (size_t p; (p = o.timeline_filename.find("%a")) != std::string::npos;) {

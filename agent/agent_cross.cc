@@ -69,6 +69,7 @@ void Agent::startCrossOnLoop(Job& job) {
       co.collective_timeout = opts_.backend.timeout;
       co.fusion_threshold_bytes = opts_.fusion_threshold_bytes;
       co.small_message_bytes = opts_.backend.small_message_bytes;
+      co.fusion_chunk_bytes = opts_.fusion_chunk_bytes;
       if (opts_.autotune) co.autotune = autotuneOptionsFor(opts_, job_id);
       co.timeline = timeline_.get();
       co.fusion_fill = &metrics_.gauge("kolo_fusion_fill_ratio",

@@ -26,6 +26,7 @@ void AgreedParams::encode(bool leader, uint8_t* out) const {
   };
   put(out, (fusion_threshold_bytes + 1023) >> 10);
   put(out + 4, small_message_bytes);
+  put(out + 8, (fusion_chunk_bytes + 1023) >> 10);
 }
 
 AgreedParams AgreedParams::decode(const uint8_t* in) {
@@ -37,6 +38,7 @@ AgreedParams AgreedParams::decode(const uint8_t* in) {
   AgreedParams a;
   a.fusion_threshold_bytes = get(in) << 10;
   a.small_message_bytes = get(in + 4);
+  a.fusion_chunk_bytes = get(in + 8) << 10;
   return a;
 }
 
@@ -50,6 +52,7 @@ CrossJob::CrossJob(std::string label, std::unique_ptr<Backend> backend, CrossJob
       on_done_(std::move(on_done)) {
   agreed_.fusion_threshold_bytes = options_.fusion_threshold_bytes;
   agreed_.small_message_bytes = options_.small_message_bytes;
+  agreed_.fusion_chunk_bytes = options_.fusion_chunk_bytes;
   if (options_.autotune && backend_->rank() == 0) {
     autotune::AutotuneOptions ao = *options_.autotune;
     ao.initial.fusion_threshold_mb = static_cast<double>(options_.fusion_threshold_bytes) / (1 << 20);
@@ -332,41 +335,88 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
       });
       continue;
     }
-    // Pack the group into one buffer (aligned offsets, zeroed gaps), reduce
-    // it with one collective, unpack into each tensor's staging buffer.
+    // Pack the group into one buffer (aligned offsets, zeroed gaps) and
+    // reduce it in chunks: chunk k is posted as soon as it is packed, so
+    // packing k+1 overlaps its transfer, and each chunk is unpacked as soon
+    // as it is reduced. The backend runs one job's collectives in order, so
+    // every tensor is complete when the last chunk is.
     struct Part {
       std::string name;
       void* staging;
       uint64_t offset, bytes;
     };
-    auto parts = std::make_shared<std::vector<Part>>();
+    struct Fused {
+      std::vector<Part> parts;
+      std::shared_ptr<char> buf;
+      std::mutex mu;
+      Status first_error;
+      size_t chunks_left = 0;
+    };
+    auto fused = std::make_shared<Fused>();
     size_t buf_bytes = fusion::alignUp(std::max<uint64_t>(g.buffer_bytes, 64), 64);
-    auto buf = std::shared_ptr<char>(static_cast<char*>(std::aligned_alloc(64, buf_bytes)), std::free);
-    std::memset(buf.get(), 0, buf_bytes);
+    fused->buf = std::shared_ptr<char>(static_cast<char*>(std::aligned_alloc(64, buf_bytes)), std::free);
+    char* buf = fused->buf.get();
     if (options_.fusion_fill != nullptr && agreed_.fusion_threshold_bytes > 0) {
       options_.fusion_fill->set(static_cast<double>(g.buffer_bytes) / agreed_.fusion_threshold_bytes);
     }
     DataType dt = works[g.slots[0].index].dtype;
     ReduceOp op = works[g.slots[0].index].op;
+    const size_t esize = dataTypeSize(dt);
     for (const fusion::FusedSlot& s : g.slots) {
       CrossWork& w = works[s.index];
-      std::memcpy(buf.get() + s.offset, w.staging, s.bytes);
-      parts->push_back({w.req.name, w.staging, s.offset, s.bytes});
+      fused->parts.push_back({w.req.name, w.staging, s.offset, s.bytes});
       if (tl != nullptr) {
         tl->activityStart(w.req.name, "CROSS_ALLREDUCE",
                           {{"backend", std::string(backend_->name())}, {"fused", std::to_string(g.slots.size())}});
       }
     }
-    size_t count = buf_bytes / dataTypeSize(dt);
-    const uint64_t payload = g.buffer_bytes;
-    backend_->allreduce(buf.get(), count, dt, op, [this, parts, buf, tl, payload](Status st) {
-      if (st.isOk()) allreduced_bytes_.fetch_add(payload, std::memory_order_relaxed);
-      for (const Part& p : *parts) {
-        if (st.isOk()) std::memcpy(p.staging, buf.get() + p.offset, p.bytes);
-        if (tl != nullptr) tl->activityEnd(p.name);
-        loop_.post([cb = on_done_, name = p.name, st] { cb(name, st); });
+    // Chunk bounds: whole 64-byte lines (so whole elements), at most
+    // agreed_.fusion_chunk_bytes each.
+    uint64_t chunk = agreed_.fusion_chunk_bytes == 0 ? buf_bytes
+                                                     : std::max<uint64_t>(64, agreed_.fusion_chunk_bytes / 64 * 64);
+    std::vector<std::pair<uint64_t, uint64_t>> chunks;  // [begin, end)
+    for (uint64_t b = 0; b < buf_bytes; b += chunk) chunks.emplace_back(b, std::min<uint64_t>(buf_bytes, b + chunk));
+    fused->chunks_left = chunks.size();
+    // Copies the parts' bytes that fall into [b, e) in (pack) or out (unpack).
+    // Packing also zeroes the alignment gaps (parts are in offset order).
+    auto copyRange = [](Fused& f, uint64_t b, uint64_t e, bool pack) {
+      uint64_t cursor = b;
+      for (const Part& p : f.parts) {
+        uint64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.bytes);
+        if (lo >= hi) continue;
+        char* fb = f.buf.get() + lo;
+        char* sb = static_cast<char*>(p.staging) + (lo - p.offset);
+        if (pack) {
+          if (lo > cursor) std::memset(f.buf.get() + cursor, 0, lo - cursor);
+          std::memcpy(fb, sb, hi - lo);
+          cursor = hi;
+        } else {
+          std::memcpy(sb, fb, hi - lo);
+        }
       }
-    });
+      if (pack && cursor < e) std::memset(f.buf.get() + cursor, 0, e - cursor);
+    };
+    for (auto [b, e] : chunks) {
+      copyRange(*fused, b, e, true);
+      const uint64_t bytes = e - b;
+      backend_->allreduce(buf + b, bytes / esize, dt, op, [this, fused, tl, b, e, bytes, copyRange](Status st) {
+        if (st.isOk()) {
+          allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+          copyRange(*fused, b, e, false);
+        }
+        Status final_status;
+        {
+          std::lock_guard<std::mutex> lk(fused->mu);
+          if (!st.isOk() && fused->first_error.isOk()) fused->first_error = st;
+          if (--fused->chunks_left > 0) return;
+          final_status = fused->first_error;
+        }
+        for (const Part& p : fused->parts) {
+          if (tl != nullptr) tl->activityEnd(p.name);
+          loop_.post([cb = on_done_, name = p.name, final_status] { cb(name, final_status); });
+        }
+      });
+    }
   }
 }
 

@@ -55,6 +55,11 @@ struct CrossJobOptions {
   std::chrono::milliseconds collective_timeout{30000};
   uint64_t fusion_threshold_bytes = 128ull << 20;  // 0 disables fusion
   uint64_t small_message_bytes = 64 * 1024;        // the backend's configured switch point
+  // A fused buffer larger than this goes to the backend as several
+  // collectives of at most this many bytes: packing chunk i+1 overlaps the
+  // transfer of chunk i, and each chunk is unpacked as soon as it is
+  // reduced. 0 = one collective per fused buffer.
+  uint64_t fusion_chunk_bytes = 8ull << 20;
   Timeline* timeline = nullptr;                    // optional; thread-safe recorder
   metrics::Gauge* fusion_fill = nullptr;           // optional
   // Set: the job's leader agent (cross rank 0) tunes the fusion threshold and
@@ -67,9 +72,10 @@ struct CrossJobOptions {
 struct AgreedParams {
   uint64_t fusion_threshold_bytes = 0;
   uint64_t small_message_bytes = 0;
-  static constexpr size_t kWireBytes = 8;
-  // Leader: the values (fusion threshold in KiB, switch point in bytes, each
-  // 4 bytes little-endian, saturated). Others: all 0xFF, so that a bytewise
+  uint64_t fusion_chunk_bytes = 0;  // 0: a fused buffer is one collective
+  static constexpr size_t kWireBytes = 12;
+  // Leader: the values (fusion threshold in KiB, switch point in bytes,
+  // fusion chunk in KiB; each 4 bytes little-endian, saturated). Others: all 0xFF, so that a bytewise
   // Min allreduce yields the leader's bytes.
   void encode(bool leader, uint8_t* out) const;
   static AgreedParams decode(const uint8_t* in);

@@ -63,6 +63,26 @@ TEST(Autotune, LeaderTunesAcrossAgentsAndResultsStayExact) {
   EXPECT_GE(thresholds.size(), 2u) << leader;
 }
 
+// A fused buffer larger than fusion-chunk-mb goes across agents as several
+// collectives (packing one chunk while the previous moves); tensors that
+// straddle a chunk boundary must come back exact. ~1.4 MB fused per step
+// with 1 MiB chunks; also with chunking off.
+TEST(FusionAcrossAgents, ChunkedFusedBuffersStayExact) {
+  for (const char* chunk_mb : {"1", "0"}) {
+    ClusterOptions o;
+    o.agents = 2;
+    o.agent_env = {{"KOLO_FUSION_CHUNK_MB", chunk_mb}};
+    Cluster c(o);
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks = c.launchMultiJob(std::string("chunked") + chunk_mb, {2, 1}, {checkBin(), "steps", "15"});
+    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << c.agentLog(0) << c.agentLog(1);
+    for (auto& r : ranks) {
+      EXPECT_EQ(r.exit_code, 0) << "fusion-chunk-mb " << chunk_mb << "\n" << r.output() << c.agentLog(0);
+      EXPECT_NE(r.output().find("OK 15 steps"), std::string::npos) << r.output();
+    }
+  }
+}
+
 TEST(Autotune, CsvLogHasEverySampleAndTheBest) {
   std::string dir = std::filesystem::temp_directory_path() / ("kolo-tune-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
