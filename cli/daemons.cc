@@ -150,6 +150,14 @@ std::vector<std::pair<std::string, std::string>> privateCoordinatorEnv() {
   return {{"KOLO_TLS_CERT", ""}, {"KOLO_TLS_KEY", ""}, {"KOLO_TLS_CLIENT_CA", ""}, {"KOLO_AUTH_TOKEN_FILE", ""}};
 }
 
+std::vector<std::pair<std::string, std::string>> privateClientEnv() {
+  auto env = privateAgentEnv();
+  for (auto& [k, v] : privateAgentEnv()) {
+    env.emplace_back("KOLO_AGENT_" + k.substr(std::string("KOLO_COORDINATOR_").size()), v);
+  }
+  return env;
+}
+
 std::vector<std::pair<std::string, std::string>> privateAgentEnv() {
   return {{"KOLO_COORDINATOR_CA", ""},          {"KOLO_COORDINATOR_TLS", "false"},
           {"KOLO_COORDINATOR_CERT", ""},        {"KOLO_COORDINATOR_KEY", ""},

@@ -14,8 +14,6 @@
 // and --<prefix>-auth-token-file FILE (prefix "rpc" for the agent).
 #pragma once
 
-#include <sys/stat.h>
-
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -167,12 +165,6 @@ inline StatusOr<GrpcServerSecurity> grpcServerSecurityFrom(const Config& c, cons
     }
   }
   return s;
-}
-
-// The file's mode allows group or others to read it (a token file should be 0600).
-inline bool readableByOthers(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0;
 }
 
 }  // namespace kolo

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "harness.h"
 
@@ -248,7 +249,9 @@ TEST_F(Tls, BearerTokenIsNeededAndAWrongOneIsRefused) {
   EXPECT_NE(wrong.output().find("the bearer token is not valid for this coordinator"), std::string::npos)
       << wrong.output();
   EXPECT_LT(wrong.seconds(), 10.0) << "a wrong token must not be retried until the register timeout";
-  EXPECT_NE(c.coordinator().output().find("bearer token"), std::string::npos) << c.coordinator().output();
+  EXPECT_NE(c.coordinator().output().find("RegisterAgent refused from"), std::string::npos)
+      << c.coordinator().output();
+  EXPECT_NE(c.coordinator().output().find("wrong bearer token"), std::string::npos) << c.coordinator().output();
 }
 
 TEST_F(Tls, AgentStatusServiceOverTlsWithATokenForDrain) {
