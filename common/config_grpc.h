@@ -39,10 +39,12 @@ inline std::string tlsHint(const GrpcClientSecurity& s, const std::string& flag_
   if (!s.tls) {
     return " (if the server serves TLS, give --" + flag_prefix + "-ca with the CA that signed its certificate)";
   }
-  return " (TLS is on" + (s.ca_file.empty() ? std::string(", system root CAs") : ", CA " + s.ca_file) +
-         ": check that the server serves TLS, that its certificate is signed by that CA and names this "
-         "address (or set --" + flag_prefix + "-server-name), and whether it requires a client certificate (--" +
-         flag_prefix + "-cert/--" + flag_prefix + "-key))";
+  return " (TLS is on" +
+         (s.ca_file.empty() ? std::string(", system root CAs: check that the server serves TLS, that one of them")
+                            : ", CA " + s.ca_file + ": check that the server serves TLS, that this CA") +
+         " signed its certificate and that the certificate names this address (or set --" + flag_prefix +
+         "-server-name), and whether the server requires a client certificate (--" + flag_prefix + "-cert/--" +
+         flag_prefix + "-key))";
 }
 
 inline std::shared_ptr<grpc::ServerCredentials> makeServerCredentials(const GrpcServerSecurity& s) {

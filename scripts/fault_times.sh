@@ -37,7 +37,7 @@ shift $((OPTIND - 1))
 faults=("$@")
 [ ${#faults[@]} -gt 0 ] || faults=(trainer-kill trainer-stop agent-kill agent-stop coord-kill)
 bin=$PWD/$build/bin
-for p in kolo-coordinator kolo-agent kolo_check; do
+for p in kolo-coordinator kolo-agent kolo_check kolo; do
   [ -x "$bin/$p" ] || { echo "fault_times: $bin/$p is missing (build with -DKOLO_BUILD_TESTS=ON)" >&2; exit 1; }
 done
 
@@ -116,11 +116,15 @@ launch() {
   for r in "${rank_names[@]}"; do wait_file "$d/$r.pid" 10; pids+=("$(cat "$d/$r.pid")"); done
 }
 
-# Lets the job form and run for a moment: until every rank has been up 1.5 s
-# and none has ended (a rank that ended already is a setup failure).
+# Lets the job form (the coordinator lists it RUNNING) and train for 1 s; a
+# rank that ended already is a setup failure.
 settle() {
-  local d=$1
-  sleep 1.5
+  local d=$1 end=$(( $(date +%s) + 30 ))
+  until "$bin/kolo" jobs --coordinator "$coord_addr" --json 2>/dev/null | grep -q '"state": "RUNNING"'; do
+    [ "$(date +%s)" -lt "$end" ] || { echo "the job did not form in 30 s" >&2; return 1; }
+    sleep 0.05
+  done
+  sleep 1
   for r in "${rank_names[@]}"; do
     if [ -e "$d/$r.end" ]; then echo "rank $r ended before the fault: $(tail -3 "$d/$r.log")" >&2; return 1; fi
   done

@@ -179,7 +179,7 @@ TEST_F(Tls, AgentWithoutTheCaFailsWithAClearError) {
   EXPECT_NE(a.output().find("cannot register with the coordinator at " + c.coordinatorAddress()),
             std::string::npos)
       << a.output();
-  EXPECT_NE(a.output().find("if the coordinator serves TLS, give --coordinator-ca"), std::string::npos)
+  EXPECT_NE(a.output().find("if the server serves TLS, give --coordinator-ca"), std::string::npos)
       << a.output();
 
   // A CA file that is not PEM stops the start at once, naming the file.
@@ -200,7 +200,7 @@ TEST_F(Tls, MutualTlsRefusesAnAgentWithoutAClientCertificate) {
   Proc a = runFailingAgent(c, {"--coordinator-ca", pem("ca.pem")});
   EXPECT_EQ(a.exit_code, 1) << a.output();
   EXPECT_NE(a.output().find("cannot register with the coordinator"), std::string::npos) << a.output();
-  EXPECT_NE(a.output().find("whether it requires a client certificate (--coordinator-cert/--coordinator-key)"),
+  EXPECT_NE(a.output().find("whether the server requires a client certificate (--coordinator-cert/--coordinator-key)"),
             std::string::npos)
       << a.output();
 
