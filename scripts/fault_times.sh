@@ -44,6 +44,7 @@ done
 work=$(mktemp -d /tmp/kolo-faults-XXXXXX)
 pids=()
 cleanup() {
+  local p
   for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [ "$keep" = 1 ]; then echo "fault_times: logs kept in $work" >&2; else rm -rf "$work"; fi
@@ -73,7 +74,7 @@ start_coordinator() {
   coord_addr=$(head -1 "$d/coord.ready")
 }
 start_cluster() {
-  local d=$1 n=$2
+  local d=$1 n=$2 i
   shift 2
   mkdir -p "$d"
   start_coordinator "$d" 127.0.0.1:0
@@ -93,7 +94,7 @@ start_cluster() {
 # launch DIR JOB LOCAL_SIZES ITERATIONS: ranks ("a<agent>-l<local>"); each
 # rank's pid goes to DIR/<rank>.pid and "exit-code end-time" to DIR/<rank>.end.
 launch() {
-  local d=$1 job=$2 sizes=$3 iters=$4 world=0 a=0
+  local d=$1 job=$2 sizes=$3 iters=$4 world=0 a=0 n l r
   rank_names=()
   for n in ${sizes//,/ }; do world=$((world + n)); done
   for n in ${sizes//,/ }; do
@@ -113,13 +114,13 @@ launch() {
     done
     a=$((a + 1))
   done
-  for r in "${rank_names[@]}"; do wait_file "$d/$r.pid" 10; pids+=("$(cat "$d/$r.pid")"); done
+  for r in "${rank_names[@]}"; do wait_file "$d/$r.pid" 10 || return 1; pids+=("$(cat "$d/$r.pid")"); done
 }
 
 # Lets the job form (the coordinator lists it RUNNING) and train for 1 s; a
 # rank that ended already is a setup failure.
 settle() {
-  local d=$1 end=$(( $(date +%s) + 30 ))
+  local d=$1 end=$(( $(date +%s) + 30 )) r
   until "$bin/kolo" jobs --coordinator "$coord_addr" --json 2>/dev/null | grep -q '"state": "RUNNING"'; do
     [ "$(date +%s)" -lt "$end" ] || { echo "the job did not form in 30 s" >&2; return 1; }
     sleep 0.05
@@ -132,7 +133,7 @@ settle() {
 
 # wait_ends DIR T0 TIMEOUT RANKS...: seconds from T0 until the last of RANKS ended.
 wait_ends() {
-  local d=$1 t0=$2 timeout=$3 last=0
+  local d=$1 t0=$2 timeout=$3 last=0 r
   shift 3
   for r in "$@"; do
     wait_file "$d/$r.end" "$timeout" || { echo "timeout"; return; }
@@ -149,6 +150,7 @@ what_seen() {
 }
 
 stop_all() {
+  local p
   for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   pids=()
@@ -157,51 +159,52 @@ stop_all() {
 declare -A times seen setting
 one_run() {
   local fault=$1 run=$2 d="$work/$1-$2" t0 dt
+  rm -rf "$d"
   case $fault in
     trainer-kill)
-      start_cluster "$d" 2
-      launch "$d" "tk$run" 2,2 100000000
-      settle "$d"
+      start_cluster "$d" 2 || return 1
+      launch "$d" "tk$run" 2,2 100000000 || return 1
+      settle "$d" || return 1
       t0=$(now); kill -KILL "$(cat "$d/a1-l1.pid")"
       dt=$(wait_ends "$d" "$t0" 60 a0-l0 a0-l1 a1-l0)
       seen[$fault]=$(what_seen "$d/a0-l0.log")
       setting[$fault]="2 agents x 2 ranks; defaults" ;;
     trainer-stop)
-      start_cluster "$d" 2 --stall-check-time-s 2 --stall-shutdown-time-s 5
-      launch "$d" "ts$run" 2,2 100000000
-      settle "$d"
+      start_cluster "$d" 2 --stall-check-time-s 2 --stall-shutdown-time-s 5 || return 1
+      launch "$d" "ts$run" 2,2 100000000 || return 1
+      settle "$d" || return 1
       t0=$(now); kill -STOP "$(cat "$d/a1-l1.pid")"
       dt=$(wait_ends "$d" "$t0" 60 a0-l0 a0-l1 a1-l0)
       seen[$fault]=$(what_seen "$d/a0-l0.log")
       setting[$fault]="2 agents x 2 ranks; --stall-check-time-s 2 --stall-shutdown-time-s 5" ;;
     agent-kill)
-      start_cluster "$d" 2
-      launch "$d" "ak$run" 1,1 100000000
-      settle "$d"
+      start_cluster "$d" 2 || return 1
+      launch "$d" "ak$run" 1,1 100000000 || return 1
+      settle "$d" || return 1
       t0=$(now); kill -KILL "${agent_pids[1]}"
       dt=$(wait_ends "$d" "$t0" 60 a0-l0 a1-l0)
       seen[$fault]="node0: $(what_seen "$d/a0-l0.log") / node1: $(what_seen "$d/a1-l0.log")"
       setting[$fault]="2 agents x 1 rank; defaults" ;;
     agent-stop)
-      start_cluster "$d" 2
-      launch "$d" "as$run" 1,1 100000000
-      settle "$d"
+      start_cluster "$d" 2 || return 1
+      launch "$d" "as$run" 1,1 100000000 || return 1
+      settle "$d" || return 1
       t0=$(now); kill -STOP "${agent_pids[1]}"
       dt=$(wait_ends "$d" "$t0" 60 a0-l0)
       kill -CONT "${agent_pids[1]}" 2>/dev/null || true
       seen[$fault]=$(what_seen "$d/a0-l0.log")
       setting[$fault]="2 agents x 1 rank; lease 5 s, heartbeat 1 s (defaults); rank on node0" ;;
     coord-kill)
-      start_cluster "$d" 2
-      launch "$d" "ck$run" 1,1 "${COORD_KILL_ITERS:-30000}"
-      settle "$d"
+      start_cluster "$d" 2 || return 1
+      launch "$d" "ck$run" 1,1 "${COORD_KILL_ITERS:-30000}" || return 1
+      settle "$d" || return 1
       local addr=$coord_addr
       t0=$(now); kill -KILL "$coord_pid"
       sleep 1
-      start_coordinator "$d" "$addr"
+      start_coordinator "$d" "$addr" || return 1
       local end
       end=$(wait_ends "$d" "$t0" 120 a0-l0 a1-l0)
-      local ok=0
+      local ok=0 r
       for r in a0-l0 a1-l0; do [ "$(cut -d' ' -f1 "$d/$r.end" 2>/dev/null)" = 0 ] && ok=$((ok + 1)); done
       if [ "$ok" = 2 ]; then
         dt="ok"
@@ -215,11 +218,23 @@ one_run() {
   esac
   stop_all
   times[$fault]="${times[$fault]:-} $dt"
-  echo "fault_times: $fault run $run: $dt" >&2
+  printf '\nfault_times: %s run %s: %s\n' "$fault" "$run" "$dt" >&2
 }
 
+# A run whose setup failed (the job did not form, a daemon did not start:
+# not a measurement) is repeated, up to 3 times; its logs are kept.
+setup_failures=0
 for f in "${faults[@]}"; do
-  for ((i = 1; i <= runs; i++)); do one_run "$f" "$i"; done
+  for ((i = 1; i <= runs; i++)); do
+    for try in 1 2 3; do
+      if one_run "$f" "$i"; then break; fi
+      setup_failures=$((setup_failures + 1))
+      mv "$work/$f-$i" "$work/setup-failed-$f-$i-$try" 2>/dev/null || true
+      echo "fault_times: $f run $i: setup failed (logs in $work/setup-failed-$f-$i-$try)" >&2
+      stop_all
+      keep=1
+    done
+  done
 done
 
 echo
