@@ -34,7 +34,7 @@ Agent::Agent(AgentOptions opts)
   coord::AgentInfo self;
   self.set_agent_id(opts_.agent_id);
   self.set_hostname(opts_.hostname);
-  coord_ = std::make_unique<CoordClient>(opts_.coordinator, self, loop_);
+  coord_ = std::make_unique<CoordClient>(opts_.coordinator, self, loop_, opts_.coordinator_security);
 }
 
 Agent::~Agent() {
@@ -180,7 +180,7 @@ Status Agent::startRpcServer() {
   grpc::EnableDefaultHealthCheckService(true);
   rpc_service_ = makeStatusService(*this);
   grpc::ServerBuilder b;
-  b.AddListeningPort(opts_.rpc_listen, grpc::InsecureServerCredentials(), &rpc_port_);
+  b.AddListeningPort(opts_.rpc_listen, statusServiceCredentials(opts_.rpc_security), &rpc_port_);
   b.RegisterService(rpc_service_.get());
   b.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
   b.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);

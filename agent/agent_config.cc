@@ -64,6 +64,8 @@ void defineAgentKnobs(Config& c) {
               "An agent with nothing to negotiate still joins a cycle this often, so peers never wait long")
       .define("log-level", KnobType::kString, "",
               "Log level: trace|debug|info|warn|error, or per subsystem 'info,agent.ipc=debug'");
+  defineGrpcClientKnobs(c, "coordinator", "coordinator");
+  defineGrpcServerKnobs(c, "rpc", "gRPC status service");
   defineBackendKnobs(c);
   c.alias("fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD",
           [](const std::string& b) { return std::to_string(std::stoll(b) >> 20); });
@@ -148,6 +150,8 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
                             c.find("small-message-bytes")->source != "default";
   o.stall_shutdown_time_s = c.getInt("stall-shutdown-time-s");
   o.stall_check_disable = c.getBool("stall-check-disable");
+  ASSIGN_OR_RETURN(o.coordinator_security, grpcClientSecurityFrom(c, "coordinator"));
+  ASSIGN_OR_RETURN(o.rpc_security, grpcServerSecurityFrom(c, "rpc"));
   return o;
 }
 

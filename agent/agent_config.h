@@ -6,6 +6,7 @@
 
 #include "agent/backends/backend.h"
 #include "common/config.h"
+#include "common/config_tls.h"
 
 namespace kolo {
 
@@ -45,6 +46,9 @@ struct AgentOptions {
   bool autotune_fixed_switch = false;  // the user set small-message-bytes
   int64_t stall_shutdown_time_s = 0;
   bool stall_check_disable = false;
+  // TLS / token to reach the coordinator, and to serve the status service.
+  GrpcClientSecurity coordinator_security;
+  GrpcServerSecurity rpc_security;
 };
 
 StatusOr<AgentOptions> agentOptionsFrom(const Config& c);

@@ -106,7 +106,10 @@ Status EmbeddedDaemons::start(const std::function<bool()>& cancelled) {
     argv.push_back("--log-level");
     argv.push_back(opts_.log_level);
   }
-  auto child = spawnDaemon("coordinator", argv, {}, coordinator_log_);
+  // The private coordinator serves plain text on loopback, and its agents
+  // dial it so: TLS and token settings meant for a shared coordinator
+  // (exported for the system agent or the kolo CLI) must not leak into them.
+  auto child = spawnDaemon("coordinator", argv, privateCoordinatorEnv(), coordinator_log_);
   RETURN_IF_ERROR(child.status());
   coordinator_child_ = *child;
   RETURN_IF_ERROR(waitReady({{"kolo-coordinator", coordinator_child_, ready, coordinator_log_}}, cancelled));
@@ -128,7 +131,9 @@ Status EmbeddedDaemons::start(const std::function<bool()>& cancelled) {
       argv.push_back("--log-level");
       argv.push_back(opts_.log_level);
     }
-    auto c = spawnDaemon(a.id, argv, opts_.agent_env, a.log_path);
+    auto env = opts_.agent_env;
+    for (auto& kv : privateAgentEnv()) env.push_back(kv);
+    auto c = spawnDaemon(a.id, argv, std::move(env), a.log_path);
     RETURN_IF_ERROR(c.status());
     a.child = *c;
     waits.emplace_back("kolo-agent " + a.id, a.child, a.ready_file, a.log_path);
@@ -140,6 +145,25 @@ Status EmbeddedDaemons::start(const std::function<bool()>& cancelled) {
 }
 
 EmbeddedDaemons::~EmbeddedDaemons() { stop(); }
+
+std::vector<std::pair<std::string, std::string>> privateCoordinatorEnv() {
+  return {{"KOLO_TLS_CERT", ""}, {"KOLO_TLS_KEY", ""}, {"KOLO_TLS_CLIENT_CA", ""}, {"KOLO_AUTH_TOKEN_FILE", ""}};
+}
+
+std::vector<std::pair<std::string, std::string>> privateClientEnv() {
+  auto env = privateAgentEnv();
+  for (auto& [k, v] : privateAgentEnv()) {
+    env.emplace_back("KOLO_AGENT_" + k.substr(std::string("KOLO_COORDINATOR_").size()), v);
+  }
+  return env;
+}
+
+std::vector<std::pair<std::string, std::string>> privateAgentEnv() {
+  return {{"KOLO_COORDINATOR_CA", ""},          {"KOLO_COORDINATOR_TLS", "false"},
+          {"KOLO_COORDINATOR_CERT", ""},        {"KOLO_COORDINATOR_KEY", ""},
+          {"KOLO_COORDINATOR_SERVER_NAME", ""}, {"KOLO_COORDINATOR_TOKEN", ""},
+          {"KOLO_COORDINATOR_TOKEN_FILE", ""}};
+}
 
 Status EmbeddedDaemons::makeDir() {
   const char* tmp = std::getenv("TMPDIR");

@@ -102,6 +102,15 @@ class EmbeddedDaemons {
   std::optional<std::string> failure_;
 };
 
+// Environment that turns off, for the private daemons, the TLS and token
+// settings a user may have exported for a shared coordinator (KOLO_TLS_CERT,
+// KOLO_COORDINATOR_CA, ...): the private coordinator is plain text on loopback.
+std::vector<std::pair<std::string, std::string>> privateCoordinatorEnv();
+std::vector<std::pair<std::string, std::string>> privateAgentEnv();
+// For the ranks of an embedded job (and `kolo` run inside them): the agent's
+// client settings above and the same for KOLO_AGENT_CA ... KOLO_AGENT_TOKEN_FILE.
+std::vector<std::pair<std::string, std::string>> privateClientEnv();
+
 // Reads a ready file: its first word ("host:port") once the file is complete
 // (ends with '\n'); nullopt until then. Later words are ignored.
 std::optional<std::string> readReadyFile(const std::string& path);

@@ -183,6 +183,9 @@ Status JobRunner::startEmbedded(int num_agents) {
         std::to_string(num_agents) + " kolo-agent(s); logs in " + daemons_->dir());
   }
   plan_.coordinator = daemons_->coordinatorAddress();
+  // The ranks' KOLO_COORDINATOR and KOLO_AGENT_RPC name the private plain-text
+  // daemons: `kolo` inside a rank must not use TLS settings meant for others.
+  for (auto& [k, v] : privateClientEnv()) plan_.extra_env[k] = v;
   for (const EmbeddedAgent& a : daemons_->agents()) {
     plan_.nodes.push_back({"localhost", true, a.id, a.socket, a.rpc_address});
   }

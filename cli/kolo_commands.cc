@@ -3,8 +3,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <filesystem>
+#include <vector>
 
 #include "cli/status_format.h"
+#include "common/config_grpc.h"
 #include "kolo/proto/agent.grpc.pb.h"
 #include "kolo/proto/coordinator.grpc.pb.h"
 
@@ -29,13 +31,21 @@ std::string grpcCodeName(grpc::StatusCode c) {
   }
 }
 
-// Prints why a call failed and returns the exit code (1).
-int fail(std::ostream& err, const std::string& daemon, const std::string& address, const grpc::Status& s) {
+// Prints why a call failed and returns the exit code (1). `flags`: the
+// prefix of the TLS flags for this daemon, for the hint.
+int fail(std::ostream& err, const std::string& daemon, const std::string& address, const grpc::Status& s,
+         const GrpcClientSecurity& sec, const std::string& flags) {
   std::string msg;
   switch (s.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      msg = "cannot reach the kolo " + daemon + " at " + address + ": " + s.error_message();
+      msg = "cannot reach the kolo " + daemon + " at " + address + ": " + s.error_message() + tlsHint(sec, flags);
+      break;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      msg = "the kolo " + daemon + " at " + address + " refused the call: " + s.error_message() +
+            (sec.token.empty() ? " (give the token with --" + flags + "-token-file or KOLO_" +
+                                     (flags == "agent" ? std::string("AGENT") : std::string("COORDINATOR")) + "_TOKEN)"
+                               : " (check the token)");
       break;
     case grpc::StatusCode::UNIMPLEMENTED:
       msg = "the kolo " + daemon + " at " + address + " does not support this request: " + s.error_message();
@@ -48,16 +58,18 @@ int fail(std::ostream& err, const std::string& daemon, const std::string& addres
   return 1;
 }
 
-void setDeadline(grpc::ClientContext& ctx, const KoloCliOptions& o) {
+// The deadline and the bearer token of one call.
+void prepare(grpc::ClientContext& ctx, const KoloCliOptions& o, const GrpcClientSecurity& sec) {
   ctx.set_deadline(std::chrono::system_clock::now() + o.deadline);
+  addBearerToken(ctx, sec);
 }
 
 std::unique_ptr<agentrpc::Agent::Stub> agentStub(const KoloCliOptions& o) {
-  return agentrpc::Agent::NewStub(grpc::CreateChannel(o.agent, grpc::InsecureChannelCredentials()));
+  return agentrpc::Agent::NewStub(makeSecureChannel(o.agent, o.agent_security));
 }
 
 std::unique_ptr<coord::Coordinator::Stub> coordinatorStub(const KoloCliOptions& o) {
-  return coord::Coordinator::NewStub(grpc::CreateChannel(o.coordinator, grpc::InsecureChannelCredentials()));
+  return coord::Coordinator::NewStub(makeSecureChannel(o.coordinator, o.coordinator_security));
 }
 
 int64_t nowUnixMs() {
@@ -67,22 +79,45 @@ int64_t nowUnixMs() {
 
 }  // namespace
 
+void defineSecurityKnobs(Config& c) {
+  defineGrpcClientKnobs(c, "agent", "agent's status service");
+  defineGrpcClientKnobs(c, "coordinator", "coordinator");
+}
+
+Status resolveSecurity(KoloCliOptions& o, const std::map<std::string, std::string>& flags,
+                       const std::map<std::string, std::string>& env) {
+  Config c("kolo");
+  defineSecurityKnobs(c);
+  std::vector<std::string> args = {"kolo"};
+  for (const auto& [name, value] : flags) args.push_back("--" + name + "=" + value);
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  // KOLO_CONFIG names the daemons' config file, whose other keys this
+  // registry does not know: kolo reads flags and environment only.
+  std::map<std::string, std::string> e = env;
+  e.erase("KOLO_CONFIG");
+  RETURN_IF_ERROR(c.loadWithEnv(static_cast<int>(argv.size()), argv.data(), e));
+  ASSIGN_OR_RETURN(o.agent_security, grpcClientSecurityFrom(c, "agent"));
+  ASSIGN_OR_RETURN(o.coordinator_security, grpcClientSecurityFrom(c, "coordinator"));
+  return okStatus();
+}
+
 int cmdStatus(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
   grpc::ClientContext ctx;
-  setDeadline(ctx, o);
+  prepare(ctx, o, o.agent_security);
   agentrpc::AgentStatus reply;
   grpc::Status s = agentStub(o)->GetStatus(&ctx, agentrpc::StatusRequest(), &reply);
-  if (!s.ok()) return fail(err, "agent", o.agent, s);
+  if (!s.ok()) return fail(err, "agent", o.agent, s, o.agent_security, "agent");
   out << (o.json ? toJson(reply).dump(2) + "\n" : renderAgentStatus(reply));
   return 0;
 }
 
 int cmdJobs(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
   grpc::ClientContext ctx;
-  setDeadline(ctx, o);
+  prepare(ctx, o, o.coordinator_security);
   coord::ListJobsReply reply;
   grpc::Status s = coordinatorStub(o)->ListJobs(&ctx, coord::ListJobsRequest(), &reply);
-  if (!s.ok()) return fail(err, "coordinator", o.coordinator, s);
+  if (!s.ok()) return fail(err, "coordinator", o.coordinator, s, o.coordinator_security, "coordinator");
   int64_t now = nowUnixMs();
   out << (o.json ? toJson(reply, now).dump(2) + "\n" : renderCoordinatorJobs(reply, now));
   return 0;
@@ -90,22 +125,22 @@ int cmdJobs(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
 
 int cmdAgents(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
   grpc::ClientContext ctx;
-  setDeadline(ctx, o);
+  prepare(ctx, o, o.coordinator_security);
   coord::ListAgentsReply reply;
   grpc::Status s = coordinatorStub(o)->ListAgents(&ctx, coord::ListAgentsRequest(), &reply);
-  if (!s.ok()) return fail(err, "coordinator", o.coordinator, s);
+  if (!s.ok()) return fail(err, "coordinator", o.coordinator, s, o.coordinator_security, "coordinator");
   out << (o.json ? toJson(reply).dump(2) + "\n" : renderCoordinatorAgents(reply));
   return 0;
 }
 
 int cmdJob(const KoloCliOptions& o, const std::string& job_id, std::ostream& out, std::ostream& err) {
   grpc::ClientContext ctx;
-  setDeadline(ctx, o);
+  prepare(ctx, o, o.agent_security);
   agentrpc::GetJobRequest req;
   req.set_job_id(job_id);
   agentrpc::JobInfo reply;
   grpc::Status s = agentStub(o)->GetJob(&ctx, req, &reply);
-  if (!s.ok()) return fail(err, "agent", o.agent, s);
+  if (!s.ok()) return fail(err, "agent", o.agent, s, o.agent_security, "agent");
   out << (o.json ? toJson(reply).dump(2) + "\n" : renderAgentJob(reply));
   return 0;
 }
@@ -113,7 +148,7 @@ int cmdJob(const KoloCliOptions& o, const std::string& job_id, std::ostream& out
 int cmdTimelineStart(const KoloCliOptions& o, const std::string& path, bool mark_cycles, std::ostream& out,
                      std::ostream& err) {
   grpc::ClientContext ctx;
-  setDeadline(ctx, o);
+  prepare(ctx, o, o.agent_security);
   agentrpc::TimelineRequest req;
   req.set_start(true);
   // The agent runs elsewhere (another working directory): send an absolute path.
@@ -123,7 +158,7 @@ int cmdTimelineStart(const KoloCliOptions& o, const std::string& path, bool mark
   req.set_mark_cycles(mark_cycles);
   agentrpc::TimelineReply reply;
   grpc::Status s = agentStub(o)->Timeline(&ctx, req, &reply);
-  if (!s.ok()) return fail(err, "agent", o.agent, s);
+  if (!s.ok()) return fail(err, "agent", o.agent, s, o.agent_security, "agent");
   std::string written = reply.path().empty() ? req.path() : reply.path();
   if (o.json) {
     out << nlohmann::json{{"timeline", "started"}, {"path", written}}.dump(2) << "\n";
@@ -135,12 +170,12 @@ int cmdTimelineStart(const KoloCliOptions& o, const std::string& path, bool mark
 
 int cmdTimelineStop(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
   grpc::ClientContext ctx;
-  setDeadline(ctx, o);
+  prepare(ctx, o, o.agent_security);
   agentrpc::TimelineRequest req;
   req.set_start(false);
   agentrpc::TimelineReply reply;
   grpc::Status s = agentStub(o)->Timeline(&ctx, req, &reply);
-  if (!s.ok()) return fail(err, "agent", o.agent, s);
+  if (!s.ok()) return fail(err, "agent", o.agent, s, o.agent_security, "agent");
   if (o.json) {
     out << nlohmann::json{{"timeline", "stopped"}, {"path", reply.path()}}.dump(2) << "\n";
   } else {
@@ -151,10 +186,10 @@ int cmdTimelineStop(const KoloCliOptions& o, std::ostream& out, std::ostream& er
 
 int cmdDrain(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
   grpc::ClientContext ctx;
-  setDeadline(ctx, o);
+  prepare(ctx, o, o.agent_security);
   agentrpc::DrainReply reply;
   grpc::Status s = agentStub(o)->Drain(&ctx, agentrpc::DrainRequest(), &reply);
-  if (!s.ok()) return fail(err, "agent", o.agent, s);
+  if (!s.ok()) return fail(err, "agent", o.agent, s, o.agent_security, "agent");
   if (o.json) {
     out << nlohmann::json{{"agent", o.agent}, {"draining", true}}.dump(2) << "\n";
   } else {

@@ -3,8 +3,12 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <ostream>
 #include <string>
+
+#include "common/config_tls.h"
+#include "common/status.h"
 
 namespace kolo::cli {
 
@@ -16,7 +20,19 @@ struct KoloCliOptions {
   std::string coordinator;  // host:port of the coordinator
   bool json = false;
   std::chrono::milliseconds deadline{5000};
+  GrpcClientSecurity agent_security;        // --agent-ca ... (KOLO_AGENT_CA ...)
+  GrpcClientSecurity coordinator_security;  // --coordinator-ca ... (KOLO_COORDINATOR_CA ...)
 };
+
+// The TLS/token flags `kolo` takes for "agent" and "coordinator":
+// <peer>-ca, -tls, -cert, -key, -server-name, -token-file (and -token, by
+// environment only). Defined in a kolo::Config so that the precedence is the
+// daemons' one: flag > KOLO_<PEER>_<NAME> environment > default.
+void defineSecurityKnobs(Config& c);
+// Fills o.agent_security and o.coordinator_security from the flags given
+// (knob name -> value) and the environment; an unreadable file is an error.
+Status resolveSecurity(KoloCliOptions& o, const std::map<std::string, std::string>& flags,
+                       const std::map<std::string, std::string>& env);
 
 int cmdStatus(const KoloCliOptions& o, std::ostream& out, std::ostream& err);
 int cmdJobs(const KoloCliOptions& o, std::ostream& out, std::ostream& err);

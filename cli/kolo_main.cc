@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include "agent/timeline/timeline_merge.h"
@@ -17,6 +18,8 @@ std::string envOr(const char* name, const char* dflt) {
 
 }  // namespace
 
+extern char** environ;
+
 int main(int argc, char** argv) {
   using namespace kolo::cli;
   KoloCliOptions o;
@@ -25,12 +28,33 @@ int main(int argc, char** argv) {
 
   CLI::App app("kolo: status and control of the kolo agent and coordinator", "kolo");
   app.require_subcommand(1);
+  // TLS and token flags, resolved with the environment in resolveSecurity().
+  std::map<std::string, std::string> security_flags;
+  auto security_opts = [&](CLI::App* sub, const std::string& peer, const std::string& env) {
+    auto file = [&](const std::string& name, const std::string& what) {
+      sub->add_option_function<std::string>(
+          "--" + peer + "-" + name, [&security_flags, peer, name](const std::string& v) {
+            security_flags[peer + "-" + name] = v;
+          },
+          what + " (default $" + env + "_" + kolo::Config::envName(name).substr(5) + ")");
+    };
+    file("ca", "PEM CA bundle that signed the " + peer + "'s certificate: connect with TLS");
+    file("cert", "PEM client certificate for mutual TLS");
+    file("key", "PEM private key of the client certificate");
+    file("server-name", "Name to check the " + peer + "'s certificate against");
+    file("token-file", "File holding the bearer token for calls that change state");
+    sub->add_flag_function(
+        "--" + peer + "-tls", [&security_flags, peer](int64_t) { security_flags[peer + "-tls"] = "true"; },
+        "TLS with the system's root CAs");
+  };
   auto agent_opt = [&](CLI::App* sub) {
     sub->add_option("--agent", o.agent, "The agent's status address (default $KOLO_AGENT_RPC or 127.0.0.1:7471)");
+    security_opts(sub, "agent", "KOLO_AGENT");
   };
   auto coord_opt = [&](CLI::App* sub) {
     sub->add_option("--coordinator", o.coordinator,
                     "The coordinator's address (default $KOLO_COORDINATOR or 127.0.0.1:7470)");
+    security_opts(sub, "coordinator", "KOLO_COORDINATOR");
   };
   auto json_opt = [&](CLI::App* sub) { sub->add_flag("--json", o.json, "Print one JSON document"); };
 
@@ -71,6 +95,17 @@ int main(int argc, char** argv) {
   json_opt(drain);
 
   CLI11_PARSE(app, argc, argv);
+
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (kolo::Status st = resolveSecurity(o, security_flags, env); !st.isOk()) {
+    std::cerr << "kolo: " << st.message() << "\n";
+    return 2;
+  }
 
   if (status->parsed()) return cmdStatus(o, std::cout, std::cerr);
   if (jobs->parsed()) return cmdJobs(o, std::cout, std::cerr);

@@ -8,6 +8,7 @@
 #   scripts/fuzz.sh                     # all targets
 #   FUZZ_SECONDS=600 scripts/fuzz.sh kolo_fuzz_coordinator
 #   scripts/fuzz.sh --build-only
+#   scripts/fuzz.sh --available         # exit 0 iff clang can link libFuzzer (installs nothing)
 #
 # Environment: FUZZ_SECONDS, FUZZ_BUILD_DIR (build-fuzz), FUZZ_JOBS (2),
 # CCACHE_DIR (used when ccache is installed).
@@ -20,11 +21,13 @@ jobs=${FUZZ_JOBS:-2}
 all_targets=(kolo_fuzz_frame_decoder kolo_fuzz_client_desc kolo_fuzz_cross_requests
              kolo_fuzz_coordinator)
 build_only=0
+available_only=0
 targets=()
 for a in "$@"; do
   case "$a" in
     --build-only) build_only=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --available) available_only=1 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) targets+=("$a") ;;
   esac
 done
@@ -46,6 +49,11 @@ probe() {
     > "$probe_dir/p.cc"
   "$cxx" -fsanitize=fuzzer,address,undefined "$probe_dir/p.cc" -o "$probe_dir/p" >/dev/null 2>&1
 }
+if [ "$available_only" = 1 ]; then
+  if probe; then echo "fuzz.sh: $cxx links libFuzzer"; exit 0; fi
+  echo "fuzz.sh: $cxx cannot link -fsanitize=fuzzer (libclang-rt-14-dev missing?)" >&2
+  exit 1
+fi
 if ! probe; then
   pkg=libclang-rt-14-dev
   sudo=""

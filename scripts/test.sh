@@ -1,9 +1,33 @@
 #!/usr/bin/env bash
 # One command for a fresh machine: install what is missing, build everything
 # with the tests, and run every test (unit, multi-process integration, fault,
-# deployment checks, Python).
+# deployment checks, Python); then, where clang can link libFuzzer, a
+# bounded fuzz pass over every target in fuzz/ (scripts/fuzz.sh, 25 s per
+# target by default: 100 s in all, plus its build in build-fuzz).
+#
+#   scripts/test.sh                 # everything (what CI runs)
+#   scripts/test.sh -R Tls          # a ctest selection only (no fuzz pass)
+#
+# Environment: KOLO_TEST_JOBS (2), KOLO_CI_FUZZ=0 skips the fuzz pass,
+# KOLO_CI_FUZZ_SECONDS (25) per target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh -DKOLO_BUILD_TESTS=ON
-ctest --test-dir build --output-on-failure -j"${KOLO_TEST_JOBS:-2}" --timeout 900 "$@"
+rc=0
+ctest --test-dir build --output-on-failure -j"${KOLO_TEST_JOBS:-2}" --timeout 900 "$@" || rc=$?
+
+if [ $# -gt 0 ]; then
+  exit $rc
+fi
+if [ "${KOLO_CI_FUZZ:-1}" = 0 ]; then
+  echo "test.sh: fuzz pass skipped (KOLO_CI_FUZZ=0)"
+elif scripts/fuzz.sh --available; then
+  secs=${KOLO_CI_FUZZ_SECONDS:-25}
+  start=$SECONDS
+  FUZZ_SECONDS=$secs scripts/fuzz.sh || rc=1
+  echo "test.sh: fuzz pass (build and ${secs} s per target) took $((SECONDS - start)) s"
+else
+  echo "test.sh: fuzz pass skipped: clang with libFuzzer is not installed (apt-get install clang-14 libclang-rt-14-dev)"
+fi
+exit $rc

@@ -1,5 +1,6 @@
 #include "agent/coord/coord_client.h"
 
+#include "common/config_grpc.h"
 #include "common/log.h"
 
 namespace kolo {
@@ -26,15 +27,22 @@ Status fromGrpc(const grpc::Status& s, const std::string& what) {
   return Status(c, what + ": " + s.error_message());
 }
 
-CoordClient::CoordClient(std::string address, coord::AgentInfo self, EventLoop& loop)
-    : address_(std::move(address)), self_(std::move(self)), loop_(loop) {
+CoordClient::CoordClient(std::string address, coord::AgentInfo self, EventLoop& loop,
+                         GrpcClientSecurity security)
+    : address_(std::move(address)), self_(std::move(self)), loop_(loop), security_(std::move(security)) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  channel_ = makeSecureChannel(address_, security_, args);
   stub_ = coord::Coordinator::NewStub(channel_);
+  if (!security_.token.empty() && !security_.tls) {
+    logger()->warn("a bearer token is set for the coordinator at {} but TLS is off: the token crosses the "
+                   "network in clear text (give --coordinator-ca)", address_);
+  }
 }
+
+void CoordClient::prepare(grpc::ClientContext& ctx) const { addBearerToken(ctx, security_); }
 
 CoordClient::~CoordClient() { shutdown(); }
 
@@ -46,6 +54,7 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
     auto left = std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::seconds(2));
     ctx.set_deadline(std::chrono::system_clock::now() + std::max<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(50)));
     ctx.set_wait_for_ready(true);
+    prepare(ctx);
     coord::RegisterAgentRequest req;
     *req.mutable_agent() = self_;
     coord::RegisterAgentReply rep;
@@ -57,6 +66,18 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
       return okStatus();
     }
     last = fromGrpc(s, "cannot register with the coordinator at " + address_);
+    if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      // A missing or wrong token does not get better by retrying.
+      return Status(last.code(), last.message() +
+                                     (security_.token.empty()
+                                          ? " (give the token with --coordinator-token-file or KOLO_COORDINATOR_TOKEN)"
+                                          : " (check --coordinator-token / --coordinator-token-file)"));
+    }
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      last = Status(last.code(), last.message() + tlsHint(security_, "coordinator"));
+    }
     if (std::chrono::steady_clock::now() >= deadline) break;
     std::unique_lock<std::mutex> lock(hb_mu_);
     hb_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_.load(); });
@@ -75,6 +96,7 @@ void CoordClient::startHeartbeats() {
       if (stop_.load()) break;
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(heartbeat_ms_));
+      prepare(ctx);
       coord::HeartbeatRequest req;
       req.set_agent_id(self_.agent_id());
       coord::HeartbeatReply rep;
@@ -110,6 +132,7 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
     {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      prepare(ctx);
       coord::JoinJobRequest req;
       req.set_job_id(job_id);
       req.set_token(token);
@@ -138,6 +161,7 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
       req.set_job_id(job_id);
       req.set_agent_id(self_.agent_id());
       req.set_token(token);
+      if (ctx) prepare(*ctx);
       {
         std::lock_guard<std::mutex> lock(watch_mu_);
         w->ctx = std::move(ctx);
@@ -200,6 +224,7 @@ void CoordClient::leave(const std::string& job_id, bool failed, const std::strin
   oneshot_.submit([this, job_id, failed, reason] {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    prepare(ctx);
     coord::LeaveJobRequest req;
     req.set_job_id(job_id);
     req.set_agent_id(self_.agent_id());
@@ -215,6 +240,7 @@ Status CoordClient::kvPut(const std::string& job_id, const std::string& token,
                           const std::string& key, const std::string& value) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  prepare(ctx);
   coord::KvPutRequest req;
   req.set_job_id(job_id);
   req.set_token(token);
@@ -228,6 +254,7 @@ StatusOr<std::string> CoordClient::kvGet(const std::string& job_id, const std::s
                                          const std::string& key, std::chrono::milliseconds wait) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + wait + std::chrono::seconds(5));
+  prepare(ctx);
   coord::KvGetRequest req;
   req.set_job_id(job_id);
   req.set_token(token);

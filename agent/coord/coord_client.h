@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "common/config_tls.h"
 #include "common/event_loop.h"
 #include "common/status.h"
 #include "common/worker_pool.h"
@@ -26,7 +27,11 @@ class CoordClient {
  public:
   using WorldCallback = std::function<void(StatusOr<coord::World>)>;
 
-  CoordClient(std::string address, coord::AgentInfo self, EventLoop& loop);
+  // `security`: TLS and bearer token for the coordinator (plain text and no
+  // token by default). The token goes on every call; the coordinator needs it
+  // on RegisterAgent, JoinJob, LeaveJob and KvPut.
+  CoordClient(std::string address, coord::AgentInfo self, EventLoop& loop,
+              GrpcClientSecurity security = {});
   ~CoordClient();
 
   const std::string& address() const { return address_; }
@@ -56,6 +61,7 @@ class CoordClient {
   std::string address_;
   coord::AgentInfo self_;
   EventLoop& loop_;
+  GrpcClientSecurity security_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<coord::Coordinator::Stub> stub_;
   std::atomic<bool> stop_{false};
@@ -73,6 +79,9 @@ class CoordClient {
   std::mutex watch_mu_;
   std::map<std::string, std::shared_ptr<Watch>> watches_;
   WorkerPool oneshot_{"coord-rpc", 1};
+
+  // Adds the bearer token (if any) to a call.
+  void prepare(grpc::ClientContext& ctx) const;
 };
 
 Status fromGrpc(const grpc::Status& s, const std::string& what);

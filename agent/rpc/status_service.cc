@@ -1,6 +1,8 @@
 #include "agent/rpc/status_service.h"
 
 #include "agent/agent.h"
+#include "common/config_grpc.h"
+#include "common/log.h"
 #include "kolo/proto/agent.grpc.pb.h"
 
 namespace kolo {
@@ -14,7 +16,7 @@ grpc::Status loopTimeout(const Status& st) {
 
 class StatusService final : public agentrpc::Agent::Service {
  public:
-  explicit StatusService(kolo::Agent& a) : agent_(a) {}
+  explicit StatusService(kolo::Agent& a) : agent_(a), token_(a.options().rpc_security.token) {}
 
   grpc::Status GetStatus(grpc::ServerContext*, const agentrpc::StatusRequest*,
                          agentrpc::AgentStatus* out) override {
@@ -56,8 +58,9 @@ class StatusService final : public agentrpc::Agent::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Timeline(grpc::ServerContext*, const agentrpc::TimelineRequest* req,
+  grpc::Status Timeline(grpc::ServerContext* ctx, const agentrpc::TimelineRequest* req,
                         agentrpc::TimelineReply* out) override {
+    if (grpc::Status a = authorize(*ctx, "Timeline"); !a.ok()) return a;
     auto r = agent_.loop().call<StatusOr<std::string>>(
         [this, req] { return agent_.timelineOnLoop(req->start(), req->path(), req->mark_cycles()); }, kLoopTimeout);
     if (!r.isOk()) return loopTimeout(r.status());
@@ -73,7 +76,8 @@ class StatusService final : public agentrpc::Agent::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Drain(grpc::ServerContext*, const agentrpc::DrainRequest*, agentrpc::DrainReply*) override {
+  grpc::Status Drain(grpc::ServerContext* ctx, const agentrpc::DrainRequest*, agentrpc::DrainReply*) override {
+    if (grpc::Status a = authorize(*ctx, "Drain"); !a.ok()) return a;
     auto r = agent_.loop().call<bool>(
         [this] {
           agent_.drainOnLoop();
@@ -85,10 +89,21 @@ class StatusService final : public agentrpc::Agent::Service {
   }
 
  private:
+  grpc::Status authorize(const grpc::ServerContext& ctx, const std::string& call) const {
+    grpc::Status s = checkBearerToken(ctx, token_, call);
+    if (!s.ok()) log::get("agent.rpc")->warn("refused {} from {}: {}", call, ctx.peer(), s.error_message());
+    return s;
+  }
+
   kolo::Agent& agent_;
+  const std::string token_;
 };
 
 }  // namespace
+
+std::shared_ptr<grpc::ServerCredentials> statusServiceCredentials(const GrpcServerSecurity& s) {
+  return makeServerCredentials(s);
+}
 
 std::unique_ptr<grpc::Service> makeStatusService(Agent& agent) {
   return std::make_unique<StatusService>(agent);

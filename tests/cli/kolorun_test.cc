@@ -309,6 +309,26 @@ TEST_F(KolorunTest, RanksSeeTheirEmbeddedAgentsThroughTheKoloCli) {
               std::regex_search(r.out, std::regex("\\[0\\]<stdout>:node1 ")))
       << r.out;
 }
+
+TEST_F(KolorunTest, TlsSettingsExportedForASharedCoordinatorDoNotReachThePrivateDaemons) {
+  // Settings meant for a shared TLS coordinator and agents (files that do
+  // not even exist here): the embedded daemons and `kolo` in the ranks must
+  // ignore them, or the agents would stop at start and `kolo` would fail.
+  auto e = env({{"KOLO_COORDINATOR_CA", "/no/such/ca.pem"},
+                {"KOLO_COORDINATOR_TLS", "true"},
+                {"KOLO_COORDINATOR_TOKEN_FILE", "/no/such/token"},
+                {"KOLO_TLS_CERT", "/no/such/cert.pem"},
+                {"KOLO_TLS_KEY", "/no/such/key.pem"},
+                {"KOLO_AUTH_TOKEN_FILE", "/no/such/token"},
+                {"KOLO_AGENT_CA", "/no/such/ca.pem"}});
+  std::string kolo = binDir() + "/kolo";
+  std::string script = kolo + " status --json | grep '\"agent_id\"'; if [ $KOLO_RANK = 0 ]; then " + kolo +
+                       " agents; fi";
+  auto r = runCommand(kolorun({"-np", "2", "--agents", "2", "sh", "-c", script}), e, 60s, unset());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[1]<stdout>:  \"agent_id\": \"node1\""), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\\[0\\]<stdout>:node1 "))) << r.out;
+}
 #endif
 
 }  // namespace
