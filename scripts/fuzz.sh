@@ -82,7 +82,9 @@ nice ninja -C "$build" -j"$jobs" "${targets[@]}"
 failed=()
 for t in "${targets[@]}"; do
   echo "=== $t: ${FUZZ_SECONDS} s"
-  if ! "$root/fuzz/run_fuzzer.sh" "$build/bin/$t" "$root/fuzz/corpus/$t" "$FUZZ_SECONDS" \
+  runs_var="FUZZ_RUNS_${t#kolo_fuzz_}"
+  runs=${!runs_var:-${FUZZ_RUNS:-}}
+  if ! FUZZ_RUNS="$runs" "$root/fuzz/run_fuzzer.sh" "$build/bin/$t" "$root/fuzz/corpus/$t" "$FUZZ_SECONDS" \
        "$root/$build/fuzz/artifacts/$t" 2>&1 | tail -n 40; then
     failed+=("$t")
   fi
