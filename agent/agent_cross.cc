@@ -65,7 +65,7 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   const SubmitDesc& d0 = op.descs[0];
   Job::CrossPending p;
   p.handles = std::move(handles);
-  p.slots = r.slots;
+  p.slots = r.dsts.empty() ? r.slots : r.dsts;  // (dsts: the joined ranks' zero source is not written back)
   p.keepalive = r.keepalive;
   p.dtype = r.dtype;
   p.count = r.count;
@@ -144,6 +144,14 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
   auto p = std::make_shared<Job::CrossPending>(std::move(pit->second));
   job.cross_pending.erase(pit);
   --job.executing;
+  if (p->collective == CollectiveType::kJoin) {
+    timeline_->activityEnd(name);
+    timeline_->opEnd(name, p->dtype, {});
+    if (!st.isOk() && (st.code() == Code::kPeerFailure || st.code() == Code::kTimedOut)) failJobOnLoop(job, st, true);
+    onCrossJoinDoneOnLoop(job, *p, job.state() == JobState::kFailed ? job.failure() : st);
+    maybeRemoveJobOnLoop(job_id);
+    return;
+  }
   if (!st.isOk()) {
     if (st.code() == Code::kPeerFailure || st.code() == Code::kTimedOut) {
       // Name the node behind "agent rank R".

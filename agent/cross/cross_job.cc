@@ -47,6 +47,16 @@ void CrossJob::submit(CrossWork work) {
   cv_.notify_all();
 }
 
+void CrossJob::submitJoin(CrossWork join) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    joined_ = true;
+    join_name_ = join.req.name;
+    incoming_.push_back(std::move(join));
+  }
+  cv_.notify_all();
+}
+
 void CrossJob::abort(Status why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -82,11 +92,18 @@ void CrossJob::run() {
       while (!incoming_.empty()) {
         CrossWork w = std::move(incoming_.front());
         incoming_.pop_front();
+        auto failed = failed_groups_.find(w.req.params.group_id);
+        if (w.req.params.group_id != 0 && failed != failed_groups_.end()) {
+          loop_.post([cb = on_done_, name = w.req.name, why = failed->second] { cb(name, why); });
+          continue;
+        }
         state_.addLocal(w.req);
         std::string name = w.req.name;
         waiting_[name] = std::move(w);
       }
+      state_.setJoined(joined_);
     }
+    state_.standInForJoined();
     Status st = cycle();
     if (!st.isOk()) {
       logger()->warn("{}: negotiation failed: {}", label_, st.message());
@@ -106,6 +123,12 @@ void CrossJob::run() {
     loop_.post([cb = on_done_, name = name, why] { cb(name, why); });
   }
   waiting_.clear();
+  for (auto& [gid, g] : held_groups_) {
+    for (auto& [w, mine] : g.works) {
+      if (mine) loop_.post([cb = on_done_, name = w.req.name, why] { cb(name, why); });
+    }
+  }
+  held_groups_.clear();
 }
 
 Status CrossJob::cycle() {
@@ -141,21 +164,101 @@ Status CrossJob::cycle() {
   std::vector<CrossWork> data;
   for (CrossResponse& r : responses) {
     auto it = waiting_.find(r.name);
-    if (it == waiting_.end()) {
-      // Agreed by every agent, so it must be ours too: a bug if not.
-      return internalError("negotiated '" + r.name + "' which this agent never submitted");
+    CrossWork w;
+    bool mine = it != waiting_.end();
+    if (!mine) {
+      bool joined;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        joined = joined_;
+      }
+      // Agreed by every agent, so it must be ours too (or we stand in for
+      // joined ranks): a bug if not.
+      if (!joined) return internalError("negotiated '" + r.name + "' which this agent never submitted");
+      w = zeroContribution(r);
+    } else {
+      w = std::move(it->second);
+      waiting_.erase(it);
+      if (options_.timeline != nullptr) options_.timeline->activityEnd(r.name);  // NEGOTIATE_ACROSS_AGENTS
+      std::lock_guard<std::mutex> lock(mu_);
+      if (joined_ && r.name == join_name_) joined_ = false;  // every rank has joined: stop standing in
     }
-    CrossWork w = std::move(it->second);
-    waiting_.erase(it);
-    if (options_.timeline != nullptr) options_.timeline->activityEnd(r.name);  // NEGOTIATE_ACROSS_AGENTS
+    auto done = [this, mine](const std::string& name, const Status& st) {
+      if (mine) loop_.post([cb = on_done_, name, st] { cb(name, st); });
+    };
+    const uint64_t gid = r.params.group_id;
+    if (gid != 0 && r.params.group_size > 1) {
+      // Grouped allreduce: hold the members until the whole group is agreed
+      // (every agent sees the same responses, so every agent holds alike).
+      Status err = r.error;
+      auto failed = failed_groups_.find(gid);
+      if (err.isOk() && failed != failed_groups_.end()) err = failed->second;
+      if (!err.isOk()) {
+        if (failed == failed_groups_.end()) {
+          Status why = invalidArgument("grouped allreduce #" + std::to_string(gid) +
+                                       " failed because another of its tensors failed: " + err.message());
+          failed_groups_[gid] = why;
+          while (failed_groups_.size() > 256) failed_groups_.erase(failed_groups_.begin());
+          auto h = held_groups_.find(gid);
+          if (h != held_groups_.end()) {
+            for (auto& [held, held_mine] : h->second.works) {
+              if (held_mine) loop_.post([cb = on_done_, name = held.req.name, why] { cb(name, why); });
+            }
+            held_groups_.erase(h);
+          }
+          // Members still negotiating (some agents may never submit them).
+          state_.forgetGroup(gid);
+          for (auto wit = waiting_.begin(); wit != waiting_.end();) {
+            if (wit->second.req.params.group_id == gid) {
+              loop_.post([cb = on_done_, name = wit->first, why] { cb(name, why); });
+              wit = waiting_.erase(wit);
+            } else {
+              ++wit;
+            }
+          }
+        }
+        done(r.name, err);
+        continue;
+      }
+      HeldGroup& g = held_groups_[gid];
+      g.works.emplace_back(std::move(w), mine);
+      if (g.works.size() < r.params.group_size) continue;
+      for (auto& [member, member_mine] : g.works) {
+        if (member.count == 0) {
+          if (member_mine) loop_.post([cb = on_done_, name = member.req.name] { cb(name, okStatus()); });
+          continue;
+        }
+        data.push_back(std::move(member));  // next to each other: they fuse
+      }
+      held_groups_.erase(gid);
+      continue;
+    }
     if (!r.error.isOk() || w.count == 0) {
-      loop_.post([cb = on_done_, name = r.name, st = r.error] { cb(name, st); });
+      done(r.name, r.error);
       continue;
     }
     data.push_back(std::move(w));
   }
   postData(std::move(data));
   return okStatus();
+}
+
+CrossWork CrossJob::zeroContribution(const CrossResponse& r) {
+  CrossWork z;
+  z.req.name = r.name;
+  z.req.params = r.params;
+  z.collective = CollectiveType::kAllreduce;
+  z.dtype = static_cast<DataType>(r.params.dtype);
+  auto op = static_cast<ReduceOp>(r.params.reduce_op);
+  z.op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;  // as the agents that reduce real data do
+  z.count = r.params.data_bytes / dataTypeSize(z.dtype);
+  if (z.count == 0) return z;
+  size_t n = (std::max<size_t>(r.params.data_bytes, 64) + 63) / 64 * 64;
+  auto buf = std::shared_ptr<char>(static_cast<char*>(std::aligned_alloc(64, n)), std::free);
+  std::memset(buf.get(), 0, n);
+  z.staging = buf.get();
+  z.keep = buf;
+  return z;
 }
 
 void CrossJob::postData(std::vector<CrossWork> works) {
@@ -237,7 +340,7 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
       CrossWork& w = works[g.slots[0].index];
       std::string name = w.req.name;
       if (tl != nullptr) tl->activityStart(name, "CROSS_ALLREDUCE", {{"backend", std::string(backend_->name())}});
-      backend_->allreduce(w.staging, w.count, w.dtype, w.op, [this, name, tl](Status st) {
+      backend_->allreduce(w.staging, w.count, w.dtype, w.op, [this, name, tl, keep = w.keep](Status st) {
         if (tl != nullptr) tl->activityEnd(name);
         loop_.post([cb = on_done_, name, st] { cb(name, st); });
       });
@@ -249,6 +352,7 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
       std::string name;
       void* staging;
       uint64_t offset, bytes;
+      std::shared_ptr<void> keep;
     };
     auto parts = std::make_shared<std::vector<Part>>();
     size_t buf_bytes = fusion::alignUp(std::max<uint64_t>(g.buffer_bytes, 64), 64);
@@ -262,7 +366,7 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     for (const fusion::FusedSlot& s : g.slots) {
       CrossWork& w = works[s.index];
       std::memcpy(buf.get() + s.offset, w.staging, s.bytes);
-      parts->push_back({w.req.name, w.staging, s.offset, s.bytes});
+      parts->push_back({w.req.name, w.staging, s.offset, s.bytes, w.keep});
       if (tl != nullptr) {
         tl->activityStart(w.req.name, "CROSS_ALLREDUCE",
                           {{"backend", std::string(backend_->name())}, {"fused", std::to_string(g.slots.size())}});

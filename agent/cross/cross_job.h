@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,6 +40,7 @@ struct CrossWork {
   // `staging` in cross-rank order).
   const void* send = nullptr;
   std::vector<size_t> send_bytes, recv_bytes;
+  std::shared_ptr<void> keep;  // owns `staging` when the negotiation thread made it (join stand-in)
 };
 
 namespace timeline {
@@ -65,6 +67,10 @@ class CrossJob {
   ~CrossJob();
 
   void submit(CrossWork work);  // thread-safe (called from the loop)
+  // Every local rank has joined (kolo_join): from now until `join` (the
+  // "__kolo.join.<n>" allreduce) completes, this agent stands in for them
+  // and contributes zeros to every allreduce the others negotiate.
+  void submitJoin(CrossWork join);
   void abort(Status why);       // thread-safe; fails everything in flight
   Backend& backend() { return *backend_; }
 
@@ -77,6 +83,8 @@ class CrossJob {
   void postData(std::vector<CrossWork> works);
   void postAllreduces(std::vector<CrossWork> works);
   void postOther(CrossWork work);
+  // A joined agent's part in an allreduce it never submitted: zeros.
+  static CrossWork zeroContribution(const CrossResponse& r);
 
   std::string label_;
   std::unique_ptr<Backend> backend_;
@@ -89,8 +97,17 @@ class CrossJob {
   std::condition_variable cv_;
   std::deque<CrossWork> incoming_;
   bool stop_ = false;
+  bool joined_ = false;     // standing in for joined ranks (mu_)
+  std::string join_name_;   // (mu_)
   Status aborted_;
   std::unordered_map<std::string, CrossWork> waiting_;  // negotiating, thread-owned
+  // Grouped allreduce (thread-owned): agreed members waiting for the rest of
+  // their group (with whether this agent submitted them), and failed groups.
+  struct HeldGroup {
+    std::vector<std::pair<CrossWork, bool>> works;
+  };
+  std::map<uint64_t, HeldGroup> held_groups_;
+  std::map<uint64_t, Status> failed_groups_;
   std::thread thread_;
 };
 
