@@ -727,6 +727,19 @@ StatusOr<std::vector<uint64_t>> Client::groupedAllreduceAsync(std::vector<Allred
     for (const char* p = a.name; *p != '\0'; ++p) hash = (hash ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
     hash = (hash ^ 0xffu) * 1099511628211ull;  // separator
   }
+  {
+    // A member already in flight would be refused after the others went out.
+    progressUntil([] { return false; }, Clock::now(), milliseconds(0));  // collect finished completions
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(usableLocked());
+    for (const AllreduceArgs& a : members) {
+      if (names_in_flight_.count(std::string_view(a.name)) != 0) {
+        return invalidArgument("grouped allreduce: tensor " + quoteName(a.name) +
+                               " is still in flight from an earlier call; wait for it first (nothing of this group "
+                               "was submitted)");
+      }
+    }
+  }
   const uint64_t gid = groups_.fetch_add(1) + 1;
   std::vector<uint64_t> handles;
   handles.reserve(members.size());
