@@ -50,6 +50,8 @@ void Agent::startCrossOnLoop(Job& job) {
       co.collective_timeout = opts_.backend.timeout;
       co.fusion_threshold_bytes = opts_.fusion_threshold_bytes;
       co.timeline = timeline_.get();
+      co.rank_offsets = job.world().rank_offsets;
+      co.local_sizes = job.world().local_sizes;
       co.fusion_fill = &metrics_.gauge("kolo_fusion_fill_ratio",
                                        "Bytes in the last fused buffer over the fusion threshold");
       job.cross = std::make_unique<CrossJob>(

@@ -175,13 +175,16 @@ Status CrossJob::cycle() {
       // Agreed by every agent, so it must be ours too (or we stand in for
       // joined ranks): a bug if not.
       if (!joined) return internalError("negotiated '" + r.name + "' which this agent never submitted");
-      w = zeroContribution(r);
+      ASSIGN_OR_RETURN(w, zeroContribution(r));
     } else {
       w = std::move(it->second);
       waiting_.erase(it);
       if (options_.timeline != nullptr) options_.timeline->activityEnd(r.name);  // NEGOTIATE_ACROSS_AGENTS
       std::lock_guard<std::mutex> lock(mu_);
-      if (joined_ && r.name == join_name_) joined_ = false;  // every rank has joined: stop standing in
+      if (joined_ && r.name == join_name_) {
+        joined_ = false;  // every rank has joined: stop standing in
+        stand_in_sizes_.clear();
+      }
     }
     auto done = [this, mine](const std::string& name, const Status& st) {
       if (mine) loop_.post([cb = on_done_, name, st] { cb(name, st); });
@@ -243,21 +246,60 @@ Status CrossJob::cycle() {
   return okStatus();
 }
 
-CrossWork CrossJob::zeroContribution(const CrossResponse& r) {
+StatusOr<CrossWork> CrossJob::zeroContribution(const CrossResponse& r) {
   CrossWork z;
   z.req.name = r.name;
   z.req.params = r.params;
-  z.collective = CollectiveType::kAllreduce;
+  z.collective = static_cast<CollectiveType>(r.params.collective);
+  auto alloc = [&z](size_t bytes) {
+    size_t n = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
+    auto buf = std::shared_ptr<char>(static_cast<char*>(std::aligned_alloc(64, n)), std::free);
+    std::memset(buf.get(), 0, n);
+    z.staging = buf.get();
+    z.keep = buf;
+  };
+  static constexpr std::string_view kSizes = ".__sizes";
+  if (z.collective == CollectiveType::kAllgather) {
+    // Zero rows from every joined rank here: the ranks' first dimensions
+    // come from the "<name>.__sizes" allreduce this agent stood in for (the
+    // backend completes collectives in order, so its result is final).
+    auto it = stand_in_sizes_.find(r.name + std::string(kSizes));
+    const size_t world = options_.rank_offsets.empty()
+                             ? 0
+                             : static_cast<size_t>(options_.rank_offsets.back() + options_.local_sizes.back());
+    if (it == stand_in_sizes_.end() || world == 0) {
+      return internalError("allgather of tensor '" + r.name +
+                           "': this agent stands in for joined ranks but never saw the ranks' first dimensions");
+    }
+    const auto* dims = static_cast<const int64_t*>(it->second.get());
+    uint64_t row = dataTypeSize(static_cast<DataType>(r.params.dtype));
+    for (int i = 1; i < r.params.ndim && i < kMaxDims; ++i) row *= static_cast<uint64_t>(r.params.shape[i]);
+    uint64_t total = 0;
+    for (size_t a = 0; a < options_.rank_offsets.size(); ++a) {
+      uint64_t block = 0;
+      for (int g = options_.rank_offsets[a]; g < options_.rank_offsets[a] + options_.local_sizes[a]; ++g) {
+        block += static_cast<uint64_t>(dims[g]) * row;
+      }
+      z.block_bytes.push_back(block);
+      total += block;
+    }
+    stand_in_sizes_.erase(it);
+    z.dtype = DataType::kUint8;
+    z.count = total;
+    if (total > 0) alloc(total);
+    return z;
+  }
+  z.collective = CollectiveType::kAllreduce;  // anything else was refused while joined
   z.dtype = static_cast<DataType>(r.params.dtype);
   auto op = static_cast<ReduceOp>(r.params.reduce_op);
   z.op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;  // as the agents that reduce real data do
   z.count = r.params.data_bytes / dataTypeSize(z.dtype);
   if (z.count == 0) return z;
-  size_t n = (std::max<size_t>(r.params.data_bytes, 64) + 63) / 64 * 64;
-  auto buf = std::shared_ptr<char>(static_cast<char*>(std::aligned_alloc(64, n)), std::free);
-  std::memset(buf.get(), 0, n);
-  z.staging = buf.get();
-  z.keep = buf;
+  alloc(r.params.data_bytes);
+  if (z.dtype == DataType::kInt64 && r.name.size() > kSizes.size() &&
+      r.name.compare(r.name.size() - kSizes.size(), kSizes.size(), kSizes) == 0) {
+    stand_in_sizes_[r.name] = z.keep;  // an allgather's first dimensions: kept for the gather
+  }
   return z;
 }
 
@@ -280,7 +322,7 @@ void CrossJob::postData(std::vector<CrossWork> works) {
 void CrossJob::postOther(CrossWork w) {
   std::string name = w.req.name;
   Timeline* tl = options_.timeline;
-  auto done = [this, name, tl](Status st) {
+  auto done = [this, name, tl, keep = w.keep](Status st) {  // keep: a stand-in's buffer lives until done
     if (tl != nullptr) tl->activityEnd(name);
     loop_.post([cb = on_done_, name, st] { cb(name, st); });
   };

@@ -55,6 +55,10 @@ struct CrossJobOptions {
   uint64_t fusion_threshold_bytes = 128ull << 20;  // 0 disables fusion
   Timeline* timeline = nullptr;                    // optional; thread-safe recorder
   metrics::Gauge* fusion_fill = nullptr;           // optional
+  // The job's layout (by cross rank): first global rank and rank count of
+  // each agent. A node standing in for joined ranks needs it to take part in
+  // an allgather with zero rows.
+  std::vector<int> rank_offsets, local_sizes;
 };
 
 class CrossJob {
@@ -83,8 +87,10 @@ class CrossJob {
   void postData(std::vector<CrossWork> works);
   void postAllreduces(std::vector<CrossWork> works);
   void postOther(CrossWork work);
-  // A joined agent's part in an allreduce it never submitted: zeros.
-  static CrossWork zeroContribution(const CrossResponse& r);
+  // A joined agent's part in a collective it never submitted: zeros for an
+  // allreduce, zero rows for an allgather (sized from the "<name>.__sizes"
+  // allreduce it stood in for before). An empty status or an error.
+  StatusOr<CrossWork> zeroContribution(const CrossResponse& r);
 
   std::string label_;
   std::unique_ptr<Backend> backend_;
@@ -108,6 +114,9 @@ class CrossJob {
   };
   std::map<uint64_t, HeldGroup> held_groups_;
   std::map<uint64_t, Status> failed_groups_;
+  // While standing in: results of the "<name>.__sizes" allreduces (every
+  // rank's first dimension of the allgather that follows), thread-owned.
+  std::map<std::string, std::shared_ptr<void>> stand_in_sizes_;
   std::thread thread_;
 };
 

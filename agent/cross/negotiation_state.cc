@@ -73,14 +73,19 @@ std::vector<uint8_t> NegotiationState::cacheVector() const {
   std::vector<uint8_t> v(cacheVectorSize(), 0);
   v[0] = unannounced_.empty() ? 1 : 0;
   v[1] = joined_ ? 0 : 1;
-  if (joined_) {
+  v[2] = joined_ ? 1 : 0;
+  const bool inv = inverted();
+  if (joined_ && joined_cycles_ > 0 && !inv) {  // standing in: ready for every cached name
     for (size_t b = 0; b < bit_names_.size(); ++b) v[kHeaderBytes + b] = bit_names_[b].empty() ? 0 : 1;
     return v;
+  }
+  if (inv) {
+    for (size_t b = 0; b < bit_names_.size(); ++b) v[kHeaderBytes + b] = 1;
   }
   for (const auto& [name, req] : pending_) {
     auto it = name_bits_.find(name);
     if (req.error.empty() && it != name_bits_.end() && sameParams(bit_params_[it->second], req.params)) {
-      v[kHeaderBytes + it->second] = 1;
+      v[kHeaderBytes + it->second] = inv ? 0 : 1;
     }
   }
   return v;
@@ -117,13 +122,14 @@ void NegotiationState::forgetGroup(uint64_t group_id) {
 }
 
 namespace {
-// While some agent stands in for joined ranks, only allreduce goes on.
+// While some agent stands in for joined ranks, only allreduce and allgather go on.
 void refuseWhileJoined(CrossResponse& resp) {
   auto coll = static_cast<CollectiveType>(resp.params.collective);
-  if (!resp.error.isOk() || coll == CollectiveType::kAllreduce) return;
+  if (!resp.error.isOk() || coll == CollectiveType::kAllreduce || coll == CollectiveType::kAllgather) return;
   resp.error = invalidArgument(std::string(collectiveName(coll)) + " of tensor '" + resp.name +
                                "' cannot run while every rank of a node has joined (kolo_join): until every rank "
-                               "has joined, only allreduce goes on across nodes.");
+                               "has joined, only allreduce and allgather go on (the joined ranks contribute zeros / "
+                               "zero rows).");
 }
 }  // namespace
 
@@ -166,8 +172,11 @@ std::vector<CrossResponse> NegotiationState::complete(const std::vector<uint8_t>
                                                       const std::vector<std::string>* gathered) {
   std::vector<CrossResponse> out;
   const bool someone_joined = reduced.size() > 1 && reduced[1] == 0;
+  const uint8_t hit = inverted() ? 0 : 1;
+  if (joined_) ++joined_cycles_;
+  all_joined_last_ = reduced.size() > 2 && reduced[2] == 1;
   for (size_t b = 0; b + kHeaderBytes < reduced.size() && b < bit_names_.size(); ++b) {
-    if (reduced[kHeaderBytes + b] != 1 || bit_names_[b].empty()) continue;
+    if (reduced[kHeaderBytes + b] != hit || bit_names_[b].empty()) continue;
     const std::string name = bit_names_[b];
     CrossResponse resp{name, okStatus(), bit_params_[b]};
     if (someone_joined) refuseWhileJoined(resp);

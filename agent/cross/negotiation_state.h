@@ -3,8 +3,9 @@
 //
 // Each cycle every agent contributes (1) one byte per response-cache bit,
 // set for its node-ready cached names, AND-reduced across agents (Min over
-// 0/1 bytes), with byte 0 meaning "I have no unannounced uncached request"
-// and byte 1 "none of my ranks is absent through kolo_join";
+// 0/1 bytes), with byte 0 meaning "I have no unannounced uncached request",
+// byte 1 "none of my ranks is absent through kolo_join" and byte 2 "every
+// one of my ranks has joined";
 // and, when some agent has one, (2) its unannounced requests, allgathered.
 // Responses = common cache bits in ascending order, then names whose
 // requests are now complete, in (agent, announcement) order. Cache bits are
@@ -52,8 +53,17 @@ class NegotiationState {
   // name another agent announced and this one has not (with that agent's
   // parameters), so the name completes everywhere; the caller contributes
   // zeros. While some agent stands in (byte 1 reduced to 0), every agent
-  // fails any response other than an allreduce, identically.
-  void setJoined(bool joined) { joined_ = joined; }
+  // fails any response other than an allreduce or allgather, identically.
+  // Called before every cycle; the first cycle after joining does not stand
+  // in yet (so the cycle in which the last node joins answers only names
+  // some node really has). While every node had joined in the previous
+  // cycle, the cached bits are inverted (1 = "not pending here"), so a name
+  // completes as soon as any node has it and no node has to set bits for
+  // names nobody submitted.
+  void setJoined(bool joined) {
+    if (!joined) joined_cycles_ = 0;
+    joined_ = joined;
+  }
 
   // Grouped allreduce `group_id` failed (decided by a response, so on every
   // agent at the same point): forgets every request of that group, this
@@ -67,7 +77,7 @@ class NegotiationState {
   // Cycle step 1: the bytes to AND-reduce.
   std::vector<uint8_t> cacheVector() const;
   size_t cacheVectorSize() const { return kHeaderBytes + bit_names_.size(); }
-  static constexpr size_t kHeaderBytes = 2;
+  static constexpr size_t kHeaderBytes = 3;
   // Cycle step 2 (only if the reduced byte 0 is 0): what to allgather.
   std::string takeAnnouncements();
   // Cycle step 3: given the reduced vector and (if gathered) every agent's
@@ -90,6 +100,9 @@ class NegotiationState {
   int size_;
   size_t capacity_;
   bool joined_ = false;
+  int joined_cycles_ = 0;         // cycles completed while joined
+  bool all_joined_last_ = false;  // the previous cycle's byte 2: every node had joined
+  bool inverted() const { return joined_ && all_joined_last_; }
   std::map<std::string, CrossRequest> pending_;      // node-ready here, not yet responded
   std::vector<std::string> unannounced_;             // uncached, not yet gathered
   std::map<std::string, Remote> remote_;             // uncached requests seen so far

@@ -71,6 +71,8 @@ TEST(NegotiationJoin, JoinedAgentSetsEveryCachedBit) {
   auto r = cycle({&a, &b});
   ASSERT_EQ(r[0].size(), 1u);  // x is cached now
   a.setJoined(true);
+  r = cycle({&a, &b});  // a's first joined cycle: it stands in from the next one
+  EXPECT_TRUE(r[0].empty());
   b.addLocal(request("x"));
   r = cycle({&a, &b});
   ASSERT_EQ(r[1].size(), 1u);
@@ -78,19 +80,52 @@ TEST(NegotiationJoin, JoinedAgentSetsEveryCachedBit) {
   EXPECT_TRUE(r[1][0].error.isOk());
 }
 
-TEST(NegotiationJoin, OnlyAllreduceGoesOnWhileAnAgentStandsIn) {
+TEST(NegotiationJoin, WhenEveryAgentHasJoinedOnlyNamesSomeoneHasComplete) {
   NegotiationState a(0, 2, 16), b(1, 2, 16);
-  a.setJoined(true);
-  b.addLocal(request("g", CollectiveType::kAllgather));
-  cycle({&a, &b});
+  for (const char* n : {"x", "y"}) {
+    a.addLocal(request(n));
+    b.addLocal(request(n));
+  }
   auto r = cycle({&a, &b});
+  ASSERT_EQ(r[0].size(), 2u);  // x and y are cached
+  a.setJoined(true);
+  b.setJoined(true);
+  for (int i = 0; i < 3; ++i) {  // nobody has anything: no response, though both stand in
+    r = cycle({&a, &b});
+    EXPECT_TRUE(r[0].empty()) << "cycle " << i << ": " << r[0][0].name;
+    EXPECT_TRUE(r[1].empty());
+  }
+  a.addLocal(request("x"));  // a rank's last submission, still negotiating after it joined
+  r = cycle({&a, &b});
   ASSERT_EQ(r[0].size(), 1u);
   ASSERT_EQ(r[1].size(), 1u);
+  EXPECT_EQ(r[0][0].name, "x");
+  EXPECT_EQ(r[1][0].name, "x");  // b takes part with zeros
+  b.setJoined(false);
+  a.setJoined(false);
+  b.addLocal(request("y"));
+  r = cycle({&a, &b});
+  EXPECT_TRUE(r[1].empty());  // after the join round, y needs a again
+}
+
+TEST(NegotiationJoin, OnlyAllreduceAndAllgatherGoOnWhileAnAgentStandsIn) {
+  NegotiationState a(0, 2, 16), b(1, 2, 16);
+  a.setJoined(true);
+  b.addLocal(request("g", CollectiveType::kBroadcast));
+  b.addLocal(request("h", CollectiveType::kAllgather));
+  cycle({&a, &b});
+  auto r = cycle({&a, &b});
+  ASSERT_EQ(r[0].size(), 2u);
+  ASSERT_EQ(r[1].size(), 2u);
+  EXPECT_EQ(r[1][0].name, "g");
   EXPECT_EQ(r[1][0].error.code(), Code::kInvalidArgument);
   EXPECT_EQ(r[1][0].error.message(), r[0][0].error.message());
   EXPECT_EQ(r[1][0].error.message(),
-            "allgather of tensor 'g' cannot run while every rank of a node has joined (kolo_join): until every rank "
-            "has joined, only allreduce goes on across nodes.");
+            "broadcast of tensor 'g' cannot run while every rank of a node has joined (kolo_join): until every rank "
+            "has joined, only allreduce and allgather go on (the joined ranks contribute zeros / zero rows).");
+  EXPECT_EQ(r[1][1].name, "h");
+  EXPECT_TRUE(r[1][1].error.isOk());
+  EXPECT_TRUE(r[0][1].error.isOk());
 }
 
 TEST(NegotiationJoin, NoStandInOnceJoinEnds) {
