@@ -181,9 +181,18 @@ int runJoin(const std::string& layout_arg) {
   if (kolo_allreduce("join.after", &v, &v, 1, one, KOLO_FLOAT32, KOLO_SUM, 1, 1) != KOLO_OK || v != want) {
     FAIL("allreduce after join: %s (got %g, want %g)", kolo_last_error(), v, want);
   }
-  // A second join, all at once: the last rank is one of them.
-  st = kolo_join(60000, &last);
-  if (st != KOLO_OK || last < 0 || last >= g_size) FAIL("second kolo_join: %s, last %d", kolo_last_error(), last);
+  // A second join (C++ API), all at once: the last rank is one of them, the same on every rank.
+  kolo::Expected<int> again = kolo::join(60000);
+  if (!again.ok() || *again < 0 || *again >= g_size) {
+    FAIL("second kolo::join: %s", again.ok() ? "out of range" : again.result().toString().c_str());
+  }
+  int64_t agreed[1] = {*again};
+  int64_t min_max[2] = {*again, -*again};
+  int64_t two[1] = {2};
+  if (kolo_allreduce("join.agree", min_max, min_max, 1, two, KOLO_INT64, KOLO_MIN, 1, 1) != KOLO_OK ||
+      min_max[0] != agreed[0] || -min_max[1] != agreed[0]) {
+    FAIL("ranks disagree on the last joined rank (%lld): %s", static_cast<long long>(agreed[0]), kolo_last_error());
+  }
   std::printf("rank %d/%d: OK %d join checks passed (ran %d steps, %d with a whole agent joined, last joined %d)\n",
               g_rank, g_size, checks + 2, mine, stand_in_steps, want_last);
   return 0;
@@ -472,6 +481,21 @@ int runCompressed(const std::string& layout_arg) {
       }
       ++checks;
     }
+  }
+  // C++ API, async, in place.
+  {
+    std::vector<float> v(300);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(g_rank + 1) * 0.5f;
+    auto h = kolo::allreduceCompressedAsync("cmp.cpp", v.data(), v.data(), {300}, kolo::ReduceOp::kSum,
+                                            kolo::Compression::kBf16);
+    if (!h.ok()) FAIL("kolo::allreduceCompressedAsync: %s", h.result().toString().c_str());
+    kolo::Result r = h->wait(60000);
+    if (!r.ok()) FAIL("cmp.cpp: %s", r.toString().c_str());
+    const float want = 0.5f * static_cast<float>(g_size * (g_size + 1) / 2);
+    for (float x : v) {
+      if (x != want) FAIL("cmp.cpp: got %g, want %g", x, want);
+    }
+    ++checks;
   }
   // The ranks must agree on the compression.
   if (g_size > 1) {
