@@ -74,6 +74,14 @@ class Agent {
   void onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w);
   void onSubmitOnLoop(ClientConn& c, const SubmitDesc& d);
   void executeOnLoop(Job& job, ReadyOp op);
+  // Grouped allreduce (agent_group.cc): holds node-ready members until the
+  // whole group is, then executes them together; fails whole groups.
+  void dispatchReadyOnLoop(Job& job, ReadyOp op);
+  void failGroupOnLoop(Job& job, uint64_t group_id, const Status& why);
+  // Join (agent_join.cc).
+  void onJoinOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
+  void finishJoinOnLoop(Job& job, const Status& st, int64_t last_joined_rank);
+  void onCrossJoinDoneOnLoop(Job& job, const Job::CrossPending& p, const Status& st);
   void executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
   void executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
   Status validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);

@@ -72,6 +72,8 @@ void Agent::startCrossOnLoop(Job& job) {
       co.fusion_chunk_bytes = opts_.fusion_chunk_bytes;
       if (opts_.autotune) co.autotune = autotuneOptionsFor(opts_, job_id);
       co.timeline = timeline_.get();
+      co.rank_offsets = job.world().rank_offsets;
+      co.local_sizes = job.world().local_sizes;
       co.fusion_fill = &metrics_.gauge("kolo_fusion_fill_ratio",
                                        "Bytes in the last fused buffer over the fusion threshold");
       job.cross = std::make_unique<CrossJob>(
@@ -87,7 +89,7 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   const SubmitDesc& d0 = op.descs[0];
   Job::CrossPending p;
   p.handles = std::move(handles);
-  p.slots = r.slots;
+  p.slots = r.dsts.empty() ? r.slots : r.dsts;  // (dsts: the joined ranks' zero source is not written back)
   p.keepalive = r.keepalive;
   p.dtype = r.dtype;
   p.count = r.count;
@@ -166,6 +168,14 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
   auto p = std::make_shared<Job::CrossPending>(std::move(pit->second));
   job.cross_pending.erase(pit);
   --job.executing;
+  if (p->collective == CollectiveType::kJoin) {
+    timeline_->activityEnd(name);
+    timeline_->opEnd(name, p->dtype, {});
+    if (!st.isOk() && (st.code() == Code::kPeerFailure || st.code() == Code::kTimedOut)) failJobOnLoop(job, st, true);
+    onCrossJoinDoneOnLoop(job, *p, job.state() == JobState::kFailed ? job.failure() : st);
+    maybeRemoveJobOnLoop(job_id);
+    return;
+  }
   if (!st.isOk()) {
     if (st.code() == Code::kPeerFailure || st.code() == Code::kTimedOut) {
       // Name the node behind "agent rank R".

@@ -75,22 +75,41 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
   const uint64_t row = rowBytes(d0);
   std::vector<char*> ins, outs;
   std::vector<std::shared_ptr<SharedRegion>> keep;
+  // A rank that has joined (kolo_join) has no slots: it contributes zero
+  // rows (its first dimension is 0 in everyone's list) and receives nothing.
+  auto absent = [&](int i) { return !op.absent.empty() && op.absent[i]; };
+  int lead = -1;  // the first local rank that takes part
   for (int i = 0; i < k; ++i) {
+    if (absent(i)) {
+      ins.push_back(nullptr);
+      outs.push_back(nullptr);
+      continue;
+    }
     ClientConn* c = job.client(i);
     if (c == nullptr) {
       finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
       return;
     }
+    if (lead < 0) lead = i;
     ins.push_back(c->slot(op.descs[i].data_offset));
     outs.push_back(c->slot(op.descs[i].out_offset) + prefix);
     keep.push_back(c->arena());
   }
-  // Every rank's first dimension, as local rank 0's client listed them; the
-  // other local ranks' lists must agree (they come from one allreduce).
+  // Every rank's first dimension, as the first local rank's client listed
+  // them; the other local ranks' lists must agree (they come from one
+  // allreduce).
   std::vector<uint64_t> offsets(world + 1, 0);
   if (op.error.isOk()) {
-    const auto* dims0 = reinterpret_cast<const int64_t*>(outs[0] - prefix);
-    for (int i = 1; i < k && op.error.isOk(); ++i) {
+    const auto* dims0 = reinterpret_cast<const int64_t*>(outs[lead] - prefix);
+    for (int i = 0; i < world && op.error.isOk(); ++i) {
+      const int local = i - job.world().rank_offset;
+      if (local >= 0 && local < k && absent(local) && dims0[i] != 0) {
+        op.error = internalError("allgather of tensor '" + op.name + "': rank " + std::to_string(i) +
+                                 " has joined but is listed with first dimension " + std::to_string(dims0[i]));
+      }
+    }
+    for (int i = lead + 1; i < k && op.error.isOk(); ++i) {
+      if (absent(i)) continue;
       const auto* dims = reinterpret_cast<const int64_t*>(outs[i] - prefix);
       if (std::memcmp(dims, dims0, sizeof(int64_t) * world) != 0) {
         op.error = internalError("allgather of tensor '" + op.name + "': ranks " + std::to_string(job.globalRank(0)) +
@@ -124,9 +143,11 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
     std::vector<LocalReduce> copies;
     for (int i = 0; i < k; ++i) {
       uint64_t bytes = offsets[base + i + 1] - offsets[base + i];
-      if (bytes == 0) continue;
+      if (bytes == 0 || absent(i)) continue;
       std::vector<void*> dsts;
-      for (int j = 0; j < k; ++j) dsts.push_back(outs[j] + offsets[base + i]);
+      for (int j = 0; j < k; ++j) {
+        if (!absent(j)) dsts.push_back(outs[j] + offsets[base + i]);
+      }
       copies.push_back(piece(ins[i], std::move(dsts), bytes));
     }
     ++job.executing;
@@ -146,7 +167,9 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
   // Several agents.
   Job::CrossPending p;
   p.handles = std::move(handles);
-  p.slots.assign(outs.begin(), outs.end());
+  for (char* o : outs) {
+    if (o != nullptr) p.slots.push_back(o);
+  }
   p.keepalive = keep;
   p.dtype = DataType::kUint8;  // the copy back is a byte copy
   p.count = total;
@@ -178,7 +201,7 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
   if (w.count > 0) {
     for (int i = 0; i < k; ++i) {
       uint64_t bytes = offsets[base + i + 1] - offsets[base + i];
-      if (bytes > 0) copies.push_back(piece(ins[i], {p.staging.get() + offsets[base + i]}, bytes));
+      if (bytes > 0 && !absent(i)) copies.push_back(piece(ins[i], {p.staging.get() + offsets[base + i]}, bytes));
     }
   }
   uint64_t gen = job.cross_generation;

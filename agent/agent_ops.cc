@@ -44,7 +44,7 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   auto coll = static_cast<CollectiveType>(d.collective);
   if (coll != CollectiveType::kAllreduce && coll != CollectiveType::kBroadcast &&
       coll != CollectiveType::kAllgather && coll != CollectiveType::kReducescatter &&
-      coll != CollectiveType::kAlltoall) {
+      coll != CollectiveType::kAlltoall && coll != CollectiveType::kJoin) {
     return completeOnLoop(c, d.handle,
                           invalidArgument(std::string(collectiveName(coll)) + " is not supported by this agent yet"));
   }
@@ -53,6 +53,19 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   }
   if (!job.ready()) {
     return completeOnLoop(c, d.handle, invalidArgument("job " + job.id() + " has not formed yet: wait for kolo_init"));
+  }
+  if (coll == CollectiveType::kJoin) return onJoinOnLoop(job, c, d);
+  if (job.table().joined(c.local_rank)) {
+    return completeOnLoop(c, d.handle,
+                          invalidArgument(std::string(collectiveName(coll)) + " of tensor '" +
+                                          std::string(d.name, std::min<size_t>(d.name_len, kMaxNameBytes)) +
+                                          "': rank " + std::to_string(job.globalRank(c.local_rank)) +
+                                          " has joined (kolo_join) and takes no part in collectives until every "
+                                          "rank has joined"));
+  }
+  if (d.group_id != 0) {
+    auto f = job.failed_groups.find(d.group_id);
+    if (f != job.failed_groups.end()) return completeOnLoop(c, d.handle, f->second);
   }
   if (coll == CollectiveType::kBroadcast && (d.root < 0 || d.root >= job.worldSize())) {
     return completeOnLoop(c, d.handle,
@@ -84,7 +97,7 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   if (ready) {
     stalls_.recordDone(job.id(), ready->name);
     timeline_->negotiateEnd(ready->name);
-    executeOnLoop(job, std::move(*ready));
+    dispatchReadyOnLoop(job, std::move(*ready));
   } else {
     stalls_.recordSubmit(job.id(), std::string(name), job.globalRank(c.local_rank), now);
   }
@@ -102,6 +115,13 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
       return;
     }
     // Other agents must learn of it, or their ranks would wait for this name.
+    if (op.anyAbsent()) {  // (joined ranks have no slots to look at)
+      LocalReduce r;
+      r.dtype = static_cast<DataType>(op.descs[0].dtype);
+      r.op = ReduceOp::kSum;
+      executeCrossOnLoop(job, std::move(op), std::move(r), std::move(handles));
+      return;
+    }
   }
   const SubmitDesc& d0 = op.descs[0];
   const auto coll = static_cast<CollectiveType>(d0.collective);
@@ -133,6 +153,7 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   r.prescale = d0.prescale;
   r.postscale = d0.postscale * (rop == ReduceOp::kAverage ? 1.0 / job.world().world_size : 1.0);
   for (size_t i = 0; i < op.descs.size(); ++i) {
+    if (!op.absent.empty() && op.absent[i]) continue;  // joined: contributes zeros
     ClientConn* c = job.client(static_cast<int>(i));
     if (c == nullptr) {
       finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
@@ -140,6 +161,14 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
     }
     r.slots.push_back(c->slot(op.descs[i].data_offset));
     r.keepalive.push_back(c->arena());
+  }
+  if (op.anyAbsent() && r.op != ReduceOp::kSum && d0.data_bytes > 0) {
+    // Min, Max, Product: the joined ranks' zeros change the result, so one
+    // zero source stands for them (Sum and Average need none).
+    r.dsts = r.slots;
+    auto zeros = std::shared_ptr<char>(static_cast<char*>(std::calloc(d0.data_bytes + 64, 1)), std::free);
+    r.slots.push_back(zeros.get());
+    r.scratch = zeros;
   }
   if (job.world().cross_size > 1) {
     executeCrossOnLoop(job, std::move(op), std::move(r), std::move(handles));
@@ -226,7 +255,7 @@ void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>&
   if (st.isOk() && job.state() == JobState::kFailed) final_st = job.failure();
   for (size_t r = 0; r < handles.size(); ++r) {
     ClientConn* c = job.client(static_cast<int>(r));
-    if (c != nullptr) completeOnLoop(*c, handles[r], final_st);
+    if (c != nullptr && handles[r] != 0) completeOnLoop(*c, handles[r], final_st);  // 0: a joined rank
   }
   const int dti = static_cast<int>(dtype);
   const int ci = static_cast<int>(collective);
@@ -261,6 +290,7 @@ void Agent::failJobOnLoop(Job& job, const Status& st, bool tell_coordinator) {
   for (auto& [local_rank, handle] : pending) {
     if (ClientConn* c = job.client(local_rank)) completeOnLoop(*c, handle, st);
   }
+  finishJoinOnLoop(job, st, -1);
   ipc::AgentFrame f;
   f.mutable_job_failed()->set_code(static_cast<int>(st.code()));
   f.mutable_job_failed()->set_message(st.message());
@@ -279,6 +309,7 @@ void Agent::endJobForRankOnLoop(Job& job, int local_rank) {
   for (auto& [r, handle] : pending) {
     if (ClientConn* c = job.client(r)) completeOnLoop(*c, handle, job.refusal());
   }
+  finishJoinOnLoop(job, job.refusal(), -1);
 }
 
 // (Stall tracking needs the job's global ranks.)

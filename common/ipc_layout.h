@@ -22,7 +22,7 @@
 namespace kolo {
 
 constexpr uint32_t kArenaMagic = 0x4b4f4c41;  // "KOLA"
-constexpr uint32_t kIpcProtocolVersion = 1;
+constexpr uint32_t kIpcProtocolVersion = 2;  // 2: SubmitDesc gained the group fields
 constexpr size_t kMaxNameBytes = 255;
 constexpr int kMaxDims = 8;
 constexpr size_t kMaxErrorBytes = 440;
@@ -48,6 +48,13 @@ struct SubmitDesc {
   uint64_t out_bytes;
   int64_t shape[kMaxDims];
   char name[kMaxNameBytes + 1];
+  // Grouped allreduce: the members of a rank's n-th grouped allreduce carry
+  // group_id = n (from 1), the number of members and a hash of the members'
+  // names in order; all three must match across ranks. 0: not grouped.
+  uint64_t group_id;
+  uint64_t group_hash;
+  uint32_t group_size;
+  uint32_t reserved;
 };
 
 // Allgather (additive): the output region [out_offset, +out_bytes) starts

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -122,6 +123,20 @@ class Job {
   std::unique_ptr<CrossJob> cross;
   uint64_t cross_generation = 0;  // generation whose backend is being built or runs
   std::unordered_map<std::string, CrossPending> cross_pending;
+
+  // Join (kolo_join): each local rank's pending join handle (0: none), when
+  // it joined (system clock, microseconds since the epoch), the local rank
+  // that joined last, and how many joins the job has completed (names the
+  // next cross-agent join "__kolo.join.<n>").
+  std::vector<uint64_t> join_handles;
+  std::vector<int64_t> join_time_us;
+  int last_joined_local = -1;
+  uint64_t joins_done = 0;
+
+  // Grouped allreduce: node-ready members waiting for the rest of their
+  // group, and the groups that failed (id -> why; the newest 256).
+  std::map<uint64_t, std::vector<ReadyOp>> held_groups;
+  std::map<uint64_t, Status> failed_groups;
 
   int executing = 0;       // collectives handed to executors, not yet complete
   bool coordinator_joined = false;

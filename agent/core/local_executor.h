@@ -24,6 +24,7 @@ struct LocalReduce {
   std::vector<void*> slots;                              // sources: one per local rank
   std::vector<void*> dsts;                               // destinations; empty = the slots (in place)
   std::vector<std::shared_ptr<SharedRegion>> keepalive;  // arenas stay mapped while we work
+  std::shared_ptr<void> scratch;                         // e.g. a zero source for joined ranks
 };
 
 class LocalExecutor {

@@ -28,9 +28,19 @@ std::string TensorTable::describeMismatch(const std::string& name, const SubmitD
   auto coll = [](const SubmitDesc& d) {
     return std::string(collectiveName(static_cast<CollectiveType>(d.collective)));
   };
+  auto group = [](const SubmitDesc& d) {
+    if (d.group_id == 0) return std::string("on its own (not in a grouped allreduce)");
+    return "in grouped allreduce #" + std::to_string(d.group_id) + " of " + std::to_string(d.group_size) + " tensors";
+  };
   if (a.collective != b.collective) {
     o << "Mismatched operations for tensor '" << name << "': rank " << ra << " did an "
       << coll(a) << ", but rank " << rb << " did an " << coll(b) << ".";
+  } else if (a.group_id != b.group_id || a.group_size != b.group_size) {
+    o << "Mismatched group membership for tensor '" << name << "': rank " << ra << " submitted it " << group(a)
+      << ", but rank " << rb << " " << group(b) << ".";
+  } else if (a.group_hash != b.group_hash) {
+    o << "Mismatched group membership for tensor '" << name << "': ranks " << ra << " and " << rb
+      << " grouped it (" << group(a).substr(3) << ") with different tensors.";
   } else if (a.dtype != b.dtype) {
     o << "Mismatched data types for tensor '" << name << "': rank " << ra << " sent "
       << dataTypeName(static_cast<DataType>(a.dtype)) << ", but rank " << rb << " sent "
@@ -94,19 +104,90 @@ Status TensorTable::submit(int local_rank, const SubmitDesc& desc, SteadyTime no
   e.descs[local_rank] = desc;
   e.arrivals[local_rank] = now;
   e.count++;
-  if (e.count < local_size_) return okStatus();
+  if (!readyLocked(e)) return okStatus();
+  *ready = takeReady(it, now);
+  return okStatus();
+}
 
+bool TensorTable::readyLocked(const Entry& e) const {
+  for (int r = 0; r < local_size_; ++r) {
+    if (!e.descs[r].has_value() && !joined_[r]) return false;
+  }
+  return true;
+}
+
+ReadyOp TensorTable::takeReady(std::unordered_map<std::string, Entry>::iterator it, SteadyTime now) {
+  Entry& e = it->second;
   ReadyOp op;
-  op.name = name;
+  op.name = it->first;
   op.first_arrival = e.first_arrival;
   op.ready_at = now;
   op.arrivals = e.arrivals;
   op.descs.reserve(local_size_);
-  for (auto& d : e.descs) op.descs.push_back(*d);
-  if (!e.mismatch.empty()) op.error = invalidArgument(e.mismatch);
+  op.absent.assign(local_size_, false);
+  const SubmitDesc& present = *e.descs[e.first_rank];
+  std::vector<int> absent_ranks;
+  for (int r = 0; r < local_size_; ++r) {
+    if (e.descs[r].has_value()) {
+      op.descs.push_back(*e.descs[r]);
+      continue;
+    }
+    SubmitDesc d = present;  // a joined rank: same parameters (and sizes), no slots
+    d.handle = 0;
+    d.data_offset = d.out_offset = 0;
+    op.descs.push_back(d);
+    op.absent[r] = true;
+    absent_ranks.push_back(rank_offset_ + r);
+  }
+  if (!e.mismatch.empty()) {
+    op.error = invalidArgument(e.mismatch);
+  } else if (!absent_ranks.empty()) {
+    auto coll = static_cast<CollectiveType>(present.collective);
+    if (coll != CollectiveType::kAllreduce && coll != CollectiveType::kAllgather) {
+      op.error = invalidArgument(joinedRefusal(coll, op.name, absent_ranks));
+    }
+  }
   pending_.erase(it);
-  *ready = std::move(op);
-  return okStatus();
+  return op;
+}
+
+std::string TensorTable::joinedRefusal(CollectiveType coll, const std::string& name, const std::vector<int>& ranks) {
+  std::string list;
+  for (int r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  return std::string(collectiveName(coll)) + " of tensor '" + name + "' cannot run while rank" +
+         (ranks.size() > 1 ? "s " : " ") + list + (ranks.size() > 1 ? " have" : " has") +
+         " joined (kolo_join): until every rank has joined, only allreduce and allgather go on (the joined "
+         "ranks contribute zeros / zero rows).";
+}
+
+std::vector<ReadyOp> TensorTable::join(int local_rank, SteadyTime now) {
+  std::vector<ReadyOp> out;
+  if (local_rank < 0 || local_rank >= local_size_ || joined_[local_rank]) return out;
+  joined_[local_rank] = true;
+  ++joined_count_;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto next = std::next(it);
+    if (readyLocked(it->second)) out.push_back(takeReady(it, now));
+    it = next;
+  }
+  return out;
+}
+
+std::vector<ReadyOp> TensorTable::takeGroup(uint64_t group_id, SteadyTime now) {
+  std::vector<ReadyOp> out;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto next = std::next(it);
+    bool member = false;
+    for (const auto& d : it->second.descs) member |= d.has_value() && d->group_id == group_id;
+    if (member) out.push_back(takeReady(it, now));
+    it = next;
+  }
+  return out;
+}
+
+void TensorTable::resetJoined() {
+  joined_.assign(static_cast<size_t>(local_size_), false);
+  joined_count_ = 0;
 }
 
 std::vector<std::pair<int, uint64_t>> TensorTable::drainAll() {

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/ipc_layout.h"
 #include "common/status.h"
 
@@ -29,6 +30,17 @@ struct ReadyOp {
   SteadyTime first_arrival;
   SteadyTime ready_at;
   std::vector<SteadyTime> arrivals;  // indexed by local rank
+  // Join: absent[r] is true for a local rank that had joined (kolo_join)
+  // without submitting this name. Its descs[r] is a copy of a present rank's
+  // with handle 0 and offsets 0: it has no slots (it contributes zeros /
+  // zero rows), but descs[0] always carries the op's parameters and sizes.
+  std::vector<bool> absent;
+  bool anyAbsent() const {
+    for (bool a : absent) {
+      if (a) return true;
+    }
+    return false;
+  }
 };
 
 struct PendingInfo {
@@ -53,6 +65,20 @@ class TensorTable {
   Status submit(int local_rank, const SubmitDesc& desc, SteadyTime now,
                 std::optional<ReadyOp>* ready);
 
+  // Join: marks `local_rank` as joined. From now on a name is node-ready
+  // once every rank that has not joined submitted it; returns the names that
+  // became ready through this call. Only allreduce and allgather may run
+  // with absent ranks; any other collective is ready with an error.
+  std::vector<ReadyOp> join(int local_rank, SteadyTime now);
+  bool joined(int local_rank) const { return joined_[local_rank]; }
+  int joinedCount() const { return joined_count_; }
+  void resetJoined();
+
+  // Grouped allreduce whose group failed: removes every pending name that
+  // some local rank submitted as a member of `group_id`, as ReadyOps (the
+  // ranks that did not submit it marked absent) for the caller to fail.
+  std::vector<ReadyOp> takeGroup(uint64_t group_id, SteadyTime now);
+
   // Removes and returns everything pending (used when the job fails).
   std::vector<std::pair<int, uint64_t>> drainAll();
   std::vector<PendingInfo> snapshot() const;
@@ -62,6 +88,9 @@ class TensorTable {
   static std::string describeMismatch(const std::string& name, const SubmitDesc& a, int rank_a,
                                       const SubmitDesc& b, int rank_b);
   static std::string shapeString(const SubmitDesc& d);
+  // The error of a collective other than allreduce/allgather while `ranks`
+  // (global) have joined.
+  static std::string joinedRefusal(CollectiveType coll, const std::string& name, const std::vector<int>& ranks);
 
  private:
   struct Entry {
@@ -72,8 +101,13 @@ class TensorTable {
     SteadyTime first_arrival;
     std::string mismatch;
   };
+  bool readyLocked(const Entry& e) const;
+  ReadyOp takeReady(std::unordered_map<std::string, Entry>::iterator it, SteadyTime now);
+
   int local_size_;
   int rank_offset_ = 0;
+  std::vector<bool> joined_ = std::vector<bool>(static_cast<size_t>(local_size_), false);
+  int joined_count_ = 0;
   std::unordered_map<std::string, Entry> pending_;
 };
 

@@ -97,6 +97,16 @@ void CrossJob::submit(CrossWork work) {
   cv_.notify_all();
 }
 
+void CrossJob::submitJoin(CrossWork join) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    joined_ = true;
+    join_name_ = join.req.name;
+    incoming_.push_back(std::move(join));
+  }
+  cv_.notify_all();
+}
+
 void CrossJob::abort(Status why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -132,11 +142,18 @@ void CrossJob::run() {
       while (!incoming_.empty()) {
         CrossWork w = std::move(incoming_.front());
         incoming_.pop_front();
+        auto failed = failed_groups_.find(w.req.params.group_id);
+        if (w.req.params.group_id != 0 && failed != failed_groups_.end()) {
+          loop_.post([cb = on_done_, name = w.req.name, why = failed->second] { cb(name, why); });
+          continue;
+        }
         state_.addLocal(w.req);
         std::string name = w.req.name;
         waiting_[name] = std::move(w);
       }
+      state_.setJoined(joined_);
     }
+    state_.standInForJoined();
     Status st = cycle();
     if (!st.isOk()) {
       logger()->warn("{}: negotiation failed: {}", label_, st.message());
@@ -156,6 +173,12 @@ void CrossJob::run() {
     loop_.post([cb = on_done_, name = name, why] { cb(name, why); });
   }
   waiting_.clear();
+  for (auto& [gid, g] : held_groups_) {
+    for (auto& [w, mine] : g.works) {
+      if (mine) loop_.post([cb = on_done_, name = w.req.name, why] { cb(name, why); });
+    }
+  }
+  held_groups_.clear();
 }
 
 void CrossJob::applyAgreed(const AgreedParams& p) {
@@ -231,21 +254,143 @@ Status CrossJob::cycle() {
   std::vector<CrossWork> data;
   for (CrossResponse& r : responses) {
     auto it = waiting_.find(r.name);
-    if (it == waiting_.end()) {
-      // Agreed by every agent, so it must be ours too: a bug if not.
-      return internalError("negotiated '" + r.name + "' which this agent never submitted");
+    CrossWork w;
+    bool mine = it != waiting_.end();
+    if (!mine) {
+      bool joined;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        joined = joined_;
+      }
+      // Agreed by every agent, so it must be ours too (or we stand in for
+      // joined ranks): a bug if not.
+      if (!joined) return internalError("negotiated '" + r.name + "' which this agent never submitted");
+      ASSIGN_OR_RETURN(w, zeroContribution(r));
+    } else {
+      w = std::move(it->second);
+      waiting_.erase(it);
+      if (options_.timeline != nullptr) options_.timeline->activityEnd(r.name);  // NEGOTIATE_ACROSS_AGENTS
+      std::lock_guard<std::mutex> lock(mu_);
+      if (joined_ && r.name == join_name_) {
+        joined_ = false;  // every rank has joined: stop standing in
+        stand_in_sizes_.clear();
+      }
     }
-    CrossWork w = std::move(it->second);
-    waiting_.erase(it);
-    if (options_.timeline != nullptr) options_.timeline->activityEnd(r.name);  // NEGOTIATE_ACROSS_AGENTS
+    auto done = [this, mine](const std::string& name, const Status& st) {
+      if (mine) loop_.post([cb = on_done_, name, st] { cb(name, st); });
+    };
+    const uint64_t gid = r.params.group_id;
+    if (gid != 0 && r.params.group_size > 1) {
+      // Grouped allreduce: hold the members until the whole group is agreed
+      // (every agent sees the same responses, so every agent holds alike).
+      Status err = r.error;
+      auto failed = failed_groups_.find(gid);
+      if (err.isOk() && failed != failed_groups_.end()) err = failed->second;
+      if (!err.isOk()) {
+        if (failed == failed_groups_.end()) {
+          Status why = invalidArgument("grouped allreduce #" + std::to_string(gid) +
+                                       " failed because another of its tensors failed: " + err.message());
+          failed_groups_[gid] = why;
+          while (failed_groups_.size() > 256) failed_groups_.erase(failed_groups_.begin());
+          auto h = held_groups_.find(gid);
+          if (h != held_groups_.end()) {
+            for (auto& [held, held_mine] : h->second.works) {
+              if (held_mine) loop_.post([cb = on_done_, name = held.req.name, why] { cb(name, why); });
+            }
+            held_groups_.erase(h);
+          }
+          // Members still negotiating (some agents may never submit them).
+          state_.forgetGroup(gid);
+          for (auto wit = waiting_.begin(); wit != waiting_.end();) {
+            if (wit->second.req.params.group_id == gid) {
+              loop_.post([cb = on_done_, name = wit->first, why] { cb(name, why); });
+              wit = waiting_.erase(wit);
+            } else {
+              ++wit;
+            }
+          }
+        }
+        done(r.name, err);
+        continue;
+      }
+      HeldGroup& g = held_groups_[gid];
+      g.works.emplace_back(std::move(w), mine);
+      if (g.works.size() < r.params.group_size) continue;
+      for (auto& [member, member_mine] : g.works) {
+        if (member.count == 0) {
+          if (member_mine) loop_.post([cb = on_done_, name = member.req.name] { cb(name, okStatus()); });
+          continue;
+        }
+        data.push_back(std::move(member));  // next to each other: they fuse
+      }
+      held_groups_.erase(gid);
+      continue;
+    }
     if (!r.error.isOk() || w.count == 0) {
-      loop_.post([cb = on_done_, name = r.name, st = r.error] { cb(name, st); });
+      done(r.name, r.error);
       continue;
     }
     data.push_back(std::move(w));
   }
   postData(std::move(data));
   return okStatus();
+}
+
+StatusOr<CrossWork> CrossJob::zeroContribution(const CrossResponse& r) {
+  CrossWork z;
+  z.req.name = r.name;
+  z.req.params = r.params;
+  z.collective = static_cast<CollectiveType>(r.params.collective);
+  auto alloc = [&z](size_t bytes) {
+    size_t n = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
+    auto buf = std::shared_ptr<char>(static_cast<char*>(std::aligned_alloc(64, n)), std::free);
+    std::memset(buf.get(), 0, n);
+    z.staging = buf.get();
+    z.keep = buf;
+  };
+  static constexpr std::string_view kSizes = ".__sizes";
+  if (z.collective == CollectiveType::kAllgather) {
+    // Zero rows from every joined rank here: the ranks' first dimensions
+    // come from the "<name>.__sizes" allreduce this agent stood in for (the
+    // backend completes collectives in order, so its result is final).
+    auto it = stand_in_sizes_.find(r.name + std::string(kSizes));
+    const size_t world = options_.rank_offsets.empty()
+                             ? 0
+                             : static_cast<size_t>(options_.rank_offsets.back() + options_.local_sizes.back());
+    if (it == stand_in_sizes_.end() || world == 0) {
+      return internalError("allgather of tensor '" + r.name +
+                           "': this agent stands in for joined ranks but never saw the ranks' first dimensions");
+    }
+    const auto* dims = static_cast<const int64_t*>(it->second.get());
+    uint64_t row = dataTypeSize(static_cast<DataType>(r.params.dtype));
+    for (int i = 1; i < r.params.ndim && i < kMaxDims; ++i) row *= static_cast<uint64_t>(r.params.shape[i]);
+    uint64_t total = 0;
+    for (size_t a = 0; a < options_.rank_offsets.size(); ++a) {
+      uint64_t block = 0;
+      for (int g = options_.rank_offsets[a]; g < options_.rank_offsets[a] + options_.local_sizes[a]; ++g) {
+        block += static_cast<uint64_t>(dims[g]) * row;
+      }
+      z.block_bytes.push_back(block);
+      total += block;
+    }
+    stand_in_sizes_.erase(it);
+    z.dtype = DataType::kUint8;
+    z.count = total;
+    if (total > 0) alloc(total);
+    return z;
+  }
+  z.collective = CollectiveType::kAllreduce;  // anything else was refused while joined
+  z.dtype = static_cast<DataType>(r.params.dtype);
+  auto op = static_cast<ReduceOp>(r.params.reduce_op);
+  z.op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;  // as the agents that reduce real data do
+  z.count = r.params.data_bytes / dataTypeSize(z.dtype);
+  if (z.count == 0) return z;
+  alloc(r.params.data_bytes);
+  if (z.dtype == DataType::kInt64 && r.name.size() > kSizes.size() &&
+      r.name.compare(r.name.size() - kSizes.size(), kSizes.size(), kSizes) == 0) {
+    stand_in_sizes_[r.name] = z.keep;  // an allgather's first dimensions: kept for the gather
+  }
+  return z;
 }
 
 void CrossJob::postData(std::vector<CrossWork> works) {
@@ -267,7 +412,7 @@ void CrossJob::postData(std::vector<CrossWork> works) {
 void CrossJob::postOther(CrossWork w) {
   std::string name = w.req.name;
   Timeline* tl = options_.timeline;
-  auto done = [this, name, tl](Status st) {
+  auto done = [this, name, tl, keep = w.keep](Status st) {  // keep: a stand-in's buffer lives until done
     if (tl != nullptr) tl->activityEnd(name);
     loop_.post([cb = on_done_, name, st] { cb(name, st); });
   };
@@ -328,7 +473,7 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
       std::string name = w.req.name;
       if (tl != nullptr) tl->activityStart(name, "CROSS_ALLREDUCE", {{"backend", std::string(backend_->name())}});
       const uint64_t bytes = w.count * dataTypeSize(w.dtype);
-      backend_->allreduce(w.staging, w.count, w.dtype, w.op, [this, name, tl, bytes](Status st) {
+      backend_->allreduce(w.staging, w.count, w.dtype, w.op, [this, name, tl, bytes, keep = w.keep](Status st) {
         if (st.isOk()) allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
         if (tl != nullptr) tl->activityEnd(name);
         loop_.post([cb = on_done_, name, st] { cb(name, st); });
@@ -344,6 +489,7 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
       std::string name;
       void* staging;
       uint64_t offset, bytes;
+      std::shared_ptr<void> keep;
     };
     struct Fused {
       std::vector<Part> parts;
@@ -364,7 +510,7 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     const size_t esize = dataTypeSize(dt);
     for (const fusion::FusedSlot& s : g.slots) {
       CrossWork& w = works[s.index];
-      fused->parts.push_back({w.req.name, w.staging, s.offset, s.bytes});
+      fused->parts.push_back({w.req.name, w.staging, s.offset, s.bytes, w.keep});
       if (tl != nullptr) {
         tl->activityStart(w.req.name, "CROSS_ALLREDUCE",
                           {{"backend", std::string(backend_->name())}, {"fused", std::to_string(g.slots.size())}});

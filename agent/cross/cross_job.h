@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -42,6 +43,7 @@ struct CrossWork {
   // `staging` in cross-rank order).
   const void* send = nullptr;
   std::vector<size_t> send_bytes, recv_bytes;
+  std::shared_ptr<void> keep;  // owns `staging` when the negotiation thread made it (join stand-in)
 };
 
 namespace timeline {
@@ -65,6 +67,10 @@ struct CrossJobOptions {
   // Set: the job's leader agent (cross rank 0) tunes the fusion threshold and
   // the backend's small/large switch point online (see docs/fusion-and-timeline.md).
   std::optional<autotune::AutotuneOptions> autotune;
+  // The job's layout (by cross rank): first global rank and rank count of
+  // each agent. A node standing in for joined ranks needs it to take part in
+  // an allgather with zero rows.
+  std::vector<int> rank_offsets, local_sizes;
 };
 
 // The parameters every agent of a job must agree on, carried in each
@@ -91,6 +97,10 @@ class CrossJob {
   ~CrossJob();
 
   void submit(CrossWork work);  // thread-safe (called from the loop)
+  // Every local rank has joined (kolo_join): from now until `join` (the
+  // "__kolo.join.<n>" allreduce) completes, this agent stands in for them
+  // and contributes zeros to every allreduce the others negotiate.
+  void submitJoin(CrossWork join);
   void abort(Status why);       // thread-safe; fails everything in flight
   Backend& backend() { return *backend_; }
 
@@ -107,6 +117,10 @@ class CrossJob {
   // to the autotuner.
   void measureForAutotune();
   void applyAgreed(const AgreedParams& p);
+  // A joined agent's part in a collective it never submitted: zeros for an
+  // allreduce, zero rows for an allgather (sized from the "<name>.__sizes"
+  // allreduce it stood in for before). An empty status or an error.
+  StatusOr<CrossWork> zeroContribution(const CrossResponse& r);
 
   std::string label_;
   std::unique_ptr<Backend> backend_;
@@ -119,6 +133,8 @@ class CrossJob {
   std::condition_variable cv_;
   std::deque<CrossWork> incoming_;
   bool stop_ = false;
+  bool joined_ = false;     // standing in for joined ranks (mu_)
+  std::string join_name_;   // (mu_)
   Status aborted_;
   std::unordered_map<std::string, CrossWork> waiting_;  // negotiating, thread-owned
   // Negotiation-thread state: the agreed parameters in force, and the
@@ -128,6 +144,16 @@ class CrossJob {
   std::atomic<uint64_t> allreduced_bytes_{0};  // completed, updated by backend callbacks
   uint64_t reported_bytes_ = 0;
   std::chrono::steady_clock::time_point last_report_;
+  // Grouped allreduce (thread-owned): agreed members waiting for the rest of
+  // their group (with whether this agent submitted them), and failed groups.
+  struct HeldGroup {
+    std::vector<std::pair<CrossWork, bool>> works;
+  };
+  std::map<uint64_t, HeldGroup> held_groups_;
+  std::map<uint64_t, Status> failed_groups_;
+  // While standing in: results of the "<name>.__sizes" allreduces (every
+  // rank's first dimension of the allgather that follows), thread-owned.
+  std::map<std::string, std::shared_ptr<void>> stand_in_sizes_;
   std::thread thread_;
 };
 

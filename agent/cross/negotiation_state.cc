@@ -72,14 +72,66 @@ void NegotiationState::addLocal(const CrossRequest& req) {
 std::vector<uint8_t> NegotiationState::cacheVector() const {
   std::vector<uint8_t> v(cacheVectorSize(), 0);
   v[0] = unannounced_.empty() ? 1 : 0;
+  v[1] = joined_ ? 0 : 1;
+  v[2] = joined_ ? 1 : 0;
+  const bool inv = inverted();
+  if (joined_ && joined_cycles_ > 0 && !inv) {  // standing in: ready for every cached name
+    for (size_t b = 0; b < bit_names_.size(); ++b) v[kHeaderBytes + b] = bit_names_[b].empty() ? 0 : 1;
+    return v;
+  }
+  if (inv) {
+    for (size_t b = 0; b < bit_names_.size(); ++b) v[kHeaderBytes + b] = 1;
+  }
   for (const auto& [name, req] : pending_) {
     auto it = name_bits_.find(name);
     if (req.error.empty() && it != name_bits_.end() && sameParams(bit_params_[it->second], req.params)) {
-      v[1 + it->second] = 1;
+      v[kHeaderBytes + it->second] = inv ? 0 : 1;
     }
   }
   return v;
 }
+
+void NegotiationState::standInForJoined() {
+  if (!joined_) return;
+  for (const auto& [name, r] : remote_) {
+    if (r.by_agent.empty() || r.by_agent[rank_] || pending_.count(name)) continue;
+    for (const auto& other : r.by_agent) {
+      if (!other) continue;
+      CrossRequest copy = *other;
+      copy.error.clear();
+      addLocal(copy);
+      break;
+    }
+  }
+}
+
+void NegotiationState::forgetGroup(uint64_t group_id) {
+  for (auto it = remote_.begin(); it != remote_.end();) {
+    bool member = false;
+    for (const auto& o : it->second.by_agent) member |= o && o->params.group_id == group_id;
+    it = member ? remote_.erase(it) : std::next(it);
+  }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.params.group_id == group_id) {
+      std::erase(unannounced_, it->first);
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+namespace {
+// While some agent stands in for joined ranks, only allreduce and allgather go on.
+void refuseWhileJoined(CrossResponse& resp) {
+  auto coll = static_cast<CollectiveType>(resp.params.collective);
+  if (!resp.error.isOk() || coll == CollectiveType::kAllreduce || coll == CollectiveType::kAllgather) return;
+  resp.error = invalidArgument(std::string(collectiveName(coll)) + " of tensor '" + resp.name +
+                               "' cannot run while every rank of a node has joined (kolo_join): until every rank "
+                               "has joined, only allreduce and allgather go on (the joined ranks contribute zeros / "
+                               "zero rows).");
+}
+}  // namespace
 
 std::string NegotiationState::takeAnnouncements() {
   std::vector<CrossRequest> reqs;
@@ -119,10 +171,16 @@ void NegotiationState::eraseBit(const std::string& name) {
 std::vector<CrossResponse> NegotiationState::complete(const std::vector<uint8_t>& reduced,
                                                       const std::vector<std::string>* gathered) {
   std::vector<CrossResponse> out;
-  for (size_t b = 0; b + 1 < reduced.size() && b < bit_names_.size(); ++b) {
-    if (reduced[1 + b] != 1 || bit_names_[b].empty()) continue;
+  const bool someone_joined = reduced.size() > 1 && reduced[1] == 0;
+  const uint8_t hit = inverted() ? 0 : 1;
+  if (joined_) ++joined_cycles_;
+  all_joined_last_ = reduced.size() > 2 && reduced[2] == 1;
+  for (size_t b = 0; b + kHeaderBytes < reduced.size() && b < bit_names_.size(); ++b) {
+    if (reduced[kHeaderBytes + b] != hit || bit_names_[b].empty()) continue;
     const std::string name = bit_names_[b];
-    out.push_back({name, okStatus()});
+    CrossResponse resp{name, okStatus(), bit_params_[b]};
+    if (someone_joined) refuseWhileJoined(resp);
+    out.push_back(std::move(resp));
     pending_.erase(name);
   }
   if (gathered == nullptr) return out;
@@ -143,8 +201,8 @@ std::vector<CrossResponse> NegotiationState::complete(const std::vector<uint8_t>
         r.count++;
       }
       if (r.count < size_) continue;
-      CrossResponse resp{req.name, okStatus()};
       const CrossRequest& first = *r.by_agent[0];
+      CrossResponse resp{req.name, okStatus(), first.params};
       for (int o = 0; o < size_ && resp.error.isOk(); ++o) {
         if (!r.by_agent[o]->error.empty()) resp.error = invalidArgument(r.by_agent[o]->error);
       }
@@ -153,6 +211,7 @@ std::vector<CrossResponse> NegotiationState::complete(const std::vector<uint8_t>
                                                       r.by_agent[o]->params, r.by_agent[o]->first_rank);
         if (!m.empty()) resp.error = invalidArgument(m);
       }
+      if (someone_joined) refuseWhileJoined(resp);
       if (resp.error.isOk()) assignBit(req.name, first.params);
       remote_.erase(req.name);
       pending_.erase(req.name);

@@ -3,7 +3,9 @@
 //
 // Each cycle every agent contributes (1) one byte per response-cache bit,
 // set for its node-ready cached names, AND-reduced across agents (Min over
-// 0/1 bytes), with byte 0 meaning "I have no unannounced uncached request";
+// 0/1 bytes), with byte 0 meaning "I have no unannounced uncached request",
+// byte 1 "none of my ranks is absent through kolo_join" and byte 2 "every
+// one of my ranks has joined";
 // and, when some agent has one, (2) its unannounced requests, allgathered.
 // Responses = common cache bits in ascending order, then names whose
 // requests are now complete, in (agent, announcement) order. Cache bits are
@@ -32,6 +34,7 @@ struct CrossRequest {
 struct CrossResponse {
   std::string name;
   Status error;            // mismatch across agents
+  SubmitDesc params{};     // the agreed parameters (a joined agent builds its zero contribution from them)
 };
 
 std::string encodeRequests(const std::vector<CrossRequest>& reqs);
@@ -44,12 +47,37 @@ class NegotiationState {
 
   // A node-ready name arrives from the loop.
   void addLocal(const CrossRequest& req);
+
+  // Join: while every local rank has joined, this agent stands in for them:
+  // its cache vector sets every bit, and standInForJoined() announces every
+  // name another agent announced and this one has not (with that agent's
+  // parameters), so the name completes everywhere; the caller contributes
+  // zeros. While some agent stands in (byte 1 reduced to 0), every agent
+  // fails any response other than an allreduce or allgather, identically.
+  // Called before every cycle; the first cycle after joining does not stand
+  // in yet (so the cycle in which the last node joins answers only names
+  // some node really has). While every node had joined in the previous
+  // cycle, the cached bits are inverted (1 = "not pending here"), so a name
+  // completes as soon as any node has it and no node has to set bits for
+  // names nobody submitted.
+  void setJoined(bool joined) {
+    if (!joined) joined_cycles_ = 0;
+    joined_ = joined;
+  }
+
+  // Grouped allreduce `group_id` failed (decided by a response, so on every
+  // agent at the same point): forgets every request of that group, this
+  // agent's and the others' announcements alike, so a member that only
+  // some agents submitted never completes later.
+  void forgetGroup(uint64_t group_id);
+  void standInForJoined();
   bool hasPending() const { return !pending_.empty(); }
   bool hasUnannounced() const { return !unannounced_.empty(); }
 
   // Cycle step 1: the bytes to AND-reduce.
   std::vector<uint8_t> cacheVector() const;
-  size_t cacheVectorSize() const { return 1 + bit_names_.size(); }
+  size_t cacheVectorSize() const { return kHeaderBytes + bit_names_.size(); }
+  static constexpr size_t kHeaderBytes = 3;
   // Cycle step 2 (only if the reduced byte 0 is 0): what to allgather.
   std::string takeAnnouncements();
   // Cycle step 3: given the reduced vector and (if gathered) every agent's
@@ -71,6 +99,10 @@ class NegotiationState {
   int rank_;
   int size_;
   size_t capacity_;
+  bool joined_ = false;
+  int joined_cycles_ = 0;         // cycles completed while joined
+  bool all_joined_last_ = false;  // the previous cycle's byte 2: every node had joined
+  bool inverted() const { return joined_ && all_joined_last_; }
   std::map<std::string, CrossRequest> pending_;      // node-ready here, not yet responded
   std::vector<std::string> unannounced_;             // uncached, not yet gathered
   std::map<std::string, Remote> remote_;             // uncached requests seen so far

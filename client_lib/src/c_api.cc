@@ -94,6 +94,56 @@ int worldField(int kolo::WorldView::*field) {
 
 }  // namespace
 
+namespace {
+kolo::StatusOr<uint64_t> submitCompressed(Client& c, const char* name, const float* input, float* output,
+                                          int ndim, const int64_t* shape, kolo_op_t op, double prescale,
+                                          double postscale, kolo_compression_t compression) {
+  kolo::AllreduceArgs a;
+  a.name = name;
+  a.input = input;
+  a.output = output;
+  a.ndim = ndim;
+  a.shape = shape;
+  a.dtype = static_cast<int>(kolo::DataType::kFloat32);
+  a.op = static_cast<int>(op);
+  a.prescale = prescale;
+  a.postscale = postscale;
+  switch (compression) {
+    case KOLO_COMPRESS_NONE: return c.allreduceAsync(a);
+    case KOLO_COMPRESS_FP16: return c.compressedAllreduceAsync(a, kolo::DataType::kFloat16);
+    case KOLO_COMPRESS_BF16: return c.compressedAllreduceAsync(a, kolo::DataType::kBFloat16);
+  }
+  return kolo::invalidArgument("compressed allreduce of tensor '" + std::string(name != nullptr ? name : "") +
+                               "': unknown compression " + std::to_string(static_cast<int>(compression)));
+}
+
+kolo::StatusOr<std::vector<uint64_t>> submitGroup(Client& c, int count, const char* const* names,
+                                                  const void* const* inputs, void* const* outputs, const int* ndims,
+                                                  const int64_t* const* shapes, const kolo_dtype_t* dtypes,
+                                                  kolo_op_t op, double prescale, double postscale) {
+  if (count < 1) return kolo::invalidArgument("grouped allreduce: count is " + std::to_string(count));
+  if (names == nullptr || inputs == nullptr || outputs == nullptr || ndims == nullptr || shapes == nullptr ||
+      dtypes == nullptr) {
+    return kolo::invalidArgument("grouped allreduce: names, inputs, outputs, ndims, shapes and dtypes must not be NULL");
+  }
+  std::vector<kolo::AllreduceArgs> members(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    kolo::AllreduceArgs& a = members[static_cast<size_t>(i)];
+    a.name = names[i];
+    a.input = inputs[i];
+    a.output = outputs[i];
+    a.ndim = ndims[i];
+    a.shape = shapes[i];
+    a.dtype = static_cast<int>(dtypes[i]);
+    a.op = static_cast<int>(op);
+    a.prescale = prescale;
+    a.postscale = postscale;
+    a.collective = static_cast<int>(kolo::CollectiveType::kAllreduce);
+  }
+  return c.groupedAllreduceAsync(std::move(members));
+}
+}  // namespace
+
 extern "C" {
 
 kolo_status_t kolo_init(void) {
@@ -187,6 +237,41 @@ kolo_status_t kolo_allreduce(const char* name, const void* input, void* output, 
   })
 }
 
+
+kolo_status_t kolo_grouped_allreduce_async(int count, const char* const* names, const void* const* inputs,
+                                           void* const* outputs, const int* ndims, const int64_t* const* shapes,
+                                           const kolo_dtype_t* dtypes, kolo_op_t op, double prescale,
+                                           double postscale, kolo_handle_t* handles) {
+  KOLO_C_GUARD("kolo_grouped_allreduce_async", {
+    if (handles == nullptr) return fail(Code::kInvalidArgument, "kolo_grouped_allreduce_async: handles is NULL");
+    for (int i = 0; i < count; ++i) handles[i] = 0;
+    auto c = current();
+    if (!c) return notInitialized();
+    auto hs = submitGroup(*c, count, names, inputs, outputs, ndims, shapes, dtypes, op, prescale, postscale);
+    if (!hs.isOk()) return fail(hs.status());
+    for (int i = 0; i < count; ++i) handles[i] = (*hs)[static_cast<size_t>(i)];
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_grouped_allreduce(int count, const char* const* names, const void* const* inputs,
+                                     void* const* outputs, const int* ndims, const int64_t* const* shapes,
+                                     const kolo_dtype_t* dtypes, kolo_op_t op, double prescale, double postscale) {
+  KOLO_C_GUARD("kolo_grouped_allreduce", {
+    auto c = current();
+    if (!c) return notInitialized();
+    auto hs = submitGroup(*c, count, names, inputs, outputs, ndims, shapes, dtypes, op, prescale, postscale);
+    if (!hs.isOk()) return fail(hs.status());
+    Status first;
+    for (uint64_t h : *hs) {
+      Status s = c->wait(h, std::chrono::milliseconds(-1));
+      if (s.code() == Code::kTimedOut) c->release(h);
+      if (first.isOk() && !s.isOk()) first = s;
+    }
+    return report(first);
+  })
+}
+
 kolo_status_t kolo_broadcast_async(const char* name, void* buffer, int ndim, const int64_t* shape,
                                    kolo_dtype_t dtype, int root, kolo_handle_t* handle) {
   KOLO_C_GUARD("kolo_broadcast_async", {
@@ -207,6 +292,62 @@ kolo_status_t kolo_broadcast(const char* name, void* buffer, int ndim, const int
     auto c = current();
     if (!c) return notInitialized();
     auto h = c->broadcastAsync(name, buffer, ndim, shape, static_cast<int>(dtype), root);
+    if (!h.isOk()) return fail(h.status());
+    Status s = c->wait(*h, std::chrono::milliseconds(-1));
+    if (s.code() == Code::kTimedOut) c->release(*h);
+    return report(s);
+  })
+}
+
+kolo_status_t kolo_broadcast_oop_async(const char* name, const void* input, void* output, int ndim,
+                                       const int64_t* shape, kolo_dtype_t dtype, int root, kolo_handle_t* handle) {
+  KOLO_C_GUARD("kolo_broadcast_oop_async", {
+    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_broadcast_oop_async: handle is NULL");
+    *handle = 0;
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = c->broadcastOopAsync(name, input, output, ndim, shape, static_cast<int>(dtype), root);
+    if (!h.isOk()) return fail(h.status());
+    *handle = *h;
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_broadcast_oop(const char* name, const void* input, void* output, int ndim,
+                                 const int64_t* shape, kolo_dtype_t dtype, int root) {
+  KOLO_C_GUARD("kolo_broadcast_oop", {
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = c->broadcastOopAsync(name, input, output, ndim, shape, static_cast<int>(dtype), root);
+    if (!h.isOk()) return fail(h.status());
+    Status s = c->wait(*h, std::chrono::milliseconds(-1));
+    if (s.code() == Code::kTimedOut) c->release(*h);
+    return report(s);
+  })
+}
+
+kolo_status_t kolo_allreduce_compressed_async(const char* name, const float* input, float* output, int ndim,
+                                              const int64_t* shape, kolo_op_t op, double prescale, double postscale,
+                                              kolo_compression_t compression, kolo_handle_t* handle) {
+  KOLO_C_GUARD("kolo_allreduce_compressed_async", {
+    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_allreduce_compressed_async: handle is NULL");
+    *handle = 0;
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = submitCompressed(*c, name, input, output, ndim, shape, op, prescale, postscale, compression);
+    if (!h.isOk()) return fail(h.status());
+    *handle = *h;
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_allreduce_compressed(const char* name, const float* input, float* output, int ndim,
+                                        const int64_t* shape, kolo_op_t op, double prescale, double postscale,
+                                        kolo_compression_t compression) {
+  KOLO_C_GUARD("kolo_allreduce_compressed", {
+    auto c = current();
+    if (!c) return notInitialized();
+    auto h = submitCompressed(*c, name, input, output, ndim, shape, op, prescale, postscale, compression);
     if (!h.isOk()) return fail(h.status());
     Status s = c->wait(*h, std::chrono::milliseconds(-1));
     if (s.code() == Code::kTimedOut) c->release(*h);
@@ -308,6 +449,19 @@ kolo_status_t kolo_stop_timeline(void) {
     auto c = current();
     if (!c) return notInitialized();
     return report(c->timelineControl(false, "", false));
+  })
+}
+
+kolo_status_t kolo_join(int64_t timeout_ms, int* last_joined_rank) {
+  KOLO_C_GUARD("kolo_join", {
+    if (last_joined_rank != nullptr) *last_joined_rank = -1;
+    auto c = current();
+    if (!c) return notInitialized();
+    if (timeout_ms > int64_t{1} << 40) timeout_ms = int64_t{1} << 40;
+    auto r = c->join(std::chrono::milliseconds(timeout_ms));
+    if (!r.isOk()) return fail(r.status());
+    if (last_joined_rank != nullptr) *last_joined_rank = *r;
+    return KOLO_OK;
   })
 }
 

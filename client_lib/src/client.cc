@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/half.h"
 #include "common/log.h"
 #include "common/unix_socket.h"
 #include "kolo/proto/ipc.pb.h"
@@ -316,7 +317,8 @@ Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
       a.collective != static_cast<int>(CollectiveType::kBroadcast) &&
       a.collective != static_cast<int>(CollectiveType::kAllgather) &&
       a.collective != static_cast<int>(CollectiveType::kReducescatter) &&
-      a.collective != static_cast<int>(CollectiveType::kAlltoall)) {
+      a.collective != static_cast<int>(CollectiveType::kAlltoall) &&
+      a.collective != static_cast<int>(CollectiveType::kJoin)) {
     return invalidArgument(tensor + "this collective cannot be submitted this way");
   }
   if ((a.collective == static_cast<int>(CollectiveType::kAllgather) ||
@@ -520,7 +522,25 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
         st = s.status();
       }
     }
-  } else if (bytes > 0 && in >= data_begin_ && in < data_end_) {
+  } else if (a.compressed && bytes > 0) {
+    // float32 in the caller's buffer -> float16/bfloat16 in a slot.
+    auto s = allocateSlot(bytes, name, deadline);
+    if (s.isOk()) {
+      slot = *s;
+      data_offset = *s;
+      result = arena_.data() + *s;
+      const auto* src = static_cast<const float*>(a.input);
+      auto* dst = reinterpret_cast<uint16_t*>(arena_.data() + *s);
+      const size_t count = bytes / sizeof(uint16_t);
+      if (a.dtype == static_cast<int>(DataType::kFloat16)) {
+        for (size_t i = 0; i < count; ++i) dst[i] = floatToHalf(src[i]);
+      } else {
+        for (size_t i = 0; i < count; ++i) dst[i] = floatToBf16(src[i]);
+      }
+    } else {
+      st = s.status();
+    }
+  } else if (bytes > 0 && in >= data_begin_ && in < data_end_ && !a.out_of_place) {
     // Zero copy: the tensor already lives in a shared buffer.
     uint64_t off = static_cast<uint64_t>(in - arena_.data());
     std::lock_guard<std::mutex> lock(mu_);
@@ -564,6 +584,9 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
     d.out_bytes = out_bytes;
     for (int i = 0; i < a.ndim; ++i) d.shape[i] = a.shape[i];
     std::memcpy(d.name, name.data(), name.size());
+    d.group_id = a.group_id;
+    d.group_hash = a.group_hash;
+    d.group_size = a.group_size;
   }
 
   // Publish: the op enters the table and the ring in one critical section,
@@ -584,6 +607,7 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
         op.slot = slot;
         op.gather = gather;
         op.gather_dim0 = gather_dim0;
+        if (a.compressed) op.decompress = a.dtype;
         ops_.emplace(handle, std::move(op));
         ++in_flight_;
         bool pushed = submit_ring_.tryPush(d);  // we are the only producer
@@ -627,6 +651,41 @@ StatusOr<uint64_t> Client::broadcastAsync(const char* name, void* buf, int ndim,
   return allreduceAsync(a);
 }
 
+StatusOr<uint64_t> Client::broadcastOopAsync(const char* name, const void* input, void* output, int ndim,
+                                             const int64_t* shape, int dtype, int root) {
+  AllreduceArgs a;
+  a.name = name;
+  // The other ranks' input is not read: without one, the output's memory
+  // stands in (its bytes are overwritten by the root's anyway).
+  a.input = input != nullptr || world().rank == root ? input : output;
+  a.output = output;
+  a.ndim = ndim;
+  a.shape = shape;
+  a.dtype = dtype;
+  a.op = static_cast<int>(ReduceOp::kSum);  // unused; the same on every rank
+  a.collective = static_cast<int>(CollectiveType::kBroadcast);
+  a.root = root;
+  a.out_of_place = true;
+  return allreduceAsync(a);
+}
+
+StatusOr<uint64_t> Client::compressedAllreduceAsync(AllreduceArgs a, DataType wire) {
+  const std::string what = "compressed allreduce of tensor " + quoteName(a.name != nullptr ? a.name : "");
+  if (wire != DataType::kFloat16 && wire != DataType::kBFloat16) {
+    return invalidArgument(what + ": compression must be KOLO_COMPRESS_FP16 or KOLO_COMPRESS_BF16");
+  }
+  if (a.dtype != static_cast<int>(DataType::kFloat32)) {
+    return invalidArgument(what + ": the tensor must be float32 (it is " +
+                           (isValidDataType(a.dtype) ? std::string(dataTypeName(static_cast<DataType>(a.dtype)))
+                                                     : std::to_string(a.dtype)) +
+                           ")");
+  }
+  a.dtype = static_cast<int>(wire);
+  a.compressed = true;
+  a.collective = static_cast<int>(CollectiveType::kAllreduce);
+  return allreduceAsync(a);
+}
+
 Status Client::barrier(milliseconds timeout) {
   std::string name = "__kolo.barrier." + std::to_string(barriers_.fetch_add(1) + 1);
   int64_t shape[1] = {0};
@@ -644,6 +703,84 @@ Status Client::barrier(milliseconds timeout) {
                     fmtSeconds(timeout.count() < 0 ? opts_.op_timeout : timeout) + " s");
   }
   return st;
+}
+
+StatusOr<std::vector<uint64_t>> Client::groupedAllreduceAsync(std::vector<AllreduceArgs> members) {
+  if (members.empty()) return invalidArgument("grouped allreduce: the group has no tensors");
+  if (members.size() > 1024) {
+    return invalidArgument("grouped allreduce: " + std::to_string(members.size()) +
+                           " tensors; a group holds at most 1024 (the in-flight limit)");
+  }
+  // Check every member first: a group that is half submitted would leave
+  // the other ranks waiting for the rest.
+  std::set<std::string, std::less<>> seen;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the names, in order
+  for (const AllreduceArgs& a : members) {
+    uint64_t bytes = 0;
+    RETURN_IF_ERROR(validate(a, &bytes).withContext("grouped allreduce"));
+    if (a.collective != static_cast<int>(CollectiveType::kAllreduce)) {
+      return internalError("grouped allreduce: a member is not an allreduce");
+    }
+    if (!seen.insert(a.name).second) {
+      return invalidArgument("grouped allreduce: tensor " + quoteName(a.name) + " appears twice in the group");
+    }
+    for (const char* p = a.name; *p != '\0'; ++p) hash = (hash ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
+    hash = (hash ^ 0xffu) * 1099511628211ull;  // separator
+  }
+  {
+    // A member already in flight would be refused after the others went out.
+    progressUntil([] { return false; }, Clock::now(), milliseconds(0));  // collect finished completions
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(usableLocked());
+    for (const AllreduceArgs& a : members) {
+      if (names_in_flight_.count(std::string_view(a.name)) != 0) {
+        return invalidArgument("grouped allreduce: tensor " + quoteName(a.name) +
+                               " is still in flight from an earlier call; wait for it first (nothing of this group "
+                               "was submitted)");
+      }
+    }
+  }
+  const uint64_t gid = groups_.fetch_add(1) + 1;
+  std::vector<uint64_t> handles;
+  handles.reserve(members.size());
+  for (AllreduceArgs& a : members) {
+    a.group_id = gid;
+    a.group_hash = hash;
+    a.group_size = static_cast<uint32_t>(members.size());
+    auto h = allreduceAsync(a);
+    if (!h.isOk()) {
+      for (uint64_t done : handles) release(done);
+      return Status(h.status().code(), "grouped allreduce #" + std::to_string(gid) + ": submitting tensor " +
+                                           quoteName(a.name) + " failed after " + std::to_string(handles.size()) +
+                                           " of its " + std::to_string(members.size()) +
+                                           " tensors were submitted (the others will wait for it): " +
+                                           h.status().message());
+    }
+    handles.push_back(*h);
+  }
+  return handles;
+}
+
+StatusOr<int> Client::join(milliseconds timeout) {
+  int64_t shape[1] = {0};
+  AllreduceArgs a;
+  a.name = "__kolo.join";
+  a.ndim = 1;
+  a.shape = shape;
+  a.dtype = static_cast<int>(DataType::kUint8);
+  a.op = static_cast<int>(ReduceOp::kSum);
+  a.collective = static_cast<int>(CollectiveType::kJoin);
+  ASSIGN_OR_RETURN(uint64_t h, allreduceAsync(a));
+  int64_t last = -1;
+  Status st = wait(h, timeout, &last);
+  if (st.code() == Code::kTimedOut) {
+    release(h);
+    return timedOut("kolo_join: not every rank joined within " +
+                    fmtSeconds(timeout.count() < 0 ? opts_.op_timeout : timeout) +
+                    " s; this rank stays joined, so treat the job as broken");
+  }
+  RETURN_IF_ERROR(st);
+  return static_cast<int>(last);
 }
 
 StatusOr<uint64_t> Client::allgatherAsync(const char* name, const void* input, int ndim, const int64_t* shape,
@@ -889,6 +1026,7 @@ void Client::handleCompletion(const CompletionDesc& c) {
     return;
   }
   Op& op = it->second;
+  op.aux = c.aux;
   Status st;
   if (c.code != 0) {
     size_t len = std::min<size_t>(c.msg_len, kMaxErrorBytes);
@@ -905,6 +1043,21 @@ void Client::handleCompletion(const CompletionDesc& c) {
     res.data.assign(src, src + bytes);
     lk.lock();
     results_[c.handle] = std::move(res);
+    it = ops_.find(c.handle);
+  } else if (st.isOk() && !op.released && op.bytes > 0 && op.decompress >= 0) {
+    // Compressed allreduce: float16/bfloat16 in the arena -> float32 output.
+    op.state = OpState::kCompleting;
+    auto* out = static_cast<float*>(op.output);
+    const auto* src = reinterpret_cast<const uint16_t*>(op.result);
+    const size_t count = op.bytes / sizeof(uint16_t);
+    const bool half = op.decompress == static_cast<int>(DataType::kFloat16);
+    lk.unlock();
+    if (half) {
+      for (size_t i = 0; i < count; ++i) out[i] = halfToFloat(src[i]);
+    } else {
+      for (size_t i = 0; i < count; ++i) out[i] = bf16ToFloat(src[i]);
+    }
+    lk.lock();
     it = ops_.find(c.handle);
   } else if (st.isOk() && !op.released && op.bytes > 0 && op.output != op.result) {
     // Copy out without holding mu_; release() waits for kCompleting to end.
@@ -985,7 +1138,7 @@ Status Client::poll(uint64_t handle) {
   return it->second.status;
 }
 
-Status Client::wait(uint64_t handle, milliseconds timeout) {
+Status Client::wait(uint64_t handle, milliseconds timeout, int64_t* aux) {
   auto start = Clock::now();
   milliseconds limit = timeout.count() < 0 ? opts_.op_timeout : timeout;
   auto deadline = start + limit;
@@ -1008,6 +1161,7 @@ Status Client::wait(uint64_t handle, milliseconds timeout) {
                     "` for the ranks it waits for)");
   }
   Status st = std::move(it->second.status);
+  if (aux != nullptr) *aux = it->second.aux;
   ops_.erase(it);
   return st;
 }

@@ -78,6 +78,16 @@ struct AllreduceArgs {
   const int64_t* gather_dims = nullptr;
   // Alltoall (internal): the split matrix, int64[world size][world size].
   const int64_t* splits_matrix = nullptr;
+  // Never work in place on `input` (out-of-place broadcast): copy it into a
+  // slot even when it lives in the arena.
+  bool out_of_place = false;
+  // Compressed allreduce: `input`/`output` hold float32; the wire dtype
+  // (`dtype`) is float16 or bfloat16, converted on the way in and out.
+  bool compressed = false;
+  // Grouped allreduce (set by groupedAllreduceAsync).
+  uint64_t group_id = 0;
+  uint64_t group_hash = 0;
+  uint32_t group_size = 0;
 };
 
 class Client {
@@ -96,14 +106,32 @@ class Client {
 
   // Validates and submits; returns a fresh nonzero handle.
   StatusOr<uint64_t> allreduceAsync(const AllreduceArgs& args);
+  // Grouped allreduce: the members (allreduces) are negotiated as one
+  // atomic unit (none runs before every member is ready on every rank) and
+  // fused together. Every rank's n-th grouped allreduce must have the same
+  // members in the same order. Returns one handle per member.
+  StatusOr<std::vector<uint64_t>> groupedAllreduceAsync(std::vector<AllreduceArgs> members);
   // In-place broadcast of `buf` from global rank `root` (buf is read on the
   // root and overwritten on the others).
   StatusOr<uint64_t> broadcastAsync(const char* name, void* buf, int ndim, const int64_t* shape,
                                     int dtype, int root);
+  // Out-of-place broadcast: `output` receives the root's `input` on every
+  // rank (the root included); `input` is never written (NULL is fine on the
+  // other ranks).
+  StatusOr<uint64_t> broadcastOopAsync(const char* name, const void* input, void* output, int ndim,
+                                       const int64_t* shape, int dtype, int root);
+  // Allreduce of float32 tensors sent as float16 / bfloat16 (`wire`): the
+  // input is converted into the arena, reduced in that type, and the result
+  // converted back into the float32 `output`.
+  StatusOr<uint64_t> compressedAllreduceAsync(AllreduceArgs a, DataType wire);
   // Returns once every rank of the job has called barrier() (the n-th call
   // on each rank pairs with the n-th call on the others): a zero-byte
   // allreduce named "__kolo.barrier.<n>".
   Status barrier(std::chrono::milliseconds timeout);
+  // Join (Horovod semantics): this rank takes no more part; the others'
+  // allreduces go on with zeros in its place (allgathers with zero rows).
+  // Returns once every rank has joined, with the last rank to join.
+  StatusOr<int> join(std::chrono::milliseconds timeout);
   // Reducescatter: the tensors (same shape on every rank) are reduced and
   // rank r receives its block of rows (reducescatterRows() in ipc_layout.h)
   // in `output`.
@@ -132,7 +160,7 @@ class Client {
   Status poll(uint64_t handle);
   // Waits up to `timeout` (negative: the op timeout). Forgets the handle
   // unless the wait timed out (TIMED_OUT leaves it pending).
-  Status wait(uint64_t handle, std::chrono::milliseconds timeout);
+  Status wait(uint64_t handle, std::chrono::milliseconds timeout, int64_t* aux = nullptr);
   // Forgets a handle; the op still runs but its result is no longer copied
   // to the output buffer. Returns once no copy into that buffer is running.
   void release(uint64_t handle);
@@ -168,6 +196,8 @@ class Client {
     OpState state = OpState::kSubmitted;
     bool released = false;
     Status status;
+    int64_t aux = 0;               // from the completion (join: the last rank to join)
+    int decompress = -1;           // compressed allreduce: the wire DataType to convert to float32
   };
 
   explicit Client(ClientOptions opts);
@@ -229,6 +259,7 @@ class Client {
   uint64_t space_epoch_ = 0;       // bumped whenever arena space is freed
   uint64_t in_flight_ = 0;         // ops pushed and not finished (released ones too)
   std::atomic<uint64_t> barriers_{0};  // barrier() calls so far
+  std::atomic<uint64_t> groups_{0};    // groupedAllreduceAsync() calls so far
   std::unordered_map<uint64_t, GatherResult> results_;  // allgather outputs until release()
   pid_t owner_pid_ = -1;
 };

@@ -78,6 +78,39 @@ TEST(CApi, EverythingFailsCleanlyBeforeInit) {
             KOLO_ERR_INVALID_ARGUMENT);
 }
 
+TEST(CApi, IssueFiveCallsFailCleanlyBeforeInit) {
+  float x = 1, y = 0;
+  int64_t shape[1] = {1};
+  int last = 7;
+  EXPECT_EQ(kolo_join(0, &last), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(last, -1);
+  EXPECT_TRUE(contains(kolo_last_error(), "kolo_init")) << kolo_last_error();
+  kolo_handle_t h = 99;
+  EXPECT_EQ(kolo_broadcast_oop_async("x", &x, &y, 1, shape, KOLO_FLOAT32, 0, &h), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(h, 0u);
+  EXPECT_EQ(kolo_broadcast_oop("x", &x, &y, 1, shape, KOLO_FLOAT32, 0), KOLO_ERR_INVALID_ARGUMENT);
+  h = 99;
+  EXPECT_EQ(kolo_allreduce_compressed_async("x", &x, &y, 1, shape, KOLO_SUM, 1, 1, KOLO_COMPRESS_FP16, &h),
+            KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(h, 0u);
+  EXPECT_EQ(kolo_allreduce_compressed("x", &x, &y, 1, shape, KOLO_SUM, 1, 1, KOLO_COMPRESS_BF16),
+            KOLO_ERR_INVALID_ARGUMENT);
+  const char* names[1] = {"x"};
+  const void* ins[1] = {&x};
+  void* outs[1] = {&y};
+  int ndims[1] = {1};
+  const int64_t* shapes[1] = {shape};
+  kolo_dtype_t dts[1] = {KOLO_FLOAT32};
+  kolo_handle_t hs[1] = {99};
+  EXPECT_EQ(kolo_grouped_allreduce_async(1, names, ins, outs, ndims, shapes, dts, KOLO_SUM, 1, 1, hs),
+            KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(hs[0], 0u);
+  EXPECT_TRUE(contains(kolo_last_error(), "kolo_init")) << kolo_last_error();
+  EXPECT_EQ(kolo_grouped_allreduce(1, names, ins, outs, ndims, shapes, dts, KOLO_SUM, 1, 1), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kolo_grouped_allreduce_async(1, names, ins, outs, ndims, shapes, dts, KOLO_SUM, 1, 1, nullptr),
+            KOLO_ERR_INVALID_ARGUMENT);
+}
+
 TEST(CApi, LastErrorIsPerThread) {
   float x = 1;
   int64_t shape[1] = {1};

@@ -184,10 +184,80 @@ inline Result allreduce(const std::string& name, const void* in, void* out,
                                       static_cast<kolo_op_t>(op), prescale, postscale));
 }
 
+// float32 allreduce sent as float16 / bfloat16 (see kolo_allreduce_compressed).
+enum class Compression { kNone = KOLO_COMPRESS_NONE, kFp16 = KOLO_COMPRESS_FP16, kBf16 = KOLO_COMPRESS_BF16 };
+inline Expected<Handle> allreduceCompressedAsync(const std::string& name, const float* in, float* out,
+                                                 const std::vector<int64_t>& shape, ReduceOp op,
+                                                 Compression compression, double prescale = 1.0,
+                                                 double postscale = 1.0) {
+  kolo_handle_t h = 0;
+  kolo_status_t s = kolo_allreduce_compressed_async(name.c_str(), in, out, static_cast<int>(shape.size()),
+                                                    shape.data(), static_cast<kolo_op_t>(op), prescale, postscale,
+                                                    static_cast<kolo_compression_t>(compression), &h);
+  if (s != KOLO_OK) return Result::fromC(s);
+  return Handle(h);
+}
+inline Result allreduceCompressed(const std::string& name, const float* in, float* out,
+                                  const std::vector<int64_t>& shape, ReduceOp op, Compression compression,
+                                  double prescale = 1.0, double postscale = 1.0) {
+  return Result::fromC(kolo_allreduce_compressed(name.c_str(), in, out, static_cast<int>(shape.size()),
+                                                 shape.data(), static_cast<kolo_op_t>(op), prescale, postscale,
+                                                 static_cast<kolo_compression_t>(compression)));
+}
+
 // In place over `count` elements of a typed array.
 template <typename T>
 Result allreduce(const std::string& name, T* data, size_t count, ReduceOp op = ReduceOp::kSum) {
   return allreduce(name, data, data, {static_cast<int64_t>(count)}, dataTypeOf<T>(), op);
+}
+
+// --- grouped allreduce ------------------------------------------------------
+// Negotiated as one atomic unit and fused together; see kolo_c.h.
+struct GroupMember {
+  std::string name;
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::vector<int64_t> shape;
+  DataType dtype = DataType::kFloat32;
+};
+namespace detail {
+struct GroupArrays {
+  std::vector<const char*> names;
+  std::vector<const void*> ins;
+  std::vector<void*> outs;
+  std::vector<int> ndims;
+  std::vector<const int64_t*> shapes;
+  std::vector<kolo_dtype_t> dtypes;
+  explicit GroupArrays(const std::vector<GroupMember>& m) {
+    for (const GroupMember& g : m) {
+      names.push_back(g.name.c_str());
+      ins.push_back(g.in);
+      outs.push_back(g.out);
+      ndims.push_back(static_cast<int>(g.shape.size()));
+      shapes.push_back(g.shape.data());
+      dtypes.push_back(static_cast<kolo_dtype_t>(g.dtype));
+    }
+  }
+};
+}  // namespace detail
+inline Expected<std::vector<Handle>> groupedAllreduceAsync(const std::vector<GroupMember>& members, ReduceOp op,
+                                                           double prescale = 1.0, double postscale = 1.0) {
+  detail::GroupArrays a(members);
+  std::vector<kolo_handle_t> hs(members.size(), 0);
+  kolo_status_t s = kolo_grouped_allreduce_async(static_cast<int>(members.size()), a.names.data(), a.ins.data(),
+                                                 a.outs.data(), a.ndims.data(), a.shapes.data(), a.dtypes.data(),
+                                                 static_cast<kolo_op_t>(op), prescale, postscale, hs.data());
+  if (s != KOLO_OK) return Result::fromC(s);
+  std::vector<Handle> out;
+  for (kolo_handle_t h : hs) out.emplace_back(h);
+  return out;
+}
+inline Result groupedAllreduce(const std::vector<GroupMember>& members, ReduceOp op, double prescale = 1.0,
+                               double postscale = 1.0) {
+  detail::GroupArrays a(members);
+  return Result::fromC(kolo_grouped_allreduce(static_cast<int>(members.size()), a.names.data(), a.ins.data(),
+                                              a.outs.data(), a.ndims.data(), a.shapes.data(), a.dtypes.data(),
+                                              static_cast<kolo_op_t>(op), prescale, postscale));
 }
 
 // --- broadcast, allgather, reducescatter, barrier ---------------------------
@@ -205,6 +275,21 @@ inline Result broadcast(const std::string& name, void* buf, const std::vector<in
                         int root) {
   return Result::fromC(kolo_broadcast(name.c_str(), buf, static_cast<int>(shape.size()), shape.data(),
                                       static_cast<kolo_dtype_t>(dtype), root));
+}
+
+// Out of place: `out` receives the root's `in` on every rank; `in` is never written.
+inline Expected<Handle> broadcastOopAsync(const std::string& name, const void* in, void* out,
+                                          const std::vector<int64_t>& shape, DataType dtype, int root) {
+  kolo_handle_t h = 0;
+  kolo_status_t s = kolo_broadcast_oop_async(name.c_str(), in, out, static_cast<int>(shape.size()), shape.data(),
+                                             static_cast<kolo_dtype_t>(dtype), root, &h);
+  if (s != KOLO_OK) return Result::fromC(s);
+  return Handle(h);
+}
+inline Result broadcastOop(const std::string& name, const void* in, void* out, const std::vector<int64_t>& shape,
+                           DataType dtype, int root) {
+  return Result::fromC(kolo_broadcast_oop(name.c_str(), in, out, static_cast<int>(shape.size()), shape.data(),
+                                          static_cast<kolo_dtype_t>(dtype), root));
 }
 
 // The ranks' tensors concatenated along the first dimension, in rank order.
@@ -256,6 +341,14 @@ inline Result reducescatter(const std::string& name, const void* in, void* out, 
 }
 
 inline Result barrier(int64_t timeout_ms = -1) { return Result::fromC(kolo_barrier(timeout_ms)); }
+
+// This rank has run out of data: see kolo_join. Returns the last rank to join.
+inline Expected<int> join(int64_t timeout_ms = -1) {
+  int last = -1;
+  kolo_status_t s = kolo_join(timeout_ms, &last);
+  if (s != KOLO_OK) return Result::fromC(s);
+  return last;
+}
 
 // --- zero copy -------------------------------------------------------------
 // Memory inside the agent-shared arena: tensors that live here are reduced

@@ -51,6 +51,13 @@ typedef enum {
   KOLO_PRODUCT = 5
 } kolo_op_t;
 
+/* Wire formats for kolo_allreduce_compressed[_async] (added in ABI 1). */
+typedef enum {
+  KOLO_COMPRESS_NONE = 0,
+  KOLO_COMPRESS_FP16 = 1,
+  KOLO_COMPRESS_BF16 = 2
+} kolo_compression_t;
+
 typedef uint64_t kolo_handle_t;   /* 0 is never a valid handle */
 
 /* --- lifecycle ---------------------------------------------------------- */
@@ -79,6 +86,26 @@ kolo_status_t kolo_allreduce(const char* name, const void* input, void* output, 
                              const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
                              double prescale, double postscale);
 
+/* --- grouped allreduce (added in ABI 1, additive) ------------------------ */
+/* `count` allreduces negotiated as one atomic unit: none of them runs until
+ * every one is ready on every rank, and they are fused together (one
+ * reduction across nodes while they fit the fusion threshold). Member i is
+ * names[i], inputs[i] -> outputs[i] (may be equal), ndims[i] dims of
+ * shapes[i], dtypes[i]; op and the scale factors apply to all. Every rank's
+ * n-th grouped allreduce must list the same names in the same order
+ * ("Mismatched group membership for tensor 'x': ..." otherwise, and the
+ * whole group fails). Every member is checked before any is submitted.
+ * handles[i] receives member i's handle (wait on each, or on all with
+ * kolo_grouped_allreduce). */
+kolo_status_t kolo_grouped_allreduce_async(int count, const char* const* names, const void* const* inputs,
+                                           void* const* outputs, const int* ndims, const int64_t* const* shapes,
+                                           const kolo_dtype_t* dtypes, kolo_op_t op, double prescale,
+                                           double postscale, kolo_handle_t* handles);
+/* Blocking: returns the first member's error, after waiting for all. */
+kolo_status_t kolo_grouped_allreduce(int count, const char* const* names, const void* const* inputs,
+                                     void* const* outputs, const int* ndims, const int64_t* const* shapes,
+                                     const kolo_dtype_t* dtypes, kolo_op_t op, double prescale, double postscale);
+
 /* --- broadcast (added in ABI 1, additive) -------------------------------- */
 /* In place: on rank `root` (a global rank) `buffer` is the input; on every
  * other rank it is overwritten with the root's tensor once the handle
@@ -88,6 +115,29 @@ kolo_status_t kolo_broadcast_async(const char* name, void* buffer, int ndim, con
                                    kolo_dtype_t dtype, int root, kolo_handle_t* handle);
 kolo_status_t kolo_broadcast(const char* name, void* buffer, int ndim, const int64_t* shape,
                              kolo_dtype_t dtype, int root);
+
+/* Out of place (added in ABI 1, additive): `output` receives the root's
+ * `input` on every rank, the root included; `input` is never written and
+ * may be NULL on the ranks other than the root. Same rules as above. */
+kolo_status_t kolo_broadcast_oop_async(const char* name, const void* input, void* output, int ndim,
+                                       const int64_t* shape, kolo_dtype_t dtype, int root, kolo_handle_t* handle);
+kolo_status_t kolo_broadcast_oop(const char* name, const void* input, void* output, int ndim,
+                                 const int64_t* shape, kolo_dtype_t dtype, int root);
+
+/* --- compressed allreduce (added in ABI 1, additive) --------------------- */
+/* Allreduce of a float32 tensor sent as float16 or bfloat16: the input is
+ * rounded (to nearest even) into the shared arena, reduced in that type
+ * (see docs/collectives.md for the accumulation precision), and the result
+ * is widened back into the float32 `output` (may equal input). Arguments as
+ * kolo_allreduce_async with dtype implied float32; KOLO_COMPRESS_NONE is a
+ * plain float32 allreduce. The ranks must agree on the compression (they
+ * otherwise disagree on the dtype: "Mismatched data types ..."). */
+kolo_status_t kolo_allreduce_compressed_async(const char* name, const float* input, float* output, int ndim,
+                                              const int64_t* shape, kolo_op_t op, double prescale, double postscale,
+                                              kolo_compression_t compression, kolo_handle_t* handle);
+kolo_status_t kolo_allreduce_compressed(const char* name, const float* input, float* output, int ndim,
+                                        const int64_t* shape, kolo_op_t op, double prescale, double postscale,
+                                        kolo_compression_t compression);
 
 /* --- allgather (added in ABI 1, additive) -------------------------------- */
 /* Concatenates every rank's `input` (ndim >= 1 dims of `shape`, dtype) along
@@ -136,6 +186,17 @@ kolo_status_t kolo_alltoall_async(const char* name, const void* input, int ndim,
  * kolo_barrier call of each rank pairs with the n-th of the others).
  * timeout_ms < 0: the op timeout (KOLO_OP_TIMEOUT). */
 kolo_status_t kolo_barrier(int64_t timeout_ms);
+
+/* --- join (added in ABI 1, additive) ------------------------------------ */
+/* For a rank that has run out of data (Horovod's join): from this call on
+ * the rank takes no part in collectives; the other ranks' allreduces go on
+ * with zeros in its place (Average still divides by the job size) and their
+ * allgathers with zero rows from it; any other collective fails with
+ * KOLO_ERR_INVALID_ARGUMENT while a rank has joined. Returns once every rank
+ * has joined; *last_joined_rank (may be NULL) is then the global rank that
+ * joined last, the same on every rank. timeout_ms < 0: KOLO_OP_TIMEOUT. See
+ * docs/collectives.md. */
+kolo_status_t kolo_join(int64_t timeout_ms, int* last_joined_rank);
 
 /* --- handles ------------------------------------------------------------ */
 /* KOLO_IN_PROGRESS while running; otherwise the final status (the handle

@@ -1,0 +1,142 @@
+// NegotiationState with joined agents (kolo_join): pure logic, every agent's
+// state stepped through the same cycle as CrossJob runs it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "agent/cross/negotiation_state.h"
+#include "common/dtype.h"
+
+namespace kolo {
+namespace {
+
+CrossRequest request(const std::string& name, CollectiveType coll = CollectiveType::kAllreduce, int64_t n = 4) {
+  CrossRequest r;
+  r.name = name;
+  r.params.collective = static_cast<uint8_t>(coll);
+  r.params.dtype = static_cast<uint8_t>(DataType::kFloat32);
+  r.params.reduce_op = static_cast<uint8_t>(ReduceOp::kSum);
+  r.params.ndim = 1;
+  r.params.shape[0] = n;
+  r.params.data_bytes = static_cast<uint64_t>(n) * 4;
+  r.params.prescale = r.params.postscale = 1.0;
+  r.params.name_len = static_cast<uint32_t>(name.size());
+  std::memcpy(r.params.name, name.data(), name.size());
+  return r;
+}
+
+// One cycle over every agent's state, as CrossJob::cycle does it.
+std::vector<std::vector<CrossResponse>> cycle(std::vector<NegotiationState*> agents) {
+  std::vector<std::vector<uint8_t>> vecs;
+  for (auto* a : agents) {
+    a->standInForJoined();
+    vecs.push_back(a->cacheVector());
+  }
+  std::vector<uint8_t> reduced = vecs[0];
+  for (auto& v : vecs) {
+    EXPECT_EQ(v.size(), reduced.size());
+    for (size_t i = 0; i < reduced.size() && i < v.size(); ++i) reduced[i] = std::min(reduced[i], v[i]);
+  }
+  std::vector<std::string> gathered;
+  bool gather = reduced[0] == 0;
+  if (gather) {
+    for (auto* a : agents) gathered.push_back(a->takeAnnouncements());
+  }
+  std::vector<std::vector<CrossResponse>> out;
+  for (auto* a : agents) out.push_back(a->complete(reduced, gather ? &gathered : nullptr));
+  return out;
+}
+
+TEST(NegotiationJoin, JoinedAgentStandsInForUncachedNames) {
+  NegotiationState a(0, 2, 16), b(1, 2, 16);
+  a.setJoined(true);
+  b.addLocal(request("x"));
+  auto r1 = cycle({&a, &b});  // b announces x
+  EXPECT_TRUE(r1[0].empty());
+  EXPECT_TRUE(r1[1].empty());
+  auto r2 = cycle({&a, &b});  // a stands in: x completes on both
+  ASSERT_EQ(r2[0].size(), 1u);
+  ASSERT_EQ(r2[1].size(), 1u);
+  EXPECT_EQ(r2[0][0].name, "x");
+  EXPECT_EQ(r2[1][0].name, "x");
+  EXPECT_TRUE(r2[0][0].error.isOk());
+  EXPECT_EQ(r2[0][0].params.data_bytes, 16u);  // what a's zero contribution is built from
+}
+
+TEST(NegotiationJoin, JoinedAgentSetsEveryCachedBit) {
+  NegotiationState a(0, 2, 16), b(1, 2, 16);
+  a.addLocal(request("x"));
+  b.addLocal(request("x"));
+  auto r = cycle({&a, &b});
+  ASSERT_EQ(r[0].size(), 1u);  // x is cached now
+  a.setJoined(true);
+  r = cycle({&a, &b});  // a's first joined cycle: it stands in from the next one
+  EXPECT_TRUE(r[0].empty());
+  b.addLocal(request("x"));
+  r = cycle({&a, &b});
+  ASSERT_EQ(r[1].size(), 1u);
+  EXPECT_EQ(r[0].size(), 1u);
+  EXPECT_TRUE(r[1][0].error.isOk());
+}
+
+TEST(NegotiationJoin, WhenEveryAgentHasJoinedOnlyNamesSomeoneHasComplete) {
+  NegotiationState a(0, 2, 16), b(1, 2, 16);
+  for (const char* n : {"x", "y"}) {
+    a.addLocal(request(n));
+    b.addLocal(request(n));
+  }
+  auto r = cycle({&a, &b});
+  ASSERT_EQ(r[0].size(), 2u);  // x and y are cached
+  a.setJoined(true);
+  b.setJoined(true);
+  for (int i = 0; i < 3; ++i) {  // nobody has anything: no response, though both stand in
+    r = cycle({&a, &b});
+    EXPECT_TRUE(r[0].empty()) << "cycle " << i << ": " << r[0][0].name;
+    EXPECT_TRUE(r[1].empty());
+  }
+  a.addLocal(request("x"));  // a rank's last submission, still negotiating after it joined
+  r = cycle({&a, &b});
+  ASSERT_EQ(r[0].size(), 1u);
+  ASSERT_EQ(r[1].size(), 1u);
+  EXPECT_EQ(r[0][0].name, "x");
+  EXPECT_EQ(r[1][0].name, "x");  // b takes part with zeros
+  b.setJoined(false);
+  a.setJoined(false);
+  b.addLocal(request("y"));
+  r = cycle({&a, &b});
+  EXPECT_TRUE(r[1].empty());  // after the join round, y needs a again
+}
+
+TEST(NegotiationJoin, OnlyAllreduceAndAllgatherGoOnWhileAnAgentStandsIn) {
+  NegotiationState a(0, 2, 16), b(1, 2, 16);
+  a.setJoined(true);
+  b.addLocal(request("g", CollectiveType::kBroadcast));
+  b.addLocal(request("h", CollectiveType::kAllgather));
+  cycle({&a, &b});
+  auto r = cycle({&a, &b});
+  ASSERT_EQ(r[0].size(), 2u);
+  ASSERT_EQ(r[1].size(), 2u);
+  EXPECT_EQ(r[1][0].name, "g");
+  EXPECT_EQ(r[1][0].error.code(), Code::kInvalidArgument);
+  EXPECT_EQ(r[1][0].error.message(), r[0][0].error.message());
+  EXPECT_EQ(r[1][0].error.message(),
+            "broadcast of tensor 'g' cannot run while every rank of a node has joined (kolo_join): until every rank "
+            "has joined, only allreduce and allgather go on (the joined ranks contribute zeros / zero rows).");
+  EXPECT_EQ(r[1][1].name, "h");
+  EXPECT_TRUE(r[1][1].error.isOk());
+  EXPECT_TRUE(r[0][1].error.isOk());
+}
+
+TEST(NegotiationJoin, NoStandInOnceJoinEnds) {
+  NegotiationState a(0, 2, 16), b(1, 2, 16);
+  a.setJoined(true);
+  a.setJoined(false);
+  b.addLocal(request("x"));
+  cycle({&a, &b});
+  auto r = cycle({&a, &b});
+  EXPECT_TRUE(r[1].empty());  // x waits for a's ranks again
+}
+
+}  // namespace
+}  // namespace kolo
