@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "agent/agent.h"
+#include "common/staging_pool.h"
 
 namespace kolo {
 
@@ -21,10 +22,7 @@ uint64_t rowBytesOf(const SubmitDesc& d) {
   return row;
 }
 
-std::unique_ptr<char[], void (*)(char*)> alloc64(size_t bytes) {
-  size_t n = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
-  return {static_cast<char*>(std::aligned_alloc(64, n)), [](char* q) { std::free(q); }};
-}
+staging::Buffer alloc64(size_t bytes) { return staging::acquire(bytes); }
 
 }  // namespace
 

@@ -8,16 +8,16 @@
 #include "agent/agent.h"
 #include "agent/cross/coord_kv_store.h"
 #include "common/log.h"
+#include "common/staging_pool.h"
 
 namespace kolo {
 
 namespace {
 auto crossLog() { return log::get("agent.cross"); }
 
-std::unique_ptr<char[], void (*)(char*)> allocStaging(size_t bytes) {
-  size_t n = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
-  return {static_cast<char*>(std::aligned_alloc(64, n)), [](char* p) { std::free(p); }};
-}
+// Reused across operations (see common/staging_pool.h): a fresh large
+// buffer per operation would page-fault all of it every time.
+staging::Buffer allocStaging(size_t bytes) { return staging::acquire(bytes); }
 
 // The autotuner's settings for one job (only the leader agent uses them).
 autotune::AutotuneOptions autotuneOptionsFor(const AgentOptions& o, const std::string& job_id) {

@@ -10,6 +10,7 @@
 
 #include "agent/agent.h"
 #include "common/log.h"
+#include "common/staging_pool.h"
 
 namespace kolo {
 
@@ -178,8 +179,7 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
   p.started = op.first_arrival;
   p.collective = CollectiveType::kAllgather;
   p.report_dtype = dtype;
-  size_t n = (std::max<size_t>(total, 64) + 63) / 64 * 64;
-  p.staging = {static_cast<char*>(std::aligned_alloc(64, n)), [](char* q) { std::free(q); }};
+  p.staging = staging::acquire(total);
 
   CrossWork w;
   w.req.name = op.name;

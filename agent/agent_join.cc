@@ -20,6 +20,7 @@
 
 #include "agent/agent.h"
 #include "common/log.h"
+#include "common/staging_pool.h"
 
 namespace kolo {
 
@@ -72,7 +73,7 @@ void Agent::onJoinOnLoop(Job& job, ClientConn& c, const SubmitDesc& d) {
   p.collective = CollectiveType::kJoin;
   p.report_dtype = DataType::kInt64;
   p.started = std::chrono::steady_clock::now();
-  p.staging = {static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), [](char* q) { std::free(q); }};
+  p.staging = staging::acquire(bytes);
   std::memset(p.staging.get(), 0, bytes);
   auto* times = reinterpret_cast<int64_t*>(p.staging.get());
   for (int r = 0; r < k; ++r) times[job.globalRank(r)] = job.join_time_us[r];

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "agent/agent.h"
+#include "common/staging_pool.h"
 
 namespace kolo {
 
@@ -110,8 +111,7 @@ void Agent::executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_
   p.collective = CollectiveType::kReducescatter;
   p.report_dtype = dtype;
   for (int i = 0; i < k; ++i) p.scatter.push_back(blockOf(base + i));
-  size_t nbytes = (std::max<size_t>(count * es, 64) + 63) / 64 * 64;
-  p.staging = {static_cast<char*>(std::aligned_alloc(64, nbytes)), [](char* q) { std::free(q); }};
+  p.staging = staging::acquire(count * es);
 
   CrossWork w;
   w.req.name = op.name;

@@ -8,6 +8,7 @@
 #include "agent/fusion/fusion_planner.h"
 #include "agent/timeline/timeline.h"
 #include "common/log.h"
+#include "common/staging_pool.h"
 
 namespace kolo {
 
@@ -343,7 +344,7 @@ StatusOr<CrossWork> CrossJob::zeroContribution(const CrossResponse& r) {
   z.collective = static_cast<CollectiveType>(r.params.collective);
   auto alloc = [&z](size_t bytes) {
     size_t n = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
-    auto buf = std::shared_ptr<char>(static_cast<char*>(std::aligned_alloc(64, n)), std::free);
+    auto buf = staging::acquireShared(n);
     std::memset(buf.get(), 0, n);
     z.staging = buf.get();
     z.keep = buf;
@@ -500,7 +501,7 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     };
     auto fused = std::make_shared<Fused>();
     size_t buf_bytes = fusion::alignUp(std::max<uint64_t>(g.buffer_bytes, 64), 64);
-    fused->buf = std::shared_ptr<char>(static_cast<char*>(std::aligned_alloc(64, buf_bytes)), std::free);
+    fused->buf = staging::acquireShared(buf_bytes);
     char* buf = fused->buf.get();
     if (options_.fusion_fill != nullptr && agreed_.fusion_threshold_bytes > 0) {
       options_.fusion_fill->set(static_cast<double>(g.buffer_bytes) / agreed_.fusion_threshold_bytes);

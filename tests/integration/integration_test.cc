@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <poll.h>
 #include <unistd.h>
@@ -105,6 +106,37 @@ TEST(Integration, NoAgentReachableFailsWithinStartTimeoutNamingTheSocket) {
   EXPECT_NE(out.find("kolo-agent"), std::string::npos) << out;
   ::unlink((std::string(dir) + "/out.log").c_str());
   ::rmdir(dir);
+}
+
+// A process of another user cannot reach the agent: the socket is mode 0660
+// (owner and group only), so connect() fails with EACCES even when the
+// directory is open to everyone, and the client says so, naming the socket.
+TEST(Integration, ForeignUserIsRefusedAtTheSocket) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a process as another user (setpriv)";
+  if (::access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "setpriv (util-linux) is not installed";
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  ASSERT_EQ(::chmod(c.dir().c_str(), 0755), 0);  // only the socket's own mode stands in the way
+  struct stat st{};
+  ASSERT_EQ(::stat(c.socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u) << std::oct << (st.st_mode & 0777);
+  auto env = c.rankEnv("foreign", "tok", 1, 0, 1);
+  env["KOLO_START_TIMEOUT"] = "2";
+  std::string log = c.dir() + "/foreign.log";
+  Proc p = spawnProcess({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", checkBin(),
+                         "init-only"},
+                        env, log);
+  ASSERT_TRUE(waitProcess(p, std::chrono::seconds(15)));
+  std::string out = p.output();
+  EXPECT_NE(p.exit_code, 0) << out;
+  EXPECT_NE(out.find("KOLO_ERR_PERMISSION_DENIED"), std::string::npos) << out;
+  EXPECT_NE(out.find("Permission denied"), std::string::npos) << out;
+  EXPECT_NE(out.find(c.socket()), std::string::npos) << out;
+  EXPECT_LT(p.seconds(), 5.0) << "a refused connect is not retried";
+  // The same program as the agent's own user gets in.
+  auto ok = c.launchJob("native", 1, {checkBin(), "init-only"});
+  ASSERT_TRUE(c.waitJob(ok, std::chrono::seconds(30)));
+  EXPECT_EQ(ok[0].exit_code, 0) << ok[0].output();
 }
 
 TEST(Integration, WrongTokenIsRefused) {

@@ -29,7 +29,7 @@ typedef enum {
   KOLO_ERR_PEER_FAILURE = 6,         /* another rank or node of the job failed */
   KOLO_ERR_MEMBERSHIP_CHANGED = 7,   /* elastic: the generation changed */
   KOLO_ERR_INTERNAL = 8,             /* a bug or unexpected system error */
-  KOLO_ERR_PERMISSION_DENIED = 9     /* wrong job token */
+  KOLO_ERR_PERMISSION_DENIED = 9     /* wrong job token, or the agent socket refused this user */
 } kolo_status_t;
 
 typedef enum {

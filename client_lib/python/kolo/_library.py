@@ -67,6 +67,7 @@ _PROTOTYPES = {
         ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
         ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(kolo_handle_t)]),
     "kolo_barrier": (kolo_status_t, [ctypes.c_int64]),
+    "kolo_join": (kolo_status_t, [ctypes.c_int64, ctypes.POINTER(ctypes.c_int)]),
     "kolo_start_timeline": (kolo_status_t, [ctypes.c_char_p, ctypes.c_int]),
     "kolo_stop_timeline": (kolo_status_t, []),
     "kolo_poll": (kolo_status_t, [kolo_handle_t]),

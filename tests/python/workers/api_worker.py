@@ -364,10 +364,25 @@ def test_errors_and_unsupported(r, n):
 
     # Operations libkolo does not offer yet say so, naming the operation.
     # (alltoall and reducescatter are native now: workers/collectives_worker.py.)
-    for fn, args, opname in [(hvd.join, (), "join"),
-                             (hvd.SyncBatchNorm, (4,), "SyncBatchNorm")]:
+    for fn, args, opname in [(hvd.SyncBatchNorm, (4,), "SyncBatchNorm")]:
         err = expect_raises(NotImplementedError, fn, *args, contains=opname)
         assert isinstance(err, hvd.KoloNotImplementedError)
+    # join (uneven inputs): rank r has data for steps 0..r, then joins; at
+    # step s the n - s ranks still in contribute, the joined ones count as
+    # zeros. Every rank learns the last rank to join (n - 1). Twice, to
+    # show a job goes on after a join round.
+    for rnd in range(2):
+        for step in range(r + 1):
+            got = hvd.allreduce(torch.full((3,), float(step + 1)), op=hvd.Sum,
+                                name="join.r%d.s%d" % (rnd, step))
+            assert torch.equal(got, torch.full((3,), float((n - step) * (step + 1)))), (rnd, step, got)
+            avg = hvd.allreduce(torch.ones(2), name="join.avg.r%d.s%d" % (rnd, step))
+            assert torch.allclose(avg, torch.full((2,), (n - step) / n)), (rnd, step, avg)
+        last = hvd.join()
+        assert last == n - 1, (rnd, last)
+    assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.join"),
+                       torch.full((2,), float(n)))
+
     # The agent's timeline, switched on and off from the API (local rank 0
     # sends it): the file is valid JSON holding this job's allreduce.
     # "%a" gives each agent its own file (several agents share this host).

@@ -170,6 +170,14 @@ def timeline(start, path="", mark_cycles=False):
         raise KoloInternalError(_library.last_error() or _library.status_string(st), st)
 
 
+def join(timeout_ms=-1):
+    last = ctypes.c_int(-1)
+    st = _library.lib().kolo_join(int(timeout_ms), ctypes.byref(last))
+    if st != OK:
+        raise KoloInternalError(_library.last_error() or _library.status_string(st), st)
+    return last.value
+
+
 def barrier(timeout_ms=-1):
     st = _library.lib().kolo_barrier(int(timeout_ms))
     if st != OK:

@@ -11,7 +11,7 @@ native C ABI (kolo/kolo_c.h):
   (Average or Sum; prescale/postscale are applied here, around it, since
   the C ABI has no scale factors);
 * barrier: kolo_barrier;
-* join raises KoloNotImplementedError until the C ABI has it.
+* join is native too (kolo_join): the last rank to join, Horovod semantics.
 
 Grouped ops are one native op per tensor, submitted together (libkolo may
 fuse them). broadcast, allgather and alltoall carry every dtype bit for bit:
@@ -695,7 +695,7 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
 
 
 # --------------------------------------------------------------------------
-# barrier, and join (not in the C ABI yet)
+# barrier and join
 
 
 def barrier(process_set=global_process_set):
@@ -706,7 +706,11 @@ def barrier(process_set=global_process_set):
 
 
 def join(device=-1):
-    """Horovod's join (uneven inputs). Not available yet."""
+    """Horovod's join, for uneven inputs: this rank has run out of data. It
+    takes no more part; until every rank has joined, the others' allreduces
+    go on with zeros in its place (Average still divides by the full size,
+    as in Horovod) and their allgathers with no rows from it. Returns, on
+    every rank, the rank that joined last. `device` is accepted for
+    Horovod compatibility (CPU tensors only). Waits at most KOLO_OP_TIMEOUT."""
     _handles.require_init()
-    raise KoloNotImplementedError(
-        "join", "the C ABI of this libkolo has no join yet (every other collective is native)")
+    return _native.join()
