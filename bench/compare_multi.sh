@@ -38,6 +38,9 @@ Usage: compare_multi.sh [options]
                            K must be even (agents and ranks split in two blocks)
   --launcher script|kolorun  start kolo's agents with bench/multi_agent_run.sh (default) or
                            with kolorun --agents K (loopback only)
+  --agent-env "K=V ..."    extra environment for kolo's agents and ranks (e.g. UCX_RNDV_THRESH=inf,
+                           KOLO_BACKEND_CHUNK_BYTES=1048576) to A/B a setting with the same command;
+                           printed in the header
   --iperf-time S           iperf3 -t (default 3)
   --timeout S              per-run limit in seconds (default 600)
   --out DIR                keep logs and JSON there (default: a temporary directory, removed)
@@ -51,6 +54,7 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 if [ -x "$script_dir/kolo-bench" ]; then build_dir=$(dirname "$script_dir"); else build_dir=./build; fi
 agent_counts="2 4" rpas="1 2"
 minb=4 maxb=256M step=2 warmup=5 iters=20 maxtime=0.5 check=1
+agent_env=""
 veth=0 launcher=script iperf_time=3 run_timeout=600 out_dir="" from_dir=""
 skip_kolo=0 skip_mpi=0 skip_gloo=0 skip_iperf=0
 while [ $# -gt 0 ]; do
@@ -67,6 +71,7 @@ while [ $# -gt 0 ]; do
     -c|--check) check=$2; shift 2 ;;
     --veth) veth=1; shift ;;
     --launcher) launcher=$2; shift 2 ;;
+    --agent-env) agent_env=$2; shift 2 ;;
     --iperf-time) iperf_time=$2; shift 2 ;;
     --timeout) run_timeout=$2; shift 2 ;;
     --out) out_dir=$2; shift 2 ;;
@@ -210,6 +215,7 @@ echo "# compare_multi.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc
   "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)," \
   "$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# path: $path; kolo: UCX_TLS=tcp UCX_NET_DEVICES=$dev; agents: $agent_counts; ranks per agent: $rpas"
+[ -z "$agent_env" ] || echo "# kolo agent environment (--agent-env): $agent_env"
 [ "$replay" = 1 ] && echo "# replay of the tables in $out_dir (nothing run)"
 [ "$replay" = 1 ] || for s in "${skip_note[@]}"; do echo "# $s"; done
 
@@ -355,10 +361,12 @@ run_kolo() {
   local cmd
   if [ "$launcher" = kolorun ]; then
     cmd=("$bin/kolorun" -np "$n" --agents "$k" -- "$bin/kolo-bench" "${bargs[@]}")
+    [ -z "$agent_env" ] || cmd=(env $agent_env "${cmd[@]}")
   else
     cmd=("$script_dir/multi_agent_run.sh" --build-dir "$build_dir" --agents "$k" --ranks-per-agent "$r"
          --timeout "$run_timeout")
     [ "$veth" = 1 ] && cmd+=(--netns "$ns_a $ns_b" --coord-host "$host_a")
+    [ -z "$agent_env" ] || cmd+=(--agent-env "$agent_env")
     cmd+=(-- "$bin/kolo-bench" "${bargs[@]}")
   fi
   echo
