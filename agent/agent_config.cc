@@ -37,6 +37,9 @@ void defineAgentKnobs(Config& c) {
       .define("fusion-chunk-mb", KnobType::kInt, "8",
               "Fused buffers go across agents in chunks of this many MiB, packing one while the previous moves "
               "(0 = one collective per buffer)")
+      .define("fusion-max-tensor-kb", KnobType::kInt, "0",
+              "Tensors of at least this many KiB cross agents unfused (their copies into and out of the fusion "
+              "buffer cost more than the latency fusion saves); 0 = fuse any size")
       .define("cycle-time-ms", KnobType::kDouble, "1",
               "Accepted for Horovod compatibility: kolo negotiates as soon as a name is ready, so no op waits for a cycle")
       .define("autotune", KnobType::kBool, "false",
@@ -117,6 +120,8 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.fusion_threshold_bytes = static_cast<uint64_t>(c.getInt("fusion-threshold-mb")) << 20;
   if (c.getInt("fusion-chunk-mb") < 0) return invalidArgument("--fusion-chunk-mb must be >= 0");
   o.fusion_chunk_bytes = static_cast<uint64_t>(c.getInt("fusion-chunk-mb")) << 20;
+  if (c.getInt("fusion-max-tensor-kb") < 0) return invalidArgument("--fusion-max-tensor-kb must be >= 0");
+  o.fusion_max_tensor_bytes = static_cast<uint64_t>(c.getInt("fusion-max-tensor-kb")) << 10;
   o.timeline_filename = c.getString("timeline-filename");
   // "%a" stands for the agent id, so several agents on one host can share a setting.
   for (size_t p; (p = o.timeline_filename.find("%a")) != std::string::npos;) {

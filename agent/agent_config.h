@@ -34,6 +34,7 @@ struct AgentOptions {
   int64_t idle_cycle_ms = 100;
   uint64_t fusion_threshold_bytes = 128ull << 20;
   uint64_t fusion_chunk_bytes = 8ull << 20;
+  uint64_t fusion_max_tensor_bytes = 0;
   std::string timeline_filename;
   bool timeline_mark_cycles = false;
   bool autotune = false;

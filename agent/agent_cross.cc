@@ -70,6 +70,7 @@ void Agent::startCrossOnLoop(Job& job) {
       co.fusion_threshold_bytes = opts_.fusion_threshold_bytes;
       co.small_message_bytes = opts_.backend.small_message_bytes;
       co.fusion_chunk_bytes = opts_.fusion_chunk_bytes;
+      co.fusion_max_tensor_bytes = opts_.fusion_max_tensor_bytes;
       if (opts_.autotune) co.autotune = autotuneOptionsFor(opts_, job_id);
       co.timeline = timeline_.get();
       co.rank_offsets = job.world().rank_offsets;

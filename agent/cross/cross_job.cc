@@ -28,6 +28,7 @@ void AgreedParams::encode(bool leader, uint8_t* out) const {
   put(out, (fusion_threshold_bytes + 1023) >> 10);
   put(out + 4, small_message_bytes);
   put(out + 8, (fusion_chunk_bytes + 1023) >> 10);
+  put(out + 12, (fusion_max_tensor_bytes + 1023) >> 10);
 }
 
 AgreedParams AgreedParams::decode(const uint8_t* in) {
@@ -40,6 +41,7 @@ AgreedParams AgreedParams::decode(const uint8_t* in) {
   a.fusion_threshold_bytes = get(in) << 10;
   a.small_message_bytes = get(in + 4);
   a.fusion_chunk_bytes = get(in + 8) << 10;
+  a.fusion_max_tensor_bytes = get(in + 12) << 10;
   return a;
 }
 
@@ -54,6 +56,7 @@ CrossJob::CrossJob(std::string label, std::unique_ptr<Backend> backend, CrossJob
   agreed_.fusion_threshold_bytes = options_.fusion_threshold_bytes;
   agreed_.small_message_bytes = options_.small_message_bytes;
   agreed_.fusion_chunk_bytes = options_.fusion_chunk_bytes;
+  agreed_.fusion_max_tensor_bytes = options_.fusion_max_tensor_bytes;
   if (options_.autotune && backend_->rank() == 0) {
     autotune::AutotuneOptions ao = *options_.autotune;
     ao.initial.fusion_threshold_mb = static_cast<double>(options_.fusion_threshold_bytes) / (1 << 20);
@@ -467,6 +470,7 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
   }
   fusion::FusionOptions fo;
   fo.threshold_bytes = agreed_.fusion_threshold_bytes;
+  fo.max_entry_bytes = agreed_.fusion_max_tensor_bytes;
   Timeline* tl = options_.timeline;
   for (const fusion::FusedGroup& g : fusion::planFusion(entries, fo)) {
     if (!g.fused()) {
@@ -495,13 +499,18 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     struct Fused {
       std::vector<Part> parts;
       std::shared_ptr<char> buf;
+      uint64_t buf_bytes = 0;
       std::mutex mu;
       Status first_error;
-      size_t chunks_left = 0;
+      size_t next_part = 0;  // parts before it have been completed
     };
     auto fused = std::make_shared<Fused>();
     size_t buf_bytes = fusion::alignUp(std::max<uint64_t>(g.buffer_bytes, 64), 64);
-    fused->buf = staging::acquireShared(buf_bytes);
+    // One size for every fused buffer (the threshold), like Horovod's
+    // persistent fusion buffer: the pool hands the same blocks back every
+    // cycle, already faulted in, whatever each group's size.
+    fused->buf = staging::acquireShared(std::max<uint64_t>(buf_bytes, agreed_.fusion_threshold_bytes));
+    fused->buf_bytes = buf_bytes;
     char* buf = fused->buf.get();
     if (options_.fusion_fill != nullptr && agreed_.fusion_threshold_bytes > 0) {
       options_.fusion_fill->set(static_cast<double>(g.buffer_bytes) / agreed_.fusion_threshold_bytes);
@@ -523,7 +532,6 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
                                                      : std::max<uint64_t>(64, agreed_.fusion_chunk_bytes / 64 * 64);
     std::vector<std::pair<uint64_t, uint64_t>> chunks;  // [begin, end)
     for (uint64_t b = 0; b < buf_bytes; b += chunk) chunks.emplace_back(b, std::min<uint64_t>(buf_bytes, b + chunk));
-    fused->chunks_left = chunks.size();
     // Copies the parts' bytes that fall into [b, e) in (pack) or out (unpack).
     // Packing also zeroes the alignment gaps (parts are in offset order).
     auto copyRange = [](Fused& f, uint64_t b, uint64_t e, bool pack) {
@@ -551,16 +559,25 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
           allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
           copyRange(*fused, b, e, false);
         }
-        Status final_status;
+        // Chunks complete in order, so every part that ends in this chunk
+        // or before it is complete now: release it at once (its ranks get
+        // their result while later chunks are still moving). After a failed
+        // chunk, every part not yet released gets that error.
+        std::vector<std::pair<std::string, Status>> ready;
         {
           std::lock_guard<std::mutex> lk(fused->mu);
           if (!st.isOk() && fused->first_error.isOk()) fused->first_error = st;
-          if (--fused->chunks_left > 0) return;
-          final_status = fused->first_error;
+          const bool last = e >= fused->buf_bytes;
+          while (fused->next_part < fused->parts.size()) {
+            const Part& p = fused->parts[fused->next_part];
+            if (!last && p.offset + p.bytes > e) break;
+            ready.emplace_back(p.name, fused->first_error);
+            ++fused->next_part;
+          }
         }
-        for (const Part& p : fused->parts) {
-          if (tl != nullptr) tl->activityEnd(p.name);
-          loop_.post([cb = on_done_, name = p.name, final_status] { cb(name, final_status); });
+        for (auto& [name, status] : ready) {
+          if (tl != nullptr) tl->activityEnd(name);
+          loop_.post([cb = on_done_, name = name, status = status] { cb(name, status); });
         }
       });
     }

@@ -62,6 +62,8 @@ struct CrossJobOptions {
   // transfer of chunk i, and each chunk is unpacked as soon as it is
   // reduced. 0 = one collective per fused buffer.
   uint64_t fusion_chunk_bytes = 8ull << 20;
+  // Tensors of at least this size cross agents on their own, unfused (0: no limit).
+  uint64_t fusion_max_tensor_bytes = 0;
   Timeline* timeline = nullptr;                    // optional; thread-safe recorder
   metrics::Gauge* fusion_fill = nullptr;           // optional
   // Set: the job's leader agent (cross rank 0) tunes the fusion threshold and
@@ -79,9 +81,11 @@ struct AgreedParams {
   uint64_t fusion_threshold_bytes = 0;
   uint64_t small_message_bytes = 0;
   uint64_t fusion_chunk_bytes = 0;  // 0: a fused buffer is one collective
-  static constexpr size_t kWireBytes = 12;
+  uint64_t fusion_max_tensor_bytes = 0;  // 0: any tensor may be fused
+  static constexpr size_t kWireBytes = 16;
   // Leader: the values (fusion threshold in KiB, switch point in bytes,
-  // fusion chunk in KiB; each 4 bytes little-endian, saturated). Others: all 0xFF, so that a bytewise
+  // fusion chunk and largest fused tensor in KiB; each 4 bytes
+  // little-endian, saturated). Others: all 0xFF, so that a bytewise
   // Min allreduce yields the leader's bytes.
   void encode(bool leader, uint8_t* out) const;
   static AgreedParams decode(const uint8_t* in);

@@ -31,13 +31,16 @@ std::vector<FusedGroup> planFusion(std::span<const FusionEntry> entries,
     group.slots.push_back({first, 0, head.bytes});
     uint64_t end = head.bytes;
 
-    if (threshold > 0 && isFusable(head.collective) && head.bytes <= threshold) {
+    auto small = [&](const FusionEntry& e) {
+      return options.max_entry_bytes == 0 || e.bytes < options.max_entry_bytes;
+    };
+    if (threshold > 0 && isFusable(head.collective) && head.bytes <= threshold && small(head)) {
       uint64_t skipped = 0;
       for (size_t j = first + 1; j < entries.size(); ++j) {
         if (taken[j]) continue;
         const FusionEntry& e = entries[j];
         uint64_t offset = alignUp(end, options.alignment);
-        if (compatible(head, e) && offset + e.bytes <= threshold) {
+        if (compatible(head, e) && small(e) && offset + e.bytes <= threshold) {
           group.slots.push_back({j, offset, e.bytes});
           taken[j] = true;
           end = offset + e.bytes;

@@ -48,6 +48,10 @@ struct FusionEntry {
 struct FusionOptions {
   uint64_t threshold_bytes = kDefaultFusionThresholdBytes;  // 0 disables fusion
   uint64_t alignment = kFusionAlignment;                    // power of two
+  // Entries of at least this many bytes are never fused (0: no limit): for
+  // them the copies into and out of the buffer cost more than the
+  // per-collective latency fusion saves.
+  uint64_t max_entry_bytes = 0;
 };
 
 struct FusedSlot {

@@ -74,6 +74,18 @@ TEST(FusionPlanner, EntryLargerThanThresholdGoesAlone) {
   EXPECT_EQ(groups[0].buffer_bytes, 5000u);
 }
 
+TEST(FusionPlanner, EntriesAtOrAboveMaxEntryBytesAreNeverFused) {
+  std::vector<FusionEntry> in = {entry("a", 10), entry("big", 500), entry("b", 10), entry("edge", 100),
+                                 entry("c", 99)};
+  FusionOptions o{1000, 64};
+  o.max_entry_bytes = 100;
+  auto groups = planFusion(in, o);
+  // The small ones fuse around the large ones (look-ahead), the large ones go alone.
+  EXPECT_EQ(names(in, groups), (Names{{"a", "b", "c"}, {"big"}, {"edge"}}));
+  o.max_entry_bytes = 0;  // no limit: everything fits the threshold together
+  EXPECT_EQ(names(in, planFusion(in, o)), (Names{{"a", "big", "b", "edge", "c"}}));
+}
+
 TEST(FusionPlanner, LookAheadSkipsOtherDtypesForMixedPrecision) {
   std::vector<FusionEntry> in = {entry("w1", 100, DataType::kFloat32),
                                  entry("h1", 100, DataType::kFloat16),
