@@ -129,14 +129,7 @@ StatusOr<std::string> Agent::timelineOnLoop(bool start, const std::string& path,
   if (path.empty()) return invalidArgument("timeline start needs a file path");
   // "%a" stands for this agent's id, as in --timeline-filename, so that
   // several agents on one host write separate files.
-  std::string file = path;
-  for (size_t p; (p = file.find("%a")) != std::string::npos;) {
-    std::string id = opts_.agent_id;
-    for (char& ch : id) {
-      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
-    }
-    file.replace(p, 2, id);
-  }
+  std::string file = substitutePathToken(path, "%a", opts_.agent_id);
   if (timeline_->active()) RETURN_IF_ERROR(timeline_->stop());
   RETURN_IF_ERROR(timeline_->start(file, mark_cycles));
   logger()->info("timeline started: {}", file);

@@ -87,6 +87,17 @@ void defineAgentKnobs(Config& c) {
   c.alias("stall-check-time-s", "HOROVOD_STALL_CHECK_TIME_SECONDS");
 }
 
+std::string substitutePathToken(std::string path, std::string_view token, std::string_view value) {
+  std::string safe(value);
+  for (char& ch : safe) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+  }
+  for (size_t p = 0; (p = path.find(token, p)) != std::string::npos; p += safe.size()) {
+    path.replace(p, token.size(), safe);
+  }
+  return path;
+}
+
 StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   AgentOptions o;
   o.socket_path = c.getString("socket");
@@ -124,23 +135,11 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.fusion_max_tensor_bytes = static_cast<uint64_t>(c.getInt("fusion-max-tensor-kb")) << 10;
   o.timeline_filename = c.getString("timeline-filename");
   // "%a" stands for the agent id, so several agents on one host can share a setting.
-  for (size_t p; (p = o.timeline_filename.find("%a")) != std::string::npos;) {
-    std::string id = o.agent_id;
-    for (char& ch : id) {
-      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
-    }
-    o.timeline_filename.replace(p, 2, id);
-  }
+  o.timeline_filename = substitutePathToken(o.timeline_filename, "%a", o.agent_id);
   o.timeline_mark_cycles = c.getBool("timeline-mark-cycles");
   o.autotune = c.getBool("autotune");
   o.autotune_log_file = c.getString("autotune-log-file");
-  for (size_t p; (p = o.autotune_log_file.find("%a")) != std::string::npos;) {
-    std::string id = o.agent_id;
-    for (char& ch : id) {
-      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
-    }
-    o.autotune_log_file.replace(p, 2, id);
-  }
+  o.autotune_log_file = substitutePathToken(o.autotune_log_file, "%a", o.agent_id);
   o.autotune_warmup_samples = static_cast<int>(c.getInt("autotune-warmup-samples"));
   o.autotune_steps_per_sample = static_cast<int>(c.getInt("autotune-steps-per-sample"));
   o.autotune_max_samples = static_cast<int>(c.getInt("autotune-bayes-opt-max-samples"));

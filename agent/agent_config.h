@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "agent/backends/backend.h"
 #include "common/config.h"
@@ -53,5 +54,9 @@ struct AgentOptions {
 };
 
 StatusOr<AgentOptions> agentOptionsFrom(const Config& c);
+
+// Replaces every `token` ("%a", "%j") in a file path by `value` with the
+// characters that are unsafe in a file name turned into '_'.
+std::string substitutePathToken(std::string path, std::string_view token, std::string_view value);
 
 }  // namespace kolo

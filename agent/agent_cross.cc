@@ -28,12 +28,7 @@ autotune::AutotuneOptions autotuneOptionsFor(const AgentOptions& o, const std::s
   a.gp_noise = o.autotune_gp_noise;
   if (o.autotune_fixed_fusion) a.fixed_fusion_threshold_mb = static_cast<double>(o.fusion_threshold_bytes) / (1 << 20);
   if (o.autotune_fixed_switch) a.fixed_switch_point_bytes = o.backend.small_message_bytes;
-  a.log_file = o.autotune_log_file;
-  std::string id = job_id;
-  for (char& ch : id) {
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
-  }
-  for (size_t p; (p = a.log_file.find("%j")) != std::string::npos;) a.log_file.replace(p, 2, id);
+  a.log_file = substitutePathToken(o.autotune_log_file, "%j", job_id);
   return a;
 }
 }  // namespace

@@ -50,11 +50,13 @@ field() { dpkg-deb -f "$deb" "$1"; }
 [ -n "$(field Description)" ] || fail "no Description"
 echo "Depends: $(field Depends)"
 if command -v dpkg-shlibdeps >/dev/null; then
-  field Depends | grep -q "libc6" || fail "Depends was not computed by dpkg-shlibdeps"
+  [[ "$(field Depends)" == *libc6* ]] || fail "Depends was not computed by dpkg-shlibdeps"
 fi
 # The pkg-config file in the package names the package's prefix.
-dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/$libdir/pkgconfig/kolo.pc" | grep -qx "prefix=/usr" ||
-  fail "kolo.pc in the .deb does not say prefix=/usr"
+# (Captured first: `... | grep -q` under pipefail fails at random when grep
+# leaves early and the writer gets SIGPIPE.)
+pc=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/$libdir/pkgconfig/kolo.pc")
+grep -qx "prefix=/usr" <<<"$pc" || fail "kolo.pc in the .deb does not say prefix=/usr"
 # Maintainer scripts.
 dpkg-deb -e "$deb" "$tmp/control"
 for s in postinst prerm postrm shlibs; do

@@ -41,7 +41,10 @@ real=$(readlink -f "$lib/libkolo.so")
 case "$(basename "$real")" in libkolo.so.1.*) ;; *) fail "unexpected library file $real" ;; esac
 [ "$(readlink -f "$lib/libkolo.so.1")" = "$real" ] || fail "libkolo.so.1 and libkolo.so differ"
 if command -v objdump >/dev/null; then
-  objdump -p "$real" | grep -q 'SONAME *libkolo\.so\.1$' || fail "SONAME of $real is not libkolo.so.1"
+  # Not `objdump | grep -q`: under pipefail, grep -q leaving at the first
+  # match can SIGPIPE objdump and fail the check at random.
+  headers=$(objdump -p "$real")
+  grep -q 'SONAME *libkolo\.so\.1$' <<<"$headers" || fail "SONAME of $real is not libkolo.so.1"
 fi
 for f in "$libdir/cmake/kolo/koloConfig.cmake" "$libdir/cmake/kolo/koloConfigVersion.cmake" \
          "$libdir/cmake/kolo/koloTargets.cmake" "$libdir/pkgconfig/kolo.pc" \

@@ -1,0 +1,41 @@
+#include "agent/agent_config.h"
+
+#include <gtest/gtest.h>
+
+namespace kolo {
+namespace {
+
+TEST(AgentConfig, PathTokensAreReplacedWithFileSafeText) {
+  EXPECT_EQ(substitutePathToken("/tmp/trace-%a.json", "%a", "node0"), "/tmp/trace-node0.json");
+  EXPECT_EQ(substitutePathToken("/t/%a/%a.json", "%a", "host:123"), "/t/host_123/host_123.json");
+  EXPECT_EQ(substitutePathToken("/t/tune-%j.csv", "%j", "job/7 x"), "/t/tune-job_7_x.csv");
+  EXPECT_EQ(substitutePathToken("/t/plain.json", "%a", "node0"), "/t/plain.json");
+  // A value containing the token itself does not loop.
+  EXPECT_EQ(substitutePathToken("%a-%a", "%a", "%a"), "_a-_a");
+}
+
+TEST(AgentConfig, FusionAndAutotuneKnobsAreCheckedAndParsed) {
+  Config c("kolo-agent");
+  defineAgentKnobs(c);
+  const char* argv[] = {"kolo-agent", "--fusion-chunk-mb=2", "--fusion-max-tensor-kb=512", "--autotune",
+                        "--autotune-log-file=/tmp/t-%a-%j.csv", "--agent-id=n1"};
+  ASSERT_TRUE(c.loadWithEnv(6, argv, {}).isOk());
+  auto o = agentOptionsFrom(c);
+  ASSERT_TRUE(o.isOk()) << o.status().toString();
+  EXPECT_EQ(o.value().fusion_chunk_bytes, 2u << 20);
+  EXPECT_EQ(o.value().fusion_max_tensor_bytes, 512u << 10);
+  EXPECT_TRUE(o.value().autotune);
+  EXPECT_EQ(o.value().autotune_log_file, "/tmp/t-n1-%j.csv");  // %j is per job, later
+  EXPECT_FALSE(o.value().autotune_fixed_fusion);
+
+  Config bad("kolo-agent");
+  defineAgentKnobs(bad);
+  const char* argv2[] = {"kolo-agent", "--autotune-steps-per-sample=0"};
+  ASSERT_TRUE(bad.loadWithEnv(2, argv2, {}).isOk());
+  auto e = agentOptionsFrom(bad);
+  ASSERT_FALSE(e.isOk());
+  EXPECT_NE(e.status().message().find("--autotune-steps-per-sample must be >= 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kolo
