@@ -81,9 +81,9 @@ nice ninja -C "$build" -j"$jobs" "${targets[@]}"
 
 failed=()
 for t in "${targets[@]}"; do
-  echo "=== $t: ${FUZZ_SECONDS} s"
   runs_var="FUZZ_RUNS_${t#kolo_fuzz_}"
   runs=${!runs_var:-${FUZZ_RUNS:-}}
+  echo "=== $t: ${FUZZ_SECONDS} s${runs:+ at most, $runs inputs from seed ${FUZZ_SEED:-1}}"
   if ! FUZZ_RUNS="$runs" "$root/fuzz/run_fuzzer.sh" "$build/bin/$t" "$root/fuzz/corpus/$t" "$FUZZ_SECONDS" \
        "$root/$build/fuzz/artifacts/$t" 2>&1 | tail -n 40; then
     failed+=("$t")
@@ -93,4 +93,8 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz.sh: FAILED: ${failed[*]} (inputs in $build/fuzz/artifacts/)" >&2
   exit 1
 fi
-echo "fuzz.sh: every target ran ${FUZZ_SECONDS} s without a finding"
+if [ -n "${FUZZ_RUNS:-}${FUZZ_RUNS_frame_decoder:-}${FUZZ_RUNS_client_desc:-}${FUZZ_RUNS_cross_requests:-}${FUZZ_RUNS_coordinator:-}" ]; then
+  echo "fuzz.sh: every target ran its fixed input count (seed ${FUZZ_SEED:-1}) without a finding"
+else
+  echo "fuzz.sh: every target ran ${FUZZ_SECONDS} s without a finding"
+fi
