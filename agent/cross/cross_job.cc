@@ -200,15 +200,16 @@ void CrossJob::measureForAutotune() {
   reported_bytes_ = done;
   last_report_ = now;
   if (seconds <= 0) return;
-  if (tuner_->report(bytes, seconds)) {
-    const autotune::TunedParams& t = tuner_->params();
-    if (tuner_->done()) {
-      logger()->info("{}: autotune done: fusion threshold {:.1f} MiB, switch point {} bytes ({:.1f} MB/s)", label_,
-                     t.fusion_threshold_mb, t.switch_point_bytes, tuner_->best().score / 1e6);
-    } else {
-      logger()->debug("{}: autotune: trying fusion threshold {:.1f} MiB, switch point {} bytes", label_,
-                      t.fusion_threshold_mb, t.switch_point_bytes);
-    }
+  const bool changed = tuner_->report(bytes, seconds);
+  const autotune::TunedParams& t = tuner_->params();
+  if (tuner_->done()) {
+    // Logged once: measureForAutotune returns early from now on. (The final
+    // choice may equal the last sample, so `changed` can be false here.)
+    logger()->info("{}: autotune done: fusion threshold {:.1f} MiB, switch point {} bytes ({:.1f} MB/s)", label_,
+                   t.fusion_threshold_mb, t.switch_point_bytes, tuner_->best().score / 1e6);
+  } else if (changed) {
+    logger()->debug("{}: autotune: trying fusion threshold {:.1f} MiB, switch point {} bytes", label_,
+                    t.fusion_threshold_mb, t.switch_point_bytes);
   }
 }
 

@@ -14,34 +14,10 @@ namespace {
 
 std::string checkBin() { return binDir() + "/kolo_check"; }
 
-std::string layoutName(const std::vector<int>& sizes) {
-  std::string s;
-  for (int n : sizes) s += (s.empty() ? "" : "_") + std::to_string(n);
-  return s;
-}
-
-std::string allLogs(Cluster& c, int agents) {
-  std::string s;
-  for (int i = 0; i < agents; ++i) s += "--- agent " + std::to_string(i) + "\n" + c.agentLog(i);
-  return s;
-}
-
-// Runs `args` on every rank of a job laid out as `sizes` (ranks per agent)
-// and expects every rank to exit 0 printing `needle`.
+// Runs this suite's check program on every rank of a job (harness.h).
 void runJob(const std::vector<int>& sizes, const std::string& job, const std::vector<std::string>& args,
             const std::string& needle, std::chrono::seconds timeout = std::chrono::seconds(180)) {
-  int k = static_cast<int>(sizes.size());
-  Cluster c(k);
-  ASSERT_TRUE(c.ok()) << c.error();
-  std::vector<std::string> argv = {checkBin()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto ranks = k == 1 ? c.launchJob(job, sizes[0], argv) : c.launchMultiJob(job, sizes, argv);
-  ASSERT_TRUE(c.waitJob(ranks, timeout)) << "ranks did not finish\n" << allLogs(c, k);
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    std::string out = ranks[r].output();
-    EXPECT_EQ(ranks[r].exit_code, 0) << "rank " << r << " output:\n" << out << allLogs(c, k);
-    EXPECT_NE(out.find(needle), std::string::npos) << "rank " << r << " output:\n" << out;
-  }
+  runCheckJob(checkBin(), sizes, job, args, needle, timeout);
 }
 
 class Collectives : public ::testing::TestWithParam<std::vector<int>> {};

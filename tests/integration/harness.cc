@@ -1,6 +1,7 @@
 #include "harness.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -233,6 +234,34 @@ bool Cluster::waitJob(std::vector<Proc>& ranks, std::chrono::milliseconds timeou
     }
   }
   return all;
+}
+
+std::string layoutName(const std::vector<int>& sizes) {
+  std::string s;
+  for (int n : sizes) s += (s.empty() ? "" : "_") + std::to_string(n);
+  return s;
+}
+
+std::string allLogs(Cluster& c, int agents) {
+  std::string s;
+  for (int i = 0; i < agents; ++i) s += "--- agent " + std::to_string(i) + "\n" + c.agentLog(i);
+  return s;
+}
+
+void runCheckJob(const std::string& bin, const std::vector<int>& sizes, const std::string& job,
+                 const std::vector<std::string>& args, const std::string& needle, std::chrono::seconds timeout) {
+  int k = static_cast<int>(sizes.size());
+  Cluster c(k);
+  ASSERT_TRUE(c.ok()) << c.error();
+  std::vector<std::string> argv = {bin};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto ranks = k == 1 ? c.launchJob(job, sizes[0], argv) : c.launchMultiJob(job, sizes, argv);
+  ASSERT_TRUE(c.waitJob(ranks, timeout)) << "ranks did not finish\n" << allLogs(c, k);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    std::string out = ranks[r].output();
+    EXPECT_EQ(ranks[r].exit_code, 0) << "rank " << r << " output:\n" << out << allLogs(c, k);
+    EXPECT_NE(out.find(needle), std::string::npos) << "rank " << r << " output:\n" << out;
+  }
 }
 
 }  // namespace kolo::testing

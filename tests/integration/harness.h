@@ -87,4 +87,15 @@ class Cluster {
 
 std::string binDir();  // where kolo-agent etc. are (KOLO_BIN_DIR compile definition)
 
+// "1_2_1" for a layout of ranks per agent (test parameter names).
+std::string layoutName(const std::vector<int>& sizes);
+// Every agent's log, each under a "--- agent i" header (failure messages).
+std::string allLogs(Cluster& c, int agents);
+// Runs `bin args...` on every rank of a job laid out as `sizes` (ranks per
+// agent) on a fresh cluster and expects every rank to exit 0 printing
+// `needle` (gtest expectations; the logs go into the failure messages).
+void runCheckJob(const std::string& bin, const std::vector<int>& sizes, const std::string& job,
+                 const std::vector<std::string>& args, const std::string& needle,
+                 std::chrono::seconds timeout = std::chrono::seconds(180));
+
 }  // namespace kolo::testing

@@ -12,11 +12,6 @@ namespace {
 
 std::string checkBin() { return binDir() + "/kolo_check"; }
 
-std::string allLogs(Cluster& c, int agents) {
-  std::string s;
-  for (int i = 0; i < agents; ++i) s += "--- agent " + std::to_string(i) + "\n" + c.agentLog(i);
-  return s;
-}
 
 class MultiAgent : public ::testing::TestWithParam<std::vector<int>> {};
 
