@@ -22,8 +22,6 @@ uint64_t rowBytesOf(const SubmitDesc& d) {
   return row;
 }
 
-staging::Buffer alloc64(size_t bytes) { return staging::acquire(bytes); }
-
 }  // namespace
 
 Status Agent::validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d) {
@@ -173,8 +171,8 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
   p.started = op.first_arrival;
   p.collective = CollectiveType::kAlltoall;
   p.report_dtype = dtype;
-  p.staging = alloc64(recv_total);
-  p.send_staging = alloc64(send_total);
+  p.staging = staging::acquire(recv_total);
+  p.send_staging = staging::acquire(send_total);
   // Pack: per destination agent, (s in mine, d in theirs); unpack: per
   // source agent, (s in theirs, d in mine).
   std::vector<LocalReduce> copies;

@@ -15,10 +15,6 @@ namespace kolo {
 namespace {
 auto crossLog() { return log::get("agent.cross"); }
 
-// Reused across operations (see common/staging_pool.h): a fresh large
-// buffer per operation would page-fault all of it every time.
-staging::Buffer allocStaging(size_t bytes) { return staging::acquire(bytes); }
-
 // The autotuner's settings for one job (only the leader agent uses them).
 autotune::AutotuneOptions autotuneOptionsFor(const AgentOptions& o, const std::string& job_id) {
   autotune::AutotuneOptions a;
@@ -92,7 +88,7 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   p.bytes = d0.data_bytes;
   p.postscale = r.postscale;
   p.started = op.first_arrival;
-  p.staging = allocStaging(p.bytes);
+  p.staging = staging::acquire(p.bytes);  // pooled: see common/staging_pool.h
   p.collective = static_cast<CollectiveType>(d0.collective);
   p.report_dtype = static_cast<DataType>(d0.dtype);
 

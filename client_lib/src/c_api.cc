@@ -61,6 +61,22 @@ kolo_status_t notInitialized() {
 
 kolo_status_t report(const Status& s) { return s.isOk() ? KOLO_OK : fail(s); }
 
+// The two endings every collective wrapper shares: hand a submitted op's
+// handle to the caller (async forms), or wait for it (blocking forms; a
+// timed-out op is released so its handle does not leak).
+kolo_status_t handOut(const kolo::StatusOr<uint64_t>& h, kolo_handle_t* handle) {
+  if (!h.isOk()) return fail(h.status());
+  *handle = h.value();
+  return KOLO_OK;
+}
+
+kolo_status_t waitFor(Client& c, const kolo::StatusOr<uint64_t>& h) {
+  if (!h.isOk()) return fail(h.status());
+  Status s = c.wait(h.value(), std::chrono::milliseconds(-1));
+  if (s.code() == Code::kTimedOut) c.release(h.value());
+  return report(s);
+}
+
 // A handle issued by a Client that was shut down since.
 kolo_status_t staleHandle(kolo_handle_t h) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -204,10 +220,7 @@ kolo_status_t kolo_allreduce_async(const char* name, const void* input, void* ou
     a.op = static_cast<int>(op);
     a.prescale = prescale;
     a.postscale = postscale;
-    auto h = c->allreduceAsync(a);
-    if (!h.isOk()) return fail(h.status());
-    *handle = *h;
-    return KOLO_OK;
+    return handOut(c->allreduceAsync(a), handle);
   })
 }
 
@@ -227,13 +240,9 @@ kolo_status_t kolo_allreduce(const char* name, const void* input, void* output, 
     a.op = static_cast<int>(op);
     a.prescale = prescale;
     a.postscale = postscale;
-    auto h = c->allreduceAsync(a);
-    if (!h.isOk()) return fail(h.status());
-    Status s = c->wait(*h, std::chrono::milliseconds(-1));
-    // The caller has no handle to wait again with: forget it (no later copy
-    // into `output`).
-    if (s.code() == Code::kTimedOut) c->release(*h);
-    return report(s);
+    // A timed-out op is released: the caller has no handle to wait again
+    // with, and nothing is copied into `output` later.
+    return waitFor(*c, c->allreduceAsync(a));
   })
 }
 
@@ -279,10 +288,7 @@ kolo_status_t kolo_broadcast_async(const char* name, void* buffer, int ndim, con
     *handle = 0;
     auto c = current();
     if (!c) return notInitialized();
-    auto h = c->broadcastAsync(name, buffer, ndim, shape, static_cast<int>(dtype), root);
-    if (!h.isOk()) return fail(h.status());
-    *handle = *h;
-    return KOLO_OK;
+    return handOut(c->broadcastAsync(name, buffer, ndim, shape, static_cast<int>(dtype), root), handle);
   })
 }
 
@@ -291,11 +297,7 @@ kolo_status_t kolo_broadcast(const char* name, void* buffer, int ndim, const int
   KOLO_C_GUARD("kolo_broadcast", {
     auto c = current();
     if (!c) return notInitialized();
-    auto h = c->broadcastAsync(name, buffer, ndim, shape, static_cast<int>(dtype), root);
-    if (!h.isOk()) return fail(h.status());
-    Status s = c->wait(*h, std::chrono::milliseconds(-1));
-    if (s.code() == Code::kTimedOut) c->release(*h);
-    return report(s);
+    return waitFor(*c, c->broadcastAsync(name, buffer, ndim, shape, static_cast<int>(dtype), root));
   })
 }
 
@@ -306,10 +308,7 @@ kolo_status_t kolo_broadcast_oop_async(const char* name, const void* input, void
     *handle = 0;
     auto c = current();
     if (!c) return notInitialized();
-    auto h = c->broadcastOopAsync(name, input, output, ndim, shape, static_cast<int>(dtype), root);
-    if (!h.isOk()) return fail(h.status());
-    *handle = *h;
-    return KOLO_OK;
+    return handOut(c->broadcastOopAsync(name, input, output, ndim, shape, static_cast<int>(dtype), root), handle);
   })
 }
 
@@ -318,11 +317,7 @@ kolo_status_t kolo_broadcast_oop(const char* name, const void* input, void* outp
   KOLO_C_GUARD("kolo_broadcast_oop", {
     auto c = current();
     if (!c) return notInitialized();
-    auto h = c->broadcastOopAsync(name, input, output, ndim, shape, static_cast<int>(dtype), root);
-    if (!h.isOk()) return fail(h.status());
-    Status s = c->wait(*h, std::chrono::milliseconds(-1));
-    if (s.code() == Code::kTimedOut) c->release(*h);
-    return report(s);
+    return waitFor(*c, c->broadcastOopAsync(name, input, output, ndim, shape, static_cast<int>(dtype), root));
   })
 }
 
@@ -334,10 +329,8 @@ kolo_status_t kolo_allreduce_compressed_async(const char* name, const float* inp
     *handle = 0;
     auto c = current();
     if (!c) return notInitialized();
-    auto h = submitCompressed(*c, name, input, output, ndim, shape, op, prescale, postscale, compression);
-    if (!h.isOk()) return fail(h.status());
-    *handle = *h;
-    return KOLO_OK;
+    return handOut(submitCompressed(*c, name, input, output, ndim, shape, op, prescale, postscale, compression),
+                   handle);
   })
 }
 
@@ -347,11 +340,7 @@ kolo_status_t kolo_allreduce_compressed(const char* name, const float* input, fl
   KOLO_C_GUARD("kolo_allreduce_compressed", {
     auto c = current();
     if (!c) return notInitialized();
-    auto h = submitCompressed(*c, name, input, output, ndim, shape, op, prescale, postscale, compression);
-    if (!h.isOk()) return fail(h.status());
-    Status s = c->wait(*h, std::chrono::milliseconds(-1));
-    if (s.code() == Code::kTimedOut) c->release(*h);
-    return report(s);
+    return waitFor(*c, submitCompressed(*c, name, input, output, ndim, shape, op, prescale, postscale, compression));
   })
 }
 
@@ -362,10 +351,7 @@ kolo_status_t kolo_allgather_async(const char* name, const void* input, int ndim
     *handle = 0;
     auto c = current();
     if (!c) return notInitialized();
-    auto h = c->allgatherAsync(name, input, ndim, shape, static_cast<int>(dtype));
-    if (!h.isOk()) return fail(h.status());
-    *handle = *h;
-    return KOLO_OK;
+    return handOut(c->allgatherAsync(name, input, ndim, shape, static_cast<int>(dtype)), handle);
   })
 }
 
@@ -376,10 +362,7 @@ kolo_status_t kolo_alltoall_async(const char* name, const void* input, int ndim,
     *handle = 0;
     auto c = current();
     if (!c) return notInitialized();
-    auto h = c->alltoallAsync(name, input, ndim, shape, static_cast<int>(dtype), splits);
-    if (!h.isOk()) return fail(h.status());
-    *handle = *h;
-    return KOLO_OK;
+    return handOut(c->alltoallAsync(name, input, ndim, shape, static_cast<int>(dtype), splits), handle);
   })
 }
 
@@ -406,10 +389,7 @@ kolo_status_t kolo_reducescatter_async(const char* name, const void* input, void
     *handle = 0;
     auto c = current();
     if (!c) return notInitialized();
-    auto h = c->reducescatterAsync(name, input, output, ndim, shape, static_cast<int>(dtype), static_cast<int>(op));
-    if (!h.isOk()) return fail(h.status());
-    *handle = *h;
-    return KOLO_OK;
+    return handOut(c->reducescatterAsync(name, input, output, ndim, shape, static_cast<int>(dtype), static_cast<int>(op)), handle);
   })
 }
 
@@ -418,11 +398,7 @@ kolo_status_t kolo_reducescatter(const char* name, const void* input, void* outp
   KOLO_C_GUARD("kolo_reducescatter", {
     auto c = current();
     if (!c) return notInitialized();
-    auto h = c->reducescatterAsync(name, input, output, ndim, shape, static_cast<int>(dtype), static_cast<int>(op));
-    if (!h.isOk()) return fail(h.status());
-    Status s = c->wait(*h, std::chrono::milliseconds(-1));
-    if (s.code() == Code::kTimedOut) c->release(*h);
-    return report(s);
+    return waitFor(*c, c->reducescatterAsync(name, input, output, ndim, shape, static_cast<int>(dtype), static_cast<int>(op)));
   })
 }
 

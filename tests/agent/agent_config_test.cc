@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 namespace kolo {
 namespace {
 
@@ -28,13 +30,18 @@ TEST(AgentConfig, FusionAndAutotuneKnobsAreCheckedAndParsed) {
   EXPECT_EQ(o.value().autotune_log_file, "/tmp/t-n1-%j.csv");  // %j is per job, later
   EXPECT_FALSE(o.value().autotune_fixed_fusion);
 
-  Config bad("kolo-agent");
-  defineAgentKnobs(bad);
-  const char* argv2[] = {"kolo-agent", "--autotune-steps-per-sample=0"};
-  ASSERT_TRUE(bad.loadWithEnv(2, argv2, {}).isOk());
-  auto e = agentOptionsFrom(bad);
-  ASSERT_FALSE(e.isOk());
-  EXPECT_NE(e.status().message().find("--autotune-steps-per-sample must be >= 1"), std::string::npos);
+  for (auto [flag, text] : {std::pair<const char*, const char*>{"--autotune-steps-per-sample=0",
+                                                                  "--autotune-steps-per-sample must be >= 1"},
+                             {"--fusion-chunk-mb=-1", "--fusion-chunk-mb must be >= 0"},
+                             {"--fusion-max-tensor-kb=-5", "--fusion-max-tensor-kb must be >= 0"}}) {
+    Config bad("kolo-agent");
+    defineAgentKnobs(bad);
+    const char* argv2[] = {"kolo-agent", flag};
+    ASSERT_TRUE(bad.loadWithEnv(2, argv2, {}).isOk()) << flag;
+    auto e = agentOptionsFrom(bad);
+    ASSERT_FALSE(e.isOk()) << flag;
+    EXPECT_NE(e.status().message().find(text), std::string::npos) << e.status().message();
+  }
 }
 
 }  // namespace

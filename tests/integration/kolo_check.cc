@@ -32,21 +32,13 @@
 #include "common/half.h"
 #include "kolo/kolo.hpp"
 #include "kolo/kolo_c.h"
+#include "check_fail.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 int g_rank = -1, g_size = 0;
 
-#define FAIL(...)                                   \
-  do {                                              \
-    std::printf("rank %d: FAIL ", g_rank);          \
-    std::printf(__VA_ARGS__);                       \
-    std::printf("\n");                              \
-    std::fflush(stdout);                            \
-    kolo_shutdown();                                \
-    return 1;                                       \
-  } while (0)
 
 const char* dtypeName(kolo_dtype_t t) {
   static const char* names[] = {"float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64"};

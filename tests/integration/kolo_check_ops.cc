@@ -24,21 +24,13 @@
 #include "common/half.h"
 #include "kolo/kolo.hpp"
 #include "kolo/kolo_c.h"
+#include "check_fail.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 int g_rank = -1, g_size = 0;
 
-#define FAIL(...)                          \
-  do {                                     \
-    std::printf("rank %d: FAIL ", g_rank); \
-    std::printf(__VA_ARGS__);              \
-    std::printf("\n");                     \
-    std::fflush(stdout);                   \
-    kolo_shutdown();                       \
-    return 1;                              \
-  } while (0)
 
 bool contains(const char* hay, const std::string& needle) { return std::string(hay).find(needle) != std::string::npos; }
 
