@@ -77,7 +77,7 @@ class Agent {
   // Grouped allreduce (agent_group.cc): holds node-ready members until the
   // whole group is, then executes them together; fails whole groups.
   void dispatchReadyOnLoop(Job& job, ReadyOp op);
-  void failGroupOnLoop(Job& job, uint64_t group_id, const Status& why);
+  void failGroupOnLoop(Job& job, uint64_t group_id, CollectiveType coll, const Status& why);
   // Join (agent_join.cc).
   void onJoinOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
   void finishJoinOnLoop(Job& job, const Status& st, int64_t last_joined_rank);

@@ -1,4 +1,5 @@
-// Grouped allreduce on the agent loop. A rank's n-th grouped allreduce
+// Grouped collectives (allreduce, allgather, reducescatter) on the agent
+// loop. A rank's n-th grouped call
 // submits its members with group_id n, the member count and a hash of the
 // names (the tensor table checks all three across ranks). A node-ready
 // member waits here until every member of its group is node-ready; then
@@ -31,8 +32,9 @@ void Agent::dispatchReadyOnLoop(Job& job, ReadyOp op) {
   }
   if (!op.error.isOk()) {
     Status why = op.error;
+    const auto coll = static_cast<CollectiveType>(d0.collective);
     executeOnLoop(job, std::move(op));
-    failGroupOnLoop(job, gid, why);
+    failGroupOnLoop(job, gid, coll, why);
     return;
   }
   auto& held = job.held_groups[gid];
@@ -43,9 +45,9 @@ void Agent::dispatchReadyOnLoop(Job& job, ReadyOp op) {
   for (ReadyOp& m : members) executeOnLoop(job, std::move(m));
 }
 
-void Agent::failGroupOnLoop(Job& job, uint64_t gid, const Status& why) {
+void Agent::failGroupOnLoop(Job& job, uint64_t gid, CollectiveType coll, const Status& why) {
   if (job.failed_groups.count(gid)) return;
-  Status st = invalidArgument("grouped allreduce #" + std::to_string(gid) +
+  Status st = invalidArgument("grouped " + std::string(collectiveName(coll)) + " #" + std::to_string(gid) +
                               " failed because another of its tensors failed: " + why.message());
   job.failed_groups[gid] = st;
   while (job.failed_groups.size() > kFailedGroupsKept) job.failed_groups.erase(job.failed_groups.begin());

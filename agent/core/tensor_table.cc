@@ -28,9 +28,10 @@ std::string TensorTable::describeMismatch(const std::string& name, const SubmitD
   auto coll = [](const SubmitDesc& d) {
     return std::string(collectiveName(static_cast<CollectiveType>(d.collective)));
   };
-  auto group = [](const SubmitDesc& d) {
-    if (d.group_id == 0) return std::string("on its own (not in a grouped allreduce)");
-    return "in grouped allreduce #" + std::to_string(d.group_id) + " of " + std::to_string(d.group_size) + " tensors";
+  auto group = [&coll](const SubmitDesc& d) {
+    if (d.group_id == 0) return "on its own (not in a grouped " + coll(d) + ")";
+    return "in grouped " + coll(d) + " #" + std::to_string(d.group_id) + " of " + std::to_string(d.group_size) +
+           " tensors";
   };
   if (a.collective != b.collective) {
     o << "Mismatched operations for tensor '" << name << "': rank " << ra << " did an "

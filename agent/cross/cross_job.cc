@@ -293,7 +293,9 @@ Status CrossJob::cycle() {
       if (err.isOk() && failed != failed_groups_.end()) err = failed->second;
       if (!err.isOk()) {
         if (failed == failed_groups_.end()) {
-          Status why = invalidArgument("grouped allreduce #" + std::to_string(gid) +
+          Status why = invalidArgument("grouped " +
+                                       std::string(collectiveName(static_cast<CollectiveType>(r.params.collective))) +
+                                       " #" + std::to_string(gid) +
                                        " failed because another of its tensors failed: " + err.message());
           failed_groups_[gid] = why;
           while (failed_groups_.size() > 256) failed_groups_.erase(failed_groups_.begin());

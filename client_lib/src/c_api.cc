@@ -1,9 +1,7 @@
-// The C ABI (include/kolo/kolo_c.h) over one process-global Client.
-//
-// The global is a shared_ptr behind a mutex: each call takes a reference and
-// works without the mutex, so a slow wait never blocks other threads, and
-// kolo_shutdown() never frees a Client another thread is still inside.
-// Nothing thrown may cross this boundary: every entry point catches.
+// The C ABI (include/kolo/kolo_c.h) over one process-global Client (the
+// global set) and one Client per process set this rank belongs to
+// (c_api_sets.cc). Nothing thrown may cross this boundary: every entry
+// point catches.
 
 #include <unistd.h>
 
@@ -14,38 +12,54 @@
 #include <mutex>
 #include <string>
 
-#include "client.h"
-
 #pragma GCC visibility push(default)
 #include "kolo/kolo_c.h"
 #pragma GCC visibility pop
+
+#include "c_api_internal.h"
+#include "client.h"
 
 static_assert(KOLO_ERR_PERMISSION_DENIED == static_cast<int>(kolo::Code::kPermissionDenied));
 static_assert(KOLO_IN_PROGRESS == static_cast<int>(kolo::Code::kInProgress));
 static_assert(KOLO_INT64 == static_cast<int>(kolo::DataType::kInt64));
 static_assert(KOLO_PRODUCT == static_cast<int>(kolo::ReduceOp::kProduct));
 
-namespace {
-
-using kolo::Client;
-using kolo::Code;
-using kolo::Status;
+namespace kolo::capi {
 
 // Never destroyed: no kolo teardown runs from static destructors at exit
 // (kolo_shutdown is explicit; an exit without it closes the socket and the
 // agent treats the rank as gone).
-std::mutex& g_mu = *new std::mutex;
-std::shared_ptr<Client>& g_client = *new std::shared_ptr<Client>;  // guarded by g_mu
-uint64_t g_generation = 0;            // bumped by each successful kolo_init
-thread_local std::string t_last_error;
-thread_local kolo_status_t t_last_status = KOLO_OK;
-
-std::shared_ptr<Client> current() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_client;
+std::mutex& mu() {
+  static std::mutex& m = *new std::mutex;
+  return m;
+}
+std::shared_ptr<Client>& globalClient() {
+  static std::shared_ptr<Client>& c = *new std::shared_ptr<Client>;
+  return c;
+}
+uint64_t& sessionGeneration() {
+  static uint64_t g = 0;
+  return g;
+}
+std::map<int32_t, ProcessSetEntry>& processSets() {
+  static auto& m = *new std::map<int32_t, ProcessSetEntry>;
+  return m;
+}
+int32_t& nextProcessSetId() {
+  static int32_t id = 1;
+  return id;
 }
 
+namespace {
+thread_local std::string t_last_error;
+thread_local kolo_status_t t_last_status = KOLO_OK;
 kolo_status_t toC(Code c) { return static_cast<kolo_status_t>(c); }
+}  // namespace
+
+std::shared_ptr<Client> current() {
+  std::lock_guard<std::mutex> lock(mu());
+  return globalClient();
+}
 
 kolo_status_t fail(const Status& s) {
   t_last_error = s.message();
@@ -55,34 +69,42 @@ kolo_status_t fail(const Status& s) {
 
 kolo_status_t fail(Code c, std::string message) { return fail(Status(c, std::move(message))); }
 
-kolo_status_t notInitialized() {
-  return fail(Code::kInvalidArgument, "kolo has not been initialized; call kolo_init() first");
+Status notInitializedStatus() {
+  return invalidArgument("kolo has not been initialized; call kolo_init() first");
 }
+
+kolo_status_t notInitialized() { return fail(notInitializedStatus()); }
 
 kolo_status_t report(const Status& s) { return s.isOk() ? KOLO_OK : fail(s); }
 
-// The two endings every collective wrapper shares: hand a submitted op's
-// handle to the caller (async forms), or wait for it (blocking forms; a
-// timed-out op is released so its handle does not leak).
-kolo_status_t handOut(const kolo::StatusOr<uint64_t>& h, kolo_handle_t* handle) {
+kolo_status_t handOut(const StatusOr<uint64_t>& h, int32_t ps, kolo_handle_t* handle) {
   if (!h.isOk()) return fail(h.status());
-  *handle = h.value();
+  *handle = tagHandle(ps, h.value());
   return KOLO_OK;
 }
 
-kolo_status_t waitFor(Client& c, const kolo::StatusOr<uint64_t>& h) {
+kolo_status_t handOutAll(const StatusOr<std::vector<uint64_t>>& hs, int32_t ps, int count, kolo_handle_t* handles) {
+  if (!hs.isOk()) return fail(hs.status());
+  for (int i = 0; i < count; ++i) handles[i] = tagHandle(ps, hs.value()[static_cast<size_t>(i)]);
+  return KOLO_OK;
+}
+
+kolo_status_t waitFor(Client& c, const StatusOr<uint64_t>& h) {
   if (!h.isOk()) return fail(h.status());
   Status s = c.wait(h.value(), std::chrono::milliseconds(-1));
   if (s.code() == Code::kTimedOut) c.release(h.value());
   return report(s);
 }
 
-// A handle issued by a Client that was shut down since.
-kolo_status_t staleHandle(kolo_handle_t h) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_generation == 0) return notInitialized();
-  return fail(Code::kAborted, "handle " + std::to_string(h) +
-                                  " belongs to a kolo session that was shut down (kolo_shutdown)");
+kolo_status_t waitForAll(Client& c, const StatusOr<std::vector<uint64_t>>& hs) {
+  if (!hs.isOk()) return fail(hs.status());
+  Status first;
+  for (uint64_t h : hs.value()) {
+    Status s = c.wait(h, std::chrono::milliseconds(-1));
+    if (s.code() == Code::kTimedOut) c.release(h);
+    if (first.isOk() && !s.isOk()) first = s;
+  }
+  return report(first);
 }
 
 kolo_status_t internal(const char* where, const std::exception* e) {
@@ -90,14 +112,63 @@ kolo_status_t internal(const char* where, const std::exception* e) {
                                    (e != nullptr ? e->what() : "unknown exception"));
 }
 
-#define KOLO_C_GUARD(where, ...)                      \
-  try {                                               \
-    __VA_ARGS__                                       \
-  } catch (const std::exception& e) {                 \
-    return internal(where, &e);                       \
-  } catch (...) {                                     \
-    return internal(where, nullptr);                  \
+StatusOr<std::vector<AllreduceArgs>> groupMembers(const char* what, int count, const char* const* names,
+                                                  const void* const* inputs, void* const* outputs, const int* ndims,
+                                                  const int64_t* const* shapes, const kolo_dtype_t* dtypes,
+                                                  kolo_op_t op, double prescale, double postscale) {
+  if (count < 1) return invalidArgument(std::string(what) + ": count is " + std::to_string(count));
+  if (names == nullptr || inputs == nullptr || ndims == nullptr || shapes == nullptr || dtypes == nullptr) {
+    return invalidArgument(std::string(what) + ": names, inputs, ndims, shapes and dtypes must not be NULL");
   }
+  std::vector<AllreduceArgs> members(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    AllreduceArgs& a = members[static_cast<size_t>(i)];
+    a.name = names[i];
+    a.input = inputs[i];
+    a.output = outputs != nullptr ? outputs[i] : nullptr;
+    a.ndim = ndims[i];
+    a.shape = shapes[i];
+    a.dtype = static_cast<int>(dtypes[i]);
+    a.op = static_cast<int>(op);
+    a.prescale = prescale;
+    a.postscale = postscale;
+    a.collective = static_cast<int>(CollectiveType::kAllreduce);
+  }
+  return members;
+}
+
+}  // namespace kolo::capi
+
+namespace {
+
+using kolo::Client;
+using kolo::Code;
+using kolo::Status;
+using namespace kolo::capi;  // NOLINT
+
+// A handle issued by a Client that was shut down since (or by a process set
+// removed since).
+kolo_status_t staleHandle(kolo_handle_t h) {
+  std::lock_guard<std::mutex> lock(mu());
+  if (sessionGeneration() == 0) return notInitialized();
+  const int32_t ps = static_cast<int32_t>(h >> kSetShift);
+  if (ps != 0 && globalClient()) {
+    return fail(Code::kAborted, "handle " + std::to_string(h) + " belongs to process set " + std::to_string(ps) +
+                                    ", which was removed (kolo_remove_process_set)");
+  }
+  return fail(Code::kAborted, "handle " + std::to_string(h) +
+                                  " belongs to a kolo session that was shut down (kolo_shutdown)");
+}
+
+// The client that issued `h` and its own handle value (null client: gone).
+std::pair<std::shared_ptr<Client>, uint64_t> route(kolo_handle_t h) {
+  const int32_t ps = static_cast<int32_t>(h >> kSetShift);
+  std::lock_guard<std::mutex> lock(mu());
+  if (ps == 0) return {globalClient(), h};
+  auto it = processSets().find(ps);
+  if (it == processSets().end()) return {nullptr, h & kRawMask};
+  return {it->second.client, h & kRawMask};
+}
 
 int worldField(int kolo::WorldView::*field) {
   try {
@@ -108,56 +179,15 @@ int worldField(int kolo::WorldView::*field) {
   }
 }
 
-}  // namespace
-
-namespace {
-kolo::StatusOr<uint64_t> submitCompressed(Client& c, const char* name, const float* input, float* output,
-                                          int ndim, const int64_t* shape, kolo_op_t op, double prescale,
-                                          double postscale, kolo_compression_t compression) {
-  kolo::AllreduceArgs a;
-  a.name = name;
-  a.input = input;
-  a.output = output;
-  a.ndim = ndim;
-  a.shape = shape;
-  a.dtype = static_cast<int>(kolo::DataType::kFloat32);
-  a.op = static_cast<int>(op);
-  a.prescale = prescale;
-  a.postscale = postscale;
-  switch (compression) {
-    case KOLO_COMPRESS_NONE: return c.allreduceAsync(a);
-    case KOLO_COMPRESS_FP16: return c.compressedAllreduceAsync(a, kolo::DataType::kFloat16);
-    case KOLO_COMPRESS_BF16: return c.compressedAllreduceAsync(a, kolo::DataType::kBFloat16);
+// Shuts down every process set's connection (kolo_shutdown, or a fork).
+void dropProcessSetsLocked() {
+  for (auto& [id, e] : processSets()) {
+    if (e.client) e.client->shutdown();
   }
-  return kolo::invalidArgument("compressed allreduce of tensor '" + std::string(name != nullptr ? name : "") +
-                               "': unknown compression " + std::to_string(static_cast<int>(compression)));
+  processSets().clear();
+  nextProcessSetId() = 1;
 }
 
-kolo::StatusOr<std::vector<uint64_t>> submitGroup(Client& c, int count, const char* const* names,
-                                                  const void* const* inputs, void* const* outputs, const int* ndims,
-                                                  const int64_t* const* shapes, const kolo_dtype_t* dtypes,
-                                                  kolo_op_t op, double prescale, double postscale) {
-  if (count < 1) return kolo::invalidArgument("grouped allreduce: count is " + std::to_string(count));
-  if (names == nullptr || inputs == nullptr || outputs == nullptr || ndims == nullptr || shapes == nullptr ||
-      dtypes == nullptr) {
-    return kolo::invalidArgument("grouped allreduce: names, inputs, outputs, ndims, shapes and dtypes must not be NULL");
-  }
-  std::vector<kolo::AllreduceArgs> members(static_cast<size_t>(count));
-  for (int i = 0; i < count; ++i) {
-    kolo::AllreduceArgs& a = members[static_cast<size_t>(i)];
-    a.name = names[i];
-    a.input = inputs[i];
-    a.output = outputs[i];
-    a.ndim = ndims[i];
-    a.shape = shapes[i];
-    a.dtype = static_cast<int>(dtypes[i]);
-    a.op = static_cast<int>(op);
-    a.prescale = prescale;
-    a.postscale = postscale;
-    a.collective = static_cast<int>(kolo::CollectiveType::kAllreduce);
-  }
-  return c.groupedAllreduceAsync(std::move(members));
-}
 }  // namespace
 
 extern "C" {
@@ -165,18 +195,22 @@ extern "C" {
 kolo_status_t kolo_init(void) {
   KOLO_C_GUARD("kolo_init", {
     // Held for the whole handshake: concurrent kolo_init calls connect once.
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (g_client && g_client->ownerPid() != ::getpid()) {
-      g_client->shutdown();  // inherited through fork(): drop it without touching its fds
-      g_client.reset();
+    std::lock_guard<std::mutex> lock(mu());
+    auto& g = globalClient();
+    if (g && g->ownerPid() != ::getpid()) {
+      // Inherited through fork(): drop it (and the process sets' connections)
+      // without touching their fds.
+      dropProcessSetsLocked();
+      g->shutdown();
+      g.reset();
     }
-    if (g_client) return KOLO_OK;
+    if (g) return KOLO_OK;
     auto opts = kolo::ClientOptions::fromEnvironment();
     if (!opts.isOk()) return fail(opts.status());
     auto client = Client::connect(*opts);
     if (!client.isOk()) return fail(client.status());
-    g_client = std::shared_ptr<Client>(std::move(client).value());
-    ++g_generation;
+    g = std::shared_ptr<Client>(std::move(client).value());
+    ++sessionGeneration();
     return KOLO_OK;
   })
 }
@@ -185,9 +219,10 @@ kolo_status_t kolo_shutdown(void) {
   KOLO_C_GUARD("kolo_shutdown", {
     std::shared_ptr<Client> c;
     {
-      std::lock_guard<std::mutex> lock(g_mu);
-      c = std::move(g_client);
-      g_client.reset();
+      std::lock_guard<std::mutex> lock(mu());
+      dropProcessSetsLocked();
+      c = std::move(globalClient());
+      globalClient().reset();
     }
     if (c) c->shutdown();
     return KOLO_OK;
@@ -202,26 +237,13 @@ int kolo_local_size(void) { return worldField(&kolo::WorldView::local_size); }
 int kolo_cross_rank(void) { return worldField(&kolo::WorldView::cross_rank); }
 int kolo_cross_size(void) { return worldField(&kolo::WorldView::cross_size); }
 
+// The global set's asynchronous collectives are the process-set ones with
+// set 0 (c_api_sets.cc); the blocking forms wait on the handle.
+
 kolo_status_t kolo_allreduce_async(const char* name, const void* input, void* output, int ndim,
                                    const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
                                    double prescale, double postscale, kolo_handle_t* handle) {
-  KOLO_C_GUARD("kolo_allreduce_async", {
-    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_allreduce_async: handle is NULL");
-    *handle = 0;
-    auto c = current();
-    if (!c) return notInitialized();
-    kolo::AllreduceArgs a;
-    a.name = name;
-    a.input = input;
-    a.output = output;
-    a.ndim = ndim;
-    a.shape = shape;
-    a.dtype = static_cast<int>(dtype);
-    a.op = static_cast<int>(op);
-    a.prescale = prescale;
-    a.postscale = postscale;
-    return handOut(c->allreduceAsync(a), handle);
-  })
+  return kolo_ps_allreduce_async(0, name, input, output, ndim, shape, dtype, op, prescale, postscale, handle);
 }
 
 kolo_status_t kolo_allreduce(const char* name, const void* input, void* output, int ndim,
@@ -246,21 +268,12 @@ kolo_status_t kolo_allreduce(const char* name, const void* input, void* output, 
   })
 }
 
-
 kolo_status_t kolo_grouped_allreduce_async(int count, const char* const* names, const void* const* inputs,
                                            void* const* outputs, const int* ndims, const int64_t* const* shapes,
                                            const kolo_dtype_t* dtypes, kolo_op_t op, double prescale,
                                            double postscale, kolo_handle_t* handles) {
-  KOLO_C_GUARD("kolo_grouped_allreduce_async", {
-    if (handles == nullptr) return fail(Code::kInvalidArgument, "kolo_grouped_allreduce_async: handles is NULL");
-    for (int i = 0; i < count; ++i) handles[i] = 0;
-    auto c = current();
-    if (!c) return notInitialized();
-    auto hs = submitGroup(*c, count, names, inputs, outputs, ndims, shapes, dtypes, op, prescale, postscale);
-    if (!hs.isOk()) return fail(hs.status());
-    for (int i = 0; i < count; ++i) handles[i] = (*hs)[static_cast<size_t>(i)];
-    return KOLO_OK;
-  })
+  return kolo_ps_grouped_allreduce_async(0, count, names, inputs, outputs, ndims, shapes, dtypes, op, prescale,
+                                         postscale, handles);
 }
 
 kolo_status_t kolo_grouped_allreduce(int count, const char* const* names, const void* const* inputs,
@@ -269,27 +282,43 @@ kolo_status_t kolo_grouped_allreduce(int count, const char* const* names, const 
   KOLO_C_GUARD("kolo_grouped_allreduce", {
     auto c = current();
     if (!c) return notInitialized();
-    auto hs = submitGroup(*c, count, names, inputs, outputs, ndims, shapes, dtypes, op, prescale, postscale);
-    if (!hs.isOk()) return fail(hs.status());
-    Status first;
-    for (uint64_t h : *hs) {
-      Status s = c->wait(h, std::chrono::milliseconds(-1));
-      if (s.code() == Code::kTimedOut) c->release(h);
-      if (first.isOk() && !s.isOk()) first = s;
-    }
-    return report(first);
+    if (outputs == nullptr) return fail(Code::kInvalidArgument, "grouped allreduce: outputs must not be NULL");
+    auto members = groupMembers("grouped allreduce", count, names, inputs, outputs, ndims, shapes, dtypes, op,
+                                prescale, postscale);
+    if (!members.isOk()) return fail(members.status());
+    return waitForAll(*c, c->groupedAllreduceAsync(std::move(members).value()));
+  })
+}
+
+kolo_status_t kolo_grouped_allgather_async(int count, const char* const* names, const void* const* inputs,
+                                           const int* ndims, const int64_t* const* shapes,
+                                           const kolo_dtype_t* dtypes, kolo_handle_t* handles) {
+  return kolo_ps_grouped_allgather_async(0, count, names, inputs, ndims, shapes, dtypes, handles);
+}
+
+kolo_status_t kolo_grouped_reducescatter_async(int count, const char* const* names, const void* const* inputs,
+                                               void* const* outputs, const int* ndims,
+                                               const int64_t* const* shapes, const kolo_dtype_t* dtypes,
+                                               kolo_op_t op, kolo_handle_t* handles) {
+  return kolo_ps_grouped_reducescatter_async(0, count, names, inputs, outputs, ndims, shapes, dtypes, op, handles);
+}
+
+kolo_status_t kolo_grouped_reducescatter(int count, const char* const* names, const void* const* inputs,
+                                         void* const* outputs, const int* ndims, const int64_t* const* shapes,
+                                         const kolo_dtype_t* dtypes, kolo_op_t op) {
+  KOLO_C_GUARD("kolo_grouped_reducescatter", {
+    auto c = current();
+    if (!c) return notInitialized();
+    auto members = groupMembers("grouped reducescatter", count, names, inputs, outputs, ndims, shapes, dtypes, op,
+                                1.0, 1.0);
+    if (!members.isOk()) return fail(members.status());
+    return waitForAll(*c, c->groupedReducescatterAsync(std::move(members).value()));
   })
 }
 
 kolo_status_t kolo_broadcast_async(const char* name, void* buffer, int ndim, const int64_t* shape,
                                    kolo_dtype_t dtype, int root, kolo_handle_t* handle) {
-  KOLO_C_GUARD("kolo_broadcast_async", {
-    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_broadcast_async: handle is NULL");
-    *handle = 0;
-    auto c = current();
-    if (!c) return notInitialized();
-    return handOut(c->broadcastAsync(name, buffer, ndim, shape, static_cast<int>(dtype), root), handle);
-  })
+  return kolo_ps_broadcast_async(0, name, buffer, ndim, shape, dtype, root, handle);
 }
 
 kolo_status_t kolo_broadcast(const char* name, void* buffer, int ndim, const int64_t* shape,
@@ -303,13 +332,7 @@ kolo_status_t kolo_broadcast(const char* name, void* buffer, int ndim, const int
 
 kolo_status_t kolo_broadcast_oop_async(const char* name, const void* input, void* output, int ndim,
                                        const int64_t* shape, kolo_dtype_t dtype, int root, kolo_handle_t* handle) {
-  KOLO_C_GUARD("kolo_broadcast_oop_async", {
-    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_broadcast_oop_async: handle is NULL");
-    *handle = 0;
-    auto c = current();
-    if (!c) return notInitialized();
-    return handOut(c->broadcastOopAsync(name, input, output, ndim, shape, static_cast<int>(dtype), root), handle);
-  })
+  return kolo_ps_broadcast_oop_async(0, name, input, output, ndim, shape, dtype, root, handle);
 }
 
 kolo_status_t kolo_broadcast_oop(const char* name, const void* input, void* output, int ndim,
@@ -324,46 +347,32 @@ kolo_status_t kolo_broadcast_oop(const char* name, const void* input, void* outp
 kolo_status_t kolo_allreduce_compressed_async(const char* name, const float* input, float* output, int ndim,
                                               const int64_t* shape, kolo_op_t op, double prescale, double postscale,
                                               kolo_compression_t compression, kolo_handle_t* handle) {
-  KOLO_C_GUARD("kolo_allreduce_compressed_async", {
-    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_allreduce_compressed_async: handle is NULL");
-    *handle = 0;
-    auto c = current();
-    if (!c) return notInitialized();
-    return handOut(submitCompressed(*c, name, input, output, ndim, shape, op, prescale, postscale, compression),
-                   handle);
-  })
+  return kolo_ps_allreduce_compressed_async(0, name, input, output, ndim, shape, op, prescale, postscale,
+                                            compression, handle);
 }
 
 kolo_status_t kolo_allreduce_compressed(const char* name, const float* input, float* output, int ndim,
                                         const int64_t* shape, kolo_op_t op, double prescale, double postscale,
                                         kolo_compression_t compression) {
   KOLO_C_GUARD("kolo_allreduce_compressed", {
+    kolo_handle_t h = 0;
+    kolo_status_t st = kolo_ps_allreduce_compressed_async(0, name, input, output, ndim, shape, op, prescale,
+                                                          postscale, compression, &h);
+    if (st != KOLO_OK) return st;
     auto c = current();
-    if (!c) return notInitialized();
-    return waitFor(*c, submitCompressed(*c, name, input, output, ndim, shape, op, prescale, postscale, compression));
+    if (!c) return staleHandle(h);
+    return waitFor(*c, kolo::StatusOr<uint64_t>(static_cast<uint64_t>(h)));
   })
 }
 
 kolo_status_t kolo_allgather_async(const char* name, const void* input, int ndim, const int64_t* shape,
                                    kolo_dtype_t dtype, kolo_handle_t* handle) {
-  KOLO_C_GUARD("kolo_allgather_async", {
-    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_allgather_async: handle is NULL");
-    *handle = 0;
-    auto c = current();
-    if (!c) return notInitialized();
-    return handOut(c->allgatherAsync(name, input, ndim, shape, static_cast<int>(dtype)), handle);
-  })
+  return kolo_ps_allgather_async(0, name, input, ndim, shape, dtype, handle);
 }
 
 kolo_status_t kolo_alltoall_async(const char* name, const void* input, int ndim, const int64_t* shape,
                                   kolo_dtype_t dtype, const int64_t* splits, kolo_handle_t* handle) {
-  KOLO_C_GUARD("kolo_alltoall_async", {
-    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_alltoall_async: handle is NULL");
-    *handle = 0;
-    auto c = current();
-    if (!c) return notInitialized();
-    return handOut(c->alltoallAsync(name, input, ndim, shape, static_cast<int>(dtype), splits), handle);
-  })
+  return kolo_ps_alltoall_async(0, name, input, ndim, shape, dtype, splits, handle);
 }
 
 kolo_status_t kolo_result(kolo_handle_t handle, void** data, int64_t* dim0) {
@@ -371,9 +380,9 @@ kolo_status_t kolo_result(kolo_handle_t handle, void** data, int64_t* dim0) {
     if (data == nullptr || dim0 == nullptr) return fail(Code::kInvalidArgument, "kolo_result: data or dim0 is NULL");
     *data = nullptr;
     *dim0 = 0;
-    auto c = current();
+    auto [c, raw] = route(handle);
     if (!c) return staleHandle(handle);
-    auto r = c->result(handle);
+    auto r = c->result(raw);
     if (!r.isOk()) return fail(r.status());
     *data = const_cast<char*>((*r)->data.data());
     *dim0 = (*r)->dim0;
@@ -384,13 +393,7 @@ kolo_status_t kolo_result(kolo_handle_t handle, void** data, int64_t* dim0) {
 kolo_status_t kolo_reducescatter_async(const char* name, const void* input, void* output, int ndim,
                                        const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
                                        kolo_handle_t* handle) {
-  KOLO_C_GUARD("kolo_reducescatter_async", {
-    if (handle == nullptr) return fail(Code::kInvalidArgument, "kolo_reducescatter_async: handle is NULL");
-    *handle = 0;
-    auto c = current();
-    if (!c) return notInitialized();
-    return handOut(c->reducescatterAsync(name, input, output, ndim, shape, static_cast<int>(dtype), static_cast<int>(op)), handle);
-  })
+  return kolo_ps_reducescatter_async(0, name, input, output, ndim, shape, dtype, op, handle);
 }
 
 kolo_status_t kolo_reducescatter(const char* name, const void* input, void* output, int ndim,
@@ -402,14 +405,7 @@ kolo_status_t kolo_reducescatter(const char* name, const void* input, void* outp
   })
 }
 
-kolo_status_t kolo_barrier(int64_t timeout_ms) {
-  KOLO_C_GUARD("kolo_barrier", {
-    auto c = current();
-    if (!c) return notInitialized();
-    if (timeout_ms > int64_t{1} << 40) timeout_ms = int64_t{1} << 40;
-    return report(c->barrier(std::chrono::milliseconds(timeout_ms)));
-  })
-}
+kolo_status_t kolo_barrier(int64_t timeout_ms) { return kolo_ps_barrier(0, timeout_ms); }
 
 kolo_status_t kolo_start_timeline(const char* path, int mark_cycles) {
   KOLO_C_GUARD("kolo_start_timeline", {
@@ -443,9 +439,9 @@ kolo_status_t kolo_join(int64_t timeout_ms, int* last_joined_rank) {
 
 kolo_status_t kolo_poll(kolo_handle_t handle) {
   KOLO_C_GUARD("kolo_poll", {
-    auto c = current();
+    auto [c, raw] = route(handle);
     if (!c) return staleHandle(handle);
-    Status s = c->poll(handle);
+    Status s = c->poll(raw);
     if (s.code() == Code::kInProgress) return KOLO_IN_PROGRESS;
     return report(s);
   })
@@ -453,16 +449,17 @@ kolo_status_t kolo_poll(kolo_handle_t handle) {
 
 kolo_status_t kolo_synchronize(kolo_handle_t handle, int64_t timeout_ms) {
   KOLO_C_GUARD("kolo_synchronize", {
-    auto c = current();
+    auto [c, raw] = route(handle);
     if (!c) return staleHandle(handle);
     if (timeout_ms > int64_t{1} << 40) timeout_ms = int64_t{1} << 40;  // no overflow below
-    return report(c->wait(handle, std::chrono::milliseconds(timeout_ms)));
+    return report(c->wait(raw, std::chrono::milliseconds(timeout_ms)));
   })
 }
 
 void kolo_release(kolo_handle_t handle) {
   try {
-    if (auto c = current()) c->release(handle);
+    auto [c, raw] = route(handle);
+    if (c) c->release(raw);
   } catch (...) {
   }
 }

@@ -706,9 +706,14 @@ Status Client::barrier(milliseconds timeout) {
 }
 
 StatusOr<std::vector<uint64_t>> Client::groupedAllreduceAsync(std::vector<AllreduceArgs> members) {
-  if (members.empty()) return invalidArgument("grouped allreduce: the group has no tensors");
+  return groupedAsync(std::move(members), "grouped allreduce");
+}
+
+StatusOr<std::vector<uint64_t>> Client::groupedAsync(std::vector<AllreduceArgs> members, const char* what) {
+  const std::string kind(what);
+  if (members.empty()) return invalidArgument(kind + ": the group has no tensors");
   if (members.size() > 1024) {
-    return invalidArgument("grouped allreduce: " + std::to_string(members.size()) +
+    return invalidArgument(kind + ": " + std::to_string(members.size()) +
                            " tensors; a group holds at most 1024 (the in-flight limit)");
   }
   // Check every member first: a group that is half submitted would leave
@@ -717,16 +722,17 @@ StatusOr<std::vector<uint64_t>> Client::groupedAllreduceAsync(std::vector<Allred
   uint64_t hash = 1469598103934665603ull;  // FNV-1a over the names, in order
   for (const AllreduceArgs& a : members) {
     uint64_t bytes = 0;
-    RETURN_IF_ERROR(validate(a, &bytes).withContext("grouped allreduce"));
-    if (a.collective != static_cast<int>(CollectiveType::kAllreduce)) {
-      return internalError("grouped allreduce: a member is not an allreduce");
+    RETURN_IF_ERROR(validate(a, &bytes).withContext(kind));
+    if (a.collective != members[0].collective) {
+      return internalError(kind + ": the members are not all the same collective");
     }
     if (!seen.insert(a.name).second) {
-      return invalidArgument("grouped allreduce: tensor " + quoteName(a.name) + " appears twice in the group");
+      return invalidArgument(kind + ": tensor " + quoteName(a.name) + " appears twice in the group");
     }
     for (const char* p = a.name; *p != '\0'; ++p) hash = (hash ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
     hash = (hash ^ 0xffu) * 1099511628211ull;  // separator
   }
+  hash = (hash ^ static_cast<uint64_t>(members[0].collective)) * 1099511628211ull;
   {
     // A member already in flight would be refused after the others went out.
     progressUntil([] { return false; }, Clock::now(), milliseconds(0));  // collect finished completions
@@ -734,7 +740,7 @@ StatusOr<std::vector<uint64_t>> Client::groupedAllreduceAsync(std::vector<Allred
     RETURN_IF_ERROR(usableLocked());
     for (const AllreduceArgs& a : members) {
       if (names_in_flight_.count(std::string_view(a.name)) != 0) {
-        return invalidArgument("grouped allreduce: tensor " + quoteName(a.name) +
+        return invalidArgument(kind + ": tensor " + quoteName(a.name) +
                                " is still in flight from an earlier call; wait for it first (nothing of this group "
                                "was submitted)");
       }
@@ -750,7 +756,7 @@ StatusOr<std::vector<uint64_t>> Client::groupedAllreduceAsync(std::vector<Allred
     auto h = allreduceAsync(a);
     if (!h.isOk()) {
       for (uint64_t done : handles) release(done);
-      return Status(h.status().code(), "grouped allreduce #" + std::to_string(gid) + ": submitting tensor " +
+      return Status(h.status().code(), kind + " #" + std::to_string(gid) + ": submitting tensor " +
                                            quoteName(a.name) + " failed after " + std::to_string(handles.size()) +
                                            " of its " + std::to_string(members.size()) +
                                            " tensors were submitted (the others will wait for it): " +
@@ -759,6 +765,62 @@ StatusOr<std::vector<uint64_t>> Client::groupedAllreduceAsync(std::vector<Allred
     handles.push_back(*h);
   }
   return handles;
+}
+
+StatusOr<std::vector<uint64_t>> Client::groupedReducescatterAsync(std::vector<AllreduceArgs> members) {
+  for (AllreduceArgs& a : members) a.collective = static_cast<int>(CollectiveType::kReducescatter);
+  return groupedAsync(std::move(members), "grouped reducescatter");
+}
+
+StatusOr<std::vector<uint64_t>> Client::groupedAllgatherAsync(std::vector<AllreduceArgs> members) {
+  static constexpr std::string_view kSizesSuffix = ".__sizes";
+  const WorldView w = world();
+  for (AllreduceArgs& a : members) {
+    a.output = const_cast<void*>(a.input);  // unused: the result is library-owned
+    a.op = static_cast<int>(ReduceOp::kSum);
+    a.collective = static_cast<int>(CollectiveType::kAllgather);
+    uint64_t bytes = 0;
+    RETURN_IF_ERROR(validate(a, &bytes).withContext("grouped allgather"));
+    if (std::strlen(a.name) + kSizesSuffix.size() > kMaxNameBytes) {
+      return invalidArgument("grouped allgather: tensor name " + quoteName(a.name) + " is longer than " +
+                             std::to_string(kMaxNameBytes - kSizesSuffix.size()) + " bytes");
+    }
+  }
+  if (members.empty()) return invalidArgument("grouped allgather: the group has no tensors");
+  // Phase 1, one grouped allreduce: every member's first dimension on every
+  // rank (Sum of vectors that are zero but for one's own slot).
+  const size_t n = static_cast<size_t>(w.size);
+  std::vector<std::vector<int64_t>> dims(members.size(), std::vector<int64_t>(n, 0));
+  std::vector<std::string> sizes_names(members.size());
+  int64_t dims_shape[1] = {w.size};
+  std::vector<AllreduceArgs> sizes(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    dims[i][static_cast<size_t>(w.rank)] = members[i].shape[0];
+    sizes_names[i] = std::string(members[i].name) + std::string(kSizesSuffix);
+    AllreduceArgs& s = sizes[i];
+    s.name = sizes_names[i].c_str();
+    s.input = dims[i].data();
+    s.output = dims[i].data();
+    s.ndim = 1;
+    s.shape = dims_shape;
+    s.dtype = static_cast<int>(DataType::kInt64);
+    s.op = static_cast<int>(ReduceOp::kSum);
+  }
+  ASSIGN_OR_RETURN(std::vector<uint64_t> hs, groupedAsync(std::move(sizes), "grouped allgather"));
+  Status first;
+  for (uint64_t h : hs) {
+    Status st = wait(h, milliseconds(-1));
+    if (st.code() == Code::kTimedOut) release(h);
+    if (first.isOk() && !st.isOk()) first = st;
+  }
+  if (!first.isOk()) {
+    return Status(first.code(), "grouped allgather of " + std::to_string(members.size()) + " tensors (first " +
+                                    quoteName(members[0].name) +
+                                    "): exchanging the ranks' first dimensions failed: " + first.message());
+  }
+  // Phase 2: the gathers, as one group.
+  for (size_t i = 0; i < members.size(); ++i) members[i].gather_dims = dims[i].data();
+  return groupedAsync(std::move(members), "grouped allgather");
 }
 
 StatusOr<int> Client::join(milliseconds timeout) {

@@ -111,6 +111,12 @@ class Client {
   // fused together. Every rank's n-th grouped allreduce must have the same
   // members in the same order. Returns one handle per member.
   StatusOr<std::vector<uint64_t>> groupedAllreduceAsync(std::vector<AllreduceArgs> members);
+  // Grouped reducescatter / allgather: the same atomic negotiation for
+  // reducescatters (members as reducescatterAsync's arguments) and
+  // allgathers (as allgatherAsync's: the first dimensions of all members are
+  // exchanged in one grouped allreduce first, waited for here).
+  StatusOr<std::vector<uint64_t>> groupedReducescatterAsync(std::vector<AllreduceArgs> members);
+  StatusOr<std::vector<uint64_t>> groupedAllgatherAsync(std::vector<AllreduceArgs> members);
   // In-place broadcast of `buf` from global rank `root` (buf is read on the
   // root and overwritten on the others).
   StatusOr<uint64_t> broadcastAsync(const char* name, void* buf, int ndim, const int64_t* shape,
@@ -228,6 +234,9 @@ class Client {
   void ringDoorbell();
 
   Status validate(const AllreduceArgs& a, uint64_t* bytes) const;
+  // Submits `members` (all the same collective) as one group; `what` names
+  // the call in errors.
+  StatusOr<std::vector<uint64_t>> groupedAsync(std::vector<AllreduceArgs> members, const char* what);
   StatusOr<uint64_t> allocateSlot(uint64_t bytes, const std::string& name,
                                   Clock::time_point deadline);
 

@@ -198,6 +198,94 @@ kolo_status_t kolo_barrier(int64_t timeout_ms);
  * docs/collectives.md. */
 kolo_status_t kolo_join(int64_t timeout_ms, int* last_joined_rank);
 
+/* --- grouped allgather and reducescatter (added in ABI 1, additive) ------ */
+/* Like kolo_grouped_allreduce: `count` members negotiated as one atomic
+ * unit (none runs before every member is ready on every rank), with the same
+ * membership rule and error. Grouped allgather: member i is as
+ * kolo_allgather_async (names[i], inputs[i], ndims[i] dims of shapes[i],
+ * dtypes[i]); the first dimensions of all members are exchanged in one
+ * grouped step, then the gathers run; each handles[i] gives its output
+ * through kolo_result. Grouped reducescatter: member i is as
+ * kolo_reducescatter_async, op applies to all. */
+kolo_status_t kolo_grouped_allgather_async(int count, const char* const* names, const void* const* inputs,
+                                           const int* ndims, const int64_t* const* shapes,
+                                           const kolo_dtype_t* dtypes, kolo_handle_t* handles);
+kolo_status_t kolo_grouped_reducescatter_async(int count, const char* const* names, const void* const* inputs,
+                                               void* const* outputs, const int* ndims,
+                                               const int64_t* const* shapes, const kolo_dtype_t* dtypes,
+                                               kolo_op_t op, kolo_handle_t* handles);
+kolo_status_t kolo_grouped_reducescatter(int count, const char* const* names, const void* const* inputs,
+                                         void* const* outputs, const int* ndims, const int64_t* const* shapes,
+                                         const kolo_dtype_t* dtypes, kolo_op_t op);
+
+/* --- process sets (added in ABI 1, additive) ----------------------------- */
+/* A process set is a subset of the job's ranks with its own negotiation,
+ * response cache and (across nodes) its own agent ring, so collectives on
+ * different sets run concurrently and never wait for each other. Set 0 is
+ * the global set (every rank); every function without a process-set
+ * argument uses it.
+ *
+ * kolo_add_process_set is collective over the whole job (Horovod's
+ * add_process_set): every rank calls it, in the same order, with the same
+ * `ranks` (global ranks, any order, no duplicates). It returns once the
+ * members have connected the set (bounded by KOLO_START_TIMEOUT) and gives
+ * every rank the same *id (ids are never reused within a session). Ranks
+ * outside the set get the id too but may not run collectives on it. A list
+ * the ranks disagree on fails on every rank with the lists named; a list
+ * equal to an existing set's is refused ("already exists as process set
+ * N"). kolo_remove_process_set is collective too; it fails pending ops of
+ * the set with KOLO_ERR_ABORTED. kolo_shutdown removes every set. */
+kolo_status_t kolo_add_process_set(const int* ranks, int count, int32_t* id);
+kolo_status_t kolo_remove_process_set(int32_t id);
+/* This rank's rank within the set (-1: not a member or unknown set), the
+ * set's size (-1: unknown set), and its ranks (global, ascending; *count
+ * gets the size; at most `capacity` are written). */
+int kolo_process_set_rank(int32_t id);
+int kolo_process_set_size(int32_t id);
+kolo_status_t kolo_process_set_ranks(int32_t id, int* ranks, int capacity, int* count);
+
+/* The collectives on a process set. Everything is relative to the set:
+ * Average divides by the set's size, allgather concatenates and
+ * reducescatter / alltoall split in the set's rank order (ascending global
+ * rank), alltoall's splits have kolo_process_set_size(ps) entries, and the
+ * broadcast root stays a GLOBAL rank (Horovod's convention) that must be in
+ * the set. Names are per set: the same name may be in flight on two sets at
+ * once. A rank outside the set gets KOLO_ERR_INVALID_ARGUMENT. Handles work
+ * with kolo_poll / kolo_synchronize / kolo_result / kolo_release as usual. */
+kolo_status_t kolo_ps_allreduce_async(int32_t ps, const char* name, const void* input, void* output, int ndim,
+                                      const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op, double prescale,
+                                      double postscale, kolo_handle_t* handle);
+kolo_status_t kolo_ps_allreduce_compressed_async(int32_t ps, const char* name, const float* input, float* output,
+                                                 int ndim, const int64_t* shape, kolo_op_t op, double prescale,
+                                                 double postscale, kolo_compression_t compression,
+                                                 kolo_handle_t* handle);
+kolo_status_t kolo_ps_grouped_allreduce_async(int32_t ps, int count, const char* const* names,
+                                              const void* const* inputs, void* const* outputs, const int* ndims,
+                                              const int64_t* const* shapes, const kolo_dtype_t* dtypes, kolo_op_t op,
+                                              double prescale, double postscale, kolo_handle_t* handles);
+kolo_status_t kolo_ps_broadcast_async(int32_t ps, const char* name, void* buffer, int ndim, const int64_t* shape,
+                                      kolo_dtype_t dtype, int root, kolo_handle_t* handle);
+kolo_status_t kolo_ps_broadcast_oop_async(int32_t ps, const char* name, const void* input, void* output, int ndim,
+                                          const int64_t* shape, kolo_dtype_t dtype, int root,
+                                          kolo_handle_t* handle);
+kolo_status_t kolo_ps_allgather_async(int32_t ps, const char* name, const void* input, int ndim,
+                                      const int64_t* shape, kolo_dtype_t dtype, kolo_handle_t* handle);
+kolo_status_t kolo_ps_grouped_allgather_async(int32_t ps, int count, const char* const* names,
+                                              const void* const* inputs, const int* ndims,
+                                              const int64_t* const* shapes, const kolo_dtype_t* dtypes,
+                                              kolo_handle_t* handles);
+kolo_status_t kolo_ps_reducescatter_async(int32_t ps, const char* name, const void* input, void* output, int ndim,
+                                          const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
+                                          kolo_handle_t* handle);
+kolo_status_t kolo_ps_grouped_reducescatter_async(int32_t ps, int count, const char* const* names,
+                                                  const void* const* inputs, void* const* outputs, const int* ndims,
+                                                  const int64_t* const* shapes, const kolo_dtype_t* dtypes,
+                                                  kolo_op_t op, kolo_handle_t* handles);
+kolo_status_t kolo_ps_alltoall_async(int32_t ps, const char* name, const void* input, int ndim,
+                                     const int64_t* shape, kolo_dtype_t dtype, const int64_t* splits,
+                                     kolo_handle_t* handle);
+kolo_status_t kolo_ps_barrier(int32_t ps, int64_t timeout_ms);
+
 /* --- handles ------------------------------------------------------------ */
 /* KOLO_IN_PROGRESS while running; otherwise the final status (the handle
  * stays valid until kolo_synchronize/kolo_release). */
