@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kolo/kolo.hpp"
 #include "kolo/kolo_c.h"
 #include "check_fail.h"
 
@@ -494,6 +495,24 @@ int runSets() {
       return 1;
     }
     checks += 5;
+  }
+  // The C++ API on this rank's set.
+  {
+    kolo::ProcessSet ps(mine);
+    if (!ps.included() || ps.size() != static_cast<int>(my_members.size()) || ps.ranks() != my_members) {
+      FAIL("kolo::ProcessSet(%d): included %d size %d", mine, ps.included(), ps.size());
+    }
+    std::vector<int64_t> v = {g_rank, 1};
+    auto r = kolo::allreduce(ps, "cpp", v.data(), v.data(), {2}, kolo::DataType::kInt64, kolo::ReduceOp::kSum);
+    int64_t want = 0;
+    for (int m : my_members) want += m;
+    if (!r.ok() || v[0] != want || v[1] != static_cast<int64_t>(my_members.size())) {
+      FAIL("kolo::allreduce on a set: %s (%lld %lld)", r.toString().c_str(), (long long)v[0], (long long)v[1]);
+    }
+    auto g = kolo::allgather(ps, "cpp.ag", &v[1], {1}, kolo::DataType::kInt64);
+    if (!g.ok() || g->dim0 != static_cast<int64_t>(my_members.size())) FAIL("kolo::allgather on a set");
+    if (!kolo::barrier(ps, 60000).ok()) FAIL("kolo::barrier on a set");
+    checks += 3;
   }
   // Remove: the set is gone on every rank; the others still work.
   if (kolo_remove_process_set(edge_id) != KOLO_OK) FAIL("remove edge: %s", kolo_last_error());

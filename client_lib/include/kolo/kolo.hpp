@@ -297,11 +297,12 @@ struct Gathered {
   std::vector<unsigned char> data;
   int64_t dim0 = 0;  // rows: the sum of the ranks' first dimensions
 };
-inline Expected<Gathered> allgather(const std::string& name, const void* in, const std::vector<int64_t>& shape,
-                                    DataType dtype, int64_t timeout_ms = -1) {
+namespace detail {
+inline Expected<Gathered> allgatherOn(int32_t ps, const std::string& name, const void* in,
+                                      const std::vector<int64_t>& shape, DataType dtype, int64_t timeout_ms) {
   kolo_handle_t h = 0;
-  kolo_status_t s = kolo_allgather_async(name.c_str(), in, static_cast<int>(shape.size()), shape.data(),
-                                         static_cast<kolo_dtype_t>(dtype), &h);
+  kolo_status_t s = kolo_ps_allgather_async(ps, name.c_str(), in, static_cast<int>(shape.size()), shape.data(),
+                                            static_cast<kolo_dtype_t>(dtype), &h);
   if (s != KOLO_OK) return Result::fromC(s);
   s = kolo_synchronize(h, timeout_ms);
   if (s != KOLO_OK) {
@@ -324,6 +325,11 @@ inline Expected<Gathered> allgather(const std::string& name, const void* in, con
   kolo_release(h);
   return g;
 }
+}  // namespace detail
+inline Expected<Gathered> allgather(const std::string& name, const void* in, const std::vector<int64_t>& shape,
+                                    DataType dtype, int64_t timeout_ms = -1) {
+  return detail::allgatherOn(0, name, in, shape, dtype, timeout_ms);
+}
 
 // Rank r receives its block of rows of the reduced tensor in `out`.
 inline Expected<Handle> reducescatterAsync(const std::string& name, const void* in, void* out,
@@ -341,6 +347,86 @@ inline Result reducescatter(const std::string& name, const void* in, void* out, 
 }
 
 inline Result barrier(int64_t timeout_ms = -1) { return Result::fromC(kolo_barrier(timeout_ms)); }
+
+// --- process sets (see kolo_add_process_set) --------------------------------
+// A subset of the job's ranks with its own negotiation; a default-made
+// ProcessSet is the global set. Everything on a set is relative to it
+// (Average divides by its size, gathers in its rank order); a broadcast root
+// stays a global rank of the set.
+class ProcessSet {
+ public:
+  ProcessSet() = default;
+  explicit ProcessSet(int32_t id) : id_(id) {}
+  int32_t id() const { return id_; }
+  int rank() const { return kolo_process_set_rank(id_); }  // -1: not a member
+  int size() const { return kolo_process_set_size(id_); }
+  bool included() const { return rank() >= 0; }
+  std::vector<int> ranks() const {
+    int n = 0;
+    if (kolo_process_set_ranks(id_, nullptr, 0, &n) != KOLO_OK || n <= 0) return {};
+    std::vector<int> out(static_cast<size_t>(n));
+    kolo_process_set_ranks(id_, out.data(), n, &n);
+    return out;
+  }
+
+ private:
+  int32_t id_ = 0;
+};
+
+// Collective over the whole job: every rank adds the same sets in the same order.
+inline Expected<ProcessSet> addProcessSet(const std::vector<int>& ranks) {
+  int32_t id = -1;
+  kolo_status_t s = kolo_add_process_set(ranks.data(), static_cast<int>(ranks.size()), &id);
+  if (s != KOLO_OK) return Result::fromC(s);
+  return ProcessSet(id);
+}
+inline Result removeProcessSet(const ProcessSet& ps) { return Result::fromC(kolo_remove_process_set(ps.id())); }
+
+inline Expected<Handle> allreduceAsync(const ProcessSet& ps, const std::string& name, const void* in, void* out,
+                                       const std::vector<int64_t>& shape, DataType dtype, ReduceOp op,
+                                       double prescale = 1.0, double postscale = 1.0) {
+  kolo_handle_t h = 0;
+  kolo_status_t s = kolo_ps_allreduce_async(ps.id(), name.c_str(), in, out, static_cast<int>(shape.size()),
+                                            shape.data(), static_cast<kolo_dtype_t>(dtype),
+                                            static_cast<kolo_op_t>(op), prescale, postscale, &h);
+  if (s != KOLO_OK) return Result::fromC(s);
+  return Handle(h);
+}
+inline Result allreduce(const ProcessSet& ps, const std::string& name, const void* in, void* out,
+                        const std::vector<int64_t>& shape, DataType dtype, ReduceOp op, double prescale = 1.0,
+                        double postscale = 1.0) {
+  auto h = allreduceAsync(ps, name, in, out, shape, dtype, op, prescale, postscale);
+  return h.ok() ? h->wait() : h.result();
+}
+inline Expected<Handle> broadcastAsync(const ProcessSet& ps, const std::string& name, void* buf,
+                                       const std::vector<int64_t>& shape, DataType dtype, int root) {
+  kolo_handle_t h = 0;
+  kolo_status_t s = kolo_ps_broadcast_async(ps.id(), name.c_str(), buf, static_cast<int>(shape.size()), shape.data(),
+                                            static_cast<kolo_dtype_t>(dtype), root, &h);
+  if (s != KOLO_OK) return Result::fromC(s);
+  return Handle(h);
+}
+inline Result broadcast(const ProcessSet& ps, const std::string& name, void* buf, const std::vector<int64_t>& shape,
+                        DataType dtype, int root) {
+  auto h = broadcastAsync(ps, name, buf, shape, dtype, root);
+  return h.ok() ? h->wait() : h.result();
+}
+inline Expected<Gathered> allgather(const ProcessSet& ps, const std::string& name, const void* in,
+                                    const std::vector<int64_t>& shape, DataType dtype, int64_t timeout_ms = -1) {
+  return detail::allgatherOn(ps.id(), name, in, shape, dtype, timeout_ms);
+}
+inline Expected<Handle> reducescatterAsync(const ProcessSet& ps, const std::string& name, const void* in, void* out,
+                                           const std::vector<int64_t>& shape, DataType dtype, ReduceOp op) {
+  kolo_handle_t h = 0;
+  kolo_status_t s = kolo_ps_reducescatter_async(ps.id(), name.c_str(), in, out, static_cast<int>(shape.size()),
+                                                shape.data(), static_cast<kolo_dtype_t>(dtype),
+                                                static_cast<kolo_op_t>(op), &h);
+  if (s != KOLO_OK) return Result::fromC(s);
+  return Handle(h);
+}
+inline Result barrier(const ProcessSet& ps, int64_t timeout_ms = -1) {
+  return Result::fromC(kolo_ps_barrier(ps.id(), timeout_ms));
+}
 
 // This rank has run out of data: see kolo_join. Returns the last rank to join.
 inline Expected<int> join(int64_t timeout_ms = -1) {
