@@ -401,19 +401,32 @@ StatusOr<CrossWork> CrossJob::zeroContribution(const CrossResponse& r) {
 }
 
 void CrossJob::postData(std::vector<CrossWork> works) {
-  // Only allreduces fuse; any other collective closes the current batch, so
-  // the backend sees the agreed order on every agent.
+  // Consecutive allreduces fuse (postAllreduces), and so do consecutive
+  // allgathers and consecutive reducescatters of one dtype and op
+  // (postBlocks, cross_fuse_blocks.cc); anything else closes the current
+  // batch, so the backend sees the agreed order on every agent.
   std::vector<CrossWork> batch;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    if (batch[0].collective == CollectiveType::kAllreduce) {
+      postAllreduces(std::move(batch));
+    } else {
+      postBlocks(std::move(batch));
+    }
+    batch.clear();
+  };
   for (CrossWork& w : works) {
-    if (fusion::isFusable(w.collective) && w.collective == CollectiveType::kAllreduce) {
+    const bool blocks = w.collective == CollectiveType::kAllgather || w.collective == CollectiveType::kReducescatter;
+    if (w.collective == CollectiveType::kAllreduce || blocks) {
+      if (!batch.empty() && batch[0].collective != w.collective) flush();
+      if (!batch.empty() && blocks && !fusesWith(batch[0], w)) flush();
       batch.push_back(std::move(w));
       continue;
     }
-    postAllreduces(std::move(batch));
-    batch.clear();
+    flush();
     postOther(std::move(w));
   }
-  postAllreduces(std::move(batch));
+  flush();
 }
 
 void CrossJob::postOther(CrossWork w) {

@@ -117,6 +117,10 @@ class CrossJob {
   void postData(std::vector<CrossWork> works);
   void postAllreduces(std::vector<CrossWork> works);
   void postOther(CrossWork work);
+  // Consecutive allgathers, or reducescatters of one dtype and op: fused
+  // while they fit the fusion threshold (cross_fuse_blocks.cc).
+  void postBlocks(std::vector<CrossWork> works);
+  static bool fusesWith(const CrossWork& a, const CrossWork& b);
   // Leader only: feeds the allreduce throughput measured since the last call
   // to the autotuner.
   void measureForAutotune();

@@ -1,0 +1,138 @@
+// Tensor Fusion for allgather and reducescatter across agents: consecutive
+// agreed allgathers (or reducescatters of one dtype and op) travel as one
+// backend collective while they fit the fusion threshold.
+//
+// Both collectives cut their data into one block per agent. The fused
+// buffer is agent-major: agent a's segment holds a's block of every tensor
+// of the batch, in batch order; one allgatherv (or reducescatter) moves the
+// segments, and the blocks are copied back into each tensor's own buffer
+// (allgather: every agent's block; reducescatter: this agent's reduced
+// block). Every agent groups alike: the batch and the block sizes are
+// agreed, identical on every agent.
+#include <cstring>
+
+#include "agent/cross/cross_job.h"
+#include "agent/timeline/timeline.h"
+#include "common/staging_pool.h"
+
+namespace kolo {
+
+namespace {
+
+// Bytes of agent a's block of work w.
+size_t blockBytes(const CrossWork& w, size_t a) {
+  if (w.collective == CollectiveType::kAllgather) return w.block_bytes[a];
+  return w.block_counts[a] * dataTypeSize(w.dtype);
+}
+
+// Offset of agent a's block inside w's own buffer.
+size_t blockOffset(const CrossWork& w, size_t a) {
+  size_t off = 0;
+  for (size_t i = 0; i < a; ++i) off += blockBytes(w, i);
+  return off;
+}
+
+size_t totalBytes(const CrossWork& w, size_t agents) {
+  size_t t = 0;
+  for (size_t a = 0; a < agents; ++a) t += blockBytes(w, a);
+  return t;
+}
+
+}  // namespace
+
+bool CrossJob::fusesWith(const CrossWork& a, const CrossWork& b) {
+  if (a.collective != b.collective) return false;
+  if (a.collective == CollectiveType::kAllgather) return true;
+  return a.collective == CollectiveType::kReducescatter && a.dtype == b.dtype && a.op == b.op;
+}
+
+void CrossJob::postBlocks(std::vector<CrossWork> works) {
+  const size_t agents = static_cast<size_t>(backend_->size());
+  const uint64_t threshold = agreed_.fusion_threshold_bytes;
+  size_t i = 0;
+  while (i < works.size()) {
+    // The batch [i, j): consecutive works while their total fits the threshold.
+    size_t j = i + 1;
+    uint64_t total = totalBytes(works[i], agents);
+    while (j < works.size() && threshold > 0) {
+      uint64_t next = totalBytes(works[j], agents);
+      if (total + next > threshold) break;
+      total += next;
+      ++j;
+    }
+    if (j - i == 1) {
+      postOther(std::move(works[i]));
+      i = j;
+      continue;
+    }
+    struct Batch {
+      std::vector<CrossWork> works;
+      std::shared_ptr<char> buf;
+      std::vector<size_t> seg_bytes;  // by agent
+      std::vector<size_t> seg_off;    // by agent
+    };
+    auto b = std::make_shared<Batch>();
+    for (size_t k = i; k < j; ++k) b->works.push_back(std::move(works[k]));
+    i = j;
+    b->seg_bytes.assign(agents, 0);
+    b->seg_off.assign(agents, 0);
+    for (size_t a = 0; a < agents; ++a) {
+      for (const CrossWork& w : b->works) b->seg_bytes[a] += blockBytes(w, a);
+      if (a > 0) b->seg_off[a] = b->seg_off[a - 1] + b->seg_bytes[a - 1];
+    }
+    const size_t bytes = b->seg_off[agents - 1] + b->seg_bytes[agents - 1];
+    b->buf = staging::acquireShared(std::max<size_t>(bytes, 64));
+    char* buf = b->buf.get();
+    const size_t me = static_cast<size_t>(backend_->rank());
+    const bool gather = b->works[0].collective == CollectiveType::kAllgather;
+    // Pack: allgather, this agent's block of each tensor; reducescatter,
+    // every agent's block of each tensor (all of them get reduced).
+    for (size_t a = 0; a < agents; ++a) {
+      if (gather && a != me) continue;
+      size_t off = b->seg_off[a];
+      for (const CrossWork& w : b->works) {
+        size_t n = blockBytes(w, a);
+        if (n > 0) std::memcpy(buf + off, static_cast<const char*>(w.staging) + blockOffset(w, a), n);
+        off += n;
+      }
+    }
+    Timeline* tl = options_.timeline;
+    const char* activity = gather ? "CROSS_ALLGATHER" : "CROSS_REDUCESCATTER";
+    for (const CrossWork& w : b->works) {
+      if (tl != nullptr) {
+        tl->activityStart(w.req.name, activity,
+                          {{"backend", std::string(backend_->name())}, {"fused", std::to_string(b->works.size())}});
+      }
+    }
+    auto done = [this, b, tl, me, gather, agents](Status st) {
+      if (st.isOk()) {
+        // Unpack: allgather, every agent's blocks; reducescatter, this
+        // agent's reduced blocks.
+        for (size_t a = 0; a < agents; ++a) {
+          if (!gather && a != me) continue;
+          size_t off = b->seg_off[a];
+          for (const CrossWork& w : b->works) {
+            size_t n = blockBytes(w, a);
+            if (n > 0) std::memcpy(static_cast<char*>(w.staging) + blockOffset(w, a), b->buf.get() + off, n);
+            off += n;
+          }
+        }
+      }
+      for (const CrossWork& w : b->works) {
+        if (tl != nullptr) tl->activityEnd(w.req.name);
+        loop_.post([cb = on_done_, name = w.req.name, st] { cb(name, st); });
+      }
+    };
+    if (gather) {
+      backend_->allgatherv(buf + b->seg_off[me], b->seg_bytes[me], buf, b->seg_bytes, std::move(done));
+    } else {
+      const size_t esize = dataTypeSize(b->works[0].dtype);
+      std::vector<size_t> counts(agents);
+      for (size_t a = 0; a < agents; ++a) counts[a] = b->seg_bytes[a] / esize;
+      backend_->reducescatter(buf, buf + b->seg_off[me], std::move(counts), b->works[0].dtype, b->works[0].op,
+                              std::move(done));
+    }
+  }
+}
+
+}  // namespace kolo
