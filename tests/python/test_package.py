@@ -186,6 +186,7 @@ def test_process_set_objects():
     assert ps.size() is None and ps.rank() is None and ps.included() is None
     assert ps == hvd.ProcessSet((0, 2)) and ps != hvd.ProcessSet([0, 1])
     assert ps != hvd.global_process_set
+    assert hash(ps) == hash(hvd.ProcessSet([0, 2])) and len({ps, hvd.ProcessSet([2, 0])}) == 1
     with pytest.raises(ValueError, match="list of global ranks"):
         hvd.ProcessSet("01")
     with pytest.raises(ValueError, match="int ranks"):

@@ -98,7 +98,8 @@ class ProcessSet:
         return eq if eq is NotImplemented else not eq
 
     def __hash__(self):
-        return hash((self.process_set_id, tuple(self.ranks or ())))
+        # The ranks only: the id changes when the set is registered.
+        return hash(tuple(self.ranks or ()))
 
     def __repr__(self):
         return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
