@@ -10,7 +10,7 @@ import pytest
 from conftest import WORKERS
 
 TESTS = ["registration", "allreduce", "broadcast", "allgather", "alltoall", "reducescatter",
-         "grouped", "barrier", "optimizer", "errors", "add_remove"]
+         "grouped", "barrier", "independent", "optimizer", "errors", "add_remove"]
 
 
 # (ranks, agents): two agents act as two nodes (each set then spans both).

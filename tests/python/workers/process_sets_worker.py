@@ -338,6 +338,25 @@ def test_barrier(w):
     hvd.barrier()
 
 
+def test_independent(w):
+    """A set's collectives never wait for ranks outside it: the even ranks
+    finish ops on their set before they open a global "gate" that the odd
+    ranks wait on before running theirs (this deadlocks if a set's op needs
+    the other ranks)."""
+    def on_my_set(k):
+        got = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="indep.%d" % k, process_set=w.mine)
+        hvd.barrier(process_set=w.mine)
+        check(torch.equal(got, torch.full((2,), float(w.sn))), "independent set op")
+
+    for k in range(2):
+        if w.r % 2 == 0:
+            on_my_set(k)
+        gate = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="gate.%d" % k)
+        check(gate.item() == w.n, "gate")
+        if w.r % 2 == 1:
+            on_my_set(k)
+
+
 def _train(w, dist_kwargs, tag):
     """Trains a small model within this rank's set: every member starts
     from the set root's weights and learns from its own data. Returns the
@@ -484,7 +503,8 @@ def main():
     w = World(even, odd)
     check(w.n == n_env, "KOLO_SIZE")
     for test in [test_registration, test_allreduce, test_broadcast, test_allgather,
-                 test_alltoall, test_reducescatter, test_grouped, test_barrier, test_optimizer,
+                 test_alltoall, test_reducescatter, test_grouped, test_barrier, test_independent,
+                 test_optimizer,
                  test_errors, test_add_remove]:
         test(w)
         hvd.barrier()
