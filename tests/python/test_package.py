@@ -177,10 +177,25 @@ def test_native_descriptors():
         _native.check_carried_dtype(types.SimpleNamespace(dtype=torch.quint8), "broadcast")
 
 
-def test_process_set_stub():
+def test_process_set_objects():
     assert hvd.global_process_set.process_set_id == 0
     assert "all" in repr(hvd.global_process_set)
-    assert hvd.ProcessSet([2, 0]).ranks == [0, 2]
+    ps = hvd.ProcessSet([2, 0])
+    assert ps.ranks == [0, 2] and ps.process_set_id is None
+    # Not registered: Horovod's queries answer None.
+    assert ps.size() is None and ps.rank() is None and ps.included() is None
+    assert ps == hvd.ProcessSet((0, 2)) and ps != hvd.ProcessSet([0, 1])
+    assert ps != hvd.global_process_set
+    assert hash(ps) == hash(hvd.ProcessSet([0, 2])) and len({ps, hvd.ProcessSet([2, 0])}) == 1
+    with pytest.raises(ValueError, match="list of global ranks"):
+        hvd.ProcessSet("01")
+    with pytest.raises(ValueError, match="int ranks"):
+        hvd.ProcessSet([0.5, 1])
+    with pytest.raises(ValueError, match="always exists"):
+        hvd.add_process_set(hvd.global_process_set)
+    assert hvd.remove_process_set(ps) is False  # never added
+    with pytest.raises(ValueError, match="process_sets"):
+        hvd.init(process_sets="static")
 
 
 def test_exception_hierarchy():

@@ -57,6 +57,64 @@ _PROTOTYPES = {
     "kolo_allgather_async": (kolo_status_t, [
         ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
         ctypes.c_int, ctypes.POINTER(kolo_handle_t)]),
+    "kolo_grouped_allreduce_async": (kolo_status_t, [
+        ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
+        ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_int), ctypes.c_int,
+        ctypes.c_double, ctypes.c_double, ctypes.POINTER(kolo_handle_t)]),
+    "kolo_grouped_allgather_async": (kolo_status_t, [
+        ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
+        ctypes.POINTER(ctypes.c_int), ctypes.POINTER(kolo_handle_t)]),
+    "kolo_grouped_reducescatter_async": (kolo_status_t, [
+        ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
+        ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_int), ctypes.c_int,
+        ctypes.POINTER(kolo_handle_t)]),
+    # Process sets: kolo_add/remove_process_set, queries, and kolo_ps_<op>
+    # (the set id first; set 0 is the global set, the same as kolo_<op>).
+    "kolo_add_process_set": (kolo_status_t, [
+        ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int32)]),
+    "kolo_remove_process_set": (kolo_status_t, [ctypes.c_int32]),
+    "kolo_process_set_rank": (ctypes.c_int, [ctypes.c_int32]),
+    "kolo_process_set_size": (ctypes.c_int, [ctypes.c_int32]),
+    "kolo_process_set_ranks": (kolo_status_t, [
+        ctypes.c_int32, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
+    "kolo_ps_allreduce_async": (kolo_status_t, [
+        ctypes.c_int32, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+        ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int,
+        ctypes.c_double, ctypes.c_double, ctypes.POINTER(kolo_handle_t)]),
+    "kolo_ps_grouped_allreduce_async": (kolo_status_t, [
+        ctypes.c_int32, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
+        ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_double, ctypes.c_double,
+        ctypes.POINTER(kolo_handle_t)]),
+    "kolo_ps_broadcast_async": (kolo_status_t, [
+        ctypes.c_int32, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int,
+        ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int, ctypes.POINTER(kolo_handle_t)]),
+    "kolo_ps_allgather_async": (kolo_status_t, [
+        ctypes.c_int32, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int,
+        ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.POINTER(kolo_handle_t)]),
+    "kolo_ps_grouped_allgather_async": (kolo_status_t, [
+        ctypes.c_int32, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
+        ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_int),
+        ctypes.POINTER(kolo_handle_t)]),
+    "kolo_ps_reducescatter_async": (kolo_status_t, [
+        ctypes.c_int32, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+        ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int,
+        ctypes.POINTER(kolo_handle_t)]),
+    "kolo_ps_grouped_reducescatter_async": (kolo_status_t, [
+        ctypes.c_int32, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
+        ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(kolo_handle_t)]),
+    "kolo_ps_alltoall_async": (kolo_status_t, [
+        ctypes.c_int32, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int,
+        ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+        ctypes.POINTER(kolo_handle_t)]),
+    "kolo_ps_barrier": (kolo_status_t, [ctypes.c_int32, ctypes.c_int64]),
     "kolo_result": (kolo_status_t, [
         kolo_handle_t, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)]),
     "kolo_reducescatter_async": (kolo_status_t, [

@@ -29,7 +29,8 @@ def init(comm=None, process_sets=None):
 
     ``comm`` (Horovod: an MPI communicator or a list of ranks) must be None or
     the list of all ranks: kolo jobs always span the ranks kolorun started.
-    ``process_sets`` is accepted for compatibility; see kolo.torch.ProcessSet.
+    ``process_sets`` is ignored here: kolo.torch.init(process_sets=...) registers
+    them (see kolo.torch.process_sets).
     """
     global _atexit_registered
     lib = _library.lib()

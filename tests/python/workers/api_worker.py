@@ -424,15 +424,21 @@ def test_errors_and_unsupported(r, n):
     got = hvd.reducescatter(torch.ones(n, 2), op=hvd.Sum, name="rs_smoke")
     assert torch.equal(got, torch.full((1, 2), float(n)))
 
-    # Process sets: the global set (or one with every rank) works, others not yet.
+    # Process sets (the rest in process_sets_worker.py): the global set; an
+    # unregistered ProcessSet of every rank acts as it, and adding one is
+    # refused on every rank with libkolo's message; other unregistered sets
+    # cannot be used.
     assert hvd.global_process_set.size() == n and hvd.global_process_set.rank() == r
+    assert hvd.global_process_set.ranks == list(range(n))
     everyone = hvd.ProcessSet(range(n))
-    assert hvd.add_process_set(everyone) == hvd.global_process_set
     assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=everyone, name="ps"),
                        torch.full((1,), float(n)))
-    expect_raises(hvd.KoloNotImplementedError, hvd.allreduce, torch.ones(1),
-                  process_set=hvd.ProcessSet([0]), contains="process sets")
-    expect_raises(hvd.KoloNotImplementedError, hvd.add_process_set, [0])
+    expect_raises(ValueError, hvd.add_process_set, everyone,
+                  contains="that is the global process set (0)")
+    assert everyone.process_set_id is None
+    expect_raises(ValueError, hvd.allreduce, torch.ones(1), process_set=hvd.ProcessSet([0]),
+                  contains="not registered")
+    assert hvd.remove_process_set(hvd.global_process_set) is False
     expect_raises(ValueError, hvd.init, comm=[0])
 
 

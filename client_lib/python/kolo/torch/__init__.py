@@ -8,7 +8,8 @@
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
 Run the script with ``kolorun -np N python train.py``. CPU tensors only for
-now. See docs/user-guide-python.md.
+now. Every collective takes ``process_set=`` (see process_sets.py). See
+docs/user-guide-python.md.
 """
 
 import os
@@ -109,12 +110,21 @@ _basics.add_shutdown_hook(_forget_session)
 
 
 def init(comm=None, process_sets=None):
-    """Joins the kolo job (Horovod's hvd.init). `process_sets` may list
-    ProcessSets; only sets containing every rank are supported for now."""
+    """Joins the kolo job (Horovod's hvd.init). `process_sets`: a list of
+    ProcessSets (or lists of global ranks) registered right after joining,
+    in list order, on every rank (each is an add_process_set, so every rank
+    must pass the same list); "dynamic" (Horovod's switch for sets added
+    later) is accepted -- add_process_set always works after init. Calling
+    init again while initialized registers nothing."""
+    if isinstance(process_sets, str) and process_sets != "dynamic":
+        raise ValueError('kolo init: process_sets must be a list of ProcessSets or '
+                         '"dynamic", got %r' % (process_sets,))
+    was_initialized = _basics.is_initialized()
     _basics_init(comm)
-    if process_sets is not None and process_sets != "dynamic":
-        for ps in process_sets:
-            add_process_set(ps)
+    if process_sets is None or isinstance(process_sets, str) or was_initialized:
+        return
+    for ps in process_sets:
+        add_process_set(ps)
 
 
 def start_timeline(file_path, mark_cycles=False):

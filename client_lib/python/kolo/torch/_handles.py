@@ -39,16 +39,19 @@ def require_init():
         raise ValueError(basics.NOT_INITIALIZED)
 
 
-def op_name(kind, name, max_bytes=MAX_NAME_BYTES):
+def op_name(kind, name, max_bytes=MAX_NAME_BYTES, ps=0):
     """The wire name of a collective: '<kind>.<name>', or '<kind>.noname.<n>'
-    counted per kind (every rank must then call unnamed ops in the same order,
-    as with Horovod). Names longer than `max_bytes` (libkolo's limit, less
-    what libkolo or kolo.torch append for an op's internal exchanges) are
-    shortened with a hash, deterministically on every rank."""
+    counted per kind and process set `ps` (every member of the set must then
+    call unnamed ops on it in the same order, as with Horovod; names are per
+    set in libkolo, so ops on other sets do not shift the count). Names
+    longer than `max_bytes` (libkolo's limit, less what libkolo or
+    kolo.torch append for an op's internal exchanges) are shortened with a
+    hash, deterministically on every rank."""
     if name is None:
+        key = kind if not ps else (kind, ps)
         with _noname_lock:
-            n = _noname.get(kind, 0)
-            _noname[kind] = n + 1
+            n = _noname.get(key, 0)
+            _noname[key] = n + 1
         full = "%s.noname.%d" % (kind, n)
     else:
         full = "%s.%s" % (kind, name)
@@ -76,18 +79,20 @@ def _shape_for_abi(shape):
     return shape
 
 
-def submit_allreduce(name, inp, out, kdtype, op, prescale=1.0, postscale=1.0):
+def submit_allreduce(name, inp, out, kdtype, op, prescale=1.0, postscale=1.0, ps=0):
     """Submits one libkolo allreduce of contiguous CPU tensor `inp` into `out`
-    (may be the same tensor). Returns the C handle. Submission errors raise:
+    (may be the same tensor) on process set `ps` (0: every rank). Returns
+    the C handle. Submission errors raise:
     ValueError for bad arguments (including a name already in flight),
     KoloInternalError otherwise."""
     lib = _library.lib()
     shape = _shape_for_abi(inp.shape)
     arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
     h = _library.kolo_handle_t(0)
-    st = lib.kolo_allreduce_async(name.encode("utf-8"), ctypes.c_void_p(inp.data_ptr()),
-                                  ctypes.c_void_p(out.data_ptr()), len(shape), arr, kdtype,
-                                  int(op), float(prescale), float(postscale), ctypes.byref(h))
+    st = lib.kolo_ps_allreduce_async(int(ps), name.encode("utf-8"),
+                                     ctypes.c_void_p(inp.data_ptr()),
+                                     ctypes.c_void_p(out.data_ptr()), len(shape), arr, kdtype,
+                                     int(op), float(prescale), float(postscale), ctypes.byref(h))
     if st != OK:
         msg = _library.last_error() or _library.status_string(st)
         if st == ERR_INVALID_ARGUMENT:
@@ -102,9 +107,10 @@ class Deferred:
     other ranks and return only when every rank has called them -- run on a
     thread of its own, so that the *_async call returns at once (as with
     Horovod) and ranks may issue such ops in any order. A stage generator
-    yields it like a C handle; once it is done, `handle` is the C handle (or
-    `error` what the submission raised). The exchange is bounded by
-    KOLO_OP_TIMEOUT inside libkolo, so the thread always ends."""
+    yields it like a C handle; once it is done, `handle` is the C handle, or
+    the list of C handles of a grouped submission (or `error` what the
+    submission raised). The exchange is bounded by KOLO_OP_TIMEOUT inside
+    libkolo, so the thread always ends."""
 
     __slots__ = ("handle", "error", "_done", "_lock", "_abandoned")
 
@@ -128,7 +134,12 @@ class Deferred:
             abandoned = self._abandoned
         self._done.set()
         if abandoned and h:
-            _library.lib().kolo_release(h)
+            _release_all(h)
+
+    def handles(self):
+        """The C handles of a successful submission, as a list."""
+        h = self.handle
+        return list(h) if isinstance(h, (list, tuple)) else [h]
 
     def done(self):
         return self._done.is_set()
@@ -144,7 +155,14 @@ class Deferred:
             self._abandoned = True
             h = self.handle
         if h:
-            _library.lib().kolo_release(h)
+            _release_all(h)
+
+
+def _release_all(h):
+    lib = _library.lib()
+    for c in (h if isinstance(h, (list, tuple)) else [h]):
+        if c:
+            lib.kolo_release(c)
 
 
 def release_c_handles(handles):
@@ -212,7 +230,10 @@ class _Op:
                         self.pending.pop(0)
                         self._fail(h.error)
                         return True
-                    h = h.handle  # submitted: wait for the C handle below
+                    # Submitted: wait for its C handle(s) in its place (the
+                    # stage keeps the Deferred, which releases them on failure).
+                    self.pending[0:1] = h.handles()
+                    continue
                 if not block:
                     st = lib.kolo_poll(h)
                     if st == IN_PROGRESS:

@@ -85,52 +85,118 @@ def _raise(st):
     raise KoloInternalError(msg, st)
 
 
-def submit_broadcast(name, buf, root):
-    """In place on contiguous `buf`: the root's tensor everywhere."""
+def submit_broadcast(name, buf, root, ps=0):
+    """In place on contiguous `buf`: the root's tensor everywhere (`root` is
+    a global rank; on process set `ps` it must be one of the set's)."""
     d = describe(buf)
     h = _library.kolo_handle_t(0)
-    st = _library.lib().kolo_broadcast_async(name.encode("utf-8"), _ptr(buf), d.ndim, d.shape,
-                                             d.kdtype, int(root), ctypes.byref(h))
+    st = _library.lib().kolo_ps_broadcast_async(int(ps), name.encode("utf-8"), _ptr(buf), d.ndim,
+                                                d.shape, d.kdtype, int(root), ctypes.byref(h))
     if st != OK:
         _raise(st)
     return h.value
 
 
-def submit_allgather(name, tensor):
-    """Returns once every rank has called it (libkolo exchanges the first
-    dimensions first), so callers run it on a thread of its own
-    (_handles.Deferred); `tensor` may be reused then. Read the output with
-    take_result() once the handle completed."""
+def submit_allgather(name, tensor, ps=0):
+    """Returns once every rank of process set `ps` has called it (libkolo
+    exchanges the first dimensions first), so callers run it on a thread of
+    its own (_handles.Deferred); `tensor` may be reused then. Read the
+    output with take_result() once the handle completed."""
     d = describe(tensor)
     h = _library.kolo_handle_t(0)
-    st = _library.lib().kolo_allgather_async(name.encode("utf-8"), _ptr(tensor), d.ndim, d.shape,
-                                             d.kdtype, ctypes.byref(h))
+    st = _library.lib().kolo_ps_allgather_async(int(ps), name.encode("utf-8"), _ptr(tensor),
+                                                d.ndim, d.shape, d.kdtype, ctypes.byref(h))
     if st != OK:
         _raise(st)
     return h.value
 
 
-def submit_alltoall(name, tensor, splits):
-    """`splits`: a list of size() ints adding up to tensor.shape[0], or None
-    (even). Returns once every rank has called it, like submit_allgather
-    (run it through _handles.Deferred too)."""
+class _Group:
+    """The C arrays of a grouped submission (names, buffers, dims, shapes,
+    dtypes, handles); kept alive by the caller until the call returns."""
+
+    def __init__(self, names, inputs, outputs=None):
+        n = len(inputs)
+        self.count = n
+        descs = [describe(t) for t in inputs]
+        self._names = [nm.encode("utf-8") for nm in names]
+        self.names = (ctypes.c_char_p * n)(*self._names)
+        self.inputs = (ctypes.c_void_p * n)(*[t.data_ptr() or None for t in inputs])
+        self.outputs = None if outputs is None else \
+            (ctypes.c_void_p * n)(*[t.data_ptr() or None for t in outputs])
+        self.ndims = (ctypes.c_int * n)(*[d.ndim for d in descs])
+        self._shapes = [d.shape for d in descs]
+        self.shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
+            *[ctypes.cast(sh, ctypes.POINTER(ctypes.c_int64)) for sh in self._shapes])
+        self.dtypes = (ctypes.c_int * n)(*[d.kdtype for d in descs])
+        self.handles = (_library.kolo_handle_t * n)()
+
+    def handle_list(self):
+        return [int(self.handles[i]) for i in range(self.count)]
+
+
+def submit_grouped_allreduce(names, inputs, outputs, op, prescale, postscale, ps=0):
+    """One atomic group of allreduces (kolo_ps_grouped_allreduce_async):
+    none runs before every member is ready on every rank of the set, and
+    they are fused. inputs[i] -> outputs[i] (contiguous; may be the same
+    tensor), kolo dtypes only. Returns the members' C handles."""
+    g = _Group(names, inputs, outputs)
+    st = _library.lib().kolo_ps_grouped_allreduce_async(
+        int(ps), g.count, g.names, g.inputs, g.outputs, g.ndims, g.shapes, g.dtypes, int(op),
+        float(prescale), float(postscale), g.handles)
+    if st != OK:
+        _raise(st)
+    return g.handle_list()
+
+
+def submit_grouped_allgather(names, tensors, ps=0):
+    """One atomic group of allgathers (kolo_ps_grouped_allgather_async).
+    Returns, once every rank of the set has called it (run it through
+    _handles.Deferred), the members' C handles; read each output with
+    take_result()."""
+    g = _Group(names, tensors)
+    st = _library.lib().kolo_ps_grouped_allgather_async(int(ps), g.count, g.names, g.inputs,
+                                                        g.ndims, g.shapes, g.dtypes, g.handles)
+    if st != OK:
+        _raise(st)
+    return g.handle_list()
+
+
+def submit_grouped_reducescatter(names, inputs, outputs, op, ps=0):
+    """One atomic group of reducescatters
+    (kolo_ps_grouped_reducescatter_async); outputs[i] holds this rank's
+    block of rows of member i. Returns the members' C handles."""
+    g = _Group(names, inputs, outputs)
+    st = _library.lib().kolo_ps_grouped_reducescatter_async(
+        int(ps), g.count, g.names, g.inputs, g.outputs, g.ndims, g.shapes, g.dtypes, int(op),
+        g.handles)
+    if st != OK:
+        _raise(st)
+    return g.handle_list()
+
+
+def submit_alltoall(name, tensor, splits, ps=0):
+    """`splits`: a list of one int per rank of the set adding up to
+    tensor.shape[0], or None (even). Returns once every rank of the set has
+    called it, like submit_allgather (run it through _handles.Deferred
+    too)."""
     d = describe(tensor)
     arr = None if splits is None else (ctypes.c_int64 * len(splits))(*[int(s) for s in splits])
     h = _library.kolo_handle_t(0)
-    st = _library.lib().kolo_alltoall_async(name.encode("utf-8"), _ptr(tensor), d.ndim, d.shape,
-                                            d.kdtype, arr, ctypes.byref(h))
+    st = _library.lib().kolo_ps_alltoall_async(int(ps), name.encode("utf-8"), _ptr(tensor),
+                                               d.ndim, d.shape, d.kdtype, arr, ctypes.byref(h))
     if st != OK:
         _raise(st)
     return h.value
 
 
-def submit_reducescatter(name, tensor, output, op):
+def submit_reducescatter(name, tensor, output, op, ps=0):
     """`output` holds this rank's block of rows (see reducescatter_rows)."""
     d = describe(tensor)
     h = _library.kolo_handle_t(0)
-    st = _library.lib().kolo_reducescatter_async(name.encode("utf-8"), _ptr(tensor), _ptr(output),
-                                                 d.ndim, d.shape, d.kdtype, int(op),
-                                                 ctypes.byref(h))
+    st = _library.lib().kolo_ps_reducescatter_async(int(ps), name.encode("utf-8"), _ptr(tensor),
+                                                    _ptr(output), d.ndim, d.shape, d.kdtype,
+                                                    int(op), ctypes.byref(h))
     if st != OK:
         _raise(st)
     return h.value
@@ -178,7 +244,7 @@ def join(timeout_ms=-1):
     return last.value
 
 
-def barrier(timeout_ms=-1):
-    st = _library.lib().kolo_barrier(int(timeout_ms))
+def barrier(timeout_ms=-1, ps=0):
+    st = _library.lib().kolo_ps_barrier(int(ps), int(timeout_ms))
     if st != OK:
         raise KoloInternalError(_library.last_error() or _library.status_string(st), st)

@@ -28,16 +28,17 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 
     `params` is a dict (``model.state_dict()``, broadcast in sorted-key order)
     or a list of tensors or (name, tensor) pairs (``model.named_parameters()``).
-    All broadcasts are submitted first, then waited for.
+    All broadcasts are submitted first, then waited for. With a process set
+    only its ranks take part; root_rank is a global rank in the set.
     """
-    _prologue("broadcast_parameters", process_set)
+    pset = _prologue("broadcast_parameters", process_set)
     if isinstance(params, dict):
         items = sorted(params.items())
     elif isinstance(params, (list, tuple)) or hasattr(params, "__iter__"):
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
         raise ValueError("broadcast_parameters: invalid params of type %s" % type(params).__name__)
-    _check_root(root_rank, "broadcast_parameters")
+    _check_root(root_rank, "broadcast_parameters", pset)
     handles = []
     try:
         for i, (name, p) in enumerate(items):
@@ -49,7 +50,7 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
             with torch.no_grad():
                 handles.append(broadcast_async_(p.data if isinstance(p, torch.nn.Parameter) else p,
                                                 root_rank, name=None if name is None else
-                                                "param.%s" % name))
+                                                "param.%s" % name, process_set=process_set))
     finally:
         errors = []
         for h in handles:
@@ -62,10 +63,10 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns the root rank's `obj` on every rank (pickled, then sent as
-    bytes: a length, then the payload)."""
-    _prologue("broadcast_object", process_set)
-    _check_root(root_rank, "broadcast_object")
+    """Returns the root rank's `obj` on every rank of `process_set` (pickled,
+    then sent as bytes: a length, then the payload)."""
+    pset = _prologue("broadcast_object", process_set)
+    _check_root(root_rank, "broadcast_object", pset)
     if name is None:
         name = type(obj).__name__
     if basics.rank() == root_rank:
@@ -73,29 +74,31 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
         size = torch.tensor([len(payload)], dtype=torch.int64)
     else:
         size = torch.zeros(1, dtype=torch.int64)
-    broadcast_(size, root_rank, name=name + ".sz")
+    broadcast_(size, root_rank, name=name + ".sz", process_set=process_set)
     n = int(size.item())
     if basics.rank() == root_rank:
         data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if n else \
             torch.zeros(0, dtype=torch.uint8)
     else:
         data = torch.zeros(n, dtype=torch.uint8)
-    broadcast_(data, root_rank, name=name + ".t")
+    broadcast_(data, root_rank, name=name + ".t", process_set=process_set)
     if basics.rank() == root_rank:
         return obj
     return pickle.loads(data.numpy().tobytes())
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every rank's `obj`, in rank order."""
+    """Returns the list of every rank's `obj` (of `process_set`), in rank
+    order."""
     _prologue("allgather_object", process_set)
     if name is None:
         name = type(obj).__name__
     payload = _dumps(obj)
     t = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
     sizes = synchronize(allgather_async(torch.tensor([len(payload)], dtype=torch.int64),
-                                        name=name + ".sz")).tolist()
-    gathered = synchronize(allgather_async(t, name=name + ".t")).numpy().tobytes()
+                                        name=name + ".sz", process_set=process_set)).tolist()
+    gathered = synchronize(allgather_async(t, name=name + ".t",
+                                           process_set=process_set)).numpy().tobytes()
     out, off = [], 0
     for n in sizes:
         out.append(pickle.loads(gathered[off:off + n]))
@@ -114,8 +117,8 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     place. No optimizer step is taken (unlike Horovod, which steps once with
     zero gradients when the state is empty): a fresh optimizer stays fresh.
     """
-    _prologue("broadcast_optimizer_state", process_set)
-    _check_root(root_rank, "broadcast_optimizer_state")
+    pset = _prologue("broadcast_optimizer_state", process_set)
+    _check_root(root_rank, "broadcast_optimizer_state", pset)
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("broadcast_optimizer_state: torch.optim.LBFGS state cannot be broadcast")
     params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -128,7 +131,8 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
             state[pid] = {k: (("tensor", tuple(v.shape), v.dtype) if torch.is_tensor(v)
                               else ("value", v)) for k, v in st.items()}
         layout = {"groups": groups, "state": state, "nparams": len(params)}
-    layout = broadcast_object(layout, root_rank, name="optimizer_state.layout")
+    layout = broadcast_object(layout, root_rank, name="optimizer_state.layout",
+                              process_set=process_set)
     if layout["nparams"] != len(params) or len(layout["groups"]) != len(optimizer.param_groups):
         raise ValueError(
             "broadcast_optimizer_state: rank %d's optimizer has %d param groups / %d parameters, "
@@ -158,4 +162,4 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     for p in list(optimizer.state.keys()):
         if pid_of.get(id(p)) not in layout["state"]:
             del optimizer.state[p]
-    broadcast_parameters(to_send, root_rank)
+    broadcast_parameters(to_send, root_rank, process_set=process_set)

@@ -1,20 +1,31 @@
 """Collectives on torch tensors with Horovod's signatures, each on libkolo's
 native C ABI (kolo/kolo_c.h):
 
-* allreduce (all variants, grouped too): kolo_allreduce_async;
-* broadcast (all variants): kolo_broadcast_async, in place;
-* allgather, grouped_allgather: kolo_allgather_async, output read with
-  kolo_result (dim 0 may differ per rank);
-* alltoall: kolo_alltoall_async plus an allreduce of the split matrix that
-  tells each rank its received splits (both in flight together);
-* reducescatter, grouped_reducescatter: kolo_reducescatter_async
-  (Average or Sum; prescale/postscale are applied here, around it, since
-  the C ABI has no scale factors);
-* barrier: kolo_barrier;
-* join is native too (kolo_join): the last rank to join, Horovod semantics.
+* allreduce: kolo_ps_allreduce_async; grouped_allreduce (all variants):
+  kolo_ps_grouped_allreduce_async, one atomic group;
+* broadcast (all variants): kolo_ps_broadcast_async, in place;
+* allgather: kolo_ps_allgather_async, output read with kolo_result (dim 0
+  may differ per rank); grouped_allgather: kolo_ps_grouped_allgather_async;
+* alltoall: kolo_ps_alltoall_async plus an allreduce of the split matrix
+  that tells each rank its received splits (both in flight together);
+* reducescatter: kolo_ps_reducescatter_async, grouped_reducescatter:
+  kolo_ps_grouped_reducescatter_async (Average or Sum; prescale/postscale
+  are applied here, around it, since the C ABI has no scale factors);
+* barrier: kolo_ps_barrier;
+* join is native too (kolo_join, global set only): the last rank to join,
+  Horovod semantics.
 
-Grouped ops are one native op per tensor, submitted together (libkolo may
-fuse them). broadcast, allgather and alltoall carry every dtype bit for bit:
+Every op takes ``process_set=`` (process_sets.py): the set's id goes to the
+kolo_ps_* function (0 is the global set) and everything is relative to the
+set -- Average divides by its size, the rank order of allgather,
+reducescatter and alltoall is the set's, alltoall's splits have one entry
+per member, a broadcast root is a global rank in the set. A rank outside
+the set gets ValueError.
+
+Grouped ops are atomic (Horovod's semantics): the whole list is one libkolo
+submission, negotiated as a unit -- no member runs before every member is
+ready on every rank -- and fused; every rank's n-th grouped op on a set must
+list the same names. broadcast, allgather and alltoall carry every dtype bit for bit:
 the eight kolo dtypes natively, bool/int16/complex as bytes (see
 _native.py). kolo_allgather_async and kolo_alltoall_async return only once
 every rank has called them (libkolo exchanges sizes/splits first), so they
@@ -35,8 +46,8 @@ from .. import basics
 from ..errors import KoloInternalError, KoloNotImplementedError
 from . import _dtypes, _handles, _native, shared
 from .compression import Compression
-from .process_sets import check as _check_process_set
 from .process_sets import global_process_set
+from .process_sets import resolve as _resolve_set
 
 # Reduction ops (Horovod's numbering; kolo_op_t).
 Average = 0
@@ -78,23 +89,32 @@ def _check_scale(v, what):
         raise ValueError("%s must be a number, got %r" % (what, v))
 
 
-def _check_root(root_rank, op_name):
+def _check_root(root_rank, op_name, pset=None):
+    """root_rank is a global rank; on a process set (`pset`, a SetInfo) it
+    must be one of the set's ranks (Horovod's convention)."""
     n = basics.size()
     if not isinstance(root_rank, int) or isinstance(root_rank, bool) or not 0 <= root_rank < n:
         raise ValueError("kolo %s: root_rank must be an int in [0, %d), got %r"
                          % (op_name, n, root_rank))
+    if pset is not None and pset.id != 0 and root_rank not in pset.ranks:
+        raise ValueError("kolo %s: broadcast root rank %d is not in process set %d (ranks %s); "
+                         "the root is a global rank of the set" % (op_name, root_rank, pset.id,
+                                                                   pset.ranks))
 
 
 def _prologue(op_name, process_set):
+    """Checks that kolo is initialized; returns the op's process set as a
+    process_sets.SetInfo (id, this rank's set rank, set size, ranks).
+    Raises ValueError on a rank outside the set."""
     _handles.require_init()
-    _check_process_set(process_set, op_name)
+    return _resolve_set(process_set, op_name)
 
 
 # --------------------------------------------------------------------------
 # allreduce
 
 
-def _allreduce_gen(tensor, output, name, kdtype, op, prescale, postscale):
+def _allreduce_gen(tensor, output, name, kdtype, op, prescale, postscale, ps=0):
     """One allreduce of `tensor` into `output` (both CPU, same shape/dtype;
     output may be tensor). Stages through contiguous copies as needed."""
     src = tensor if tensor.is_contiguous() else tensor.contiguous()
@@ -106,7 +126,7 @@ def _allreduce_gen(tensor, output, name, kdtype, op, prescale, postscale):
         if shared.is_shared(src):
             # libkolo reduces arena-resident inputs in place; keep the input intact.
             src = src.clone()
-    h = _handles.submit_allreduce(name, src, dst, kdtype, op, prescale, postscale)
+    h = _handles.submit_allreduce(name, src, dst, kdtype, op, prescale, postscale, ps)
     yield [h]
     if output is tensor:
         if src is not tensor:
@@ -119,19 +139,21 @@ def _allreduce_gen(tensor, output, name, kdtype, op, prescale, postscale):
     return output
 
 
-def _compressed_allreduce_gen(tensor, in_place, name, op, prescale, postscale, compression):
+def _compressed_allreduce_gen(tensor, in_place, name, op, prescale, postscale, compression,
+                              ps=0):
     compressed, ctx = compression.compress(tensor)
     kdtype = _dtypes.check_tensor(compressed, "allreduce")
     if in_place and compressed is tensor:
-        result = yield from _allreduce_gen(tensor, tensor, name, kdtype, op, prescale, postscale)
+        result = yield from _allreduce_gen(tensor, tensor, name, kdtype, op, prescale, postscale,
+                                           ps)
         return result
     if compressed is tensor:
         out = torch.empty(tensor.shape, dtype=tensor.dtype)
-        result = yield from _allreduce_gen(tensor, out, name, kdtype, op, prescale, postscale)
+        result = yield from _allreduce_gen(tensor, out, name, kdtype, op, prescale, postscale, ps)
         return result
     # compressed is a fresh tensor: reduce it in place, then decompress.
     reduced = yield from _allreduce_gen(compressed, compressed, name, kdtype, op, prescale,
-                                        postscale)
+                                        postscale, ps)
     result = compression.decompress(reduced, ctx)
     if in_place:
         with torch.no_grad():
@@ -142,22 +164,24 @@ def _compressed_allreduce_gen(tensor, in_place, name, op, prescale, postscale, c
 
 def _allreduce_start(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
                      process_set, compression, kind="allreduce"):
-    _prologue(kind, process_set)
+    pset = _prologue(kind, process_set)
     op = _resolve_op(op, average, kind)
     _dtypes.check_tensor(tensor, kind)
     pre = _check_scale(prescale_factor, "prescale_factor")
     post = _check_scale(postscale_factor, "postscale_factor")
-    wire = _handles.op_name("allreduce", name)
+    wire = _handles.op_name("allreduce", name, ps=pset.id)
     return _handles.start(_compressed_allreduce_gen(tensor, in_place, wire, op, pre, post,
-                                                    compression or Compression.none))
+                                                    compression or Compression.none, pset.id))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set,
                     compression=Compression.none):
     """Starts an allreduce of `tensor` into a new tensor; returns a handle.
-    op: Average (default), Sum, Min, Max or Product. prescale multiplies each
-    input before the reduction, postscale the result after it."""
+    op: Average (default; divides by the process set's size), Sum, Min, Max
+    or Product. prescale multiplies each input before the reduction,
+    postscale the result after it. process_set: the ranks taking part
+    (default every rank)."""
     return _allreduce_start(tensor, False, average, name, op, prescale_factor, postscale_factor,
                             process_set, compression)
 
@@ -172,28 +196,31 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 class _AllreduceFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale, postscale, compression):
+    def forward(ctx, tensor, name, op, prescale, postscale, compression, process_set):
         ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
-        ctx.compression = compression
+        ctx.compression, ctx.process_set = compression, process_set
         return synchronize(allreduce_async(tensor, name=name, op=op, prescale_factor=prescale,
-                                           postscale_factor=postscale, compression=compression))
+                                           postscale_factor=postscale, compression=compression,
+                                           process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
         return (allreduce(grad_output, op=ctx.op, prescale_factor=ctx.prescale,
-                          postscale_factor=ctx.postscale, compression=ctx.compression),
-                None, None, None, None, None)
+                          postscale_factor=ctx.postscale, compression=ctx.compression,
+                          process_set=ctx.process_set),
+                None, None, None, None, None, None)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """Allreduces `tensor` across all ranks and returns the result (a new
-    tensor; differentiable: the gradient is allreduced the same way)."""
+    """Allreduces `tensor` across the ranks of `process_set` (default all)
+    and returns the result (a new tensor; differentiable: the gradient is
+    allreduced the same way)."""
     if torch.is_grad_enabled() and torch.is_tensor(tensor) and tensor.requires_grad:
         _prologue("allreduce", process_set)
         op = _resolve_op(op, average, "allreduce")
         return _AllreduceFn.apply(tensor, name, op, prescale_factor, postscale_factor,
-                                  compression or Compression.none)
+                                  compression or Compression.none, process_set)
     return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
                                        postscale_factor, process_set, compression))
 
@@ -208,7 +235,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 def _grouped_start(tensors, in_place, average, name, op, prescale_factor, postscale_factor,
                    process_set, compression):
-    _prologue("grouped_allreduce", process_set)
+    pset = _prologue("grouped_allreduce", process_set)
     op = _resolve_op(op, average, "grouped_allreduce")
     if not isinstance(tensors, (list, tuple)):
         raise ValueError("kolo grouped_allreduce expects a list of tensors, got %s"
@@ -217,18 +244,55 @@ def _grouped_start(tensors, in_place, average, name, op, prescale_factor, postsc
         _dtypes.check_tensor(t, "grouped_allreduce")
     pre = _check_scale(prescale_factor, "prescale_factor")
     post = _check_scale(postscale_factor, "postscale_factor")
-    base = _handles.op_name("allreduce" if name is not None else "grouped_allreduce", name)
-    comp = compression or Compression.none
-    gens = [_compressed_allreduce_gen(t, in_place, "%s.%d" % (base, i), op, pre, post, comp)
-            for i, t in enumerate(tensors)]
-    return _handles.start(_handles.parallel(gens))
+    base = _handles.op_name("allreduce" if name is not None else "grouped_allreduce", name,
+                            _handles.MAX_NAME_BYTES - 4, ps=pset.id)
+    names = [_handles.fit_name("%s.%d" % (base, i)) for i in range(len(tensors))]
+    return _handles.start(_grouped_allreduce_gen(list(tensors), in_place, names, op, pre, post,
+                                                 compression or Compression.none, pset.id))
+
+
+def _grouped_allreduce_gen(tensors, in_place, names, op, prescale, postscale, compression, ps):
+    """One atomic grouped allreduce (kolo_ps_grouped_allreduce_async):
+    each tensor is compressed first, staged through a contiguous copy if
+    needed, and all go out in one submission."""
+    if not tensors:
+        return []
+    members, srcs, dsts = [], [], []
+    for t in tensors:
+        c, cctx = compression.compress(t)
+        _dtypes.check_tensor(c, "grouped_allreduce")
+        src = _contiguous(c)
+        if c is not t or in_place:
+            dst = src  # a fresh (compressed or staged) tensor, or in place: reduce in place
+        else:
+            dst = torch.empty(t.shape, dtype=t.dtype)
+            if shared.is_shared(src):
+                # libkolo reduces arena-resident inputs in place; keep the input intact.
+                src = src.clone()
+        members.append((t, c, cctx, src, dst))
+        srcs.append(src)
+        dsts.append(dst)
+    handles = _native.submit_grouped_allreduce(names, srcs, dsts, op, prescale, postscale, ps)
+    yield handles
+    results = []
+    for t, c, cctx, src, dst in members:
+        out = dst if c is t else compression.decompress(dst, cctx)
+        if in_place:
+            if out is not t:
+                with torch.no_grad():
+                    t.copy_(out)
+            out = t
+        results.append(out)
+    return results
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set,
                             compression=Compression.none):
-    """Starts allreduces of a list of tensors as one group; synchronize()
-    returns the list of results."""
+    """Starts an allreduce of a list of tensors as one atomic group (one
+    libkolo submission, fused; none runs before all are ready on every rank
+    of the set); synchronize() returns the list of results. Compression is
+    applied to each tensor before."""
     return _grouped_start(tensors, False, average, name, op, prescale_factor, postscale_factor,
                           process_set, compression)
 
@@ -280,10 +344,10 @@ def _check_dim0(tensor, op_name):
 # broadcast (kolo_broadcast_async)
 
 
-def _broadcast_gen(tensor, root_rank, name):
+def _broadcast_gen(tensor, root_rank, name, ps=0):
     """In place: every rank ends with the root's tensor, bit for bit."""
     work = _contiguous(tensor)
-    h = _native.submit_broadcast(name, work, root_rank)
+    h = _native.submit_broadcast(name, work, root_rank, ps)
     yield [h]
     if work is not tensor:
         with torch.no_grad():
@@ -292,23 +356,24 @@ def _broadcast_gen(tensor, root_rank, name):
 
 
 def _broadcast_start(tensor, root_rank, name, process_set, in_place):
-    _prologue("broadcast", process_set)
+    pset = _prologue("broadcast", process_set)
     _dtypes.check_tensor(tensor, "broadcast", any_dtype=True)
     _native.check_carried_dtype(tensor, "broadcast")
-    _check_root(root_rank, "broadcast")
-    wire = _handles.op_name("broadcast", name)
+    _check_root(root_rank, "broadcast", pset)
+    wire = _handles.op_name("broadcast", name, ps=pset.id)
     if in_place:
         target = tensor
     elif basics.rank() == root_rank:
         target = tensor.detach().clone(memory_format=torch.contiguous_format)
     else:
         target = torch.empty(tensor.shape, dtype=tensor.dtype)
-    return _handles.start(_broadcast_gen(target, root_rank, wire))
+    return _handles.start(_broadcast_gen(target, root_rank, wire, pset.id))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts a broadcast of the root's `tensor` into a new tensor on every
-    rank; synchronize() returns it."""
+    rank (of `process_set`; root_rank is a global rank in the set);
+    synchronize() returns it."""
     return _broadcast_start(tensor, root_rank, name, process_set, in_place=False)
 
 
@@ -320,25 +385,25 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 class _BroadcastFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
-        ctx.root_rank = root_rank
-        return synchronize(broadcast_async(tensor, root_rank, name))
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        g = allreduce(grad_output, op=Average)
+        g = allreduce(grad_output, op=Average, process_set=ctx.process_set)
         if basics.rank() != ctx.root_rank:
             g = g * 0
-        return g, None, None
+        return g, None, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns the root rank's `tensor` on every rank (a new tensor;
     differentiable: the root receives the averaged gradient)."""
     if torch.is_grad_enabled() and torch.is_tensor(tensor) and tensor.requires_grad:
-        _prologue("broadcast", process_set)
-        _check_root(root_rank, "broadcast")
-        return _BroadcastFn.apply(tensor, root_rank, name)
+        pset = _prologue("broadcast", process_set)
+        _check_root(root_rank, "broadcast", pset)
+        return _BroadcastFn.apply(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
@@ -351,12 +416,12 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 # allgather (kolo_allgather_async + kolo_result)
 
 
-def _allgather_gen(tensor, name):
+def _allgather_gen(tensor, name, ps=0):
     """Concatenation of every rank's `tensor` along dim 0 (dim 0 may differ).
     The submission waits for every rank (libkolo exchanges the first
     dimensions first), so it runs on a thread of its own (Deferred)."""
     src = _contiguous(tensor)
-    sub = _handles.Deferred(lambda: _native.submit_allgather(name, src))
+    sub = _handles.Deferred(lambda: _native.submit_allgather(name, src, ps))
     try:
         yield [sub]
         return _native.take_result(sub.handle, tensor.shape[1:], tensor.dtype)
@@ -372,25 +437,28 @@ def _check_allgather(tensor, op_name):
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather: synchronize() returns the concatenation of every
-    rank's tensor along dim 0 (dim 0 may differ between ranks)."""
-    _prologue("allgather", process_set)
+    rank's tensor along dim 0 (dim 0 may differ between ranks), in the rank
+    order of `process_set` (ascending global rank)."""
+    pset = _prologue("allgather", process_set)
     _check_allgather(tensor, "allgather")
-    return _handles.start(_allgather_gen(tensor.detach(),
-                                         _handles.op_name("allgather", name, _GATHER_NAME_BYTES)))
+    wire = _handles.op_name("allgather", name, _GATHER_NAME_BYTES, ps=pset.id)
+    return _handles.start(_allgather_gen(tensor.detach(), wire, pset.id))
 
 
 class _AllgatherFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name):
-        ctx.dim0 = tensor.shape[0]
-        return synchronize(allgather_async(tensor, name=name))
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim0, ctx.process_set = tensor.shape[0], process_set
+        return synchronize(allgather_async(tensor, name=name, process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        g = allreduce(grad_output, op=Average)
-        dims = allgather(torch.tensor([ctx.dim0], dtype=torch.int64))
-        offset = int(dims[:basics.rank()].sum().item())
-        return g.narrow(0, offset, ctx.dim0), None
+        ps = ctx.process_set
+        g = allreduce(grad_output, op=Average, process_set=ps)
+        dims = allgather(torch.tensor([ctx.dim0], dtype=torch.int64), process_set=ps)
+        set_rank = _prologue("allgather", ps).rank
+        offset = int(dims[:set_rank].sum().item())
+        return g.narrow(0, offset, ctx.dim0), None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -399,23 +467,40 @@ def allgather(tensor, name=None, process_set=global_process_set):
     if torch.is_grad_enabled() and torch.is_tensor(tensor) and tensor.requires_grad:
         _prologue("allgather", process_set)
         _check_allgather(tensor, "allgather")
-        return _AllgatherFn.apply(tensor, name)
+        return _AllgatherFn.apply(tensor, name, process_set)
     return synchronize(allgather_async(tensor, name, process_set))
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    """Starts allgathers of a list of tensors (one native allgather each,
-    submitted in list order); synchronize() returns the list of results."""
-    _prologue("grouped_allgather", process_set)
+    """Starts an allgather of a list of tensors as one atomic group
+    (kolo_ps_grouped_allgather_async: the first dimensions of all members
+    are exchanged in one step, then the gathers run); synchronize() returns
+    the list of results. Like allgather_async it returns at once; the
+    submission waits for the other ranks on a thread of its own."""
+    pset = _prologue("grouped_allgather", process_set)
     if not isinstance(tensors, (list, tuple)):
         raise ValueError("kolo grouped_allgather expects a list of tensors, got %s"
                          % type(tensors).__name__)
     for t in tensors:
         _check_allgather(t, "grouped_allgather")
-    base = _handles.op_name("allgather" if name is not None else "grouped_allgather", name)
-    gens = [_allgather_gen(t.detach(), _handles.fit_name("%s.%d" % (base, i), _GATHER_NAME_BYTES))
-            for i, t in enumerate(tensors)]
-    return _handles.start(_handles.parallel(gens))
+    base = _handles.op_name("allgather" if name is not None else "grouped_allgather", name,
+                            ps=pset.id)
+    names = [_handles.fit_name("%s.%d" % (base, i), _GATHER_NAME_BYTES)
+             for i in range(len(tensors))]
+    return _handles.start(_grouped_allgather_gen([t.detach() for t in tensors], names, pset.id))
+
+
+def _grouped_allgather_gen(tensors, names, ps):
+    if not tensors:
+        return []
+    srcs = [_contiguous(t) for t in tensors]
+    sub = _handles.Deferred(lambda: _native.submit_grouped_allgather(names, srcs, ps))
+    try:
+        yield [sub]
+        return [_native.take_result(h, t.shape[1:], t.dtype)
+                for h, t in zip(sub.handles(), tensors)]
+    finally:
+        sub.abandon()  # frees libkolo's copies of the outputs
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
@@ -427,11 +512,11 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 # alltoall (kolo_alltoall_async + kolo_result)
 
 
-def _normalize_splits(tensor, splits, op_name="alltoall"):
-    """The list of size() non-negative ints to send to each rank (even
-    when splits is None); their sum may be below dim 0 (the rest is not
-    sent), as with Horovod."""
-    n = basics.size()
+def _normalize_splits(tensor, splits, op_name="alltoall", n=None):
+    """The list of `n` (the set's size; default size()) non-negative ints
+    to send to each rank (even when splits is None); their sum may be below
+    dim 0 (the rest is not sent), as with Horovod."""
+    n = basics.size() if n is None else n
     d0 = tensor.shape[0]
     if splits is None:
         if d0 % n != 0:
@@ -461,20 +546,25 @@ def _normalize_splits(tensor, splits, op_name="alltoall"):
     return sp
 
 
-def _alltoall_gen(tensor, splits, name):
+def _alltoall_gen(tensor, splits, name, pset):
     """(output, received_splits): rank r sends splits[d] rows to rank d and
     receives every rank's rows for it, from rank 0 up. Besides the native
     alltoall (whose own exchange of the split matrix stays inside libkolo) an
     allreduce of the split matrix gives this rank the received splits; both
-    are in flight together."""
-    n, r = basics.size(), basics.rank()
+    are in flight together. On a process set, ranks are the set's."""
+    n, r, ps = pset.size, pset.rank, pset.id
     src = _contiguous(tensor)
     if sum(splits) < src.shape[0]:
         src = src.narrow(0, 0, sum(splits))  # the rows after the splits are not sent
     matrix = torch.zeros((n, n), dtype=torch.int64)
     matrix[r] = torch.tensor(splits, dtype=torch.int64)
-    hm = _handles.submit_allreduce(name + _RECV_SUFFIX, matrix, matrix, _dtypes.KOLO_INT64, Sum)
-    sub = _handles.Deferred(lambda: _native.submit_alltoall(name, src, splits))
+    hm = _handles.submit_allreduce(name + _RECV_SUFFIX, matrix, matrix, _dtypes.KOLO_INT64, Sum,
+                                   ps=ps)
+    try:
+        sub = _handles.Deferred(lambda: _native.submit_alltoall(name, src, splits, ps))
+    except BaseException:
+        _handles.release_c_handles([hm])
+        raise
     try:
         yield [hm, sub]
         received = matrix[:, r].to(torch.int32)
@@ -488,39 +578,41 @@ def _alltoall_gen(tensor, splits, name):
         sub.abandon()  # frees libkolo's copy of the output
 
 
-def _alltoall_prepare(tensor, splits, op_name):
+def _alltoall_prepare(tensor, splits, op_name, pset):
     _dtypes.check_tensor(tensor, op_name, any_dtype=True)
     _native.check_carried_dtype(tensor, op_name)
     _check_dim0(tensor, "alltoall")
-    return _normalize_splits(tensor, splits)
+    return _normalize_splits(tensor, splits, op_name, pset.size)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall; synchronize() returns (output, received_splits)
     (an int32 tensor: the rows received from each rank). `splits` (a list or
-    1-D integer tensor, one entry per rank) says how many rows along dim 0 go
-    to each rank; None splits dim 0 evenly."""
-    _prologue("alltoall", process_set)
-    sp = _alltoall_prepare(tensor, splits, "alltoall")
-    wire = _handles.op_name("alltoall", name, _ALLTOALL_NAME_BYTES)
-    return _handles.start(_alltoall_gen(tensor.detach(), sp, wire))
+    1-D integer tensor, one entry per rank of `process_set`, in the set's
+    rank order) says how many rows along dim 0 go to each rank; None splits
+    dim 0 evenly."""
+    pset = _prologue("alltoall", process_set)
+    sp = _alltoall_prepare(tensor, splits, "alltoall", pset)
+    wire = _handles.op_name("alltoall", name, _ALLTOALL_NAME_BYTES, ps=pset.id)
+    return _handles.start(_alltoall_gen(tensor.detach(), sp, wire, pset))
 
 
 class _AlltoallFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, splits, name):
-        ctx.dim0 = tensor.shape[0]
-        out, received = synchronize(alltoall_async(tensor, splits, name))
+    def forward(ctx, tensor, splits, name, process_set):
+        ctx.dim0, ctx.process_set = tensor.shape[0], process_set
+        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
         ctx.received = received.tolist()
         ctx.mark_non_differentiable(received)
         return out, received
 
     @staticmethod
     def backward(ctx, grad_output, grad_received):
-        g, _ = synchronize(alltoall_async(grad_output, ctx.received))
+        g, _ = synchronize(alltoall_async(grad_output, ctx.received,
+                                          process_set=ctx.process_set))
         if g.shape[0] < ctx.dim0:  # rows that were not sent get no gradient
             g = torch.cat([g, g.new_zeros((ctx.dim0 - g.shape[0],) + tuple(g.shape[1:]))])
-        return g, None, None
+        return g, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -529,9 +621,9 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     order. With `splits` given returns (output, received_splits), without
     (even split) the output only -- Horovod's convention. Differentiable."""
     if torch.is_grad_enabled() and torch.is_tensor(tensor) and tensor.requires_grad:
-        _prologue("alltoall", process_set)
-        sp = _alltoall_prepare(tensor, splits, "alltoall")
-        out, received = _AlltoallFn.apply(tensor, sp, name)
+        pset = _prologue("alltoall", process_set)
+        sp = _alltoall_prepare(tensor, splits, "alltoall", pset)
+        out, received = _AlltoallFn.apply(tensor, sp, name, process_set)
     else:
         out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
     return out if splits is None else (out, received)
@@ -549,16 +641,22 @@ def _scaled(t, factor):
     return (t.to(torch.float64) * factor).to(t.dtype)
 
 
-def _reducescatter_gen(tensor, name, op, prescale, postscale):
-    """This rank's block of rows of the reduction: dim0 // size rows, plus
-    one on the first dim0 % size ranks. The C ABI has no scale factors:
-    prescale multiplies a copy of the input here, postscale the output."""
-    n, r = basics.size(), basics.rank()
+def _reducescatter_prepare(tensor, prescale, pset):
+    """(input, output) of one reducescatter: the input scaled by prescale
+    (a copy) and contiguous, and an output for this rank's block of rows:
+    dim0 // size rows, plus one on the first dim0 % size ranks (of the
+    set). The C ABI has no scale factors: prescale is applied here."""
     src = _scaled(tensor, prescale) if prescale != 1.0 else _contiguous(tensor)
     src = _contiguous(src)
-    rows = _native.reducescatter_rows(src.shape[0], n, r)
-    out = torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype)
-    h = _native.submit_reducescatter(name, src, out, op)
+    rows = _native.reducescatter_rows(src.shape[0], pset.size, pset.rank)
+    return src, torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype)
+
+
+def _reducescatter_gen(tensor, name, op, prescale, postscale, pset):
+    """This rank's block of rows of the reduction over the set; postscale
+    multiplies the output."""
+    src, out = _reducescatter_prepare(tensor, prescale, pset)
+    h = _native.submit_reducescatter(name, src, out, op, pset.id)
     yield [h]
     if postscale != 1.0:
         out = _scaled(out, postscale)
@@ -580,36 +678,40 @@ def _check_reducescatter(tensor, op_name):
 
 
 def _reducescatter_start(tensor, name, op, prescale_factor, postscale_factor, process_set):
-    _prologue("reducescatter", process_set)
+    pset = _prologue("reducescatter", process_set)
     op = _resolve_rs_op(op, "reducescatter")
     _check_reducescatter(tensor, "reducescatter")
     pre = _check_scale(prescale_factor, "prescale_factor")
     post = _check_scale(postscale_factor, "postscale_factor")
-    return _handles.start(_reducescatter_gen(tensor.detach(), _handles.op_name("reducescatter", name),
-                                             op, pre, post))
+    wire = _handles.op_name("reducescatter", name, ps=pset.id)
+    return _handles.start(_reducescatter_gen(tensor.detach(), wire, op, pre, post, pset))
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Starts a reducescatter; synchronize() returns this rank's block of
     rows of the reduced tensor (dim0 // size rows, plus one on the first
-    dim0 % size ranks). op: Average (default) or Sum."""
+    dim0 % size ranks; size and ranks of `process_set`). op: Average
+    (default; divides by the set's size) or Sum."""
     return _reducescatter_start(tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
 class _ReducescatterFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale, postscale):
-        ctx.scale = (1.0 / basics.size() if op == Average else 1.0) * prescale * postscale
-        return synchronize(reducescatter_async(tensor, name, op, prescale_factor=prescale,
+    def forward(ctx, tensor, name, op, prescale, postscale, process_set):
+        n = _prologue("reducescatter", process_set).size
+        ctx.scale = (1.0 / n if op == Average else 1.0) * prescale * postscale
+        ctx.process_set = process_set
+        return synchronize(reducescatter_async(tensor, name, op, process_set,
+                                               prescale_factor=prescale,
                                                postscale_factor=postscale))
 
     @staticmethod
     def backward(ctx, grad_output):
-        g = allgather(grad_output)
+        g = allgather(grad_output, process_set=ctx.process_set)
         if ctx.scale != 1.0:
             g = g * ctx.scale
-        return g, None, None, None, None
+        return g, None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
@@ -624,7 +726,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     if torch.is_grad_enabled() and compressed.requires_grad:
         pre = _check_scale(prescale_factor, "prescale_factor")
         post = _check_scale(postscale_factor, "postscale_factor")
-        out = _ReducescatterFn.apply(compressed, name, op, pre, post)
+        out = _ReducescatterFn.apply(compressed, name, op, pre, post, process_set)
     else:
         out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
                                               postscale_factor))
@@ -633,9 +735,10 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    """Starts reducescatters of a list of tensors (one native reducescatter
-    each); synchronize() returns the list of this rank's blocks."""
-    _prologue("grouped_reducescatter", process_set)
+    """Starts a reducescatter of a list of tensors as one atomic group
+    (kolo_ps_grouped_reducescatter_async); synchronize() returns the list of
+    this rank's blocks."""
+    pset = _prologue("grouped_reducescatter", process_set)
     op = _resolve_rs_op(op, "grouped_reducescatter")
     if not isinstance(tensors, (list, tuple)):
         raise ValueError("kolo grouped_reducescatter expects a list of tensors, got %s"
@@ -644,10 +747,24 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
         _check_reducescatter(t, "grouped_reducescatter")
     pre = _check_scale(prescale_factor, "prescale_factor")
     post = _check_scale(postscale_factor, "postscale_factor")
-    base = _handles.op_name("reducescatter" if name is not None else "grouped_reducescatter", name)
-    gens = [_reducescatter_gen(t.detach(), _handles.fit_name("%s.%d" % (base, i)), op, pre, post)
-            for i, t in enumerate(tensors)]
-    return _handles.start(_handles.parallel(gens))
+    base = _handles.op_name("reducescatter" if name is not None else "grouped_reducescatter", name,
+                            ps=pset.id)
+    names = [_handles.fit_name("%s.%d" % (base, i)) for i in range(len(tensors))]
+    return _handles.start(_grouped_reducescatter_gen([t.detach() for t in tensors], names, op,
+                                                     pre, post, pset))
+
+
+def _grouped_reducescatter_gen(tensors, names, op, prescale, postscale, pset):
+    if not tensors:
+        return []
+    pairs = [_reducescatter_prepare(t, prescale, pset) for t in tensors]
+    handles = _native.submit_grouped_reducescatter(names, [p[0] for p in pairs],
+                                                   [p[1] for p in pairs], op, pset.id)
+    yield handles
+    outs = [p[1] for p in pairs]
+    if postscale != 1.0:
+        outs = [_scaled(o, postscale) for o in outs]
+    return outs
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
@@ -670,14 +787,15 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 # sparse allreduce (allgather of indices and values)
 
 
-def _sparse_gen(tensor, name, op):
+def _sparse_gen(tensor, name, op, pset):
     t = tensor.coalesce()
     indices = t.indices().transpose(0, 1).contiguous()
     values = t.values().contiguous()
     g_idx, g_val = yield from _handles.parallel([
-        _allgather_gen(indices, name + ".indices"), _allgather_gen(values, name + ".values")])
+        _allgather_gen(indices, name + ".indices", pset.id),
+        _allgather_gen(values, name + ".values", pset.id)])
     if op == Average:
-        g_val = g_val / basics.size()
+        g_val = g_val / pset.size
     return torch.sparse_coo_tensor(g_idx.transpose(0, 1), g_val, t.size()).coalesce()
 
 
@@ -685,13 +803,13 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
     """Starts an allreduce of a sparse COO tensor (gathers every rank's
     indices and values); synchronize() returns the summed (or averaged)
     sparse tensor."""
-    _prologue("sparse_allreduce", process_set)
+    pset = _prologue("sparse_allreduce", process_set)
     if not torch.is_tensor(tensor) or not tensor.is_sparse:
         raise ValueError("kolo sparse_allreduce_async expects a sparse COO tensor")
     if op not in (Average, Sum):
         raise ValueError("kolo sparse_allreduce supports op=Average or op=Sum only")
-    return _handles.start(_sparse_gen(tensor.detach(), _handles.op_name("sparse_allreduce", name,
-                                                       _GATHER_NAME_BYTES - 8), op))
+    wire = _handles.op_name("sparse_allreduce", name, _GATHER_NAME_BYTES - 8, ps=pset.id)
+    return _handles.start(_sparse_gen(tensor.detach(), wire, op, pset))
 
 
 # --------------------------------------------------------------------------
@@ -699,10 +817,10 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
 
 
 def barrier(process_set=global_process_set):
-    """Returns once every rank has called barrier() (kolo_barrier; waits at
-    most KOLO_OP_TIMEOUT)."""
-    _prologue("barrier", process_set)
-    _native.barrier()
+    """Returns once every rank (of `process_set`) has called barrier()
+    (kolo_ps_barrier; waits at most KOLO_OP_TIMEOUT)."""
+    pset = _prologue("barrier", process_set)
+    _native.barrier(ps=pset.id)
 
 
 def join(device=-1):

@@ -16,13 +16,12 @@ from contextlib import contextmanager
 
 import torch
 
-from .. import basics
 from ..errors import KoloNotImplementedError
 from . import mpi_ops
 from .compression import Compression
 from .mpi_ops import Adasum, Average, synchronize
-from .process_sets import check as _check_process_set
 from .process_sets import global_process_set
+from .process_sets import resolve as _resolve_set
 from .shared import SharedBuffer, align_up
 
 
@@ -39,6 +38,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
+        # Gradients are averaged within the set (its size divides Average).
+        self._set_size = _resolve_set(process_set, "DistributedOptimizer").size
         self.backward_passes_per_step = backward_passes_per_step
 
         all_params = [p for g in self.param_groups for p in g["params"]]
@@ -100,7 +101,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if gradient_as_bucket_view:
             self._setup_bucket()
 
-        if basics.size() > 1:
+        if self._set_size > 1:
             self._register_hooks()
 
     # ---- zero-copy gradient storage -------------------------------------
@@ -204,11 +205,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         name = self._parameter_names.get(id(p))
         tensor = self._prepare_grad(p)
         if tensor.is_sparse:
-            return mpi_ops.sparse_allreduce_async(tensor, name=name, op=self.op), None
+            return mpi_ops.sparse_allreduce_async(tensor, name=name, op=self.op,
+                                                  process_set=self.process_set), None
         compressed, ctx = self._compression.compress(tensor)
         pre, post = self._scale_factors()
         handle = mpi_ops.allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
-                                          postscale_factor=post)
+                                          postscale_factor=post, process_set=self.process_set)
         return handle, ctx
 
     def _grouped_allreduce_grad_async(self, group):
@@ -224,7 +226,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         pre, post = self._scale_factors()
         name = "group." + self._parameter_names.get(id(group[0]), "noname")
         handle = mpi_ops.grouped_allreduce_async_(tensors, name=name, op=self.op,
-                                                  prescale_factor=pre, postscale_factor=post)
+                                                  prescale_factor=pre, postscale_factor=post,
+                                                  process_set=self.process_set)
         return handle, ctxs
 
     def _apply_result(self, p, output, ctx):
@@ -245,7 +248,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those whose hook did
         not fire) and writes the averaged gradients into p.grad."""
-        if basics.size() == 1 and not self._handles:
+        if self._set_size == 1 and not self._handles:
             self._synchronized = True
             return
         done = set()
@@ -343,7 +346,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          num_groups=0, groups=None, sparse_as_dense=False,
                          process_set=global_process_set, gradient_as_bucket_view=False):
     """Wraps a torch optimizer so that gradients are averaged (op) across all
-    ranks before each step (Horovod's hvd.DistributedOptimizer).
+    ranks -- or the ranks of `process_set` -- before each step (Horovod's
+    hvd.DistributedOptimizer).
 
     named_parameters: model.named_parameters(), naming each allreduce.
     compression: Compression.none or Compression.fp16.
@@ -356,8 +360,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     sparse_as_dense: reduce sparse gradients as dense tensors.
     gradient_as_bucket_view: keep every gradient in agent-shared memory so
         the reductions are zero copy.
+    process_set: reduce within this registered set only (Average divides by
+        its size); every member must build the same optimizer. A rank
+        outside the set gets ValueError.
     """
-    _check_process_set(process_set, "DistributedOptimizer")
+    _resolve_set(process_set, "DistributedOptimizer")  # ValueError on a rank outside the set
     if op == Adasum:
         raise KoloNotImplementedError("Adasum", "use op=Average")
     if gradient_predivide_factor != 1.0 and op != Average:
