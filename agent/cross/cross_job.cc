@@ -96,9 +96,20 @@ CrossJob::~CrossJob() {
 void CrossJob::submit(CrossWork work) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    incoming_.push_back(std::move(work));
+    if (aborted_.isOk() && !stop_) {
+      incoming_.push_back(std::move(work));
+      cv_.notify_all();
+      return;
+    }
   }
-  cv_.notify_all();
+  // The negotiation thread has ended (or is ending): nothing would pick the
+  // work up, so it fails now instead of waiting for its deadline.
+  Status why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    why = aborted_.isOk() ? aborted("the job's generation ended") : aborted_;
+  }
+  loop_.post([cb = on_done_, name = work.req.name, why] { cb(name, why); });
 }
 
 void CrossJob::submitJoin(CrossWork join) {
@@ -261,6 +272,11 @@ Status CrossJob::cycle() {
     auto it = waiting_.find(r.name);
     CrossWork w;
     bool mine = it != waiting_.end();
+    if (!mine && r.params.group_id != 0 && failed_groups_.count(r.params.group_id) != 0) {
+      // A member of a group that failed earlier in this list of responses:
+      // it was failed (and dropped from waiting_) with the group.
+      continue;
+    }
     if (!mine) {
       bool joined;
       {

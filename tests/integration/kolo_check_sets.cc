@@ -572,6 +572,31 @@ int runGroupedGlobal() {
     }
     ++checks;
   }
+  // A group with a member whose shapes differ fails on every rank, again
+  // and again, and the job goes on each time (both members' failures reach
+  // every agent's negotiation in one cycle: the regression this checks).
+  for (int round = 0; round < 6 && g_size > 1; ++round) {
+    std::string n0 = "gshape." + std::to_string(round) + ".a", n1 = "gshape." + std::to_string(round) + ".b";
+    const char* names[2] = {n0.c_str(), n1.c_str()};
+    float a[1] = {1}, b[8] = {};
+    const void* ins[2] = {a, b};
+    void* outs[2] = {a, b};
+    int nd[2] = {1, 1};
+    int64_t s0[1] = {1}, s1[1] = {1 + g_rank % 2};
+    const int64_t* sh[2] = {s0, s1};
+    kolo_dtype_t dt[2] = {KOLO_FLOAT32, KOLO_FLOAT32};
+    kolo_status_t st = kolo_grouped_allreduce(2, names, ins, outs, nd, sh, dt, KOLO_SUM, 1.0, 1.0);
+    if (expectError(st, KOLO_ERR_INVALID_ARGUMENT, "Mismatched allreduce tensor shapes",
+                    "grouped allreduce shape mismatch round " + std::to_string(round)) != 0) {
+      return 1;
+    }
+    double x = 1;
+    int64_t one[1] = {1};
+    std::string after = "gshape.after." + std::to_string(round);
+    st = kolo_allreduce(after.c_str(), &x, &x, 1, one, KOLO_FLOAT64, KOLO_SUM, 1.0, 1.0);
+    if (st != KOLO_OK || x != g_size) FAIL("%s after a failed group: %s (x = %g)", after.c_str(), kolo_last_error(), x);
+    ++checks;
+  }
   std::printf("rank %d/%d: OK %d grouped checks passed\n", g_rank, g_size, checks);
   return 0;
 }
