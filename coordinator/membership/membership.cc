@@ -74,11 +74,27 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
                    fmt::format("job {}: agent {} brings local_size {}, more than world_size {}",
                                job_id, agent_id, req.local_size(), req.world_size()));
     }
+    if (req.min_size() < 0 || req.max_size() < 0 || req.elastic_timeout_ms() < 0 ||
+        (req.min_size() > 0 && req.min_size() > req.world_size()) ||
+        (req.max_size() > 0 && req.max_size() < std::max(req.world_size(), req.min_size()))) {
+      return error(grpc::StatusCode::INVALID_ARGUMENT,
+                   fmt::format("job {}: agent {} asked for an elastic job with min_size {}, "
+                               "world_size {}, max_size {}; it needs 0 < min <= world <= max "
+                               "(max 0: no limit) and a timeout >= 0",
+                               job_id, agent_id, req.min_size(), req.world_size(),
+                               req.max_size()));
+    }
     Job job;
     job.id = job_id;
     job.token = req.token();
     job.world_size = req.world_size();
     job.created_wall_ms = clock_->wallMs();
+    if (req.min_size() > 0) {
+      job.min_size = req.min_size();
+      job.max_size = req.max_size();
+      job.elastic_timeout_ms =
+          req.elastic_timeout_ms() > 0 ? req.elastic_timeout_ms() : kDefaultElasticTimeoutMs;
+    }
     it = jobs_.emplace(job_id, std::move(job)).first;
     log::get("coord")->info("job {} created by agent {}: world_size {}", job_id, agent_id,
                             req.world_size());
@@ -88,6 +104,7 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
       return error(grpc::StatusCode::PERMISSION_DENIED,
                    fmt::format("wrong token for job {} (agent {})", job_id, agent_id));
     }
+    if (job.state == coord::RUNNING && job.elastic()) return joinElastic(job, req, *agent, changes);
     if (job.state != coord::FORMING) {
       // A retried join of a member of the sealed job is not an error.
       const JobMember* m = job.findMember(agent_id);
@@ -149,6 +166,14 @@ grpc::Status Membership::leaveJob(const coord::LeaveJobRequest& req, Changes* ch
         fmt::format("LeaveJob: agent {} is not a member of job {}", req.agent_id(), job.id));
   }
   changes->touched_jobs.push_back(job.id);
+  if (req.failed() && job.state == coord::RUNNING && job.elastic()) {
+    std::string reason = req.reason().empty()
+                             ? fmt::format("agent {} reported a failure", req.agent_id())
+                             : req.reason();
+    dropElasticMember(job, req.agent_id(),
+                      fmt::format("agent {} left: {}", req.agent_id(), reason), changes);
+    return grpc::Status::OK;
+  }
   if (req.failed()) {
     m->left = true;
     if (job.active()) {
@@ -186,11 +211,106 @@ void Membership::expireLeases(Changes* changes) {
     for (auto& [id, job] : jobs_) {
       const JobMember* m = job.findMember(info.agent_id());
       if (m == nullptr || m->left || !job.active()) continue;
+      if (job.state == coord::RUNNING && job.elastic()) {
+        dropElasticMember(job, info.agent_id(),
+                          fmt::format("agent {} (host {}) lost: no heartbeat for {} ms",
+                                      info.agent_id(), info.hostname(), lost.silent_ms),
+                          changes);
+        continue;
+      }
       failJob(job,
               fmt::format("agent {} (host {}) lost: no heartbeat for {} ms", info.agent_id(),
                           info.hostname(), lost.silent_ms),
               changes);
     }
+  }
+}
+
+grpc::Status Membership::joinElastic(Job& job, const coord::JoinJobRequest& req,
+                                     const AgentRecord& agent, Changes* changes) {
+  const std::string& agent_id = req.agent_id();
+  JobMember* m = job.findMember(agent_id);
+  if (req.reset()) {
+    if (m == nullptr || m->left) {
+      return error(grpc::StatusCode::FAILED_PRECONDITION,
+                   fmt::format("job {}: agent {} asked for a new generation but is not a member",
+                               job.id, agent_id));
+    }
+    if (job.below_min_since_ms >= 0) return grpc::Status::OK;  // no generation to redo
+    changes->touched_jobs.push_back(job.id);
+    resealOrWait(job,
+                 fmt::format("agent {} (host {}): {}", agent_id, agent.info.hostname(),
+                             req.reason().empty() ? "asked for a new generation" : req.reason()),
+                 changes);
+    return grpc::Status::OK;
+  }
+  if (m != nullptr && !m->left) {
+    if (m->local_size == req.local_size()) return grpc::Status::OK;  // a retried join
+    return error(grpc::StatusCode::INVALID_ARGUMENT,
+                 fmt::format("job {}: agent {} joined with {} ranks and now asks for {}", job.id,
+                             agent_id, m->local_size, req.local_size()));
+  }
+  int32_t others = 0;
+  for (const JobMember& x : job.members) {
+    if (x.agent_id != agent_id) others += x.local_size;
+  }
+  if (job.max_size > 0 && others + req.local_size() > job.max_size) {
+    return error(grpc::StatusCode::FAILED_PRECONDITION,
+                 fmt::format("job {}: agent {} with {} ranks would bring the elastic job to {} "
+                             "ranks, more than its --max-np {}",
+                             job.id, agent_id, req.local_size(), others + req.local_size(),
+                             job.max_size));
+  }
+  std::erase_if(job.members, [&](const JobMember& x) { return x.agent_id == agent_id; });
+  job.members.push_back({agent_id, agent.info, req.local_size(), false});
+  changes->touched_jobs.push_back(job.id);
+  log::get("coord")->info("job {}: agent {} joined the running elastic job with {} ranks", job.id,
+                          agent_id, req.local_size());
+  resealOrWait(job,
+               fmt::format("agent {} (host {}) joined with {} ranks", agent_id,
+                           agent.info.hostname(), req.local_size()),
+               changes);
+  return grpc::Status::OK;
+}
+
+void Membership::dropElasticMember(Job& job, const std::string& agent_id, std::string why,
+                                   Changes* changes) {
+  std::erase_if(job.members, [&](const JobMember& x) { return x.agent_id == agent_id; });
+  changes->touched_jobs.push_back(job.id);
+  log::get("coord")->warn("job {}: {}; {} ranks remain (--min-np {})", job.id, why,
+                          job.joinedRanks(), job.min_size);
+  resealOrWait(job, std::move(why), changes);
+}
+
+void Membership::resealOrWait(Job& job, std::string change, Changes* changes) {
+  if (job.joinedRanks() >= job.min_size) {
+    resealJob(job, agents_, std::move(change));
+    log::get("coord")->info("job {}: generation {} sealed, {} agents, {} ranks ({})", job.id,
+                            job.generation, job.slots.size(), job.world_size, job.change);
+    changes->worlds.push_back(worldOf(job, agents_));
+    return;
+  }
+  if (job.below_min_since_ms < 0) {
+    job.below_min_since_ms = clock_->steadyMs();
+    job.below_min_wall_ms = clock_->wallMs();
+    log::get("coord")->warn("job {}: {} ranks left, below --min-np {}; waiting up to {} s for "
+                            "agents to join",
+                            job.id, job.joinedRanks(), job.min_size,
+                            job.elastic_timeout_ms / 1000.0);
+  }
+}
+
+void Membership::checkElasticTimeouts(Changes* changes) {
+  int64_t now = clock_->steadyMs();
+  for (auto& [id, job] : jobs_) {
+    if (job.state != coord::RUNNING || !job.elastic() || job.below_min_since_ms < 0) continue;
+    if (now - job.below_min_since_ms < job.elastic_timeout_ms) continue;
+    int32_t left = job.joinedRanks();
+    failJob(job,
+            fmt::format("job {}: {} rank{} left, below --min-np {}, for {} s", id, left,
+                        left == 1 ? "" : "s", job.min_size,
+                        fmt::format("{:g}", job.elastic_timeout_ms / 1000.0)),
+            changes);
   }
 }
 
@@ -267,6 +387,12 @@ void Membership::restoreJob(Job job) {
   } else {
     job.ended_steady_ms = -1;
     job.ended_wall_ms = -1;
+    if (job.below_min_wall_ms >= 0) {
+      int64_t waited = std::max<int64_t>(0, clock_->wallMs() - job.below_min_wall_ms);
+      job.below_min_since_ms = clock_->steadyMs() - waited;
+    } else {
+      job.below_min_since_ms = -1;
+    }
     for (const JobMember& m : job.members) {
       if (!m.left && agents_.find(m.agent_id) == nullptr) {
         coord::AgentInfo info = m.info;
