@@ -5,9 +5,13 @@
 // world size of its generation and the final state against the step count.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <regex>
 #include <string>
 #include <thread>
@@ -187,6 +191,81 @@ TEST(ElasticTest, BelowMinNpWaitsForTheElasticTimeoutThenFails) {
               waited, kLease);
   EXPECT_GE(waited, 3.0);
   EXPECT_LT(waited, 12.0);
+}
+
+// kolorun's elastic mode: hosts from a discovery script that cats a file the
+// test edits (each host is one embedded agent on this machine).
+struct KolorunElastic {
+  std::string dir;
+  KolorunElastic() {
+    char tmpl[] = "/tmp/kolo-elastic-XXXXXX";
+    dir = ::mkdtemp(tmpl) != nullptr ? tmpl : "";
+  }
+  ~KolorunElastic() {
+    if (!dir.empty() && std::getenv("KOLO_TEST_KEEP") == nullptr) std::filesystem::remove_all(dir);
+  }
+  void writeHosts(const std::string& text) const {
+    std::string tmp = dir + "/hosts.tmp";
+    std::ofstream(tmp) << text;
+    std::filesystem::rename(tmp, dir + "/hosts");
+  }
+  std::string script() const {
+    std::string path = dir + "/discover.sh";
+    std::ofstream(path) << "#!/bin/sh\ncat " << dir << "/hosts\n";
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+    return path;
+  }
+};
+
+TEST(KolorunElasticTest, HostsComeAndGoAndACrashedRankIsRestarted) {
+  KolorunElastic k;
+  ASSERT_FALSE(k.dir.empty());
+  k.writeHosts("hostA:2\nhostB:1\nhostC:1\n");
+  std::string crash = k.dir + "/crash-once";
+  std::ofstream(crash) << "x";
+  Proc run = spawnProcess({binDir() + "/kolorun", "-np", "4", "--min-np", "2", "--max-np", "5",
+                           "--host-discovery-script", k.script(), binDir() + "/kolo_elastic_check", "300", "20"},
+                          {{"ELASTIC_CRASH_ONCE", crash}, {"ELASTIC_CRASH_RANK", "1"}}, k.dir + "/kolorun.log");
+  ASSERT_TRUE(waitForOutput(run, "started rank", 30s)) << run.output();
+  std::this_thread::sleep_for(1500ms);
+  k.writeHosts("hostA:2\nhostB:1\nhostD:1\n");  // hostC leaves, hostD arrives
+  ASSERT_TRUE(waitProcess(run, 90s)) << run.output();
+  std::string out = run.output();
+  EXPECT_EQ(run.exit_code, 0) << out;
+  EXPECT_NE(out.find("crashing at step 30"), std::string::npos) << out;
+  EXPECT_NE(out.find("restarting it (restart 1 of 3)"), std::string::npos) << out;
+  EXPECT_NE(out.find("host hostC is gone from the discovered hosts"), std::string::npos) << out;
+  EXPECT_NE(out.find("host hostD discovered: starting 1 rank(s) there"), std::string::npos) << out;
+  // Every rank that ended the job did so at the same step with the same world.
+  std::regex ok_re("elastic ok rank ([0-9]+) size 4 step 300");
+  std::set<std::string> finished;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), ok_re); it != std::sregex_iterator(); ++it) {
+    finished.insert((*it)[1]);
+  }
+  EXPECT_EQ(finished, (std::set<std::string>{"0", "1", "2", "3"})) << out;
+  EXPECT_NE(out.find("4 rank(s) succeeded, 0 failed"), std::string::npos) << out;
+}
+
+TEST(KolorunElasticTest, BelowMinNpTheJobFailsAfterTheElasticTimeout) {
+  KolorunElastic k;
+  ASSERT_FALSE(k.dir.empty());
+  k.writeHosts("hostA:1\nhostB:1\n");
+  Proc run = spawnProcess({binDir() + "/kolorun", "-np", "2", "--min-np", "2", "--elastic-timeout", "2",
+                           "--max-restarts", "0", "--host-discovery-script", k.script(),
+                           binDir() + "/kolo_elastic_check", "100000", "20"},
+                          {}, k.dir + "/kolorun.log");
+  ASSERT_TRUE(waitForOutput(run, "started rank", 30s)) << run.output();
+  std::this_thread::sleep_for(1s);
+  auto removed = std::chrono::steady_clock::now();
+  k.writeHosts("hostA:1\n");
+  ASSERT_TRUE(waitProcess(run, 40s)) << run.output();
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - removed).count();
+  std::string out = run.output();
+  EXPECT_EQ(run.exit_code, 3) << out;
+  EXPECT_NE(out.find("1 rank left, below --min-np 2, for 2 s"), std::string::npos) << out;
+  EXPECT_GE(took, 2.0) << out;
+  EXPECT_LT(took, 15.0) << out;
+  std::printf("[elastic] kolorun below --min-np: exit %.2f s after the host was removed (timeout 2 s)\n", took);
 }
 
 }  // namespace

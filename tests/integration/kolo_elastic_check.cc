@@ -13,6 +13,10 @@
 // adopts rank 0's). Any other error ends the rank with exit 3 and the
 // error text. At the end: "elastic ok rank R size S step N" (w checked),
 // and one "recovered ... ms" line per membership change seen.
+//
+// ELASTIC_CRASH_ONCE=FILE (with ELASTIC_CRASH_RANK=R, default 1): rank R
+// removes FILE and aborts at step 30 if FILE exists (a trainer crash that
+// a restart does not repeat).
 #include <unistd.h>
 
 #include <chrono>
@@ -88,6 +92,14 @@ int main(int argc, char** argv) {
     }
     if (step >= steps) break;
     const int rank = kolo_rank(), size = kolo_size();
+    if (const char* crash = std::getenv("ELASTIC_CRASH_ONCE"); crash != nullptr && step == 30) {
+      const char* cr = std::getenv("ELASTIC_CRASH_RANK");
+      if (rank == (cr != nullptr ? std::atoi(cr) : 1) && ::unlink(crash) == 0) {
+        std::printf("crashing at step 30 (rank %d)\n", rank);
+        std::fflush(stdout);
+        std::abort();
+      }
+    }
     for (int i = 0; i < kLen; ++i) grad[i] = static_cast<double>(rank + 1) * (i + 1);
     st = kolo_allreduce("elastic.grad", grad.data(), out.data(), 1, shape, KOLO_FLOAT64, KOLO_SUM, 1.0, 1.0);
     if (st == KOLO_ERR_MEMBERSHIP_CHANGED) {
