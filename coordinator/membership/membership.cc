@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/log.h"
 
@@ -117,19 +118,22 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
                    fmt::format("job {} is already {}{} (generation {}); agent {} cannot join it",
                                job_id, jobStateName(job.state), why, job.generation, agent_id));
     }
-    if (job.world_size != req.world_size()) {
+    // An elastic job forms with its first world_size ranks; an agent added
+    // meanwhile (its trainers expect more) is taken in up to max_size.
+    const int32_t limit = job.elastic() ? (job.max_size > 0 ? job.max_size : INT32_MAX) : job.world_size;
+    if (!job.elastic() && job.world_size != req.world_size()) {
       return error(grpc::StatusCode::INVALID_ARGUMENT,
                    fmt::format("job {} has world_size {} but agent {} asked for world_size {}",
                                job_id, job.world_size, agent_id, req.world_size()));
     }
     const JobMember* m = job.findMember(agent_id);
     int32_t others = job.joinedRanks() - (m != nullptr ? m->local_size : 0);
-    if (others + req.local_size() > job.world_size) {
+    if (others + req.local_size() > limit) {
       return error(grpc::StatusCode::INVALID_ARGUMENT,
                    fmt::format("job {}: agent {} with local_size {} would bring the job to {} "
-                               "ranks, more than its world_size {}",
+                               "ranks, more than its {} {}",
                                job_id, agent_id, req.local_size(), others + req.local_size(),
-                               job.world_size));
+                               job.elastic() ? "--max-np" : "world_size", limit));
     }
   }
 
@@ -143,7 +147,8 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
   changes->touched_jobs.push_back(job_id);
   log::get("coord")->info("job {}: agent {} joined with {} ranks ({}/{})", job_id, agent_id,
                           req.local_size(), job.joinedRanks(), job.world_size);
-  if (job.joinedRanks() == job.world_size) {
+  if (job.joinedRanks() >= job.world_size) {
+    job.world_size = job.joinedRanks();  // (more only for an elastic job)
     sealJob(job, agents_);
     log::get("coord")->info("job {}: generation {} sealed, {} agents, {} ranks", job_id,
                             job.generation, job.slots.size(), job.world_size);

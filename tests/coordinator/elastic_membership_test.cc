@@ -191,6 +191,22 @@ TEST_F(ElasticMembershipTest, ResetSealsTheSameMembersAgain) {
             grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+TEST_F(ElasticMembershipTest, AFormingElasticJobTakesInAnAgentThatExpectsMore) {
+  registerAgent("a", "host-a");
+  registerAgent("b", "host-b");
+  registerAgent("c", "host-c");
+  ASSERT_TRUE(join("a", 1, 3, 2, 4).ok());
+  // b was added while the job formed: its trainers were told 4 ranks.
+  ASSERT_TRUE(join("b", 2, 4, 2, 4).ok());
+  Changes c = takeChanges();
+  ASSERT_EQ(c.worlds.size(), 1u);
+  EXPECT_EQ(c.worlds[0].generation(), 1u);
+  EXPECT_EQ(c.worlds[0].world_size(), 3);
+  EXPECT_EQ(layout(c.worlds[0]), "a:0/0,b:1/1");
+  // Past --max-np it is refused.
+  ASSERT_TRUE(join("c", 2, 5, 2, 4).error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+}
+
 TEST_F(ElasticMembershipTest, FixedSizeJobsStillFailAndBadBoundsAreRefused) {
   registerAgent("a", "host-a");
   EXPECT_EQ(join("a", 1, 2, /*min=*/3).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
