@@ -127,6 +127,7 @@ TEST(ElasticTest, AddedNodeJoinsAtTheNextGeneration) {
   for (int a = 0; a < 2; ++a) ranks.push_back(spawnRank(c, job, 2, 0, 1, a, argv, env, "a" + std::to_string(a)));
   ASSERT_TRUE(waitForOutput(ranks[0], "started rank", 20s));
   std::this_thread::sleep_for(1s);
+  long long added_at = wallMsNow();
   ranks.push_back(spawnRank(c, job, 3, 0, 1, 2, argv, env, "a2"));
   std::vector<Proc*> all = {&ranks[0], &ranks[1], &ranks[2]};
   for (int r = 0; r < 3; ++r) {
@@ -137,6 +138,10 @@ TEST(ElasticTest, AddedNodeJoinsAtTheNextGeneration) {
   // The veterans saw the change and synced; the newcomer started at rank 2.
   EXPECT_NE(ranks[0].output().find("membership changed"), std::string::npos) << ranks[0].output();
   EXPECT_NE(ranks[2].output().find("started rank 2 size 3"), std::string::npos) << ranks[2].output();
+  long long recovered = wallMsOf(ranks[0].output(), "recovered in");
+  ASSERT_GT(recovered, 0) << ranks[0].output();
+  std::printf("[elastic] node added: training with 3 ranks %lld ms after the new rank was started\n",
+              recovered - added_at);
   std::string coord = c.coordinator().output();
   EXPECT_NE(coord.find("agent node2 (host node2) joined with 1 ranks"), std::string::npos) << coord;
 }
@@ -153,6 +158,7 @@ TEST(ElasticTest, CrashedTrainerRestartsAndRejoinsWithoutRestartingTheOthers) {
   ranks.push_back(spawnRank(c, job, 3, 0, 1, 1, argv, env, "a1-l0"));
   ASSERT_TRUE(waitForOutput(ranks[1], "started rank", 20s));
   std::this_thread::sleep_for(1s);
+  long long killed_at = wallMsNow();
   killProcess(ranks[1], SIGKILL);
   ASSERT_TRUE(waitProcess(ranks[1], 10s));
   Proc again = spawnRank(c, job, 3, 1, 2, 0, argv, env, "a0-l1-again");
@@ -163,6 +169,10 @@ TEST(ElasticTest, CrashedTrainerRestartsAndRejoinsWithoutRestartingTheOthers) {
     EXPECT_NE(p->output().find("size 3 step 150"), std::string::npos) << p->output();
   }
   EXPECT_NE(again.output().find("started rank 1 size 3"), std::string::npos) << again.output();
+  long long recovered = wallMsOf(ranks[2].output(), "recovered in");
+  ASSERT_GT(recovered, 0) << ranks[2].output();
+  std::printf("[elastic] trainer restarted: training again %lld ms after the kill (restart at once)\n",
+              recovered - killed_at);
   std::string coord = c.coordinator().output();
   EXPECT_NE(coord.find("without shutting down"), std::string::npos) << coord;
 }
