@@ -157,7 +157,10 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
-  if (generation != job.cross_generation && retiredDoneOnLoop(job, generation, name)) return;
+  // An op of an ended generation (elastic): its buffers are free now. (The
+  // job may have no cross-agent backend in the new generation, so the
+  // generation alone does not tell.)
+  if (!job.retired.empty() && retiredDoneOnLoop(job, generation, name)) return;
   auto pit = job.cross_pending.find(name);
   if (pit == job.cross_pending.end()) return;
   auto p = std::make_shared<Job::CrossPending>(std::move(pit->second));

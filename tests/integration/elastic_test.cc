@@ -117,6 +117,35 @@ TEST(ElasticTest, NodeLostWithMinNpMetTrainingContinuesAndFinishes) {
   EXPECT_NE(coord.find("generation 2 sealed, 2 agents, 2 ranks"), std::string::npos) << coord;
 }
 
+TEST(ElasticTest, NodeLostDownToOneAgentGoesOnWithoutCrossAgentTraffic) {
+  Cluster c(elasticCluster(2));
+  ASSERT_TRUE(c.ok()) << c.error();
+  const std::string job = "el-one";
+  auto env = elasticEnv(2, 4, 20);
+  auto argv = checkArgv(150, 20);
+  std::vector<Proc> ranks;
+  for (int a = 0; a < 2; ++a) {
+    for (int l = 0; l < 2; ++l) {
+      ranks.push_back(spawnRank(c, job, 4, l, 2, a, argv, env, "a" + std::to_string(a) + "-l" + std::to_string(l)));
+    }
+  }
+  std::vector<Proc*> all = {&ranks[0], &ranks[1], &ranks[2], &ranks[3]};
+  ASSERT_TRUE(waitForOutput(ranks[0], "started rank", 20s)) << logsOf(c, 2, all);
+  std::this_thread::sleep_for(1s);
+  killProcess(c.agent(1), SIGKILL);
+  killProcess(ranks[2], SIGKILL);
+  killProcess(ranks[3], SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(waitProcess(ranks[r], 60s)) << logsOf(c, 2, all);
+    EXPECT_EQ(ranks[r].exit_code, 0) << logsOf(c, 2, all);
+    EXPECT_NE(ranks[r].output().find("size 2 step 150"), std::string::npos) << ranks[r].output();
+  }
+  // The agent finished the job cleanly: nothing of generation 1 was left behind.
+  std::string coord = c.coordinator().output();
+  EXPECT_NE(coord.find("generation 2 sealed, 1 agents, 2 ranks"), std::string::npos) << coord;
+  EXPECT_NE(coord.find("job el-one FINISHED (generation 2)"), std::string::npos) << coord;
+}
+
 TEST(ElasticTest, AddedNodeJoinsAtTheNextGeneration) {
   Cluster c(elasticCluster(3));
   ASSERT_TRUE(c.ok()) << c.error();
