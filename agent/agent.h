@@ -113,6 +113,7 @@ class Agent {
   bool retiredDoneOnLoop(Job& job, uint64_t generation, const std::string& name);
   Status elasticAdmitOnLoop(const Job& job, const SubmitDesc& d) const;
   void elasticRankLostOnLoop(Job& job, int local_rank, const std::string& reason);
+  void maybeAdmitAtCommitOnLoop(Job& job, const SubmitDesc& d);
 
   void checkStallsOnLoop();
   Status startRpcServer();

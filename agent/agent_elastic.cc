@@ -13,6 +13,9 @@
 // Between a cross-agent failure (a peer agent died) and the next generation
 // the job is suspended: ops fail at once with MEMBERSHIP_CHANGED instead of
 // failing the job.
+#include <algorithm>
+#include <string_view>
+
 #include "agent/agent.h"
 #include "common/log.h"
 
@@ -97,6 +100,21 @@ Status Agent::elasticAdmitOnLoop(const Job& job, const SubmitDesc& d) const {
                              std::to_string(d.generation) + ": submit it again with the new world");
   }
   return okStatus();
+}
+
+void Agent::maybeAdmitAtCommitOnLoop(Job& job, const SubmitDesc& d) {
+  // kolo.torch.elastic's State.commit() (and C programs that follow the
+  // convention) submit a collective whose name holds this marker.
+  static constexpr std::string_view kCommitMarker = "__kolo.elastic.commit";
+  std::string_view name(d.name, std::min<size_t>(d.name_len, kMaxNameBytes));
+  if (!job.elastic.enabled() || !job.hasWorld() || job.admit_asked_gen == job.world().generation ||
+      name.find(kCommitMarker) == std::string_view::npos) {
+    return;
+  }
+  job.admit_asked_gen = job.world().generation;
+  elasticLog()->info("job {}: commit at generation {}; asking to admit the {} agent(s) waiting to join", job.id(),
+                     job.world().generation, job.waiting_agents);
+  coord_->requestGeneration(job.id(), job.token(), job.localSize(), job.worldSize(), "commit", /*admit=*/true);
 }
 
 void Agent::elasticRankLostOnLoop(Job& job, int local_rank, const std::string& reason) {

@@ -52,6 +52,7 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
     return completeOnLoop(c, d.handle, job.refusal());
   }
   if (Status e = elasticAdmitOnLoop(job, d); !e.isOk()) return completeOnLoop(c, d.handle, e);
+  if (job.waiting_agents > 0) maybeAdmitAtCommitOnLoop(job, d);
   if (!job.ready()) {
     return completeOnLoop(c, d.handle, invalidArgument("job " + job.id() + " has not formed yet: wait for kolo_init"));
   }
@@ -335,6 +336,10 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
     return;
   }
   if (world.state() != coord::RUNNING) return;
+  job.waiting_agents = world.waiting_agent_ids_size();
+  for (const std::string& id : world.waiting_agent_ids()) {
+    if (id == opts_.agent_id) return;  // this agent joins at the job's next commit
+  }
   if (job.hasWorld() && job.world().generation >= world.generation()) return;
   if (job.hasWorld()) beginGenerationOnLoop(job, world.generation(), world.change());
   JobWorld jw;

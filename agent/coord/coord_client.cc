@@ -225,8 +225,8 @@ void CoordClient::stopWatch(const std::string& job_id) {
 }
 
 void CoordClient::requestGeneration(const std::string& job_id, const std::string& token, int local_size,
-                                    int world_size, const std::string& reason) {
-  oneshot_.submit([this, job_id, token, local_size, world_size, reason] {
+                                    int world_size, const std::string& reason, bool admit) {
+  oneshot_.submit([this, job_id, token, local_size, world_size, reason, admit] {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
     prepare(ctx);
@@ -236,7 +236,8 @@ void CoordClient::requestGeneration(const std::string& job_id, const std::string
     req.set_agent_id(self_.agent_id());
     req.set_local_size(local_size);
     req.set_world_size(world_size);
-    req.set_reset(true);
+    req.set_reset(!admit);
+    req.set_admit(admit);
     req.set_reason(reason);
     coord::JoinJobReply rep;
     grpc::Status s = stub_->JoinJob(&ctx, req, &rep);

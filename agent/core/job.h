@@ -150,6 +150,8 @@ class Job {
   ElasticParams elastic;
   Status suspended;
   std::map<std::pair<uint64_t, std::string>, CrossPending> retired;
+  int waiting_agents = 0;         // agents waiting to join at the next commit
+  uint64_t admit_asked_gen = 0;   // the generation whose commit already asked to admit them
 
   int executing = 0;       // collectives handed to executors, not yet complete
   bool coordinator_joined = false;

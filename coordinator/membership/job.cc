@@ -84,6 +84,7 @@ coord::World worldOf(const Job& job, const AgentRegistry& agents) {
   w.set_min_size(job.min_size);
   w.set_max_size(job.max_size);
   w.set_change(job.change);
+  for (const JobMember& m : job.waiting) w.add_waiting_agent_ids(m.agent_id);
   return w;
 }
 

@@ -39,6 +39,10 @@ struct Job {
   std::string change;               // what sealed the current generation
   int64_t below_min_since_ms = -1;  // steady ms since the job has < min_size ranks (-1: not)
   int64_t below_min_wall_ms = -1;   // the same on the wall clock (journaled)
+  // Agents that joined the RUNNING elastic job, admitted at its next commit
+  // (or kAdmitWithoutCommitMs after the first one came).
+  std::vector<JobMember> waiting;
+  int64_t waiting_since_ms = -1;  // steady (not journaled: a restart starts the wait again)
 
   bool ended() const { return state == coord::FAILED || state == coord::FINISHED; }
   bool active() const { return state == coord::FORMING || state == coord::RUNNING; }

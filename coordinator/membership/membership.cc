@@ -165,6 +165,10 @@ grpc::Status Membership::leaveJob(const coord::LeaveJobRequest& req, Changes* ch
   }
   Job& job = it->second;
   JobMember* m = job.findMember(req.agent_id());
+  if (m == nullptr && dropWaiting(job, req.agent_id(), "it left" + (req.reason().empty() ? "" : ": " + req.reason()))) {
+    changes->worlds.push_back(worldOf(job, agents_));
+    return grpc::Status::OK;
+  }
   if (m == nullptr) {
     return error(
         grpc::StatusCode::NOT_FOUND,
@@ -214,6 +218,10 @@ void Membership::expireLeases(Changes* changes) {
     log::get("coord")->warn("agent {} (host {}) lost: no heartbeat for {} ms (lease {} ms)",
                             info.agent_id(), info.hostname(), lost.silent_ms, options_.lease_ms);
     for (auto& [id, job] : jobs_) {
+      if (dropWaiting(job, info.agent_id(), "its lease ran out")) {
+        changes->worlds.push_back(worldOf(job, agents_));
+        continue;
+      }
       const JobMember* m = job.findMember(info.agent_id());
       if (m == nullptr || m->left || !job.active()) continue;
       if (job.state == coord::RUNNING && job.elastic()) {
@@ -235,6 +243,26 @@ grpc::Status Membership::joinElastic(Job& job, const coord::JoinJobRequest& req,
                                      const AgentRecord& agent, Changes* changes) {
   const std::string& agent_id = req.agent_id();
   JobMember* m = job.findMember(agent_id);
+  auto waiting = std::find_if(job.waiting.begin(), job.waiting.end(),
+                              [&](const JobMember& x) { return x.agent_id == agent_id; });
+  if (req.admit()) {
+    if (m == nullptr || m->left) {
+      return error(grpc::StatusCode::FAILED_PRECONDITION,
+                   fmt::format("job {}: agent {} reported a commit but is not a member", job.id,
+                               agent_id));
+    }
+    if (!job.waiting.empty()) {
+      changes->touched_jobs.push_back(job.id);
+      resealOrWait(job, "admitted at a commit", changes);
+    }
+    return grpc::Status::OK;
+  }
+  if (waiting != job.waiting.end() && !req.reset()) {
+    if (waiting->local_size == req.local_size()) return grpc::Status::OK;  // a retried join
+    return error(grpc::StatusCode::INVALID_ARGUMENT,
+                 fmt::format("job {}: agent {} joined with {} ranks and now asks for {}", job.id,
+                             agent_id, waiting->local_size, req.local_size()));
+  }
   if (req.reset()) {
     if (m == nullptr || m->left) {
       return error(grpc::StatusCode::FAILED_PRECONDITION,
@@ -259,6 +287,7 @@ grpc::Status Membership::joinElastic(Job& job, const coord::JoinJobRequest& req,
   for (const JobMember& x : job.members) {
     if (x.agent_id != agent_id) others += x.local_size;
   }
+  for (const JobMember& x : job.waiting) others += x.local_size;
   if (job.max_size > 0 && others + req.local_size() > job.max_size) {
     return error(grpc::StatusCode::FAILED_PRECONDITION,
                  fmt::format("job {}: agent {} with {} ranks would bring the elastic job to {} "
@@ -267,15 +296,35 @@ grpc::Status Membership::joinElastic(Job& job, const coord::JoinJobRequest& req,
                              job.max_size));
   }
   std::erase_if(job.members, [&](const JobMember& x) { return x.agent_id == agent_id; });
-  job.members.push_back({agent_id, agent.info, req.local_size(), false});
   changes->touched_jobs.push_back(job.id);
-  log::get("coord")->info("job {}: agent {} joined the running elastic job with {} ranks", job.id,
-                          agent_id, req.local_size());
-  resealOrWait(job,
-               fmt::format("agent {} (host {}) joined with {} ranks", agent_id,
-                           agent.info.hostname(), req.local_size()),
-               changes);
+  if (job.below_min_since_ms >= 0) {  // the job is waiting for ranks: no commit to wait for
+    job.members.push_back({agent_id, agent.info, req.local_size(), false});
+    log::get("coord")->info("job {}: agent {} joined the elastic job below --min-np with {} ranks",
+                            job.id, agent_id, req.local_size());
+    resealOrWait(job,
+                 fmt::format("agent {} (host {}) joined with {} ranks", agent_id,
+                             agent.info.hostname(), req.local_size()),
+                 changes);
+    return grpc::Status::OK;
+  }
+  // Admitted at the job's next commit (or kAdmitWithoutCommitMs): the
+  // running step is not interrupted (Horovod's "hosts updated at commit").
+  job.waiting.push_back({agent_id, agent.info, req.local_size(), false});
+  if (job.waiting_since_ms < 0) job.waiting_since_ms = clock_->steadyMs();
+  log::get("coord")->info("job {}: agent {} waits with {} ranks to join at the next commit",
+                          job.id, agent_id, req.local_size());
+  changes->worlds.push_back(worldOf(job, agents_));  // tells the agents someone waits
   return grpc::Status::OK;
+}
+
+bool Membership::dropWaiting(Job& job, const std::string& agent_id, const std::string& why) {
+  auto it = std::find_if(job.waiting.begin(), job.waiting.end(),
+                         [&](const JobMember& x) { return x.agent_id == agent_id; });
+  if (it == job.waiting.end()) return false;
+  job.waiting.erase(it);
+  if (job.waiting.empty()) job.waiting_since_ms = -1;
+  log::get("coord")->warn("job {}: agent {} no longer waits to join: {}", job.id, agent_id, why);
+  return true;
 }
 
 void Membership::dropElasticMember(Job& job, const std::string& agent_id, std::string why,
@@ -288,6 +337,15 @@ void Membership::dropElasticMember(Job& job, const std::string& agent_id, std::s
 }
 
 void Membership::resealOrWait(Job& job, std::string change, Changes* changes) {
+  // Whatever seals the next generation admits the agents waiting to join.
+  for (JobMember& w : job.waiting) {
+    change += fmt::format("; agent {} (host {}) joined with {} ranks", w.agent_id,
+                          w.info.hostname(), w.local_size);
+    job.members.push_back(std::move(w));
+  }
+  job.waiting.clear();
+  job.waiting_since_ms = -1;
+  if (change.rfind("admitted at a commit; ", 0) == 0) change = change.substr(22) + " (at a commit)";
   if (job.joinedRanks() >= job.min_size) {
     resealJob(job, agents_, std::move(change));
     log::get("coord")->info("job {}: generation {} sealed, {} agents, {} ranks ({})", job.id,
@@ -308,6 +366,11 @@ void Membership::resealOrWait(Job& job, std::string change, Changes* changes) {
 void Membership::checkElasticTimeouts(Changes* changes) {
   int64_t now = clock_->steadyMs();
   for (auto& [id, job] : jobs_) {
+    if (job.state == coord::RUNNING && !job.waiting.empty() && job.waiting_since_ms >= 0 &&
+        now - job.waiting_since_ms >= kAdmitWithoutCommitMs) {
+      changes->touched_jobs.push_back(id);
+      resealOrWait(job, fmt::format("no commit within {} s", kAdmitWithoutCommitMs / 1000), changes);
+    }
     if (job.state != coord::RUNNING || !job.elastic() || job.below_min_since_ms < 0) continue;
     if (now - job.below_min_since_ms < job.elastic_timeout_ms) continue;
     int32_t left = job.joinedRanks();
@@ -397,6 +460,14 @@ void Membership::restoreJob(Job job) {
       job.below_min_since_ms = clock_->steadyMs() - waited;
     } else {
       job.below_min_since_ms = -1;
+    }
+    job.waiting_since_ms = job.waiting.empty() ? -1 : clock_->steadyMs();
+    for (const JobMember& m : job.waiting) {
+      if (agents_.find(m.agent_id) == nullptr) {
+        coord::AgentInfo info = m.info;
+        info.set_agent_id(m.agent_id);
+        agents_.upsert(info);
+      }
     }
     for (const JobMember& m : job.members) {
       if (!m.left && agents_.find(m.agent_id) == nullptr) {

@@ -20,6 +20,9 @@
 namespace kolo::coordinator {
 
 constexpr int64_t kDefaultElasticTimeoutMs = 600 * 1000;
+// An agent that joins a RUNNING elastic job is admitted at the job's next
+// commit, or this long after it came when no commit is reported.
+constexpr int64_t kAdmitWithoutCommitMs = 10 * 1000;
 
 struct MembershipOptions {
   int64_t lease_ms = 5000;
@@ -95,6 +98,8 @@ class Membership {
   // Seals the next generation when the members have at least min_size
   // ranks, else starts (or keeps) the wait for agents to join.
   void resealOrWait(Job& job, std::string change, Changes* changes);
+  // Removes a waiting agent; false if it was not waiting.
+  bool dropWaiting(Job& job, const std::string& agent_id, const std::string& why);
 
   MembershipOptions options_;
   const Clock* clock_;

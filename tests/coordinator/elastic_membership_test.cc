@@ -155,26 +155,80 @@ TEST_F(ElasticMembershipTest, AnAgentThatJoinsInTimeRescuesTheJob) {
   EXPECT_EQ(m_.findJob("job")->state, coord::RUNNING);
 }
 
-TEST_F(ElasticMembershipTest, NewAgentsAreAdmittedUpToMaxSize) {
+TEST_F(ElasticMembershipTest, NewAgentsWaitForTheNextCommitUpToMaxSize) {
   startThree(/*min=*/2, /*max=*/5);
   registerAgent("d", "host-0");  // sorts first: the ranks move
   ASSERT_TRUE(join("d", 1, 4, 2, 5).ok());
   Changes c = takeChanges();
-  ASSERT_EQ(c.worlds.size(), 1u);
-  EXPECT_EQ(c.worlds[0].generation(), 2u);
-  EXPECT_EQ(c.worlds[0].world_size(), 5);
-  EXPECT_EQ(layout(c.worlds[0]), "d:0/0,a:1/1,b:3/2,c:4/3");
-  // A retried join of a member changes nothing.
+  ASSERT_EQ(c.worlds.size(), 1u) << "the agents learn that d waits";
+  EXPECT_EQ(c.worlds[0].generation(), 1u);
+  ASSERT_EQ(c.worlds[0].waiting_agent_ids_size(), 1);
+  EXPECT_EQ(c.worlds[0].waiting_agent_ids(0), "d");
+  EXPECT_EQ(layout(c.worlds[0]), "a:0/0,b:2/1,c:3/2");
+  // A retried join of the waiting agent changes nothing; e would pass --max-np.
   ASSERT_TRUE(join("d", 1, 4, 2, 5).ok());
   EXPECT_TRUE(takeChanges().worlds.empty());
-
   registerAgent("e", "host-e");
   grpc::Status st = join("e", 1, 4, 2, 5);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(st.error_message(),
             "job job: agent e with 1 ranks would bring the elastic job to 6 ranks, more than its "
             "--max-np 5");
+
+  // A member reaches a commit: d is admitted as generation 2.
+  coord::JoinJobRequest commit;
+  commit.set_job_id("job");
+  commit.set_token("secret");
+  commit.set_agent_id("b");
+  commit.set_local_size(1);
+  commit.set_world_size(4);
+  commit.set_admit(true);
+  ASSERT_TRUE(m_.joinJob(commit, &changes_).ok());
+  c = takeChanges();
+  ASSERT_EQ(c.worlds.size(), 1u);
+  EXPECT_EQ(c.worlds[0].generation(), 2u);
+  EXPECT_EQ(c.worlds[0].world_size(), 5);
+  EXPECT_EQ(c.worlds[0].waiting_agent_ids_size(), 0);
+  EXPECT_EQ(layout(c.worlds[0]), "d:0/0,a:1/1,b:3/2,c:4/3");
+  EXPECT_EQ(c.worlds[0].change(), "agent d (host host-0) joined with 1 ranks (at a commit)");
+  // The other agents' reports of the same commit change nothing.
+  commit.set_agent_id("c");
+  ASSERT_TRUE(m_.joinJob(commit, &changes_).ok());
   EXPECT_TRUE(takeChanges().worlds.empty());
+}
+
+TEST_F(ElasticMembershipTest, AWaitingAgentIsAdmittedWithoutACommitAfterTenSeconds) {
+  startThree(/*min=*/2, /*max=*/8);
+  registerAgent("d", "host-d");
+  ASSERT_TRUE(join("d", 1, 4).ok());
+  takeChanges();
+  clock_.advance(kAdmitWithoutCommitMs - 1);
+  beat({"a", "b", "c", "d"});
+  m_.checkElasticTimeouts(&changes_);
+  EXPECT_TRUE(takeChanges().worlds.empty());
+  clock_.advance(1);
+  m_.checkElasticTimeouts(&changes_);
+  Changes c = takeChanges();
+  ASSERT_EQ(c.worlds.size(), 1u);
+  EXPECT_EQ(c.worlds[0].generation(), 2u);
+  EXPECT_EQ(c.worlds[0].change(), "no commit within 10 s; agent d (host host-d) joined with 1 ranks");
+
+  // A waiting agent that is lost is forgotten; one waiting when a member is
+  // lost joins with that generation.
+  registerAgent("e", "host-e");
+  registerAgent("f", "host-f");
+  ASSERT_TRUE(join("e", 1, 4).ok());
+  ASSERT_TRUE(join("f", 1, 4).ok());
+  takeChanges();
+  clock_.advance(5000);
+  beat({"a", "b", "c", "f"});
+  m_.expireLeases(&changes_);  // d and e are lost
+  c = takeChanges();
+  ASSERT_FALSE(c.worlds.empty());
+  const coord::World& last = c.worlds.back();
+  EXPECT_EQ(last.waiting_agent_ids_size(), 0);
+  EXPECT_EQ(layout(last), "a:0/0,b:2/1,c:3/2,f:4/3") << "f joined; d and e are gone";
+  EXPECT_EQ(m_.findJob("job")->waiting.size(), 0u);
 }
 
 TEST_F(ElasticMembershipTest, ResetSealsTheSameMembersAgain) {

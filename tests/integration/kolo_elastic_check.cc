@@ -12,7 +12,9 @@
 // step and w are broadcast from rank 0 (a newcomer starts from zeros and
 // adopts rank 0's). Any other error ends the rank with exit 3 and the
 // error text. At the end: "elastic ok rank R size S step N" (w checked),
-// and one "recovered ... ms" line per membership change seen.
+// and one "recovered ... ms" line per membership change seen. Every 10
+// steps it "commits": a one-element allreduce named __kolo.elastic.commit,
+// where agents waiting to join the job are admitted.
 //
 // ELASTIC_CRASH_ONCE=FILE (with ELASTIC_CRASH_RANK=R, default 1): rank R
 // removes FILE and aborts at step 30 if FILE exists (a trainer crash that
@@ -129,6 +131,22 @@ int main(int argc, char** argv) {
     }
     for (int i = 0; i < kLen; ++i) w[i] += i + 1;
     ++step;
+    if (step % 10 == 0) {
+      // A commit point (kolo.torch.elastic's convention): agents waiting
+      // to join are admitted here, between steps.
+      float one_f = 0;
+      st = kolo_allreduce("__kolo.elastic.commit", &one_f, &one_f, 1, one, KOLO_FLOAT32, KOLO_SUM, 1.0, 1.0);
+      if (st == KOLO_ERR_MEMBERSHIP_CHANGED) {
+        if (!changed) changed_at = Clock::now();
+        changed = true;
+        std::printf("membership changed at commit %lld (wall_ms %lld): %s\n", static_cast<long long>(step), wallMs(),
+                    kolo_last_error());
+        std::fflush(stdout);
+        need_sync = true;
+        continue;
+      }
+      if (st != KOLO_OK) die("commit", st);
+    }
     if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
   }
   std::printf("elastic ok rank %d size %d step %lld\n", kolo_rank(), kolo_size(), static_cast<long long>(step));
