@@ -19,9 +19,10 @@
 Run it with ``kolorun -np N --min-np M [--max-np K] [--host-discovery-script
 S] python train.py`` (docs/elastic.md).
 
-When the job's membership changes (a node is lost, added, or a trainer
-restarted), the coordinator seals a new generation and every collective of
-the old one fails with KOLO_ERR_MEMBERSHIP_CHANGED. ``run`` catches it,
+When the job's membership changes (a node is lost, or a trainer restarted;
+an added node is admitted at the next ``commit()``), the coordinator seals a
+new generation and every collective of the old one fails with
+KOLO_ERR_MEMBERSHIP_CHANGED. ``run`` catches it,
 restores the state of the last ``commit()`` (the steps since are lost), runs
 the reset callbacks and syncs the state from rank 0 of the new generation,
 then calls the function again. ``HostsUpdatedInterrupt`` (raised by
@@ -99,8 +100,11 @@ class State:
 
     def check_host_updates(self):
         """A zero-cost check of the world this rank sees, then a one-element
-        allreduce that fails with MEMBERSHIP_CHANGED when a new generation
-        was sealed since the last sync: both mean HostsUpdatedInterrupt."""
+        allreduce named __kolo.elastic.commit: the agents admit the hosts
+        waiting to join at it (the next collective then fails with
+        MEMBERSHIP_CHANGED), and it fails with MEMBERSHIP_CHANGED itself
+        when a new generation was sealed since the last sync. A changed world
+        or that failure mean HostsUpdatedInterrupt."""
         if self._world is not None and (basics.rank(), basics.size()) != self._world:
             raise HostsUpdatedInterrupt()
         try:
