@@ -321,7 +321,7 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
   if (auto it = jobs_.find(h.job_id()); it != jobs_.end()) {
     job = it->second.get();
     if (job->token() != h.token()) return refuseOnLoop(c, permissionDenied("wrong token for job " + h.job_id()));
-    if (job->localSize() != h.local_size() || job->worldSize() != h.world_size()) {
+    if (job->localSize() != h.local_size() || (!job->elastic.enabled() && job->worldSize() != h.world_size())) {
       return refuseOnLoop(c, invalidArgument(
           "job " + h.job_id() + " has local size " + std::to_string(job->localSize()) + " and world size " +
           std::to_string(job->worldSize()) + " on this agent, but this trainer says " +
@@ -331,12 +331,13 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
       return refuseOnLoop(c, Status(job->failure().code(), "job " + h.job_id() + " can no longer be joined: " +
                                                                 job->failure().message()));
     }
-    if (job->everConnected(h.local_rank())) {
+    if (job->everConnected(h.local_rank()) && (!job->elastic.enabled() || job->client(h.local_rank()) != nullptr)) {
       return refuseOnLoop(c, invalidArgument("local rank " + std::to_string(h.local_rank()) + " of job " +
                                             h.job_id() + " is already taken"));
     }
   } else {
     auto j = std::make_unique<Job>(h.job_id(), h.token(), h.world_size(), h.local_size());
+    j->elastic = ElasticParams{h.min_size(), h.max_size(), h.elastic_timeout_ms()};
     job = j.get();
     jobs_[h.job_id()] = std::move(j);
     created = true;
@@ -370,7 +371,8 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
   if (created) {
     std::string job_id = h.job_id();
     coord_->joinAndWatch(job_id, h.token(), h.local_size(), h.world_size(),
-                         [this, job_id](StatusOr<coord::World> w) { onWorldOnLoop(job_id, std::move(w)); });
+                         [this, job_id](StatusOr<coord::World> w) { onWorldOnLoop(job_id, std::move(w)); },
+                         job->elastic);
     job->coordinator_joined = true;
   }
   maybeSendWorldOnLoop(*job);
@@ -422,7 +424,11 @@ void Agent::dropClientOnLoop(uint64_t conn_id, const std::string& why) {
     std::string reason = "rank " + std::to_string(rank) + " (pid " + std::to_string(c->pid()) + ") on " +
                          opts_.hostname + " " + why + " without shutting down: it exited, crashed or was killed";
     ipcLog()->warn("job {}: {}", job.id(), reason);
-    failJobOnLoop(job, peerFailure(reason), true);
+    if (job.elastic.enabled() && job.state() == JobState::kRunning && job.connectedClients() > 0) {
+      elasticRankLostOnLoop(job, c->local_rank, reason);  // the others wait for it to restart
+    } else {
+      failJobOnLoop(job, peerFailure(reason), true);  // elastic: the coordinator drops this agent
+    }
   }
   maybeRemoveJobOnLoop(job.id());
 }

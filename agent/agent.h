@@ -106,6 +106,15 @@ class Agent {
   void executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<uint64_t> handles);
   void onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, const std::string& name, Status st);
 
+  // Elastic jobs (agent_elastic.cc).
+  void beginGenerationOnLoop(Job& job, uint64_t generation, const std::string& change);
+  void suspendOnLoop(Job& job, const Status& why);
+  void failInFlightOnLoop(Job& job, const Status& st);
+  bool retiredDoneOnLoop(Job& job, uint64_t generation, const std::string& name);
+  Status elasticAdmitOnLoop(const Job& job, const SubmitDesc& d) const;
+  void elasticRankLostOnLoop(Job& job, int local_rank, const std::string& reason);
+  void maybeAdmitAtCommitOnLoop(Job& job, const SubmitDesc& d);
+
   void checkStallsOnLoop();
   Status startRpcServer();
   Status writeReadyFile();

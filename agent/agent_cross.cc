@@ -50,7 +50,9 @@ void Agent::startCrossOnLoop(Job& job) {
       if (it == jobs_.end() || it->second->cross_generation != gen) return;
       Job& job = *it->second;
       if (!made->isOk()) {
-        failJobOnLoop(job, made->status().withContext("job " + job_id + ": cannot connect the agents"), true);
+        Status st = made->status().withContext("job " + job_id + ": cannot connect the agents");
+        if (job.elastic.enabled()) return suspendOnLoop(job, st);  // the next generation may do better
+        failJobOnLoop(job, st, true);
         return;
       }
       if (job.state() == JobState::kFailed) return;
@@ -155,6 +157,10 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
+  // An op of an ended generation (elastic): its buffers are free now. (The
+  // job may have no cross-agent backend in the new generation, so the
+  // generation alone does not tell.)
+  if (!job.retired.empty() && retiredDoneOnLoop(job, generation, name)) return;
   auto pit = job.cross_pending.find(name);
   if (pit == job.cross_pending.end()) return;
   auto p = std::make_shared<Job::CrossPending>(std::move(pit->second));
@@ -163,7 +169,13 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
   if (p->collective == CollectiveType::kJoin) {
     timeline_->activityEnd(name);
     timeline_->opEnd(name, p->dtype, {});
-    if (!st.isOk() && (st.code() == Code::kPeerFailure || st.code() == Code::kTimedOut)) failJobOnLoop(job, st, true);
+    if (!st.isOk() && (st.code() == Code::kPeerFailure || st.code() == Code::kTimedOut)) {
+      if (job.elastic.enabled()) {
+        suspendOnLoop(job, st);
+      } else {
+        failJobOnLoop(job, st, true);
+      }
+    }
     onCrossJoinDoneOnLoop(job, *p, job.state() == JobState::kFailed ? job.failure() : st);
     maybeRemoveJobOnLoop(job_id);
     return;
@@ -178,7 +190,12 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
         if (r < job.world().agents.size()) msg = "lost node " + job.world().agents[r] + ": " + msg;
       }
       st = Status(Code::kPeerFailure, "job " + job_id + ": " + msg);
-      failJobOnLoop(job, st, true);
+      if (job.elastic.enabled()) {
+        suspendOnLoop(job, st);
+        st = job.suspended;
+      } else {
+        failJobOnLoop(job, st, true);
+      }
     }
     timeline_->opEnd(name, p->dtype, {});
     finishOnLoop(job_id, p->handles, 0, job.state() == JobState::kFailed ? job.failure() : st, p->report_dtype, {},

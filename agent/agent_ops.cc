@@ -51,6 +51,8 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   if (job.state() == JobState::kFailed || job.state() == JobState::kEnding) {
     return completeOnLoop(c, d.handle, job.refusal());
   }
+  if (Status e = elasticAdmitOnLoop(job, d); !e.isOk()) return completeOnLoop(c, d.handle, e);
+  if (job.waiting_agents > 0) maybeAdmitAtCommitOnLoop(job, d);
   if (!job.ready()) {
     return completeOnLoop(c, d.handle, invalidArgument("job " + job.id() + " has not formed yet: wait for kolo_init"));
   }
@@ -334,7 +336,12 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
     return;
   }
   if (world.state() != coord::RUNNING) return;
-  if (job.hasWorld() && job.world().generation == world.generation()) return;
+  job.waiting_agents = world.waiting_agent_ids_size();
+  for (const std::string& id : world.waiting_agent_ids()) {
+    if (id == opts_.agent_id) return;  // this agent joins at the job's next commit
+  }
+  if (job.hasWorld() && job.world().generation >= world.generation()) return;
+  if (job.hasWorld()) beginGenerationOnLoop(job, world.generation(), world.change());
   JobWorld jw;
   jw.generation = world.generation();
   jw.world_size = world.world_size();
@@ -351,6 +358,12 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
     }
   }
   if (!found) {
+    if (job.elastic.enabled()) {  // dropped (its lease ran out while it was stopped, say)
+      failJobOnLoop(job, peerFailure("job " + job_id + " went on to generation " + std::to_string(jw.generation) +
+                                     " without this agent (" + world.change() + ")"), false);
+      job.coordinator_left = true;
+      return;
+    }
     failJobOnLoop(job, internalError("the coordinator's World for job " + job_id + " does not list this agent"), true);
     return;
   }

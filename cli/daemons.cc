@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <deque>
@@ -102,6 +103,7 @@ Status EmbeddedDaemons::start(const std::function<bool()>& cancelled) {
   std::string ready = dir_ + "/coordinator.ready";
   coordinator_log_ = dir_ + "/coordinator.log";
   std::vector<std::string> argv = {opts_.coordinator_bin, "--listen", "127.0.0.1:0", "--ready-file", ready};
+  argv.insert(argv.end(), opts_.coordinator_args.begin(), opts_.coordinator_args.end());
   if (!opts_.log_level.empty()) {
     argv.push_back("--log-level");
     argv.push_back(opts_.log_level);
@@ -116,33 +118,70 @@ Status EmbeddedDaemons::start(const std::function<bool()>& cancelled) {
   coordinator_address_ = *readReadyFile(ready);
 
   std::vector<std::tuple<std::string, int, std::string, std::string>> waits;
-  for (int i = 0; i < opts_.num_agents; ++i) {
-    EmbeddedAgent a;
-    a.id = embeddedAgentId(i, opts_.num_agents);
-    std::string base = dir_ + "/agent-" + std::to_string(i);
-    a.socket = base + ".sock";
-    a.ready_file = base + ".ready";
-    a.log_path = base + ".log";
-    argv = {opts_.agent_bin, "--socket", a.socket, "--coordinator", coordinator_address_,
-            "--rpc-listen", "127.0.0.1:0", "--ready-file", a.ready_file, "--agent-id", a.id,
-            // Several agents (and maybe a system agent) share this machine: no fixed port.
-            "--metrics-listen", "127.0.0.1:0"};
-    if (!opts_.log_level.empty()) {
-      argv.push_back("--log-level");
-      argv.push_back(opts_.log_level);
-    }
-    auto env = opts_.agent_env;
-    for (auto& kv : privateAgentEnv()) env.push_back(kv);
-    auto c = spawnDaemon(a.id, argv, std::move(env), a.log_path);
-    RETURN_IF_ERROR(c.status());
-    a.child = *c;
-    waits.emplace_back("kolo-agent " + a.id, a.child, a.ready_file, a.log_path);
-    agents_.push_back(std::move(a));
+  const int n = opts_.agent_ids.empty() ? opts_.num_agents : static_cast<int>(opts_.agent_ids.size());
+  for (int i = 0; i < n; ++i) {
+    ASSIGN_OR_RETURN(EmbeddedAgent * a,
+                     spawnAgent(opts_.agent_ids.empty() ? embeddedAgentId(i, opts_.num_agents) : opts_.agent_ids[i]));
+    waits.emplace_back("kolo-agent " + a->id, a->child, a->ready_file, a->log_path);
   }
   RETURN_IF_ERROR(waitReady(waits, cancelled));
   for (auto& a : agents_) a.rpc_address = *readReadyFile(a.ready_file);
   return okStatus();
 }
+
+StatusOr<EmbeddedAgent*> EmbeddedDaemons::spawnAgent(const std::string& id) {
+  EmbeddedAgent a;
+  a.id = id;
+  std::string base = dir_ + "/agent-" + std::to_string(next_agent_++);
+  a.socket = base + ".sock";
+  a.ready_file = base + ".ready";
+  a.log_path = base + ".log";
+  std::vector<std::string> argv = {opts_.agent_bin, "--socket", a.socket, "--coordinator", coordinator_address_,
+                                   "--rpc-listen", "127.0.0.1:0", "--ready-file", a.ready_file, "--agent-id", a.id,
+                                   // Several agents (and maybe a system agent) share this machine: no fixed port.
+                                   "--metrics-listen", "127.0.0.1:0"};
+  if (opts_.elastic) {  // each agent stands for one host: the coordinator orders agents by it
+    argv.push_back("--hostname");
+    argv.push_back(a.id);
+  }
+  if (!opts_.log_level.empty()) {
+    argv.push_back("--log-level");
+    argv.push_back(opts_.log_level);
+  }
+  auto env = opts_.agent_env;
+  for (auto& kv : privateAgentEnv()) env.push_back(kv);
+  auto c = spawnDaemon(a.id, argv, std::move(env), a.log_path);
+  RETURN_IF_ERROR(c.status());
+  a.child = *c;
+  agents_.push_back(std::move(a));
+  return &agents_.back();
+}
+
+StatusOr<EmbeddedAgent> EmbeddedDaemons::addAgent(const std::string& id, const std::function<bool()>& cancelled) {
+  ASSIGN_OR_RETURN(EmbeddedAgent * a, spawnAgent(id));
+  std::string label = "kolo-agent " + id;
+  int child = a->child;
+  std::string ready = a->ready_file, log = a->log_path;
+  RETURN_IF_ERROR(waitReady({{label, child, ready, log}}, cancelled));
+  for (auto& x : agents_) {
+    if (x.child == child) {
+      x.rpc_address = *readReadyFile(x.ready_file);
+      return x;
+    }
+  }
+  return internalError("agent " + id + " vanished");
+}
+
+void EmbeddedDaemons::stopAgent(const std::string& id) {
+  std::vector<int> ids;
+  for (auto& a : agents_) {
+    if (a.id == id && sup_.running(a.child)) ids.push_back(a.child);
+  }
+  stopped_agents_.push_back(id);
+  stopChildren(ids);
+}
+
+std::vector<std::string> EmbeddedDaemons::takeLostAgents() { return std::exchange(lost_agents_, {}); }
 
 EmbeddedDaemons::~EmbeddedDaemons() { stop(); }
 
@@ -269,6 +308,16 @@ Status EmbeddedDaemons::waitReady(
 void EmbeddedDaemons::onDaemonExit(const std::string& program, const std::string& log_path,
                                    const ExitInfo& info) {
   if (stopping_) return;
+  const std::string agent_prefix = "kolo-agent ";
+  if (opts_.elastic && program.rfind(agent_prefix, 0) == 0) {
+    std::string id = program.substr(agent_prefix.size());
+    if (std::find(stopped_agents_.begin(), stopped_agents_.end(), id) != stopped_agents_.end()) return;
+    keep_logs_ = true;
+    lost_agents_.push_back(id);
+    writeAll(STDERR_FILENO, "kolorun: " + program + " " + info.describe() + "; the elastic job goes on without it (" +
+                                log_path + ")\n");
+    return;
+  }
   keep_logs_ = true;
   if (failure_) return;  // the first failure is the one to report
   failure_ = program + " " + info.describe() + " unexpectedly; the end of its log (" + log_path + "):\n" +

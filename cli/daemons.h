@@ -39,6 +39,12 @@ struct EmbeddedOptions {
   std::chrono::milliseconds stop_grace{5000};
   // Environment for the agents (the tuning knobs as KOLO_*).
   std::vector<std::pair<std::string, std::string>> agent_env;
+  // Elastic jobs (docs/elastic.md): extra coordinator flags, agent ids to
+  // start instead of node<i> (one per host), and an agent that exits is
+  // reported through lostAgents() instead of being a failure.
+  std::vector<std::string> coordinator_args;
+  std::vector<std::string> agent_ids;
+  bool elastic = false;
 };
 
 struct EmbeddedAgent {
@@ -59,6 +65,12 @@ class EmbeddedDaemons {
   // polled while waiting (kolorun got SIGINT/SIGTERM): the start is then
   // abandoned with Code::kAborted. On error, call stop().
   Status start(const std::function<bool()>& cancelled);
+  // Elastic: starts one more agent (waits until it is ready) / stops one
+  // (SIGTERM, then SIGKILL after stop_grace); a stopped agent is not lost.
+  StatusOr<EmbeddedAgent> addAgent(const std::string& id, const std::function<bool()>& cancelled);
+  void stopAgent(const std::string& id);
+  // Elastic: ids of the agents that exited on their own, since the last call.
+  std::vector<std::string> takeLostAgents();
   ~EmbeddedDaemons();
   EmbeddedDaemons(const EmbeddedDaemons&) = delete;
   EmbeddedDaemons& operator=(const EmbeddedDaemons&) = delete;
@@ -86,6 +98,8 @@ class EmbeddedDaemons {
                    const std::function<bool()>& cancelled);
   void stopChildren(const std::vector<int>& ids);
   void onDaemonExit(const std::string& label, const std::string& log_path, const ExitInfo& info);
+  // Spawns agent `id` (paths DIR/agent-<n>.*); appended to agents_.
+  StatusOr<EmbeddedAgent*> spawnAgent(const std::string& id);
 
   Supervisor& sup_;
   EmbeddedOptions opts_;
@@ -100,6 +114,9 @@ class EmbeddedDaemons {
   bool stopped_ = false;
   bool keep_logs_ = false;
   std::optional<std::string> failure_;
+  int next_agent_ = 0;
+  std::vector<std::string> stopped_agents_;  // elastic: stopped on purpose
+  std::vector<std::string> lost_agents_;     // elastic: exited on their own
 };
 
 // Environment that turns off, for the private daemons, the TLS and token

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/elastic_runner.h"
 #include "cli/job_runner.h"
 #include "cli/kolorun_options.h"
 #include "common/log.h"
@@ -28,5 +29,6 @@ int main(int argc, char** argv) {
   }
   kolo::log::init("kolorun", opts->log_level);
   kolo::log::setThreadName("kolorun");
+  if (opts->elastic()) return kolo::cli::ElasticRunner(std::move(opts.value())).run();
   return kolo::cli::JobRunner(std::move(opts.value())).run();
 }

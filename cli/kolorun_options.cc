@@ -38,6 +38,19 @@ void defineOptions(CLI::App& app, KolorunOptions& o) {
   app.add_option("--timeline-filename", o.timeline_filename, "Write a Chrome-trace timeline to this file");
   app.add_flag("--autotune", o.autotune, "Embedded agents tune the fusion threshold and algorithm switch point of multi-agent jobs (KOLO_AUTOTUNE)");
   app.add_option("--output-filename", o.output_filename, "Also write each rank's output to DIR/rank.N");
+  app.add_option("--min-np", o.min_np, "Elastic: the job goes on while it has at least this many ranks")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-np", o.max_np, "Elastic: the most ranks the job admits as hosts are added")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--host-discovery-script", o.host_discovery_script,
+                 "Elastic: a program printing the current hosts as \"host:slots\" lines (polled every second; "
+                 "each host is one embedded agent on this machine)");
+  app.add_option("--elastic-timeout", o.elastic_timeout_s,
+                 "Elastic: seconds the job waits below --min-np for hosts before it fails (default 600)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-restarts", o.max_restarts,
+                 "Elastic: times a crashed rank is restarted before the job fails (default 3)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 }  // namespace
@@ -105,6 +118,21 @@ StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
   if (o.agents > 1 && (!o.hosts.empty() || !o.hostfile.empty())) {
     return invalidArgument("--agents is for embedded agents on this machine; it cannot be combined "
                            "with -H/--hosts or --hostfile");
+  }
+  if (o.elastic()) {
+    if (o.min_np == 0) o.min_np = o.np;
+    if (!o.hosts.empty() || !o.hostfile.empty()) {
+      return invalidArgument("elastic jobs (--min-np, --host-discovery-script) run on embedded agents on this "
+                             "machine: give hosts with --host-discovery-script, not -H/--hostfile");
+    }
+    if (o.min_np > o.np) {
+      return invalidArgument("--min-np " + std::to_string(o.min_np) + " is more than -np " + std::to_string(o.np));
+    }
+    if (o.max_np != 0 && o.max_np < o.np) {
+      return invalidArgument("--max-np " + std::to_string(o.max_np) + " is less than -np " + std::to_string(o.np));
+    }
+  } else if (o.max_np != 0) {
+    return invalidArgument("--max-np needs an elastic job: give --min-np or --host-discovery-script");
   }
   if (o.agents > o.np) {
     return invalidArgument("--agents " + std::to_string(o.agents) + " is more than -np " +

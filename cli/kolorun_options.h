@@ -30,6 +30,13 @@ struct KolorunOptions {
   std::string timeline_filename;
   bool autotune = false;
   std::string output_filename;  // --output-filename DIR
+  // Elastic jobs (docs/elastic.md): min_np > 0 makes the job elastic.
+  int min_np = 0;
+  int max_np = 0;                     // 0: no limit
+  std::string host_discovery_script;  // prints "host:slots" lines; each host is one embedded agent
+  double elastic_timeout_s = 600;
+  int max_restarts = 3;               // per rank slot
+  bool elastic() const { return min_np > 0 || !host_discovery_script.empty(); }
   std::vector<std::string> command;
 
   bool help = false;            // --help: print help_text and exit 0

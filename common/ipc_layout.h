@@ -22,7 +22,7 @@
 namespace kolo {
 
 constexpr uint32_t kArenaMagic = 0x4b4f4c41;  // "KOLA"
-constexpr uint32_t kIpcProtocolVersion = 2;  // 2: SubmitDesc gained the group fields
+constexpr uint32_t kIpcProtocolVersion = 3;  // 2: SubmitDesc gained the group fields; 3: generation
 constexpr size_t kMaxNameBytes = 255;
 constexpr int kMaxDims = 8;
 constexpr size_t kMaxErrorBytes = 440;
@@ -55,6 +55,10 @@ struct SubmitDesc {
   uint64_t group_hash;
   uint32_t group_size;
   uint32_t reserved;
+  // The World generation the client had when it submitted (0: none yet).
+  // An elastic job's agent refuses an op of another generation with
+  // MEMBERSHIP_CHANGED (docs/elastic.md).
+  uint64_t generation;
 };
 
 // Allgather (additive): the output region [out_offset, +out_bytes) starts

@@ -36,6 +36,7 @@ void Core::startOnLoop() {
 void Core::expireLeasesOnLoop() {
   Changes changes;
   membership_.expireLeases(&changes);
+  membership_.checkElasticTimeouts(&changes);
   applyOnLoop(changes);
 }
 

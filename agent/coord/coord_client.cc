@@ -112,7 +112,8 @@ void CoordClient::startHeartbeats() {
 }
 
 void CoordClient::joinAndWatch(const std::string& job_id, const std::string& token,
-                               int local_size, int world_size, WorldCallback cb) {
+                               int local_size, int world_size, WorldCallback cb,
+                               ElasticParams elastic) {
   auto w = std::make_shared<Watch>();
   w->ctx = std::make_unique<grpc::ClientContext>();
   {
@@ -124,7 +125,7 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
     }
     watches_[job_id] = w;
   }
-  w->thread = std::thread([this, w, job_id, token, local_size, world_size, cb] {
+  w->thread = std::thread([this, w, job_id, token, local_size, world_size, cb, elastic] {
     log::setThreadName("coord-watch");
     auto post = [this, cb](StatusOr<coord::World> r) {
       loop_.post([cb, r = std::move(r)]() mutable { cb(std::move(r)); });
@@ -139,6 +140,9 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
       req.set_agent_id(self_.agent_id());
       req.set_local_size(local_size);
       req.set_world_size(world_size);
+      req.set_min_size(elastic.min_size);
+      req.set_max_size(elastic.max_size);
+      req.set_elastic_timeout_ms(elastic.timeout_ms);
       coord::JoinJobReply rep;
       grpc::Status s = stub_->JoinJob(&ctx, req, &rep);
       if (!s.ok()) {
@@ -217,6 +221,27 @@ void CoordClient::stopWatch(const std::string& job_id) {
   // Join off the caller's thread: the watcher may be blocked in a post.
   oneshot_.submit([w] {
     if (w->thread.joinable()) w->thread.join();
+  });
+}
+
+void CoordClient::requestGeneration(const std::string& job_id, const std::string& token, int local_size,
+                                    int world_size, const std::string& reason, bool admit) {
+  oneshot_.submit([this, job_id, token, local_size, world_size, reason, admit] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    prepare(ctx);
+    coord::JoinJobRequest req;
+    req.set_job_id(job_id);
+    req.set_token(token);
+    req.set_agent_id(self_.agent_id());
+    req.set_local_size(local_size);
+    req.set_world_size(world_size);
+    req.set_reset(!admit);
+    req.set_admit(admit);
+    req.set_reason(reason);
+    coord::JoinJobReply rep;
+    grpc::Status s = stub_->JoinJob(&ctx, req, &rep);
+    if (!s.ok()) logger()->warn("asking for a new generation of job {} failed: {}", job_id, s.error_message());
   });
 }
 

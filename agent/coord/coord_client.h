@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/coord/elastic_params.h"
 #include "common/config_tls.h"
 #include "common/event_loop.h"
 #include "common/status.h"
@@ -45,7 +46,13 @@ class CoordClient {
   // Joins the job and watches its World. `cb` runs on the agent loop for the
   // join failure (a Status) or each World received. Stops after a terminal World.
   void joinAndWatch(const std::string& job_id, const std::string& token, int local_size,
-                    int world_size, WorldCallback cb);
+                    int world_size, WorldCallback cb, ElasticParams elastic = {});
+  // Elastic jobs: asks the coordinator to seal the next generation with the
+  // same agents (a local trainer restarted); `reason` says why (async).
+  // admit: instead, this agent's trainers reached a commit; the agents
+  // waiting to join are admitted now.
+  void requestGeneration(const std::string& job_id, const std::string& token, int local_size,
+                         int world_size, const std::string& reason, bool admit = false);
   // Tells the coordinator this agent is done with the job (async).
   void leave(const std::string& job_id, bool failed, const std::string& reason);
   void stopWatch(const std::string& job_id);

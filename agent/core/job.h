@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/coord/elastic_params.h"
 #include "agent/core/tensor_table.h"
 #include "agent/cross/cross_job.h"
 #include "common/dtype.h"
@@ -55,7 +56,8 @@ class Job {
 
   const std::string& id() const { return id_; }
   const std::string& token() const { return token_; }
-  int worldSize() const { return world_size_; }
+  // The current generation's size once sealed (an elastic job's changes).
+  int worldSize() const { return hasWorld() ? world_.world_size : world_size_; }
   int localSize() const { return local_size_; }
   JobState state() const { return state_; }
   const Status& failure() const { return failure_; }
@@ -81,6 +83,8 @@ class Job {
     return true;
   }
   void markConnected(int local_rank) { ever_connected_[local_rank] = true; }
+  // Elastic: the local rank may connect again (its trainer restarts).
+  void markDisconnected(int local_rank) { ever_connected_[local_rank] = false; }
 
   void setWorld(const JobWorld& w);
   // Moves to kFailed (first failure wins) / kEnding.
@@ -137,6 +141,17 @@ class Job {
   // group, and the groups that failed (id -> why; the newest 256).
   std::map<uint64_t, std::vector<ReadyOp>> held_groups;
   std::map<uint64_t, Status> failed_groups;
+
+  // Elastic jobs (docs/elastic.md): the bounds given by the first trainer;
+  // `suspended` is set (MEMBERSHIP_CHANGED) while the generation is broken
+  // (an agent was lost) until the coordinator seals the next one; `retired`
+  // holds cross-agent ops of ended generations whose buffers may still be in
+  // use (by (generation, name)), dropped when they come back.
+  ElasticParams elastic;
+  Status suspended;
+  std::map<std::pair<uint64_t, std::string>, CrossPending> retired;
+  int waiting_agents = 0;         // agents waiting to join at the next commit
+  uint64_t admit_asked_gen = 0;   // the generation whose commit already asked to admit them
 
   int executing = 0;       // collectives handed to executors, not yet complete
   bool coordinator_joined = false;

@@ -175,6 +175,9 @@ Status Client::handshake() {
   hello->set_local_rank(opts_.local_rank);
   hello->set_local_size(opts_.local_size);
   hello->set_world_size(opts_.world_size);
+  hello->set_min_size(opts_.min_np);
+  hello->set_max_size(opts_.max_np);
+  hello->set_elastic_timeout_ms(opts_.elastic_timeout.count());
   hello->set_pid(static_cast<int32_t>(::getpid()));
   hello->set_arena_bytes(opts_.arena_bytes);
   char host[256] = {};
@@ -598,6 +601,15 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
       std::lock_guard<std::mutex> lock(mu_);
       st = usableLocked();
       if (!st.isOk()) break;
+      if (generation_notice_ != 0) {
+        st = Status(Code::kMembershipChanged,
+                    "the job's membership changed: generation " + std::to_string(generation_notice_) + " (" +
+                        std::to_string(world_.size) + " ranks, this one rank " + std::to_string(world_.rank) +
+                        ") replaced the one this process used; reset and sync the training state before "
+                        "the next collective (kolo.torch.elastic does it)");
+        generation_notice_ = 0;
+        break;
+      }
       if (in_flight_ < maxInFlight()) {
         Op op;
         op.name = name;
@@ -610,6 +622,7 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
         if (a.compressed) op.decompress = a.dtype;
         ops_.emplace(handle, std::move(op));
         ++in_flight_;
+        d.generation = world_.generation;
         bool pushed = submit_ring_.tryPush(d);  // we are the only producer
         assert(pushed);
         (void)pushed;
@@ -1164,6 +1177,13 @@ void Client::handleAgentFrame(const std::string& payload) {
     failAllLocked(st);
   } else if (f.has_world()) {
     const ipc::WorldInfo& w = f.world();
+    if (world_.generation != 0 && w.generation() != world_.generation) {
+      // Elastic: a new generation starts the per-generation name counters
+      // again, as on the ranks that join in it.
+      barriers_ = 0;
+      groups_ = 0;
+      generation_notice_ = w.generation();
+    }
     world_ = WorldView{w.generation(), w.rank(),       w.size(),      w.local_rank(),
                        w.local_size(), w.cross_rank(), w.cross_size()};
   }

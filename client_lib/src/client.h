@@ -269,6 +269,9 @@ class Client {
   uint64_t in_flight_ = 0;         // ops pushed and not finished (released ones too)
   std::atomic<uint64_t> barriers_{0};  // barrier() calls so far
   std::atomic<uint64_t> groups_{0};    // groupedAllreduceAsync() calls so far
+  // Elastic: the generation that replaced the one this process last used;
+  // its next submission fails once with MEMBERSHIP_CHANGED (docs/elastic.md).
+  uint64_t generation_notice_ = 0;
   std::unordered_map<uint64_t, GatherResult> results_;  // allgather outputs until release()
   pid_t owner_pid_ = -1;
 };

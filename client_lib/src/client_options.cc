@@ -37,6 +37,11 @@ Config ClientOptions::makeConfig() {
            "microseconds a waiting thread polls the completion ring before it sleeps (0 = never spin)");
   c.define("arena-mb", KnobType::kInt, "0",
            "size of this process's shared arena in MiB (0 = the agent's default)");
+  c.define("min-np", KnobType::kInt, "0",
+           "elastic jobs: the fewest ranks the job goes on with (0 = not elastic; set by kolorun --min-np)");
+  c.define("max-np", KnobType::kInt, "0", "elastic jobs: the most ranks the job admits (0 = no limit)");
+  c.define("elastic-timeout", KnobType::kDouble, "0",
+           "elastic jobs: seconds the job waits below KOLO_MIN_NP before it fails (0 = 600)");
   c.alias("size", "HOROVOD_SIZE");
   c.alias("local-rank", "HOROVOD_LOCAL_RANK");
   c.alias("local-size", "HOROVOD_LOCAL_SIZE");
@@ -108,6 +113,21 @@ StatusOr<ClientOptions> ClientOptions::fromEnv(const std::map<std::string, std::
                            std::to_string(mb));
   }
   o.arena_bytes = static_cast<uint64_t>(mb) << 20;
+  int64_t min_np = c.getInt("min-np");
+  int64_t max_np = c.getInt("max-np");
+  double et = c.getDouble("elastic-timeout");
+  if (min_np < 0 || min_np > size) {
+    return invalidArgument("KOLO_MIN_NP must be between 0 (not elastic) and KOLO_SIZE (" + std::to_string(size) +
+                           "), got " + std::to_string(min_np));
+  }
+  if (max_np != 0 && (max_np < size || min_np == 0)) {
+    return invalidArgument("KOLO_MAX_NP must be 0 (no limit) or at least KOLO_SIZE (" + std::to_string(size) +
+                           ") in an elastic job (KOLO_MIN_NP > 0), got " + std::to_string(max_np));
+  }
+  if (!(et >= 0) || et > 1e7) return invalidArgument("KOLO_ELASTIC_TIMEOUT must be a number of seconds >= 0");
+  o.min_np = static_cast<int>(min_np);
+  o.max_np = static_cast<int>(max_np);
+  o.elastic_timeout = seconds(et);
   return o;
 }
 

@@ -24,6 +24,10 @@ struct ClientOptions {
   std::chrono::milliseconds op_timeout{600'000};
   std::chrono::microseconds spin{50};  // poll the completion ring this long before sleeping
   uint64_t arena_bytes = 0;  // 0 = the agent's default
+  // Elastic jobs (docs/elastic.md): KOLO_MIN_NP > 0 makes the job elastic.
+  int min_np = 0;
+  int max_np = 0;  // 0: no limit
+  std::chrono::milliseconds elastic_timeout{0};  // 0: the coordinator's default (600 s)
 
   // The knobs libkolo reads (for --dump-config style listings and docs).
   static Config makeConfig();

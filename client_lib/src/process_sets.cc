@@ -71,6 +71,10 @@ StatusOr<ClientOptions> memberOptions(const ClientOptions& parent, const WorldVi
   o.world_size = static_cast<int>(ranks.size());
   o.local_rank = local_rank;
   o.local_size = local_size;
+  // A set is not elastic: it is formed over the ranks of one generation
+  // (after a membership change the sets are added again).
+  o.min_np = 0;
+  o.max_np = 0;
   return o;
 }
 

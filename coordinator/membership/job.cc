@@ -58,6 +58,16 @@ void sealJob(Job& job, const AgentRegistry& agents) {
   job.generation = 1;
 }
 
+void resealJob(Job& job, const AgentRegistry& agents, std::string change) {
+  uint64_t next = job.generation + 1;
+  job.world_size = job.joinedRanks();
+  sealJob(job, agents);
+  job.generation = next;
+  job.change = std::move(change);
+  job.below_min_since_ms = -1;
+  job.below_min_wall_ms = -1;
+}
+
 std::vector<coord::AgentSlot> currentSlots(const Job& job, const AgentRegistry& agents) {
   if (job.generation > 0) return job.slots;
   return orderedSlots(job, agents);
@@ -71,6 +81,10 @@ coord::World worldOf(const Job& job, const AgentRegistry& agents) {
   w.set_world_size(job.world_size);
   for (auto& s : currentSlots(job, agents)) *w.add_agents() = std::move(s);
   w.set_reason(job.reason);
+  w.set_min_size(job.min_size);
+  w.set_max_size(job.max_size);
+  w.set_change(job.change);
+  for (const JobMember& m : job.waiting) w.add_waiting_agent_ids(m.agent_id);
   return w;
 }
 
@@ -84,6 +98,8 @@ coord::JobSummary summaryOf(const Job& job, const AgentRegistry& agents) {
   for (auto& slot : currentSlots(job, agents)) *s.add_agents() = std::move(slot);
   s.set_reason(job.reason);
   s.set_created_unix_ms(job.created_wall_ms);
+  s.set_min_size(job.min_size);
+  s.set_max_size(job.max_size);
   return s;
 }
 

@@ -30,9 +30,23 @@ struct Job {
   int64_t created_wall_ms = 0;
   int64_t ended_steady_ms = -1;  // when it became FAILED/FINISHED
   int64_t ended_wall_ms = -1;    // the same on the wall clock (survives a restart)
+  // Elastic jobs (min_size > 0): members lost while RUNNING are removed and
+  // the remaining ones sealed as the next generation; world_size is then the
+  // current generation's size.
+  int32_t min_size = 0;
+  int32_t max_size = 0;             // 0: no limit
+  int64_t elastic_timeout_ms = 0;
+  std::string change;               // what sealed the current generation
+  int64_t below_min_since_ms = -1;  // steady ms since the job has < min_size ranks (-1: not)
+  int64_t below_min_wall_ms = -1;   // the same on the wall clock (journaled)
+  // Agents that joined the RUNNING elastic job, admitted at its next commit
+  // (or kAdmitWithoutCommitMs after the first one came).
+  std::vector<JobMember> waiting;
+  int64_t waiting_since_ms = -1;  // steady (not journaled: a restart starts the wait again)
 
   bool ended() const { return state == coord::FAILED || state == coord::FINISHED; }
   bool active() const { return state == coord::FORMING || state == coord::RUNNING; }
+  bool elastic() const { return min_size > 0; }
   int32_t joinedRanks() const;
   JobMember* findMember(const std::string& agent_id);
   const JobMember* findMember(const std::string& agent_id) const;
@@ -42,6 +56,9 @@ struct Job {
 // offsets and cross ranks, and moves the job to RUNNING at generation 1.
 // Every member must be in `agents`.
 void sealJob(Job& job, const AgentRegistry& agents);
+// Elastic: seals the next generation over the current members (world_size
+// becomes their ranks), recording `change`.
+void resealJob(Job& job, const AgentRegistry& agents, std::string change);
 
 // The slots that describe the job now: the sealed order once sealed; while
 // FORMING the joined agents in the same deterministic order with

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/log.h"
 
@@ -74,11 +75,27 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
                    fmt::format("job {}: agent {} brings local_size {}, more than world_size {}",
                                job_id, agent_id, req.local_size(), req.world_size()));
     }
+    if (req.min_size() < 0 || req.max_size() < 0 || req.elastic_timeout_ms() < 0 ||
+        (req.min_size() > 0 && req.min_size() > req.world_size()) ||
+        (req.max_size() > 0 && req.max_size() < std::max(req.world_size(), req.min_size()))) {
+      return error(grpc::StatusCode::INVALID_ARGUMENT,
+                   fmt::format("job {}: agent {} asked for an elastic job with min_size {}, "
+                               "world_size {}, max_size {}; it needs 0 < min <= world <= max "
+                               "(max 0: no limit) and a timeout >= 0",
+                               job_id, agent_id, req.min_size(), req.world_size(),
+                               req.max_size()));
+    }
     Job job;
     job.id = job_id;
     job.token = req.token();
     job.world_size = req.world_size();
     job.created_wall_ms = clock_->wallMs();
+    if (req.min_size() > 0) {
+      job.min_size = req.min_size();
+      job.max_size = req.max_size();
+      job.elastic_timeout_ms =
+          req.elastic_timeout_ms() > 0 ? req.elastic_timeout_ms() : kDefaultElasticTimeoutMs;
+    }
     it = jobs_.emplace(job_id, std::move(job)).first;
     log::get("coord")->info("job {} created by agent {}: world_size {}", job_id, agent_id,
                             req.world_size());
@@ -88,6 +105,7 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
       return error(grpc::StatusCode::PERMISSION_DENIED,
                    fmt::format("wrong token for job {} (agent {})", job_id, agent_id));
     }
+    if (job.state == coord::RUNNING && job.elastic()) return joinElastic(job, req, *agent, changes);
     if (job.state != coord::FORMING) {
       // A retried join of a member of the sealed job is not an error.
       const JobMember* m = job.findMember(agent_id);
@@ -100,19 +118,22 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
                    fmt::format("job {} is already {}{} (generation {}); agent {} cannot join it",
                                job_id, jobStateName(job.state), why, job.generation, agent_id));
     }
-    if (job.world_size != req.world_size()) {
+    // An elastic job forms with its first world_size ranks; an agent added
+    // meanwhile (its trainers expect more) is taken in up to max_size.
+    const int32_t limit = job.elastic() ? (job.max_size > 0 ? job.max_size : INT32_MAX) : job.world_size;
+    if (!job.elastic() && job.world_size != req.world_size()) {
       return error(grpc::StatusCode::INVALID_ARGUMENT,
                    fmt::format("job {} has world_size {} but agent {} asked for world_size {}",
                                job_id, job.world_size, agent_id, req.world_size()));
     }
     const JobMember* m = job.findMember(agent_id);
     int32_t others = job.joinedRanks() - (m != nullptr ? m->local_size : 0);
-    if (others + req.local_size() > job.world_size) {
+    if (others + req.local_size() > limit) {
       return error(grpc::StatusCode::INVALID_ARGUMENT,
                    fmt::format("job {}: agent {} with local_size {} would bring the job to {} "
-                               "ranks, more than its world_size {}",
+                               "ranks, more than its {} {}",
                                job_id, agent_id, req.local_size(), others + req.local_size(),
-                               job.world_size));
+                               job.elastic() ? "--max-np" : "world_size", limit));
     }
   }
 
@@ -126,7 +147,8 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
   changes->touched_jobs.push_back(job_id);
   log::get("coord")->info("job {}: agent {} joined with {} ranks ({}/{})", job_id, agent_id,
                           req.local_size(), job.joinedRanks(), job.world_size);
-  if (job.joinedRanks() == job.world_size) {
+  if (job.joinedRanks() >= job.world_size) {
+    job.world_size = job.joinedRanks();  // (more only for an elastic job)
     sealJob(job, agents_);
     log::get("coord")->info("job {}: generation {} sealed, {} agents, {} ranks", job_id,
                             job.generation, job.slots.size(), job.world_size);
@@ -143,12 +165,24 @@ grpc::Status Membership::leaveJob(const coord::LeaveJobRequest& req, Changes* ch
   }
   Job& job = it->second;
   JobMember* m = job.findMember(req.agent_id());
+  if (m == nullptr && dropWaiting(job, req.agent_id(), "it left" + (req.reason().empty() ? "" : ": " + req.reason()))) {
+    changes->worlds.push_back(worldOf(job, agents_));
+    return grpc::Status::OK;
+  }
   if (m == nullptr) {
     return error(
         grpc::StatusCode::NOT_FOUND,
         fmt::format("LeaveJob: agent {} is not a member of job {}", req.agent_id(), job.id));
   }
   changes->touched_jobs.push_back(job.id);
+  if (req.failed() && job.state == coord::RUNNING && job.elastic()) {
+    std::string reason = req.reason().empty()
+                             ? fmt::format("agent {} reported a failure", req.agent_id())
+                             : req.reason();
+    dropElasticMember(job, req.agent_id(),
+                      fmt::format("agent {} left: {}", req.agent_id(), reason), changes);
+    return grpc::Status::OK;
+  }
   if (req.failed()) {
     m->left = true;
     if (job.active()) {
@@ -184,13 +218,167 @@ void Membership::expireLeases(Changes* changes) {
     log::get("coord")->warn("agent {} (host {}) lost: no heartbeat for {} ms (lease {} ms)",
                             info.agent_id(), info.hostname(), lost.silent_ms, options_.lease_ms);
     for (auto& [id, job] : jobs_) {
+      if (dropWaiting(job, info.agent_id(), "its lease ran out")) {
+        changes->worlds.push_back(worldOf(job, agents_));
+        continue;
+      }
       const JobMember* m = job.findMember(info.agent_id());
       if (m == nullptr || m->left || !job.active()) continue;
+      if (job.state == coord::RUNNING && job.elastic()) {
+        dropElasticMember(job, info.agent_id(),
+                          fmt::format("agent {} (host {}) lost: no heartbeat for {} ms",
+                                      info.agent_id(), info.hostname(), lost.silent_ms),
+                          changes);
+        continue;
+      }
       failJob(job,
               fmt::format("agent {} (host {}) lost: no heartbeat for {} ms", info.agent_id(),
                           info.hostname(), lost.silent_ms),
               changes);
     }
+  }
+}
+
+grpc::Status Membership::joinElastic(Job& job, const coord::JoinJobRequest& req,
+                                     const AgentRecord& agent, Changes* changes) {
+  const std::string& agent_id = req.agent_id();
+  JobMember* m = job.findMember(agent_id);
+  auto waiting = std::find_if(job.waiting.begin(), job.waiting.end(),
+                              [&](const JobMember& x) { return x.agent_id == agent_id; });
+  if (req.admit()) {
+    if (m == nullptr || m->left) {
+      return error(grpc::StatusCode::FAILED_PRECONDITION,
+                   fmt::format("job {}: agent {} reported a commit but is not a member", job.id,
+                               agent_id));
+    }
+    if (!job.waiting.empty()) {
+      changes->touched_jobs.push_back(job.id);
+      resealOrWait(job, "admitted at a commit", changes);
+    }
+    return grpc::Status::OK;
+  }
+  if (waiting != job.waiting.end() && !req.reset()) {
+    if (waiting->local_size == req.local_size()) return grpc::Status::OK;  // a retried join
+    return error(grpc::StatusCode::INVALID_ARGUMENT,
+                 fmt::format("job {}: agent {} joined with {} ranks and now asks for {}", job.id,
+                             agent_id, waiting->local_size, req.local_size()));
+  }
+  if (req.reset()) {
+    if (m == nullptr || m->left) {
+      return error(grpc::StatusCode::FAILED_PRECONDITION,
+                   fmt::format("job {}: agent {} asked for a new generation but is not a member",
+                               job.id, agent_id));
+    }
+    if (job.below_min_since_ms >= 0) return grpc::Status::OK;  // no generation to redo
+    changes->touched_jobs.push_back(job.id);
+    resealOrWait(job,
+                 fmt::format("agent {} (host {}): {}", agent_id, agent.info.hostname(),
+                             req.reason().empty() ? "asked for a new generation" : req.reason()),
+                 changes);
+    return grpc::Status::OK;
+  }
+  if (m != nullptr && !m->left) {
+    if (m->local_size == req.local_size()) return grpc::Status::OK;  // a retried join
+    return error(grpc::StatusCode::INVALID_ARGUMENT,
+                 fmt::format("job {}: agent {} joined with {} ranks and now asks for {}", job.id,
+                             agent_id, m->local_size, req.local_size()));
+  }
+  int32_t others = 0;
+  for (const JobMember& x : job.members) {
+    if (x.agent_id != agent_id) others += x.local_size;
+  }
+  for (const JobMember& x : job.waiting) others += x.local_size;
+  if (job.max_size > 0 && others + req.local_size() > job.max_size) {
+    return error(grpc::StatusCode::FAILED_PRECONDITION,
+                 fmt::format("job {}: agent {} with {} ranks would bring the elastic job to {} "
+                             "ranks, more than its --max-np {}",
+                             job.id, agent_id, req.local_size(), others + req.local_size(),
+                             job.max_size));
+  }
+  std::erase_if(job.members, [&](const JobMember& x) { return x.agent_id == agent_id; });
+  changes->touched_jobs.push_back(job.id);
+  if (job.below_min_since_ms >= 0) {  // the job is waiting for ranks: no commit to wait for
+    job.members.push_back({agent_id, agent.info, req.local_size(), false});
+    log::get("coord")->info("job {}: agent {} joined the elastic job below --min-np with {} ranks",
+                            job.id, agent_id, req.local_size());
+    resealOrWait(job,
+                 fmt::format("agent {} (host {}) joined with {} ranks", agent_id,
+                             agent.info.hostname(), req.local_size()),
+                 changes);
+    return grpc::Status::OK;
+  }
+  // Admitted at the job's next commit (or kAdmitWithoutCommitMs): the
+  // running step is not interrupted (Horovod's "hosts updated at commit").
+  job.waiting.push_back({agent_id, agent.info, req.local_size(), false});
+  if (job.waiting_since_ms < 0) job.waiting_since_ms = clock_->steadyMs();
+  log::get("coord")->info("job {}: agent {} waits with {} ranks to join at the next commit",
+                          job.id, agent_id, req.local_size());
+  changes->worlds.push_back(worldOf(job, agents_));  // tells the agents someone waits
+  return grpc::Status::OK;
+}
+
+bool Membership::dropWaiting(Job& job, const std::string& agent_id, const std::string& why) {
+  auto it = std::find_if(job.waiting.begin(), job.waiting.end(),
+                         [&](const JobMember& x) { return x.agent_id == agent_id; });
+  if (it == job.waiting.end()) return false;
+  job.waiting.erase(it);
+  if (job.waiting.empty()) job.waiting_since_ms = -1;
+  log::get("coord")->warn("job {}: agent {} no longer waits to join: {}", job.id, agent_id, why);
+  return true;
+}
+
+void Membership::dropElasticMember(Job& job, const std::string& agent_id, std::string why,
+                                   Changes* changes) {
+  std::erase_if(job.members, [&](const JobMember& x) { return x.agent_id == agent_id; });
+  changes->touched_jobs.push_back(job.id);
+  log::get("coord")->warn("job {}: {}; {} ranks remain (--min-np {})", job.id, why,
+                          job.joinedRanks(), job.min_size);
+  resealOrWait(job, std::move(why), changes);
+}
+
+void Membership::resealOrWait(Job& job, std::string change, Changes* changes) {
+  // Whatever seals the next generation admits the agents waiting to join.
+  for (JobMember& w : job.waiting) {
+    change += fmt::format("; agent {} (host {}) joined with {} ranks", w.agent_id,
+                          w.info.hostname(), w.local_size);
+    job.members.push_back(std::move(w));
+  }
+  job.waiting.clear();
+  job.waiting_since_ms = -1;
+  if (change.rfind("admitted at a commit; ", 0) == 0) change = change.substr(22) + " (at a commit)";
+  if (job.joinedRanks() >= job.min_size) {
+    resealJob(job, agents_, std::move(change));
+    log::get("coord")->info("job {}: generation {} sealed, {} agents, {} ranks ({})", job.id,
+                            job.generation, job.slots.size(), job.world_size, job.change);
+    changes->worlds.push_back(worldOf(job, agents_));
+    return;
+  }
+  if (job.below_min_since_ms < 0) {
+    job.below_min_since_ms = clock_->steadyMs();
+    job.below_min_wall_ms = clock_->wallMs();
+    log::get("coord")->warn("job {}: {} ranks left, below --min-np {}; waiting up to {} s for "
+                            "agents to join",
+                            job.id, job.joinedRanks(), job.min_size,
+                            job.elastic_timeout_ms / 1000.0);
+  }
+}
+
+void Membership::checkElasticTimeouts(Changes* changes) {
+  int64_t now = clock_->steadyMs();
+  for (auto& [id, job] : jobs_) {
+    if (job.state == coord::RUNNING && !job.waiting.empty() && job.waiting_since_ms >= 0 &&
+        now - job.waiting_since_ms >= kAdmitWithoutCommitMs) {
+      changes->touched_jobs.push_back(id);
+      resealOrWait(job, fmt::format("no commit within {} s", kAdmitWithoutCommitMs / 1000), changes);
+    }
+    if (job.state != coord::RUNNING || !job.elastic() || job.below_min_since_ms < 0) continue;
+    if (now - job.below_min_since_ms < job.elastic_timeout_ms) continue;
+    int32_t left = job.joinedRanks();
+    failJob(job,
+            fmt::format("job {}: {} rank{} left, below --min-np {}, for {} s", id, left,
+                        left == 1 ? "" : "s", job.min_size,
+                        fmt::format("{:g}", job.elastic_timeout_ms / 1000.0)),
+            changes);
   }
 }
 
@@ -267,6 +455,20 @@ void Membership::restoreJob(Job job) {
   } else {
     job.ended_steady_ms = -1;
     job.ended_wall_ms = -1;
+    if (job.below_min_wall_ms >= 0) {
+      int64_t waited = std::max<int64_t>(0, clock_->wallMs() - job.below_min_wall_ms);
+      job.below_min_since_ms = clock_->steadyMs() - waited;
+    } else {
+      job.below_min_since_ms = -1;
+    }
+    job.waiting_since_ms = job.waiting.empty() ? -1 : clock_->steadyMs();
+    for (const JobMember& m : job.waiting) {
+      if (agents_.find(m.agent_id) == nullptr) {
+        coord::AgentInfo info = m.info;
+        info.set_agent_id(m.agent_id);
+        agents_.upsert(info);
+      }
+    }
     for (const JobMember& m : job.members) {
       if (!m.left && agents_.find(m.agent_id) == nullptr) {
         coord::AgentInfo info = m.info;

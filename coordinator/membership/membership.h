@@ -19,6 +19,11 @@
 
 namespace kolo::coordinator {
 
+constexpr int64_t kDefaultElasticTimeoutMs = 600 * 1000;
+// An agent that joins a RUNNING elastic job is admitted at the job's next
+// commit, or this long after it came when no commit is reported.
+constexpr int64_t kAdmitWithoutCommitMs = 10 * 1000;
+
 struct MembershipOptions {
   int64_t lease_ms = 5000;
   int64_t heartbeat_interval_ms = 1000;
@@ -51,8 +56,11 @@ class Membership {
   grpc::Status joinJob(const coord::JoinJobRequest& req, Changes* changes);
   grpc::Status leaveJob(const coord::LeaveJobRequest& req, Changes* changes);
 
-  // Removes agents whose lease ran out; each active job they belong to FAILS.
+  // Removes agents whose lease ran out; each active job they belong to FAILS
+  // (an elastic RUNNING job loses the member instead: see dropElasticMember).
   void expireLeases(Changes* changes);
+  // Fails the elastic jobs that stayed below min_size for their timeout.
+  void checkElasticTimeouts(Changes* changes);
   // Forgets FAILED/FINISHED jobs older than the retention.
   void collectEndedJobs(Changes* changes);
 
@@ -82,6 +90,16 @@ class Membership {
   void failJob(Job& job, std::string reason, Changes* changes);
   void finishJob(Job& job, Changes* changes);
   void removeJob(const std::string& job_id, std::string reason, Changes* changes);
+  // Elastic jobs (docs/elastic.md).
+  grpc::Status joinElastic(Job& job, const coord::JoinJobRequest& req, const AgentRecord& agent,
+                           Changes* changes);
+  void dropElasticMember(Job& job, const std::string& agent_id, std::string why,
+                         Changes* changes);
+  // Seals the next generation when the members have at least min_size
+  // ranks, else starts (or keeps) the wait for agents to join.
+  void resealOrWait(Job& job, std::string change, Changes* changes);
+  // Removes a waiting agent; false if it was not waiting.
+  bool dropWaiting(Job& job, const std::string& agent_id, const std::string& why);
 
   MembershipOptions options_;
   const Clock* clock_;

@@ -109,14 +109,32 @@ coord::JobState stateFromName(const std::string& s) {
   fail("unknown job state '" + s + "'");
 }
 
-json jobToJson(const Job& job) {
+json membersToJson(const std::vector<JobMember>& list) {
   json members = json::array();
-  for (const JobMember& m : job.members) {
+  for (const JobMember& m : list) {
     members.push_back(json{{"agent_id", escapeString(m.agent_id)},
                            {"agent", agentToJson(m.info)},
                            {"local_size", m.local_size},
                            {"left", m.left}});
   }
+  return members;
+}
+
+std::vector<JobMember> membersFromJson(const json& j, const char* name) {
+  std::vector<JobMember> out;
+  for (const json& m : arrayField(j, name)) {
+    JobMember member;
+    member.agent_id = stringField(m, "agent_id");
+    member.info = agentFromJson(field(m, "agent"));
+    member.local_size = static_cast<int32_t>(intField(m, "local_size", kI32Min, kI32Max));
+    member.left = boolField(m, "left");
+    out.push_back(std::move(member));
+  }
+  return out;
+}
+
+json jobToJson(const Job& job) {
+  json members = membersToJson(job.members);
   json slots = json::array();
   for (const coord::AgentSlot& s : job.slots) {
     slots.push_back(json{{"agent", agentToJson(s.agent())},
@@ -124,7 +142,7 @@ json jobToJson(const Job& job) {
                          {"rank_offset", s.rank_offset()},
                          {"cross_rank", s.cross_rank()}});
   }
-  return json{{"id", escapeString(job.id)},
+  json out{{"id", escapeString(job.id)},
               {"token", escapeString(job.token)},
               {"world_size", job.world_size},
               {"state", jobStateName(job.state)},
@@ -134,6 +152,15 @@ json jobToJson(const Job& job) {
               {"ended_unix_ms", job.ended_wall_ms},
               {"members", std::move(members)},
               {"slots", std::move(slots)}};
+  if (job.elastic()) {  // absent for fixed-size jobs (and in older journals)
+    out["elastic"] = json{{"min_size", job.min_size},
+                          {"max_size", job.max_size},
+                          {"timeout_ms", job.elastic_timeout_ms},
+                          {"change", escapeString(job.change)},
+                          {"below_min_unix_ms", job.below_min_wall_ms},
+                          {"waiting", membersToJson(job.waiting)}};
+  }
+  return out;
 }
 
 Job jobFromJson(const json& j) {
@@ -147,14 +174,7 @@ Job jobFromJson(const json& j) {
   job.reason = stringField(j, "reason");
   job.created_wall_ms = intField(j, "created_unix_ms", kI64Min, kI64Max);
   job.ended_wall_ms = intField(j, "ended_unix_ms", kI64Min, kI64Max);
-  for (const json& m : arrayField(j, "members")) {
-    JobMember member;
-    member.agent_id = stringField(m, "agent_id");
-    member.info = agentFromJson(field(m, "agent"));
-    member.local_size = static_cast<int32_t>(intField(m, "local_size", kI32Min, kI32Max));
-    member.left = boolField(m, "left");
-    job.members.push_back(std::move(member));
-  }
+  job.members = membersFromJson(j, "members");
   for (const json& s : arrayField(j, "slots")) {
     coord::AgentSlot slot;
     *slot.mutable_agent() = agentFromJson(field(s, "agent"));
@@ -162,6 +182,15 @@ Job jobFromJson(const json& j) {
     slot.set_rank_offset(static_cast<int32_t>(intField(s, "rank_offset", kI32Min, kI32Max)));
     slot.set_cross_rank(static_cast<int32_t>(intField(s, "cross_rank", kI32Min, kI32Max)));
     job.slots.push_back(std::move(slot));
+  }
+  if (auto it = j.find("elastic"); it != j.end()) {
+    const json& e = *it;
+    job.min_size = static_cast<int32_t>(intField(e, "min_size", 1, kI32Max));
+    job.max_size = static_cast<int32_t>(intField(e, "max_size", 0, kI32Max));
+    job.elastic_timeout_ms = intField(e, "timeout_ms", 0, kI64Max);
+    job.change = stringField(e, "change");
+    job.below_min_wall_ms = intField(e, "below_min_unix_ms", -1, kI64Max);
+    if (e.contains("waiting")) job.waiting = membersFromJson(e, "waiting");
   }
   return job;
 }
@@ -226,6 +255,9 @@ bool sameJob(const Job& a, const Job& b) {
   if (a.id != b.id || a.token != b.token || a.world_size != b.world_size || a.state != b.state ||
       a.generation != b.generation || a.reason != b.reason ||
       a.created_wall_ms != b.created_wall_ms || a.ended_wall_ms != b.ended_wall_ms ||
+      a.min_size != b.min_size || a.max_size != b.max_size ||
+      a.elastic_timeout_ms != b.elastic_timeout_ms || a.change != b.change ||
+      a.below_min_wall_ms != b.below_min_wall_ms || a.waiting.size() != b.waiting.size() ||
       a.members.size() != b.members.size() || a.slots.size() != b.slots.size()) {
     return false;
   }

@@ -97,6 +97,7 @@ from .process_sets import (  # noqa: F401
     remove_process_set,
 )
 from .shared import is_shared, shared_empty, shared_zeros, to_shared  # noqa: F401
+from . import elastic  # noqa: F401,E402  (kolo.torch.elastic.run, TorchState: docs/elastic.md)
 
 release = _handles.release
 

@@ -1,0 +1,395 @@
+#include "cli/elastic_runner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+namespace kolo::cli {
+
+namespace {
+
+constexpr auto kKillGrace = std::chrono::seconds(5);
+constexpr auto kDiscoveryInterval = std::chrono::seconds(1);
+constexpr auto kDiscoveryTimeout = std::chrono::seconds(10);
+constexpr auto kRestartDelay = std::chrono::seconds(1);
+
+std::string trim(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string_view::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+}  // namespace
+
+StatusOr<std::vector<HostSlots>> parseDiscoveryOutput(std::string_view text, std::string_view origin) {
+  std::vector<HostSlots> hosts;
+  std::set<std::string> seen;
+  size_t pos = 0;
+  int line_no = 0;
+  while (pos <= text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string_view raw = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+    pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
+    ++line_no;
+    std::string line = trim(raw.substr(0, raw.find('#')));
+    if (line.empty()) continue;
+    auto parsed = parseHostList(line);
+    if (!parsed.isOk() || parsed->size() != 1) {
+      return invalidArgument(std::string(origin) + " line " + std::to_string(line_no) + ": '" + line +
+                             "' is not \"host:slots\"" + (parsed.isOk() ? "" : " (" + parsed.status().message() + ")"));
+    }
+    if (!seen.insert((*parsed)[0].host).second) {
+      return invalidArgument(std::string(origin) + " lists host " + (*parsed)[0].host + " twice");
+    }
+    hosts.push_back((*parsed)[0]);
+  }
+  return hosts;
+}
+
+void ElasticRunner::say(const std::string& line) const { writeAll(STDERR_FILENO, "kolorun: " + line + "\n"); }
+
+StatusOr<std::vector<HostSlots>> ElasticRunner::discover() {
+  std::string out;
+  SpawnSpec spec;
+  spec.name = "host discovery script";
+  spec.argv = {"/bin/sh", "-c", opts_.host_discovery_script};
+  spec.on_stdout = [&out](std::string_view line) {
+    out.append(line);
+    out += '\n';
+  };
+  spec.on_stderr = [this](std::string_view line) { say("host discovery script: " + std::string(line)); };
+  std::optional<ExitInfo> exit;
+  spec.on_exit = [&exit](const ExitInfo& info) { exit = info; };
+  ASSIGN_OR_RETURN(int id, sup_->spawn(std::move(spec)));
+  if (!sup_->pumpUntil([&] { return exit.has_value(); }, Clock::now() + kDiscoveryTimeout)) {
+    sup_->signalGroup(id, SIGKILL);
+    sup_->pumpUntil([&] { return exit.has_value(); }, Clock::now() + std::chrono::seconds(5));
+    return timedOut("--host-discovery-script did not finish within 10 s");
+  }
+  if (!exit->success()) return unavailable("--host-discovery-script " + exit->describe());
+  return parseDiscoveryOutput(out, "--host-discovery-script output");
+}
+
+int ElasticRunner::placedRanks() const {
+  int n = 0;
+  for (const Host& h : hosts_) {
+    if (!h.removed && !h.lost) n += h.ranks;
+  }
+  return n;
+}
+
+Status ElasticRunner::startHost(Host& h, int ranks, int world) {
+  if (h.agent.child < 0 || h.removed) {
+    auto cancelled = [this] { return received_signal_ != 0; };
+    ASSIGN_OR_RETURN(h.agent, daemons_->addAgent(h.name, cancelled));
+  }
+  h.removed = false;
+  h.ranks = ranks;
+  for (int l = 0; l < ranks; ++l) {
+    Rank r;
+    r.host = h.name;
+    r.local_rank = l;
+    r.local_size = ranks;
+    r.world = world;
+    r.id = next_rank_id_++;
+    ranks_.push_back(r);
+    spawnRank(ranks_.back());
+  }
+  return okStatus();
+}
+
+void ElasticRunner::spawnRank(Rank& r) {
+  const Host* host = nullptr;
+  for (const Host& h : hosts_) {
+    if (h.name == r.host) host = &h;
+  }
+  LaunchPlan p = plan_;
+  p.nodes = {NodeEndpoint{"localhost", true, host->agent.id, host->agent.socket, host->agent.rpc_address}};
+  p.ranks = {RankPlacement{r.id, 0, r.local_rank, r.local_size, 0, 1}};
+  SpawnSpec spec;
+  spec.name = "rank " + std::to_string(r.id) + " (host " + r.host + ", local rank " + std::to_string(r.local_rank) + ")";
+  spec.argv = opts_.command;
+  spec.env = rankEnv(p, 0);
+  // The world size the job had when this rank started: the coordinator
+  // gives the rank its real rank and size with each generation.
+  for (auto& [k, v] : spec.env) {
+    if (k == "KOLO_SIZE" || k == "HOROVOD_SIZE") v = std::to_string(r.world);
+  }
+  const std::string tag = std::to_string(r.id);
+  spec.on_stdout = [tag](std::string_view line) { writeAll(STDOUT_FILENO, "[" + tag + "]<stdout>:" + std::string(line) + "\n"); };
+  spec.on_stderr = [tag](std::string_view line) { writeAll(STDERR_FILENO, "[" + tag + "]<stderr>:" + std::string(line) + "\n"); };
+  const size_t index = static_cast<size_t>(&r - ranks_.data());
+  spec.on_exit = [this, index](const ExitInfo& info) { onRankExit(index, info); };
+  auto id = sup_->spawn(std::move(spec));
+  if (!id.isOk()) {
+    say("cannot start rank " + tag + ": " + id.status().message());
+    failed_ = 1;
+    stopAll(SIGTERM);
+    return;
+  }
+  r.child = *id;
+  r.running = true;
+  r.restart_at.reset();
+}
+
+void ElasticRunner::onRankExit(size_t index, const ExitInfo& info) {
+  Rank& r = ranks_[index];
+  r.running = false;
+  r.last_exit = info;
+  if (info.success() || r.stopping || stopping_) return;
+  const Host* host = nullptr;
+  for (const Host& h : hosts_) {
+    if (h.name == r.host) host = &h;
+  }
+  const std::string who = "rank " + std::to_string(r.id) + " (host " + r.host + ", local rank " +
+                          std::to_string(r.local_rank) + ")";
+  if (host == nullptr || host->lost || host->removed) return;
+  if (r.restarts < opts_.max_restarts) {
+    ++r.restarts;
+    r.restart_at = Clock::now() + kRestartDelay;
+    say(who + " " + info.describe() + "; restarting it (restart " + std::to_string(r.restarts) + " of " +
+        std::to_string(opts_.max_restarts) + ")");
+    return;
+  }
+  say(who + " " + info.describe() + " and was restarted " + std::to_string(r.restarts) +
+      " time(s) already (--max-restarts); stopping the job");
+  failed_ = info.shellCode();
+  stopAll(SIGTERM);
+}
+
+void ElasticRunner::onAgentLost(const std::string& id) {
+  for (Host& h : hosts_) {
+    if (h.agent.id != id || h.lost) continue;
+    h.lost = true;
+    say("host " + h.name + " lost its agent: its " + std::to_string(h.ranks) +
+        " rank(s) are not restarted and the host is not used again");
+    for (Rank& r : ranks_) {
+      if (r.host == h.name && r.running) {
+        r.stopping = true;
+        sup_->signalGroup(r.child, SIGKILL);
+      }
+    }
+  }
+}
+
+void ElasticRunner::applyDiscovery(const std::vector<HostSlots>& found) {
+  std::set<std::string> names;
+  for (const HostSlots& f : found) names.insert(f.host);
+  for (Host& h : hosts_) {
+    if (h.ranks == 0 || h.removed || h.lost || names.count(h.name)) continue;
+    say("host " + h.name + " is gone from the discovered hosts: stopping its " + std::to_string(h.ranks) + " rank(s)");
+    h.removed = true;
+    for (Rank& r : ranks_) {
+      if (r.host == h.name && r.running) {
+        r.stopping = true;
+        sup_->signalGroup(r.child, SIGTERM);
+      }
+      if (r.host == h.name) r.restart_at.reset();
+    }
+    daemons_->stopAgent(h.agent.id);
+    h.agent = EmbeddedAgent{};
+    h.ranks = 0;
+  }
+  for (const HostSlots& f : found) {
+    auto it = std::find_if(hosts_.begin(), hosts_.end(), [&](const Host& h) { return h.name == f.host; });
+    if (it == hosts_.end()) {
+      hosts_.push_back(Host{f.host, f.slots});
+      it = hosts_.end() - 1;
+    }
+    Host& h = *it;
+    if (h.lost || h.ranks > 0) continue;
+    h.slots = f.slots;
+    int placed = placedRanks();
+    int take = f.slots;
+    if (opts_.max_np > 0) take = std::min(take, opts_.max_np - placed);
+    if (take <= 0) continue;  // at --max-np: the host waits
+    say("host " + h.name + " discovered: starting " + std::to_string(take) + " rank(s) there (the job grows to " +
+        std::to_string(placed + take) + ")");
+    Status st = startHost(h, take, placed + take);
+    if (!st.isOk()) {
+      say("cannot use host " + h.name + ": " + st.message());
+      h.lost = true;
+    }
+  }
+}
+
+bool ElasticRunner::anyRunningOrPending() const {
+  for (const Rank& r : ranks_) {
+    if (r.running || (r.restart_at && !stopping_)) return true;
+  }
+  return false;
+}
+
+void ElasticRunner::stopAll(int sig) {
+  stopping_ = true;
+  for (Rank& r : ranks_) {
+    if (r.running) sup_->signalGroup(r.child, sig);
+  }
+}
+
+int ElasticRunner::run() {
+  auto sup = Supervisor::create();
+  if (!sup.isOk()) {
+    say(sup.status().message());
+    return 1;
+  }
+  sup_ = std::move(sup.value());
+
+  std::vector<HostSlots> found;
+  if (!opts_.host_discovery_script.empty()) {
+    auto d = discover();
+    if (!d.isOk()) {
+      say(d.status().message());
+      return 1;
+    }
+    found = *d;
+  } else {
+    std::vector<int> blocks = evenBlocks(opts_.np, opts_.agents);
+    for (int i = 0; i < opts_.agents; ++i) found.push_back({embeddedAgentId(i, opts_.agents), blocks[i]});
+  }
+  std::vector<int> slots;
+  for (auto& h : found) slots.push_back(h.slots);
+  auto per = fillSlots(opts_.np, slots);
+  if (!per.isOk()) {
+    say(per.status().message() + " (the discovered hosts)");
+    return 1;
+  }
+  for (size_t i = 0; i < found.size(); ++i) hosts_.push_back(Host{found[i].host, found[i].slots});
+
+  EmbeddedOptions eo;
+  auto coord_bin = findKoloProgram("kolo-coordinator", "KOLO_COORDINATOR_BIN");
+  auto agent_bin = findKoloProgram("kolo-agent", "KOLO_AGENT_BIN");
+  if (!coord_bin.isOk() || !agent_bin.isOk()) {
+    say((coord_bin.isOk() ? agent_bin.status() : coord_bin.status()).message());
+    return 1;
+  }
+  eo.coordinator_bin = *coord_bin;
+  eo.agent_bin = *agent_bin;
+  eo.log_level = opts_.log_level;
+  eo.verbose = opts_.verbose;
+  eo.start_timeout = std::chrono::seconds(opts_.start_timeout_s);
+  eo.agent_env = tuningEnv(opts_);
+  eo.elastic = true;
+  // A dead agent is found by its lease: 2 s here (5 s by default).
+  eo.coordinator_args = {"--lease-ms", "2000", "--heartbeat-interval-ms", "400"};
+  for (size_t i = 0; i < per->size(); ++i) {
+    if ((*per)[i] > 0) eo.agent_ids.push_back(found[i].host);
+  }
+  const size_t first_hosts = eo.agent_ids.size();
+  auto daemons = EmbeddedDaemons::create(*sup_, std::move(eo));
+  if (!daemons.isOk()) {
+    say(daemons.status().message());
+    return 1;
+  }
+  daemons_ = std::move(daemons.value());
+  auto cancelled = [this] {
+    for (int sig : sup_->takeSignals()) {
+      if (received_signal_ == 0) received_signal_ = sig;
+    }
+    return received_signal_ != 0;
+  };
+  Status st = daemons_->start(cancelled);
+  if (!st.isOk()) {
+    say(st.message());
+    daemons_->stop();
+    return received_signal_ != 0 ? 128 + received_signal_ : 1;
+  }
+  auto job = newJobIdentity();
+  if (!job.isOk()) {
+    say(job.status().message());
+    daemons_->stop();
+    return 1;
+  }
+  plan_.job = *job;
+  plan_.coordinator = daemons_->coordinatorAddress();
+  plan_.start_timeout_s = opts_.start_timeout_s;
+  plan_.command = opts_.command;
+  for (auto& [k, v] : tuningEnv(opts_)) plan_.extra_env[k] = v;
+  for (auto& [k, v] : privateClientEnv()) plan_.extra_env[k] = v;
+  plan_.extra_env["KOLO_MIN_NP"] = std::to_string(opts_.min_np);
+  plan_.extra_env["KOLO_MAX_NP"] = std::to_string(opts_.max_np);
+  char timeout[32];
+  std::snprintf(timeout, sizeof timeout, "%g", opts_.elastic_timeout_s);
+  plan_.extra_env["KOLO_ELASTIC_TIMEOUT"] = timeout;
+  say("elastic job " + plan_.job.job_id + ": " + std::to_string(opts_.np) + " rank(s) on " +
+      std::to_string(first_hosts) + " host(s), --min-np " + std::to_string(opts_.min_np) +
+      (opts_.max_np > 0 ? ", --max-np " + std::to_string(opts_.max_np) : "") + "; logs in " + daemons_->dir());
+
+  ranks_.reserve(1024);  // onRankExit captures indices; spawnRank takes references
+  for (size_t i = 0; i < per->size(); ++i) {
+    if ((*per)[i] == 0) continue;
+    Host& h = hosts_[i];
+    for (const EmbeddedAgent& a : daemons_->agents()) {
+      if (a.id == h.name) h.agent = a;
+    }
+    (void)startHost(h, (*per)[i], opts_.np);
+  }
+
+  auto next_discovery = Clock::now() + kDiscoveryInterval;
+  std::optional<Clock::time_point> kill_at;
+  const auto started = Clock::now();
+  while (anyRunningOrPending()) {
+    sup_->pump(std::chrono::milliseconds(200));
+    for (int sig : sup_->takeSignals()) {
+      if (received_signal_ == 0) {
+        received_signal_ = sig;
+        say("got " + signalName(sig) + "; stopping the ranks");
+        stopAll(sig);
+      } else {
+        stopAll(SIGKILL);
+      }
+    }
+    for (const std::string& id : daemons_->takeLostAgents()) onAgentLost(id);
+    if (stopping_) {
+      if (!kill_at) kill_at = Clock::now() + kKillGrace;
+      if (Clock::now() >= *kill_at) stopAll(SIGKILL);
+      continue;
+    }
+    for (Rank& r : ranks_) {
+      if (!r.restart_at || Clock::now() < *r.restart_at || stopping_) continue;
+      bool usable = false;
+      for (const Host& h : hosts_) usable = usable || (h.name == r.host && !h.lost && !h.removed);
+      if (!usable) {
+        r.restart_at.reset();
+        continue;
+      }
+      spawnRank(r);
+    }
+    if (!opts_.host_discovery_script.empty() && Clock::now() >= next_discovery && !stopping_) {
+      auto d = discover();
+      if (d.isOk()) {
+        applyDiscovery(*d);
+      } else {
+        say(d.status().message() + "; keeping the current hosts");
+      }
+      next_discovery = Clock::now() + kDiscoveryInterval;
+    }
+  }
+
+  int code = 0;
+  int ok = 0, failed = 0;
+  for (const Rank& r : ranks_) {
+    bool gone = false;  // its host was removed or lost: not part of the outcome
+    for (const Host& h : hosts_) gone = gone || (h.name == r.host && (h.lost || h.removed));
+    if (r.stopping || gone || !r.last_exit) continue;
+    (r.last_exit->success() ? ok : failed)++;
+  }
+  if (received_signal_ != 0) {
+    code = 128 + received_signal_;
+  } else if (failed_) {
+    code = *failed_;
+  } else if (failed > 0 || ok == 0) {
+    code = 1;
+  }
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.1f", std::chrono::duration<double>(Clock::now() - started).count());
+  say("elastic job " + plan_.job.job_id + ": " + std::to_string(ok) + " rank(s) succeeded, " +
+      std::to_string(failed) + " failed, in " + secs + " s" + (code == 0 ? "" : " (exit code " + std::to_string(code) + ")"));
+  daemons_->stop();
+  return code;
+}
+
+}  // namespace kolo::cli

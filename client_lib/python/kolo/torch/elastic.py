@@ -1,0 +1,241 @@
+"""kolo.torch.elastic: Horovod's elastic training API on kolo.
+
+    import kolo.torch as hvd
+    hvd.init()
+    state = hvd.elastic.TorchState(model, optimizer, epoch=0, batch=0)
+    state.register_reset_callbacks([lambda: print("new world:", hvd.size())])
+
+    @hvd.elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, epochs):
+            for state.batch in range(state.batch, batches):
+                step()
+                if state.batch % 10 == 0:
+                    state.commit()
+            state.batch = 0
+
+    train(state)
+
+Run it with ``kolorun -np N --min-np M [--max-np K] [--host-discovery-script
+S] python train.py`` (docs/elastic.md).
+
+When the job's membership changes (a node is lost, or a trainer restarted;
+an added node is admitted at the next ``commit()``), the coordinator seals a
+new generation and every collective of the old one fails with
+KOLO_ERR_MEMBERSHIP_CHANGED. ``run`` catches it,
+restores the state of the last ``commit()`` (the steps since are lost), runs
+the reset callbacks and syncs the state from rank 0 of the new generation,
+then calls the function again. ``HostsUpdatedInterrupt`` (raised by
+``commit()`` / ``check_host_updates()`` when the generation changed since the
+last sync) keeps the state as just committed. Any other error (the job
+failed, e.g. below --min-np for --elastic-timeout) propagates. Unlike
+Horovod there is nothing to re-initialize: the same session goes on with the
+new world (``rank()`` and ``size()`` report it).
+"""
+
+import copy
+import functools
+import os
+import time
+
+import torch
+
+from .. import basics
+from ..errors import ERR_MEMBERSHIP_CHANGED, KoloInternalError
+from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from .mpi_ops import allreduce
+
+__all__ = ["HostsUpdatedInterrupt", "ObjectState", "State", "TorchState", "run"]
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """The job's membership changed at a point where the state is consistent
+    (after commit()): training restarts from the current state, without a
+    restore. ``skip_sync`` is Horovod's flag (kolo always syncs)."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("the job's hosts were updated")
+        self.skip_sync = skip_sync
+
+
+def _membership_changed(e):
+    return isinstance(e, KoloInternalError) and e.code == ERR_MEMBERSHIP_CHANGED
+
+
+def _sync_deadline():
+    """How long a sync keeps retrying while the new generation forms: the
+    job's elastic timeout (KOLO_ELASTIC_TIMEOUT, 600 s by default) plus a
+    margin; the coordinator fails the job before that if it cannot form."""
+    try:
+        t = float(os.environ.get("KOLO_ELASTIC_TIMEOUT") or 600)
+    except ValueError:
+        t = 600.0
+    return time.monotonic() + (t if t > 0 else 600.0) + 30.0
+
+
+class State:
+    """Horovod's elastic State: save/restore/sync are the subclass's; commit()
+    saves, then checks for a membership change; reset callbacks run after
+    each change, before the next sync."""
+
+    def __init__(self):
+        self._reset_callbacks = []
+        self._world = None
+        self._commits = 0
+
+    def register_reset_callbacks(self, callbacks):
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self):
+        """Saves the state (restore() goes back to it), then raises
+        HostsUpdatedInterrupt if the membership changed since the last sync."""
+        self.save()
+        self._commits += 1
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """A zero-cost check of the world this rank sees, then a one-element
+        allreduce named __kolo.elastic.commit: the agents admit the hosts
+        waiting to join at it (the next collective then fails with
+        MEMBERSHIP_CHANGED), and it fails with MEMBERSHIP_CHANGED itself
+        when a new generation was sealed since the last sync. A changed world
+        or that failure mean HostsUpdatedInterrupt."""
+        if self._world is not None and (basics.rank(), basics.size()) != self._world:
+            raise HostsUpdatedInterrupt()
+        try:
+            allreduce(torch.zeros(1), name="__kolo.elastic.commit")
+        except KoloInternalError as e:
+            if _membership_changed(e):
+                raise HostsUpdatedInterrupt() from e
+            raise
+
+    def _synced(self):
+        self._world = (basics.rank(), basics.size())
+
+    def save(self):
+        raise NotImplementedError()
+
+    def restore(self):
+        raise NotImplementedError()
+
+    def sync(self):
+        raise NotImplementedError()
+
+    def reset(self):
+        pass
+
+
+class ObjectState(State):
+    """State made of picklable attributes (kwargs): saved by value, synced by
+    broadcast_object from rank 0."""
+
+    def __init__(self, **kwargs):
+        super().__init__()
+        self._saved_state = kwargs
+        self._set_attrs()
+
+    def save(self):
+        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
+
+    def restore(self):
+        self._set_attrs()
+
+    def sync(self):
+        if self._saved_state:
+            self._saved_state = broadcast_object(self._saved_state, root_rank=0, name="__kolo.elastic.state")
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for k, v in self._saved_state.items():
+            setattr(self, k, copy.deepcopy(v))
+
+
+class TorchState(ObjectState):
+    """Horovod's TorchState: a model's and an optimizer's state_dict (copied
+    at commit, loaded at restore, broadcast from rank 0 at sync) plus any
+    other attributes as keyword arguments (epoch=0, batch=0, ...)."""
+
+    def __init__(self, model=None, optimizer=None, **kwargs):
+        self.model = model
+        self.optimizer = optimizer
+        self._saved_model = None
+        self._saved_optimizer = None
+        super().__init__(**kwargs)
+        self._save_torch()
+
+    def _save_torch(self):
+        if self.model is not None:
+            self._saved_model = copy.deepcopy(self.model.state_dict())
+        if self.optimizer is not None:
+            self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
+
+    def save(self):
+        self._save_torch()
+        super().save()
+
+    def restore(self):
+        if self.model is not None and self._saved_model is not None:
+            self.model.load_state_dict(self._saved_model)
+        if self.optimizer is not None and self._saved_optimizer is not None:
+            self.optimizer.load_state_dict(self._saved_optimizer)
+        super().restore()
+
+    def sync(self):
+        if self.model is not None:
+            broadcast_parameters(self.model.state_dict(), root_rank=0)
+        if self.optimizer is not None:
+            broadcast_optimizer_state(self.optimizer, root_rank=0)
+        super().sync()
+        # What every rank now has is the state to come back to.
+        self._save_torch()
+        ObjectState.save(self)
+
+    def reset(self):
+        # A DistributedOptimizer may hold handles of the failed step.
+        handles = getattr(self.optimizer, "_handles", None)
+        if isinstance(handles, dict):
+            handles.clear()
+
+
+def _sync(state):
+    deadline = _sync_deadline()
+    while True:
+        try:
+            state.sync()
+            state._synced()
+            return
+        except KoloInternalError as e:
+            # The new generation is still forming (or changed again): retry.
+            if not _membership_changed(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def run(func):
+    """Horovod's @hvd.elastic.run: calls func(state, ...) until it returns.
+    Before each call the state is synced from rank 0. A MEMBERSHIP_CHANGED
+    failure restores the last commit; HostsUpdatedInterrupt keeps the state;
+    either way the reset callbacks run and the function is called again."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        if not basics.is_initialized():
+            raise ValueError("kolo.torch.elastic.run: call kolo.torch.init() first")
+        while True:
+            _sync(state)
+            try:
+                return func(state, *args, **kwargs)
+            except HostsUpdatedInterrupt:
+                pass
+            except KoloInternalError as e:
+                if not _membership_changed(e):
+                    raise
+                state.restore()
+            state.on_reset()
+
+    return wrapper
