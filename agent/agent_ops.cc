@@ -3,6 +3,8 @@
 #include <unordered_set>
 
 #include "agent/agent.h"
+#include "agent/core/device_runtime.h"
+#include "agent/gpu/device_ipc.h"
 #include "common/log.h"
 
 namespace kolo {
@@ -107,6 +109,58 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   std::vector<uint64_t> handles;
   handles.reserve(op.descs.size());
   for (auto& d : op.descs) handles.push_back(d.handle);
+  bool device = false;
+  for (const SubmitDesc& d : op.descs) device = device || gpu::isDevice(d);
+  if (device && op.error.isOk()) {
+    // The device path (docs/gpu.md): the reduction kernel over the ranks'
+    // device slots on one GPU, enqueued behind their in_ready events; the
+    // completion goes out at once (the clients' streams wait on out_ready).
+    std::vector<bool> flags;
+    std::vector<int> gpus;
+    gpu::DevicePlan plan;
+    if (op.anyAbsent()) {
+      plan.why = "tensor '" + op.name + "': device tensors with joined ranks (kolo_join) are not wired yet";
+    } else {
+      for (size_t i = 0; i < op.descs.size(); ++i) {
+        ClientConn* c = job.client(static_cast<int>(i));
+        flags.push_back(gpu::isDevice(op.descs[i]));
+        gpus.push_back(c != nullptr && c->device ? c->device->device() : -1);
+      }
+      plan = gpu::planDeviceOp(op.name, flags, gpus, job.world().cross_size);
+      if (plan.route == gpu::DeviceRoute::kStagedCross) {
+        plan.route = gpu::DeviceRoute::kRefuse;
+        plan.why = "tensor '" + op.name + "': device tensors across agents (" +
+                   std::to_string(job.world().cross_size) +
+                   " agents in this job) are not wired yet; hand kolo host tensors for multi-node jobs";
+      }
+    }
+    if (plan.route == gpu::DeviceRoute::kRefuse) {
+      op.error = invalidArgument(plan.why);  // and the other agents learn of it below
+    } else {
+      const SubmitDesc& d0 = op.descs[0];
+      const auto coll = static_cast<CollectiveType>(d0.collective);
+      DeviceLocalOp dop;
+      dop.dtype = static_cast<DataType>(d0.dtype);
+      auto rop = static_cast<ReduceOp>(d0.reduce_op);
+      dop.op = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
+      dop.count = d0.data_bytes / dataTypeSize(dop.dtype);
+      dop.prescale = d0.prescale;
+      dop.postscale = d0.postscale * (rop == ReduceOp::kAverage ? 1.0 / job.world().world_size : 1.0);
+      if (coll == CollectiveType::kBroadcast) dop.broadcast_root = d0.root - job.world().rank_offset;
+      for (size_t i = 0; i < op.descs.size(); ++i) {
+        ClientConn* c = job.client(static_cast<int>(i));
+        dop.grants.push_back(c->device.get());
+        dop.offsets.push_back(op.descs[i].data_offset);
+        dop.events.push_back(op.descs[i].device_event);
+      }
+      timeline_->opStart(op.name, coll);
+      Status st = deviceRuntime().enqueueLocal(dop);
+      timeline_->opEnd(op.name, dop.dtype, std::vector<int64_t>(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims)));
+      if (!st.isOk()) opsLog()->warn("job {}: device op '{}': {}", job.id(), op.name, st.message());
+      finishOnLoop(job.id(), handles, d0.data_bytes, st, dop.dtype, op.first_arrival, coll);
+      return;
+    }
+  }
   if (!op.error.isOk()) {
     opsLog()->warn("job {}: {}", job.id(), op.error.message());
     if (job.world().cross_size == 1) {
