@@ -70,7 +70,7 @@ Status validateDeviceDesc(const SubmitDesc& d, uint64_t arena_bytes, uint32_t ev
   if (arena_bytes == 0) {
     return unavailable(what(d) + ": this rank has no device arena on the kolo agent (" +
                               (no_arena_reason.empty()
-                                   ? std::string("it asked for none: set KOLO_DEVICE_ARENA_MB before kolo_init")
+                                   ? std::string("it did not ask for one: KOLO_DEVICE_ARENA_MB unset, or no usable GPU in the trainer")
                                    : no_arena_reason) +
                               "); hand kolo host tensors instead");
   }

@@ -1,0 +1,157 @@
+// The device data path through the real daemons (docs/gpu.md): a real
+// kolo-agent and trainer processes (kolo_gpu_device_rank) on one node.
+//  - Without a GPU (or without CUDA in the build): a trainer that asks for a
+//    device arena is admitted without one and told why; a device tensor is
+//    refused with a clear error by libkolo, a descriptor flagged "device" is
+//    refused by the agent, quickly, and the host path keeps working.
+//  - With a GPU: 2-4 trainers sharing GPU 0 allreduce device tensors (bit
+//    for bit vs a reference), copy ordering against a busy trainer stream,
+//    a trainer that dies with its device arena mapped. These skip cleanly
+//    ("skipped: no CUDA device: ...") without one.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tests/integration/harness.h"
+
+#ifdef KOLO_TEST_HAVE_CUDA
+#include "agent/gpu/cuda_status.h"
+#endif
+
+namespace kolo::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kRank = KOLO_GPU_DEVICE_RANK;
+
+bool has(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+#define KOLO_REQUIRE_GPU_FOR_DEVICE_PATH() \
+  do {                                     \
+    std::string _why;                      \
+    if (!gpuPresent(&_why)) GTEST_SKIP() << "skipped: " << _why; \
+  } while (0)
+
+bool gpuPresent(std::string* why) {
+#ifdef KOLO_TEST_HAVE_CUDA
+  auto n = gpu::deviceCount();
+  if (!n.isOk()) *why = n.status().message();
+  return n.isOk();
+#else
+  *why = "no CUDA device: this build has no CUDA";
+  return false;
+#endif
+}
+
+// Runs `mode` on `world` ranks of one job on `c`; every rank must print `ok`
+// (or all must print SKIP, then *skipped is set).
+void runMode(Cluster& c, const std::string& job, int world, const std::string& mode, const std::string& ok,
+             std::map<std::string, std::string> env, bool* skipped, std::vector<std::string>* outputs = nullptr) {
+  auto ranks = c.launchJob(job, world, {kRank, mode}, std::move(env));
+  ASSERT_TRUE(c.waitJob(ranks, 180s)) << "ranks did not finish\n" << c.agentLog(0);
+  int skips = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string out = ranks[r].output();
+    if (outputs) outputs->push_back(out);
+    if (has(out, "SKIP:")) {
+      ++skips;
+      continue;
+    }
+    EXPECT_EQ(ranks[r].exit_code, 0) << "rank " << r << ":\n" << out << "\nagent:\n" << c.agentLog(0);
+    EXPECT_TRUE(has(out, ok)) << "rank " << r << ":\n" << out << "\nagent:\n" << c.agentLog(0);
+  }
+  *skipped = skips == world;
+  EXPECT_TRUE(skips == 0 || skips == world) << "some ranks skipped, some did not";
+}
+
+TEST(DevicePath, AskedForButNoGpuIsRefusedClearly) {
+  Cluster c(1);
+  ASSERT_TRUE(c.ok()) << c.error();
+  bool skipped = false;
+  std::vector<std::string> outs;
+  runMode(c, "devrefuse", 2, "refuse", "REFUSE OK", {{"KOLO_DEVICE_ARENA_MB", "64"}}, &skipped, &outs);
+  if (skipped) GTEST_SKIP() << "skipped: this machine has a GPU (the device arena was granted)";
+  for (const std::string& out : outs) {
+#ifdef KOLO_TEST_HAVE_CUDA
+    EXPECT_TRUE(has(out, "device-why: this process cannot use the device path: no CUDA device: ")) << out;
+#else
+    EXPECT_TRUE(has(out, "device-why: this libkolo was built without CUDA (KOLO_WITH_CUDA=OFF)")) << out;
+#endif
+    EXPECT_TRUE(has(out, "client refusal: allreduce of device tensor 'device.flag': this rank has no device arena"))
+        << out;
+  }
+}
+
+TEST(DevicePath, NotAskedForIsRefusedClearlyEvenWithAGpu) {
+  Cluster c(1);
+  ASSERT_TRUE(c.ok()) << c.error();
+  bool skipped = false;
+  std::vector<std::string> outs;
+  runMode(c, "devnotasked", 2, "refuse", "REFUSE OK", {}, &skipped, &outs);
+  ASSERT_FALSE(skipped);
+  for (const std::string& out : outs) {
+#ifdef KOLO_TEST_HAVE_CUDA
+    EXPECT_TRUE(has(out, "device-why: this process asked for none: set KOLO_DEVICE_ARENA_MB before kolo_init")) << out;
+#endif
+    EXPECT_TRUE(has(out, "agent refusal: allreduce of device tensor 'device.raw': this rank has no device arena on "
+                         "the kolo agent (it did not ask for one: KOLO_DEVICE_ARENA_MB unset, or no usable GPU in the trainer)"))
+        << out;
+  }
+}
+
+TEST(DevicePath, InvalidArenaSizeIsNamed) {
+  Cluster c(1);
+  ASSERT_TRUE(c.ok()) << c.error();
+  bool skipped = false;
+  std::vector<std::string> outs;
+  runMode(c, "devbadenv", 1, "refuse", "REFUSE OK", {{"KOLO_DEVICE_ARENA_MB", "lots"}}, &skipped, &outs);
+  ASSERT_FALSE(skipped);
+#ifdef KOLO_TEST_HAVE_CUDA
+  EXPECT_TRUE(has(outs.at(0), "device-why: KOLO_DEVICE_ARENA_MB is 'lots'; it must be a whole number of MiB"))
+      << outs.at(0);
+#endif
+}
+
+class DevicePathRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(DevicePathRanks, AllreduceAndBroadcastSharingOneGpu) {
+  KOLO_REQUIRE_GPU_FOR_DEVICE_PATH();
+  Cluster c(1);
+  ASSERT_TRUE(c.ok()) << c.error();
+  bool skipped = false;
+  runMode(c, "devallreduce", GetParam(), "allreduce", "ALLREDUCE OK", {{"KOLO_DEVICE_ARENA_MB", "64"}}, &skipped);
+  EXPECT_FALSE(skipped) << "a GPU is present but no device arena was granted\n" << c.agentLog(0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DevicePathRanks, ::testing::Values(2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& i) { return "n" + std::to_string(i.param); });
+
+TEST(DevicePathGpu, CopyInWaitsForTheTrainersBusyStream) {
+  KOLO_REQUIRE_GPU_FOR_DEVICE_PATH();
+  Cluster c(1);
+  ASSERT_TRUE(c.ok()) << c.error();
+  bool skipped = false;
+  runMode(c, "devorder", 2, "ordering", "ORDERING OK", {{"KOLO_DEVICE_ARENA_MB", "64"}}, &skipped);
+  EXPECT_FALSE(skipped);
+}
+
+TEST(DevicePathGpu, ATrainerThatDiesWithItsArenaMappedFailsTheJobNotTheAgent) {
+  KOLO_REQUIRE_GPU_FOR_DEVICE_PATH();
+  Cluster c(1);
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("devdie", 2, {kRank, "die"}, {{"KOLO_DEVICE_ARENA_MB", "64"}});
+  ASSERT_TRUE(c.waitJob(ranks, 120s)) << c.agentLog(0);
+  EXPECT_EQ(ranks[1].exit_code, 7) << ranks[1].output();
+  EXPECT_EQ(ranks[0].exit_code, 0) << ranks[0].output() << c.agentLog(0);
+  EXPECT_TRUE(has(ranks[0].output(), "DIE OK")) << ranks[0].output();
+  // The agent survived and its device path still works for a new job.
+  bool skipped = false;
+  runMode(c, "devafter", 2, "allreduce", "ALLREDUCE OK", {{"KOLO_DEVICE_ARENA_MB", "64"}}, &skipped);
+  EXPECT_FALSE(skipped);
+}
+
+}  // namespace
+}  // namespace kolo::testing
