@@ -10,10 +10,17 @@
 //    ("skipped: no CUDA device: ...") without one.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <deque>
 #include <string>
 #include <vector>
 
+#include "common/frame.h"
+#include "common/ipc_layout.h"
+#include "common/unix_socket.h"
+#include "kolo/proto/ipc.pb.h"
 #include "tests/integration/harness.h"
 
 #ifdef KOLO_TEST_HAVE_CUDA
@@ -112,6 +119,51 @@ TEST(DevicePath, InvalidArenaSizeIsNamed) {
 #ifdef KOLO_TEST_HAVE_CUDA
   EXPECT_TRUE(has(outs.at(0), "device-why: KOLO_DEVICE_ARENA_MB is 'lots'; it must be a whole number of MiB"))
       << outs.at(0);
+#endif
+}
+
+// The agent's grant path: a Hello asking for a device arena (with 2 event
+// handles) on a machine where the agent cannot grant one is admitted with
+// the three host descriptors only and a device_error saying why.
+TEST(DevicePath, AgentWithoutAGpuAdmitsTheTrainerAndSaysWhyNoDeviceArena) {
+  std::string why;
+  if (gpuPresent(&why)) GTEST_SKIP() << "skipped: this machine has a GPU (the agent would grant the arena)";
+  Cluster c(1);
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto sock = connectUnix(c.socket(0));
+  ASSERT_TRUE(sock.isOk()) << sock.status().toString();
+  ipc::ClientFrame f;
+  ipc::Hello* h = f.mutable_hello();
+  h->set_protocol_version(kIpcProtocolVersion);
+  h->set_job_id("devhello");
+  h->set_token("t0ken");
+  h->set_local_rank(0);
+  h->set_local_size(1);
+  h->set_world_size(1);
+  h->set_pid(static_cast<int32_t>(::getpid()));
+  h->set_device_arena_bytes(64ull << 20);
+  h->set_cuda_device(0);
+  h->set_device_events(std::string(128, '\x01'));
+  ASSERT_TRUE(sendFrame(sock->get(), f).isOk());
+  FrameDecoder dec;
+  std::deque<UniqueFd> fds;
+  std::string payload;
+  Status st = recvFrame(sock->get(), std::chrono::steady_clock::now() + 20s, &dec, &fds, &payload);
+  ASSERT_TRUE(st.isOk()) << st.toString() << c.agentLog(0);
+  ipc::AgentFrame a;
+  ASSERT_TRUE(a.ParseFromString(payload));
+  ASSERT_TRUE(a.has_welcome());
+  EXPECT_EQ(a.welcome().code(), 0) << a.welcome().message();
+  EXPECT_EQ(a.welcome().device_arena_bytes(), 0u);
+  EXPECT_TRUE(a.welcome().device_events().empty());
+  EXPECT_EQ(fds.size(), 3u) << "arena, doorbell, completion; no device arena fd";
+#ifdef KOLO_TEST_HAVE_CUDA
+  EXPECT_TRUE(has(a.welcome().device_error(), "the kolo agent could not grant a device arena: no CUDA device: "))
+      << a.welcome().device_error();
+#else
+  EXPECT_EQ(a.welcome().device_error(),
+            "the kolo agent could not grant a device arena: this kolo-agent was built without CUDA "
+            "(KOLO_WITH_CUDA=OFF)");
 #endif
 }
 
