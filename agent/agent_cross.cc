@@ -91,6 +91,8 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   p.staging = staging::acquire(p.bytes);  // pooled: see common/staging_pool.h
   p.collective = static_cast<CollectiveType>(d0.collective);
   p.report_dtype = static_cast<DataType>(d0.dtype);
+  p.scratch = r.scratch;
+  p.before_finish = r.before_finish;
 
   CrossWork w;
   w.req.name = op.name;
@@ -256,7 +258,8 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
     timeline_->opEnd(name, p->dtype, {});
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) --it->second->executing;
-    finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
+    Status st = p->before_finish ? p->before_finish() : okStatus();
+    finishOnLoop(job_id, p->handles, p->bytes, st, p->report_dtype, p->started, p->collective);
   });
 }
 

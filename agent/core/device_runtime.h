@@ -42,7 +42,8 @@ struct DeviceLocalOp {
   size_t count = 0;
   double prescale = 1.0;
   double postscale = 1.0;
-  int broadcast_root = -1;  // >= 0: copy this local rank's slot to the others instead
+  bool broadcast = false;   // copy the root's slot to the others instead of reducing
+  int broadcast_root = -1;  // broadcast: the root's local rank (-1: on another agent)
   std::vector<DeviceGrant*> grants;  // one per local rank, all on one GPU
   std::vector<uint64_t> offsets;     // into each grant's arena
   std::vector<uint32_t> events;      // each rank's event pair
@@ -63,6 +64,19 @@ class DeviceRuntime {
   // rank's out_ready record. Returns once enqueued; the clients' streams
   // wait for out_ready before they copy the result out.
   virtual Status enqueueLocal(const DeviceLocalOp& op) = 0;
+
+  // Device tensors across agents, staged through host memory (the host
+  // backend carries them; docs/gpu.md). Step 1 may run on a worker thread
+  // and blocks until done (bounded by `timeout_ms`): every rank's in_ready
+  // wait, the reduction of the k slots into slot 0 with the prescale (no
+  // postscale: it is applied after the agents' reduction), and the copy of
+  // slot 0 (for a broadcast: the root's slot, when broadcast_root >= 0;
+  // nothing otherwise) into `host` (op.count elements).
+  virtual Status stageToHost(const DeviceLocalOp& op, void* host, int64_t timeout_ms) = 0;
+  // Step 2, on the loop once the agents' result is in `host`: copies it into
+  // every rank's slot and records every out_ready (no host wait; `host` may
+  // be freed on return).
+  virtual Status stageFromHost(const DeviceLocalOp& op, const void* host) = 0;
 };
 
 }  // namespace kolo

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "agent/core/device_runtime.h"
 #include "agent/gpu/cuda_status.h"
@@ -90,27 +92,70 @@ class CudaDeviceRuntime final : public DeviceRuntime {
     return std::shared_ptr<DeviceGrant>(std::move(g));
   }
 
-  Status enqueueLocal(const DeviceLocalOp& op) override {
-    const size_t k = op.grants.size();
-    if (k == 0 || op.offsets.size() != k || op.events.size() != k) return internalError("device op without ranks");
-    if (k > static_cast<size_t>(gpu::kMaxReduceSources)) {
-      return invalidArgument("device tensors of " + std::to_string(k) + " ranks on one GPU: at most " +
-                             std::to_string(gpu::kMaxReduceSources) + " are wired");
-    }
-    auto* g0 = static_cast<CudaGrant*>(op.grants[0]);
-    DeviceCtx& ctx = *g0->ctx_;
-    RETURN_IF_ERROR(gpu::setDevice(ctx.device));
-    cudaStream_t s = ctx.stream.get();
-    std::vector<void*> slots(k);
-    for (size_t i = 0; i < k; ++i) {
-      auto* g = static_cast<CudaGrant*>(op.grants[i]);
-      if (g->ctx_.get() != &ctx) return internalError("device op over two GPUs");
-      RETURN_IF_ERROR(g->in_.at(op.events[i]).streamWait(s));
-      slots[i] = static_cast<char*>(g->arena_->data()) + op.offsets[i];
-    }
+  Status stageToHost(const DeviceLocalOp& op, void* host, int64_t timeout_ms) override {
+    std::vector<void*> slots;
+    ASSIGN_OR_RETURN(DeviceCtx * ctx, waitInputs(op, &slots));
+    cudaStream_t s = ctx->stream.get();
     const size_t bytes = op.count * dataTypeSize(op.dtype);
     if (bytes > 0) {
-      if (op.broadcast_root >= 0) {
+      const void* src = nullptr;
+      if (!op.broadcast) {
+        RETURN_IF_ERROR(gpu::launchReduce(op.dtype, op.op, slots.data(), static_cast<int>(slots.size()), slots.data(),
+                                          1, op.count, op.prescale, 1.0, s));
+        src = slots[0];
+      } else if (op.broadcast_root >= 0 && op.broadcast_root < static_cast<int>(slots.size())) {
+        src = slots[op.broadcast_root];
+      }
+      if (src != nullptr) {
+        KOLO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, s));
+        // Wait for this copy only (not for later work on the stream).
+        ASSIGN_OR_RETURN(gpu::Event done, gpu::Event::create());
+        RETURN_IF_ERROR(done.record(s));
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+        for (;;) {
+          Status q = done.query();
+          if (q.code() != Code::kInProgress) return q;
+          if (std::chrono::steady_clock::now() >= deadline) {
+            return timedOut("staging a device tensor to the host: the copy did not finish within " +
+                            std::to_string(timeout_ms / 1000) + " s (a trainer's stream never reached the copy-in?)");
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      }
+    }
+    return okStatus();
+  }
+
+  Status stageFromHost(const DeviceLocalOp& op, const void* host) override {
+    if (op.grants.empty()) return internalError("device op without ranks");
+    DeviceCtx& ctx = *static_cast<CudaGrant*>(op.grants[0])->ctx_;
+    RETURN_IF_ERROR(gpu::setDevice(ctx.device));
+    cudaStream_t s = ctx.stream.get();
+    const size_t bytes = op.count * dataTypeSize(op.dtype);
+    for (size_t i = 0; i < op.grants.size(); ++i) {
+      auto* g = static_cast<CudaGrant*>(op.grants[i]);
+      if (bytes > 0) {
+        KOLO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<char*>(g->arena_->data()) + op.offsets[i], host, bytes,
+                                                  cudaMemcpyHostToDevice, s));
+      }
+    }
+    for (size_t i = 0; i < op.grants.size(); ++i) {
+      RETURN_IF_ERROR(static_cast<CudaGrant*>(op.grants[i])->out_.at(op.events[i]).record(s));
+    }
+    return okStatus();
+  }
+
+  Status enqueueLocal(const DeviceLocalOp& op) override {
+    std::vector<void*> slots;
+    ASSIGN_OR_RETURN(DeviceCtx * ctxp, waitInputs(op, &slots));
+    const size_t k = slots.size();
+    cudaStream_t s = ctxp->stream.get();
+    const size_t bytes = op.count * dataTypeSize(op.dtype);
+    if (op.broadcast && (op.broadcast_root < 0 || op.broadcast_root >= static_cast<int>(k))) {
+      return internalError("broadcast root is not a local rank");
+    }
+    if (bytes > 0) {
+      if (op.broadcast) {
         for (size_t i = 0; i < k; ++i) {
           if (static_cast<int>(i) == op.broadcast_root) continue;
           KOLO_CUDA_RETURN_IF_ERROR(
@@ -132,6 +177,27 @@ class CudaDeviceRuntime final : public DeviceRuntime {
   }
 
  private:
+  // The agent stream of the op's GPU, made to wait for every rank's
+  // in_ready; `slots` receives the ranks' slot addresses (agent mapping).
+  StatusOr<DeviceCtx*> waitInputs(const DeviceLocalOp& op, std::vector<void*>* slots) {
+    const size_t k = op.grants.size();
+    if (k == 0 || op.offsets.size() != k || op.events.size() != k) return internalError("device op without ranks");
+    if (k > static_cast<size_t>(gpu::kMaxReduceSources)) {
+      return invalidArgument("device tensors of " + std::to_string(k) + " ranks on one GPU: at most " +
+                             std::to_string(gpu::kMaxReduceSources) + " are wired");
+    }
+    DeviceCtx* ctx = static_cast<CudaGrant*>(op.grants[0])->ctx_.get();
+    RETURN_IF_ERROR(gpu::setDevice(ctx->device));
+    slots->resize(k);
+    for (size_t i = 0; i < k; ++i) {
+      auto* g = static_cast<CudaGrant*>(op.grants[i]);
+      if (g->ctx_.get() != ctx) return internalError("device op over two GPUs");
+      RETURN_IF_ERROR(g->in_.at(op.events[i]).streamWait(ctx->stream.get()));
+      (*slots)[i] = static_cast<char*>(g->arena_->data()) + op.offsets[i];
+    }
+    return ctx;
+  }
+
   StatusOr<std::shared_ptr<DeviceCtx>> ctxFor(int dev) {
     auto& c = ctxs_[dev];
     if (!c) {

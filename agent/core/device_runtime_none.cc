@@ -13,6 +13,12 @@ class NoDeviceRuntime final : public DeviceRuntime {
   Status enqueueLocal(const DeviceLocalOp&) override {
     return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
   }
+  Status stageToHost(const DeviceLocalOp&, void*, int64_t) override {
+    return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
+  }
+  Status stageFromHost(const DeviceLocalOp&, const void*) override {
+    return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
+  }
 };
 
 }  // namespace

@@ -5,8 +5,9 @@
 //    refused with a clear error by libkolo, a descriptor flagged "device" is
 //    refused by the agent, quickly, and the host path keeps working.
 //  - With a GPU: 2-4 trainers sharing GPU 0 allreduce device tensors (bit
-//    for bit vs a reference), copy ordering against a busy trainer stream,
-//    a trainer that dies with its device arena mapped. These skip cleanly
+//    for bit vs a reference), the same across two agents (staged through
+//    host memory), copy ordering against a busy trainer stream, a trainer
+//    that dies with its device arena mapped. These skip cleanly
 //    ("skipped: no CUDA device: ...") without one.
 #include <gtest/gtest.h>
 
@@ -186,6 +187,22 @@ TEST_P(DevicePathRanks, AllreduceAndBroadcastSharingOneGpu) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DevicePathRanks, ::testing::Values(2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& i) { return "n" + std::to_string(i.param); });
+
+// Two agents (two "nodes" on one machine sharing its GPU): the device
+// tensors are reduced on the GPU per agent, staged through host memory over
+// the host backend, and copied back (docs/gpu.md).
+TEST(DevicePathGpu, AcrossTwoAgentsStagedThroughHost) {
+  KOLO_REQUIRE_GPU_FOR_DEVICE_PATH();
+  Cluster c(2);
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("devcross", {2, 1}, {kRank, "allreduce"}, {{"KOLO_DEVICE_ARENA_MB", "64"}});
+  ASSERT_TRUE(c.waitJob(ranks, 180s)) << allLogs(c, 2);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string out = ranks[r].output();
+    EXPECT_EQ(ranks[r].exit_code, 0) << "rank " << r << ":\n" << out << allLogs(c, 2);
+    EXPECT_TRUE(has(out, "ALLREDUCE OK")) << "rank " << r << ":\n" << out << allLogs(c, 2);
+  }
+}
 
 TEST(DevicePathGpu, CopyInWaitsForTheTrainersBusyStream) {
   KOLO_REQUIRE_GPU_FOR_DEVICE_PATH();
