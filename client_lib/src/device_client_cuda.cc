@@ -21,6 +21,28 @@ namespace {
 
 constexpr uint32_t kEventPairs = kMaxDeviceEvents;
 
+// Makes `device` current on this (the caller's) thread for the scope and
+// restores the caller's device after: libkolo must not move a trainer's
+// thread to another GPU behind its back.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&prev_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      prev_ = -1;
+    }
+    if (prev_ != device) st_ = gpu::cudaStatus(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceScope() {
+    if (prev_ >= 0 && st_.isOk()) (void)cudaSetDevice(prev_);
+  }
+  const Status& status() const { return st_; }
+
+ private:
+  int prev_ = -1;
+  Status st_;
+};
+
 class CudaDeviceClient final : public DeviceClient {
  public:
   CudaDeviceClient() {
@@ -40,9 +62,11 @@ class CudaDeviceClient final : public DeviceClient {
     // Our copies may still run on the callers' streams: let them finish
     // (bounded) before the arena is unmapped.
     if (arena_) {
-      (void)gpu::setDevice(device_);
-      for (auto& e : done_) {
-        for (int i = 0; i < 10'000 && e.query().code() == Code::kInProgress; ++i) {
+      DeviceScope scope(device_);
+      const auto deadline = Clock::now() + std::chrono::seconds(5);
+      auto pending = [](const gpu::Event& e) { return e.query().code() == Code::kInProgress; };
+      for (size_t i = 0; i < done_.size(); ++i) {  // copy-ins (in_) and copy-outs (done_)
+        while ((pending(done_[i]) || pending(in_[i])) && Clock::now() < deadline) {
           std::this_thread::sleep_for(std::chrono::microseconds(100));
         }
       }
@@ -92,7 +116,8 @@ class CudaDeviceClient final : public DeviceClient {
 
   StatusOr<Staged> stageIn(const void* src, uint64_t bytes, void* stream, Clock::time_point deadline) override {
     if (!ready()) return unavailable(why_);
-    RETURN_IF_ERROR(gpu::setDevice(device_));
+    DeviceScope scope(device_);
+    RETURN_IF_ERROR(scope.status());
     Staged s;
     for (;;) {
       {
@@ -138,7 +163,8 @@ class CudaDeviceClient final : public DeviceClient {
   }
 
   Status finish(const Staged& s, void* dst, uint64_t bytes, void* stream, bool copy) override {
-    Status st = gpu::setDevice(device_);
+    DeviceScope scope(device_);
+    Status st = scope.status();
     auto cs = static_cast<cudaStream_t>(stream);
     if (st.isOk() && copy && bytes > 0) {
       st = out_[s.event].streamWait(cs);
