@@ -4,8 +4,9 @@
 # On a GPU machine, with binaries made elsewhere (this script builds
 # nothing): prints the device, runs every GPU test (the kernels, VMM arenas,
 # NCCL, and the device data path through the real daemons: trainers sharing
-# one GPU, copy ordering, a dying trainer), then kolo-gpu-bench, and ends
-# with a summary table. Exit status 0 when every test passed (or skipped)
+# one GPU, copy ordering, a dying trainer), then kolo-gpu-bench and the
+# device allreduce timings through the daemons (4 and 1 trainers on one GPU),
+# and ends with a summary table. Exit status 0 when every test passed (or skipped)
 # and the bench ran, 1 otherwise.
 #
 # The argument is either a build tree (bin/ holds the binaries; the machine
@@ -89,6 +90,13 @@ timeout 600 "$BIN/kolo-gpu-bench" "$@" 2>&1 | tee "$log_dir/kolo-gpu-bench.log"
 rc=${PIPESTATUS[0]}
 summary+=("$(printf '%-28s rc=%s' kolo-gpu-bench "$rc")")
 [[ $rc -ne 0 ]] && { echo "kolo-gpu-bench FAILED" >&2; status=1; }
+
+echo "== device allreduce through the daemons (trainers sharing one GPU)"
+timeout 900 "$BIN/kolo_gpu_device_path_tests" --gtest_also_run_disabled_tests \
+  --gtest_filter='DevicePathGpu.DISABLED_Bench*' 2>&1 | tee "$log_dir/device-allreduce-bench.log"
+rc=${PIPESTATUS[0]}
+summary+=("$(printf '%-28s rc=%s' device-allreduce-bench "$rc")")
+[[ $rc -ne 0 ]] && { echo "device allreduce bench FAILED" >&2; status=1; }
 
 echo "== summary (logs in $log_dir)"
 printf '%s\n' "${summary[@]}"

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -186,7 +187,11 @@ TEST_P(DevicePathRanks, AllreduceAndBroadcastSharingOneGpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DevicePathRanks, ::testing::Values(2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& i) { return "n" + std::to_string(i.param); });
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           std::string n = "n";
+                           n += std::to_string(i.param);
+                           return n;
+                         });
 
 // Two agents (two "nodes" on one machine sharing its GPU): the device
 // tensors are reduced on the GPU per agent, staged through host memory over
@@ -226,6 +231,24 @@ TEST(DevicePathGpu, ATrainerThatDiesWithItsArenaMappedFailsTheJobNotTheAgent) {
   bool skipped = false;
   runMode(c, "devafter", 2, "allreduce", "ALLREDUCE OK", {{"KOLO_DEVICE_ARENA_MB", "64"}}, &skipped);
   EXPECT_FALSE(skipped);
+}
+
+// Not a test: timings for docs/gpu.md, run by bench/gpu_check.sh
+// (--gtest_also_run_disabled_tests). 4 trainers sharing GPU 0, then 1.
+TEST(DevicePathGpu, DISABLED_BenchTrainersSharingOneGpu) {
+  KOLO_REQUIRE_GPU_FOR_DEVICE_PATH();
+  for (int world : {4, 1}) {
+    Cluster c(1);
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks = c.launchJob("devbench" + std::to_string(world), world, {kRank, "bench"},
+                             {{"KOLO_DEVICE_ARENA_MB", "1100"}});
+    ASSERT_TRUE(c.waitJob(ranks, 600s)) << c.agentLog(0);
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output() << c.agentLog(0);
+    }
+    std::cout << "== device allreduce, " << world << " trainer(s) on one GPU, one agent (rank 0)\n"
+              << ranks[0].output();
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // A rank of the device path tests (device_path_test.cc): links the client
 // library's internals (kolo_client_static) and talks to a real kolo-agent.
-// Usage: kolo_gpu_device_rank refuse|allreduce|ordering|die
+// Usage: kolo_gpu_device_rank refuse|allreduce|ordering|die|bench
 // Prints "<MODE> OK" and exits 0 on success; "SKIP: <why>" and exits 0 when
 // the mode cannot run here (no GPU, or a GPU where a refusal was expected).
 #include <unistd.h>
@@ -294,13 +294,84 @@ int die(Client& c) {
   std::printf("rank 0 got: %s\nDIE OK\n", st.toString().c_str());
   return 0;
 }
+// Timings for docs/gpu.md (run by bench/gpu_check.sh through the disabled
+// test DevicePathGpu.DISABLED_Bench*): float32 allreduce of device tensors
+// end to end (copy-in, agent kernel, copy-out, stream synchronised) per size;
+// rank 0 prints a table. "floor" is the least device traffic an allreduce of
+// k tensors on one GPU needs (read k*S, write k*S) at the D2D copy bandwidth
+// measured here; "x floor" is the measured time over that.
+int bench(Client& c) {
+  if (!needDevice(c)) return 0;
+  const auto w = c.world();
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const size_t max_bytes = size_t{256} << 20;
+  void* a_buf = nullptr;
+  void* b_buf = nullptr;
+  CUDA_OK(cudaMalloc(&a_buf, max_bytes));
+  CUDA_OK(cudaMalloc(&b_buf, max_bytes));
+  CUDA_OK(cudaMemset(a_buf, 0, max_bytes));
+  // D2D copy bandwidth (bytes read + written), measured alone by rank 0 first.
+  double copy_gbs = 0;
+  if (w.rank == 0) {
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    CUDA_OK(cudaMemcpyAsync(b_buf, a_buf, max_bytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_OK(cudaEventRecord(e0, s));
+    for (int i = 0; i < 10; ++i) CUDA_OK(cudaMemcpyAsync(b_buf, a_buf, max_bytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_OK(cudaEventRecord(e1, s));
+    CUDA_OK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    copy_gbs = 2.0 * 10 * static_cast<double>(max_bytes) / (ms * 1e-3) / 1e9;
+    std::printf("device: D2D copy %.0f GB/s (bytes read + written); %d trainers share the GPU\n", copy_gbs, w.size);
+    std::printf("%12s %8s %12s %12s %10s\n", "bytes", "iters", "us/op", "floor us", "x floor");
+  }
+  int seq = 0;
+  for (size_t bytes : {size_t{4} << 10, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20, max_bytes}) {
+    const int iters = bytes >= (size_t{16} << 20) ? 10 : 200;
+    int64_t shape[1] = {static_cast<int64_t>(bytes / sizeof(float))};
+    AllreduceArgs a;
+    a.ndim = 1;
+    a.shape = shape;
+    a.dtype = static_cast<int>(DataType::kFloat32);
+    a.op = static_cast<int>(ReduceOp::kSum);
+    a.input = a_buf;
+    a.output = b_buf;
+    a.stream = s;
+    std::chrono::steady_clock::time_point t0;
+    for (int i = -3; i < iters; ++i) {  // 3 warm-up ops
+      if (i == 0) {
+        CUDA_OK(cudaStreamSynchronize(s));
+        t0 = std::chrono::steady_clock::now();
+      }
+      std::string name = "bench." + std::to_string(++seq);
+      a.name = name.c_str();
+      auto h = c.allreduceAsync(a);
+      if (!h.isOk()) FAIL("bench: %s", h.status().toString().c_str());
+      auto st = c.wait(*h, milliseconds(120'000));
+      if (!st.isOk()) FAIL("bench: %s", st.toString().c_str());
+    }
+    CUDA_OK(cudaStreamSynchronize(s));
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+    if (w.rank == 0) {
+      double floor_us = 2.0 * w.size * static_cast<double>(bytes) / (copy_gbs * 1e9) * 1e6;
+      std::printf("%12zu %8d %12.1f %12.1f %10.2f\n", bytes, iters, us, floor_us, us / floor_us);
+    }
+  }
+  CUDA_OK(cudaFree(a_buf));
+  CUDA_OK(cudaFree(b_buf));
+  std::printf("BENCH OK\n");
+  return 0;
+}
 #endif  // KOLO_TEST_HAVE_CUDA
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s refuse|allreduce|ordering|die\n", argv[0]);
+    std::fprintf(stderr, "usage: %s refuse|allreduce|ordering|die|bench\n", argv[0]);
     return 2;
   }
   auto opts = kolo::ClientOptions::fromEnvironment();
@@ -316,8 +387,9 @@ int main(int argc, char** argv) {
   else if (mode == "allreduce") rc = allreduce(c);
   else if (mode == "ordering") rc = ordering(c);
   else if (mode == "die") rc = die(c);
+  else if (mode == "bench") rc = bench(c);
 #else
-  else if (mode == "allreduce" || mode == "ordering" || mode == "die") {
+  else if (mode == "allreduce" || mode == "ordering" || mode == "die" || mode == "bench") {
     std::printf("SKIP: this build has no CUDA\n");
     rc = 0;
   }
