@@ -373,7 +373,7 @@ Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
   }
   const char* in = static_cast<const char*>(a.input);
   bool in_arena = in >= data_begin_ && in < data_end_;
-  if (!in_arena && n > alloc_->capacity() && a.device != 1) {
+  if (!in_arena && n > alloc_->capacity() && a.device != 1 && !wantsDevice(a)) {  // (device: its own arena)
     return invalidArgument(tensor + "it is " + std::to_string(n) +
                            " bytes, larger than this process's whole shared arena (" +
                            std::to_string(alloc_->capacity()) +

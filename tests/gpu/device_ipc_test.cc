@@ -1,6 +1,8 @@
 // The device path's wire rules (agent/gpu/device_ipc.h): every build.
 #include "agent/gpu/device_ipc.h"
 
+#include "client_lib/src/device_client.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -117,6 +119,20 @@ TEST(DeviceIpc, PlanRoutes) {
   EXPECT_NE(p.why.find("local ranks 0 and 1 are on different GPUs (0 and 1)"), std::string::npos) << p.why;
   p = planDeviceOp("x", {true, true}, {0, -1}, 1);
   EXPECT_EQ(p.why, "tensor 'x': local rank 1's GPU is not known to the agent");
+}
+
+TEST(DeviceIpc, DeviceArenaMbParsing) {
+  EXPECT_EQ(parseDeviceArenaMb(nullptr).value(), 0u);
+  EXPECT_EQ(parseDeviceArenaMb("").value(), 0u);
+  EXPECT_EQ(parseDeviceArenaMb("0").value(), 0u);
+  EXPECT_EQ(parseDeviceArenaMb("64").value(), 64ull << 20);
+  EXPECT_EQ(parseDeviceArenaMb("65536").value(), 65536ull << 20);
+  for (const char* bad : {"-1", "lots", "12x", "65537", "99999999999999999999999"}) {
+    auto r = parseDeviceArenaMb(bad);
+    ASSERT_FALSE(r.isOk()) << bad;
+    EXPECT_EQ(r.status().message(), "KOLO_DEVICE_ARENA_MB is '" + std::string(bad) +
+                                        "'; it must be a whole number of MiB from 0 (no device arena) to 65536");
+  }
 }
 
 }  // namespace
