@@ -1,6 +1,7 @@
 // Client: the device path's submission (docs/gpu.md, "The device data
 // path"; the copies and events are in device_client.h).
 #include <cassert>
+#include <chrono>
 #include <cstring>
 
 #include "agent/gpu/device_ipc.h"
@@ -58,6 +59,34 @@ StatusOr<uint64_t> Client::deviceAllreduceAsync(AllreduceArgs a) {
     names_in_flight_.insert(name);
   }
   auto staged = device_->stageIn(a.input, bytes, a.stream, deadline);
+  while (!staged.isOk() && staged.status().code() == Code::kInProgress) {
+    // Ops in flight hold the device arena space or the event pairs: let
+    // their completions free them (bounded by the op timeout).
+    uint64_t before = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      before = in_flight_;
+    }
+    if (before == 0) {
+      staged = internalError(staged.status().message() + ", but nothing is in flight");
+      break;
+    }
+    if (Clock::now() >= deadline) {
+      staged = timedOut(staged.status().message() + " and none of them completed within the op timeout "
+                        "(KOLO_OP_TIMEOUT); raise KOLO_DEVICE_ARENA_MB or wait on handles sooner");
+      break;
+    }
+    progressUntil([&] { return in_flight_ < before || !failed_.isOk(); }, deadline, std::chrono::milliseconds(1000));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Status u = usableLocked();
+      if (!u.isOk()) {
+        staged = u;
+        break;
+      }
+    }
+    staged = device_->stageIn(a.input, bytes, a.stream, deadline);
+  }
   if (!staged.isOk()) {
     std::lock_guard<std::mutex> lock(mu_);
     names_in_flight_.erase(name);

@@ -62,7 +62,9 @@ class DeviceClient {
 
   // Takes a slot of `bytes` and an event pair (waiting for retiring ones
   // until `deadline`), enqueues the copy from `src` on `stream` and records
-  // in_ready. TimedOut when nothing frees up in time.
+  // in_ready. TimedOut when nothing frees up in time; InProgress (with the
+  // reason) when only ops still in flight hold what it needs: the caller
+  // drains completions and asks again.
   virtual StatusOr<Staged> stageIn(const void* src, uint64_t bytes, void* stream, Clock::time_point deadline) = 0;
   // At completion (or when the op is dropped): when `copy`, `stream` waits
   // on out_ready and the result is copied to `dst`; the slot and the event

@@ -118,6 +118,10 @@ class CudaDeviceClient final : public DeviceClient {
     if (!ready()) return unavailable(why_);
     DeviceScope scope(device_);
     RETURN_IF_ERROR(scope.status());
+    if (bytes > alloc_->capacity()) {
+      return invalidArgument("its " + std::to_string(bytes) + " bytes are more than the whole device arena (" +
+                             std::to_string(alloc_->capacity()) + " bytes); raise KOLO_DEVICE_ARENA_MB");
+    }
     Staged s;
     for (;;) {
       {
@@ -133,14 +137,13 @@ class CudaDeviceClient final : public DeviceClient {
           }
           pool_.release(*e);
           if (retiring_.empty()) {
-            return invalidArgument("its " + std::to_string(bytes) + " bytes do not fit in the device arena (" +
-                                   std::to_string(alloc_->capacity()) + " bytes, " +
-                                   std::to_string(alloc_->usedBytes()) +
-                                   " in use by ops in flight); raise KOLO_DEVICE_ARENA_MB or wait on handles sooner");
+            return Status(Code::kInProgress, "its " + std::to_string(bytes) + " bytes do not fit in the device arena (" +
+                                                 std::to_string(alloc_->capacity()) + " bytes, " +
+                                                 std::to_string(alloc_->usedBytes()) + " held by ops in flight)");
           }
         } else if (retiring_.empty()) {
-          return unavailable("all " + std::to_string(kEventPairs) +
-                             " device event pairs are in use by ops in flight; wait on handles sooner");
+          return Status(Code::kInProgress, "all " + std::to_string(kEventPairs) +
+                                               " device event pairs are held by ops in flight");
         }
       }
       if (Clock::now() >= deadline) {

@@ -194,8 +194,50 @@ int allreduce(Client& c) {
     ++seq;
     checkAllreduce<float>(c, s, DataType::kFloat32, ReduceOp::kAverage, n, false, seq);
   }
-  // Broadcast in place from the last rank, on the legacy default stream.
+  // More device ops in flight than event pairs (64): 100 submitted before
+  // any wait; the 65th waits for completions inside allreduceAsync.
   const auto w = c.world();
+  {
+    const int kOps = 100;
+    const size_t m = 257;
+    float* bufs = nullptr;
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&bufs), kOps * m * sizeof(float)));
+    std::vector<float> init(kOps * m);
+    for (size_t i = 0; i < init.size(); ++i) init[i] = static_cast<float>((i % 97) + w.rank);
+    CUDA_OK(cudaMemcpyAsync(bufs, init.data(), init.size() * sizeof(float), cudaMemcpyHostToDevice, s));
+    int64_t shape1[1] = {static_cast<int64_t>(m)};
+    std::vector<uint64_t> hs;
+    std::vector<std::string> names(kOps);
+    for (int j = 0; j < kOps; ++j) {
+      names[j] = "dev.many." + std::to_string(j);
+      AllreduceArgs a;
+      a.name = names[j].c_str();
+      a.input = a.output = bufs + j * m;
+      a.ndim = 1;
+      a.shape = shape1;
+      a.dtype = static_cast<int>(DataType::kFloat32);
+      a.op = static_cast<int>(ReduceOp::kSum);
+      a.stream = s;
+      auto h = c.allreduceAsync(a);
+      if (!h.isOk()) FAIL("many: op %d: %s", j, h.status().toString().c_str());
+      hs.push_back(*h);
+    }
+    for (uint64_t h : hs) {
+      auto st = c.wait(h, milliseconds(60'000));
+      if (!st.isOk()) FAIL("many: %s", st.toString().c_str());
+    }
+    std::vector<float> got(init.size());
+    CUDA_OK(cudaMemcpyAsync(got.data(), bufs, got.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    const float ranks = static_cast<float>(w.size * (w.size - 1) / 2);
+    for (size_t i = 0; i < got.size(); ++i) {
+      float want = static_cast<float>(w.size) * static_cast<float>(i % 97) + ranks;
+      if (got[i] != want) FAIL("many: element %zu is %g, want %g", i, got[i], want);
+    }
+    CUDA_OK(cudaFree(bufs));
+    seq += kOps;
+  }
+  // Broadcast in place from the last rank, on the legacy default stream.
   const size_t n = 4099;
   std::vector<int32_t> host(n), got(n);
   for (size_t i = 0; i < n; ++i) host[i] = static_cast<int32_t>(i) + 1000 * w.rank;
