@@ -99,6 +99,8 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   w.req.params = d0;
   w.req.params.handle = 0;
   w.req.params.data_offset = w.req.params.out_offset = 0;
+  w.req.params.flags = 0;  // device tensors staged through host look like host ones to the other agents
+  w.req.params.device_event = 0;
   w.req.first_rank = job.globalRank(0);
   if (!op.error.isOk()) w.req.error = op.error.message();
   w.staging = p.staging.get();
