@@ -41,7 +41,7 @@ if [[ -f "$DIR/origin_bin_dir" ]]; then
   fi
 fi
 if ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
-  nccl_dir=$(python3 -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
+  nccl_dir=$(LD_LIBRARY_PATH= python3 -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
   [[ -z $nccl_dir || ! -e $nccl_dir/libnccl.so.2 ]] && nccl_dir=$(dirname "$(find / -name libnccl.so.2 -path '*nvidia*' 2>/dev/null | head -1)" 2>/dev/null)
   [[ -n $nccl_dir && -e $nccl_dir/libnccl.so.2 ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir" && echo "libnccl from $nccl_dir"
 fi
