@@ -297,6 +297,35 @@ void Agent::refuseOnLoop(ClientConn& c, const Status& st) {
   // The connection stays until the client closes it; it holds no job.
 }
 
+namespace {
+
+// The device path (docs/gpu.md): a device arena and event pairs for a
+// trainer that asked for them. Without one it is still admitted; its device
+// tensors are refused with device_error.
+void grantDeviceOnLoop(ClientConn& c, const ipc::Hello& h, ipc::Welcome* w, UniqueFd* fd) {
+  const uint64_t bytes = std::clamp<uint64_t>(h.device_arena_bytes(), 2ull << 20, 64ull << 30);
+  auto g = deviceRuntime().grant(bytes, h.cuda_device(), h.gpu_uuid(), h.device_events());
+  Status st = g.status();
+  if (st.isOk()) {
+    auto f = (*g)->exportFd();
+    st = f.status();
+    if (st.isOk()) {
+      *fd = std::move(f).value();
+      c.device = *g;
+      w->set_device_arena_bytes(c.device->bytes());
+      w->set_device_events(c.device->agentEvents());
+      ipcLog()->info("pid {}: device arena of {} MiB on CUDA device {}", c.pid(), c.device->bytes() >> 20,
+                     c.device->device());
+      return;
+    }
+  }
+  c.device_error = "the kolo agent could not grant a device arena: " + st.message();
+  w->set_device_error(c.device_error);
+  ipcLog()->warn("pid {}: {}", c.pid(), c.device_error);
+}
+
+}  // namespace
+
 void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
   if (h.protocol_version() != kIpcProtocolVersion) {
     return refuseOnLoop(c, invalidArgument("protocol version " + std::to_string(h.protocol_version()) +
@@ -353,7 +382,11 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
   f.mutable_welcome()->set_code(0);
   f.mutable_welcome()->set_arena_bytes(bytes);
   f.mutable_welcome()->set_agent_id(opts_.agent_id);
-  st = c.send(f, {c.arena()->fd(), c.doorbellFd(), c.completionFd()});
+  std::vector<int> fds = {c.arena()->fd(), c.doorbellFd(), c.completionFd()};
+  UniqueFd device_fd;
+  if (h.device_arena_bytes() > 0) grantDeviceOnLoop(c, h, f.mutable_welcome(), &device_fd);
+  if (device_fd.valid()) fds.push_back(device_fd.get());
+  st = c.send(f, fds);
   if (!st.isOk()) {
     ipcLog()->warn("cannot send Welcome to pid {}: {}", c.pid(), st.toString());
     if (created) jobs_.erase(h.job_id());

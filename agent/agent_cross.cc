@@ -93,12 +93,16 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   p.staging = staging::acquire(p.bytes);  // pooled: see common/staging_pool.h
   p.collective = static_cast<CollectiveType>(d0.collective);
   p.report_dtype = static_cast<DataType>(d0.dtype);
+  p.scratch = r.scratch;
+  p.before_finish = r.before_finish;
 
   CrossWork w;
   w.req.name = op.name;
   w.req.params = d0;
   w.req.params.handle = 0;
   w.req.params.data_offset = w.req.params.out_offset = 0;
+  w.req.params.flags = 0;  // device tensors staged through host look like host ones to the other agents
+  w.req.params.device_event = 0;
   w.req.first_rank = job.globalRank(0);
   if (!op.error.isOk()) w.req.error = op.error.message();
   w.staging = p.staging.get();
@@ -273,7 +277,8 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
     timeline_->opEnd(name, p->dtype, {});
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) --it->second->executing;
-    finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
+    Status st = p->before_finish ? p->before_finish() : okStatus();
+    finishOnLoop(job_id, p->handles, p->bytes, st, p->report_dtype, p->started, p->collective);
   });
 }
 

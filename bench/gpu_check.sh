@@ -1,19 +1,50 @@
 #!/usr/bin/env bash
-# bench/gpu_check.sh [BUILD_DIR] [-- kolo-gpu-bench options]
+# bench/gpu_check.sh [BUILD_OR_BUNDLE_DIR] [-- kolo-gpu-bench options]
 #
-# On a GPU machine, with a build tree made elsewhere (this script builds
-# nothing): runs the GPU tests and kolo-gpu-bench, and prints the device, the
-# test summary and the bench table. The build tree's bin/ must hold
-# kolo_gpu_plan_tests, kolo_gpu_tests, kolo_gpu_test_peer and kolo-gpu-bench
-# (configure with -DKOLO_WITH_CUDA=ON -DKOLO_WITH_NCCL=ON). Exit status: 0
-# when every test passed (or skipped) and the bench ran, 1 otherwise.
+# On a GPU machine, with binaries made elsewhere (this script builds
+# nothing): prints the device, runs every GPU test (the kernels, VMM arenas,
+# NCCL, and the device data path through the real daemons: trainers sharing
+# one GPU, copy ordering, a dying trainer), then kolo-gpu-bench and the
+# device allreduce timings through the daemons (4 and 1 trainers on one GPU),
+# and ends with a summary table. Exit status 0 when every test passed (or skipped)
+# and the bench ran, 1 otherwise.
+#
+# The argument is either a build tree (bin/ holds the binaries; the machine
+# must have their shared libraries) or a bundle made by bench/gpu_bundle.sh
+# on the build machine (bin/, lib/, origin_bin_dir), for a GPU machine with
+# no package registry:
+#   here:        ninja -C build <targets listed in gpu_bundle.sh> && bench/gpu_bundle.sh build
+#   GPU machine: bench/gpu_check.sh build-gpubundle   (carry build-gpubundle)
+# libnccl.so.2 is not bundled (208 MiB): it is taken from the machine, or
+# from the nvidia-nccl-cu13 wheel of its python3.
 set -uo pipefail
 
-BUILD_DIR=${1:-build}
+DIR=${1:-build}
 [[ $# -gt 0 ]] && shift
 [[ ${1:-} == "--" ]] && shift
-BIN="$BUILD_DIR/bin"
+DIR=$(cd "$DIR" && pwd) || { echo "no such directory" >&2; exit 1; }
+BIN="$DIR/bin"
 status=0
+declare -a summary
+
+if [[ -f "$DIR/origin_bin_dir" ]]; then
+  export LD_LIBRARY_PATH="$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # The integration harness starts the daemons from the bin dir compiled
+  # into it: make that path lead here.
+  origin=$(cat "$DIR/origin_bin_dir")
+  if [[ ! -x "$origin/kolo-agent" ]]; then
+    if [[ ! -e "$origin" ]]; then
+      mkdir -p "$(dirname "$origin")" && ln -s "$BIN" "$origin" && echo "linked $origin -> $BIN"
+    else
+      echo "warning: $origin exists without kolo-agent; the device path tests will not find the daemons" >&2
+    fi
+  fi
+fi
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+  nccl_dir=$(LD_LIBRARY_PATH= python3 -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
+  [[ -z $nccl_dir || ! -e $nccl_dir/libnccl.so.2 ]] && nccl_dir=$(dirname "$(find / -name libnccl.so.2 -path '*nvidia*' 2>/dev/null | head -1)" 2>/dev/null)
+  [[ -n $nccl_dir && -e $nccl_dir/libnccl.so.2 ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir" && echo "libnccl from $nccl_dir"
+fi
 
 echo "== device"
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -22,9 +53,10 @@ else
   echo "nvidia-smi not found"
 fi
 
-for exe in kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer kolo-gpu-bench; do
+tests=(kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_device_path_tests)
+for exe in "${tests[@]}" kolo_gpu_test_peer kolo_gpu_device_rank kolo-gpu-bench kolo-agent kolo-coordinator; do
   if [[ ! -x "$BIN/$exe" ]]; then
-    echo "missing $BIN/$exe (build with -DKOLO_WITH_CUDA=ON and carry the build tree)" >&2
+    echo "missing $BIN/$exe (build with -DKOLO_WITH_CUDA=ON -DKOLO_BUILD_TESTS=ON; see bench/gpu_bundle.sh)" >&2
     exit 1
   fi
   missing=$(ldd "$BIN/$exe" 2>/dev/null | grep "not found" || true)
@@ -37,17 +69,35 @@ done
 [[ $status -ne 0 ]] && exit 1
 
 export KOLO_GPU_TEST_PEER="$BIN/kolo_gpu_test_peer"
-for t in kolo_gpu_plan_tests kolo_gpu_tests; do
+export KOLO_GPU_DEVICE_RANK="$BIN/kolo_gpu_device_rank"
+log_dir=${OUT:-$(mktemp -d)}
+for t in "${tests[@]}"; do
   echo "== $t"
-  if ! timeout 900 "$BIN/$t" --gtest_brief=1; then
+  timeout 900 "$BIN/$t" --gtest_brief=1 2>&1 | tee "$log_dir/$t.log"
+  rc=${PIPESTATUS[0]}
+  passed=$(grep -oE '\[  PASSED  \] [0-9]+' "$log_dir/$t.log" | grep -oE '[0-9]+$' || echo 0)
+  skipped=$(grep -oE '\[  SKIPPED \] [0-9]+ test' "$log_dir/$t.log" | grep -oE '[0-9]+' || echo 0)
+  failed=$(grep -oE '\[  FAILED  \] [0-9]+ test' "$log_dir/$t.log" | grep -oE '[0-9]+' || echo 0)
+  summary+=("$(printf '%-28s rc=%-3s passed=%-4s skipped=%-4s failed=%s' "$t" "$rc" "$passed" "$skipped" "$failed")")
+  if [[ $rc -ne 0 ]]; then
     echo "$t FAILED" >&2
     status=1
   fi
 done
 
 echo "== kolo-gpu-bench"
-if ! timeout 600 "$BIN/kolo-gpu-bench" "$@"; then
-  echo "kolo-gpu-bench FAILED" >&2
-  status=1
-fi
+timeout 600 "$BIN/kolo-gpu-bench" "$@" 2>&1 | tee "$log_dir/kolo-gpu-bench.log"
+rc=${PIPESTATUS[0]}
+summary+=("$(printf '%-28s rc=%s' kolo-gpu-bench "$rc")")
+[[ $rc -ne 0 ]] && { echo "kolo-gpu-bench FAILED" >&2; status=1; }
+
+echo "== device allreduce through the daemons (trainers sharing one GPU)"
+timeout 900 "$BIN/kolo_gpu_device_path_tests" --gtest_also_run_disabled_tests \
+  --gtest_filter='DevicePathGpu.DISABLED_Bench*' 2>&1 | tee "$log_dir/device-allreduce-bench.log"
+rc=${PIPESTATUS[0]}
+summary+=("$(printf '%-28s rc=%s' device-allreduce-bench "$rc")")
+[[ $rc -ne 0 ]] && { echo "device allreduce bench FAILED" >&2; status=1; }
+
+echo "== summary (logs in $log_dir)"
+printf '%s\n' "${summary[@]}"
 exit $status

@@ -54,12 +54,22 @@ struct SubmitDesc {
   uint64_t group_id;
   uint64_t group_hash;
   uint32_t group_size;
-  uint32_t reserved;
+  // Device tensors (flags & kSubmitFlagDevice): the index of the
+  // interprocess event pair this op uses (the client's in_ready, recorded
+  // after its copy into the device arena; the agent's out_ready, recorded
+  // after the result). Was `reserved` (always 0) before the device path.
+  uint32_t device_event;
   // The World generation the client had when it submitted (0: none yet).
   // An elastic job's agent refuses an op of another generation with
   // MEMBERSHIP_CHANGED (docs/elastic.md).
   uint64_t generation;
 };
+
+// SubmitDesc.flags. kSubmitFlagDevice: data_offset/out_offset refer to the
+// client's device arena (docs/gpu.md), not to this shared arena.
+constexpr uint32_t kSubmitFlagDevice = 1u << 0;
+// Interprocess events per client and direction (device ops in flight).
+constexpr uint32_t kMaxDeviceEvents = 64;
 
 // Allgather (additive): the output region [out_offset, +out_bytes) starts
 // with every rank's first dimension (int64_t[world size], written by the

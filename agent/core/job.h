@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -121,6 +122,10 @@ class Job {
       size_t bytes;
     };
     std::vector<CopyOut> copy_out;
+    // From LocalReduce (allreduce/broadcast): kept alive with the op, and
+    // run before the completions of a successful one (device staging).
+    std::shared_ptr<void> scratch;
+    std::function<Status()> before_finish;
     CollectiveType collective = CollectiveType::kAllreduce;  // for metrics
     DataType report_dtype = DataType::kFloat32;               // the tensor's dtype, for metrics
   };

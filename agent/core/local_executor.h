@@ -11,6 +11,7 @@
 #include "common/dtype.h"
 #include "common/event_loop.h"
 #include "common/shm.h"
+#include "common/status.h"
 #include "common/worker_pool.h"
 
 namespace kolo {
@@ -25,6 +26,10 @@ struct LocalReduce {
   std::vector<void*> dsts;                               // destinations; empty = the slots (in place)
   std::vector<std::shared_ptr<SharedRegion>> keepalive;  // arenas stay mapped while we work
   std::shared_ptr<void> scratch;                         // e.g. a zero source for joined ranks
+  // Cross-agent path only: runs on the loop once the agents' result is in
+  // the slots, before the completions; its status is the op's (the device
+  // path copies the staged result back to the GPU here).
+  std::function<Status()> before_finish;
 };
 
 class LocalExecutor {

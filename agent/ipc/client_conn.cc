@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include "agent/gpu/device_ipc.h"
 #include "common/dtype.h"
 
 namespace kolo {
@@ -64,6 +65,13 @@ Status ClientConn::validate(const SubmitDesc& d) const {
     return invalidArgument("malformed descriptor: shape " + std::to_string(elems) + " elements of " +
                            std::to_string(dataTypeSize(static_cast<DataType>(d.dtype))) +
                            " bytes does not match data_bytes " + std::to_string(d.data_bytes));
+  }
+  if (d.prescale != d.prescale || d.postscale != d.postscale) {
+    return invalidArgument("scale factors must not be NaN");
+  }
+  if (gpu::isDevice(d)) {
+    return gpu::validateDeviceDesc(d, device ? device->bytes() : 0, device ? device->events() : 0,
+                                   device_error);
   }
   auto in_data = [&](uint64_t off, uint64_t len) {
     return len == 0 || (off >= layout.data_offset && len <= layout.data_bytes &&

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "agent/core/device_runtime.h"
 #include "common/fd.h"
 #include "common/frame.h"
 #include "common/ipc_layout.h"
@@ -66,6 +67,10 @@ class ClientConn {
   uint64_t world_sent = 0;  // generation of the last WorldInfo sent
   uint64_t submitted = 0;
   uint64_t completed = 0;
+  // Device path (docs/gpu.md): the grant, or why there is none when the
+  // trainer asked for one (device_error; empty: it did not ask).
+  std::shared_ptr<DeviceGrant> device;
+  std::string device_error;
 
  private:
   uint64_t id_;

@@ -180,6 +180,8 @@ Status Client::handshake() {
   hello->set_elastic_timeout_ms(opts_.elastic_timeout.count());
   hello->set_pid(static_cast<int32_t>(::getpid()));
   hello->set_arena_bytes(opts_.arena_bytes);
+  device_ = DeviceClient::create();
+  device_->prepareHello(hello);
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) hello->set_hostname(host);
   RETURN_IF_ERROR(sendFrame(sock_.get(), hello_frame)
@@ -208,6 +210,7 @@ Status Client::handshake() {
   UniqueFd arena = std::move(stray_fds_[0]);
   UniqueFd doorbell = std::move(stray_fds_[1]);
   UniqueFd completion = std::move(stray_fds_[2]);
+  device_->attach(w, stray_fds_.size() > 3 && w.device_arena_bytes() > 0 ? std::move(stray_fds_[3]) : UniqueFd());
   stray_fds_.clear();
   RETURN_IF_ERROR(attachArena(std::move(arena), std::move(doorbell), std::move(completion)));
   logger()->debug("admitted by agent '{}': arena {} bytes, data region {} bytes", w.agent_id(),
@@ -373,7 +376,7 @@ Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
   }
   const char* in = static_cast<const char*>(a.input);
   bool in_arena = in >= data_begin_ && in < data_end_;
-  if (!in_arena && n > alloc_->capacity()) {
+  if (!in_arena && n > alloc_->capacity() && a.device != 1 && !wantsDevice(a)) {  // (device: its own arena)
     return invalidArgument(tensor + "it is " + std::to_string(n) +
                            " bytes, larger than this process's whole shared arena (" +
                            std::to_string(alloc_->capacity()) +
@@ -385,6 +388,8 @@ Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
   *bytes = n;
   return okStatus();
 }
+
+uint64_t Client::freshHandle() { return nextHandle(); }
 
 Status Client::usableLocked() const {
   if (::getpid() != owner_pid_) {
@@ -440,6 +445,7 @@ StatusOr<uint64_t> Client::allocateSlot(uint64_t bytes, const std::string& name,
 }
 
 StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
+  if (wantsDevice(a)) return deviceAllreduceAsync(a);
   uint64_t bytes = 0;
   RETURN_IF_ERROR(validate(a, &bytes));
   std::string name(a.name);
@@ -1107,7 +1113,11 @@ void Client::handleCompletion(const CompletionDesc& c) {
     size_t len = std::min<size_t>(c.msg_len, kMaxErrorBytes);
     st = wireStatus(c.code, std::string(c.msg, strnlen(c.msg, len)), Code::kInternal);
   }
-  if (st.isOk() && !op.released && op.gather) {
+  if (op.device) {
+    // Enqueued on the caller's stream behind the agent's out_ready (no host wait).
+    Status ds = device_->finish(op.staged, op.output, op.bytes, op.stream, st.isOk() && !op.released);
+    if (st.isOk()) st = ds;
+  } else if (st.isOk() && !op.released && op.gather) {
     // Copy the gathered tensor out of the arena (the slot is freed below).
     op.state = OpState::kCompleting;
     GatherResult res;

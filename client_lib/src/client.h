@@ -39,6 +39,7 @@
 
 #include "arena_allocator.h"
 #include "client_options.h"
+#include "device_client.h"
 #include "common/dtype.h"
 #include "common/fd.h"
 #include "common/frame.h"
@@ -88,6 +89,12 @@ struct AllreduceArgs {
   uint64_t group_id = 0;
   uint64_t group_hash = 0;
   uint32_t group_size = 0;
+  // Device path (docs/gpu.md): -1 = detect (device memory is recognised once
+  // the process asked for a device arena with KOLO_DEVICE_ARENA_MB), 0 =
+  // host, 1 = device. `stream`: the caller's cudaStream_t; the copies in and
+  // out are ordered on it (NULL: the legacy default stream).
+  int device = -1;
+  void* stream = nullptr;
 };
 
 class Client {
@@ -188,6 +195,13 @@ class Client {
   size_t pendingOps() const;
   uint64_t arenaUsedBytes() const { return alloc_ ? alloc_->usedBytes() : 0; }
   uint64_t dataCapacity() const { return alloc_ ? alloc_->capacity() : 0; }
+  // Device path: whether this process holds a device arena, and why not.
+  bool deviceReady() const { return device_ && device_->ready(); }
+  std::string deviceWhy() const { return device_ ? device_->why() : std::string(); }
+  // Tests only: submits a descriptor flagged as a device tensor of `bytes`
+  // uint8 at device offset 0, event 0, without any copy (the agent's checks
+  // of device descriptors, on machines without a GPU).
+  StatusOr<uint64_t> submitDeviceDescForTest(const char* name, uint64_t bytes);
 
  private:
   enum class OpState { kSubmitted, kCompleting, kDone };
@@ -204,6 +218,9 @@ class Client {
     Status status;
     int64_t aux = 0;               // from the completion (join: the last rank to join)
     int decompress = -1;           // compressed allreduce: the wire DataType to convert to float32
+    bool device = false;           // device path: the result is copied out on `stream`
+    DeviceClient::Staged staged;
+    void* stream = nullptr;
   };
 
   explicit Client(ClientOptions opts);
@@ -239,6 +256,13 @@ class Client {
   StatusOr<std::vector<uint64_t>> groupedAsync(std::vector<AllreduceArgs> members, const char* what);
   StatusOr<uint64_t> allocateSlot(uint64_t bytes, const std::string& name,
                                   Clock::time_point deadline);
+  // The device path (client_device.cc).
+  bool wantsDevice(const AllreduceArgs& a) const;
+  StatusOr<uint64_t> deviceAllreduceAsync(AllreduceArgs a);
+  // Publishes a prepared op and its descriptor (ring + table), waiting for
+  // in-flight room until `deadline`.
+  Status publishDevice(const SubmitDesc& d, Op op, Clock::time_point deadline);
+  static uint64_t freshHandle();
 
   ClientOptions opts_;
   UniqueFd sock_;
@@ -274,6 +298,7 @@ class Client {
   uint64_t generation_notice_ = 0;
   std::unordered_map<uint64_t, GatherResult> results_;  // allgather outputs until release()
   pid_t owner_pid_ = -1;
+  std::unique_ptr<DeviceClient> device_;  // set in connect(); never null after
 };
 
 }  // namespace kolo

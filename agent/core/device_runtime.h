@@ -1,0 +1,89 @@
+// The agent's side of the device path (docs/gpu.md, "The device data path"):
+// per-client device arenas (VMM allocations exported as POSIX fds) with
+// their interprocess event pairs, and the local reduction of device tensors
+// on one agent stream per GPU, ordered by the clients' in_ready events and
+// signalling the clients' out_ready events, with no host synchronisation.
+//
+// Built with CUDA: device_runtime_cuda.cc; without: device_runtime_none.cc,
+// whose grant() always answers why not (the trainer is admitted without a
+// device arena and its device tensors are refused with that reason).
+// Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/fd.h"
+#include "common/status.h"
+
+namespace kolo {
+
+// One client's device arena and event pairs. Destroying it waits (bounded)
+// for the agent's stream on that GPU to drain, so no kernel still reads the
+// arena when it is unmapped (a trainer that died with work in flight).
+class DeviceGrant {
+ public:
+  virtual ~DeviceGrant() = default;
+  virtual uint64_t bytes() const = 0;
+  virtual uint32_t events() const = 0;
+  virtual int device() const = 0;  // the agent's CUDA ordinal of the client's GPU
+  virtual StatusOr<UniqueFd> exportFd() const = 0;
+  virtual const std::string& agentEvents() const = 0;  // out_ready handles, for Welcome
+};
+
+// A reduction (or broadcast) over the k local ranks' device slots, written
+// back into every slot (as the host path does).
+struct DeviceLocalOp {
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  size_t count = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  bool broadcast = false;   // copy the root's slot to the others instead of reducing
+  int broadcast_root = -1;  // broadcast: the root's local rank (-1: on another agent)
+  std::vector<DeviceGrant*> grants;  // one per local rank, all on one GPU
+  std::vector<uint64_t> offsets;     // into each grant's arena
+  std::vector<uint32_t> events;      // each rank's event pair
+};
+
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime() = default;
+  static std::unique_ptr<DeviceRuntime> create();
+
+  // A grant of at least `bytes` on the trainer's GPU (`gpu_uuid`, 16 bytes,
+  // wins over `cuda_device` when non-empty); `client_events`: its in_ready
+  // handles. An error says why none (e.g. UNAVAILABLE "no CUDA device: ...").
+  virtual StatusOr<std::shared_ptr<DeviceGrant>> grant(uint64_t bytes, int cuda_device,
+                                                       const std::string& gpu_uuid,
+                                                       const std::string& client_events) = 0;
+  // Enqueues: every rank's in_ready wait, the kernel (or copies), every
+  // rank's out_ready record. Returns once enqueued; the clients' streams
+  // wait for out_ready before they copy the result out.
+  virtual Status enqueueLocal(const DeviceLocalOp& op) = 0;
+
+  // Device tensors across agents, staged through host memory (the host
+  // backend carries them; docs/gpu.md). Step 1 may run on a worker thread
+  // and blocks until done (bounded by `timeout_ms`): every rank's in_ready
+  // wait, the reduction of the k slots into slot 0 with the prescale (no
+  // postscale: it is applied after the agents' reduction), and the copy of
+  // slot 0 (for a broadcast: the root's slot, when broadcast_root >= 0;
+  // nothing otherwise) into `host` (op.count elements).
+  virtual Status stageToHost(const DeviceLocalOp& op, void* host, int64_t timeout_ms) = 0;
+  // Step 2, on the loop once the agents' result is in `host`: copies it into
+  // every rank's slot and records every out_ready (no host wait; `host` may
+  // be freed on return).
+  virtual Status stageFromHost(const DeviceLocalOp& op, const void* host) = 0;
+};
+
+}  // namespace kolo
+
+namespace kolo {
+// The agent process's runtime, created on first use (by the loop thread) and
+// never destroyed (CUDA objects must not be torn down after the runtime
+// at exit). Grants keep what they need alive themselves.
+DeviceRuntime& deviceRuntime();
+}  // namespace kolo

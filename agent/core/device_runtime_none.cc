@@ -1,0 +1,28 @@
+// DeviceRuntime of a build without CUDA: no grants (docs/gpu.md).
+#include "agent/core/device_runtime.h"
+
+namespace kolo {
+
+namespace {
+
+class NoDeviceRuntime final : public DeviceRuntime {
+ public:
+  StatusOr<std::shared_ptr<DeviceGrant>> grant(uint64_t, int, const std::string&, const std::string&) override {
+    return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
+  }
+  Status enqueueLocal(const DeviceLocalOp&) override {
+    return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
+  }
+  Status stageToHost(const DeviceLocalOp&, void*, int64_t) override {
+    return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
+  }
+  Status stageFromHost(const DeviceLocalOp&, const void*) override {
+    return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceRuntime> DeviceRuntime::create() { return std::make_unique<NoDeviceRuntime>(); }
+
+}  // namespace kolo

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# bench/gpu_bundle.sh [BUILD_DIR] [BUNDLE_DIR]
+#
+# Run HERE (the build machine), not on the GPU machine: copies what
+# bench/gpu_check.sh needs into BUNDLE_DIR (default build-gpubundle, ignored
+# by git through /build*), so that it can be carried to a GPU machine that has
+# no package registry:
+#   bin/  the GPU test binaries, the daemons and kolo-gpu-bench, stripped
+#   lib/  every shared library they load that is not part of the C library
+#         (ldd), except libcuda (the driver's) and libnccl (208 MiB; the GPU
+#         image has it in the nvidia-nccl-cu13 wheel, which gpu_check.sh finds)
+#   origin_bin_dir  BUILD_DIR/bin as an absolute path: the integration
+#         harness has it compiled in, and gpu_check.sh links it to bin/.
+# Build first (CUDA and NCCL on, tests on):
+#   ninja -C build kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer \
+#     kolo-gpu-bench kolo_gpu_device_path_tests kolo_gpu_device_rank kolo-agent kolo-coordinator
+# Then, with the device tool: run(command="bench/gpu_check.sh build-gpubundle",
+# carry=["build-gpubundle"]). The bundle must stay under the tool's 64 MiB.
+set -euo pipefail
+
+BUILD_DIR=$(cd "${1:-build}" && pwd)
+BUNDLE=${2:-build-gpubundle}
+BINS=(kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer kolo-gpu-bench kolo_gpu_device_path_tests
+      kolo_gpu_device_rank kolo-agent kolo-coordinator)
+
+rm -rf "$BUNDLE"
+mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
+for b in "${BINS[@]}"; do
+  [[ -x "$BUILD_DIR/bin/$b" ]] || { echo "missing $BUILD_DIR/bin/$b: build it first" >&2; exit 1; }
+  cp "$BUILD_DIR/bin/$b" "$BUNDLE/bin/"
+  strip --strip-unneeded "$BUNDLE/bin/$b"
+done
+# Libraries, resolved here; the C library's own stay behind (the GPU
+# machine's are newer), libstdc++ and libgcc_s travel (older is never wrong
+# for these binaries, newer is the machine's business).
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|librt|libdl|libutil|libresolv|libcuda\.so|libnccl\.so)'
+for b in "${BINS[@]}"; do
+  ldd "$BUILD_DIR/bin/$b" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  [[ $name =~ $skip ]] && continue
+  cp -L "$path" "$BUNDLE/lib/$name"
+  strip --strip-unneeded "$BUNDLE/lib/$name" 2>/dev/null || true
+done
+echo "$BUILD_DIR/bin" > "$BUNDLE/origin_bin_dir"
+du -sh "$BUNDLE"

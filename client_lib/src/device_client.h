@@ -1,0 +1,75 @@
+// libkolo's side of the device path (docs/gpu.md, "The device data path").
+//
+// A process that sets KOLO_DEVICE_ARENA_MB before kolo_init asks the agent
+// for a device arena on its current CUDA device: it creates its in_ready
+// interprocess events and sends their handles in Hello; the agent answers
+// with the arena's fd (VMM, imported here) and its out_ready handles. A
+// device tensor is then copied into a slot of that arena on the caller's
+// stream (cudaMemcpyAsync, cudaMemcpyDefault), in_ready[e] is recorded after
+// it, and the descriptor carries kSubmitFlagDevice and e. At completion the
+// caller's stream waits on out_ready[e] and copies the result out; the slot
+// and e are reused once a plain event recorded after that copy has passed.
+// No host synchronisation anywhere.
+//
+// Built with CUDA: device_client_cuda.cc; without: device_client_none.cc
+// (never ready; device tensors are refused with the reason). Nothing here
+// touches CUDA unless the process asked (KOLO_DEVICE_ARENA_MB > 0), so the
+// host path is unchanged and libkolo loads without a driver.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/fd.h"
+#include "common/status.h"
+
+namespace kolo {
+
+namespace ipc {
+class Hello;
+class Welcome;
+}  // namespace ipc
+
+// KOLO_DEVICE_ARENA_MB: 0/unset = no device arena (pure; tested).
+StatusOr<uint64_t> parseDeviceArenaMb(const char* value);
+
+class DeviceClient {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Staged {
+    uint64_t offset = 0;  // in the device arena
+    uint32_t event = 0;   // the event pair
+  };
+
+  static std::unique_ptr<DeviceClient> create();
+  virtual ~DeviceClient() = default;
+
+  // Before Hello: when asked, fills the Hello's device fields (or records
+  // why it cannot and asks for nothing).
+  virtual void prepareHello(ipc::Hello* h) = 0;
+  // After Welcome: imports the arena (`fd`, when granted) and opens the
+  // agent's events, or records the agent's device_error.
+  virtual void attach(const ipc::Welcome& w, UniqueFd fd) = 0;
+
+  virtual bool asked() const = 0;  // KOLO_DEVICE_ARENA_MB > 0
+  virtual bool ready() const = 0;  // a device arena is mapped
+  // Why not ready (for the refusal of a device tensor).
+  virtual std::string why() const = 0;
+  // Whether `p` is device (or managed) memory; only called when asked().
+  virtual bool isDevicePointer(const void* p) = 0;
+
+  // Takes a slot of `bytes` and an event pair (waiting for retiring ones
+  // until `deadline`), enqueues the copy from `src` on `stream` and records
+  // in_ready. TimedOut when nothing frees up in time; InProgress (with the
+  // reason) when only ops still in flight hold what it needs: the caller
+  // drains completions and asks again.
+  virtual StatusOr<Staged> stageIn(const void* src, uint64_t bytes, void* stream, Clock::time_point deadline) = 0;
+  // At completion (or when the op is dropped): when `copy`, `stream` waits
+  // on out_ready and the result is copied to `dst`; the slot and the event
+  // pair retire behind a plain event on `stream`.
+  virtual Status finish(const Staged& s, void* dst, uint64_t bytes, void* stream, bool copy) = 0;
+};
+
+}  // namespace kolo

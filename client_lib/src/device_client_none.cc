@@ -1,0 +1,33 @@
+// DeviceClient of a libkolo built without CUDA: never ready.
+#include <cstdlib>
+
+#include "device_client.h"
+
+namespace kolo {
+
+namespace {
+
+class NoDeviceClient final : public DeviceClient {
+ public:
+  NoDeviceClient() {
+    auto b = parseDeviceArenaMb(std::getenv("KOLO_DEVICE_ARENA_MB"));
+    asked_ = !b.isOk() || *b > 0;
+  }
+  void prepareHello(ipc::Hello*) override {}
+  void attach(const ipc::Welcome&, UniqueFd) override {}
+  bool asked() const override { return asked_; }
+  bool ready() const override { return false; }
+  std::string why() const override { return "this libkolo was built without CUDA (KOLO_WITH_CUDA=OFF)"; }
+  bool isDevicePointer(const void*) override { return false; }
+  StatusOr<Staged> stageIn(const void*, uint64_t, void*, Clock::time_point) override { return unavailable(why()); }
+  Status finish(const Staged&, void*, uint64_t, void*, bool) override { return unavailable(why()); }
+
+ private:
+  bool asked_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceClient> DeviceClient::create() { return std::make_unique<NoDeviceClient>(); }
+
+}  // namespace kolo
