@@ -207,7 +207,8 @@ class SmallReducescatter final : public Collective {
  private:
   void copyOutIfDone() {
     if (copied_ || !rd_->finished()) return;
-    std::memmove(out_, own_, own_bytes_);
+    // A rank's block may be empty (fewer rows than ranks), its output null.
+    if (own_bytes_ > 0) std::memmove(out_, own_, own_bytes_);
     copied_ = true;
   }
 
