@@ -118,28 +118,34 @@ build() {  # dir targets...
 summarize() {  # dir kind ctest_status
   local dir=$1 kind=$2 status=$3 logs="$1/sanitizer-logs"
   local report="$dir/sanitizer-report.txt"
+  local files=()
+  mapfile -t files < <(find "$logs" -type f -size +0 2>/dev/null | sort)
+  # In-process reports (a test binary's own UBSan/ASan errors) may land in
+  # ctest's output instead of log_path: count that file too.
+  if grep -qE 'runtime error:|ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer' "$dir/ctest.log" 2>/dev/null; then
+    files+=("$dir/ctest.log")
+  fi
   {
     echo "== $kind: ctest exit status $status"
     if [ -f "$dir/Testing/Temporary/LastTestsFailed.log" ] && [ "$status" != 0 ]; then
       echo "-- failed tests:"
       sed 's/^/   /' "$dir/Testing/Temporary/LastTestsFailed.log"
     fi
-    local files=()
-    mapfile -t files < <(find "$logs" -type f -size +0 2>/dev/null | sort)
-    echo "-- sanitizer reports: ${#files[@]} file(s) in $logs"
+    echo "-- sanitizer reports: ${#files[@]} file(s) (in $logs and $dir/ctest.log)"
     if [ ${#files[@]} -gt 0 ]; then
-      # One line per distinct finding: the headline and the first frame in kolo's code.
+      # One line per distinct finding: the headline and the first frame in
+      # kolo's code (paths absolute or relative to the build dir).
       for f in "${files[@]}"; do
-        awk -v file="$(basename "$f")" -v src="$root/" '
+        awk -v src="$root/" '
           /^(==[0-9]+==)?ERROR: (Address|Leak)Sanitizer|^WARNING: ThreadSanitizer|runtime error:/ {
-            if (head != "" && frame != "") print head " @ " frame; head = $0; frame = ""; next }
-          head != "" && frame == "" && index($0, src) > 0 {
+            if (head != "") print head " @ " frame; head = $0; frame = ""; next }
+          head != "" && frame == "" && / in / && (index($0, src) > 0 || index($0, " ../") > 0) {
             sub(/^.* in /, ""); frame = $0 }
           END { if (head != "") print head " @ " frame }' "$f"
-      done | sed "s#$root/##g" | sort | uniq -c | sort -rn | head -60
+      done | sed -e "s#$root/##g" -e 's#^==[0-9]*==##' | sort | uniq -c | sort -rn | head -60
     fi
   } | tee "$report"
-  [ "$status" = 0 ] && [ -z "$(find "$logs" -type f -size +0 2>/dev/null)" ]
+  [ "$status" = 0 ] && [ ${#files[@]} = 0 ]
 }
 
 run_kind() {
