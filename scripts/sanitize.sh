@@ -83,13 +83,19 @@ within_budget() {
 
 configure() {  # dir flags
   local dir=$1 flags=$2
-  if [ -f "$dir/build.ninja" ]; then return 0; fi
+  # A build dir configured with other flags (an older version of this
+  # script) is configured again.
+  if [ -f "$dir/build.ninja" ] && [ "$(cat "$dir/sanitize-flags" 2>/dev/null)" = "$flags -O1 -g1" ]; then
+    return 0
+  fi
+  rm -f "$dir/CMakeCache.txt" "$dir/sanitize-flags"
   CC="$cc" CXX="$cxx" cmake -S . -B "$dir" -G Ninja "${launcher[@]}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DKOLO_BUILD_BENCH=OFF -DKOLO_BUILD_TESTS=ON \
     -DKOLO_WITH_CUDA=OFF -DKOLO_WITH_NCCL=OFF \
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-    -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags"
+    -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" &&
+    echo "$flags -O1 -g1" > "$dir/sanitize-flags"
 }
 
 # Builds the targets that exist in this tree (a folder may be absent).
