@@ -3,13 +3,19 @@
 # with the tests, and run every test (unit, multi-process integration, fault,
 # deployment checks, Python); then, where clang can link libFuzzer, a
 # bounded fuzz pass over every target in fuzz/ (scripts/fuzz.sh, 25 s per
-# target by default: 100 s in all, plus its build in build-fuzz).
+# target by default: 100 s in all, plus its build in build-fuzz); then the
+# sanitizer runs (scripts/sanitize.sh): an ASan+UBSan build of the test
+# suite in build-asan and a TSan build of the agent's threaded parts in
+# build-tsan, each building only what its tests need, each within a budget.
 #
 #   scripts/test.sh                 # everything (what CI runs)
 #   scripts/test.sh -R Tls          # a ctest selection only (no fuzz pass)
 #
 # Environment: KOLO_TEST_JOBS (2), KOLO_CI_FUZZ=0 skips the fuzz pass,
-# KOLO_CI_FUZZ_SECONDS (300): backstop per target for its fixed run count.
+# KOLO_CI_FUZZ_SECONDS (300): backstop per target for its fixed run count,
+# KOLO_CI_SANITIZE=0 skips the sanitizer runs, KOLO_CI_ASAN_BUDGET_S (1500)
+# and KOLO_CI_TSAN_BUDGET_S (900): wall-clock budget of each sanitizer
+# run, build and tests (past it the run stops and fails; 0: no budget).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -35,5 +41,17 @@ elif scripts/fuzz.sh --available; then
   echo "test.sh: fuzz pass (build and a fixed 1-seed run per target) took $((SECONDS - start)) s"
 else
   echo "test.sh: fuzz pass skipped: clang with libFuzzer is not installed (apt-get install clang-14 libclang-rt-14-dev)"
+fi
+
+if [ "${KOLO_CI_SANITIZE:-1}" = 0 ]; then
+  echo "test.sh: sanitizer runs skipped (KOLO_CI_SANITIZE=0)"
+else
+  # What each run builds and tests: scripts/sanitize.sh --list. The budgets
+  # hold a cold build (no ccache) plus the tests on a 2-core machine with
+  # room to spare; see docs/operations.md "What CI runs".
+  start=$SECONDS
+  SAN_BUDGET_S_asan=${KOLO_CI_ASAN_BUDGET_S:-1500} SAN_BUDGET_S_tsan=${KOLO_CI_TSAN_BUDGET_S:-900} \
+    scripts/sanitize.sh asan tsan || rc=1
+  echo "test.sh: sanitizer runs (ASan+UBSan, TSan: builds and tests) took $((SECONDS - start)) s"
 fi
 exit $rc

@@ -26,7 +26,7 @@ namespace kolo {
 
 struct CrossRequest {
   std::string name;
-  SubmitDesc params;       // collective, dtype, op, shape, scale factors, root (handles unused)
+  SubmitDesc params{};     // collective, dtype, op, shape, scale factors, root (handles unused)
   int first_rank = 0;      // a global rank that submitted it on that agent (for messages)
   std::string error;       // the ranks of that agent disagreed: every agent fails the name with this
 };

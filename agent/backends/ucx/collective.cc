@@ -12,6 +12,12 @@ namespace {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
+// memmove for a block that may be empty: an empty block's pointer may be
+// null (the caller passes no buffer for zero bytes), which memmove forbids.
+void moveBytes(std::byte* dst, const std::byte* src, size_t n) {
+  if (n > 0) std::memmove(dst, src, n);
+}
+
 std::string shapeText(size_t count, DataType dtype, ReduceOp op) {
   return std::to_string(count) + " x " + std::string(dataTypeName(dtype)) + " " +
          std::string(reduceOpName(op));
@@ -207,7 +213,7 @@ class SmallReducescatter final : public Collective {
  private:
   void copyOutIfDone() {
     if (copied_ || !rd_->finished()) return;
-    std::memmove(out_, own_, own_bytes_);
+    moveBytes(out_, own_, own_bytes_);  // a rank's block may be empty, its output null
     copied_ = true;
   }
 
@@ -607,7 +613,7 @@ class Alltoallv final : public Collective {
       ++pending_;
       ctx.send(to, 0, 0, in_ + soff[to], send_[to]);
     }
-    std::memmove(out_ + roff[r], in_ + soff[r], send_[r]);
+    moveBytes(out_ + roff[r], in_ + soff[r], send_[r]);
   }
   void onSent(uint32_t, uint32_t) override { --pending_; }
   void onReceived(uint32_t, uint32_t) override { --pending_; }
@@ -675,7 +681,7 @@ class RingAllgatherv final : public Collective {
   void start(CollectiveContext& ctx) override {
     fillSegments(plan_, out_, out_);
     const int r = ctx.rank();
-    if (plan_.work[r] != in_) std::memmove(plan_.work[r], in_, plan_.seg_count[r]);
+    if (plan_.work[r] != in_) moveBytes(plan_.work[r], in_, plan_.seg_count[r]);
     plan_.begin = ctx.size() - 1;
     plan_.end = 2 * ctx.size() - 2;
     ring_ = std::make_unique<RingCollective>(std::move(plan_));
