@@ -429,10 +429,12 @@ int runSets() {
         if (v != static_cast<double>(odd.size())) FAIL("quick.%d = %g", k, v);
       }
     }
-    if (kolo_barrier(60000) != KOLO_OK) FAIL("global barrier while the even set waits: %s", kolo_last_error());
+    // Before the barrier: the other even ranks submit "held" only after it,
+    // so it must still be pending here (after it, they may already have).
     if (g_rank == 0 && kolo_poll(hh) != KOLO_IN_PROGRESS) {
       FAIL("held finished before every even rank submitted it: %s", kolo_last_error());
     }
+    if (kolo_barrier(60000) != KOLO_OK) FAIL("global barrier while the even set waits: %s", kolo_last_error());
     if (is_even && g_rank != 0) {
       kolo_handle_t h2 = 0;
       if (kolo_ps_allreduce_async(even_id, "held", &held, &held, 1, one, KOLO_FLOAT64, KOLO_SUM, 1, 1, &h2) != KOLO_OK) {
