@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -12,7 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -262,6 +264,63 @@ void runCheckJob(const std::string& bin, const std::vector<int>& sizes, const st
     EXPECT_EQ(ranks[r].exit_code, 0) << "rank " << r << " output:\n" << out << allLogs(c, k);
     EXPECT_NE(out.find(needle), std::string::npos) << "rank " << r << " output:\n" << out;
   }
+}
+
+std::map<std::string, std::string> fusedInTimeline(const std::string& bin, const std::vector<std::string>& args,
+                                                   const std::string& job,
+                                                   const std::vector<std::string>& activities, std::string* trace) {
+  std::map<std::string, std::string> fused;
+  char dir[] = "/tmp/kolo-fuse-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) {
+    ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
+    return fused;
+  }
+  const std::string p0 = std::string(dir) + "/trace-node0.json", p1 = std::string(dir) + "/trace-node1.json";
+  bool ran = false;
+  {
+    Cluster c(2, {{"KOLO_TIMELINE_FILENAME", std::string(dir) + "/trace-%a.json"}});
+    if (!c.ok()) {
+      ADD_FAILURE() << c.error();
+    } else {
+      std::vector<std::string> argv = {bin};
+      argv.insert(argv.end(), args.begin(), args.end());
+      auto ranks = c.launchMultiJob(job, {1, 1}, argv);
+      ran = c.waitJob(ranks, std::chrono::seconds(120));
+      if (!ran) ADD_FAILURE() << allLogs(c, 2);
+      for (auto& r : ranks) {
+        if (r.exit_code != 0) {
+          ADD_FAILURE() << r.output();
+          ran = false;
+        }
+      }
+    }
+  }  // the agents stop: the trace is complete
+  std::ifstream f(p0);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (trace != nullptr) *trace = ss.str();
+  std::remove(p0.c_str());
+  std::remove(p1.c_str());
+  ::rmdir(dir);
+  if (!ran) return fused;
+  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded()) {
+    ADD_FAILURE() << "the trace is not JSON: " << ss.str().substr(0, 2000);
+    return fused;
+  }
+  const nlohmann::json& evs = j.is_array() ? j : j.value("traceEvents", nlohmann::json::array());
+  std::map<int64_t, std::string> tensor_of;
+  for (const auto& e : evs) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") {
+      tensor_of[e.value("pid", int64_t{0})] = e["args"].value("name", "");
+    }
+  }
+  for (const auto& e : evs) {
+    const std::string name = e.value("name", "");
+    if (std::find(activities.begin(), activities.end(), name) == activities.end() || !e.contains("args")) continue;
+    fused[name + " " + tensor_of[e.value("pid", int64_t{0})]] = e["args"].value("fused", "1");
+  }
+  return fused;
 }
 
 }  // namespace kolo::testing

@@ -98,4 +98,15 @@ void runCheckJob(const std::string& bin, const std::vector<int>& sizes, const st
                  const std::vector<std::string>& args, const std::string& needle,
                  std::chrono::seconds timeout = std::chrono::seconds(180));
 
+// Runs `bin args...` as job `job` with one rank on each of 2 agents, the
+// timeline on, and returns, from node0's trace, the "fused" argument of
+// every event of `activities`: "ACTIVITY tensor" -> fused ("1" when the
+// event has none). `trace` (optional) receives the trace text, for failure
+// messages. A failed job or a trace that is not JSON is a gtest failure and
+// gives an empty map.
+std::map<std::string, std::string> fusedInTimeline(const std::string& bin, const std::vector<std::string>& args,
+                                                   const std::string& job,
+                                                   const std::vector<std::string>& activities,
+                                                   std::string* trace = nullptr);
+
 }  // namespace kolo::testing

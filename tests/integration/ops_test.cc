@@ -3,14 +3,8 @@
 // running kolo_check_ops, on one agent (N = 1, 2, 4) and over several agents
 // (K = 2, 3 with 1-2 local ranks each).
 #include <gtest/gtest.h>
-#include <stdlib.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -53,39 +47,10 @@ TEST_P(Ops, CompressedAllreduceMatchesWireTypeReference) {
 // float32 members fuse into one reduction: the timeline shows both tensors'
 // CROSS_ALLREDUCE with fused = 2.
 TEST(OpsTimeline, GroupMembersFuseAcrossAgents) {
-  char dir[] = "/tmp/kolo-grp-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/trace-%a.json";
-  const std::string p0 = std::string(dir) + "/trace-node0.json", p1 = std::string(dir) + "/trace-node1.json";
-  {
-    Cluster c(2, {{"KOLO_TIMELINE_FILENAME", path}});
-    ASSERT_TRUE(c.ok()) << c.error();
-    auto ranks = c.launchMultiJob("grpfuse", {1, 1}, {checkBin(), "grouped"});
-    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(120))) << allLogs(c, 2);
-    for (auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << r.output();
-  }  // the agents stop: the trace is complete
-  std::ifstream f(p0);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << ss.str().substr(0, 2000);
-  const nlohmann::json& evs = j.is_array() ? j : j.value("traceEvents", nlohmann::json::array());
-  std::map<int64_t, std::string> tensor_of;
-  for (const auto& e : evs) {
-    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") {
-      tensor_of[e.value("pid", int64_t{0})] = e["args"].value("name", "");
-    }
-  }
-  std::map<std::string, std::string> fused;  // tensor -> "fused" of its CROSS_ALLREDUCE
-  for (const auto& e : evs) {
-    if (e.value("name", "") != "CROSS_ALLREDUCE" || !e.contains("args")) continue;
-    fused[tensor_of[e.value("pid", int64_t{0})]] = e["args"].value("fused", "1");
-  }
-  EXPECT_EQ(fused["grp.cpp.a"], "2") << ss.str().substr(0, 3000);
-  EXPECT_EQ(fused["grp.cpp.b"], "2");
-  std::remove(p0.c_str());
-  std::remove(p1.c_str());
-  ::rmdir(dir);
+  std::string trace;
+  auto fused = fusedInTimeline(checkBin(), {"grouped"}, "grpfuse", {"CROSS_ALLREDUCE"}, &trace);
+  EXPECT_EQ(fused["CROSS_ALLREDUCE grp.cpp.a"], "2") << trace.substr(0, 3000);
+  EXPECT_EQ(fused["CROSS_ALLREDUCE grp.cpp.b"], "2");
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Ops,

@@ -2,14 +2,8 @@
 // kolo-coordinator and kolo-agent binaries, rank processes running
 // kolo_check_sets, on one agent and over several agents.
 #include <gtest/gtest.h>
-#include <stdlib.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -43,44 +37,15 @@ TEST_P(Sets, GroupedAllgatherAndReducescatterOnTheGlobalSet) {
 // travel as one fused allgather, and so do the reducescatters: the timeline
 // shows each member's CROSS_ALLGATHER / CROSS_REDUCESCATTER with fused = 2.
 TEST(SetsTimeline, GroupedAllgathersAndReducescattersFuseAcrossAgents) {
-  char dir[] = "/tmp/kolo-gfuse-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/trace-%a.json";
-  const std::string p0 = std::string(dir) + "/trace-node0.json", p1 = std::string(dir) + "/trace-node1.json";
-  {
-    Cluster c(2, {{"KOLO_TIMELINE_FILENAME", path}});
-    ASSERT_TRUE(c.ok()) << c.error();
-    auto ranks = c.launchMultiJob("gfuse", {1, 1}, {checkBin(), "grouped"});
-    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(120))) << allLogs(c, 2);
-    for (auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << r.output();
-  }  // the agents stop: the trace is complete
-  std::ifstream f(p0);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << ss.str().substr(0, 2000);
-  const nlohmann::json& evs = j.is_array() ? j : j.value("traceEvents", nlohmann::json::array());
-  std::map<int64_t, std::string> tensor_of;
-  for (const auto& e : evs) {
-    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") {
-      tensor_of[e.value("pid", int64_t{0})] = e["args"].value("name", "");
-    }
-  }
-  std::map<std::string, std::string> fused;  // "ACTIVITY tensor" -> its "fused"
-  for (const auto& e : evs) {
-    const std::string name = e.value("name", "");
-    if ((name != "CROSS_ALLGATHER" && name != "CROSS_REDUCESCATTER") || !e.contains("args")) continue;
-    fused[name + " " + tensor_of[e.value("pid", int64_t{0})]] = e["args"].value("fused", "1");
-  }
+  std::string trace;
+  auto fused =
+      fusedInTimeline(checkBin(), {"grouped"}, "gfuse", {"CROSS_ALLGATHER", "CROSS_REDUCESCATTER"}, &trace);
   // gag.1 is empty on every rank: it never crosses agents.
-  EXPECT_EQ(fused["CROSS_ALLGATHER gag.0"], "2") << ss.str().substr(0, 3000);
+  EXPECT_EQ(fused["CROSS_ALLGATHER gag.0"], "2") << trace.substr(0, 3000);
   EXPECT_EQ(fused["CROSS_ALLGATHER gag.2"], "2");
   EXPECT_EQ(fused["CROSS_REDUCESCATTER grs.0"], "2");
   EXPECT_EQ(fused["CROSS_REDUCESCATTER grs.1"], "2");
   EXPECT_EQ(fused.count("CROSS_ALLGATHER gag.1"), 0u);
-  std::remove(p0.c_str());
-  std::remove(p1.c_str());
-  ::rmdir(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Sets,
