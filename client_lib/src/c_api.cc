@@ -5,12 +5,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #pragma GCC visibility push(default)
 #include "kolo/kolo_c.h"
@@ -89,24 +91,6 @@ kolo_status_t handOutAll(const StatusOr<std::vector<uint64_t>>& hs, int32_t ps, 
   return KOLO_OK;
 }
 
-kolo_status_t waitFor(Client& c, const StatusOr<uint64_t>& h) {
-  if (!h.isOk()) return fail(h.status());
-  Status s = c.wait(h.value(), std::chrono::milliseconds(-1));
-  if (s.code() == Code::kTimedOut) c.release(h.value());
-  return report(s);
-}
-
-kolo_status_t waitForAll(Client& c, const StatusOr<std::vector<uint64_t>>& hs) {
-  if (!hs.isOk()) return fail(hs.status());
-  Status first;
-  for (uint64_t h : hs.value()) {
-    Status s = c.wait(h, std::chrono::milliseconds(-1));
-    if (s.code() == Code::kTimedOut) c.release(h);
-    if (first.isOk() && !s.isOk()) first = s;
-  }
-  return report(first);
-}
-
 kolo_status_t internal(const char* where, const std::exception* e) {
   return fail(Code::kInternal, std::string("unexpected error in ") + where + ": " +
                                    (e != nullptr ? e->what() : "unknown exception"));
@@ -168,6 +152,38 @@ std::pair<std::shared_ptr<Client>, uint64_t> route(kolo_handle_t h) {
   auto it = processSets().find(ps);
   if (it == processSets().end()) return {nullptr, h & kRawMask};
   return {it->second.client, h & kRawMask};
+}
+
+// The blocking forms: the asynchronous form's status and handle, waited for
+// (a timed-out op is released: the caller has no handle to wait again with,
+// and nothing is copied into its output later). `h` is a reference: it is
+// read after the submission, which is an argument of the same call.
+kolo_status_t waitOne(kolo_status_t submitted, const kolo_handle_t& h) {
+  KOLO_C_GUARD("kolo_synchronize", {
+    if (submitted != KOLO_OK) return submitted;
+    auto [c, raw] = route(h);
+    if (!c) return staleHandle(h);
+    Status s = c->wait(raw, std::chrono::milliseconds(-1));
+    if (s.code() == Code::kTimedOut) c->release(raw);
+    return report(s);
+  })
+}
+
+// The same for a group: waits for every member, returns the first error.
+kolo_status_t waitAll(kolo_status_t submitted, const std::vector<kolo_handle_t>& hs) {
+  if (submitted != KOLO_OK) return submitted;
+  kolo_status_t first = KOLO_OK;
+  std::string first_error;
+  for (kolo_handle_t h : hs) {
+    if (h == 0) continue;  // the spare entry of an empty group
+    kolo_status_t st = waitOne(KOLO_OK, h);
+    if (first == KOLO_OK && st != KOLO_OK) {
+      first = st;
+      first_error = kolo_last_error();
+    }
+  }
+  if (first != KOLO_OK) fail(static_cast<Code>(first), first_error);
+  return first;
 }
 
 int worldField(int kolo::WorldView::*field) {
@@ -238,7 +254,7 @@ int kolo_cross_rank(void) { return worldField(&kolo::WorldView::cross_rank); }
 int kolo_cross_size(void) { return worldField(&kolo::WorldView::cross_size); }
 
 // The global set's asynchronous collectives are the process-set ones with
-// set 0 (c_api_sets.cc); the blocking forms wait on the handle.
+// set 0 (c_api_sets.cc); the blocking forms wait on the handle (waitOne).
 
 kolo_status_t kolo_allreduce_async(const char* name, const void* input, void* output, int ndim,
                                    const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
@@ -249,23 +265,8 @@ kolo_status_t kolo_allreduce_async(const char* name, const void* input, void* ou
 kolo_status_t kolo_allreduce(const char* name, const void* input, void* output, int ndim,
                              const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op,
                              double prescale, double postscale) {
-  KOLO_C_GUARD("kolo_allreduce", {
-    auto c = current();
-    if (!c) return notInitialized();
-    kolo::AllreduceArgs a;
-    a.name = name;
-    a.input = input;
-    a.output = output;
-    a.ndim = ndim;
-    a.shape = shape;
-    a.dtype = static_cast<int>(dtype);
-    a.op = static_cast<int>(op);
-    a.prescale = prescale;
-    a.postscale = postscale;
-    // A timed-out op is released: the caller has no handle to wait again
-    // with, and nothing is copied into `output` later.
-    return waitFor(*c, c->allreduceAsync(a));
-  })
+  kolo_handle_t h = 0;
+  return waitOne(kolo_allreduce_async(name, input, output, ndim, shape, dtype, op, prescale, postscale, &h), h);
 }
 
 kolo_status_t kolo_grouped_allreduce_async(int count, const char* const* names, const void* const* inputs,
@@ -279,15 +280,10 @@ kolo_status_t kolo_grouped_allreduce_async(int count, const char* const* names, 
 kolo_status_t kolo_grouped_allreduce(int count, const char* const* names, const void* const* inputs,
                                      void* const* outputs, const int* ndims, const int64_t* const* shapes,
                                      const kolo_dtype_t* dtypes, kolo_op_t op, double prescale, double postscale) {
-  KOLO_C_GUARD("kolo_grouped_allreduce", {
-    auto c = current();
-    if (!c) return notInitialized();
-    if (outputs == nullptr) return fail(Code::kInvalidArgument, "grouped allreduce: outputs must not be NULL");
-    auto members = groupMembers("grouped allreduce", count, names, inputs, outputs, ndims, shapes, dtypes, op,
-                                prescale, postscale);
-    if (!members.isOk()) return fail(members.status());
-    return waitForAll(*c, c->groupedAllreduceAsync(std::move(members).value()));
-  })
+  std::vector<kolo_handle_t> hs(static_cast<size_t>(std::max(count, 1)));  // data() never NULL
+  return waitAll(kolo_grouped_allreduce_async(count, names, inputs, outputs, ndims, shapes, dtypes, op, prescale,
+                                              postscale, hs.data()),
+                 hs);
 }
 
 kolo_status_t kolo_grouped_allgather_async(int count, const char* const* names, const void* const* inputs,
@@ -306,14 +302,9 @@ kolo_status_t kolo_grouped_reducescatter_async(int count, const char* const* nam
 kolo_status_t kolo_grouped_reducescatter(int count, const char* const* names, const void* const* inputs,
                                          void* const* outputs, const int* ndims, const int64_t* const* shapes,
                                          const kolo_dtype_t* dtypes, kolo_op_t op) {
-  KOLO_C_GUARD("kolo_grouped_reducescatter", {
-    auto c = current();
-    if (!c) return notInitialized();
-    auto members = groupMembers("grouped reducescatter", count, names, inputs, outputs, ndims, shapes, dtypes, op,
-                                1.0, 1.0);
-    if (!members.isOk()) return fail(members.status());
-    return waitForAll(*c, c->groupedReducescatterAsync(std::move(members).value()));
-  })
+  std::vector<kolo_handle_t> hs(static_cast<size_t>(std::max(count, 1)));  // data() never NULL
+  return waitAll(kolo_grouped_reducescatter_async(count, names, inputs, outputs, ndims, shapes, dtypes, op, hs.data()),
+                 hs);
 }
 
 kolo_status_t kolo_broadcast_async(const char* name, void* buffer, int ndim, const int64_t* shape,
@@ -323,11 +314,8 @@ kolo_status_t kolo_broadcast_async(const char* name, void* buffer, int ndim, con
 
 kolo_status_t kolo_broadcast(const char* name, void* buffer, int ndim, const int64_t* shape,
                              kolo_dtype_t dtype, int root) {
-  KOLO_C_GUARD("kolo_broadcast", {
-    auto c = current();
-    if (!c) return notInitialized();
-    return waitFor(*c, c->broadcastAsync(name, buffer, ndim, shape, static_cast<int>(dtype), root));
-  })
+  kolo_handle_t h = 0;
+  return waitOne(kolo_broadcast_async(name, buffer, ndim, shape, dtype, root, &h), h);
 }
 
 kolo_status_t kolo_broadcast_oop_async(const char* name, const void* input, void* output, int ndim,
@@ -337,11 +325,8 @@ kolo_status_t kolo_broadcast_oop_async(const char* name, const void* input, void
 
 kolo_status_t kolo_broadcast_oop(const char* name, const void* input, void* output, int ndim,
                                  const int64_t* shape, kolo_dtype_t dtype, int root) {
-  KOLO_C_GUARD("kolo_broadcast_oop", {
-    auto c = current();
-    if (!c) return notInitialized();
-    return waitFor(*c, c->broadcastOopAsync(name, input, output, ndim, shape, static_cast<int>(dtype), root));
-  })
+  kolo_handle_t h = 0;
+  return waitOne(kolo_broadcast_oop_async(name, input, output, ndim, shape, dtype, root, &h), h);
 }
 
 kolo_status_t kolo_allreduce_compressed_async(const char* name, const float* input, float* output, int ndim,
@@ -354,15 +339,9 @@ kolo_status_t kolo_allreduce_compressed_async(const char* name, const float* inp
 kolo_status_t kolo_allreduce_compressed(const char* name, const float* input, float* output, int ndim,
                                         const int64_t* shape, kolo_op_t op, double prescale, double postscale,
                                         kolo_compression_t compression) {
-  KOLO_C_GUARD("kolo_allreduce_compressed", {
-    kolo_handle_t h = 0;
-    kolo_status_t st = kolo_ps_allreduce_compressed_async(0, name, input, output, ndim, shape, op, prescale,
-                                                          postscale, compression, &h);
-    if (st != KOLO_OK) return st;
-    auto c = current();
-    if (!c) return staleHandle(h);
-    return waitFor(*c, kolo::StatusOr<uint64_t>(static_cast<uint64_t>(h)));
-  })
+  kolo_handle_t h = 0;
+  return waitOne(
+      kolo_allreduce_compressed_async(name, input, output, ndim, shape, op, prescale, postscale, compression, &h), h);
 }
 
 kolo_status_t kolo_allgather_async(const char* name, const void* input, int ndim, const int64_t* shape,
@@ -398,11 +377,8 @@ kolo_status_t kolo_reducescatter_async(const char* name, const void* input, void
 
 kolo_status_t kolo_reducescatter(const char* name, const void* input, void* output, int ndim,
                                  const int64_t* shape, kolo_dtype_t dtype, kolo_op_t op) {
-  KOLO_C_GUARD("kolo_reducescatter", {
-    auto c = current();
-    if (!c) return notInitialized();
-    return waitFor(*c, c->reducescatterAsync(name, input, output, ndim, shape, static_cast<int>(dtype), static_cast<int>(op)));
-  })
+  kolo_handle_t h = 0;
+  return waitOne(kolo_reducescatter_async(name, input, output, ndim, shape, dtype, op, &h), h);
 }
 
 kolo_status_t kolo_barrier(int64_t timeout_ms) { return kolo_ps_barrier(0, timeout_ms); }

@@ -46,13 +46,11 @@ kolo_status_t notInitialized();
 kolo_status_t report(const Status& s);
 kolo_status_t internal(const char* where, const std::exception* e);
 
-// The two endings every collective wrapper shares: hand a submitted op's
-// handle (tagged with its set) to the caller, or wait for it (a timed-out
-// op is released so its handle does not leak).
+// How every asynchronous wrapper ends: the submitted op's handle, tagged
+// with its set, goes to the caller (the blocking forms wait on it: waitOne
+// in c_api.cc).
 kolo_status_t handOut(const StatusOr<uint64_t>& h, int32_t ps, kolo_handle_t* handle);
 kolo_status_t handOutAll(const StatusOr<std::vector<uint64_t>>& hs, int32_t ps, int count, kolo_handle_t* handles);
-kolo_status_t waitFor(Client& c, const StatusOr<uint64_t>& h);
-kolo_status_t waitForAll(Client& c, const StatusOr<std::vector<uint64_t>>& hs);
 
 // The client that runs collectives on set `ps` (0: the global set), and the
 // set's ranks (empty for the global set). Errors: not initialized, an

@@ -74,6 +74,21 @@ kolo::StatusOr<bool> agree(Client& c, const std::string& name, uint64_t digest) 
   return v[0] == d && kM - v[1] == d;
 }
 
+kolo::AllreduceArgs allreduceArgs(const char* name, const void* input, void* output, int ndim, const int64_t* shape,
+                                  kolo_dtype_t dtype, kolo_op_t op, double prescale, double postscale) {
+  kolo::AllreduceArgs a;
+  a.name = name;
+  a.input = input;
+  a.output = output;
+  a.ndim = ndim;
+  a.shape = shape;
+  a.dtype = static_cast<int>(dtype);
+  a.op = static_cast<int>(op);
+  a.prescale = prescale;
+  a.postscale = postscale;
+  return a;
+}
+
 // The broadcast root (a global rank) as a rank of the set.
 kolo::StatusOr<int> setRoot(const Target& t, int32_t ps, int root) {
   if (ps == 0) return root;
@@ -245,17 +260,9 @@ kolo_status_t kolo_ps_allreduce_async(int32_t ps, const char* name, const void* 
     *handle = 0;
     auto t = target(ps);
     if (!t.isOk()) return fail(t.status());
-    kolo::AllreduceArgs a;
-    a.name = name;
-    a.input = input;
-    a.output = output;
-    a.ndim = ndim;
-    a.shape = shape;
-    a.dtype = static_cast<int>(dtype);
-    a.op = static_cast<int>(op);
-    a.prescale = prescale;
-    a.postscale = postscale;
-    return handOut(t->client->allreduceAsync(a), ps, handle);
+    return handOut(t->client->allreduceAsync(
+                       allreduceArgs(name, input, output, ndim, shape, dtype, op, prescale, postscale)),
+                   ps, handle);
   })
 }
 
@@ -268,16 +275,8 @@ kolo_status_t kolo_ps_allreduce_compressed_async(int32_t ps, const char* name, c
     *handle = 0;
     auto t = target(ps);
     if (!t.isOk()) return fail(t.status());
-    kolo::AllreduceArgs a;
-    a.name = name;
-    a.input = input;
-    a.output = output;
-    a.ndim = ndim;
-    a.shape = shape;
-    a.dtype = static_cast<int>(kolo::DataType::kFloat32);
-    a.op = static_cast<int>(op);
-    a.prescale = prescale;
-    a.postscale = postscale;
+    const kolo::AllreduceArgs a =
+        allreduceArgs(name, input, output, ndim, shape, KOLO_FLOAT32, op, prescale, postscale);
     Client& c = *t->client;
     switch (compression) {
       case KOLO_COMPRESS_NONE: return handOut(c.allreduceAsync(a), ps, handle);

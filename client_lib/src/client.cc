@@ -410,10 +410,15 @@ StatusOr<uint64_t> Client::allocateSlot(uint64_t bytes, const std::string& name,
     {
       std::lock_guard<std::mutex> lock(mu_);
       RETURN_IF_ERROR(usableLocked());
-      if (auto off = alloc_->allocate(bytes)) return *off;
-      bool in_flight = std::any_of(ops_.begin(), ops_.end(), [](const auto& kv) {
-        return kv.second.state != OpState::kDone && kv.second.slot.has_value();
-      });
+      if (auto off = alloc_->allocate(bytes)) {
+        ++unpublished_slots_;
+        return *off;
+      }
+      // Space comes back when an op in flight completes; a slot another
+      // thread has taken but not yet published becomes such an op.
+      bool in_flight = unpublished_slots_ > 0 || std::any_of(ops_.begin(), ops_.end(), [](const auto& kv) {
+                         return kv.second.state != OpState::kDone && kv.second.slot.has_value();
+                       });
       if (!in_flight) {
         uint64_t shared = 0;
         for (const auto& [off, n] : shared_) shared += ArenaAllocator::roundUp(n);
@@ -627,6 +632,7 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
         op.gather_dim0 = gather_dim0;
         if (a.compressed) op.decompress = a.dtype;
         ops_.emplace(handle, std::move(op));
+        if (slot) --unpublished_slots_;
         ++in_flight_;
         d.generation = world_.generation;
         bool pushed = submit_ring_.tryPush(d);  // we are the only producer
@@ -646,7 +652,10 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
   }
   if (!st.isOk()) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (slot && alloc_->free(*slot)) ++space_epoch_;
+    if (slot) {
+      --unpublished_slots_;
+      if (alloc_->free(*slot)) ++space_epoch_;
+    }
     names_in_flight_.erase(name);
     cv_.notify_all();
     return st;

@@ -290,6 +290,7 @@ class Client {
   std::set<std::string, std::less<>> names_in_flight_;
   std::map<uint64_t, uint64_t> shared_;  // zero-copy buffers: offset -> bytes
   uint64_t space_epoch_ = 0;       // bumped whenever arena space is freed
+  uint64_t unpublished_slots_ = 0; // slots allocated by a submission not yet in ops_
   uint64_t in_flight_ = 0;         // ops pushed and not finished (released ones too)
   std::atomic<uint64_t> barriers_{0};  // barrier() calls so far
   std::atomic<uint64_t> groups_{0};    // groupedAllreduceAsync() calls so far
