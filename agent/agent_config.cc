@@ -40,6 +40,9 @@ void defineAgentKnobs(Config& c) {
       .define("fusion-max-tensor-kb", KnobType::kInt, "0",
               "Tensors of at least this many KiB cross agents unfused (their copies into and out of the fusion "
               "buffer cost more than the latency fusion saves); 0 = fuse any size")
+      .define("cross-inline-bytes", KnobType::kInt, "256",
+              "Cached allreduces of up to this many bytes travel inside the agents' negotiation message (one "
+              "round trip instead of two; at most 4 KiB of them per cycle); 0 = never")
       .define("cycle-time-ms", KnobType::kDouble, "1",
               "Accepted for Horovod compatibility: kolo negotiates as soon as a name is ready, so no op waits for a cycle")
       .define("autotune", KnobType::kBool, "false",
@@ -133,6 +136,10 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.fusion_chunk_bytes = static_cast<uint64_t>(c.getInt("fusion-chunk-mb")) << 20;
   if (c.getInt("fusion-max-tensor-kb") < 0) return invalidArgument("--fusion-max-tensor-kb must be >= 0");
   o.fusion_max_tensor_bytes = static_cast<uint64_t>(c.getInt("fusion-max-tensor-kb")) << 10;
+  if (c.getInt("cross-inline-bytes") < 0 || c.getInt("cross-inline-bytes") > (1 << 20)) {
+    return invalidArgument("--cross-inline-bytes must be between 0 and 1048576");
+  }
+  o.cross_inline_bytes = static_cast<uint64_t>(c.getInt("cross-inline-bytes"));
   o.timeline_filename = c.getString("timeline-filename");
   // "%a" stands for the agent id, so several agents on one host can share a setting.
   o.timeline_filename = substitutePathToken(o.timeline_filename, "%a", o.agent_id);

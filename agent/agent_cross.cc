@@ -64,6 +64,7 @@ void Agent::startCrossOnLoop(Job& job) {
       co.small_message_bytes = opts_.backend.small_message_bytes;
       co.fusion_chunk_bytes = opts_.fusion_chunk_bytes;
       co.fusion_max_tensor_bytes = opts_.fusion_max_tensor_bytes;
+      co.inline_bytes = opts_.cross_inline_bytes;
       if (opts_.autotune) co.autotune = autotuneOptionsFor(opts_, job_id);
       co.timeline = timeline_.get();
       co.rank_offsets = job.world().rank_offsets;

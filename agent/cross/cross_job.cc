@@ -8,6 +8,7 @@
 #include "agent/fusion/fusion_planner.h"
 #include "agent/timeline/timeline.h"
 #include "common/log.h"
+#include "common/reduce.h"
 #include "common/staging_pool.h"
 
 namespace kolo {
@@ -29,6 +30,7 @@ void AgreedParams::encode(bool leader, uint8_t* out) const {
   put(out + 4, small_message_bytes);
   put(out + 8, (fusion_chunk_bytes + 1023) >> 10);
   put(out + 12, (fusion_max_tensor_bytes + 1023) >> 10);
+  put(out + 16, inline_bytes);
 }
 
 AgreedParams AgreedParams::decode(const uint8_t* in) {
@@ -42,6 +44,7 @@ AgreedParams AgreedParams::decode(const uint8_t* in) {
   a.small_message_bytes = get(in + 4);
   a.fusion_chunk_bytes = get(in + 8) << 10;
   a.fusion_max_tensor_bytes = get(in + 12) << 10;
+  a.inline_bytes = get(in + 16);
   return a;
 }
 
@@ -57,6 +60,7 @@ CrossJob::CrossJob(std::string label, std::unique_ptr<Backend> backend, CrossJob
   agreed_.small_message_bytes = options_.small_message_bytes;
   agreed_.fusion_chunk_bytes = options_.fusion_chunk_bytes;
   agreed_.fusion_max_tensor_bytes = options_.fusion_max_tensor_bytes;
+  agreed_.inline_bytes = options_.inline_bytes;
   if (options_.autotune && backend_->rank() == 0) {
     autotune::AutotuneOptions ao = *options_.autotune;
     ao.initial.fusion_threshold_mb = static_cast<double>(options_.fusion_threshold_bytes) / (1 << 20);
@@ -199,6 +203,7 @@ void CrossJob::run() {
 void CrossJob::applyAgreed(const AgreedParams& p) {
   if (p.small_message_bytes != agreed_.small_message_bytes) backend_->setSmallMessageBytes(p.small_message_bytes);
   agreed_ = p;
+  agreed_in_cycle_ = true;
 }
 
 void CrossJob::measureForAutotune() {
@@ -237,10 +242,56 @@ Status CrossJob::cycle() {
   }
   bits.resize(nbits + AgreedParams::kWireBytes);
   proposal.encode(backend_->rank() == 0, bits.data() + nbits);
-  RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
-    backend_->allreduce(bits.data(), bits.size(), DataType::kUint8, ReduceOp::kMin, std::move(d));
-  }));
+  // Small cached allreduces ride along (docs/fusion-and-timeline.md,
+  // "Inline allreduces"): the message grows by a payload region laid out
+  // from the cache (so alike on every agent) holding this agent's data for
+  // those that are ready here, and is allgathered instead of Min-reduced;
+  // each agent then takes the Min of the bits and reduces the payloads of
+  // the agreed ones itself, in agent order, so one round trip both agrees
+  // and reduces them, with the same bits on every agent. (The parameters
+  // that size the region are the previous cycle's agreed ones.)
+  std::vector<NegotiationState::InlineSlot> slots;
+  if (agreed_in_cycle_ && agreed_.inline_bytes > 0) {
+    slots = state_.inlineSlots(agreed_.inline_bytes, std::max(kInlineRegionBytes, agreed_.inline_bytes));
+  }
+  const bool inline_usable = !state_.invertedBits();
+  const size_t head = bits.size();
+  const int nagents = backend_->size();
+  std::vector<uint8_t> gathered_msgs;  // every agent's message, agent after agent
+  size_t msg_bytes = head;
+  if (slots.empty()) {
+    RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
+      backend_->allreduce(bits.data(), bits.size(), DataType::kUint8, ReduceOp::kMin, std::move(d));
+    }));
+  } else {
+    msg_bytes = (head + slots.back().offset + slots.back().bytes + 7) / 8 * 8;
+    bits.resize(msg_bytes, 0);
+    for (const auto& slot : slots) {
+      auto it = waiting_.find(slot.name);
+      if (it == waiting_.end() || it->second.staging == nullptr) continue;
+      const size_t bytes = it->second.count * dataTypeSize(it->second.dtype);
+      if (bytes <= slot.bytes) std::memcpy(bits.data() + head + slot.offset, it->second.staging, bytes);
+    }
+    gathered_msgs.resize(msg_bytes * nagents);
+    RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
+      backend_->allgatherv(bits.data(), msg_bytes, gathered_msgs.data(), std::vector<size_t>(nagents, msg_bytes),
+                           std::move(d));
+    }));
+    for (size_t i = 0; i < head; ++i) {
+      uint8_t m = gathered_msgs[i];
+      for (int a = 1; a < nagents; ++a) m = std::min(m, gathered_msgs[a * msg_bytes + i]);
+      bits[i] = m;
+    }
+  }
   applyAgreed(AgreedParams::decode(bits.data() + nbits));
+  // A slot's allreduce completes in this cycle if every agent set its bit
+  // (or stands in for joined ranks with zeros: its region stays zero).
+  std::unordered_map<std::string, const NegotiationState::InlineSlot*> inline_now;
+  if (inline_usable) {
+    for (const auto& slot : slots) {
+      if (bits[NegotiationState::kHeaderBytes + slot.bit] == 1) inline_now.emplace(slot.name, &slot);
+    }
+  }
   bits.resize(nbits);
   std::vector<std::string> gathered;
   bool gather = bits[0] == 0;
@@ -269,6 +320,13 @@ Status CrossJob::cycle() {
   if (options_.timeline != nullptr && options_.timeline->markCycles()) options_.timeline->markCycleStart();
   std::vector<CrossWork> data;
   for (CrossResponse& r : responses) {
+    if (!inline_now.empty() && r.error.isOk()) {
+      auto sit = inline_now.find(r.name);
+      if (sit != inline_now.end()) {
+        completeInline(r.name, *sit->second, gathered_msgs.data() + head, msg_bytes, nagents);
+        continue;
+      }
+    }
     auto it = waiting_.find(r.name);
     CrossWork w;
     bool mine = it != waiting_.end();
@@ -357,6 +415,37 @@ Status CrossJob::cycle() {
   }
   postData(std::move(data));
   return okStatus();
+}
+
+void CrossJob::completeInline(const std::string& name, const NegotiationState::InlineSlot& slot,
+                              const uint8_t* region0, size_t msg_bytes, int nagents) {
+  auto it = waiting_.find(name);
+  if (it == waiting_.end()) return;  // standing in for joined ranks: their zeros are in the region already
+  CrossWork w = std::move(it->second);
+  waiting_.erase(it);
+  Timeline* tl = options_.timeline;
+  if (tl != nullptr) {
+    tl->activityEnd(name);  // NEGOTIATE_ACROSS_AGENTS
+    tl->activityStart(name, "CROSS_ALLREDUCE", {{"backend", std::string(backend_->name())}, {"inline", "1"}});
+  }
+  const size_t bytes = w.count * dataTypeSize(w.dtype);
+  if (bytes > slot.bytes) {  // cannot happen: a slot holds the request's data_bytes
+    Status st = internalError("inline allreduce of tensor '" + name + "': " + std::to_string(bytes) +
+                              " bytes do not fit its " + std::to_string(slot.bytes) + "-byte slot");
+    if (tl != nullptr) tl->activityEnd(name);
+    loop_.post([cb = on_done_, name, st] { cb(name, st); });
+    return;
+  }
+  if (bytes > 0) {
+    // Agent order on every agent: the same bits everywhere.
+    std::vector<const void*> srcs(nagents);
+    for (int a = 0; a < nagents; ++a) srcs[a] = region0 + a * msg_bytes + slot.offset;
+    void* dst = w.staging;
+    reduceBlocks(w.dtype, w.op, srcs.data(), nagents, &dst, 1, w.count, 1.0, 1.0);
+    allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  if (tl != nullptr) tl->activityEnd(name);
+  loop_.post([cb = on_done_, name, keep = w.keep] { cb(name, okStatus()); });
 }
 
 StatusOr<CrossWork> CrossJob::zeroContribution(const CrossResponse& r) {

@@ -64,6 +64,10 @@ struct CrossJobOptions {
   uint64_t fusion_chunk_bytes = 8ull << 20;
   // Tensors of at least this size cross agents on their own, unfused (0: no limit).
   uint64_t fusion_max_tensor_bytes = 0;
+  // Cached allreduces of up to this many bytes travel inside the cycle's
+  // negotiation message (at most kInlineRegionBytes of them per cycle):
+  // agreed and reduced in one round trip. 0: never.
+  uint64_t inline_bytes = 256;
   Timeline* timeline = nullptr;                    // optional; thread-safe recorder
   metrics::Gauge* fusion_fill = nullptr;           // optional
   // Set: the job's leader agent (cross rank 0) tunes the fusion threshold and
@@ -82,11 +86,12 @@ struct AgreedParams {
   uint64_t small_message_bytes = 0;
   uint64_t fusion_chunk_bytes = 0;  // 0: a fused buffer is one collective
   uint64_t fusion_max_tensor_bytes = 0;  // 0: any tensor may be fused
-  static constexpr size_t kWireBytes = 16;
+  uint64_t inline_bytes = 0;             // 0: no allreduce travels inside the cycle's message
+  static constexpr size_t kWireBytes = 20;
   // Leader: the values (fusion threshold in KiB, switch point in bytes,
-  // fusion chunk and largest fused tensor in KiB; each 4 bytes
-  // little-endian, saturated). Others: all 0xFF, so that a bytewise
-  // Min allreduce yields the leader's bytes.
+  // fusion chunk and largest fused tensor in KiB, largest inline
+  // allreduce in bytes; each 4 bytes little-endian, saturated). Others:
+  // all 0xFF, so that a bytewise Min yields the leader's bytes.
   void encode(bool leader, uint8_t* out) const;
   static AgreedParams decode(const uint8_t* in);
 };
@@ -129,6 +134,11 @@ class CrossJob {
   // allreduce, zero rows for an allgather (sized from the "<name>.__sizes"
   // allreduce it stood in for before). An empty status or an error.
   StatusOr<CrossWork> zeroContribution(const CrossResponse& r);
+  // An inline allreduce agreed in this cycle: reduces every agent's payload
+  // (`region0` is agent 0's payload region, agents `msg_bytes` apart) into
+  // this agent's staging buffer and completes it.
+  void completeInline(const std::string& name, const NegotiationState::InlineSlot& slot, const uint8_t* region0,
+                      size_t msg_bytes, int nagents);
 
   std::string label_;
   std::unique_ptr<Backend> backend_;
@@ -148,6 +158,10 @@ class CrossJob {
   // Negotiation-thread state: the agreed parameters in force, and the
   // leader's tuner.
   AgreedParams agreed_;
+  bool agreed_in_cycle_ = false;  // agreed_ came from a cycle (so it is the same on every agent)
+  // The payload region of a cycle's message holds at most this many bytes
+  // of inline allreduces (or one allreduce of inline_bytes, if larger).
+  static constexpr uint64_t kInlineRegionBytes = 4096;
   std::unique_ptr<autotune::Autotuner> tuner_;
   std::atomic<uint64_t> allreduced_bytes_{0};  // completed, updated by backend callbacks
   uint64_t reported_bytes_ = 0;

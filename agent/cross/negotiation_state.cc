@@ -91,6 +91,25 @@ std::vector<uint8_t> NegotiationState::cacheVector() const {
   return v;
 }
 
+std::vector<NegotiationState::InlineSlot> NegotiationState::inlineSlots(uint64_t max_tensor_bytes,
+                                                                       uint64_t max_total_bytes) const {
+  std::vector<InlineSlot> out;
+  size_t end = 0;
+  for (size_t b = 0; b < bit_names_.size(); ++b) {
+    if (bit_names_[b].empty()) continue;
+    const SubmitDesc& p = bit_params_[b];
+    if (static_cast<CollectiveType>(p.collective) != CollectiveType::kAllreduce || p.group_id != 0 ||
+        p.data_bytes == 0 || p.data_bytes > max_tensor_bytes) {
+      continue;
+    }
+    const size_t offset = (end + 7) / 8 * 8;
+    if (offset + p.data_bytes > max_total_bytes) break;
+    out.push_back({b, bit_names_[b], offset, static_cast<size_t>(p.data_bytes)});
+    end = offset + p.data_bytes;
+  }
+  return out;
+}
+
 void NegotiationState::standInForJoined() {
   if (!joined_) return;
   for (const auto& [name, r] : remote_) {

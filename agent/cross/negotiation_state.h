@@ -87,6 +87,22 @@ class NegotiationState {
 
   size_t cachedNames() const { return name_bits_.size(); }
 
+  // The cached allreduces small enough to travel inside a cycle's message
+  // (CrossJob::cycle): in ascending cache bit order while they fit
+  // `max_total_bytes`, each up to `max_tensor_bytes`, at 8-byte aligned
+  // offsets of the payload region. A function of the cache alone, which is
+  // identical on every agent, so every agent lays the region out alike.
+  struct InlineSlot {
+    size_t bit = 0;
+    std::string name;
+    size_t offset = 0;
+    size_t bytes = 0;  // the cached request's data_bytes
+  };
+  std::vector<InlineSlot> inlineSlots(uint64_t max_tensor_bytes, uint64_t max_total_bytes) const;
+  // The cache bits of the coming cycle mean "not pending here" (every node
+  // had joined): a set bit then no longer means "ready on every agent".
+  bool invertedBits() const { return inverted(); }
+
  private:
   struct Remote {
     std::vector<std::optional<CrossRequest>> by_agent;

@@ -138,5 +138,54 @@ TEST(NegotiationJoin, NoStandInOnceJoinEnds) {
   EXPECT_TRUE(r[1].empty());  // x waits for a's ranks again
 }
 
+// Inline allreduces (CrossJob::cycle): the payload slots are a function of
+// the cache alone, so two agents that cached the same names in the same
+// order lay them out alike, whatever each has pending; only small,
+// ungrouped allreduces get one, in bit order, while the region has room.
+TEST(NegotiationInline, SlotsFollowTheCacheAndAreAlikeOnEveryAgent) {
+  NegotiationState a(0, 2, 16), b(1, 2, 16);
+  auto grouped = request("g", CollectiveType::kAllreduce, 2);
+  grouped.params.group_id = 7;
+  grouped.params.group_size = 1;
+  std::vector<CrossRequest> reqs = {request("s1", CollectiveType::kAllreduce, 1),  // 4 B
+                                    request("big", CollectiveType::kAllreduce, 100),  // 400 B
+                                    request("bc", CollectiveType::kBroadcast, 2), grouped,
+                                    request("s2", CollectiveType::kAllreduce, 3),  // 12 B
+                                    request("s3", CollectiveType::kAllreduce, 60)};  // 240 B
+  for (const auto& r : reqs) {
+    a.addLocal(r);
+    b.addLocal(r);
+  }
+  auto done = cycle({&a, &b});  // announced by both: completed and cached, in the same order on both
+  ASSERT_EQ(done[0].size(), reqs.size());
+  ASSERT_EQ(done[1].size(), reqs.size());
+  EXPECT_EQ(a.cachedNames(), reqs.size());
+  EXPECT_TRUE(a.inlineSlots(0, 4096).empty());
+  auto sa = a.inlineSlots(256, 4096);
+  b.addLocal(request("s2", CollectiveType::kAllreduce, 3));  // pending on b only: no difference
+  auto sb = b.inlineSlots(256, 4096);
+  ASSERT_EQ(sa.size(), 3u);
+  ASSERT_EQ(sb.size(), sa.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_EQ(sa[i].name, sb[i].name);
+    EXPECT_EQ(sa[i].bit, sb[i].bit);
+    EXPECT_EQ(sa[i].offset, sb[i].offset);
+    EXPECT_EQ(sa[i].bytes, sb[i].bytes);
+  }
+  EXPECT_EQ(sa[0].name, "s1");
+  EXPECT_EQ(sa[0].offset, 0u);
+  EXPECT_EQ(sa[0].bytes, 4u);
+  EXPECT_EQ(sa[1].name, "s2");
+  EXPECT_EQ(sa[1].offset, 8u);  // 8-byte aligned
+  EXPECT_EQ(sa[2].name, "s3");
+  EXPECT_EQ(sa[2].offset, 24u);
+  EXPECT_LT(sa[0].bit, sa[1].bit);
+  EXPECT_LT(sa[1].bit, sa[2].bit);
+  // A region with room for the first two only stops there (bit order).
+  auto small = a.inlineSlots(256, 100);
+  ASSERT_EQ(small.size(), 2u);
+  EXPECT_EQ(small[1].name, "s2");
+}
+
 }  // namespace
 }  // namespace kolo

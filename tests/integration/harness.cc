@@ -269,6 +269,14 @@ void runCheckJob(const std::string& bin, const std::vector<int>& sizes, const st
 std::map<std::string, std::string> fusedInTimeline(const std::string& bin, const std::vector<std::string>& args,
                                                    const std::string& job,
                                                    const std::vector<std::string>& activities, std::string* trace) {
+  return timelineArgs(bin, args, job, activities, "fused", "1", {}, trace);
+}
+
+std::map<std::string, std::string> timelineArgs(const std::string& bin, const std::vector<std::string>& args,
+                                                const std::string& job, const std::vector<std::string>& activities,
+                                                const std::string& arg, const std::string& missing,
+                                                const std::map<std::string, std::string>& agent_env,
+                                                std::string* trace) {
   std::map<std::string, std::string> fused;
   char dir[] = "/tmp/kolo-fuse-XXXXXX";
   if (::mkdtemp(dir) == nullptr) {
@@ -278,7 +286,9 @@ std::map<std::string, std::string> fusedInTimeline(const std::string& bin, const
   const std::string p0 = std::string(dir) + "/trace-node0.json", p1 = std::string(dir) + "/trace-node1.json";
   bool ran = false;
   {
-    Cluster c(2, {{"KOLO_TIMELINE_FILENAME", std::string(dir) + "/trace-%a.json"}});
+    std::map<std::string, std::string> env = agent_env;
+    env["KOLO_TIMELINE_FILENAME"] = std::string(dir) + "/trace-%a.json";
+    Cluster c(2, env);
     if (!c.ok()) {
       ADD_FAILURE() << c.error();
     } else {
@@ -318,7 +328,7 @@ std::map<std::string, std::string> fusedInTimeline(const std::string& bin, const
   for (const auto& e : evs) {
     const std::string name = e.value("name", "");
     if (std::find(activities.begin(), activities.end(), name) == activities.end() || !e.contains("args")) continue;
-    fused[name + " " + tensor_of[e.value("pid", int64_t{0})]] = e["args"].value("fused", "1");
+    fused[name + " " + tensor_of[e.value("pid", int64_t{0})]] = e["args"].value(arg, missing);
   }
   return fused;
 }

@@ -30,6 +30,31 @@ TEST_P(MultiAgent, EveryDtypeOpAndSizeMatchesReference) {
   }
 }
 
+// Small cached allreduces travel inside the negotiation message
+// (--cross-inline-bytes): every dtype and op, many at once next to larger
+// ones, round after round, exact on every rank.
+TEST_P(MultiAgent, InlineSmallAllreducesMatchReference) {
+  const std::vector<int>& sizes = GetParam();
+  runCheckJob(checkBin(), sizes, "inl-" + layoutName(sizes), {"inline", "12"}, "inline checks passed",
+              std::chrono::seconds(240));
+}
+
+// The timeline shows which ones went inline: with the default, the small
+// ones after the first round (cached) and not the 400-byte float64 ones;
+// with --cross-inline-bytes 0, none.
+TEST(MultiAgentInline, TimelineShowsInlineAllreducesAndTheKnobTurnsThemOff) {
+  std::string trace;
+  auto on = timelineArgs(checkBin(), {"inline", "3"}, "inl-on", {"CROSS_ALLREDUCE"}, "inline", "0", {}, &trace);
+  ASSERT_FALSE(on.empty()) << trace.substr(0, 3000);
+  EXPECT_EQ(on["CROSS_ALLREDUCE in.float32.sum.1"], "1") << trace.substr(0, 3000);
+  EXPECT_EQ(on["CROSS_ALLREDUCE in.float16.product.7"], "1");
+  EXPECT_EQ(on["CROSS_ALLREDUCE in.float64.sum.50"], "0");  // 400 bytes > 256
+  auto off = timelineArgs(checkBin(), {"inline", "3"}, "inl-off", {"CROSS_ALLREDUCE"}, "inline", "0",
+                          {{"KOLO_CROSS_INLINE_BYTES", "0"}}, &trace);
+  ASSERT_FALSE(off.empty()) << trace.substr(0, 3000);
+  for (const auto& [key, value] : off) EXPECT_EQ(value, "0") << key;
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, MultiAgent,
                          ::testing::Values(std::vector<int>{1, 1}, std::vector<int>{2, 2},
                                            std::vector<int>{1, 2, 1}, std::vector<int>{1, 1, 1, 1}));
