@@ -104,7 +104,8 @@ class Agent {
   // negotiation thread if the job is still in generation `gen`, else fails it.
   void handToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w);
   void executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<uint64_t> handles);
-  void onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, const std::string& name, Status st);
+  void onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, const std::string& name, Status st,
+                         const CrossResult& result = {});
 
   // Elastic jobs (agent_elastic.cc).
   void beginGenerationOnLoop(Job& job, uint64_t generation, const std::string& change);

@@ -73,7 +73,9 @@ void Agent::startCrossOnLoop(Job& job) {
                                        "Bytes in the last fused buffer over the fusion threshold");
       job.cross = std::make_unique<CrossJob>(
           job_id + "/g" + std::to_string(gen), std::move(made->value()), co, loop_,
-          [this, job_id, gen](const std::string& name, Status st) { onCrossDoneOnLoop(job_id, gen, name, st); });
+          [this, job_id, gen](const std::string& name, Status st, const CrossResult& result) {
+            onCrossDoneOnLoop(job_id, gen, name, st, result);
+          });
       crossLog()->info("job {}: agents connected; {} local ranks may start", job_id, job.localSize());
       maybeSendWorldOnLoop(job);
     });
@@ -158,7 +160,7 @@ void Agent::handToNegotiationOnLoop(const std::string& job_id, uint64_t gen, Cro
 }
 
 void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, const std::string& name,
-                              Status st) {
+                              Status st, const CrossResult& result) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
@@ -272,6 +274,12 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
   r.slots = {p->staging.get()};
   r.dsts = p->slots;
   r.keepalive = p->keepalive;
+  if (result.data != nullptr && p->collective == CollectiveType::kAllreduce) {
+    // A fused allreduce: the result is read from the fused buffer itself
+    // (no copy back into the staging buffer first).
+    r.slots = {const_cast<void*>(result.data)};
+    r.scratch = result.keep;
+  }
   ++job.executing;
   executor_.reduceOnLoop(std::move(r), [this, job_id, p, name] {
     timeline_->activityEnd(name);

@@ -120,7 +120,7 @@ void CrossJob::postBlocks(std::vector<CrossWork> works) {
       }
       for (const CrossWork& w : b->works) {
         if (tl != nullptr) tl->activityEnd(w.req.name);
-        loop_.post([cb = on_done_, name = w.req.name, st] { cb(name, st); });
+        postDone(w.req.name, st);
       }
     };
     if (gather) {

@@ -113,7 +113,7 @@ void CrossJob::submit(CrossWork work) {
     std::lock_guard<std::mutex> lock(mu_);
     why = aborted_.isOk() ? aborted("the job's generation ended") : aborted_;
   }
-  loop_.post([cb = on_done_, name = work.req.name, why] { cb(name, why); });
+  postDone(work.req.name, why);
 }
 
 void CrossJob::submitJoin(CrossWork join) {
@@ -124,6 +124,10 @@ void CrossJob::submitJoin(CrossWork join) {
     incoming_.push_back(std::move(join));
   }
   cv_.notify_all();
+}
+
+void CrossJob::postDone(const std::string& name, const Status& st, CrossResult result) {
+  loop_.post([cb = on_done_, name, st, result = std::move(result)] { cb(name, st, result); });
 }
 
 void CrossJob::abort(Status why) {
@@ -163,7 +167,7 @@ void CrossJob::run() {
         incoming_.pop_front();
         auto failed = failed_groups_.find(w.req.params.group_id);
         if (w.req.params.group_id != 0 && failed != failed_groups_.end()) {
-          loop_.post([cb = on_done_, name = w.req.name, why = failed->second] { cb(name, why); });
+          postDone(w.req.name, failed->second);
           continue;
         }
         state_.addLocal(w.req);
@@ -189,12 +193,12 @@ void CrossJob::run() {
     incoming_.clear();
   }
   for (auto& [name, w] : waiting_) {
-    loop_.post([cb = on_done_, name = name, why] { cb(name, why); });
+    postDone(name, why);
   }
   waiting_.clear();
   for (auto& [gid, g] : held_groups_) {
     for (auto& [w, mine] : g.works) {
-      if (mine) loop_.post([cb = on_done_, name = w.req.name, why] { cb(name, why); });
+      if (mine) postDone(w.req.name, why);
     }
   }
   held_groups_.clear();
@@ -356,7 +360,7 @@ Status CrossJob::cycle() {
       }
     }
     auto done = [this, mine](const std::string& name, const Status& st) {
-      if (mine) loop_.post([cb = on_done_, name, st] { cb(name, st); });
+      if (mine) postDone(name, st);
     };
     const uint64_t gid = r.params.group_id;
     if (gid != 0 && r.params.group_size > 1) {
@@ -376,7 +380,7 @@ Status CrossJob::cycle() {
           auto h = held_groups_.find(gid);
           if (h != held_groups_.end()) {
             for (auto& [held, held_mine] : h->second.works) {
-              if (held_mine) loop_.post([cb = on_done_, name = held.req.name, why] { cb(name, why); });
+              if (held_mine) postDone(held.req.name, why);
             }
             held_groups_.erase(h);
           }
@@ -384,7 +388,7 @@ Status CrossJob::cycle() {
           state_.forgetGroup(gid);
           for (auto wit = waiting_.begin(); wit != waiting_.end();) {
             if (wit->second.req.params.group_id == gid) {
-              loop_.post([cb = on_done_, name = wit->first, why] { cb(name, why); });
+              postDone(wit->first, why);
               wit = waiting_.erase(wit);
             } else {
               ++wit;
@@ -399,7 +403,7 @@ Status CrossJob::cycle() {
       if (g.works.size() < r.params.group_size) continue;
       for (auto& [member, member_mine] : g.works) {
         if (member.count == 0) {
-          if (member_mine) loop_.post([cb = on_done_, name = member.req.name] { cb(name, okStatus()); });
+          if (member_mine) postDone(member.req.name, okStatus());
           continue;
         }
         data.push_back(std::move(member));  // next to each other: they fuse
@@ -433,7 +437,7 @@ void CrossJob::completeInline(const std::string& name, const NegotiationState::I
     Status st = internalError("inline allreduce of tensor '" + name + "': " + std::to_string(bytes) +
                               " bytes do not fit its " + std::to_string(slot.bytes) + "-byte slot");
     if (tl != nullptr) tl->activityEnd(name);
-    loop_.post([cb = on_done_, name, st] { cb(name, st); });
+    postDone(name, st);
     return;
   }
   if (bytes > 0) {
@@ -445,7 +449,7 @@ void CrossJob::completeInline(const std::string& name, const NegotiationState::I
     allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   }
   if (tl != nullptr) tl->activityEnd(name);
-  loop_.post([cb = on_done_, name, keep = w.keep] { cb(name, okStatus()); });
+  postDone(name, okStatus());
 }
 
 StatusOr<CrossWork> CrossJob::zeroContribution(const CrossResponse& r) {
@@ -539,7 +543,7 @@ void CrossJob::postOther(CrossWork w) {
   Timeline* tl = options_.timeline;
   auto done = [this, name, tl, keep = w.keep](Status st) {  // keep: a stand-in's buffer lives until done
     if (tl != nullptr) tl->activityEnd(name);
-    loop_.post([cb = on_done_, name, st] { cb(name, st); });
+    postDone(name, st);
   };
   switch (w.collective) {
     case CollectiveType::kBroadcast:
@@ -570,9 +574,7 @@ void CrossJob::postOther(CrossWork w) {
       backend_->alltoallv(w.send, w.send_bytes, w.staging, w.recv_bytes, std::move(done));
       return;
     default:
-      loop_.post([cb = on_done_, name, c = w.collective] {
-        cb(name, invalidArgument(std::string(collectiveName(c)) + " is not supported across agents"));
-      });
+      postDone(name, invalidArgument(std::string(collectiveName(w.collective)) + " is not supported across agents"));
       return;
   }
 }
@@ -602,15 +604,18 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
       backend_->allreduce(w.staging, w.count, w.dtype, w.op, [this, name, tl, bytes, keep = w.keep](Status st) {
         if (st.isOk()) allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
         if (tl != nullptr) tl->activityEnd(name);
-        loop_.post([cb = on_done_, name, st] { cb(name, st); });
+        postDone(name, st);
       });
       continue;
     }
     // Pack the group into one buffer (aligned offsets, zeroed gaps) and
     // reduce it in chunks: chunk k is posted as soon as it is packed, so
-    // packing k+1 overlaps its transfer, and each chunk is unpacked as soon
-    // as it is reduced. The backend runs one job's collectives in order, so
-    // every tensor is complete when the last chunk is.
+    // packing k+1 overlaps its transfer. Nothing is unpacked: each tensor is
+    // released, as soon as the chunk it ends in is reduced, with a view of
+    // its bytes in the fused buffer (kept alive by the view), from which the
+    // agent copies its result straight into the ranks' slots. The backend
+    // runs one job's collectives in order, so every tensor is complete when
+    // the last chunk is.
     struct Part {
       std::string name;
       void* staging;
@@ -653,38 +658,29 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
                                                      : std::max<uint64_t>(64, agreed_.fusion_chunk_bytes / 64 * 64);
     std::vector<std::pair<uint64_t, uint64_t>> chunks;  // [begin, end)
     for (uint64_t b = 0; b < buf_bytes; b += chunk) chunks.emplace_back(b, std::min<uint64_t>(buf_bytes, b + chunk));
-    // Copies the parts' bytes that fall into [b, e) in (pack) or out (unpack).
-    // Packing also zeroes the alignment gaps (parts are in offset order).
-    auto copyRange = [](Fused& f, uint64_t b, uint64_t e, bool pack) {
+    // Packs the parts' bytes that fall into [b, e), zeroing the alignment
+    // gaps (parts are in offset order).
+    auto pack = [](Fused& f, uint64_t b, uint64_t e) {
       uint64_t cursor = b;
       for (const Part& p : f.parts) {
         uint64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.bytes);
         if (lo >= hi) continue;
-        char* fb = f.buf.get() + lo;
-        char* sb = static_cast<char*>(p.staging) + (lo - p.offset);
-        if (pack) {
-          if (lo > cursor) std::memset(f.buf.get() + cursor, 0, lo - cursor);
-          std::memcpy(fb, sb, hi - lo);
-          cursor = hi;
-        } else {
-          std::memcpy(sb, fb, hi - lo);
-        }
+        if (lo > cursor) std::memset(f.buf.get() + cursor, 0, lo - cursor);
+        std::memcpy(f.buf.get() + lo, static_cast<char*>(p.staging) + (lo - p.offset), hi - lo);
+        cursor = hi;
       }
-      if (pack && cursor < e) std::memset(f.buf.get() + cursor, 0, e - cursor);
+      if (cursor < e) std::memset(f.buf.get() + cursor, 0, e - cursor);
     };
     for (auto [b, e] : chunks) {
-      copyRange(*fused, b, e, true);
+      pack(*fused, b, e);
       const uint64_t bytes = e - b;
-      backend_->allreduce(buf + b, bytes / esize, dt, op, [this, fused, tl, b, e, bytes, copyRange](Status st) {
-        if (st.isOk()) {
-          allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-          copyRange(*fused, b, e, false);
-        }
+      backend_->allreduce(buf + b, bytes / esize, dt, op, [this, fused, tl, b, e, bytes](Status st) {
+        if (st.isOk()) allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
         // Chunks complete in order, so every part that ends in this chunk
         // or before it is complete now: release it at once (its ranks get
         // their result while later chunks are still moving). After a failed
         // chunk, every part not yet released gets that error.
-        std::vector<std::pair<std::string, Status>> ready;
+        std::vector<std::pair<const Part*, Status>> ready;
         {
           std::lock_guard<std::mutex> lk(fused->mu);
           if (!st.isOk() && fused->first_error.isOk()) fused->first_error = st;
@@ -692,13 +688,15 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
           while (fused->next_part < fused->parts.size()) {
             const Part& p = fused->parts[fused->next_part];
             if (!last && p.offset + p.bytes > e) break;
-            ready.emplace_back(p.name, fused->first_error);
+            ready.emplace_back(&p, fused->first_error);
             ++fused->next_part;
           }
         }
-        for (auto& [name, status] : ready) {
-          if (tl != nullptr) tl->activityEnd(name);
-          loop_.post([cb = on_done_, name = name, status = status] { cb(name, status); });
+        for (auto& [part, status] : ready) {
+          if (tl != nullptr) tl->activityEnd(part->name);
+          CrossResult view;
+          if (status.isOk()) view = {fused->buf.get() + part->offset, fused};
+          postDone(part->name, status, std::move(view));
         }
       });
     }

@@ -96,10 +96,19 @@ struct AgreedParams {
   static AgreedParams decode(const uint8_t* in);
 };
 
+// Where a completed collective's result is, when it is not in the work's
+// own staging buffer: `data` (a fused allreduce's bytes of this tensor, in
+// the fused buffer) stays valid while `keep` is held.
+struct CrossResult {
+  const void* data = nullptr;
+  std::shared_ptr<void> keep;
+};
+
 class CrossJob {
  public:
-  // on_done(name, status) runs on the agent loop.
-  using DoneOnLoop = std::function<void(const std::string& name, Status st)>;
+  // on_done(name, status, result) runs on the agent loop; result.data is
+  // null when the result is in the work's staging buffer.
+  using DoneOnLoop = std::function<void(const std::string& name, Status st, const CrossResult& result)>;
 
   CrossJob(std::string label, std::unique_ptr<Backend> backend, CrossJobOptions options, EventLoop& loop,
            DoneOnLoop on_done);
@@ -116,6 +125,8 @@ class CrossJob {
  private:
   void run();
   Status cycle();
+  // Posts on_done_ to the loop (any thread).
+  void postDone(const std::string& name, const Status& st, CrossResult result = {});
   Status syncCollective(const std::function<void(Backend::Done)>& post);
   // Posts the agreed data collectives in the agreed order, fusing
   // consecutive compatible allreduces.

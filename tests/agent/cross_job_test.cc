@@ -36,7 +36,7 @@ TEST(CrossJob, WorkSubmittedAfterAnAbortFailsAtOnceWithTheAbortsStatus) {
   auto fut = done->get_future();
   {
     CrossJob job("crossjob-test", std::move(backend).value(), CrossJobOptions{}, loop,
-                 [done](const std::string& name, Status st) { done->set_value({name, std::move(st)}); });
+                 [done](const std::string& name, Status st, const CrossResult&) { done->set_value({name, std::move(st)}); });
     job.abort(peerFailure("agent node1 lost (test)"));
     // Let the negotiation thread see the abort and end (it fails what it
     // holds as it goes; the case here is work that arrives after that).
