@@ -37,9 +37,9 @@ void defineAgentKnobs(Config& c) {
       .define("fusion-chunk-mb", KnobType::kInt, "8",
               "Fused buffers go across agents in chunks of this many MiB, packing one while the previous moves "
               "(0 = one collective per buffer)")
-      .define("fusion-max-tensor-kb", KnobType::kInt, "0",
-              "Tensors of at least this many KiB cross agents unfused (their copies into and out of the fusion "
-              "buffer cost more than the latency fusion saves); 0 = fuse any size")
+      .define("fusion-max-tensor-kb", KnobType::kInt, "1024",
+              "Tensors of at least this many KiB cross agents unfused (their copy into the fusion buffer costs "
+              "more than the latency fusion saves); 0 = fuse any size, as Horovod")
       .define("cross-inline-bytes", KnobType::kInt, "256",
               "Cached allreduces of up to this many bytes travel inside the agents' negotiation message (one "
               "round trip instead of two; at most 4 KiB of them per cycle); 0 = never")

@@ -63,7 +63,7 @@ struct CrossJobOptions {
   // reduced. 0 = one collective per fused buffer.
   uint64_t fusion_chunk_bytes = 8ull << 20;
   // Tensors of at least this size cross agents on their own, unfused (0: no limit).
-  uint64_t fusion_max_tensor_bytes = 0;
+  uint64_t fusion_max_tensor_bytes = 1024 * 1024;
   // Cached allreduces of up to this many bytes travel inside the cycle's
   // negotiation message (at most kInlineRegionBytes of them per cycle):
   // agreed and reduced in one round trip. 0: never.
