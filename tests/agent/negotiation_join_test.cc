@@ -151,7 +151,8 @@ TEST(NegotiationInline, SlotsFollowTheCacheAndAreAlikeOnEveryAgent) {
                                     request("big", CollectiveType::kAllreduce, 100),  // 400 B
                                     request("bc", CollectiveType::kBroadcast, 2), grouped,
                                     request("s2", CollectiveType::kAllreduce, 3),  // 12 B
-                                    request("s3", CollectiveType::kAllreduce, 60)};  // 240 B
+                                    request("s3", CollectiveType::kAllreduce, 60),   // 240 B
+                                    request("ag.__sizes", CollectiveType::kAllreduce, 2)};  // an allgather's sizes
   for (const auto& r : reqs) {
     a.addLocal(r);
     b.addLocal(r);

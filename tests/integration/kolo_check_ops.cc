@@ -122,18 +122,19 @@ int runJoin(const std::string& layout_arg) {
       if (m[i] != want) FAIL("%s[%zu]: got %d, want %d", mn.c_str(), i, m[i], want);
     }
     ++checks;
-    // Allgather: joined ranks contribute zero rows.
-    std::vector<int32_t> rows(static_cast<size_t>(g_rank + 1) * 2);
-    for (size_t i = 0; i < rows.size(); ++i) rows[i] = g_rank * 1000 + static_cast<int32_t>(i) + k;
-    int64_t gshape[2] = {g_rank + 1, 2};
-    std::string gn = "join.ag." + std::to_string(k);
-    kolo_handle_t hg = 0;
-    if (kolo_allgather_async(gn.c_str(), rows.data(), 2, gshape, KOLO_INT32, &hg) != KOLO_OK) {
-      FAIL("%s: %s", gn.c_str(), kolo_last_error());
-    }
-    kolo_status_t st = kolo_synchronize(hg, 60000);
-    {
-      if (st != KOLO_OK) FAIL("%s: %s: %s", gn.c_str(), kolo_status_string(st), kolo_last_error());
+    // Allgather: joined ranks contribute zero rows. Under a new name each
+    // step, and under the same name every step (cached: across agents its
+    // "<name>.__sizes" allreduce is small enough to go inline).
+    auto checkAllgather = [&](const std::string& gn) -> int {
+      std::vector<int32_t> rows(static_cast<size_t>(g_rank + 1) * 2);
+      for (size_t i = 0; i < rows.size(); ++i) rows[i] = g_rank * 1000 + static_cast<int32_t>(i) + k;
+      int64_t gshape[2] = {g_rank + 1, 2};
+      kolo_handle_t hg = 0;
+      if (kolo_allgather_async(gn.c_str(), rows.data(), 2, gshape, KOLO_INT32, &hg) != KOLO_OK) {
+        FAIL("%s: %s", gn.c_str(), kolo_last_error());
+      }
+      kolo_status_t gst = kolo_synchronize(hg, 60000);
+      if (gst != KOLO_OK) FAIL("%s: %s: %s", gn.c_str(), kolo_status_string(gst), kolo_last_error());
       void* data = nullptr;
       int64_t dim0 = 0;
       if (kolo_result(hg, &data, &dim0) != KOLO_OK) FAIL("%s: kolo_result: %s", gn.c_str(), kolo_last_error());
@@ -147,8 +148,28 @@ int runJoin(const std::string& layout_arg) {
         FAIL("%s: %lld rows, not the active ranks' rows in rank order", gn.c_str(), static_cast<long long>(dim0));
       }
       kolo_release(hg);
+      return 0;
+    };
+    if (checkAllgather("join.ag." + std::to_string(k)) != 0) return 1;
+    if (checkAllgather("join.ag.same") != 0) return 1;
+    checks += 2;
+    // A small allreduce under the same name every step (cached: across
+    // agents it goes inline, and a node standing in contributes zeros).
+    {
+      float rs[5];
+      for (int i = 0; i < 5; ++i) rs[i] = static_cast<float>(sumValue(g_rank, i, k));
+      int64_t rshape[1] = {5};
+      if (kolo_allreduce("join.sum.same", rs, rs, 1, rshape, KOLO_FLOAT32, KOLO_SUM, 1, 1) != KOLO_OK) {
+        FAIL("join.sum.same step %d: %s", k, kolo_last_error());
+      }
+      for (int i = 0; i < 5; ++i) {
+        double want = 0;
+        for (int r = 0; r < g_size; ++r) want += active[r] ? sumValue(r, i, k) : 0.0;
+        if (rs[i] != static_cast<float>(want)) FAIL("join.sum.same step %d [%d]: got %g, want %g", k, i, rs[i], want);
+      }
+      ++checks;
     }
-    ++checks;
+    kolo_status_t st = KOLO_OK;
     // Any other collective fails while a rank has joined.
     if (any_joined) {
       std::vector<float> b(4, 1.0f);
