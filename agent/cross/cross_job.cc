@@ -259,10 +259,13 @@ Status CrossJob::cycle() {
     slots = state_.inlineSlots(agreed_.inline_bytes, std::max(kInlineRegionBytes, agreed_.inline_bytes));
   }
   const bool inline_usable = !state_.invertedBits();
-  const size_t head = bits.size();
+  // The payload region starts 8-byte aligned in the message (messages are
+  // whole multiples of 8 and the buffers are allocated aligned), so every
+  // slot is aligned for its dtype wherever it is read.
+  const size_t head = (bits.size() + 7) / 8 * 8;
   const int nagents = backend_->size();
   std::vector<uint8_t> gathered_msgs;  // every agent's message, agent after agent
-  size_t msg_bytes = head;
+  size_t msg_bytes = bits.size();
   if (slots.empty()) {
     RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
       backend_->allreduce(bits.data(), bits.size(), DataType::kUint8, ReduceOp::kMin, std::move(d));
@@ -281,7 +284,7 @@ Status CrossJob::cycle() {
       backend_->allgatherv(bits.data(), msg_bytes, gathered_msgs.data(), std::vector<size_t>(nagents, msg_bytes),
                            std::move(d));
     }));
-    for (size_t i = 0; i < head; ++i) {
+    for (size_t i = 0; i < nbits + AgreedParams::kWireBytes; ++i) {
       uint8_t m = gathered_msgs[i];
       for (int a = 1; a < nagents; ++a) m = std::min(m, gathered_msgs[a * msg_bytes + i]);
       bits[i] = m;
