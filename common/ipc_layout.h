@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "common/spsc_ring.h"
 
@@ -28,6 +29,13 @@ constexpr int kMaxDims = 8;
 constexpr size_t kMaxErrorBytes = 440;
 constexpr uint64_t kSubmitRingCapacity = 1024;
 constexpr uint64_t kCompletionRingCapacity = 1024;
+// An allgather of tensor N is an allreduce named N + this suffix (every
+// rank's first dimension) followed by the gather itself.
+constexpr std::string_view kAllgatherSizesSuffix = ".__sizes";
+constexpr bool isAllgatherSizesName(std::string_view name) {
+  return name.size() > kAllgatherSizesSuffix.size() &&
+         name.substr(name.size() - kAllgatherSizesSuffix.size()) == kAllgatherSizesSuffix;
+}
 constexpr size_t kDataAlignment = 64;         // every slot starts on a cache line
 constexpr uint64_t kDefaultArenaBytes = 1ull << 30;  // sparse memfd; pages are touched on use
 

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <string_view>
 
 #include "agent/fusion/fusion_planner.h"
 #include "agent/timeline/timeline.h"
@@ -293,7 +294,7 @@ Status CrossJob::cycle() {
   applyAgreed(AgreedParams::decode(bits.data() + nbits));
   // A slot's allreduce completes in this cycle if every agent set its bit
   // (or stands in for joined ranks with zeros: its region stays zero).
-  std::unordered_map<std::string, const NegotiationState::InlineSlot*> inline_now;
+  std::unordered_map<std::string_view, const NegotiationState::InlineSlot*> inline_now;
   if (inline_usable) {
     for (const auto& slot : slots) {
       if (bits[NegotiationState::kHeaderBytes + slot.bit] == 1) inline_now.emplace(slot.name, &slot);
@@ -467,12 +468,11 @@ StatusOr<CrossWork> CrossJob::zeroContribution(const CrossResponse& r) {
     z.staging = buf.get();
     z.keep = buf;
   };
-  static constexpr std::string_view kSizes = ".__sizes";
   if (z.collective == CollectiveType::kAllgather) {
     // Zero rows from every joined rank here: the ranks' first dimensions
     // come from the "<name>.__sizes" allreduce this agent stood in for (the
     // backend completes collectives in order, so its result is final).
-    auto it = stand_in_sizes_.find(r.name + std::string(kSizes));
+    auto it = stand_in_sizes_.find(r.name + std::string(kAllgatherSizesSuffix));
     const size_t world = options_.rank_offsets.empty()
                              ? 0
                              : static_cast<size_t>(options_.rank_offsets.back() + options_.local_sizes.back());
@@ -505,8 +505,7 @@ StatusOr<CrossWork> CrossJob::zeroContribution(const CrossResponse& r) {
   z.count = r.params.data_bytes / dataTypeSize(z.dtype);
   if (z.count == 0) return z;
   alloc(r.params.data_bytes);
-  if (z.dtype == DataType::kInt64 && r.name.size() > kSizes.size() &&
-      r.name.compare(r.name.size() - kSizes.size(), kSizes.size(), kSizes) == 0) {
+  if (z.dtype == DataType::kInt64 && isAllgatherSizesName(r.name)) {
     stand_in_sizes_[r.name] = z.keep;  // an allgather's first dimensions: kept for the gather
   }
   return z;

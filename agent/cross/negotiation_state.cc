@@ -1,7 +1,6 @@
 #include "agent/cross/negotiation_state.h"
 
 #include <cstring>
-#include <string_view>
 
 #include "agent/core/tensor_table.h"
 
@@ -94,16 +93,13 @@ std::vector<uint8_t> NegotiationState::cacheVector() const {
 
 std::vector<NegotiationState::InlineSlot> NegotiationState::inlineSlots(uint64_t max_tensor_bytes,
                                                                        uint64_t max_total_bytes) const {
-  // An allgather's "<name>.__sizes" allreduce never goes inline: an agent
-  // standing in for joined ranks keeps its result to size the zero rows of
-  // the gather that follows (CrossJob::zeroContribution).
-  static constexpr std::string_view kSizes = ".__sizes";
   std::vector<InlineSlot> out;
   size_t end = 0;
   for (size_t b = 0; b < bit_names_.size(); ++b) {
-    const std::string& name = bit_names_[b];
-    const bool sizes = name.size() >= kSizes.size() && std::string_view(name).substr(name.size() - kSizes.size()) == kSizes;
-    if (name.empty() || sizes) continue;
+    // An allgather's "<name>.__sizes" allreduce never goes inline: an agent
+    // standing in for joined ranks keeps its result to size the zero rows
+    // of the gather that follows (CrossJob::zeroContribution).
+    if (bit_names_[b].empty() || isAllgatherSizesName(bit_names_[b])) continue;
     const SubmitDesc& p = bit_params_[b];
     if (static_cast<CollectiveType>(p.collective) != CollectiveType::kAllreduce || p.group_id != 0 ||
         p.data_bytes == 0 || p.data_bytes > max_tensor_bytes) {

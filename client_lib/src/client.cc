@@ -801,7 +801,6 @@ StatusOr<std::vector<uint64_t>> Client::groupedReducescatterAsync(std::vector<Al
 }
 
 StatusOr<std::vector<uint64_t>> Client::groupedAllgatherAsync(std::vector<AllreduceArgs> members) {
-  static constexpr std::string_view kSizesSuffix = ".__sizes";
   const WorldView w = world();
   for (AllreduceArgs& a : members) {
     a.output = const_cast<void*>(a.input);  // unused: the result is library-owned
@@ -809,9 +808,9 @@ StatusOr<std::vector<uint64_t>> Client::groupedAllgatherAsync(std::vector<Allred
     a.collective = static_cast<int>(CollectiveType::kAllgather);
     uint64_t bytes = 0;
     RETURN_IF_ERROR(validate(a, &bytes).withContext("grouped allgather"));
-    if (std::strlen(a.name) + kSizesSuffix.size() > kMaxNameBytes) {
+    if (std::strlen(a.name) + kAllgatherSizesSuffix.size() > kMaxNameBytes) {
       return invalidArgument("grouped allgather: tensor name " + quoteName(a.name) + " is longer than " +
-                             std::to_string(kMaxNameBytes - kSizesSuffix.size()) + " bytes");
+                             std::to_string(kMaxNameBytes - kAllgatherSizesSuffix.size()) + " bytes");
     }
   }
   if (members.empty()) return invalidArgument("grouped allgather: the group has no tensors");
@@ -824,7 +823,7 @@ StatusOr<std::vector<uint64_t>> Client::groupedAllgatherAsync(std::vector<Allred
   std::vector<AllreduceArgs> sizes(members.size());
   for (size_t i = 0; i < members.size(); ++i) {
     dims[i][static_cast<size_t>(w.rank)] = members[i].shape[0];
-    sizes_names[i] = std::string(members[i].name) + std::string(kSizesSuffix);
+    sizes_names[i] = std::string(members[i].name) + std::string(kAllgatherSizesSuffix);
     AllreduceArgs& s = sizes[i];
     s.name = sizes_names[i].c_str();
     s.input = dims[i].data();
@@ -886,11 +885,10 @@ StatusOr<uint64_t> Client::allgatherAsync(const char* name, const void* input, i
   a.collective = static_cast<int>(CollectiveType::kAllgather);
   uint64_t bytes = 0;
   RETURN_IF_ERROR(validate(a, &bytes));
-  static constexpr std::string_view kSizesSuffix = ".__sizes";
-  std::string sizes_name = std::string(name) + std::string(kSizesSuffix);
+  std::string sizes_name = std::string(name) + std::string(kAllgatherSizesSuffix);
   if (sizes_name.size() > kMaxNameBytes) {
     return invalidArgument("allgather: tensor name " + quoteName(name) + " is longer than " +
-                           std::to_string(kMaxNameBytes - kSizesSuffix.size()) + " bytes");
+                           std::to_string(kMaxNameBytes - kAllgatherSizesSuffix.size()) + " bytes");
   }
   WorldView w = world();
   // Phase 1: every rank's first dimension (Sum of vectors that are zero but
