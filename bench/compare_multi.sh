@@ -265,6 +265,78 @@ except Exception:
   fi
 fi
 
+# --- what this machine allows -------------------------------------------------
+# A ring of K agents keeps K TCP streams busy at once (agent i -> i+1), each
+# carrying busbw: K x busbw can be no more than what the machine moves over
+# TCP with K streams at once. iperf3 measures that with K client/server pairs
+# started together (each stream with its own two processes, more CPU than
+# the K agents have); their received sum / K is the ring's ceiling here. On
+# veth the streams alternate direction, as the ring alternates namespaces.
+declare -A ring_ceiling
+if [ "$skip_iperf" = 0 ] && [ -n "$iperf_gbs" ]; then
+  echo
+  echo "## iperf3, K streams at once (K client/server pairs started together, -t $iperf_time): the ring's ceiling"
+  printf '#%5s%16s%18s%20s
+' K "sum (GB/s)" "per stream" "per stream/single"
+  for k in $agent_counts; do
+    srv=() ports=() ok=1
+    for ((i = 0; i < k; ++i)); do
+      if [ "$veth" = 1 ] && [ $((i % 2)) = 1 ]; then sns=$ns_b shost=$host_b; else sns=$ns_a shost=$host_a; fi
+      port=$((10000 + RANDOM % 20000))
+      (in_ns_exec "$sns" timeout $((iperf_time + 60)) iperf3 -s -1 --forceflush -B "$shost" -p "$port") \
+        >"$out_dir/iperf-k$k-s$i.log" 2>&1 &
+      srv+=($!) ports+=("$port")
+      bg_pids+=($!)
+    done
+    deadline=$((SECONDS + 10))
+    for ((i = 0; i < k; ++i)); do
+      while kill -0 "${srv[$i]}" 2>/dev/null && ! grep -q "Server listening" "$out_dir/iperf-k$k-s$i.log" &&
+            [ $SECONDS -lt $deadline ]; do
+        sleep 0.05  # polling for the server's line, bounded
+      done
+      grep -q "Server listening" "$out_dir/iperf-k$k-s$i.log" || ok=0
+    done
+    cli=()
+    if [ "$ok" = 1 ]; then
+      for ((i = 0; i < k; ++i)); do
+        if [ "$veth" = 1 ] && [ $((i % 2)) = 1 ]; then cns=$ns_a shost=$host_b; else cns=$ns_b shost=$host_a; fi
+        (in_ns_exec "$cns" timeout $((iperf_time + 30)) iperf3 -c "$shost" -p "${ports[$i]}" -t "$iperf_time" -J) \
+          >"$out_dir/iperf-k$k-c$i.json" 2>"$out_dir/iperf-k$k-c$i.err" &
+        cli+=($!)
+      done
+      for p in "${cli[@]}"; do wait "$p" || ok=0; done
+    fi
+    for p in "${srv[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    sum=""
+    [ "$ok" = 1 ] && sum=$(python3 -c '
+import json, sys
+try:
+    print("%.4f" % sum(json.load(open(f))["end"]["sum_received"]["bits_per_second"] / 8e9 for f in sys.argv[1:]))
+except Exception:
+    pass' "$out_dir"/iperf-k$k-c*.json)
+    if [ -n "$sum" ]; then
+      ring_ceiling[$k]=$(awk -v s="$sum" -v k="$k" 'BEGIN { printf "%.4f", s / k }')
+      printf '%6s%16s%18s%20s\n' "$k" "$sum" "${ring_ceiling[$k]}" \
+        "$(awk -v c="${ring_ceiling[$k]}" -v i="$iperf_gbs" 'BEGIN { printf "%.2f", c / i }')"
+    else
+      echo "## iperf3 with $k streams FAILED: $(cat "$out_dir"/iperf-k$k-c*.err 2>/dev/null | tail -n 2 | tr '\n' ' ')"
+    fi
+  done
+fi
+
+# The wake-up floor: a 4-byte allreduce across 2 agents is at least three
+# blocking hops in a row (rank -> agent, agent -> agent, agent -> rank) with
+# two ranks and two agents on the machine (kolo-relay-floor, 4 processes).
+floor_us=""
+if [ "$replay" = 0 ] && [ -x "$bin/kolo-relay-floor" ]; then
+  echo
+  echo "## kolo-relay-floor -p 2,4 (one blocking wake-up between processes on this machine)"
+  "$bin/kolo-relay-floor" -p 2,4 -n 20000 | tee "$out_dir/relay-floor.txt"
+  hop=$(awk '$1 == 4 {print $4; exit}' "$out_dir/relay-floor.txt")
+  [ -z "$hop" ] || floor_us=$(awk -v h="$hop" 'BEGIN { printf "%.1f", 3 * h }')
+  [ -z "$floor_us" ] || echo "# floor of a 4-byte allreduce across 2 agents without busy polling: 3 x $hop = $floor_us us"
+fi
+
 if [ "$replay" = 1 ] && [ -s "$out_dir/iperf.json" ]; then
   iperf_gbs=$(python3 -c '
 import json, sys
@@ -428,14 +500,23 @@ for cfg in "${kolo_cfgs[@]}"; do
     [ -n "$kb" ] || { targets+=("K=$k R=$r N=$n: $label not measured (-e below it)"); continue; }
     gb=$(busbw_at "$gt" "$s" "$n")
     ri=$(ratio "$kb" "$iperf_gbs") rg=$(ratio "$(time_at "$gt" "$s")" "$(time_at "$kt" "$s")")
-    targets+=("$(printf 'K=%s R=%s N=%-2s busbw@%-6s kolo %6.3f GB/s | iperf3 %-6s kolo/iperf %-5s (>= 0.90) %-6s | gloo %-6s kolo/gloo %-5s (>= 1.3) %s' \
+    # What the ring could reach here at most (K streams at once), against both targets.
+    ceil=${ring_ceiling[$k]:-}
+    reach=""
+    if [ -n "$ceil" ] && [ -n "$iperf_gbs" ]; then
+      reach=$(awk -v c="$ceil" -v i="$iperf_gbs" -v g="$gb" 'BEGIN {
+        printf "ceiling %.3f GB/s = %.2f x iperf3", c, c / i
+        if (g != "" && g > 0) printf " = %.2f x gloo", c / g }')
+    fi
+    targets+=("$(printf 'K=%s R=%s N=%-2s busbw@%-6s kolo %6.3f GB/s | iperf3 %-6s kolo/iperf %-5s (>= 0.90) %-6s | gloo %-6s kolo/gloo %-5s (>= 1.3) %s%s' \
       "$k" "$r" "$n" "$label" "$kb" "${iperf_gbs:-n/a}" "${ri:-n/a}" "$(verdict "$ri" 0.9 ge)" \
-      "${gb:-n/a}" "${rg:-n/a}" "$(verdict "$rg" 1.3 ge)")")
+      "${gb:-n/a}" "${rg:-n/a}" "$(verdict "$rg" 1.3 ge)" "${reach:+ | $reach}")")
   done
   if [ "$k" = 2 ]; then
     lat=$(time_at "$kt" 4)
-    [ -z "$lat" ] || targets+=("$(printf 'K=%s R=%s N=%-2s latency@4B kolo %.2f us (<= 100 us) %s; gloo %s us, MPI %s us' \
-      "$k" "$r" "$n" "$lat" "$(verdict "$lat" 100 le)" "$(time_at "$gt" 4)" "$(time_at "$mt" 4)")")
+    [ -z "$lat" ] || targets+=("$(printf 'K=%s R=%s N=%-2s latency@4B kolo %.2f us (<= 100 us) %s; gloo %s us, MPI %s us%s' \
+      "$k" "$r" "$n" "$lat" "$(verdict "$lat" 100 le)" "$(time_at "$gt" 4)" "$(time_at "$mt" 4)" \
+      "${floor_us:+; wake-up floor $floor_us us}")")
   fi
 done
 

@@ -5,22 +5,25 @@
 // REVERSE registration order (the last layer's gradients are ready first),
 // then synchronizes all the handles; the step is timed from the first
 // submission to the last completion. The flat baseline is one allreduce of a
-// single buffer of the same total size. Both are measured like a kolo-bench
-// row: the first operation, max-reduced across ranks, plans the iteration
-// counts; the per-iteration times are max-reduced outside the timed region;
-// the figure is the median of the slowest rank's times. Gradients are
-// reduced in place (as Horovod's DistributedOptimizer does), on zeros while
-// timed (so repeated in-place sums cannot overflow), and checked once each
-// on exactly representable data with -c 1.
+// single buffer of the same total size. The two are timed in alternation
+// (measurePair): the first pair, max-reduced across ranks, plans the
+// iteration count; the per-iteration times are max-reduced outside the
+// timed region; each figure is the median of the slowest rank's times.
+// Gradients are reduced in place (as Horovod's DistributedOptimizer does),
+// on zeros while timed (so repeated in-place sums cannot overflow), and
+// checked once each on exactly representable data with -c 1.
 #include "bench/model_step_run.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_check.h"
@@ -36,26 +39,62 @@ struct Measured {
   IterationPlan plan;
 };
 
-// Warm-up, plan, timed loop and agreement, as kolo-bench does for one size.
-StatusOr<Measured> measure(KoloSession& kolo, const BenchOptions& o, const std::string& tag,
-                           const std::function<Status()>& once) {
-  std::vector<double> first(1);
+// The step and the flat allreduce, interleaved: the warm-ups of each, one
+// iteration plan from the slower first run, then timed pairs (step, flat) so
+// that both see the same machine. On a shared VM the memory bandwidth drifts
+// (a 256 MiB allreduce took 41 ms in some minutes and 68-75 ms in others on
+// the same machine, docs/benchmarks.md), and timing all steps before all
+// flat allreduces compared the two across such drifts. Agreement as in a
+// kolo-bench row: the per-iteration times are max-reduced across ranks
+// outside the timed region and each figure is the median of the slowest
+// rank's times.
+StatusOr<std::pair<Measured, Measured>> measurePair(KoloSession& kolo, const BenchOptions& o,
+                                                    const std::function<Status()>& step,
+                                                    const std::function<Status()>& flat) {
+  std::vector<double> first(2);
   auto t0 = KoloSession::now();
-  RETURN_IF_ERROR(once());
+  RETURN_IF_ERROR(step());
   first[0] = KoloSession::secondsSince(t0);
-  RETURN_IF_ERROR(kolo.maxAcrossRanks("kolo-bench.model." + tag + ".first", first));
-  Measured m;
-  m.plan = planIterations(o.warmup_iters, o.iters, o.max_time_s, first[0]);
-  for (int i = 1; i < m.plan.warmup; ++i) RETURN_IF_ERROR(once());
-  std::vector<double> times(static_cast<size_t>(m.plan.iters));
-  for (double& t : times) {
-    auto t1 = KoloSession::now();
-    RETURN_IF_ERROR(once());
-    t = KoloSession::secondsSince(t1);
+  t0 = KoloSession::now();
+  RETURN_IF_ERROR(flat());
+  first[1] = KoloSession::secondsSince(t0);
+  RETURN_IF_ERROR(kolo.maxAcrossRanks("kolo-bench.model.first", first));
+  // The plan's time cut applies to the pair.
+  const IterationPlan plan = planIterations(o.warmup_iters, o.iters, o.max_time_s, first[0] + first[1]);
+  for (int i = 1; i < plan.warmup; ++i) {
+    RETURN_IF_ERROR(step());
+    RETURN_IF_ERROR(flat());
   }
-  RETURN_IF_ERROR(kolo.maxAcrossRanks("kolo-bench.model." + tag + ".times", times));
-  m.seconds = median(times);
-  return m;
+  std::vector<double> times(2 * static_cast<size_t>(plan.iters));  // step times, then flat times
+  for (int i = 0; i < plan.iters; ++i) {
+    auto t1 = KoloSession::now();
+    RETURN_IF_ERROR(step());
+    times[static_cast<size_t>(i)] = KoloSession::secondsSince(t1);
+    t1 = KoloSession::now();
+    RETURN_IF_ERROR(flat());
+    times[static_cast<size_t>(plan.iters + i)] = KoloSession::secondsSince(t1);
+  }
+  RETURN_IF_ERROR(kolo.maxAcrossRanks("kolo-bench.model.times", times));
+  std::vector<double> step_times(times.begin(), times.begin() + plan.iters);
+  std::vector<double> flat_times(times.begin() + plan.iters, times.end());
+  return std::make_pair(Measured{median(step_times), plan}, Measured{median(flat_times), plan});
+}
+
+// Rank 0's memcpy bandwidth over 256 MiB (best of 3), printed before and
+// after the timed pairs: a figure well below this machine's usual one says
+// that something else was using the memory bus while the rows were timed.
+double memcpyProbeGBps() {
+  constexpr size_t kBytes = size_t{256} << 20;
+  std::vector<char> a(kBytes, 1), b(kBytes, 2);
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = KoloSession::now();
+    std::memcpy(b.data(), a.data(), kBytes);
+    best = std::min(best, KoloSession::secondsSince(t0));
+  }
+  volatile char sink = b[kBytes / 2];
+  (void)sink;
+  return static_cast<double>(kBytes) / best / 1e9;
 }
 
 class StepRunner {
@@ -114,7 +153,8 @@ class StepRunner {
   std::vector<std::pair<uint64_t, size_t>> handles_;
 };
 
-Status writeJson(const BenchOptions& o, const StepRow& r, int nranks, int agents) {
+Status writeJson(const BenchOptions& o, const StepRow& r, int nranks, int agents, double probe_before,
+                 double probe_after) {
   nlohmann::json j = {{"benchmark", "kolo-bench --model-step"},
                       {"model_file", o.model_step_path},
                       {"model", r.model},
@@ -136,7 +176,10 @@ Status writeJson(const BenchOptions& o, const StepRow& r, int nranks, int agents
                       {"target_ratio", kStepTargetRatio},
                       {"target_met", r.ratio() <= kStepTargetRatio},
                       {"steps", r.steps},
-                      {"flat_iters", r.flat_iters}};
+                      {"flat_iters", r.flat_iters},
+                      {"interleaved", true},
+                      {"memcpy_probe_gbps_before", probe_before},
+                      {"memcpy_probe_gbps_after", probe_after}};
   j["wrong"] = r.wrong ? nlohmann::json(*r.wrong) : nlohmann::json(nullptr);
   std::ofstream f(o.json_path);
   f << j.dump(2) << "\n";
@@ -200,7 +243,7 @@ int modelStepMain(const BenchOptions& o) {
                 row.fusion.c_str(),
                 agents <= 1 ? " (one agent: fusion only applies to cross-agent jobs)" : "");
     std::printf("# time = median over iterations of the slowest rank's time; warmup iters: %d "
-                "iters: %d (cut to ~%g s each) validation: %d\n#\n%s\n",
+                "iters: %d (cut to ~%g s of step + flat pairs) validation: %d\n#\n%s\n",
                 o.warmup_iters, o.iters, o.max_time_s, o.check ? 1 : 0, stepTableHeader().c_str());
     std::fflush(stdout);
   }
@@ -212,13 +255,24 @@ int modelStepMain(const BenchOptions& o) {
 
   // Timed runs on zeros: in-place sums stay finite however many steps run.
   fillValue(o.dtype, base, layout.bytes / esize, 0.0);
-  auto step = measure(kolo, o, "step", [&] { return runner.step(); });
-  if (!step.isOk()) return fail(step.status(), "model step");
-  auto flat = measure(kolo, o, "flat." + std::to_string(bytes), [&] {
-    return kolo.allreduce("kolo-bench.model.flat." + std::to_string(bytes), base, base, params,
-                          o.dtype, o.op);
-  });
-  if (!flat.isOk()) return fail(flat.status(), "flat allreduce");
+  // The probe runs while the other ranks wait in a barrier, so it measures
+  // the machine, not the ranks' own copies.
+  auto probe = [&](double* gbps) {
+    if (rank == 0) *gbps = memcpyProbeGBps();
+    return kolo.barrier();
+  };
+  double probe_before = 0.0, probe_after = 0.0;
+  if (Status st = probe(&probe_before); !st.isOk()) return fail(st, "memcpy probe");
+  auto pair = measurePair(
+      kolo, o, [&] { return runner.step(); },
+      [&] {
+        return kolo.allreduce("kolo-bench.model.flat." + std::to_string(bytes), base, base, params,
+                              o.dtype, o.op);
+      });
+  if (!pair.isOk()) return fail(pair.status(), "model step / flat allreduce");
+  if (Status st = probe(&probe_after); !st.isOk()) return fail(st, "memcpy probe");
+  const Measured* step = &pair->first;
+  const Measured* flat = &pair->second;
 
   row.step_us = step->seconds * 1e6;
   row.algbw = algBandwidth(bytes, step->seconds);
@@ -250,13 +304,16 @@ int modelStepMain(const BenchOptions& o) {
 
   if (rank == 0) {
     std::printf("%s\n", formatStepRow(row).c_str());
-    std::printf("# steps timed: %d, flat iterations timed: %d\n", row.steps, row.flat_iters);
+    std::printf("# steps timed: %d, flat iterations timed: %d (interleaved: step, flat, step, ...)\n", row.steps,
+                row.flat_iters);
+    std::printf("# memcpy probe (rank 0, 256 MiB, best of 3): %.2f GB/s before, %.2f GB/s after\n",
+                probe_before, probe_after);
     std::printf("# Out of bounds values : %" PRIu64 " %s\n", row.wrong.value_or(0),
                 row.wrong.value_or(0) == 0 ? "OK" : "FAILED");
     std::printf("%s\n#\n", stepTargetLine(row).c_str());
     std::fflush(stdout);
     if (!o.json_path.empty()) {
-      Status st = writeJson(o, row, nranks, agents);
+      Status st = writeJson(o, row, nranks, agents, probe_before, probe_after);
       if (!st.isOk()) {
         std::fprintf(stderr, "kolo-bench: %s\n", st.message().c_str());
         return 2;

@@ -45,7 +45,12 @@ case "$mode" in
     fi
     if command -v iperf3 >/dev/null; then
       grep -qE '^# iperf3 bandwidth .*: [0-9.]+ GB/s' "$out/log" || fail "no iperf3 bandwidth"
+      # The ring's ceiling: 2 streams at once, their sum and the per-stream share.
+      grep -qE '^ +2 +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$out/log" || fail "no 2-stream iperf3 row (the ring's ceiling)"
     fi
+    # The wake-up floor: a row for 4 processes and the 3-hop figure on the latency line.
+    grep -qE '^ +4 +4 +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$out/log" || fail "no kolo-relay-floor row for 4 processes"
+    grep -qE 'latency@4B .*; wake-up floor [0-9.]+ us$' "$out/log" || fail "no wake-up floor on the latency line"
     grep -q '^## Comparison, K=2 agents x 1 rank(s) (N=2)' "$out/log" || fail "no comparison table"
     grep -qE '^# K=2 R=1 N=2 +latency@4B kolo [0-9.]+ us \(<= 100 us\) (met|MISSED)' "$out/log" ||
       fail "no latency target line"

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/half.h"
+#include "common/stream_copy.h"
 #include "common/log.h"
 #include "common/unix_socket.h"
 #include "kolo/proto/ipc.pb.h"
@@ -510,7 +511,7 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
       result = arena_.data() + *s + prefix;
       result_bytes = total;
       std::memcpy(arena_.data() + *s, header, sizeof(int64_t) * header_elems);
-      if (bytes > 0) std::memcpy(arena_.data() + data_offset, in, bytes);
+      if (bytes > 0) streamCopy(arena_.data() + data_offset, in, bytes);
     } else {
       st = s.status();
     }
@@ -531,7 +532,7 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
         out_offset = *s + in_padded;
         result = arena_.data() + out_offset;
         result_bytes = out_bytes;
-        if (bytes > 0) std::memcpy(arena_.data() + *s, in, bytes);
+        if (bytes > 0) streamCopy(arena_.data() + *s, in, bytes);
       } else {
         st = s.status();
       }
@@ -574,7 +575,7 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
       slot = *s;
       data_offset = *s;
       result = arena_.data() + *s;
-      std::memcpy(arena_.data() + *s, in, bytes);
+      streamCopy(arena_.data() + *s, in, bytes);
     } else {
       st = s.status();
     }
@@ -1158,7 +1159,7 @@ void Client::handleCompletion(const CompletionDesc& c) {
     const char* src = op.result;
     uint64_t bytes = op.bytes;
     lk.unlock();
-    std::memcpy(out, src, bytes);
+    streamCopy(out, src, bytes);
     lk.lock();
     it = ops_.find(c.handle);  // the table may have rehashed
   }

@@ -1,0 +1,29 @@
+// Copies between a process's memory and the shared arena that bypass the
+// cache for large sizes.
+//
+// A tensor copied into the arena is read next by the agent (another core,
+// another process), and a result copied out is read by the training step
+// much later; neither copy's destination is worth keeping in this core's
+// cache. An ordinary memcpy below glibc's non-temporal threshold (about
+// three quarters of the last-level cache) first reads every destination
+// line it writes (write-allocate): 3 bytes of memory traffic per byte
+// copied instead of 2. The gradients of a real model are mostly 1-16 MiB
+// tensors, exactly that range: BERT-large's step copied 25% slower than one
+// flat buffer of the same bytes (docs/benchmarks.md, "Model step,
+// 2026-11-25"). streamCopy writes with non-temporal stores from
+// kStreamCopyMinBytes up and ends with a store fence, so the bytes are
+// globally visible before the caller publishes them (ring push, doorbell).
+#pragma once
+
+#include <cstddef>
+
+namespace kolo {
+
+// Below this, memcpy (the destination is likely read soon, while cached).
+inline constexpr size_t kStreamCopyMinBytes = size_t{1} << 20;
+
+// memcpy semantics (no overlap); non-temporal stores from
+// kStreamCopyMinBytes up on x86-64, memcpy elsewhere.
+void streamCopy(void* dst, const void* src, size_t bytes);
+
+}  // namespace kolo
