@@ -73,10 +73,13 @@ Status Agent::start() {
   if (opts_.spin_us > 0) {
     // Before sleeping, poll the submission rings briefly: the next small
     // collective usually arrives within microseconds, and a sleep + wake-up
-    // costs more than that.
+    // costs more than that. Work posted by other threads (the backends'
+    // completions: a small cross-agent collective's answer) is caught the
+    // same way.
     loop_.setBeforeSleep([this] {
       auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(opts_.spin_us);
       do {
+        if (loop_.hasPosted()) return true;
         for (auto& [id, c] : conns_) {
           if (c->hasArena() && c->hasSubmissions()) return true;
         }

@@ -45,6 +45,7 @@ void EventLoop::post(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(post_mu_);
     posted_.push_back(std::move(fn));
+    has_posted_.store(true, std::memory_order_release);
   }
   wake();
 }
@@ -54,6 +55,7 @@ void EventLoop::runPosted() {
   {
     std::lock_guard<std::mutex> lock(post_mu_);
     batch.swap(posted_);
+    has_posted_.store(false, std::memory_order_relaxed);
   }
   for (auto& fn : batch) fn();
 }

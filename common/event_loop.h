@@ -66,6 +66,10 @@ class EventLoop {
   void cancelTimer(TimerId id);
   // Runs before each blocking wait (e.g. to drain rings once more).
   void setBeforeSleep(std::function<bool()> fn) { before_sleep_ = std::move(fn); }
+  // Any thread: whether closures were post()ed and have not run yet (a
+  // before-sleep hook polls it so that a post within its spin needs no
+  // wake-up).
+  bool hasPosted() const { return has_posted_.load(std::memory_order_acquire); }
 
   const std::string& name() const { return name_; }
 
@@ -83,6 +87,7 @@ class EventLoop {
 
   std::mutex post_mu_;
   std::vector<std::function<void()>> posted_;
+  std::atomic<bool> has_posted_{false};
 
   std::unordered_map<int, std::shared_ptr<FdCallback>> fds_;
   struct Timer {
