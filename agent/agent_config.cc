@@ -29,7 +29,8 @@ void defineAgentKnobs(Config& c) {
       .define("inline-reduce-kb", KnobType::kInt, "256",
               "Reductions up to this size run on the loop thread (no thread hop)")
       .define("spin-us", KnobType::kInt, "50",
-              "Microseconds the loop polls the trainers' rings before it sleeps (0 = never spin)")
+              "Microseconds the loop polls the trainers' rings and work posted by its other threads (the "
+              "backends' completions) before it sleeps (0 = never spin)")
       .define("register-timeout-s", KnobType::kInt, "30",
               "How long to retry registering with the coordinator at start")
       .define("fusion-threshold-mb", KnobType::kInt, "128",
