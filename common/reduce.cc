@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "common/half.h"
+#include "common/stream_copy.h"
 
 namespace kolo {
 namespace {
@@ -113,6 +114,16 @@ void reduceTyped(ReduceOp op, const void* const* srcs, int nsrc, void* const* ds
 void reduceBlocks(DataType dtype, ReduceOp op, const void* const* srcs, int nsrc,
                   void* const* dsts, int ndst, size_t count, double prescale, double postscale) {
   if (count == 0 || nsrc <= 0) return;
+  if (nsrc == 1 && prescale == 1.0 && postscale == 1.0) {
+    // A plain copy (one local rank's slot into the staging buffer, or the
+    // agents' result back into it): large ones stream past the cache, as
+    // the next reader is another thread or process (stream_copy.h).
+    const size_t bytes = count * dataTypeSize(dtype);
+    for (int d = 0; d < ndst; ++d) {
+      if (dsts[d] != srcs[0]) streamCopy(dsts[d], srcs[0], bytes);
+    }
+    return;
+  }
   switch (dtype) {
     case DataType::kFloat16: return reduceTyped<F16>(op, srcs, nsrc, dsts, ndst, count, prescale, postscale);
     case DataType::kBFloat16: return reduceTyped<BF16>(op, srcs, nsrc, dsts, ndst, count, prescale, postscale);

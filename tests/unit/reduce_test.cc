@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -142,6 +143,30 @@ TEST(BFloat16, RoundsToNearestEven) {
   EXPECT_EQ(bf16ToFloat(floatToBf16(3.0f)), 3.0f);
   EXPECT_EQ(floatToBf16(bitsToFloat(0x3f808000u)), 0x3f80);  // tie -> even
   EXPECT_EQ(floatToBf16(bitsToFloat(0x3f818000u)), 0x3f82);
+}
+
+// One source without scaling is a copy (the agent's path for one local rank):
+// every destination gets the source's bytes exactly, below and above the
+// streaming threshold, for every dtype, and the source is not touched.
+TEST(Reduce, OneSourceWithoutScalingCopiesEveryByteToEveryDestination) {
+  for (int t = 0; t < kNumDataTypes; ++t) {
+    const DataType dtype = static_cast<DataType>(t);
+    const size_t es = dataTypeSize(dtype);
+    for (size_t count : {size_t{1}, size_t{2049}, (size_t{3} << 20) / es + 3}) {
+      std::vector<uint8_t> src(count * es);
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 37 + (i >> 9) + 5);
+      const std::vector<uint8_t> before = src;
+      std::vector<uint8_t> d0(src.size() + 1, 0xEE), d1(src.size() + 1, 0xEE);
+      const void* s[] = {src.data()};
+      void* d[] = {d0.data() + 1, d1.data() + 1};  // destinations off the source's alignment
+      reduceBlocks(dtype, ReduceOp::kSum, s, 1, d, 2, count, 1.0, 1.0);
+      ASSERT_EQ(std::memcmp(d0.data() + 1, src.data(), src.size()), 0) << dataTypeName(dtype) << " " << count;
+      ASSERT_EQ(std::memcmp(d1.data() + 1, src.data(), src.size()), 0) << dataTypeName(dtype) << " " << count;
+      ASSERT_EQ(d0[0], 0xEE);
+      ASSERT_EQ(d1[0], 0xEE);
+      ASSERT_EQ(src, before);
+    }
+  }
 }
 
 }  // namespace
