@@ -39,8 +39,8 @@ struct Measured {
   IterationPlan plan;
 };
 
-// The step and the flat allreduce, interleaved: the warm-ups of each, one
-// iteration plan from the slower first run, then timed pairs (step, flat) so
+// The step and the flat allreduce, interleaved: one iteration plan from the
+// first pair's time (max across ranks), warm-up pairs, then timed pairs so
 // that both see the same machine. On a shared VM the memory bandwidth drifts
 // (a 256 MiB allreduce took 41 ms in some minutes and 68-75 ms in others on
 // the same machine, docs/benchmarks.md), and timing all steps before all
