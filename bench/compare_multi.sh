@@ -220,42 +220,51 @@ echo "# path: $path; kolo: UCX_TLS=tcp UCX_NET_DEVICES=$dev; agents: $agent_coun
 [ "$replay" = 1 ] || for s in "${skip_note[@]}"; do echo "# $s"; done
 
 # --- iperf3 on the same path ------------------------------------------------
-iperf_gbs=""
-if [ "$skip_iperf" = 0 ]; then
-  # A free port below the ephemeral range; the server says when it listens (bounded waits).
-  server=""
+# Starts `iperf3 -s -1` in namespace $1 bound to $2, logging to $3, on a free
+# port below the ephemeral range (up to 5 tries; the server says when it
+# listens, each wait bounded at 10 s). Sets iperf_srv_pid and iperf_srv_port;
+# returns 1 if no server came up.
+start_iperf_server() {
+  local ns=$1 host=$2 log=$3 deadline _
   for _ in 1 2 3 4 5; do
-    port=$((10000 + RANDOM % 20000))
-    (in_ns_exec "$ns_a" timeout $((iperf_time + 60)) iperf3 -s -1 --forceflush -B "$host_a" -p "$port") \
-      >"$out_dir/iperf-server.log" 2>&1 &
-    server=$!
-    bg_pids+=("$server")
+    iperf_srv_port=$((10000 + RANDOM % 20000))
+    (in_ns_exec "$ns" timeout $((iperf_time + 60)) iperf3 -s -1 --forceflush -B "$host" -p "$iperf_srv_port") \
+      >"$log" 2>&1 &
+    iperf_srv_pid=$!
+    bg_pids+=("$iperf_srv_pid")
     deadline=$((SECONDS + 10))
-    while kill -0 "$server" 2>/dev/null && ! grep -q "Server listening" "$out_dir/iperf-server.log" &&
+    while kill -0 "$iperf_srv_pid" 2>/dev/null && ! grep -q "Server listening" "$log" &&
           [ $SECONDS -lt $deadline ]; do
       sleep 0.05  # polling for the server's line, bounded
     done
-    grep -q "Server listening" "$out_dir/iperf-server.log" && break
-    kill "$server" 2>/dev/null
-    wait "$server" 2>/dev/null
-    server=""
+    grep -q "Server listening" "$log" && return 0
+    stop_pid "$iperf_srv_pid"
   done
+  iperf_srv_pid=""
+  return 1
+}
+stop_pid() { [ -z "$1" ] || { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }; }
+# The received bandwidth of iperf3 -J outputs, summed, in GB/s ("" if one is unreadable).
+iperf_received_gbs() {
+  python3 -c '
+import json, sys
+try:
+    print("%.4f" % sum(json.load(open(f))["end"]["sum_received"]["bits_per_second"] / 8e9 for f in sys.argv[1:]))
+except Exception:
+    pass' "$@"
+}
+
+iperf_gbs=""
+if [ "$skip_iperf" = 0 ]; then
+  server="" port=""
+  start_iperf_server "$ns_a" "$host_a" "$out_dir/iperf-server.log" && server=$iperf_srv_pid port=$iperf_srv_port
   cmd="iperf3 -c $host_a -p $port -t $iperf_time -J"
   echo
   echo "## iperf3: server 'iperf3 -s -1 --forceflush -B $host_a -p $port'$([ "$veth" = 1 ] && echo " in $ns_a"), client '$cmd'$([ "$veth" = 1 ] && echo " in $ns_b")"
   : >"$out_dir/iperf.json"
   [ -z "$server" ] || in_ns "$ns_b" timeout $((iperf_time + 30)) $cmd >"$out_dir/iperf.json" 2>"$out_dir/iperf.err"
-  iperf_gbs=$(python3 -c '
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-    print("%.4f" % (d["end"]["sum_received"]["bits_per_second"] / 8e9))
-except Exception:
-    pass' "$out_dir/iperf.json")
-  if [ -n "$server" ]; then
-    kill "$server" 2>/dev/null
-    wait "$server" 2>/dev/null
-  fi
+  iperf_gbs=$(iperf_received_gbs "$out_dir/iperf.json")
+  stop_pid "$server"
   if [ -n "$iperf_gbs" ]; then
     echo "# iperf3 bandwidth (received, one TCP stream): $iperf_gbs GB/s"
   else
@@ -276,27 +285,17 @@ declare -A ring_ceiling
 if [ "$skip_iperf" = 0 ] && [ -n "$iperf_gbs" ]; then
   echo
   echo "## iperf3, K streams at once (K client/server pairs started together, -t $iperf_time): the ring's ceiling"
-  printf '#%5s%16s%18s%20s
-' K "sum (GB/s)" "per stream" "per stream/single"
+  printf '#%5s%16s%18s%20s\n' K "sum (GB/s)" "per stream" "per stream/single"
   for k in $agent_counts; do
-    srv=() ports=() ok=1
-    for ((i = 0; i < k; ++i)); do
+    srv=() ports=() cli=() ok=1
+    for ((i = 0; i < k && ok; ++i)); do
       if [ "$veth" = 1 ] && [ $((i % 2)) = 1 ]; then sns=$ns_b shost=$host_b; else sns=$ns_a shost=$host_a; fi
-      port=$((10000 + RANDOM % 20000))
-      (in_ns_exec "$sns" timeout $((iperf_time + 60)) iperf3 -s -1 --forceflush -B "$shost" -p "$port") \
-        >"$out_dir/iperf-k$k-s$i.log" 2>&1 &
-      srv+=($!) ports+=("$port")
-      bg_pids+=($!)
+      if start_iperf_server "$sns" "$shost" "$out_dir/iperf-k$k-s$i.log"; then
+        srv+=("$iperf_srv_pid") ports+=("$iperf_srv_port")
+      else
+        ok=0
+      fi
     done
-    deadline=$((SECONDS + 10))
-    for ((i = 0; i < k; ++i)); do
-      while kill -0 "${srv[$i]}" 2>/dev/null && ! grep -q "Server listening" "$out_dir/iperf-k$k-s$i.log" &&
-            [ $SECONDS -lt $deadline ]; do
-        sleep 0.05  # polling for the server's line, bounded
-      done
-      grep -q "Server listening" "$out_dir/iperf-k$k-s$i.log" || ok=0
-    done
-    cli=()
     if [ "$ok" = 1 ]; then
       for ((i = 0; i < k; ++i)); do
         if [ "$veth" = 1 ] && [ $((i % 2)) = 1 ]; then cns=$ns_a shost=$host_b; else cns=$ns_b shost=$host_a; fi
@@ -306,20 +305,17 @@ if [ "$skip_iperf" = 0 ] && [ -n "$iperf_gbs" ]; then
       done
       for p in "${cli[@]}"; do wait "$p" || ok=0; done
     fi
-    for p in "${srv[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    for p in "${srv[@]}"; do stop_pid "$p"; done
     sum=""
-    [ "$ok" = 1 ] && sum=$(python3 -c '
-import json, sys
-try:
-    print("%.4f" % sum(json.load(open(f))["end"]["sum_received"]["bits_per_second"] / 8e9 for f in sys.argv[1:]))
-except Exception:
-    pass' "$out_dir"/iperf-k$k-c*.json)
+    [ "$ok" = 1 ] && sum=$(iperf_received_gbs "$out_dir"/iperf-k$k-c*.json)
     if [ -n "$sum" ]; then
       ring_ceiling[$k]=$(awk -v s="$sum" -v k="$k" 'BEGIN { printf "%.4f", s / k }')
       printf '%6s%16s%18s%20s\n' "$k" "$sum" "${ring_ceiling[$k]}" \
         "$(awk -v c="${ring_ceiling[$k]}" -v i="$iperf_gbs" 'BEGIN { printf "%.2f", c / i }')"
     else
-      echo "## iperf3 with $k streams FAILED: $(cat "$out_dir"/iperf-k$k-c*.err 2>/dev/null | tail -n 2 | tr '\n' ' ')"
+      echo "## iperf3 with $k streams FAILED: $(cat "$out_dir"/iperf-k$k-s*.log "$out_dir"/iperf-k$k-c*.err \
+        2>/dev/null | tail -n 3 | tr '\n' ' ')"
+      status=1
     fi
   done
 fi
@@ -338,13 +334,14 @@ if [ "$replay" = 0 ] && [ -x "$bin/kolo-relay-floor" ]; then
 fi
 
 if [ "$replay" = 1 ] && [ -s "$out_dir/iperf.json" ]; then
-  iperf_gbs=$(python3 -c '
-import json, sys
-try:
-    print("%.4f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8e9))
-except Exception:
-    pass' "$out_dir/iperf.json")
+  iperf_gbs=$(iperf_received_gbs "$out_dir/iperf.json")
   echo "# iperf3 bandwidth (from $out_dir/iperf.json): ${iperf_gbs:-n/a} GB/s"
+  for k in $agent_counts; do  # the ring's ceiling, from the K-stream runs kept there
+    compgen -G "$out_dir/iperf-k$k-c*.json" >/dev/null || continue
+    sum=$(iperf_received_gbs "$out_dir"/iperf-k$k-c*.json)
+    [ -z "$sum" ] || ring_ceiling[$k]=$(awk -v s="$sum" -v k="$k" 'BEGIN { printf "%.4f", s / k }')
+    [ -z "$sum" ] || echo "# iperf3, $k streams at once (from $out_dir): per stream ${ring_ceiling[$k]} GB/s"
+  done
 fi
 
 # --- peers, once per rank count -----------------------------------------------

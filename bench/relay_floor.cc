@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -29,28 +30,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool readAll(int fd, void* p, size_t n) {
-  auto* c = static_cast<char*>(p);
+// Moves exactly n bytes with `io` (::read or ::write), retrying short
+// transfers and EINTR; false on an error or end of file.
+template <typename Io, typename Ptr>
+bool transferAll(Io io, int fd, Ptr p, size_t n) {
   while (n > 0) {
-    ssize_t r = ::read(fd, c, n);
+    ssize_t r = io(fd, p, n);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return false;
-    c += r;
+    p += r;
     n -= static_cast<size_t>(r);
   }
   return true;
 }
-
-bool writeAll(int fd, const void* p, size_t n) {
-  const auto* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t r = ::write(fd, c, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
+bool readAll(int fd, uint32_t* v) { return transferAll(::read, fd, reinterpret_cast<char*>(v), sizeof *v); }
+bool writeAll(int fd, const uint32_t* v) {
+  return transferAll(::write, fd, reinterpret_cast<const char*>(v), sizeof *v);
 }
 
 struct Row {
@@ -83,8 +78,8 @@ bool runRing(int procs, int rounds, int warmup, Row* row) {
       // Dies with the parent's sockets: a read or write error ends it.
       uint32_t token = 0;
       for (int r = 0; r < total; ++r) {
-        if (!readAll(linkIn(p - 1), &token, sizeof token)) ::_exit(1);
-        if (!writeAll(linkOut(p), &token, sizeof token)) ::_exit(1);
+        if (!readAll(linkIn(p - 1), &token)) ::_exit(1);
+        if (!writeAll(linkOut(p), &token)) ::_exit(1);
       }
       ::_exit(0);
     }
@@ -96,7 +91,7 @@ bool runRing(int procs, int rounds, int warmup, Row* row) {
   uint32_t token = 0;
   for (int r = 0; r < total && ok; ++r) {
     auto t0 = Clock::now();
-    ok = writeAll(linkOut(0), &token, sizeof token) && readAll(linkIn(procs - 1), &token, sizeof token);
+    ok = writeAll(linkOut(0), &token) && readAll(linkIn(procs - 1), &token);
     double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
     if (r >= warmup) per_hop.push_back(us / procs);
   }

@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "common/half.h"
-#include "common/stream_copy.h"
 #include "common/log.h"
+#include "common/stream_copy.h"
 #include "common/unix_socket.h"
 #include "kolo/proto/ipc.pb.h"
 
