@@ -128,6 +128,7 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.spin_us = std::clamp<int64_t>(c.getInt("spin-us"), 0, 1'000'000);
   o.stall_check_time_s = c.getInt("stall-check-time-s");
   o.backend = backendOptionsFromConfig(c);
+  RETURN_IF_ERROR(validateBackendOptions(o.backend));
   o.backend_name = c.getString("backend");
   o.cache_capacity = static_cast<size_t>(std::max<int64_t>(0, c.getInt("cache-capacity")));
   o.idle_cycle_ms = std::max<int64_t>(1, c.getInt("idle-cycle-ms"));

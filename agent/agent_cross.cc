@@ -93,8 +93,18 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   p.bytes = d0.data_bytes;
   p.postscale = r.postscale;
   p.started = op.first_arrival;
-  p.staging = staging::acquire(p.bytes);  // pooled: see common/staging_pool.h
   p.collective = static_cast<CollectiveType>(d0.collective);
+  // One local rank whose slot is host memory, with nothing to apply before
+  // the agents reduce: the backend works on the slot itself. That saves a
+  // copy of the whole tensor into a staging buffer and one back (half the
+  // memory traffic around the ring). The slot is written only by the
+  // backend, which is done with it before the op completes, whatever its
+  // status (Backend's contract); a failed op leaves it undefined, as an
+  // in-place MPI or NCCL allreduce does.
+  p.in_place = op.error.isOk() && r.count > 0 && r.slots.size() == 1 && r.dsts.empty() && !r.scratch &&
+               !r.before_finish && r.prescale == 1.0 &&
+               (p.collective == CollectiveType::kAllreduce || p.collective == CollectiveType::kBroadcast);
+  if (!p.in_place) p.staging = staging::acquire(p.bytes);  // pooled: see common/staging_pool.h
   p.report_dtype = static_cast<DataType>(d0.dtype);
   p.scratch = r.scratch;
   p.before_finish = r.before_finish;
@@ -108,7 +118,7 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   w.req.params.device_event = 0;
   w.req.first_rank = job.globalRank(0);
   if (!op.error.isOk()) w.req.error = op.error.message();
-  w.staging = p.staging.get();
+  w.staging = p.in_place ? r.slots[0] : p.staging.get();
   w.count = op.error.isOk() ? r.count : 0;
   w.dtype = r.dtype;
   w.op = r.op;
@@ -129,10 +139,11 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
 
   std::string job_id = job.id();
   uint64_t gen = job.cross_generation;
+  const bool in_place = p.in_place;
   job.cross_pending.insert_or_assign(op.name, std::move(p));
   ++job.executing;
   timeline_->opStart(op.name, w.collective);
-  if (w.count == 0 || (w.collective == CollectiveType::kBroadcast && bcast_root_local < 0)) {
+  if (w.count == 0 || in_place || (w.collective == CollectiveType::kBroadcast && bcast_root_local < 0)) {
     timeline_->activityStart(op.name, "NEGOTIATE_ACROSS_AGENTS");
     job.cross->submit(std::move(w));
     return;
@@ -238,6 +249,12 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
     finishOnLoop(job_id, p->handles, 0, okStatus(), p->report_dtype, {}, p->collective);
     return;
   }
+  const bool fused = result.data != nullptr && p->collective == CollectiveType::kAllreduce;
+  if (p->in_place && !fused && p->postscale == 1.0) {  // the result is already in the slot
+    timeline_->opEnd(name, p->dtype, {});
+    finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
+    return;
+  }
   timeline_->activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
   if (!p->scatter.empty()) {
     // Reducescatter: each local rank's block, scaled, into its output slot.
@@ -271,10 +288,10 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
   r.count = p->count;
   r.prescale = 1.0;
   r.postscale = p->postscale;
-  r.slots = {p->staging.get()};
+  r.slots = {p->in_place ? p->slots[0] : p->staging.get()};
   r.dsts = p->slots;
   r.keepalive = p->keepalive;
-  if (result.data != nullptr && p->collective == CollectiveType::kAllreduce) {
+  if (fused) {
     // A fused allreduce: the result is read from the fused buffer itself
     // (no copy back into the staging buffer first).
     r.slots = {const_cast<void*>(result.data)};

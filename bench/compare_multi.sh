@@ -36,6 +36,10 @@ Usage: compare_multi.sh [options]
   --veth                   run on a veth pair between two network namespaces (kolo-bench-a,
                            10.200.0.1 and kolo-bench-b, 10.200.0.2; removed at exit; needs root);
                            K must be even (agents and ranks split in two blocks)
+  --kolo-memory "M.."      kolo-bench's buffers: user (copy-in/copy-out, default) and/or shared
+                           (--zero-copy, kolo_alloc_shared: the ranks' tensors live in the agent's
+                           arena, as Gloo and MPI work on the caller's buffer); every mode runs for
+                           every K x R
   --launcher script|kolorun  start kolo's agents with bench/multi_agent_run.sh (default) or
                            with kolorun --agents K (loopback only)
   --agent-env "K=V ..."    extra environment for kolo's agents and ranks (e.g. UCX_RNDV_THRESH=inf,
@@ -55,6 +59,7 @@ if [ -x "$script_dir/kolo-bench" ]; then build_dir=$(dirname "$script_dir"); els
 agent_counts="2 4" rpas="1 2"
 minb=4 maxb=256M step=2 warmup=5 iters=20 maxtime=0.5 check=1
 agent_env=""
+kolo_memory="user"
 veth=0 launcher=script iperf_time=3 run_timeout=600 out_dir="" from_dir=""
 skip_kolo=0 skip_mpi=0 skip_gloo=0 skip_iperf=0
 while [ $# -gt 0 ]; do
@@ -72,6 +77,7 @@ while [ $# -gt 0 ]; do
     --veth) veth=1; shift ;;
     --launcher) launcher=$2; shift 2 ;;
     --agent-env) agent_env=$2; shift 2 ;;
+    --kolo-memory) kolo_memory=$2; shift 2 ;;
     --iperf-time) iperf_time=$2; shift 2 ;;
     --timeout) run_timeout=$2; shift 2 ;;
     --out) out_dir=$2; shift 2 ;;
@@ -89,6 +95,10 @@ for k in $agent_counts $rpas; do
   case "$k" in ''|*[!0-9]*|0) bad "--agents and --ranks-per-agent take positive numbers" ;; esac
 done
 case "$launcher" in script|kolorun) ;; *) bad "--launcher is 'script' or 'kolorun'" ;; esac
+[ -n "$kolo_memory" ] || bad "--kolo-memory needs at least one of: user shared"
+for m in $kolo_memory; do
+  case "$m" in user|shared) ;; *) bad "--kolo-memory takes 'user' and/or 'shared' (got '$m')" ;; esac
+done
 if [ "$veth" = 1 ]; then
   [ "$launcher" = script ] || bad "--veth needs --launcher script (kolorun cannot place agents in namespaces)"
   for k in $agent_counts; do [ $((k % 2)) = 0 ] || bad "--veth needs even agent counts (got $k)"; done
@@ -424,9 +434,13 @@ for n in "${nps[@]}"; do
 done
 
 # --- kolo across agents -----------------------------------------------------
+# The table of kolo's run with K agents, R ranks each, buffers of memory mode M.
+kolo_tag() { if [ "$3" = shared ]; then echo "kolo-zc-k$1-r$2"; else echo "kolo-k$1-r$2"; fi; }
 run_kolo() {
-  local k=$1 r=$2 n=$(($1 * $2)) tag=kolo-k$1-r$2
+  local k=$1 r=$2 mem=$3 n=$(($1 * $2)) tag
+  tag=$(kolo_tag "$k" "$r" "$mem")
   local bargs=("${common_args[@]}" -d float32 -o sum --json "$out_dir/$tag.json")
+  [ "$mem" = shared ] && bargs+=(--zero-copy)
   local cmd
   if [ "$launcher" = kolorun ]; then
     cmd=("$bin/kolorun" -np "$n" --agents "$k" -- "$bin/kolo-bench" "${bargs[@]}")
@@ -439,7 +453,7 @@ run_kolo() {
     cmd+=(-- "$bin/kolo-bench" "${bargs[@]}")
   fi
   echo
-  echo "## kolo, K=$k agents x $r rank(s) (N=$n): UCX_TLS=tcp UCX_NET_DEVICES=$dev ${cmd[*]}"
+  echo "## kolo ($mem memory), K=$k agents x $r rank(s) (N=$n): UCX_TLS=tcp UCX_NET_DEVICES=$dev ${cmd[*]}"
   UCX_TLS=tcp UCX_NET_DEVICES=$dev timeout -k 30 $((run_timeout + 30)) "${cmd[@]}" >"$out_dir/$tag.log" 2>&1
   local rc=$?
   rank0 "$out_dir/$tag.log" >"$out_dir/$tag.table"
@@ -454,12 +468,14 @@ run_kolo() {
 kolo_cfgs=()
 for k in $agent_counts; do
   for r in $rpas; do
-    if [ "$skip_kolo" = 0 ]; then
-      run_kolo "$k" "$r"
-      kolo_cfgs+=("$k $r")
-    elif [ "$replay" = 1 ] && [ -s "$out_dir/kolo-k$k-r$r.table" ]; then
-      kolo_cfgs+=("$k $r")
-    fi
+    for mem in $kolo_memory; do
+      if [ "$skip_kolo" = 0 ]; then
+        run_kolo "$k" "$r" "$mem"
+        kolo_cfgs+=("$k $r $mem")
+      elif [ "$replay" = 1 ] && [ -s "$out_dir/$(kolo_tag "$k" "$r" "$mem").table" ]; then
+        kolo_cfgs+=("$k $r $mem")
+      fi
+    done
   done
 done
 
@@ -472,14 +488,16 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 <= 0)
 targets=()
 s16=$((16 << 20)) s64=$((64 << 20))
 for cfg in "${kolo_cfgs[@]}"; do
-  read -r k r <<<"$cfg"
+  read -r k r mem <<<"$cfg"
   n=$((k * r))
-  kt=$out_dir/kolo-k$k-r$r.table
-  [ -n "$(rows "$kt")" ] || { targets+=("K=$k R=$r: no kolo rows (run failed)"); continue; }
+  kt=$out_dir/$(kolo_tag "$k" "$r" "$mem").table
+  mlabel=""
+  [ "$mem" = shared ] && mlabel=" zc"
+  [ -n "$(rows "$kt")" ] || { targets+=("K=$k R=$r$mlabel: no kolo rows (run failed)"); continue; }
   mt=${mpi_table[$n]:-/dev/null}
   gt=${gloo_table[$n]:-/dev/null}
   echo
-  echo "## Comparison, K=$k agents x $r rank(s) (N=$n), $path; iperf3 ${iperf_gbs:-n/a} GB/s"
+  echo "## Comparison, kolo with $mem memory, K=$k agents x $r rank(s) (N=$n), $path; iperf3 ${iperf_gbs:-n/a} GB/s"
   echo "# busbw in GB/s from the median times; kolo/iperf = kolo busbw / iperf3 bandwidth;"
   echo "# kolo/gloo, kolo/mpi = busbw ratios = their time / kolo's time (> 1: kolo faster)"
   printf '#%11s%15s%12s%12s%12s%12s%12s%12s\n' size "kolo time(us)" "kolo busbw" "gloo busbw" "mpi busbw" \
@@ -494,7 +512,7 @@ for cfg in "${kolo_cfgs[@]}"; do
   for s in $s16 $s64; do
     label=$((s >> 20))MiB
     kb=$(busbw_at "$kt" "$s" "$n")
-    [ -n "$kb" ] || { targets+=("K=$k R=$r N=$n: $label not measured (-e below it)"); continue; }
+    [ -n "$kb" ] || { targets+=("K=$k R=$r$mlabel N=$n: $label not measured (-e below it)"); continue; }
     gb=$(busbw_at "$gt" "$s" "$n")
     ri=$(ratio "$kb" "$iperf_gbs") rg=$(ratio "$(time_at "$gt" "$s")" "$(time_at "$kt" "$s")")
     # What the ring could reach here at most (K streams at once), against both targets.
@@ -505,14 +523,14 @@ for cfg in "${kolo_cfgs[@]}"; do
         printf "ceiling %.3f GB/s = %.2f x iperf3", c, c / i
         if (g != "" && g > 0) printf " = %.2f x gloo", c / g }')
     fi
-    targets+=("$(printf 'K=%s R=%s N=%-2s busbw@%-6s kolo %6.3f GB/s | iperf3 %-6s kolo/iperf %-5s (>= 0.90) %-6s | gloo %-6s kolo/gloo %-5s (>= 1.3) %s%s' \
-      "$k" "$r" "$n" "$label" "$kb" "${iperf_gbs:-n/a}" "${ri:-n/a}" "$(verdict "$ri" 0.9 ge)" \
+    targets+=("$(printf 'K=%s R=%s%s N=%-2s busbw@%-6s kolo %6.3f GB/s | iperf3 %-6s kolo/iperf %-5s (>= 0.90) %-6s | gloo %-6s kolo/gloo %-5s (>= 1.3) %s%s' \
+      "$k" "$r" "$mlabel" "$n" "$label" "$kb" "${iperf_gbs:-n/a}" "${ri:-n/a}" "$(verdict "$ri" 0.9 ge)" \
       "${gb:-n/a}" "${rg:-n/a}" "$(verdict "$rg" 1.3 ge)" "${reach:+ | $reach}")")
   done
   if [ "$k" = 2 ]; then
     lat=$(time_at "$kt" 4)
-    [ -z "$lat" ] || targets+=("$(printf 'K=%s R=%s N=%-2s latency@4B kolo %.2f us (<= 100 us) %s; gloo %s us, MPI %s us%s' \
-      "$k" "$r" "$n" "$lat" "$(verdict "$lat" 100 le)" "$(time_at "$gt" 4)" "$(time_at "$mt" 4)" \
+    [ -z "$lat" ] || targets+=("$(printf 'K=%s R=%s%s N=%-2s latency@4B kolo %.2f us (<= 100 us) %s; gloo %s us, MPI %s us%s' \
+      "$k" "$r" "$mlabel" "$n" "$lat" "$(verdict "$lat" 100 le)" "$(time_at "$gt" 4)" "$(time_at "$mt" 4)" \
       "${floor_us:+; wake-up floor $floor_us us}")")
   fi
 done

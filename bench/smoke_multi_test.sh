@@ -27,7 +27,7 @@ case "$mode" in
     [ "$mode" = compare-veth ] && extra=(--veth)
     # Bounded: the script's runs have --timeout 120; the whole thing 400 s.
     timeout -k 15 400 "$here/compare_multi.sh" --build-dir "$build" "${extra[@]}" --agents 2 \
-      --ranks-per-agent 1 -b 4 -e 64K -f 16 -w 1 -n 3 --iperf-time 1 --timeout 120 \
+      --ranks-per-agent 1 --kolo-memory "user shared" -b 4 -e 64K -f 16 -w 1 -n 3 --iperf-time 1 --timeout 120 \
       --out "$out/run" >"$out/log" 2>&1
     rc=$?
     cat "$out/log"
@@ -39,6 +39,9 @@ case "$mode" in
     sizes="4 64 1024 16384"
     check_rows "$out/run/kolo-k2-r1.table" "$sizes"
     grep -q 'agent mode: 2 agent(s)' "$out/run/kolo-k2-r1.table" || fail "kolo did not run on 2 agents"
+    # The same with the buffers in the agents' arena (--zero-copy).
+    check_rows "$out/run/kolo-zc-k2-r1.table" "$sizes"
+    grep -q 'zero-copy (kolo_alloc_shared)' "$out/run/kolo-zc-k2-r1.table" || fail "the shared-memory run was not zero-copy"
     if [ -x "$build/bin/gloo-allreduce-bench" ]; then check_rows "$out/run/gloo-2.table" "$sizes"; fi
     if [ -x "$build/bin/mpi-allreduce-bench" ] && command -v mpirun >/dev/null; then
       check_rows "$out/run/mpi-2.table" "$sizes"
@@ -51,9 +54,12 @@ case "$mode" in
     # The wake-up floor: a row for 4 processes and the 3-hop figure on the latency line.
     grep -qE '^ +4 +4 +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$out/log" || fail "no kolo-relay-floor row for 4 processes"
     grep -qE 'latency@4B .*; wake-up floor [0-9.]+ us$' "$out/log" || fail "no wake-up floor on the latency line"
-    grep -q '^## Comparison, K=2 agents x 1 rank(s) (N=2)' "$out/log" || fail "no comparison table"
+    grep -q '^## Comparison, kolo with user memory, K=2 agents x 1 rank(s) (N=2)' "$out/log" || fail "no comparison table"
+    grep -q '^## Comparison, kolo with shared memory, K=2 agents x 1 rank(s) (N=2)' "$out/log" ||
+      fail "no comparison table for the zero-copy run"
     grep -qE '^# K=2 R=1 N=2 +latency@4B kolo [0-9.]+ us \(<= 100 us\) (met|MISSED)' "$out/log" ||
       fail "no latency target line"
+    grep -qE '^# K=2 R=1 zc N=2 +latency@4B kolo [0-9.]+ us' "$out/log" || fail "no target line for the zero-copy run"
     ;;
   model-step)
     # A small model: 24 tensors, 4 B .. 1 MiB, ~1.5 M parameters.

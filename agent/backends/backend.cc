@@ -17,6 +17,11 @@ Status validateBackendOptions(const BackendOptions& o) {
   if (o.timeout.count() <= 0) return invalidArgument("backend timeout must be > 0 ms");
   if (o.chunk_bytes < 64) return invalidArgument("backend chunk-bytes must be >= 64");
   if (o.pipeline_depth < 1) return invalidArgument("backend pipeline-depth must be >= 1");
+  if (o.ucx_tcp_tx_seg_bytes > 0 && o.ucx_tcp_rx_seg_bytes > 0 && o.ucx_tcp_rx_seg_bytes < o.ucx_tcp_tx_seg_bytes) {
+    return invalidArgument("ucx-tcp-rx-seg-bytes (" + std::to_string(o.ucx_tcp_rx_seg_bytes) +
+                           ") must be at least ucx-tcp-tx-seg-bytes (" + std::to_string(o.ucx_tcp_tx_seg_bytes) +
+                           ")");
+  }
   return okStatus();
 }
 
@@ -35,6 +40,12 @@ void defineBackendKnobs(Config& config) {
                 "Chunks in flight (receive buffers) per collective");
   config.define("backend-reduce-thread", KnobType::kBool, d.reduce_thread ? "true" : "false",
                 "Reduce large chunks on a helper thread so reduction overlaps transfers");
+  config.define("ucx-tcp-tx-seg-bytes", KnobType::kInt, std::to_string(d.ucx_tcp_tx_seg_bytes),
+                "UCX over TCP: send segment size (UCX_TCP_TX_SEG_SIZE, which wins when set); 0 = "
+                "UCX's default (8 KiB)");
+  config.define("ucx-tcp-rx-seg-bytes", KnobType::kInt, std::to_string(d.ucx_tcp_rx_seg_bytes),
+                "UCX over TCP: receive segment size, at least the send segment (UCX_TCP_RX_SEG_SIZE, "
+                "which wins when set); 0 = UCX's default (64 KiB)");
 }
 
 BackendOptions backendOptionsFromConfig(const Config& config) {
@@ -45,6 +56,8 @@ BackendOptions backendOptionsFromConfig(const Config& config) {
   o.chunk_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("backend-chunk-bytes")));
   o.pipeline_depth = static_cast<int>(config.getInt("backend-pipeline-depth"));
   o.reduce_thread = config.getBool("backend-reduce-thread");
+  o.ucx_tcp_tx_seg_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("ucx-tcp-tx-seg-bytes")));
+  o.ucx_tcp_rx_seg_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("ucx-tcp-rx-seg-bytes")));
   return o;
 }
 

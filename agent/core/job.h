@@ -104,6 +104,9 @@ class Job {
     std::vector<void*> slots;
     std::vector<std::shared_ptr<SharedRegion>> keepalive;
     std::unique_ptr<char[], void (*)(char*)> staging{nullptr, [](char*) {}};
+    // No staging buffer: the agents reduce the one local rank's slot in
+    // place (allreduce and broadcast with one local rank in host memory).
+    bool in_place = false;
     DataType dtype = DataType::kFloat32;
     size_t count = 0;
     uint64_t bytes = 0;

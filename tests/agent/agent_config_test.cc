@@ -49,7 +49,10 @@ TEST(AgentConfig, FusionAndAutotuneKnobsAreCheckedAndParsed) {
                              {"--fusion-chunk-mb=-1", "--fusion-chunk-mb must be >= 0"},
                              {"--fusion-max-tensor-kb=-5", "--fusion-max-tensor-kb must be >= 0"},
                              {"--cross-inline-bytes=-1", "--cross-inline-bytes must be between 0 and 1048576"},
-                             {"--cross-inline-bytes=1048577", "--cross-inline-bytes must be between 0 and 1048576"}}) {
+                             {"--cross-inline-bytes=1048577", "--cross-inline-bytes must be between 0 and 1048576"},
+                             {"--ucx-tcp-tx-seg-bytes=1048576",
+                              "ucx-tcp-rx-seg-bytes (262144) must be at least ucx-tcp-tx-seg-bytes (1048576)"},
+                             {"--backend-chunk-bytes=8", "backend chunk-bytes must be >= 64"}}) {
     Config bad("kolo-agent");
     defineAgentKnobs(bad);
     const char* argv2[] = {"kolo-agent", flag};

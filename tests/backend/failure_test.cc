@@ -219,6 +219,23 @@ TEST(BackendOptionsConfig, KnobsReachTheOptions) {
   EXPECT_EQ(o.timeout, 1234ms);
   EXPECT_EQ(o.pipeline_depth, 8);
   EXPECT_TRUE(o.reduce_thread);
+  EXPECT_EQ(o.ucx_tcp_tx_seg_bytes, 64u * 1024);
+  EXPECT_EQ(o.ucx_tcp_rx_seg_bytes, 256u * 1024);
+  EXPECT_TRUE(validateBackendOptions(o).isOk());
+}
+
+TEST(BackendOptionsConfig, TcpSegmentKnobsAndTheirCheck) {
+  Config config("test");
+  defineBackendKnobs(config);
+  const char* argv[] = {"test", "--ucx-tcp-tx-seg-bytes", "131072"};
+  ASSERT_TRUE(config.loadWithEnv(3, argv, {{"KOLO_UCX_TCP_RX_SEG_BYTES", "65536"}}).isOk());
+  BackendOptions o = backendOptionsFromConfig(config);
+  EXPECT_EQ(o.ucx_tcp_tx_seg_bytes, 131072u);
+  EXPECT_EQ(o.ucx_tcp_rx_seg_bytes, 65536u);
+  Status st = validateBackendOptions(o);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.message(), "ucx-tcp-rx-seg-bytes (65536) must be at least ucx-tcp-tx-seg-bytes (131072)");
+  o.ucx_tcp_rx_seg_bytes = 0;  // UCX's own default: nothing to check against
   EXPECT_TRUE(validateBackendOptions(o).isOk());
 }
 

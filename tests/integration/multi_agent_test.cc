@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "harness.h"
 
@@ -53,6 +55,53 @@ TEST(MultiAgentInline, TimelineShowsInlineAllreducesAndTheKnobTurnsThemOff) {
                           {{"KOLO_CROSS_INLINE_BYTES", "0"}}, &trace);
   ASSERT_FALSE(off.empty()) << trace.substr(0, 3000);
   for (const auto& [key, value] : off) EXPECT_EQ(value, "0") << key;
+}
+
+// With one local rank, the agents reduce the rank's slot in place: node0's
+// timeline shows no LOCAL_REDUCE (the copy into a staging buffer) for an
+// unscaled allreduce, and no copy back for a sum; an average is scaled in
+// the slot afterwards; a prescaled one still goes through staging.
+TEST(MultiAgentInPlace, OneLocalRankSkipsTheStagingCopies) {
+  std::string trace;
+  timelineArgs(checkBin(), {"allreduce"}, "inplace", {}, "fused", "1", {}, &trace);
+  ASSERT_FALSE(HasFailure());
+  nlohmann::json j = nlohmann::json::parse(trace, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << trace.substr(0, 2000);
+  const nlohmann::json& evs = j.is_array() ? j : j.value("traceEvents", nlohmann::json::array());
+  std::map<int64_t, std::string> tensor_of;
+  for (const auto& e : evs) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") {
+      tensor_of[e.value("pid", int64_t{0})] = e["args"].value("name", "");
+    }
+  }
+  std::map<std::string, std::set<std::string>> acts;  // tensor -> activities begun
+  for (const auto& e : evs) {
+    const std::string ph = e.value("ph", "");
+    if ((ph == "B" || ph == "X") && e.contains("name")) acts[tensor_of[e.value("pid", int64_t{0})]].insert(e.value("name", ""));
+  }
+  auto has = [&](const std::string& t, const std::string& a) { return acts[t].count(a) > 0; };
+  // 8 MiB float32 sum, zero copy: the ring runs on the slot, nothing else.
+  ASSERT_TRUE(has("zc.big", "NEGOTIATE_ACROSS_AGENTS")) << trace.substr(0, 3000);
+  EXPECT_FALSE(has("zc.big", "LOCAL_REDUCE"));
+  EXPECT_FALSE(has("zc.big", "MEMCPY_OUT_FUSION_BUFFER"));
+  // 4 MiB average: no copy in, the division in place afterwards.
+  EXPECT_FALSE(has("oop.big", "LOCAL_REDUCE"));
+  EXPECT_TRUE(has("oop.big", "MEMCPY_OUT_FUSION_BUFFER"));
+  // Prescaled: the scaling copy into staging stays.
+  EXPECT_TRUE(has("scaled", "LOCAL_REDUCE"));
+  // A small sum on its own: in place too.
+  EXPECT_FALSE(has("t.float32.sum.1001", "LOCAL_REDUCE"));
+  EXPECT_FALSE(has("t.float32.sum.1001", "MEMCPY_OUT_FUSION_BUFFER"));
+  // 64 at once (fused when they meet in a cycle): packed straight from the
+  // slots; a fused one's result is copied out of the fused buffer.
+  int fused_out = 0;
+  for (int k = 0; k < 64; ++k) {
+    const std::string t = "async." + std::to_string(k);
+    ASSERT_TRUE(has(t, "NEGOTIATE_ACROSS_AGENTS")) << t;
+    EXPECT_FALSE(has(t, "LOCAL_REDUCE")) << t;
+    fused_out += has(t, "MEMCPY_OUT_FUSION_BUFFER");
+  }
+  std::printf("%d of the 64 async allreduces were copied out of a fused buffer\n", fused_out);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MultiAgent,

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -377,6 +378,21 @@ class UcxBackend final : public Backend, private CollectiveContext {
     ucp_config_t* config = nullptr;
     ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
     if (s != UCS_OK) return notViable("reading the UCX configuration", s);
+    // TCP segment sizes (BackendOptions): a UCX_ variable the user set wins.
+    // UCP keeps transport-level keys it does not know and applies them to
+    // each transport's configuration (only tcp has these two); it warns
+    // when no transport took them, so they are left out when UCX_TLS
+    // selects transports without tcp.
+    const char* tls = std::getenv("UCX_TLS");
+    const std::string tls_list = tls == nullptr ? "" : tls;
+    const bool tcp_possible = tls_list.empty() || tls_list == "all" || tls_list[0] == '^' ||
+                              tls_list.find("tcp") != std::string::npos;
+    for (auto [key, bytes] : {std::pair<const char*, size_t>{"TX_SEG_SIZE", opts_.ucx_tcp_tx_seg_bytes},
+                              std::pair<const char*, size_t>{"RX_SEG_SIZE", opts_.ucx_tcp_rx_seg_bytes}}) {
+      if (!tcp_possible || bytes == 0 || std::getenv((std::string("UCX_TCP_") + key).c_str()) != nullptr) continue;
+      s = ucp_config_modify(config, key, std::to_string(bytes).c_str());
+      if (s != UCS_OK) log_->warn("{}cannot set UCX {}={}: {}", prefix(), key, bytes, ucs_status_string(s));
+    }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
     params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
