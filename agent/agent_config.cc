@@ -129,6 +129,7 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.stall_check_time_s = c.getInt("stall-check-time-s");
   o.backend = backendOptionsFromConfig(c);
   RETURN_IF_ERROR(validateBackendOptions(o.backend));
+  RETURN_IF_ERROR(parseReduceThread(c.getString("backend-reduce-thread")).status());
   o.backend_name = c.getString("backend");
   o.cache_capacity = static_cast<size_t>(std::max<int64_t>(0, c.getInt("cache-capacity")));
   o.idle_cycle_ms = std::max<int64_t>(1, c.getInt("idle-cycle-ms"));

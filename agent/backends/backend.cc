@@ -1,11 +1,30 @@
 #include "agent/backends/backend.h"
 
+#include <sched.h>
+
+#include <thread>
+
 #include "agent/backends/kv_store.h"
 #include "agent/backends/nccl/factory.h"
 #include "agent/backends/ucx/factory.h"
 #include "common/config.h"
 
 namespace kolo {
+
+bool reduceThreadByDefault() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                                   : static_cast<int>(std::thread::hardware_concurrency());
+  return cpus >= 4;
+}
+
+StatusOr<bool> parseReduceThread(const std::string& value) {
+  if (value == "auto") return reduceThreadByDefault();
+  if (value == "true") return true;
+  if (value == "false") return false;
+  return invalidArgument("backend-reduce-thread must be auto, true or false, got '" + value + "'");
+}
 
 Status validateBackendOptions(const BackendOptions& o) {
   if (o.size < 1)
@@ -38,8 +57,10 @@ void defineBackendKnobs(Config& config) {
                 "Pipelining chunk of the ring/chain algorithms (bytes)");
   config.define("backend-pipeline-depth", KnobType::kInt, std::to_string(d.pipeline_depth),
                 "Chunks in flight (receive buffers) per collective");
-  config.define("backend-reduce-thread", KnobType::kBool, d.reduce_thread ? "true" : "false",
-                "Reduce large chunks on a helper thread so reduction overlaps transfers");
+  config.define("backend-reduce-thread", KnobType::kString, "auto",
+                "Reduce large chunks on a helper thread so reduction overlaps transfers: true, false, or "
+                "auto (true when the agent may run on 4 or more CPUs; with fewer, the progress thread "
+                "reduces)");
   config.define("ucx-tcp-tx-seg-bytes", KnobType::kInt, std::to_string(d.ucx_tcp_tx_seg_bytes),
                 "UCX over TCP: send segment size (UCX_TCP_TX_SEG_SIZE, which wins when set); 0 = "
                 "UCX's default (8 KiB)");
@@ -55,7 +76,8 @@ BackendOptions backendOptionsFromConfig(const Config& config) {
       static_cast<size_t>(std::max<int64_t>(0, config.getInt("small-message-bytes")));
   o.chunk_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("backend-chunk-bytes")));
   o.pipeline_depth = static_cast<int>(config.getInt("backend-pipeline-depth"));
-  o.reduce_thread = config.getBool("backend-reduce-thread");
+  // (An unknown value keeps the default; agentOptionsFrom reports it.)
+  if (auto rt = parseReduceThread(config.getString("backend-reduce-thread")); rt.isOk()) o.reduce_thread = rt.value();
   o.ucx_tcp_tx_seg_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("ucx-tcp-tx-seg-bytes")));
   o.ucx_tcp_rx_seg_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("ucx-tcp-rx-seg-bytes")));
   return o;

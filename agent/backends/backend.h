@@ -37,6 +37,13 @@ namespace kolo {
 class Config;
 class KvStore;
 
+// The default of BackendOptions::reduce_thread: a helper thread pays off only
+// with a spare core, so true when this process may run on at least 4 CPUs
+// (its affinity mask), false below.
+bool reduceThreadByDefault();
+// backend-reduce-thread's values: "auto" (reduceThreadByDefault()), "true", "false".
+StatusOr<bool> parseReduceThread(const std::string& value);
+
 // One options struct shared by every backend (a backend ignores what it does
 // not use). The agent fills rank/size/key_prefix; the tuning fields come from
 // the configuration registry (defineBackendKnobs / backendOptionsFromConfig).
@@ -60,8 +67,9 @@ struct BackendOptions {
   // Chunks received (and receive buffers held) at once per collective.
   int pipeline_depth = 4;
   // Reduce large chunks on a helper thread so reduction overlaps transfers;
-  // false reduces on the progress thread.
-  bool reduce_thread = true;
+  // false reduces on the progress thread (better where the agents' threads
+  // already use every core: measured in docs/backends.md).
+  bool reduce_thread = reduceThreadByDefault();
   // UCX over TCP: the size of the segments UCX sends and receives (bytes;
   // 0 keeps UCX's own default, 8 KiB and 64 KiB). Larger segments mean
   // fewer system calls per byte on the ring (docs/backends.md). A UCX_TCP_

@@ -52,7 +52,9 @@ TEST(AgentConfig, FusionAndAutotuneKnobsAreCheckedAndParsed) {
                              {"--cross-inline-bytes=1048577", "--cross-inline-bytes must be between 0 and 1048576"},
                              {"--ucx-tcp-tx-seg-bytes=1048576",
                               "ucx-tcp-rx-seg-bytes (262144) must be at least ucx-tcp-tx-seg-bytes (1048576)"},
-                             {"--backend-chunk-bytes=8", "backend chunk-bytes must be >= 64"}}) {
+                             {"--backend-chunk-bytes=8", "backend chunk-bytes must be >= 64"},
+                             {"--backend-reduce-thread=sometimes",
+                              "backend-reduce-thread must be auto, true or false, got 'sometimes'"}}) {
     Config bad("kolo-agent");
     defineAgentKnobs(bad);
     const char* argv2[] = {"kolo-agent", flag};

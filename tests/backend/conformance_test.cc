@@ -20,15 +20,18 @@ namespace {
 
 // Algorithm variants: the defaults, and one that forces the pipelined
 // ring/chain everywhere with tiny chunks and a shallow pipeline so that small
-// shapes cross chunk, segment and window boundaries.
+// shapes cross chunk, segment and window boundaries. The first reduces its
+// large chunks on the helper thread, the second on the progress thread,
+// whatever this machine's default.
 struct Variant {
   const char* name;
   size_t small_message_bytes;
   size_t chunk_bytes;
   int pipeline_depth;
+  bool reduce_thread;
 };
-const Variant kAuto{"auto", 64 * 1024, 256 * 1024, 4};
-const Variant kPipelined{"pipelined", 0, 256, 2};
+const Variant kAuto{"auto", 64 * 1024, 256 * 1024, 4, true};
+const Variant kPipelined{"pipelined", 0, 256, 2, false};
 const Variant* const kVariants[] = {&kAuto, &kPipelined};
 
 constexpr size_t kBigCount = (size_t{1} << 20) + 3;
@@ -58,6 +61,7 @@ class Groups : public ::testing::Environment {
     o.small_message_bytes = std::get<2>(key)->small_message_bytes;
     o.chunk_bytes = std::get<2>(key)->chunk_bytes;
     o.pipeline_depth = std::get<2>(key)->pipeline_depth;
+    o.reduce_thread = std::get<2>(key)->reduce_thread;
     auto g = PeerGroup::create(std::get<0>(key), std::get<1>(key), o);
     if (!g.isOk()) {
       *why = g.status();

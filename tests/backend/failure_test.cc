@@ -2,6 +2,7 @@
 // when a peer never shows up, a peer that never answers, abort(), shutdown
 // with queued work, bad arguments, and ranks that disagree on a collective.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 
@@ -218,10 +219,28 @@ TEST(BackendOptionsConfig, KnobsReachTheOptions) {
   EXPECT_EQ(o.chunk_bytes, 4096u);
   EXPECT_EQ(o.timeout, 1234ms);
   EXPECT_EQ(o.pipeline_depth, 8);
-  EXPECT_TRUE(o.reduce_thread);
+  EXPECT_EQ(o.reduce_thread, reduceThreadByDefault());  // "auto"
   EXPECT_EQ(o.ucx_tcp_tx_seg_bytes, 64u * 1024);
   EXPECT_EQ(o.ucx_tcp_rx_seg_bytes, 256u * 1024);
   EXPECT_TRUE(validateBackendOptions(o).isOk());
+}
+
+TEST(BackendOptionsConfig, ReduceThreadIsAutoTrueOrFalse) {
+  // auto: a helper thread only with 4 or more CPUs in the affinity mask.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_EQ(reduceThreadByDefault(), CPU_COUNT(&set) >= 4);
+  for (auto [text, want] : {std::pair<const char*, bool>{"true", true}, {"false", false}}) {
+    Config config("test");
+    defineBackendKnobs(config);
+    const char* argv[] = {"test", "--backend-reduce-thread", text};
+    ASSERT_TRUE(config.loadWithEnv(3, argv, {}).isOk());
+    EXPECT_EQ(backendOptionsFromConfig(config).reduce_thread, want) << text;
+  }
+  auto bad = parseReduceThread("sometimes");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().message(), "backend-reduce-thread must be auto, true or false, got 'sometimes'");
 }
 
 TEST(BackendOptionsConfig, TcpSegmentKnobsAndTheirCheck) {
