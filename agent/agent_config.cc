@@ -44,6 +44,10 @@ void defineAgentKnobs(Config& c) {
       .define("cross-inline-bytes", KnobType::kInt, "256",
               "Cached allreduces of up to this many bytes travel inside the agents' negotiation message (one "
               "round trip instead of two; at most 4 KiB of them per cycle); 0 = never")
+      .define("cross-pipeline-kb", KnobType::kInt, "2048",
+              "Allreduces across agents of at least this many KiB are pipelined: the local reduction, the "
+              "agents' ring and the copy back into the ranks' slots overlap chunk by chunk (fusion-chunk-mb); "
+              "0 = never")
       .define("cycle-time-ms", KnobType::kDouble, "1",
               "Accepted for Horovod compatibility: kolo negotiates as soon as a name is ready, so no op waits for a cycle")
       .define("autotune", KnobType::kBool, "false",
@@ -143,6 +147,8 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
     return invalidArgument("--cross-inline-bytes must be between 0 and 1048576");
   }
   o.cross_inline_bytes = static_cast<uint64_t>(c.getInt("cross-inline-bytes"));
+  if (c.getInt("cross-pipeline-kb") < 0) return invalidArgument("--cross-pipeline-kb must be >= 0");
+  o.cross_pipeline_bytes = static_cast<uint64_t>(c.getInt("cross-pipeline-kb")) << 10;
   o.timeline_filename = c.getString("timeline-filename");
   // "%a" stands for the agent id, so several agents on one host can share a setting.
   o.timeline_filename = substitutePathToken(o.timeline_filename, "%a", o.agent_id);

@@ -65,6 +65,7 @@ void Agent::startCrossOnLoop(Job& job) {
       co.fusion_chunk_bytes = opts_.fusion_chunk_bytes;
       co.fusion_max_tensor_bytes = opts_.fusion_max_tensor_bytes;
       co.inline_bytes = opts_.cross_inline_bytes;
+      co.pipeline_bytes = opts_.cross_pipeline_bytes;
       if (opts_.autotune) co.autotune = autotuneOptionsFor(opts_, job_id);
       co.timeline = timeline_.get();
       co.rank_offsets = job.world().rank_offsets;
@@ -104,7 +105,19 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   p.in_place = op.error.isOk() && r.count > 0 && r.slots.size() == 1 && r.dsts.empty() && !r.scratch &&
                !r.before_finish && r.prescale == 1.0 &&
                (p.collective == CollectiveType::kAllreduce || p.collective == CollectiveType::kBroadcast);
-  if (!p.in_place) p.staging = staging::acquire(p.bytes);  // pooled: see common/staging_pool.h
+  // A large allreduce is pipelined: the negotiation thread reduces it into
+  // the staging buffer chunk by chunk as it posts the chunks, and the job's
+  // drain thread writes each reduced chunk back into the slots (CrossWork::
+  // fill, drain). Nothing is left to pipeline when the ring runs in place
+  // and needs no scaling; the device path keeps its own staging.
+  const bool pipelined = op.error.isOk() && p.collective == CollectiveType::kAllreduce && !r.before_finish &&
+                         opts_.cross_pipeline_bytes > 0 && p.bytes >= opts_.cross_pipeline_bytes &&
+                         !(p.in_place && p.postscale == 1.0);
+  if (pipelined && !p.in_place) {
+    p.shared_staging = staging::acquireShared(p.bytes);  // pooled: see common/staging_pool.h
+  } else if (!p.in_place) {
+    p.staging = staging::acquire(p.bytes);
+  }
   p.report_dtype = static_cast<DataType>(d0.dtype);
   p.scratch = r.scratch;
   p.before_finish = r.before_finish;
@@ -118,7 +131,26 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   w.req.params.device_event = 0;
   w.req.first_rank = job.globalRank(0);
   if (!op.error.isOk()) w.req.error = op.error.message();
-  w.staging = p.in_place ? r.slots[0] : p.staging.get();
+  w.staging = p.in_place ? r.slots[0] : p.stagingData();
+  if (pipelined) {
+    if (!p.in_place) {
+      auto in = std::make_shared<LocalReduce>(r);
+      in->dsts = {w.staging};
+      in->postscale = 1.0;  // applied after the agents' reduction
+      in->scratch = p.shared_staging;
+      w.fill = [in](size_t b, size_t e) { reduceRange(*in, b, e - b); };
+    }
+    auto out = std::make_shared<LocalReduce>();
+    out->dtype = r.dtype;
+    out->op = ReduceOp::kSum;
+    out->count = r.count;
+    out->postscale = p.postscale;
+    out->slots = {w.staging};
+    out->dsts = p.slots;
+    out->keepalive = p.keepalive;
+    out->scratch = p.shared_staging;
+    w.drain = [out](size_t b, size_t e) { reduceRange(*out, b, e - b); };
+  }
   w.count = op.error.isOk() ? r.count : 0;
   w.dtype = r.dtype;
   w.op = r.op;
@@ -143,7 +175,7 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   job.cross_pending.insert_or_assign(op.name, std::move(p));
   ++job.executing;
   timeline_->opStart(op.name, w.collective);
-  if (w.count == 0 || in_place || (w.collective == CollectiveType::kBroadcast && bcast_root_local < 0)) {
+  if (w.count == 0 || in_place || pipelined || (w.collective == CollectiveType::kBroadcast && bcast_root_local < 0)) {
     timeline_->activityStart(op.name, "NEGOTIATE_ACROSS_AGENTS");
     job.cross->submit(std::move(w));
     return;
@@ -250,7 +282,7 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
     return;
   }
   const bool fused = result.data != nullptr && p->collective == CollectiveType::kAllreduce;
-  if (p->in_place && !fused && p->postscale == 1.0) {  // the result is already in the slot
+  if (result.drained || (p->in_place && !fused && p->postscale == 1.0)) {  // the result is already in the slots
     timeline_->opEnd(name, p->dtype, {});
     finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
     return;
@@ -288,7 +320,7 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
   r.count = p->count;
   r.prescale = 1.0;
   r.postscale = p->postscale;
-  r.slots = {p->in_place ? p->slots[0] : p->staging.get()};
+  r.slots = {p->in_place ? p->slots[0] : p->stagingData()};
   r.dsts = p->slots;
   r.keepalive = p->keepalive;
   if (fused) {

@@ -104,6 +104,10 @@ class Job {
     std::vector<void*> slots;
     std::vector<std::shared_ptr<SharedRegion>> keepalive;
     std::unique_ptr<char[], void (*)(char*)> staging{nullptr, [](char*) {}};
+    // A pipelined allreduce's staging buffer (shared with the negotiation
+    // and drain threads, which fill and drain it chunk by chunk).
+    std::shared_ptr<char> shared_staging;
+    char* stagingData() const { return staging ? staging.get() : shared_staging.get(); }
     // No staging buffer: the agents reduce the one local rank's slot in
     // place (allreduce and broadcast with one local rank in host memory).
     bool in_place = false;

@@ -6,6 +6,18 @@
 
 namespace kolo {
 
+void reduceRange(const LocalReduce& r, size_t begin, size_t n) {
+  if (n == 0) return;
+  const size_t es = dataTypeSize(r.dtype);
+  const std::vector<void*>& dsts = r.dsts.empty() ? r.slots : r.dsts;
+  std::vector<const void*> s(r.slots.size());
+  std::vector<void*> d(dsts.size());
+  for (size_t j = 0; j < s.size(); ++j) s[j] = static_cast<const char*>(r.slots[j]) + begin * es;
+  for (size_t j = 0; j < d.size(); ++j) d[j] = static_cast<char*>(dsts[j]) + begin * es;
+  reduceBlocks(r.dtype, r.op, s.data(), static_cast<int>(s.size()), d.data(), static_cast<int>(d.size()), n,
+               r.prescale, r.postscale);
+}
+
 void LocalExecutor::reduceOnLoop(LocalReduce r, std::function<void()> done) {
   const size_t es = dataTypeSize(r.dtype);
   const size_t bytes = r.count * es;

@@ -32,6 +32,10 @@ struct LocalReduce {
   std::function<Status()> before_finish;
 };
 
+// Elements [begin, begin + n) of `r`, on the calling thread (dsts empty =
+// the slots, in place).
+void reduceRange(const LocalReduce& r, size_t begin, size_t n);
+
 class LocalExecutor {
  public:
   LocalExecutor(EventLoop& loop, WorkerPool& pool, size_t inline_bytes)

@@ -32,6 +32,7 @@ void AgreedParams::encode(bool leader, uint8_t* out) const {
   put(out + 8, (fusion_chunk_bytes + 1023) >> 10);
   put(out + 12, (fusion_max_tensor_bytes + 1023) >> 10);
   put(out + 16, inline_bytes);
+  put(out + 20, (pipeline_bytes + 1023) >> 10);
 }
 
 AgreedParams AgreedParams::decode(const uint8_t* in) {
@@ -46,6 +47,7 @@ AgreedParams AgreedParams::decode(const uint8_t* in) {
   a.fusion_chunk_bytes = get(in + 8) << 10;
   a.fusion_max_tensor_bytes = get(in + 12) << 10;
   a.inline_bytes = get(in + 16);
+  a.pipeline_bytes = get(in + 20) << 10;
   return a;
 }
 
@@ -62,6 +64,7 @@ CrossJob::CrossJob(std::string label, std::unique_ptr<Backend> backend, CrossJob
   agreed_.fusion_chunk_bytes = options_.fusion_chunk_bytes;
   agreed_.fusion_max_tensor_bytes = options_.fusion_max_tensor_bytes;
   agreed_.inline_bytes = options_.inline_bytes;
+  agreed_.pipeline_bytes = options_.pipeline_bytes;
   if (options_.autotune && backend_->rank() == 0) {
     autotune::AutotuneOptions ao = *options_.autotune;
     ao.initial.fusion_threshold_mb = static_cast<double>(options_.fusion_threshold_bytes) / (1 << 20);
@@ -81,6 +84,7 @@ CrossJob::CrossJob(std::string label, std::unique_ptr<Backend> backend, CrossJob
     }
   }
   last_report_ = std::chrono::steady_clock::now();
+  drainer_ = std::make_unique<WorkerPool>("drain", 1);
   thread_ = std::thread([this] {
     log::setThreadName("negotiate");
     run();
@@ -96,6 +100,7 @@ CrossJob::~CrossJob() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   backend_.reset();  // completes anything still queued with Aborted
+  drainer_.reset();  // runs the drains (and completions) those queued
 }
 
 void CrossJob::submit(CrossWork work) {
@@ -277,6 +282,7 @@ Status CrossJob::cycle() {
     for (const auto& slot : slots) {
       auto it = waiting_.find(slot.name);
       if (it == waiting_.end() || it->second.staging == nullptr) continue;
+      fillWhole(it->second);
       const size_t bytes = it->second.count * dataTypeSize(it->second.dtype);
       if (bytes <= slot.bytes) std::memcpy(bits.data() + head + slot.offset, it->second.staging, bytes);
     }
@@ -581,6 +587,62 @@ void CrossJob::postOther(CrossWork w) {
   }
 }
 
+void CrossJob::fillWhole(CrossWork& w) {
+  if (w.fill) {
+    w.fill(0, w.count);
+    w.fill = nullptr;
+  }
+}
+
+void CrossJob::postPipelined(CrossWork w) {
+  const std::string name = w.req.name;
+  Timeline* tl = options_.timeline;
+  if (tl != nullptr) {
+    tl->activityStart(name, "CROSS_ALLREDUCE", {{"backend", std::string(backend_->name())}, {"pipelined", "1"}});
+  }
+  // Chunks of whole 64-byte lines: the agreed fusion chunk, but at least 4
+  // chunks when that leaves each 1 MiB or more (so a 16 MiB tensor overlaps
+  // too), and the whole tensor when chunking is off.
+  const size_t es = dataTypeSize(w.dtype);
+  const uint64_t bytes = w.count * es;
+  uint64_t chunk = agreed_.fusion_chunk_bytes == 0 ? bytes : agreed_.fusion_chunk_bytes;
+  chunk = std::min(chunk, std::max<uint64_t>(1 << 20, bytes / 4));
+  chunk = std::max<uint64_t>(64, chunk / 64 * 64);
+  const size_t chunk_elems = std::max<size_t>(1, chunk / es);
+  struct State {
+    std::mutex mu;
+    Status first_error;
+    size_t remaining = 0;
+  };
+  auto state = std::make_shared<State>();
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (size_t b = 0; b < w.count; b += chunk_elems) ranges.emplace_back(b, std::min(w.count, b + chunk_elems));
+  state->remaining = ranges.size();
+  auto drain = std::make_shared<std::function<void(size_t, size_t)>>(std::move(w.drain));
+  char* base = static_cast<char*>(w.staging);
+  for (auto [b, e] : ranges) {
+    if (w.fill) w.fill(b, e);  // the local reduction of this chunk, while the previous one moves
+    backend_->allreduce(base + b * es, e - b, w.dtype, w.op,
+                        [this, name, tl, state, drain, b, e, es, keep = w.keep](Status st) {
+      if (st.isOk()) allreduced_bytes_.fetch_add((e - b) * es, std::memory_order_relaxed);
+      drainer_->submit([this, name, tl, state, drain, b, e, st, keep] {
+        if (st.isOk() && *drain) (*drain)(b, e);
+        Status final_status;
+        {
+          std::lock_guard<std::mutex> lk(state->mu);
+          if (!st.isOk() && state->first_error.isOk()) state->first_error = st;
+          if (--state->remaining > 0) return;
+          final_status = state->first_error;
+        }
+        if (tl != nullptr) tl->activityEnd(name);
+        CrossResult r;
+        r.drained = final_status.isOk() && *drain;
+        postDone(name, final_status, std::move(r));
+      });
+    });
+  }
+}
+
 void CrossJob::postAllreduces(std::vector<CrossWork> works) {
   if (works.empty()) return;
   std::vector<fusion::FusionEntry> entries;
@@ -600,6 +662,12 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
   for (const fusion::FusedGroup& g : fusion::planFusion(entries, fo)) {
     if (!g.fused()) {
       CrossWork& w = works[g.slots[0].index];
+      const uint64_t w_bytes = w.count * dataTypeSize(w.dtype);
+      if (agreed_.pipeline_bytes > 0 && w_bytes >= agreed_.pipeline_bytes) {
+        postPipelined(std::move(w));
+        continue;
+      }
+      fillWhole(w);
       std::string name = w.req.name;
       if (tl != nullptr) tl->activityStart(name, "CROSS_ALLREDUCE", {{"backend", std::string(backend_->name())}});
       const uint64_t bytes = w.count * dataTypeSize(w.dtype);
@@ -648,6 +716,7 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     const size_t esize = dataTypeSize(dt);
     for (const fusion::FusedSlot& s : g.slots) {
       CrossWork& w = works[s.index];
+      fillWhole(w);
       fused->parts.push_back({w.req.name, w.staging, s.offset, s.bytes, w.keep});
       if (tl != nullptr) {
         tl->activityStart(w.req.name, "CROSS_ALLREDUCE",

@@ -22,6 +22,7 @@
 #include "agent/cross/negotiation_state.h"
 #include "common/event_loop.h"
 #include "common/metrics.h"
+#include "common/worker_pool.h"
 
 namespace kolo {
 
@@ -44,6 +45,18 @@ struct CrossWork {
   const void* send = nullptr;
   std::vector<size_t> send_bytes, recv_bytes;
   std::shared_ptr<void> keep;  // owns `staging` when the negotiation thread made it (join stand-in)
+  // A large allreduce, pipelined (Agent::executeCrossOnLoop): `fill(b, e)`
+  // reduces the local ranks' elements [b, e) into `staging`, and `drain(b,
+  // e)` writes the agents' result for [b, e) into the ranks' slots. Either
+  // may be empty (nothing to do). Unfused, the work is posted in chunks:
+  // the negotiation thread fills each chunk just before posting it, so
+  // filling chunk k+1 overlaps the transfer of chunk k, and the job's drain
+  // thread drains each chunk as soon as it is reduced; the result then says
+  // `drained`. Whether an allreduce goes in chunks is the agents' agreed
+  // choice (AgreedParams::pipeline_bytes), not the agent's: when it does
+  // not (too small, fused or inline), it is filled whole first and the
+  // agent copies the result out as for any other work.
+  std::function<void(size_t, size_t)> fill, drain;
 };
 
 namespace timeline {
@@ -68,6 +81,11 @@ struct CrossJobOptions {
   // negotiation message (at most kInlineRegionBytes of them per cycle):
   // agreed and reduced in one round trip. 0: never.
   uint64_t inline_bytes = 256;
+  // Unfused allreduces of at least this many bytes are posted in chunks
+  // (postPipelined), their fill/drain overlapping the transfers. The
+  // leader's value holds for every agent (each must post the same
+  // collectives). 0: never.
+  uint64_t pipeline_bytes = 2ull << 20;
   Timeline* timeline = nullptr;                    // optional; thread-safe recorder
   metrics::Gauge* fusion_fill = nullptr;           // optional
   // Set: the job's leader agent (cross rank 0) tunes the fusion threshold and
@@ -87,10 +105,12 @@ struct AgreedParams {
   uint64_t fusion_chunk_bytes = 0;  // 0: a fused buffer is one collective
   uint64_t fusion_max_tensor_bytes = 0;  // 0: any tensor may be fused
   uint64_t inline_bytes = 0;             // 0: no allreduce travels inside the cycle's message
-  static constexpr size_t kWireBytes = 20;
+  uint64_t pipeline_bytes = 0;           // 0: no unfused allreduce is posted in chunks
+  static constexpr size_t kWireBytes = 24;
   // Leader: the values (fusion threshold in KiB, switch point in bytes,
   // fusion chunk and largest fused tensor in KiB, largest inline
-  // allreduce in bytes; each 4 bytes little-endian, saturated). Others:
+  // allreduce in bytes, smallest pipelined allreduce in KiB; each 4 bytes
+  // little-endian, saturated). Others:
   // all 0xFF, so that a bytewise Min yields the leader's bytes.
   void encode(bool leader, uint8_t* out) const;
   static AgreedParams decode(const uint8_t* in);
@@ -102,6 +122,7 @@ struct AgreedParams {
 struct CrossResult {
   const void* data = nullptr;
   std::shared_ptr<void> keep;
+  bool drained = false;  // the work's `drain` has put the whole result into the ranks' slots
 };
 
 class CrossJob {
@@ -133,6 +154,11 @@ class CrossJob {
   void postData(std::vector<CrossWork> works);
   void postAllreduces(std::vector<CrossWork> works);
   void postOther(CrossWork work);
+  // An unfused allreduce of at least the agreed pipeline_bytes: in chunks
+  // (see CrossWork).
+  void postPipelined(CrossWork work);
+  // Runs a work's whole `fill` (once) before anything reads its staging buffer.
+  static void fillWhole(CrossWork& w);
   // Consecutive allgathers, or reducescatters of one dtype and op: fused
   // while they fit the fusion threshold (cross_fuse_blocks.cc).
   void postBlocks(std::vector<CrossWork> works);
@@ -188,6 +214,9 @@ class CrossJob {
   // rank's first dimension of the allgather that follows), thread-owned.
   std::map<std::string, std::shared_ptr<void>> stand_in_sizes_;
   std::thread thread_;
+  // Drains pipelined allreduces' chunks (one thread, so in order); stopped
+  // after the backend, so no drain runs once the destructor returns.
+  std::unique_ptr<WorkerPool> drainer_;
 };
 
 }  // namespace kolo

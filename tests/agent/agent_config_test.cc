@@ -42,6 +42,7 @@ TEST(AgentConfig, FusionAndAutotuneKnobsAreCheckedAndParsed) {
     ASSERT_TRUE(od.isOk()) << od.status().toString();
     EXPECT_EQ(od.value().fusion_max_tensor_bytes, 1024u << 10);
     EXPECT_EQ(od.value().cross_inline_bytes, 256u);
+    EXPECT_EQ(od.value().cross_pipeline_bytes, 2u << 20);
   }
 
   for (auto [flag, text] : {std::pair<const char*, const char*>{"--autotune-steps-per-sample=0",
@@ -53,6 +54,7 @@ TEST(AgentConfig, FusionAndAutotuneKnobsAreCheckedAndParsed) {
                              {"--ucx-tcp-tx-seg-bytes=1048576",
                               "ucx-tcp-rx-seg-bytes (262144) must be at least ucx-tcp-tx-seg-bytes (1048576)"},
                              {"--backend-chunk-bytes=8", "backend chunk-bytes must be >= 64"},
+                             {"--cross-pipeline-kb=-1", "--cross-pipeline-kb must be >= 0"},
                              {"--backend-reduce-thread=sometimes",
                               "backend-reduce-thread must be auto, true or false, got 'sometimes'"}}) {
     Config bad("kolo-agent");

@@ -24,7 +24,12 @@ TEST_P(MultiAgent, EveryDtypeOpAndSizeMatchesReference) {
   ASSERT_TRUE(c.ok()) << c.error();
   std::string job = "multi";
   for (int n : sizes) job += std::to_string(n);
-  auto ranks = c.launchMultiJob(job, sizes, {checkBin(), "allreduce"});
+  // The 1M-element cases (every dtype and op, pipelined across agents from
+  // 2 MiB) on the mixed layout: ranks reduced in place next to an agent
+  // that fills and drains a staging buffer.
+  std::vector<std::string> argv = {checkBin(), "allreduce"};
+  if (sizes == std::vector<int>{1, 2, 1}) argv.push_back("--big");
+  auto ranks = c.launchMultiJob(job, sizes, argv);
   ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, k);
   for (size_t r = 0; r < ranks.size(); ++r) {
     EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output() << allLogs(c, k);
@@ -60,7 +65,8 @@ TEST(MultiAgentInline, TimelineShowsInlineAllreducesAndTheKnobTurnsThemOff) {
 // With one local rank, the agents reduce the rank's slot in place: node0's
 // timeline shows no LOCAL_REDUCE (the copy into a staging buffer) for an
 // unscaled allreduce, and no copy back for a sum; an average is scaled in
-// the slot afterwards; a prescaled one still goes through staging.
+// the slot afterwards; a prescaled one still goes through staging. Large
+// ones (>= 2 MiB) cross in chunks ("pipelined" on CROSS_ALLREDUCE).
 TEST(MultiAgentInPlace, OneLocalRankSkipsTheStagingCopies) {
   std::string trace;
   timelineArgs(checkBin(), {"allreduce"}, "inplace", {}, "fused", "1", {}, &trace);
@@ -82,11 +88,17 @@ TEST(MultiAgentInPlace, OneLocalRankSkipsTheStagingCopies) {
   auto has = [&](const std::string& t, const std::string& a) { return acts[t].count(a) > 0; };
   // 8 MiB float32 sum, zero copy: the ring runs on the slot, nothing else.
   ASSERT_TRUE(has("zc.big", "NEGOTIATE_ACROSS_AGENTS")) << trace.substr(0, 3000);
+  auto pipelined = timelineArgs(checkBin(), {"allreduce"}, "inplace-args", {"CROSS_ALLREDUCE"}, "pipelined", "0", {});
+  EXPECT_EQ(pipelined["CROSS_ALLREDUCE zc.big"], "1");
+  EXPECT_EQ(pipelined["CROSS_ALLREDUCE oop.big"], "1");
+  EXPECT_EQ(pipelined["CROSS_ALLREDUCE scaled"], "0");
   EXPECT_FALSE(has("zc.big", "LOCAL_REDUCE"));
   EXPECT_FALSE(has("zc.big", "MEMCPY_OUT_FUSION_BUFFER"));
-  // 4 MiB average: no copy in, the division in place afterwards.
+  // 4 MiB average: no copy in; pipelined (>= cross-pipeline-kb), so the
+  // division runs in the slot chunk by chunk on the drain thread, not as a
+  // copy-out step of the agent's.
   EXPECT_FALSE(has("oop.big", "LOCAL_REDUCE"));
-  EXPECT_TRUE(has("oop.big", "MEMCPY_OUT_FUSION_BUFFER"));
+  EXPECT_FALSE(has("oop.big", "MEMCPY_OUT_FUSION_BUFFER"));
   // Prescaled: the scaling copy into staging stays.
   EXPECT_TRUE(has("scaled", "LOCAL_REDUCE"));
   // A small sum on its own: in place too.
