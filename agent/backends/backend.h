@@ -74,8 +74,8 @@ struct BackendOptions {
   // 0 keeps UCX's own default, 8 KiB and 64 KiB). Larger segments mean
   // fewer system calls per byte on the ring (docs/backends.md). A UCX_TCP_
   // TX/RX_SEG_SIZE variable in the agent's environment wins over these.
-  size_t ucx_tcp_tx_seg_bytes = 64 * 1024;
-  size_t ucx_tcp_rx_seg_bytes = 256 * 1024;
+  size_t ucx_tcp_tx_seg_bytes = 256 * 1024;
+  size_t ucx_tcp_rx_seg_bytes = 1024 * 1024;
   // Shown in log lines and thread names (e.g. "job7/g3").
   std::string name;
 };

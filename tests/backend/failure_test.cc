@@ -220,8 +220,8 @@ TEST(BackendOptionsConfig, KnobsReachTheOptions) {
   EXPECT_EQ(o.timeout, 1234ms);
   EXPECT_EQ(o.pipeline_depth, 8);
   EXPECT_EQ(o.reduce_thread, reduceThreadByDefault());  // "auto"
-  EXPECT_EQ(o.ucx_tcp_tx_seg_bytes, 64u * 1024);
-  EXPECT_EQ(o.ucx_tcp_rx_seg_bytes, 256u * 1024);
+  EXPECT_EQ(o.ucx_tcp_tx_seg_bytes, 256u * 1024);
+  EXPECT_EQ(o.ucx_tcp_rx_seg_bytes, 1024u * 1024);
   EXPECT_TRUE(validateBackendOptions(o).isOk());
 }
 
