@@ -439,9 +439,9 @@ int runApiTimeline(const char* path) {
   return 0;
 }
 
-int runLoop(int n) {
-  std::vector<float> a(4096);
-  int64_t shape[1] = {4096};
+int runLoop(int n, size_t count) {
+  std::vector<float> a(count);
+  int64_t shape[1] = {static_cast<int64_t>(count)};
   for (int i = 0; i < n; ++i) {
     for (auto& x : a) x = static_cast<float>(g_rank + i);
     kolo_status_t st = kolo_allreduce("loop", a.data(), a.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1);
@@ -893,7 +893,7 @@ int main(int argc, char** argv) {
   else if (mode == "duplicate") rc = runDuplicate();
   else if (mode == "die") rc = runDie(argc > 2 ? std::atoi(argv[2]) : 1);
   else if (mode == "stall") rc = runStall(argc > 2 ? std::atoi(argv[2]) : 3);
-  else if (mode == "loop") rc = runLoop(argc > 2 ? std::atoi(argv[2]) : 100);
+  else if (mode == "loop") rc = runLoop(argc > 2 ? std::atoi(argv[2]) : 100, argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 4096);
   else if (mode == "inline") rc = runInline(argc > 2 ? std::atoi(argv[2]) : 20);
   else if (mode == "api-timeline" && argc > 2) rc = runApiTimeline(argv[2]);
   else if (mode == "steps") rc = runSteps(argc > 2 ? std::atoi(argv[2]) : 10);

@@ -132,6 +132,37 @@ TEST(MultiAgentFaults, MismatchAcrossNodesNamesRanksOnBothSides) {
   }
 }
 
+// Node loss: node1's agent is SIGKILLed while the job loops over allreduces
+// of `count` floats on `layout`; the first rank (on node0) must fail with
+// PEER_FAILURE naming node1 within the heartbeat timeout, and every rank
+// must end.
+void killedAgentFailsEveryRank(const std::string& job, const std::vector<int>& layout, size_t count) {
+  Cluster c(2);
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob(job, layout, {checkBin(), "loop", "1000000", std::to_string(count)});
+  // Let the job run, then kill node1's agent mid-collective.
+  ASSERT_FALSE(waitProcess(ranks[0], std::chrono::milliseconds(1500))) << ranks[0].output() << allLogs(c, 2);
+  killProcess(c.agent(1), SIGKILL);
+  auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(waitProcess(ranks[0], std::chrono::seconds(10))) << "rank 0 hangs\n" << allLogs(c, 2);
+  double detect = std::chrono::duration<double>(ranks[0].ended - killed).count();
+  std::string out = ranks[0].output();
+  EXPECT_EQ(ranks[0].exit_code, 1) << out;
+  EXPECT_NE(out.find("PEER_FAILURE"), std::string::npos) << out;
+  EXPECT_NE(out.find("node1"), std::string::npos) << "the error must name the lost node:\n" << out;
+  EXPECT_LT(detect, 5.0) << out;
+  for (size_t r = 1; r < ranks.size(); ++r) {
+    ASSERT_TRUE(waitProcess(ranks[r], std::chrono::seconds(10))) << "rank " << r << " hangs";
+    EXPECT_NE(ranks[r].exit_code, 0) << ranks[r].output();
+  }
+}
+
+// 16 MiB allreduces cross in chunks (pipelined): node0 fills and drains a
+// staging buffer for its two ranks while node1 is lost.
+TEST(MultiAgentFaults, KilledAgentFailsEveryRankDuringAPipelinedAllreduce) {
+  killedAgentFailsEveryRank("nodeloss-big", {2, 1}, 4u << 20);
+}
+
 TEST(MultiAgentFaults, KilledAgentFailsEveryRankNamingTheNode) {
   Cluster c(2);
   ASSERT_TRUE(c.ok()) << c.error();
