@@ -6,6 +6,8 @@
 # NCCL, and the device data path through the real daemons: trainers sharing
 # one GPU, copy ordering, a dying trainer), then kolo-gpu-bench and the
 # device allreduce timings through the daemons (4 and 1 trainers on one GPU),
+# then, where nvidia-cuda-mps-control exists, the device path tests and
+# timings again under a private CUDA MPS daemon (KOLO_GPU_CHECK_MPS=0: not),
 # and ends with a summary table. Exit status 0 when every test passed (or skipped)
 # and the bench ran, 1 otherwise.
 #
@@ -97,6 +99,30 @@ timeout 900 "$BIN/kolo_gpu_device_path_tests" --gtest_also_run_disabled_tests \
 rc=${PIPESTATUS[0]}
 summary+=("$(printf '%-28s rc=%s' device-allreduce-bench "$rc")")
 [[ $rc -ne 0 ]] && { echo "device allreduce bench FAILED" >&2; status=1; }
+
+# The same timings under CUDA MPS when the machine has it (docs/gpu.md, "CUDA
+# MPS"): a private control daemon, stopped on the way out whatever happens.
+if command -v nvidia-cuda-mps-control >/dev/null 2>&1 && [[ ${KOLO_GPU_CHECK_MPS:-1} != 0 ]]; then
+  echo "== device allreduce through the daemons, under CUDA MPS"
+  export CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d /tmp/kolo-mps-pipe.XXXXXX) CUDA_MPS_LOG_DIRECTORY=$(mktemp -d /tmp/kolo-mps-log.XXXXXX)
+  if nvidia-cuda-mps-control -d; then
+    trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
+    timeout 900 "$BIN/kolo_gpu_device_path_tests" --gtest_also_run_disabled_tests \
+      --gtest_filter='DevicePathGpu.*' 2>&1 | tee "$log_dir/device-allreduce-bench-mps.log"
+    rc=${PIPESTATUS[0]}
+    echo quit | nvidia-cuda-mps-control
+    trap - EXIT
+    if grep -q 'CUDA MPS does not seem to run' "$log_dir/device-allreduce-bench-mps.log"; then
+      echo "the agent did not see the MPS control daemon" >&2
+      rc=1
+    fi
+    summary+=("$(printf '%-28s rc=%s' device-allreduce-bench-mps "$rc")")
+    [[ $rc -ne 0 ]] && { echo "device allreduce bench under MPS FAILED" >&2; status=1; }
+  else
+    summary+=("$(printf '%-28s %s' device-allreduce-bench-mps 'MPS did not start')")
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
 
 echo "== summary (logs in $log_dir)"
 printf '%s\n' "${summary[@]}"

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <deque>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -238,7 +239,12 @@ TEST(DevicePathGpu, ATrainerThatDiesWithItsArenaMappedFailsTheJobNotTheAgent) {
 TEST(DevicePathGpu, DISABLED_BenchTrainersSharingOneGpu) {
   KOLO_REQUIRE_GPU_FOR_DEVICE_PATH();
   for (int world : {4, 1}) {
-    Cluster c(1);
+    // With $OUT set (the device tool), the agent's timeline goes there too.
+    std::map<std::string, std::string> agent_env;
+    if (const char* out = std::getenv("OUT"); out != nullptr && *out != '\0') {
+      agent_env["KOLO_TIMELINE_FILENAME"] = std::string(out) + "/devbench-w" + std::to_string(world) + "-%a.json";
+    }
+    Cluster c(1, agent_env);
     ASSERT_TRUE(c.ok()) << c.error();
     auto ranks = c.launchJob("devbench" + std::to_string(world), world, {kRank, "bench"},
                              {{"KOLO_DEVICE_ARENA_MB", "1100"}});
@@ -248,6 +254,11 @@ TEST(DevicePathGpu, DISABLED_BenchTrainersSharingOneGpu) {
     }
     std::cout << "== device allreduce, " << world << " trainer(s) on one GPU, one agent (rank 0)\n"
               << ranks[0].output();
+    // The agent's word on CUDA MPS (it warns when MPS does not run).
+    std::istringstream log(c.agentLog(0));
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("CUDA MPS") != std::string::npos) std::cout << "agent: " << line << "\n";
+    }
   }
 }
 

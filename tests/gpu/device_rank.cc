@@ -368,7 +368,8 @@ int bench(Client& c) {
     CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
     copy_gbs = 2.0 * 10 * static_cast<double>(max_bytes) / (ms * 1e-3) / 1e9;
     std::printf("device: D2D copy %.0f GB/s (bytes read + written); %d trainers share the GPU\n", copy_gbs, w.size);
-    std::printf("%12s %8s %12s %12s %10s\n", "bytes", "iters", "us/op", "floor us", "x floor");
+    std::printf("%12s %8s %12s %12s %10s %10s %10s\n", "bytes", "iters", "us/op", "floor us", "x floor", "submit us",
+                "wait us");
   }
   int seq = 0;
   for (size_t bytes : {size_t{4} << 10, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20, max_bytes}) {
@@ -383,6 +384,11 @@ int bench(Client& c) {
     a.output = b_buf;
     a.stream = s;
     std::chrono::steady_clock::time_point t0;
+    // Where the host time of an op goes: the submission (staging copy and
+    // event record, then the descriptor), and the wait (the agent's answer,
+    // then the copy-out enqueued on the stream).
+    double submit_us = 0, wait_us = 0;
+    using Us = std::chrono::duration<double, std::micro>;
     for (int i = -3; i < iters; ++i) {  // 3 warm-up ops
       if (i == 0) {
         CUDA_OK(cudaStreamSynchronize(s));
@@ -390,16 +396,23 @@ int bench(Client& c) {
       }
       std::string name = "bench." + std::to_string(++seq);
       a.name = name.c_str();
+      auto ta = std::chrono::steady_clock::now();
       auto h = c.allreduceAsync(a);
       if (!h.isOk()) FAIL("bench: %s", h.status().toString().c_str());
+      auto tb = std::chrono::steady_clock::now();
       auto st = c.wait(*h, milliseconds(120'000));
       if (!st.isOk()) FAIL("bench: %s", st.toString().c_str());
+      if (i >= 0) {
+        submit_us += Us(tb - ta).count();
+        wait_us += Us(std::chrono::steady_clock::now() - tb).count();
+      }
     }
     CUDA_OK(cudaStreamSynchronize(s));
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
     if (w.rank == 0) {
       double floor_us = 2.0 * w.size * static_cast<double>(bytes) / (copy_gbs * 1e9) * 1e6;
-      std::printf("%12zu %8d %12.1f %12.1f %10.2f\n", bytes, iters, us, floor_us, us / floor_us);
+      std::printf("%12zu %8d %12.1f %12.1f %10.2f %10.1f %10.1f\n", bytes, iters, us, floor_us, us / floor_us,
+                  submit_us / iters, wait_us / iters);
     }
   }
   CUDA_OK(cudaFree(a_buf));
