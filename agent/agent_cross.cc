@@ -137,8 +137,9 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
       auto in = std::make_shared<LocalReduce>(r);
       in->dsts = {w.staging};
       in->postscale = 1.0;  // applied after the agents' reduction
-      in->scratch = p.shared_staging;
-      w.fill = [in](size_t b, size_t e) { reduceRange(*in, b, e - b); };
+      // (`in` keeps the sources alive: the arenas, and a joined ranks' zero
+      // source in `scratch`; the lambda keeps the staging buffer.)
+      w.fill = [in, keep = p.shared_staging](size_t b, size_t e) { reduceRange(*in, b, e - b); };
     }
     auto out = std::make_shared<LocalReduce>();
     out->dtype = r.dtype;
@@ -148,7 +149,7 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
     out->slots = {w.staging};
     out->dsts = p.slots;
     out->keepalive = p.keepalive;
-    out->scratch = p.shared_staging;
+    out->scratch = p.shared_staging;  // (null when in place)
     w.drain = [out](size_t b, size_t e) { reduceRange(*out, b, e - b); };
   }
   w.count = op.error.isOk() ? r.count : 0;

@@ -107,14 +107,18 @@ int runJoin(const std::string& layout_arg) {
       if (a_out[i] != avg) FAIL("%s[%zu]: got %.17g, want %.17g", an.c_str(), i, a_out[i], avg);
     }
     checks += 2;
-    // Max (int32) of negative values: a joined rank's zero wins.
-    std::vector<int32_t> m(n);
-    for (size_t i = 0; i < n; ++i) m[i] = maxValue(g_rank, i, k);
+    // Max (int32) of negative values: a joined rank's zero wins. Above 2 MiB,
+    // so that across agents it is pipelined (the zero source is reduced
+    // chunk by chunk with the others).
+    const size_t nm = (2u << 20) / sizeof(int32_t) + 7;
+    std::vector<int32_t> m(nm);
+    for (size_t i = 0; i < nm; ++i) m[i] = maxValue(g_rank, i, k);
     std::string mn = "join.max." + std::to_string(k);
-    if (kolo_allreduce(mn.c_str(), m.data(), m.data(), 1, shape, KOLO_INT32, KOLO_MAX, 1, 1) != KOLO_OK) {
+    int64_t mshape[1] = {static_cast<int64_t>(nm)};
+    if (kolo_allreduce(mn.c_str(), m.data(), m.data(), 1, mshape, KOLO_INT32, KOLO_MAX, 1, 1) != KOLO_OK) {
       FAIL("%s: %s", mn.c_str(), kolo_last_error());
     }
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < nm; ++i) {
       int32_t want = any_joined ? 0 : INT32_MIN;
       for (int r = 0; r < g_size; ++r) {
         if (active[r]) want = std::max(want, maxValue(r, i, k));
