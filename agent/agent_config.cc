@@ -44,7 +44,7 @@ void defineAgentKnobs(Config& c) {
       .define("cross-inline-bytes", KnobType::kInt, "256",
               "Cached allreduces of up to this many bytes travel inside the agents' negotiation message (one "
               "round trip instead of two; at most 4 KiB of them per cycle); 0 = never")
-      .define("cross-pipeline-kb", KnobType::kInt, "2048",
+      .define("cross-pipeline-kb", KnobType::kInt, "8192",
               "Allreduces across agents of at least this many KiB are pipelined: the local reduction, the "
               "agents' ring and the copy back into the ranks' slots overlap chunk by chunk (fusion-chunk-mb); "
               "0 = never")

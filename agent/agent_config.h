@@ -37,7 +37,7 @@ struct AgentOptions {
   uint64_t fusion_chunk_bytes = 8ull << 20;
   uint64_t fusion_max_tensor_bytes = 1024 * 1024;
   uint64_t cross_inline_bytes = 256;
-  uint64_t cross_pipeline_bytes = 2ull << 20;  // 0: no allreduce is pipelined across agents
+  uint64_t cross_pipeline_bytes = 8ull << 20;  // 0: no allreduce is pipelined across agents
   std::string timeline_filename;
   bool timeline_mark_cycles = false;
   bool autotune = false;

@@ -85,7 +85,7 @@ struct CrossJobOptions {
   // (postPipelined), their fill/drain overlapping the transfers. The
   // leader's value holds for every agent (each must post the same
   // collectives). 0: never.
-  uint64_t pipeline_bytes = 2ull << 20;
+  uint64_t pipeline_bytes = 8ull << 20;
   Timeline* timeline = nullptr;                    // optional; thread-safe recorder
   metrics::Gauge* fusion_fill = nullptr;           // optional
   // Set: the job's leader agent (cross rank 0) tunes the fusion threshold and

@@ -42,7 +42,7 @@ TEST(AgentConfig, FusionAndAutotuneKnobsAreCheckedAndParsed) {
     ASSERT_TRUE(od.isOk()) << od.status().toString();
     EXPECT_EQ(od.value().fusion_max_tensor_bytes, 1024u << 10);
     EXPECT_EQ(od.value().cross_inline_bytes, 256u);
-    EXPECT_EQ(od.value().cross_pipeline_bytes, 2u << 20);
+    EXPECT_EQ(od.value().cross_pipeline_bytes, 8u << 20);
   }
 
   for (auto [flag, text] : {std::pair<const char*, const char*>{"--autotune-steps-per-sample=0",

@@ -107,10 +107,10 @@ int runJoin(const std::string& layout_arg) {
       if (a_out[i] != avg) FAIL("%s[%zu]: got %.17g, want %.17g", an.c_str(), i, a_out[i], avg);
     }
     checks += 2;
-    // Max (int32) of negative values: a joined rank's zero wins. Above 2 MiB,
-    // so that across agents it is pipelined (the zero source is reduced
-    // chunk by chunk with the others).
-    const size_t nm = (2u << 20) / sizeof(int32_t) + 7;
+    // Max (int32) of negative values: a joined rank's zero wins. Above 8 MiB
+    // (cross-pipeline-kb), so that across agents it is pipelined (the zero
+    // source is reduced chunk by chunk with the others).
+    const size_t nm = (8u << 20) / sizeof(int32_t) + 7;
     std::vector<int32_t> m(nm);
     for (size_t i = 0; i < nm; ++i) m[i] = maxValue(g_rank, i, k);
     std::string mn = "join.max." + std::to_string(k);

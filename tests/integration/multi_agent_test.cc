@@ -20,13 +20,17 @@ class MultiAgent : public ::testing::TestWithParam<std::vector<int>> {};
 TEST_P(MultiAgent, EveryDtypeOpAndSizeMatchesReference) {
   const std::vector<int>& sizes = GetParam();
   int k = static_cast<int>(sizes.size());
-  Cluster c(k);
+  // The mixed layout pipelines from 2 MiB (default 8 MiB), so that the
+  // 1M-element cases of every dtype wider than a byte cross in chunks.
+  std::map<std::string, std::string> agent_env;
+  if (sizes == std::vector<int>{1, 2, 1}) agent_env["KOLO_CROSS_PIPELINE_KB"] = "2048";
+  Cluster c(k, agent_env);
   ASSERT_TRUE(c.ok()) << c.error();
   std::string job = "multi";
   for (int n : sizes) job += std::to_string(n);
-  // The 1M-element cases (every dtype and op, pipelined across agents from
-  // 2 MiB) on the mixed layout: ranks reduced in place next to an agent
-  // that fills and drains a staging buffer.
+  // The 1M-element cases (every dtype and op) on the mixed layout: ranks
+  // reduced in place next to an agent that fills and drains a staging
+  // buffer.
   std::vector<std::string> argv = {checkBin(), "allreduce"};
   if (sizes == std::vector<int>{1, 2, 1}) argv.push_back("--big");
   auto ranks = c.launchMultiJob(job, sizes, argv);
@@ -66,7 +70,7 @@ TEST(MultiAgentInline, TimelineShowsInlineAllreducesAndTheKnobTurnsThemOff) {
 // timeline shows no LOCAL_REDUCE (the copy into a staging buffer) for an
 // unscaled allreduce, and no copy back for a sum; an average is scaled in
 // the slot afterwards; a prescaled one still goes through staging. Large
-// ones (>= 2 MiB) cross in chunks ("pipelined" on CROSS_ALLREDUCE).
+// ones (>= 8 MiB) cross in chunks ("pipelined" on CROSS_ALLREDUCE).
 TEST(MultiAgentInPlace, OneLocalRankSkipsTheStagingCopies) {
   std::string trace;
   timelineArgs(checkBin(), {"allreduce"}, "inplace", {}, "fused", "1", {}, &trace);
@@ -90,15 +94,14 @@ TEST(MultiAgentInPlace, OneLocalRankSkipsTheStagingCopies) {
   ASSERT_TRUE(has("zc.big", "NEGOTIATE_ACROSS_AGENTS")) << trace.substr(0, 3000);
   auto pipelined = timelineArgs(checkBin(), {"allreduce"}, "inplace-args", {"CROSS_ALLREDUCE"}, "pipelined", "0", {});
   EXPECT_EQ(pipelined["CROSS_ALLREDUCE zc.big"], "1");
-  EXPECT_EQ(pipelined["CROSS_ALLREDUCE oop.big"], "1");
+  EXPECT_EQ(pipelined["CROSS_ALLREDUCE oop.big"], "0");
   EXPECT_EQ(pipelined["CROSS_ALLREDUCE scaled"], "0");
   EXPECT_FALSE(has("zc.big", "LOCAL_REDUCE"));
   EXPECT_FALSE(has("zc.big", "MEMCPY_OUT_FUSION_BUFFER"));
-  // 4 MiB average: no copy in; pipelined (>= cross-pipeline-kb), so the
-  // division runs in the slot chunk by chunk on the drain thread, not as a
-  // copy-out step of the agent's.
+  // 4 MiB average (below cross-pipeline-kb): no copy in; the division
+  // runs in the slot afterwards, as the agent's copy-out step.
   EXPECT_FALSE(has("oop.big", "LOCAL_REDUCE"));
-  EXPECT_FALSE(has("oop.big", "MEMCPY_OUT_FUSION_BUFFER"));
+  EXPECT_TRUE(has("oop.big", "MEMCPY_OUT_FUSION_BUFFER"));
   // Prescaled: the scaling copy into staging stays.
   EXPECT_TRUE(has("scaled", "LOCAL_REDUCE"));
   // A small sum on its own: in place too.
