@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "agent/backends/kv_store.h"
@@ -61,6 +62,9 @@ void defineBackendKnobs(Config& config) {
                 "Reduce large chunks on a helper thread so reduction overlaps transfers: true, false, or "
                 "auto (true when the agent may run on 4 or more CPUs; with fewer, the progress thread "
                 "reduces)");
+  config.define("backend-spin-us", KnobType::kInt, std::to_string(d.spin_us),
+                "While a collective runs, the progress thread polls this many microseconds before it sleeps "
+                "when nothing moves (0 = sleep at once)");
   config.define("ucx-tcp-tx-seg-bytes", KnobType::kInt, std::to_string(d.ucx_tcp_tx_seg_bytes),
                 "UCX over TCP: send segment size (UCX_TCP_TX_SEG_SIZE, which wins when set); 0 = "
                 "UCX's default (8 KiB)");
@@ -78,6 +82,7 @@ BackendOptions backendOptionsFromConfig(const Config& config) {
   o.pipeline_depth = static_cast<int>(config.getInt("backend-pipeline-depth"));
   // (An unknown value keeps the default; agentOptionsFrom reports it.)
   if (auto rt = parseReduceThread(config.getString("backend-reduce-thread")); rt.isOk()) o.reduce_thread = rt.value();
+  o.spin_us = static_cast<int>(std::clamp<int64_t>(config.getInt("backend-spin-us"), 0, 1'000'000));
   o.ucx_tcp_tx_seg_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("ucx-tcp-tx-seg-bytes")));
   o.ucx_tcp_rx_seg_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("ucx-tcp-rx-seg-bytes")));
   return o;

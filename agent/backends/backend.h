@@ -70,6 +70,9 @@ struct BackendOptions {
   // false reduces on the progress thread (better where the agents' threads
   // already use every core: measured in docs/backends.md).
   bool reduce_thread = reduceThreadByDefault();
+  // While a collective runs, the progress thread polls this long before it
+  // sleeps when nothing moves (microseconds; 0 = sleep at once).
+  int spin_us = 50;
   // UCX over TCP: the size of the segments UCX sends and receives (bytes;
   // 0 keeps UCX's own default, 8 KiB and 64 KiB). Larger segments mean
   // fewer system calls per byte on the ring (docs/backends.md). A UCX_TCP_

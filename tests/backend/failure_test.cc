@@ -220,6 +220,7 @@ TEST(BackendOptionsConfig, KnobsReachTheOptions) {
   EXPECT_EQ(o.timeout, 1234ms);
   EXPECT_EQ(o.pipeline_depth, 8);
   EXPECT_EQ(o.reduce_thread, reduceThreadByDefault());  // "auto"
+  EXPECT_EQ(o.spin_us, 50);
   EXPECT_EQ(o.ucx_tcp_tx_seg_bytes, 256u * 1024);
   EXPECT_EQ(o.ucx_tcp_rx_seg_bytes, 1024u * 1024);
   EXPECT_TRUE(validateBackendOptions(o).isOk());
@@ -247,8 +248,9 @@ TEST(BackendOptionsConfig, TcpSegmentKnobsAndTheirCheck) {
   Config config("test");
   defineBackendKnobs(config);
   const char* argv[] = {"test", "--ucx-tcp-tx-seg-bytes", "131072"};
-  ASSERT_TRUE(config.loadWithEnv(3, argv, {{"KOLO_UCX_TCP_RX_SEG_BYTES", "65536"}}).isOk());
+  ASSERT_TRUE(config.loadWithEnv(3, argv, {{"KOLO_UCX_TCP_RX_SEG_BYTES", "65536"}, {"KOLO_BACKEND_SPIN_US", "0"}}).isOk());
   BackendOptions o = backendOptionsFromConfig(config);
+  EXPECT_EQ(o.spin_us, 0);
   EXPECT_EQ(o.ucx_tcp_tx_seg_bytes, 131072u);
   EXPECT_EQ(o.ucx_tcp_rx_seg_bytes, 65536u);
   Status st = validateBackendOptions(o);

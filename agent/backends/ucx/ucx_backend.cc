@@ -11,6 +11,7 @@
 //   seq (16) | sender rank (16) | step (16) | chunk (16)
 // where seq numbers the collectives (identical on every rank because all
 // ranks post the same collectives in the same order).
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
@@ -480,7 +481,22 @@ class UcxBackend final : public Backend, private CollectiveContext {
       checkDeadline();
       moved |= finishActiveIfDone();
       if (until()) return;
-      if (moved || !completed_.empty() || !reduced_local_.empty()) continue;
+      if (moved || !completed_.empty() || !reduced_local_.empty()) {
+        spin_since_.reset();
+        continue;
+      }
+      // While a collective runs, poll a little longer before sleeping: the
+      // next message often arrives within a wake-up's time
+      // (backend-spin-us; yielding, so a peer on the same core runs).
+      if (active_ && opts_.spin_us > 0) {
+        const auto now = Clock::now();
+        if (!spin_since_) spin_since_ = now;
+        if (now - *spin_since_ < std::chrono::microseconds(opts_.spin_us)) {
+          ::sched_yield();
+          continue;
+        }
+      }
+      spin_since_.reset();
       ucs_status_t s = ucp_worker_arm(worker_);
       if (s == UCS_ERR_BUSY) continue;
       if (s != UCS_OK) log_->warn("{}ucp_worker_arm: {}", prefix(), ucsText(s));
@@ -954,6 +970,7 @@ class UcxBackend final : public Backend, private CollectiveContext {
   std::vector<Status> peer_status_;  // not ok once UCX reported the peer gone
   bool peer_check_needed_ = false;
   std::optional<Clock::time_point> peer_grace_until_;
+  std::optional<Clock::time_point> spin_since_;  // polling since, before sleeping (runLoop)
   Status broken_;  // the first failure; every later collective fails with it
   bool stopping_ = false;
   std::deque<Queued> pending_;
