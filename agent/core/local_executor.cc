@@ -21,12 +21,8 @@ void reduceRange(const LocalReduce& r, size_t begin, size_t n) {
 void LocalExecutor::reduceOnLoop(LocalReduce r, std::function<void()> done) {
   const size_t es = dataTypeSize(r.dtype);
   const size_t bytes = r.count * es;
-  if (r.dsts.empty()) r.dsts = r.slots;
-  const int k = static_cast<int>(r.slots.size());
-  const int nd = static_cast<int>(r.dsts.size());
   if (bytes <= inline_bytes_) {
-    reduceBlocks(r.dtype, r.op, const_cast<const void* const*>(r.slots.data()), k, r.dsts.data(),
-                 nd, r.count, r.prescale, r.postscale);
+    reduceRange(r, 0, r.count);
     done();
     return;
   }
@@ -42,12 +38,8 @@ void LocalExecutor::reduceOnLoop(LocalReduce r, std::function<void()> done) {
   remaining->store(static_cast<int>(ranges.size()));
   auto done_shared = std::make_shared<std::function<void()>>(std::move(done));
   for (auto [begin, n] : ranges) {
-    pool_.submit([this, shared, remaining, done_shared, begin, n, es, k, nd] {
-      std::vector<void*> s(k), d(nd);
-      for (int j = 0; j < k; ++j) s[j] = static_cast<char*>(shared->slots[j]) + begin * es;
-      for (int j = 0; j < nd; ++j) d[j] = static_cast<char*>(shared->dsts[j]) + begin * es;
-      reduceBlocks(shared->dtype, shared->op, const_cast<const void* const*>(s.data()), k, d.data(),
-                   nd, n, shared->prescale, shared->postscale);
+    pool_.submit([this, shared, remaining, done_shared, begin, n] {
+      reduceRange(*shared, begin, n);
       if (remaining->fetch_sub(1) == 1) {
         loop_.post([shared, done_shared] { (*done_shared)(); });
       }
