@@ -33,6 +33,8 @@ Usage: compare_multi.sh [options]
   -n, --iters N            timed iterations (default 20)
   -T, --max-time S         cut each size's timed loop to ~S seconds (default 0.5)
   -c, --check 0|1          verify results (default 1)
+  --inplace                every allreduce in place (output = input) instead of out of place:
+                           kolo-bench --inplace, Gloo without an input, MPI_IN_PLACE
   --veth                   run on a veth pair between two network namespaces (kolo-bench-a,
                            10.200.0.1 and kolo-bench-b, 10.200.0.2; removed at exit; needs root);
                            K must be even (agents and ranks split in two blocks)
@@ -61,7 +63,7 @@ minb=4 maxb=256M step=2 warmup=5 iters=20 maxtime=0.5 check=1
 agent_env=""
 kolo_memory="user"
 veth=0 launcher=script iperf_time=3 run_timeout=600 out_dir="" from_dir=""
-skip_kolo=0 skip_mpi=0 skip_gloo=0 skip_iperf=0
+skip_kolo=0 skip_mpi=0 skip_gloo=0 skip_iperf=0 inplace=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
@@ -74,6 +76,7 @@ while [ $# -gt 0 ]; do
     -n|--iters) iters=$2; shift 2 ;;
     -T|--max-time) maxtime=$2; shift 2 ;;
     -c|--check) check=$2; shift 2 ;;
+    --inplace) inplace=1; shift ;;
     --veth) veth=1; shift ;;
     --launcher) launcher=$2; shift 2 ;;
     --agent-env) agent_env=$2; shift 2 ;;
@@ -221,6 +224,7 @@ busbw_at() {
 
 status=0
 common_args=(-b "$minb" -e "$maxb" -f "$step" -w "$warmup" -n "$iters" -T "$maxtime" -c "$check")
+[ "$inplace" = 1 ] && common_args+=(--inplace)
 echo "# compare_multi.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cores," \
   "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)," \
   "$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg)"

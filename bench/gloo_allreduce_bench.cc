@@ -10,7 +10,7 @@
 // directory shared by the ranks; compare_multi.sh makes one per run), then
 // a full mesh of gloo::transport::tcp pairs bound to --host. Each operation
 // is gloo::allreduce with AllreduceOptions::Algorithm::RING, float32 sum,
-// out of place. Same sizes (-b/-e/-f), same iteration plan (the first
+// out of place (--inplace: in place, no input set). Same sizes (-b/-e/-f), same iteration plan (the first
 // warm-up op, max-reduced across ranks, decides how many iterations fit
 // -T), same statistic (median over iterations of the slowest rank's time,
 // the times max-reduced with a Gloo allreduce outside the timed region),
@@ -92,8 +92,8 @@ StatusOr<GlooOptions> parseGlooArgs(int argc, char** argv) {
   if (g.bench.dtype != DataType::kFloat32 || g.bench.op != ReduceOp::kSum) {
     return invalidArgument("only -d float32 -o sum (like mpi-allreduce-bench's allreduce)");
   }
-  if (g.bench.in_place || g.bench.zero_copy || !g.bench.model_step_path.empty()) {
-    return invalidArgument("--inplace, --zero-copy and --model-step are kolo-bench options");
+  if (g.bench.zero_copy || !g.bench.model_step_path.empty()) {
+    return invalidArgument("--zero-copy and --model-step are kolo-bench options");
   }
   return g;
 }
@@ -128,7 +128,7 @@ Row runSize(const std::shared_ptr<gloo::Context>& ctx, const BenchOptions& o,
   const uint64_t count = bytes / sizeof(float);
   auto once = [&] { allreduceGloo<float>(ctx, send, recv, count, &gloo::sum<float>); };
   fillInput(pattern, ctx->rank, send, count);
-  fillValue(DataType::kFloat32, recv, count, 0.0);
+  if (recv != send) fillValue(DataType::kFloat32, recv, count, 0.0);
 
   std::vector<double> first(1);
   auto t0 = std::chrono::steady_clock::now();
@@ -158,7 +158,7 @@ Row runSize(const std::shared_ptr<gloo::Context>& ctx, const BenchOptions& o,
   row.iters = plan.iters;
   if (o.check && pattern.feasible) {
     fillInput(pattern, ctx->rank, send, count);
-    fillValue(DataType::kFloat32, recv, count, 0.0);
+    if (recv != send) fillValue(DataType::kFloat32, recv, count, 0.0);
     once();
     std::vector<int64_t> wrong = {static_cast<int64_t>(countWrong(pattern, recv, count))};
     if (wrong[0] != 0) {
@@ -215,7 +215,7 @@ int run(const GlooOptions& g) {
     std::printf("# gloo-allreduce-bench allreduce: nranks %d, gloo::allreduce ring over "
                 "gloo::transport::tcp (%s), rendezvous FileStore\n",
                 g.size, dev->str().c_str());
-    std::printf("# dtype float32, op sum, out of place\n");
+    std::printf("# dtype float32, op sum, %s\n", o.in_place ? "in place" : "out of place");
     std::printf("# minBytes %" PRIu64 " maxBytes %" PRIu64
                 " step: %g(factor) warmup iters: %d iters: %d (cut to ~%g s per size) validation: %d\n",
                 sizes.front(), sizes.back(), o.step_factor, o.warmup_iters, o.iters, o.max_time_s,
@@ -227,7 +227,7 @@ int run(const GlooOptions& g) {
   std::vector<Row> rows;
   uint64_t total_wrong = 0;
   for (uint64_t bytes : sizes) {
-    rows.push_back(runSize(base, o, pattern, send.data(), recv.data(), bytes));
+    rows.push_back(runSize(base, o, pattern, send.data(), o.in_place ? send.data() : recv.data(), bytes));
     total_wrong += rows.back().wrong.value_or(0);
     if (g.rank == 0) {
       std::printf("%s\n", formatRow(rows.back()).c_str());

@@ -65,6 +65,7 @@ typedef struct {
   const char* json_path;
   int op;
   int root;
+  int in_place; /* allreduce with MPI_IN_PLACE */
 } Options;
 
 typedef struct {
@@ -128,6 +129,7 @@ static void usage(void) {
       "  -n,--iters N           timed iterations (default 20)\n"
       "  -T,--max-time S        cut the timed loop to ~S seconds per size (default 0.5; 0: never)\n"
       "  -c,--check 0|1         verify every element (default 1)\n"
+      "  --inplace              allreduce in place (MPI_IN_PLACE)\n"
       "  --json FILE            also write rank 0's rows as JSON\n");
 }
 
@@ -144,6 +146,7 @@ static int parse_args(int argc, char** argv, Options* o) {
                                            {"op", required_argument, 0, 'O'},
                                            {"op-kind", required_argument, 0, 'O'},
                                            {"root", required_argument, 0, 'R'},
+                                           {"inplace", no_argument, 0, 'I'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   int c, bad = 0;
@@ -189,6 +192,9 @@ static int parse_args(int argc, char** argv, Options* o) {
       case 'R':
         o->root = atoi(optarg);
         break;
+      case 'I':
+        o->in_place = 1;
+        break;
       case 'h':
         usage();
         return 1;
@@ -205,6 +211,10 @@ static int parse_args(int argc, char** argv, Options* o) {
       o->warmup_iters < 0 || o->max_time_s < 0 || (o->check != 0 && o->check != 1) ||
       o->max_bytes / 4 > (uint64_t)INT_MAX || o->root < 0) {
     fprintf(stderr, "mpi-allreduce-bench: invalid options (see --help)\n");
+    return -1;
+  }
+  if (o->in_place && o->op != OP_ALLREDUCE) {
+    fprintf(stderr, "mpi-allreduce-bench: --inplace is for --op allreduce\n");
     return -1;
   }
   return 0;
@@ -264,7 +274,11 @@ static long long count_wrong_moved(const float* buf, uint64_t count, int src, in
 static void run_once(const Options* o, int nranks, float* send, float* recv, int count) {
   switch (o->op) {
     case OP_ALLREDUCE:
-      MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      if (o->in_place) {
+        MPI_Allreduce(MPI_IN_PLACE, send, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      } else {
+        MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      }
       break;
     case OP_ALLGATHER:
       MPI_Allgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, MPI_COMM_WORLD);
@@ -319,7 +333,7 @@ static long long count_wrong_output(const Options* o, int rank, int nranks, int 
   long long wrong = 0;
   switch (o->op) {
     case OP_ALLREDUCE:
-      return count_wrong(recv, count, 0, nranks, m);
+      return count_wrong(o->in_place ? send : recv, count, 0, nranks, m);
     case OP_REDUCESCATTER:
       return count_wrong(recv, count, (uint64_t)rank * count, nranks, m);
     case OP_BROADCAST:
@@ -497,7 +511,9 @@ int main(int argc, char** argv) {
     char* comma = strchr(version, ',');
     if (comma != NULL) *comma = '\0';
     printf("# mpi-allreduce-bench %s: nranks %d, %s\n", kOpNames[o.op], nranks, version);
-    printf("# dtype float32, op %s, %s", op_reduces(o.op) ? "sum" : "none", kMpiCalls[o.op]);
+    printf("# dtype float32, op %s, %s", op_reduces(o.op) ? "sum" : "none",
+           o.op == OP_ALLREDUCE && o.in_place ? "MPI_Allreduce(MPI_FLOAT, MPI_SUM), in place (MPI_IN_PLACE)"
+                                               : kMpiCalls[o.op]);
     if (o.op == OP_BROADCAST) printf(", root %d", o.root);
     printf("\n");
     printf("# minBytes %" PRIu64 " maxBytes %" PRIu64

@@ -7,6 +7,7 @@
 
 #include "agent/backends/kv_store.h"
 #include "agent/backends/nccl/factory.h"
+#include "agent/backends/tcp/factory.h"
 #include "agent/backends/ucx/factory.h"
 #include "common/config.h"
 
@@ -71,6 +72,9 @@ void defineBackendKnobs(Config& config) {
   config.define("ucx-tcp-rx-seg-bytes", KnobType::kInt, std::to_string(d.ucx_tcp_rx_seg_bytes),
                 "UCX over TCP: receive segment size, at least the send segment (UCX_TCP_RX_SEG_SIZE, "
                 "which wins when set); 0 = UCX's default (64 KiB)");
+  config.define("backend-tcp-address", KnobType::kString, "",
+                "tcp backend: the address (IPv4 or host name) this agent listens on and gives its peers; "
+                "empty = every interface, with all of its IPv4 addresses given (loopback first)");
 }
 
 BackendOptions backendOptionsFromConfig(const Config& config) {
@@ -85,19 +89,21 @@ BackendOptions backendOptionsFromConfig(const Config& config) {
   o.spin_us = static_cast<int>(std::clamp<int64_t>(config.getInt("backend-spin-us"), 0, 1'000'000));
   o.ucx_tcp_tx_seg_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("ucx-tcp-tx-seg-bytes")));
   o.ucx_tcp_rx_seg_bytes = static_cast<size_t>(std::max<int64_t>(0, config.getInt("ucx-tcp-rx-seg-bytes")));
+  o.tcp_address = config.getString("backend-tcp-address");
   return o;
 }
 
 StatusOr<std::unique_ptr<Backend>> createBackend(std::string_view backend,
                                                  const BackendOptions& options, KvStore& kv) {
+  if (backend == "tcp") return createTcpBackend(options, kv);
   if (backend == "ucx") return createUcxBackend(options, kv);
   // Device memory; on the calling thread's current CUDA device.
   if (backend == "nccl") return createNcclBackend(options, kv);
-  return invalidArgument("unknown backend '" + std::string(backend) + "' (known: ucx, nccl)");
+  return invalidArgument("unknown backend '" + std::string(backend) + "' (known: tcp, ucx, nccl)");
 }
 
 std::vector<std::string> compiledBackends() {
-  std::vector<std::string> names;
+  std::vector<std::string> names{"tcp"};
 #ifdef KOLO_HAVE_UCX
   names.push_back("ucx");
 #endif

@@ -79,6 +79,9 @@ struct BackendOptions {
   // TX/RX_SEG_SIZE variable in the agent's environment wins over these.
   size_t ucx_tcp_tx_seg_bytes = 256 * 1024;
   size_t ucx_tcp_rx_seg_bytes = 1024 * 1024;
+  // The tcp backend listens on this address (IPv4 or host name) and gives
+  // peers only it; empty: every interface, all of its IPv4 addresses given.
+  std::string tcp_address;
   // Shown in log lines and thread names (e.g. "job7/g3").
   std::string name;
 };
@@ -98,7 +101,7 @@ class Backend {
 
   virtual ~Backend() = default;
 
-  virtual std::string_view name() const = 0;  // "ucx"
+  virtual std::string_view name() const = 0;  // "tcp", "ucx"
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
@@ -145,7 +148,7 @@ class Backend {
 // used during creation) and returns Unavailable "not viable: <reason>" when
 // the backend cannot run here, PeerFailure when a peer does not show up.
 //
-// By name ("ucx"): the backends compiled into this build.
+// By name ("tcp", "ucx"): the backends compiled into this build.
 StatusOr<std::unique_ptr<Backend>> createBackend(std::string_view backend,
                                                  const BackendOptions& options, KvStore& kv);
 std::vector<std::string> compiledBackends();

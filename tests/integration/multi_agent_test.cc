@@ -139,8 +139,9 @@ TEST(MultiAgentFaults, MismatchAcrossNodesNamesRanksOnBothSides) {
 // of `count` floats on `layout`; the first rank (on node0) must fail with
 // PEER_FAILURE naming node1 within the heartbeat timeout, and every rank
 // must end.
-void killedAgentFailsEveryRank(const std::string& job, const std::vector<int>& layout, size_t count) {
-  Cluster c(2);
+void killedAgentFailsEveryRank(const std::string& job, const std::vector<int>& layout, size_t count,
+                               std::map<std::string, std::string> agent_env = {}) {
+  Cluster c(2, std::move(agent_env));
   ASSERT_TRUE(c.ok()) << c.error();
   auto ranks = c.launchMultiJob(job, layout, {checkBin(), "loop", "1000000", std::to_string(count)});
   // Let the job run, then kill node1's agent mid-collective.
@@ -168,6 +169,29 @@ TEST(MultiAgentFaults, KilledAgentFailsEveryRankDuringAPipelinedAllreduce) {
 
 TEST(MultiAgentFaults, KilledAgentFailsEveryRankNamingTheNode) {
   killedAgentFailsEveryRank("nodeloss", {1, 1}, 4096);
+}
+
+// The same over the tcp backend (the kernel closes the lost agent's
+// sockets): small allreduces, then pipelined 16 MiB ones.
+TEST(MultiAgentFaults, KilledAgentFailsEveryRankOverTheTcpBackend) {
+  killedAgentFailsEveryRank("nodeloss-tcp", {1, 1}, 4096, {{"KOLO_BACKEND", "tcp"}});
+  killedAgentFailsEveryRank("nodeloss-tcp-big", {2, 1}, 4u << 20, {{"KOLO_BACKEND", "tcp"}});
+}
+
+// The agents' collectives over the tcp backend instead of ucx: every dtype
+// and op, odd sizes, empty tensors and the 1M-element (pipelined) cases, on
+// the mixed layout.
+TEST(MultiAgentTcp, EveryDtypeOpAndSizeMatchesReference) {
+  Cluster c(3, {{"KOLO_BACKEND", "tcp"}, {"KOLO_CROSS_PIPELINE_KB", "2048"}});
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("multitcp", {1, 2, 1}, {checkBin(), "allreduce", "--big"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 3);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output() << allLogs(c, 3);
+    EXPECT_NE(ranks[r].output().find("allreduce checks passed"), std::string::npos) << ranks[r].output();
+  }
+  // The agents did use it.
+  EXPECT_NE(c.agentLog(0).find("other agents over tcp"), std::string::npos) << c.agentLog(0);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// Two agents in separate network namespaces joined by a veth pair, with UCX
-// forced onto TCP: the cross-agent path over a real (virtual) link. The test
-// creates and removes the namespaces itself; it skips, saying why, where the
-// privilege is missing.
+// Two agents in separate network namespaces joined by a veth pair: the
+// cross-agent path over a real (virtual) link, with each host backend (ucx
+// forced onto TCP, and tcp, which must find the peer's veth address after
+// its loopback address leads nowhere). The test creates and removes the
+// namespaces itself; it skips, saying why, where the privilege is missing.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -69,7 +71,15 @@ class VethPair {
   bool created_ = false;
 };
 
-TEST(NetworkNamespaces, AgentsJoinedByVethAllreduceOverTcp) {
+// The backend under test, as the agents' environment.
+class NetworkNamespaces : public ::testing::TestWithParam<std::string> {
+ protected:
+  static std::map<std::string, std::string> backendEnv() {
+    return {{"UCX_TLS", "tcp"}, {"KOLO_BACKEND", GetParam()}};
+  }
+};
+
+TEST_P(NetworkNamespaces, AgentsJoinedByVethAllreduceOverTcp) {
   VethPair veth;
   if (!veth.ok()) GTEST_SKIP() << veth.why();
   ASSERT_TRUE(veth.setupError().empty()) << veth.setupError();
@@ -78,7 +88,7 @@ TEST(NetworkNamespaces, AgentsJoinedByVethAllreduceOverTcp) {
   o.coordinator_prefix = veth.prefixA();
   o.coordinator_listen = veth.addrA() + ":0";
   o.agent_prefix = {veth.prefixA(), veth.prefixB()};
-  o.agent_env = {{"UCX_TLS", "tcp"}};
+  o.agent_env = backendEnv();
   o.per_agent_env = {{{"UCX_NET_DEVICES", veth.devA()}}, {{"UCX_NET_DEVICES", veth.devB()}}};
   Cluster c(o);
   ASSERT_TRUE(c.ok()) << c.error();
@@ -108,7 +118,7 @@ TEST(NetworkNamespaces, AgentsJoinedByVethAllreduceOverTcp) {
 // for arrives. Each error names the other node. Bound asserted per rank:
 // the backend timeout + the backend's 2 s drain grace + 3 s slack for a
 // loaded machine.
-TEST(NetworkNamespaces, LinkDownFailsTheJobOnBothSidesWithinTheTimeouts) {
+TEST_P(NetworkNamespaces, LinkDownFailsTheJobOnBothSidesWithinTheTimeouts) {
   VethPair veth;
   if (!veth.ok()) GTEST_SKIP() << veth.why();
   ASSERT_TRUE(veth.setupError().empty()) << veth.setupError();
@@ -119,7 +129,8 @@ TEST(NetworkNamespaces, LinkDownFailsTheJobOnBothSidesWithinTheTimeouts) {
   o.coordinator_prefix = veth.prefixA();
   o.coordinator_listen = veth.addrA() + ":0";
   o.agent_prefix = {veth.prefixA(), veth.prefixB()};
-  o.agent_env = {{"UCX_TLS", "tcp"}, {"KOLO_BACKEND_TIMEOUT_MS", std::to_string(kBackendTimeoutMs)}};
+  o.agent_env = backendEnv();
+  o.agent_env["KOLO_BACKEND_TIMEOUT_MS"] = std::to_string(kBackendTimeoutMs);
   o.per_agent_env = {{{"UCX_NET_DEVICES", veth.devA()}}, {{"UCX_NET_DEVICES", veth.devB()}}};
   Cluster c(o);
   ASSERT_TRUE(c.ok()) << c.error();
@@ -172,6 +183,9 @@ TEST(NetworkNamespaces, LinkDownFailsTheJobOnBothSidesWithinTheTimeouts) {
     EXPECT_FALSE(waitProcess(c.agent(a), std::chrono::milliseconds(0))) << c.agentLog(a);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, NetworkNamespaces, ::testing::Values("ucx", "tcp"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace kolo::testing

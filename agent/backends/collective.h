@@ -1,8 +1,10 @@
-// The algorithm layer of the UCX backend: each collective is a small state
-// machine that posts messages and reductions through a CollectiveContext and
-// is told when they complete. It knows nothing about UCX; the backend
-// (ucx_backend.cc) owns the transport, the progress thread, the deadlines and
-// the failure handling. Everything here runs on the progress thread.
+// The algorithm layer of the point-to-point backends (ucx, tcp): each
+// collective is a small state machine that posts messages and reductions
+// through a CollectiveContext and is told when they complete. It knows
+// nothing about transports; P2pBackend (p2p_backend.h) owns the progress
+// thread, the deadlines and the failure handling, and a transport (UCX tag
+// matching, plain TCP sockets) moves the messages. Everything here runs on
+// the progress thread.
 #pragma once
 
 #include <cstddef>
@@ -15,10 +17,10 @@
 #include "common/dtype.h"
 #include "common/status.h"
 
-namespace kolo::ucx {
+namespace kolo::coll {
 
 // Messages of one collective are told apart by (peer, step, chunk), each
-// 16 bits (see tag.h); a direction (sender -> receiver) must never reuse one.
+// 16 bits; a direction (sender -> receiver) must never reuse one.
 constexpr uint32_t kMaxStep = 0xffff;
 constexpr uint32_t kMaxChunk = 0xffff;
 
@@ -89,4 +91,4 @@ std::unique_ptr<Collective> makeAlltoallv(const void* in, std::vector<size_t> se
 // Dissemination barrier: ceil(log2 size) rounds of empty messages.
 std::unique_ptr<Collective> makeDisseminationBarrier();
 
-}  // namespace kolo::ucx
+}  // namespace kolo::coll

@@ -1,4 +1,4 @@
-#include "agent/backends/ucx/collective.h"
+#include "agent/backends/collective.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <numeric>
 #include <utility>
 
-namespace kolo::ucx {
+namespace kolo::coll {
 namespace {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
@@ -771,4 +771,4 @@ std::unique_ptr<Collective> makeDisseminationBarrier() {
   return std::make_unique<DisseminationBarrier>();
 }
 
-}  // namespace kolo::ucx
+}  // namespace kolo::coll
