@@ -87,7 +87,9 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   const SubmitDesc& d0 = op.descs[0];
   Job::CrossPending p;
   p.handles = std::move(handles);
-  p.slots = r.dsts.empty() ? r.slots : r.dsts;  // (dsts: the joined ranks' zero source is not written back)
+  // Where the results go (dsts: the output slots of out-of-place ranks, and
+  // the joined ranks' zero source is not written back).
+  p.slots = r.dsts.empty() ? r.slots : r.dsts;
   p.keepalive = r.keepalive;
   p.dtype = r.dtype;
   p.count = r.count;
@@ -101,10 +103,14 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   // memory traffic around the ring). The slot is written only by the
   // backend, which is done with it before the op completes, whatever its
   // status (Backend's contract); a failed op leaves it undefined, as an
-  // in-place MPI or NCCL allreduce does.
-  p.in_place = op.error.isOk() && r.count > 0 && r.slots.size() == 1 && r.dsts.empty() && !r.scratch &&
+  // in-place MPI or NCCL allreduce does. Out of place (an output slot), the
+  // backend works on the output slot, and the input is first copied into it
+  // (`copy_in`: chunk by chunk ahead of the ring when pipelined).
+  p.in_place = op.error.isOk() && r.count > 0 && r.slots.size() == 1 && r.dsts.size() <= 1 && !r.scratch &&
                !r.before_finish && r.prescale == 1.0 &&
-               (p.collective == CollectiveType::kAllreduce || p.collective == CollectiveType::kBroadcast);
+               (p.collective == CollectiveType::kAllreduce ||
+                (p.collective == CollectiveType::kBroadcast && r.dsts.empty()));
+  const bool copy_in = p.in_place && r.slots[0] != p.slots[0];
   // A large allreduce is pipelined: the negotiation thread reduces it into
   // the staging buffer chunk by chunk as it posts the chunks, and the job's
   // drain thread writes each reduced chunk back into the slots (CrossWork::
@@ -112,7 +118,7 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   // and needs no scaling; the device path keeps its own staging.
   const bool pipelined = op.error.isOk() && p.collective == CollectiveType::kAllreduce && !r.before_finish &&
                          opts_.cross_pipeline_bytes > 0 && p.bytes >= opts_.cross_pipeline_bytes &&
-                         !(p.in_place && p.postscale == 1.0);
+                         (!(p.in_place && p.postscale == 1.0) || copy_in);
   if (pipelined && !p.in_place) {
     p.shared_staging = staging::acquireShared(p.bytes);  // pooled: see common/staging_pool.h
   } else if (!p.in_place) {
@@ -131,9 +137,10 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   w.req.params.device_event = 0;
   w.req.first_rank = job.globalRank(0);
   if (!op.error.isOk()) w.req.error = op.error.message();
-  w.staging = p.in_place ? r.slots[0] : p.stagingData();
+  w.staging = p.in_place ? p.slots[0] : p.stagingData();
   if (pipelined) {
-    if (!p.in_place) {
+    if (copy_in) w.input = r.slots[0];  // the backend reads the input (no copy) when it goes in chunks
+    if (!p.in_place || copy_in) {
       auto in = std::make_shared<LocalReduce>(r);
       in->dsts = {w.staging};
       in->postscale = 1.0;  // applied after the agents' reduction
@@ -141,16 +148,18 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
       // source in `scratch`; the lambda keeps the staging buffer.)
       w.fill = [in, keep = p.shared_staging](size_t b, size_t e) { reduceRange(*in, b, e - b); };
     }
-    auto out = std::make_shared<LocalReduce>();
-    out->dtype = r.dtype;
-    out->op = ReduceOp::kSum;
-    out->count = r.count;
-    out->postscale = p.postscale;
-    out->slots = {w.staging};
-    out->dsts = p.slots;
-    out->keepalive = p.keepalive;
-    out->scratch = p.shared_staging;  // (null when in place)
-    w.drain = [out](size_t b, size_t e) { reduceRange(*out, b, e - b); };
+    if (!(p.in_place && p.postscale == 1.0)) {  // (else the result is where it belongs)
+      auto out = std::make_shared<LocalReduce>();
+      out->dtype = r.dtype;
+      out->op = ReduceOp::kSum;
+      out->count = r.count;
+      out->postscale = p.postscale;
+      out->slots = {w.staging};
+      out->dsts = p.slots;
+      out->keepalive = p.keepalive;
+      out->scratch = p.shared_staging;  // (null when in place)
+      w.drain = [out](size_t b, size_t e) { reduceRange(*out, b, e - b); };
+    }
   }
   w.count = op.error.isOk() ? r.count : 0;
   w.dtype = r.dtype;
@@ -176,7 +185,8 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   job.cross_pending.insert_or_assign(op.name, std::move(p));
   ++job.executing;
   timeline_->opStart(op.name, w.collective);
-  if (w.count == 0 || in_place || pipelined || (w.collective == CollectiveType::kBroadcast && bcast_root_local < 0)) {
+  if (w.count == 0 || (in_place && !copy_in) || pipelined ||
+      (w.collective == CollectiveType::kBroadcast && bcast_root_local < 0)) {
     timeline_->activityStart(op.name, "NEGOTIATE_ACROSS_AGENTS");
     job.cross->submit(std::move(w));
     return;

@@ -253,6 +253,10 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   r.count = d0.data_bytes / dataTypeSize(r.dtype);
   r.prescale = d0.prescale;
   r.postscale = d0.postscale * (rop == ReduceOp::kAverage ? 1.0 / job.world().world_size : 1.0);
+  // Out of place with both tensors in the shared arena: the result goes to
+  // the rank's output slot and its input is left as it was.
+  std::vector<void*> outs;
+  bool out_of_place = false;
   for (size_t i = 0; i < op.descs.size(); ++i) {
     if (!op.absent.empty() && op.absent[i]) continue;  // joined: contributes zeros
     ClientConn* c = job.client(static_cast<int>(i));
@@ -260,13 +264,18 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
       finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
       return;
     }
-    r.slots.push_back(c->slot(op.descs[i].data_offset));
+    const SubmitDesc& d = op.descs[i];
+    r.slots.push_back(c->slot(d.data_offset));
     r.keepalive.push_back(c->arena());
+    const bool oop = d.out_bytes > 0 && d.out_offset != d.data_offset;
+    outs.push_back(oop ? c->slot(d.out_offset) : r.slots.back());
+    out_of_place |= oop;
   }
+  if (out_of_place) r.dsts = outs;
   if (op.anyAbsent() && r.op != ReduceOp::kSum && d0.data_bytes > 0) {
     // Min, Max, Product: the joined ranks' zeros change the result, so one
     // zero source stands for them (Sum and Average need none).
-    r.dsts = r.slots;
+    if (r.dsts.empty()) r.dsts = r.slots;
     auto zeros = std::shared_ptr<char>(static_cast<char*>(std::calloc(d0.data_bytes + 64, 1)), std::free);
     r.slots.push_back(zeros.get());
     r.scratch = zeros;

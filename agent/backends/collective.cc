@@ -152,11 +152,16 @@ class RecursiveDoubling {
 
 class RecursiveDoublingAllreduce final : public Collective {
  public:
-  RecursiveDoublingAllreduce(void* buf, size_t count, DataType dtype, ReduceOp op)
+  RecursiveDoublingAllreduce(const void* in, void* buf, size_t count, DataType dtype, ReduceOp op)
       : rd_(static_cast<std::byte*>(buf), count, dtype, op),
+        in_(in),
+        buf_(buf),
         bytes_(count * dataTypeSize(dtype)),
         what_("allreduce " + shapeText(count, dtype, op) + " (recursive doubling)") {}
-  void start(CollectiveContext& ctx) override { rd_.start(ctx, ctx.scratch(bytes_)); }
+  void start(CollectiveContext& ctx) override {
+    if (in_ != buf_ && bytes_ > 0) std::memcpy(buf_, in_, bytes_);
+    rd_.start(ctx, ctx.scratch(bytes_));
+  }
   void onSent(uint32_t s, uint32_t c) override { rd_.onSent(s, c); }
   void onReceived(uint32_t s, uint32_t c) override { rd_.onReceived(s, c); }
   void onReduced(uint32_t s, uint32_t c) override { rd_.onReduced(s, c); }
@@ -165,6 +170,8 @@ class RecursiveDoublingAllreduce final : public Collective {
 
  private:
   RecursiveDoubling rd_;
+  const void* in_;
+  void* buf_;
   size_t bytes_;
   std::string what_;
 };
@@ -703,15 +710,18 @@ class RingAllgatherv final : public Collective {
 // Ring allreduce: segments are known only once the size is (at start).
 class RingAllreduce final : public Collective {
  public:
-  RingAllreduce(void* buf, size_t count, DataType dtype, ReduceOp op)
-      : buf_(static_cast<std::byte*>(buf)), count_(count) {
+  RingAllreduce(const void* in, void* buf, size_t count, DataType dtype, ReduceOp op)
+      : in_(static_cast<const std::byte*>(in)), buf_(static_cast<std::byte*>(buf)), count_(count) {
     plan_.dtype = dtype;
     plan_.op = op;
     plan_.what = "allreduce " + shapeText(count, dtype, op) + " (ring)";
   }
   void start(CollectiveContext& ctx) override {
     plan_.seg_count = splitEvenly(count_, ctx.size());
-    fillSegments(plan_, buf_, buf_);
+    // Out of place, every segment of buf_ is still written: all but this
+    // rank's left neighbour's by the reduce-scatter, that one by the
+    // allgather's first step.
+    fillSegments(plan_, in_, buf_);
     plan_.begin = 0;
     plan_.end = 2 * ctx.size() - 2;
     ring_ = std::make_unique<RingCollective>(std::move(plan_));
@@ -724,6 +734,7 @@ class RingAllreduce final : public Collective {
   const std::string& describe() const override { return ring_ ? ring_->describe() : plan_.what; }
 
  private:
+  const std::byte* in_;
   std::byte* buf_;
   size_t count_;
   RingPlan plan_;
@@ -735,13 +746,13 @@ class RingAllreduce final : public Collective {
 std::unique_ptr<Collective> makeLocalCollective(std::string what, std::function<void()> fn) {
   return std::make_unique<LocalCollective>(std::move(what), std::move(fn));
 }
-std::unique_ptr<Collective> makeRecursiveDoublingAllreduce(void* buf, size_t count, DataType dtype,
-                                                           ReduceOp op) {
-  return std::make_unique<RecursiveDoublingAllreduce>(buf, count, dtype, op);
+std::unique_ptr<Collective> makeRecursiveDoublingAllreduce(const void* in, void* buf, size_t count,
+                                                           DataType dtype, ReduceOp op) {
+  return std::make_unique<RecursiveDoublingAllreduce>(in, buf, count, dtype, op);
 }
-std::unique_ptr<Collective> makeRingAllreduce(void* buf, size_t count, DataType dtype,
+std::unique_ptr<Collective> makeRingAllreduce(const void* in, void* buf, size_t count, DataType dtype,
                                               ReduceOp op) {
-  return std::make_unique<RingAllreduce>(buf, count, dtype, op);
+  return std::make_unique<RingAllreduce>(in, buf, count, dtype, op);
 }
 std::unique_ptr<Collective> makeTreeBroadcast(void* buf, size_t bytes, int root) {
   return std::make_unique<TreeBroadcast>(buf, bytes, root);

@@ -61,11 +61,15 @@ class Collective {
 // A collective with nothing to exchange: runs `fn` (a local copy, or nothing) at start.
 std::unique_ptr<Collective> makeLocalCollective(std::string what, std::function<void()> fn);
 
-// Allreduce in place: recursive doubling (latency-bound, for small buffers)
-// and the pipelined ring (reduce-scatter + allgather, bandwidth-bound).
-std::unique_ptr<Collective> makeRecursiveDoublingAllreduce(void* buf, size_t count, DataType dtype,
-                                                           ReduceOp op);
-std::unique_ptr<Collective> makeRingAllreduce(void* buf, size_t count, DataType dtype, ReduceOp op);
+// Allreduce of `in` into `buf` (in == buf: in place; else disjoint, and `in`
+// is only read): recursive doubling (latency-bound, for small buffers; it
+// copies `in` into `buf` first) and the pipelined ring (reduce-scatter +
+// allgather, bandwidth-bound; its first sends and its reductions read `in`,
+// so out of place costs no copy).
+std::unique_ptr<Collective> makeRecursiveDoublingAllreduce(const void* in, void* buf, size_t count,
+                                                           DataType dtype, ReduceOp op);
+std::unique_ptr<Collective> makeRingAllreduce(const void* in, void* buf, size_t count, DataType dtype,
+                                              ReduceOp op);
 
 // Broadcast: binomial tree (small) and a chunked chain (large).
 std::unique_ptr<Collective> makeTreeBroadcast(void* buf, size_t bytes, int root);

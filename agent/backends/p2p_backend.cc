@@ -121,20 +121,36 @@ void P2pBackend::forEachRequest(const std::function<void(P2pRequest&)>& fn) {
 // --- Backend ---------------------------------------------------------------
 
 void P2pBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op, Done done) {
+  allreduceOutOfPlace(buf, buf, count, dtype, op, std::move(done));
+}
+
+void P2pBackend::allreduceOutOfPlace(const void* in, void* buf, size_t count, DataType dtype, ReduceOp op,
+                                     Done done) {
   if (!isValidDataType(static_cast<int>(dtype)) || !isValidReduceOp(static_cast<int>(op))) {
     return submit(invalidArgument("allreduce: invalid dtype or op"), std::move(done));
   }
-  if (count > 0 && buf == nullptr) {
+  if (count > 0 && (buf == nullptr || in == nullptr)) {
     return submit(invalidArgument("allreduce: null buffer"), std::move(done));
   }
   const size_t bytes = count * dataTypeSize(dtype);
+  if (in != buf && bytes > 0) {
+    auto* i = static_cast<const std::byte*>(in);
+    auto* o = static_cast<std::byte*>(buf);
+    if (i < o + bytes && o < i + bytes) {
+      return submit(invalidArgument("allreduce: the output overlaps the input"), std::move(done));
+    }
+  }
   if (opts_.size == 1 || count == 0) {
-    return submit(coll::makeLocalCollective("allreduce (local)", nullptr), std::move(done));
+    return submit(coll::makeLocalCollective("allreduce (local)",
+                                            [in, buf, bytes] {
+                                              if (bytes > 0 && in != buf) std::memcpy(buf, in, bytes);
+                                            }),
+                  std::move(done));
   }
   if (bytes < small_message_bytes_) {
-    return submit(coll::makeRecursiveDoublingAllreduce(buf, count, dtype, op), std::move(done));
+    return submit(coll::makeRecursiveDoublingAllreduce(in, buf, count, dtype, op), std::move(done));
   }
-  submit(coll::makeRingAllreduce(buf, count, dtype, op), std::move(done));
+  submit(coll::makeRingAllreduce(in, buf, count, dtype, op), std::move(done));
 }
 
 void P2pBackend::broadcast(void* buf, size_t bytes, int root, Done done) {

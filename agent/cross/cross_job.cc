@@ -620,10 +620,11 @@ void CrossJob::postPipelined(CrossWork w) {
   state->remaining = ranges.size();
   auto drain = std::make_shared<std::function<void(size_t, size_t)>>(std::move(w.drain));
   char* base = static_cast<char*>(w.staging);
+  const char* input = static_cast<const char*>(w.input);
   for (auto [b, e] : ranges) {
-    if (w.fill) w.fill(b, e);  // the local reduction of this chunk, while the previous one moves
-    backend_->allreduce(base + b * es, e - b, w.dtype, w.op,
-                        [this, name, tl, state, drain, b, e, es, keep = w.keep](Status st) {
+    if (w.fill && input == nullptr) w.fill(b, e);  // the local reduction of this chunk, while the previous one moves
+    backend_->allreduceOutOfPlace(input != nullptr ? input + b * es : base + b * es, base + b * es, e - b, w.dtype,
+                                  w.op, [this, name, tl, state, drain, b, e, es, keep = w.keep](Status st) {
       if (st.isOk()) allreduced_bytes_.fetch_add((e - b) * es, std::memory_order_relaxed);
       drainer_->submit([this, name, tl, state, drain, b, e, st, keep] {
         if (st.isOk() && *drain) (*drain)(b, e);

@@ -57,6 +57,11 @@ struct CrossWork {
   // not (too small, fused or inline), it is filled whole first and the
   // agent copies the result out as for any other work.
   std::function<void(size_t, size_t)> fill, drain;
+  // Out of place with one local rank (the rank's input slot, `staging` being
+  // its output slot): posted in chunks, each chunk is reduced by the backend
+  // from `input` into `staging` and `fill` is skipped; otherwise `fill`
+  // copies it in first.
+  const void* input = nullptr;
 };
 
 namespace timeline {

@@ -84,6 +84,17 @@ Status ClientConn::validate(const SubmitDesc& d) const {
   if (!in_data(d.out_offset, d.out_bytes)) {
     return invalidArgument("malformed descriptor: output region is outside the arena");
   }
+  if (d.collective == static_cast<uint8_t>(CollectiveType::kAllreduce) && d.out_bytes > 0 &&
+      d.out_offset != d.data_offset) {
+    // Out of place: the output is a region of its own, as large as the input.
+    if (d.out_bytes != d.data_bytes) {
+      return invalidArgument("malformed descriptor: allreduce output region of " + std::to_string(d.out_bytes) +
+                             " bytes for " + std::to_string(d.data_bytes) + " bytes of input");
+    }
+    if (d.out_offset < d.data_offset + d.data_bytes && d.data_offset < d.out_offset + d.out_bytes) {
+      return invalidArgument("malformed descriptor: allreduce output region overlaps its input");
+    }
+  }
   if (d.prescale != d.prescale || d.postscale != d.postscale) {
     return invalidArgument("scale factors must not be NaN");
   }

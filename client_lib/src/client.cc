@@ -487,6 +487,7 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
   const bool gather = a.collective == static_cast<int>(CollectiveType::kAllgather) ||
                       a.collective == static_cast<int>(CollectiveType::kAlltoall);
   uint64_t out_offset = 0, out_bytes = 0, result_bytes = bytes;
+  const char* shared_input = nullptr;
   int64_t gather_dim0 = 0;
   if (gather) {
     const WorldView wv = world();
@@ -559,8 +560,11 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
     // Zero copy: the tensor already lives in a shared buffer.
     uint64_t off = static_cast<uint64_t>(in - arena_.data());
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = shared_.upper_bound(off);
-    if (it == shared_.begin() || (--it, off + bytes > it->first + it->second)) {
+    auto within_one = [&](uint64_t o) {
+      auto it = shared_.upper_bound(o);
+      return it != shared_.begin() && (--it, o + bytes <= it->first + it->second);
+    };
+    if (!within_one(off)) {
       st = invalidArgument(std::string(collectiveName(static_cast<CollectiveType>(a.collective))) + " of tensor " +
                            quoteName(name) + ": its " +
                            std::to_string(bytes) +
@@ -569,6 +573,26 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
     }
     data_offset = off;
     result = in;
+    // Out of place into another shared region: the agent writes the result
+    // there and leaves the input as it was (no copy in the caller).
+    const char* outp = static_cast<const char*>(a.output);
+    if (st.isOk() && a.collective == static_cast<int>(CollectiveType::kAllreduce) && outp != nullptr &&
+        outp != in && outp >= data_begin_ && outp < data_end_) {
+      const uint64_t out_off = static_cast<uint64_t>(outp - arena_.data());
+      if (!within_one(out_off)) {
+        st = invalidArgument("allreduce of tensor " + quoteName(name) + ": its output's " + std::to_string(bytes) +
+                             " bytes start inside the shared arena but do not lie within one buffer from "
+                             "kolo_alloc_shared");
+      } else if (outp < in + bytes && in < outp + bytes) {
+        st = invalidArgument("allreduce of tensor " + quoteName(name) +
+                             ": the output overlaps the input without being the same buffer");
+      } else {
+        out_offset = out_off;
+        out_bytes = bytes;
+        result = outp;
+        shared_input = in;
+      }
+    }
   } else if (bytes > 0) {
     auto s = allocateSlot(bytes, name, deadline);
     if (s.isOk()) {
@@ -627,6 +651,7 @@ StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
         op.name = name;
         op.output = a.output;
         op.result = result;
+        op.shared_input = shared_input;
         op.bytes = result_bytes;
         op.slot = slot;
         op.gather = gather;
@@ -1324,7 +1349,8 @@ Status Client::freeShared(void* ptr) {
   const char* b = arena_.data() + it->first;
   const char* e = b + it->second;
   for (const auto& [h, op] : ops_) {
-    if (op.state != OpState::kDone && !op.slot && op.result >= b && op.result < e) {
+    auto inside = [&](const char* q) { return q != nullptr && q >= b && q < e; };
+    if (op.state != OpState::kDone && !op.slot && (inside(op.result) || inside(op.shared_input))) {
       return invalidArgument("kolo_free_shared: the buffer is in use by the allreduce of tensor " +
                              quoteName(op.name) + ", still in flight");
     }

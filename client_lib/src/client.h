@@ -209,6 +209,7 @@ class Client {
     std::string name;
     void* output = nullptr;
     const char* result = nullptr;  // where the agent leaves the result (in the arena)
+    const char* shared_input = nullptr;  // zero copy out of place: the input, in the arena too
     uint64_t bytes = 0;
     std::optional<uint64_t> slot;  // our staging slot, freed at completion
     bool gather = false;           // allgather: copy the result into results_

@@ -145,6 +145,27 @@ TEST_P(AllreduceTest, MatchesReference) {
   }
 }
 
+// Out of place: the result lands in a separate buffer (poisoned first) and
+// the input comes back unchanged.
+TEST_P(AllreduceTest, OutOfPlaceMatchesReferenceAndKeepsTheInput) {
+  const auto& c = GetParam();
+  std::vector<Bytes> ins, outs;
+  for (int r = 0; r < c.size; ++r) {
+    ins.push_back(makeInput(c.dtype, c.op, r, c.count));
+    outs.push_back(Bytes(ins.back().size(), std::byte{0xa5}));
+  }
+  const std::vector<Bytes> originals = ins;
+  const Bytes want = makeReference(c.dtype, c.op, c.size, c.count);
+  auto statuses = runOn({c.backend, c.size, c.variant}, [&](int r, Backend& b, Backend::Done done) {
+    b.allreduceOutOfPlace(ins[r].data(), outs[r].data(), c.count, c.dtype, c.op, std::move(done));
+  });
+  ASSERT_TRUE(allOk(statuses));
+  for (int r = 0; r < c.size; ++r) {
+    EXPECT_TRUE(sameBytes(outs[r].data(), want.data(), want.size())) << "rank " << r;
+    EXPECT_TRUE(sameBytes(ins[r].data(), originals[r].data(), originals[r].size())) << "rank " << r << "'s input";
+  }
+}
+
 std::string caseName(const AllreduceCase& c) {
   return c.backend + "_n" + std::to_string(c.size) + "_" + c.variant->name + "_c" +
          std::to_string(c.count) + "_" + typeName(c.dtype) + "_" + opName(c.op);

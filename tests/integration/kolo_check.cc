@@ -122,7 +122,8 @@ double load(kolo_dtype_t t, const void* p, size_t i) {
   return 0;
 }
 
-// One checked allreduce. out_of_place: separate output buffer; zero_copy: arena memory.
+// One checked allreduce. out_of_place: separate output buffer; zero_copy: arena memory
+// (both, with out_of_place: the input must come back unchanged).
 int checkOne(const std::string& name, kolo_dtype_t dt, kolo_op_t op, size_t count, bool zero_copy,
              bool out_of_place) {
   size_t bytes = count * kolo_dtype_size(dt);
@@ -133,6 +134,11 @@ int checkOne(const std::string& name, kolo_dtype_t dt, kolo_op_t op, size_t coun
     in = kolo_alloc_shared(bytes ? bytes : 1);
     if (in == nullptr) FAIL("kolo_alloc_shared(%zu): %s", bytes, kolo_last_error());
     out = in;
+    if (out_of_place) {
+      out = kolo_alloc_shared(bytes ? bytes : 1);
+      if (out == nullptr) FAIL("kolo_alloc_shared(%zu): %s", bytes, kolo_last_error());
+      std::memset(out, 0x5a, bytes);
+    }
   } else {
     in_vec.resize(bytes + 1);
     in = in_vec.data();
@@ -156,7 +162,20 @@ int checkOne(const std::string& name, kolo_dtype_t dt, kolo_op_t op, size_t coun
            count, zero_copy ? " zero-copy" : "", out_of_place ? " out-of-place" : "", i, got, want);
     }
   }
+  if (out_of_place) {
+    for (size_t i = 0; i < count; ++i) {
+      std::vector<char> tmp(16);  // the input value as stored in the tensor's dtype
+      store(dt, tmp.data(), 0, inputValue(g_rank, i, op, dt));
+      const double want = load(dt, tmp.data(), 0);
+      double got = load(dt, in, i);
+      if (got != want) {
+        FAIL("%s (%s %s count %zu%s out-of-place) input element %zu was changed: %g, was %g", name.c_str(),
+             dtypeName(dt), opName(op), count, zero_copy ? " zero-copy" : "", i, got, want);
+      }
+    }
+  }
   if (zero_copy) kolo_free_shared(in);
+  if (zero_copy && out_of_place) kolo_free_shared(out);
   return 0;
 }
 
@@ -229,7 +248,13 @@ int runAllreduce(bool big) {
   if (checkOne("zc.small", KOLO_FLOAT32, KOLO_SUM, 333, true, false)) return 1;
   if (checkOne("zc.big", KOLO_FLOAT32, KOLO_SUM, (1u << 21) + 5, true, false)) return 1;
   if (checkOne("oop.big", KOLO_FLOAT32, KOLO_AVERAGE, (1u << 20) + 1, false, true)) return 1;
-  checks += 3;
+  // Zero copy out of place (input and output in the arena): the result
+  // lands in the output and the input is left unchanged; the big ones cross
+  // agents pipelined (the input copied chunk by chunk ahead of the ring).
+  if (checkOne("zcoop.small", KOLO_INT32, KOLO_MAX, 333, true, true)) return 1;
+  if (checkOne("zcoop.big", KOLO_FLOAT32, KOLO_SUM, (1u << 21) + 5, true, true)) return 1;
+  if (checkOne("zcoop.avg", KOLO_FLOAT64, KOLO_AVERAGE, (1u << 20) + 7, true, true)) return 1;
+  checks += 6;
   {
     std::vector<double> v(129);
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(g_rank + 1) * (i + 1);

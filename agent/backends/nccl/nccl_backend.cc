@@ -167,12 +167,17 @@ class NcclBackend final : public Backend {
   int size() const override { return opts_.size; }
 
   void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op, Done done) override {
+    allreduceOutOfPlace(buf, buf, count, dtype, op, std::move(done));
+  }
+
+  void allreduceOutOfPlace(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                           Done done) override {
     auto t = ncclType(dtype);
     auto o = ncclOp(op);
     if (!t.isOk() || !o.isOk()) return done(!t.isOk() ? t.status() : o.status());
     post("allreduce", std::move(done), [=, t = *t, o = *o](ncclComm_t c, cudaStream_t s) {
       if (count == 0) return okStatus();
-      return ncclStatus(ncclAllReduce(buf, buf, count, t, o, c, s), "ncclAllReduce", c);
+      return ncclStatus(ncclAllReduce(in, out, count, t, o, c, s), "ncclAllReduce", c);
     });
   }
 
