@@ -70,7 +70,8 @@ TEST(MultiAgentInline, TimelineShowsInlineAllreducesAndTheKnobTurnsThemOff) {
 // timeline shows no LOCAL_REDUCE (the copy into a staging buffer) for an
 // unscaled allreduce, and no copy back for a sum; an average is scaled in
 // the slot afterwards; a prescaled one still goes through staging. Large
-// ones (>= 8 MiB) cross in chunks ("pipelined" on CROSS_ALLREDUCE).
+// ones (>= 8 MiB) cross in chunks ("pipelined" on CROSS_ALLREDUCE). Zero
+// copy out of place, the same on the output slot.
 TEST(MultiAgentInPlace, OneLocalRankSkipsTheStagingCopies) {
   std::string trace;
   timelineArgs(checkBin(), {"allreduce"}, "inplace", {}, "fused", "1", {}, &trace);
@@ -98,6 +99,17 @@ TEST(MultiAgentInPlace, OneLocalRankSkipsTheStagingCopies) {
   EXPECT_EQ(pipelined["CROSS_ALLREDUCE scaled"], "0");
   EXPECT_FALSE(has("zc.big", "LOCAL_REDUCE"));
   EXPECT_FALSE(has("zc.big", "MEMCPY_OUT_FUSION_BUFFER"));
+  // Zero copy out of place, 8 MiB: the backend reduces the input slot into
+  // the output slot chunk by chunk; no copy anywhere. A small one is copied
+  // into the output first (LOCAL_REDUCE), then reduced there.
+  EXPECT_EQ(pipelined["CROSS_ALLREDUCE zcoop.big"], "1");
+  EXPECT_EQ(pipelined["CROSS_ALLREDUCE zcoop.avg"], "1");
+  EXPECT_TRUE(has("zcoop.big", "NEGOTIATE_ACROSS_AGENTS")) << trace.substr(0, 3000);
+  EXPECT_FALSE(has("zcoop.big", "LOCAL_REDUCE"));
+  EXPECT_FALSE(has("zcoop.big", "MEMCPY_OUT_FUSION_BUFFER"));
+  EXPECT_FALSE(has("zcoop.avg", "LOCAL_REDUCE"));
+  EXPECT_TRUE(has("zcoop.small", "LOCAL_REDUCE"));
+  EXPECT_FALSE(has("zcoop.small", "MEMCPY_OUT_FUSION_BUFFER"));
   // 4 MiB average (below cross-pipeline-kb): no copy in; the division
   // runs in the slot afterwards, as the agent's copy-out step.
   EXPECT_FALSE(has("oop.big", "LOCAL_REDUCE"));

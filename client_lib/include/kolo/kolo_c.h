@@ -299,8 +299,10 @@ void kolo_release(kolo_handle_t handle);
 
 /* --- zero copy ---------------------------------------------------------- */
 /* Memory inside the agent-shared arena: tensors allocated here are reduced
- * in place with no copy-in or copy-out. NULL (and kolo_last_error) if the
- * arena is full or kolo is not initialized. */
+ * in place with no copy-in or copy-out. An allreduce whose input and output
+ * both lie here (different buffers, not overlapping) writes the result into
+ * the output and leaves the input unchanged, with no copy either. NULL (and
+ * kolo_last_error) if the arena is full or kolo is not initialized. */
 void* kolo_alloc_shared(size_t bytes);
 void kolo_free_shared(void* ptr);
 
