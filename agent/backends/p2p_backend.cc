@@ -114,6 +114,10 @@ void P2pBackend::peerGone(int peer, const std::string& why) {
   peer_check_needed_ = true;
 }
 
+void P2pBackend::noteProgress() {
+  if (active_) active_->last_progress = Clock::now();
+}
+
 void P2pBackend::forEachRequest(const std::function<void(P2pRequest&)>& fn) {
   for (auto& [raw, req] : requests_) fn(*req);
 }

@@ -124,6 +124,10 @@ class P2pBackend : public Backend, private coll::CollectiveContext {
   void completed(P2pRequest* r) { completed_.push_back(r); }
   // A peer went away (the transport saw its connection end).
   void peerGone(int peer, const std::string& why);
+  // Bytes of a message moved without the message completing yet: counts as
+  // progress for the running collective's deadline (a large message on a
+  // slow link is not a silent peer).
+  void noteProgress();
   bool peerFailed(int peer) const { return !peer_status_[peer].isOk(); }
   void forEachRequest(const std::function<void(P2pRequest&)>& fn);
   const BackendOptions& opts() const { return opts_; }

@@ -5,6 +5,8 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <future>
+#include <thread>
 
 #include "agent/backends/backend.h"
 #include "agent/backends/kv_store.h"
@@ -42,6 +44,54 @@ TEST_P(FailureTest, CreationFailsWhenAPeerNeverShowsUp) {
   EXPECT_EQ(b.status().code(), Code::kPeerFailure) << b.status().toString();
   EXPECT_NE(b.status().message().find("rank 1"), std::string::npos) << b.status().toString();
   EXPECT_LE(ms, 500 + 2000);
+}
+
+// Rank 1 publishes its address, then takes 3 s to learn rank 0's (a slow
+// store): rank 2 dials rank 1 meanwhile and must wait for its answer rather
+// than give up and leave it a hello from a closed connection. All three
+// connect and allreduce.
+TEST_P(FailureTest, CreationWaitsForAListenerThatAcceptsLate) {
+  class SlowKv final : public KvStore {
+   public:
+    SlowKv(KvStore& inner, std::string slow_key) : inner_(inner), slow_key_(std::move(slow_key)) {}
+    Status put(const std::string& key, std::string_view value) override { return inner_.put(key, value); }
+    StatusOr<std::string> get(const std::string& key, std::chrono::milliseconds timeout) override {
+      if (key == slow_key_) std::this_thread::sleep_for(3s);  // the slow reply under test
+      return inner_.get(key, timeout);
+    }
+
+   private:
+    KvStore& inner_;
+    std::string slow_key_;
+  };
+  InMemoryKvStore kv;
+  std::vector<std::unique_ptr<KvStore>> stores;
+  std::vector<StatusOr<std::unique_ptr<Backend>>> made;
+  for (int r = 0; r < 3; ++r) made.emplace_back(aborted("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    BackendOptions o = options(20000ms);
+    o.rank = r;
+    o.size = 3;
+    o.key_prefix = "late";
+    stores.push_back(std::make_unique<SlowKv>(kv, r == 1 ? "late/0" : "-"));
+    threads.emplace_back([&, r, o] { made[r] = createBackend(GetParam(), o, *stores[r]); });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(made[r].isOk()) << "rank " << r << ": " << made[r].status().toString();
+  std::vector<std::vector<int32_t>> bufs(3, std::vector<int32_t>(1000));
+  std::vector<std::promise<Status>> done(3);
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < 1000; ++i) bufs[r][i] = r + i;
+    (*made[r])->allreduce(bufs[r].data(), 1000, DataType::kInt32, ReduceOp::kSum,
+                          [&done, r](Status s) { done[r].set_value(std::move(s)); });
+  }
+  for (int r = 0; r < 3; ++r) {
+    auto f = done[r].get_future();
+    ASSERT_EQ(f.wait_for(20s), std::future_status::ready) << "rank " << r;
+    ASSERT_TRUE(f.get().isOk()) << "rank " << r;
+    for (int i = 0; i < 1000; ++i) ASSERT_EQ(bufs[r][i], 3 + 3 * i) << "rank " << r << " element " << i;
+  }
 }
 
 TEST_P(FailureTest, BadOptionsAreInvalidArgument) {

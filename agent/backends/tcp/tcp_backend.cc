@@ -36,6 +36,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <new>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -132,6 +133,33 @@ std::vector<std::string> localAddresses() {
   ::freeifaddrs(ifs);
   loop.insert(loop.end(), other.begin(), other.end());
   return loop;
+}
+
+// The published addresses in the order to try them: those on a subnet of
+// one of this host's interfaces first (an address on a network this host
+// is not on may be dropped silently and cost a dial timeout), the rest
+// after, each group in the published order.
+std::vector<std::string> dialOrder(const std::vector<std::string>& published) {
+  std::vector<std::pair<uint32_t, uint32_t>> nets;  // (address, mask), host order
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || i->ifa_netmask == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+      if ((i->ifa_flags & IFF_UP) == 0) continue;
+      nets.emplace_back(ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr),
+                        ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr));
+    }
+    ::freeifaddrs(ifs);
+  }
+  auto local = [&](const std::string& a) {
+    in_addr x{};
+    if (::inet_pton(AF_INET, a.c_str(), &x) != 1) return false;
+    const uint32_t h = ntohl(x.s_addr);
+    return std::any_of(nets.begin(), nets.end(), [h](const auto& n) { return (h & n.second) == (n.first & n.second); });
+  };
+  std::vector<std::string> order = published;
+  std::stable_partition(order.begin(), order.end(), local);
+  return order;
 }
 
 StatusOr<in_addr> resolveIpv4(const std::string& host) {
@@ -280,9 +308,10 @@ class TcpBackend final : public P2pBackend {
                          key(p) + "' did not appear: " + remote.status().message());
     }
     ASSIGN_OR_RETURN(Published pub, parsePublished(*remote));
+    const std::vector<std::string> order = dialOrder(pub.addresses);
     std::string last = "no address";
     while (Clock::now() < deadline) {
-      for (const auto& a : pub.addresses) {
+      for (const auto& a : order) {
         auto fd = tryDial(a, pub, p, deadline);
         if (fd.isOk()) {
           peers_[p].fd = std::move(fd).value();
@@ -321,11 +350,17 @@ class TcpBackend final : public P2pBackend {
       if (err != 0) return peerFailure(where + ": " + errnoText(err));
     }
     RETURN_IF_ERROR(setSocketOptions(fd.get()));
+    // Connected: from here on the listener has our hello in its backlog and
+    // will answer it once it reaches its accept phase (after dialling its
+    // own lower ranks), so wait for the answer until the overall deadline.
+    // Giving up earlier would leave it a hello from a connection we closed,
+    // which it would take as ours. A process that is not the peer closes
+    // at once (wrong nonce) and the next address is tried.
     Hello hello{kHelloMagic, kHelloVersion, pub.nonce, static_cast<uint32_t>(opts().rank),
                 static_cast<uint32_t>(opts().size)};
-    RETURN_IF_ERROR(ioFull(fd.get(), &hello, sizeof hello, true, until, where + ": hello"));
+    RETURN_IF_ERROR(ioFull(fd.get(), &hello, sizeof hello, true, deadline, where + ": hello"));
     uint32_t answer = 0;
-    RETURN_IF_ERROR(ioFull(fd.get(), &answer, sizeof answer, false, until, where + ": hello"));
+    RETURN_IF_ERROR(ioFull(fd.get(), &answer, sizeof answer, false, deadline, where + ": hello"));
     if (answer != static_cast<uint32_t>(p)) {
       return peerFailure(where + ": answered as rank " + std::to_string(answer));
     }
@@ -400,6 +435,7 @@ class TcpBackend final : public P2pBackend {
       if (peer.readable && !peer.stalled_since) moved |= readFrom(p);
       if (!peer.closed && peer.writable && !peer.sendq.empty()) moved |= flush(p);
     }
+    if (moved) noteProgress();
     return moved;
   }
 
@@ -438,8 +474,9 @@ class TcpBackend final : public P2pBackend {
       Unexpected& u = it->second;
       const size_t total = u.size;
       if (total > bytes) {
+        const bool arriving = peer.parked == &u;
         peer.unexpected.erase(it);
-        if (peer.parked == &u) stopReading(peer);
+        if (arriving) stopReading(peer);
         return finishRecv(r, total, P2pRequest::Result::kTruncated);
       }
       std::memcpy(dst, u.data.get(), u.got);
@@ -561,8 +598,13 @@ class TcpBackend final : public P2pBackend {
       peer.target = pr.buf;
       peer.req = pr.req;
     } else {
+      std::unique_ptr<std::byte[]> data(new (std::nothrow) std::byte[std::max<size_t>(peer.header.bytes, 1)]);
+      if (!data) {  // (a corrupt header, or a frame no receive of this job could take)
+        connectionLost(p, "malformed frame (" + std::to_string(peer.header.bytes) + " bytes: cannot hold it)");
+        return false;
+      }
       Unexpected& u = peer.unexpected[peer.key];
-      u.data.reset(new std::byte[std::max<size_t>(peer.header.bytes, 1)]);
+      u.data = std::move(data);
       u.size = peer.header.bytes;
       u.got = 0;
       peer.target = u.data.get();
