@@ -61,6 +61,11 @@ struct P2pRequest {
   P2pBackend* owner = nullptr;
 };
 
+// Checks the options (and the rank limit), makes a `T` (a P2pBackend with
+// a public `start`) and starts it: the factories' common body.
+template <typename T>
+StatusOr<std::unique_ptr<Backend>> makeP2pBackend(const BackendOptions& options, KvStore& kv);
+
 class P2pBackend : public Backend, private coll::CollectiveContext {
  public:
   using Clock = std::chrono::steady_clock;
@@ -217,5 +222,17 @@ class P2pBackend : public Backend, private coll::CollectiveContext {
   ScratchArena scratch_;
   std::unique_ptr<WorkerPool> reducer_;
 };
+
+template <typename T>
+StatusOr<std::unique_ptr<Backend>> makeP2pBackend(const BackendOptions& options, KvStore& kv) {
+  RETURN_IF_ERROR(validateBackendOptions(options));
+  auto backend = std::make_unique<T>(options);
+  if (options.size > kP2pMaxRanks) {
+    return invalidArgument("the " + std::string(backend->name()) + " backend supports at most " +
+                           std::to_string(kP2pMaxRanks) + " agents, got " + std::to_string(options.size));
+  }
+  RETURN_IF_ERROR(backend->start(kv));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
 
 }  // namespace kolo

@@ -267,14 +267,7 @@ class UcxBackend final : public P2pBackend {
 }  // namespace
 
 StatusOr<std::unique_ptr<Backend>> createUcxBackend(const BackendOptions& options, KvStore& kv) {
-  RETURN_IF_ERROR(validateBackendOptions(options));
-  if (options.size > kP2pMaxRanks) {
-    return invalidArgument("the ucx backend supports at most " + std::to_string(kP2pMaxRanks) +
-                           " agents, got " + std::to_string(options.size));
-  }
-  auto backend = std::make_unique<UcxBackend>(options);
-  RETURN_IF_ERROR(backend->start(kv));
-  return std::unique_ptr<Backend>(std::move(backend));
+  return makeP2pBackend<UcxBackend>(options, kv);
 }
 
 }  // namespace kolo
