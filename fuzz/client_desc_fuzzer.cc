@@ -65,6 +65,11 @@ void checkAccepted(const kolo::SubmitDesc& d) {
       if (bytes > kTooBig) bytes = kTooBig;
     }
     FUZZ_CHECK(bytes == d.data_bytes);  // shape and size agree, without wrap-around
+    // Out of place: an output region as large as the input, not overlapping it.
+    if (d.out_bytes > 0 && d.out_offset != d.data_offset) {
+      FUZZ_CHECK(d.out_bytes == d.data_bytes);
+      FUZZ_CHECK(d.out_offset >= d.data_offset + d.data_bytes || d.data_offset >= d.out_offset + d.out_bytes);
+    }
   }
   // Touch the first and last byte of each region as the executor would.
   volatile char sink = 0;

@@ -3,7 +3,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cstring>
 #include <thread>
 
 #include "agent/backends/kv_store.h"
@@ -27,14 +26,6 @@ StatusOr<bool> parseReduceThread(const std::string& value) {
   if (value == "true") return true;
   if (value == "false") return false;
   return invalidArgument("backend-reduce-thread must be auto, true or false, got '" + value + "'");
-}
-
-void Backend::allreduceOutOfPlace(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
-                                  Done done) {
-  if (in != out && count > 0 && in != nullptr && out != nullptr && isValidDataType(static_cast<int>(dtype))) {
-    std::memcpy(out, in, count * dataTypeSize(dtype));
-  }
-  allreduce(out, count, dtype, op, std::move(done));
 }
 
 Status validateBackendOptions(const BackendOptions& o) {

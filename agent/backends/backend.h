@@ -105,15 +105,15 @@ class Backend {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // In place over `count` elements of `buf`. Average reduces as Sum: the
-  // caller applies the division.
-  virtual void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op, Done done) = 0;
-  // Out of place: the result goes to `out` and `in` is only read (`in` ==
-  // `out` is in place; otherwise they must not overlap). This default copies
-  // `in` into `out` (host memory) when the collective is posted and reduces
-  // in place; the ucx, tcp and nccl backends read `in` directly instead.
+  // The result of reducing `count` elements of `in` goes to `out`; `in` is
+  // only read (`in` == `out`: in place; otherwise they must not overlap).
+  // Average reduces as Sum: the caller applies the division.
   virtual void allreduceOutOfPlace(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
-                                   Done done);
+                                   Done done) = 0;
+  // In place over `count` elements of `buf`.
+  void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op, Done done) {
+    allreduceOutOfPlace(buf, buf, count, dtype, op, std::move(done));
+  }
   // `bytes` of `buf` on `root` are copied into `buf` on every rank.
   virtual void broadcast(void* buf, size_t bytes, int root, Done done) = 0;
   // Rank i contributes recv_bytes[i] bytes (in_bytes on this rank must equal

@@ -124,10 +124,6 @@ void P2pBackend::forEachRequest(const std::function<void(P2pRequest&)>& fn) {
 
 // --- Backend ---------------------------------------------------------------
 
-void P2pBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op, Done done) {
-  allreduceOutOfPlace(buf, buf, count, dtype, op, std::move(done));
-}
-
 void P2pBackend::allreduceOutOfPlace(const void* in, void* buf, size_t count, DataType dtype, ReduceOp op,
                                      Done done) {
   if (!isValidDataType(static_cast<int>(dtype)) || !isValidReduceOp(static_cast<int>(op))) {
@@ -352,9 +348,7 @@ Status P2pBackend::connect(KvStore& kv) {
     }
   }
   if (opts_.reduce_thread) {
-    reducer_ = std::make_unique<WorkerPool>("kolo-" + std::string(name()).substr(0, 3) + "red" +
-                                                std::to_string(opts_.rank),
-                                            1);
+    reducer_ = std::make_unique<WorkerPool>("kolo-" + std::string(name()) + "red" + std::to_string(opts_.rank), 1);
   }
   return okStatus();
 }

@@ -76,7 +76,6 @@ class P2pBackend : public Backend, private coll::CollectiveContext {
   int rank() const override { return opts_.rank; }
   int size() const override { return opts_.size; }
   void setSmallMessageBytes(size_t bytes) override { small_message_bytes_ = bytes; }
-  void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op, Done done) override;
   void allreduceOutOfPlace(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
                            Done done) override;
   void broadcast(void* buf, size_t bytes, int root, Done done) override;

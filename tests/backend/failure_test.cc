@@ -2,15 +2,22 @@
 // when a peer never shows up, a peer that never answers, abort(), shutdown
 // with queued work, bad arguments, and ranks that disagree on a collective.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sched.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <future>
+#include <sstream>
 #include <thread>
 
 #include "agent/backends/backend.h"
 #include "agent/backends/kv_store.h"
 #include "common/config.h"
+#include "common/fd.h"
 #include "tests/backend/test_util.h"
 
 namespace kolo::testing_backend {
@@ -308,6 +315,54 @@ TEST(BackendOptionsConfig, TcpSegmentKnobsAndTheirCheck) {
   EXPECT_EQ(st.message(), "ucx-tcp-rx-seg-bytes (65536) must be at least ucx-tcp-tx-seg-bytes (131072)");
   o.ucx_tcp_rx_seg_bytes = 0;  // UCX's own default: nothing to check against
   EXPECT_TRUE(validateBackendOptions(o).isOk());
+}
+
+// The tcp backend's wire, from a hostile or broken peer: this test plays
+// rank 1 of a 2-agent generation, says a correct hello (the nonce read from
+// the store), then writes a frame header without the magic. Rank 0's
+// creation barrier must fail at once with PeerFailure naming rank 1 and the
+// malformed frame, not wait for its deadline.
+TEST(TcpBackendWire, AFrameWithoutTheMagicFailsThePeerNamingIt) {
+  InMemoryKvStore kv;
+  BackendOptions o;
+  o.timeout = 20000ms;
+  o.rank = 0;
+  o.size = 2;
+  o.key_prefix = "wire";
+  const auto t0 = Clock::now();
+  auto made = std::async(std::launch::async, [&] { return createBackend("tcp", o, kv); });
+  auto record = kv.get("wire/0", 5000ms);
+  ASSERT_TRUE(record.isOk()) << record.status().toString();
+  std::istringstream in(*record);
+  std::string tag;
+  uint64_t nonce = 0;
+  int port = 0;
+  in >> tag >> nonce >> port;
+  ASSERT_EQ(tag, "kolo-tcp1") << *record;
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0) << std::strerror(errno);
+  struct {
+    uint32_t magic, version;
+    uint64_t nonce;
+    uint32_t rank, size;
+  } hello{0x6b6f6c6f, 1, nonce, 1, 2};
+  ASSERT_EQ(::send(fd.get(), &hello, sizeof hello, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof hello));
+  uint32_t answer = 99;
+  ASSERT_EQ(::recv(fd.get(), &answer, sizeof answer, MSG_WAITALL), static_cast<ssize_t>(sizeof answer));
+  EXPECT_EQ(answer, 0u);
+  const uint8_t garbage[16] = {0xde, 0xad, 0xbe, 0xef};
+  ASSERT_EQ(::send(fd.get(), garbage, sizeof garbage, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof garbage));
+  ASSERT_EQ(made.wait_for(10s), std::future_status::ready) << "rank 0 hangs on a malformed frame";
+  auto b = made.get();
+  ASSERT_FALSE(b.isOk());
+  EXPECT_EQ(b.status().code(), Code::kPeerFailure) << b.status().toString();
+  EXPECT_NE(b.status().message().find("agent rank 1 unreachable: malformed frame (bad magic"), std::string::npos)
+      << b.status().toString();
+  EXPECT_LT(msSince(t0), 5000) << "failed by its deadline, not by the frame";
 }
 
 }  // namespace

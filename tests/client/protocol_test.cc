@@ -568,6 +568,53 @@ TEST_F(Protocol, ArenaHeldByUserBuffersFailsFastInsteadOfWaiting) {
   EXPECT_EQ(kolo_synchronize(h, -1), KOLO_OK);
 }
 
+// Zero copy out of place (input and output both shared buffers): the
+// descriptor names the output region, the client copies nothing (the
+// agent writes the output), both buffers stay busy while the op is in
+// flight, and an output that overlaps the input or runs past its buffer is
+// refused before submission.
+TEST_F(Protocol, ZeroCopyOutOfPlaceNamesTheOutputRegion) {
+  ASSERT_NO_FATAL_FAILURE(startHolding());
+  ASSERT_EQ(kolo_init(), KOLO_OK) << kolo_last_error();
+  auto* in = static_cast<float*>(kolo_alloc_shared(64 * sizeof(float)));
+  auto* out = static_cast<float*>(kolo_alloc_shared(64 * sizeof(float)));
+  ASSERT_TRUE(in != nullptr && out != nullptr) << kolo_last_error();
+  for (int i = 0; i < 64; ++i) {
+    in[i] = static_cast<float>(i);
+    out[i] = -7.0f;
+  }
+  kolo_handle_t h;
+  ASSERT_EQ(submit("zo", in, out, 64, &h), KOLO_OK) << kolo_last_error();
+  ASSERT_TRUE(agent_->waitForSubmissions(1, kWait));
+  const SubmitDesc d = agent_->submissions().at(0);
+  EXPECT_EQ(d.data_bytes, 64 * sizeof(float));
+  EXPECT_EQ(d.out_bytes, 64 * sizeof(float));
+  EXPECT_NE(d.out_offset, d.data_offset);
+  EXPECT_EQ(agent_->readArena(d.out_offset, 64 * sizeof(float)),
+            std::string(reinterpret_cast<const char*>(out), 64 * sizeof(float)));
+  kolo_free_shared(in);
+  EXPECT_EQ(kolo_last_status(), KOLO_ERR_INVALID_ARGUMENT);
+  kolo_free_shared(out);
+  EXPECT_EQ(kolo_last_status(), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(kolo_last_error(), "'zo'")) << kolo_last_error();
+  agent_->completeAll();
+  ASSERT_EQ(kolo_synchronize(h, -1), KOLO_OK) << kolo_last_error();
+  // The fake agent reduced the input slot (doubled it) and wrote nothing to
+  // the output: the client copied nothing either way.
+  EXPECT_EQ(out[5], -7.0f);
+  EXPECT_EQ(in[5], 10.0f);
+  // Overlapping output, and an output past the end of its buffer.
+  EXPECT_EQ(submit("zo.overlap", in, in + 8, 16, &h), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(kolo_last_error(), "the output overlaps the input without being the same buffer"))
+      << kolo_last_error();
+  EXPECT_EQ(submit("zo.past", in, out + 32, 64, &h), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(kolo_last_error(), "its output's 256 bytes start inside the shared arena"))
+      << kolo_last_error();
+  EXPECT_EQ(agent_->submissions().size(), 1u);
+  kolo_free_shared(in);
+  kolo_free_shared(out);
+}
+
 TEST_F(Protocol, FreeingASharedBufferInFlightIsRefused) {
   ASSERT_NO_FATAL_FAILURE(startHolding());
   ASSERT_EQ(kolo_init(), KOLO_OK) << kolo_last_error();

@@ -166,10 +166,6 @@ class NcclBackend final : public Backend {
   int rank() const override { return opts_.rank; }
   int size() const override { return opts_.size; }
 
-  void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op, Done done) override {
-    allreduceOutOfPlace(buf, buf, count, dtype, op, std::move(done));
-  }
-
   void allreduceOutOfPlace(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
                            Done done) override {
     auto t = ncclType(dtype);
