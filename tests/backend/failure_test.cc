@@ -317,6 +317,23 @@ TEST(BackendOptionsConfig, TcpSegmentKnobsAndTheirCheck) {
   EXPECT_TRUE(validateBackendOptions(o).isOk());
 }
 
+// backend-tcp-address that is not this host's: refused at once, naming it
+// (bind only: nothing is sent anywhere).
+TEST(TcpBackendWire, AnAddressThisHostDoesNotHaveIsNotViable) {
+  InMemoryKvStore kv;
+  BackendOptions o;
+  o.timeout = 5000ms;
+  o.size = 2;
+  o.tcp_address = "192.0.2.1";  // TEST-NET-1, on no interface here
+  const auto t0 = Clock::now();
+  auto b = createBackend("tcp", o, kv);
+  ASSERT_FALSE(b.isOk());
+  EXPECT_EQ(b.status().code(), Code::kUnavailable) << b.status().toString();
+  EXPECT_NE(b.status().message().find("not viable: cannot listen on 192.0.2.1"), std::string::npos)
+      << b.status().toString();
+  EXPECT_LT(msSince(t0), 1000);
+}
+
 // The tcp backend's wire, from a hostile or broken peer: this test plays
 // rank 1 of a 2-agent generation, says a correct hello (the nonce read from
 // the store), then writes a frame header without the magic. Rank 0's
