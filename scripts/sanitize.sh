@@ -136,6 +136,18 @@ summarize() {  # dir kind ctest_status
     if [ -f "$dir/Testing/Temporary/LastTestsFailed.log" ] && [ "$status" != 0 ]; then
       echo "-- failed tests:"
       sed 's/^/   /' "$dir/Testing/Temporary/LastTestsFailed.log"
+      # What each failed test said (ctest.log stays in the build dir, which
+      # CI does not keep): its assertion lines and rank lines, capped.
+      local n
+      while IFS=: read -r n _; do
+        echo "-- test #$n, excerpt:"
+        awk -v n="$n" '
+          $0 ~ "^ *[0-9]+/[0-9]+ Test +#" n ":" && /\*\*\*/ { on = 1; next }
+          on && (/^ *[0-9]+\/[0-9]+ Test +#/ || /^ *Start +[0-9]+:/) { on = 0 }
+          on' "$dir/ctest.log" |
+          grep -E 'Failure|FAIL|rror|Expected|Which is|Value of|Actual|rank [0-9]+|init failed|signal|Sanitizer' |
+          cut -c1-400 | head -60 | sed 's/^/   | /'
+      done < "$dir/Testing/Temporary/LastTestsFailed.log"
     fi
     echo "-- sanitizer reports: ${#files[@]} file(s) (in $logs and $dir/ctest.log)"
     if [ ${#files[@]} -gt 0 ]; then

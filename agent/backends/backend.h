@@ -12,7 +12,9 @@
 // within options.timeout fails the collective with PeerFailure
 // "agent rank R unreachable: ..."; after the first failure the backend is
 // broken for good (the generation is over) and every later collective
-// completes at once with the same status. A backend that cannot run at all
+// completes at once with the same status. A peer that went away fails only
+// the collectives that still need it: what it sent before leaving is still
+// received (an agent leaves once its own part of the last collective is done). A backend that cannot run at all
 // says so at creation with Unavailable "not viable: <reason>".
 //
 // Threading: the collective methods and abort() are thread-safe. `done` must

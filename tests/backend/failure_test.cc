@@ -153,6 +153,40 @@ TEST_P(FailureTest, APeerThatNeverAnswersFailsTheCollectiveWithinTheTimeout) {
   EXPECT_NE(ls[0].code(), Code::kTimedOut) << "no completion within timeout + 2.5 s";
 }
 
+// An agent whose ranks have shut down leaves as soon as its own part of the
+// last collective is done, which can be before a slower peer has even
+// started that collective. The root here sends its broadcast, completes and
+// is destroyed; the other rank posts the same broadcast only after it has
+// seen the root go, and still gets the root's data. A later collective that
+// needs the gone rank fails with PeerFailure naming it, within the timeout.
+TEST_P(FailureTest, APeerThatLeavesAfterItsPartFailsNothingThatItFinished) {
+  auto g = PeerGroup::create(GetParam(), 2, options(2000ms));
+  ASSERT_TRUE(g.isOk()) << g.status().toString();
+  auto& group = **g;
+  const size_t bytes = 4096;  // sent eagerly: the root's send completes without the receiver
+  Bytes root_buf(bytes), buf(bytes);
+  for (size_t i = 0; i < bytes; ++i) root_buf[i] = static_cast<std::byte>(i * 7 + 3);
+  auto first = std::make_shared<Completions>(1);
+  group.at(0).broadcast(root_buf.data(), bytes, /*root=*/0, first->slot(0, first));
+  auto s0 = first->wait(5000ms);
+  ASSERT_TRUE(s0[0].isOk()) << s0[0].toString();
+  group.destroy(0);
+  std::this_thread::sleep_for(300ms);  // rank 1 has seen rank 0's connection end
+  auto second = std::make_shared<Completions>(1);
+  group.at(1).broadcast(buf.data(), bytes, /*root=*/0, second->slot(0, second));
+  auto s1 = second->wait(5000ms);
+  ASSERT_TRUE(s1[0].isOk()) << s1[0].toString();
+  EXPECT_EQ(buf, root_buf);
+
+  auto later = std::make_shared<Completions>(1);
+  const auto t0 = Clock::now();
+  group.at(1).barrier(later->slot(0, later));
+  auto s2 = later->wait(2000ms + 2500ms);
+  EXPECT_EQ(s2[0].code(), Code::kPeerFailure) << s2[0].toString();
+  EXPECT_NE(s2[0].message().find("agent rank 0 unreachable"), std::string::npos) << s2[0].toString();
+  EXPECT_LE(msSince(t0), 2000 + 2000);
+}
+
 TEST_P(FailureTest, AbortFailsTheRunningAndLaterCollectives) {
   auto g = PeerGroup::create(GetParam(), 2, options(30s));
   ASSERT_TRUE(g.isOk()) << g.status().toString();
