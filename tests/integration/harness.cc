@@ -114,7 +114,12 @@ static bool waitForFile(const std::string& path, Proc& owner, std::chrono::milli
 }
 
 Cluster::Cluster(int agents, std::map<std::string, std::string> agent_env)
-    : Cluster(ClusterOptions{agents, std::move(agent_env), {}, {}, {}, "127.0.0.1:0"}) {}
+    : Cluster([&] {
+        ClusterOptions o;
+        o.agents = agents;
+        o.agent_env = std::move(agent_env);
+        return o;
+      }()) {}
 
 static std::vector<std::string> prefixed(const std::vector<std::string>& prefix, std::vector<std::string> argv) {
   std::vector<std::string> out = prefix;
