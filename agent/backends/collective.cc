@@ -414,8 +414,33 @@ void fillSegments(RingPlan& plan, const std::byte* in, std::byte* work) {
   }
 }
 
+// A collective that is one section of the ring, planned at start (when the
+// size is known): subclasses fill plan_ and call launch.
+class RingSection : public Collective {
+ public:
+  void onSent(uint32_t s, uint32_t c) override { ring_->onSent(s, c); }
+  void onReceived(uint32_t s, uint32_t c) override { ring_->onReceived(s, c); }
+  void onReduced(uint32_t s, uint32_t c) override { ring_->onReduced(s, c); }
+  bool finished() const override { return ring_ && ring_->finished(); }
+  const std::string& describe() const override { return ring_ ? ring_->describe() : plan_.what; }
+
+ protected:
+  // Runs steps [begin, end) of the ring over plan_.
+  void launch(CollectiveContext& ctx, int begin, int end) {
+    plan_.begin = begin;
+    plan_.end = end;
+    ring_ = std::make_unique<RingCollective>(std::move(plan_));
+    ring_->start(ctx);
+  }
+
+  RingPlan plan_;
+
+ private:
+  std::unique_ptr<RingCollective> ring_;
+};
+
 // Ring reduce-scatter into a scratch working copy whose own block is `out`.
-class RingReducescatter final : public Collective {
+class RingReducescatter final : public RingSection {
  public:
   RingReducescatter(const void* in, void* out, std::vector<size_t> counts, DataType dtype,
                     ReduceOp op)
@@ -432,22 +457,12 @@ class RingReducescatter final : public Collective {
     std::byte* work = ctx.scratch(total * esize);
     fillSegments(plan_, in_, work);
     plan_.work[ctx.rank()] = out_;
-    plan_.begin = 0;
-    plan_.end = ctx.size() - 1;
-    ring_ = std::make_unique<RingCollective>(std::move(plan_));
-    ring_->start(ctx);
+    launch(ctx, 0, ctx.size() - 1);
   }
-  void onSent(uint32_t s, uint32_t c) override { ring_->onSent(s, c); }
-  void onReceived(uint32_t s, uint32_t c) override { ring_->onReceived(s, c); }
-  void onReduced(uint32_t s, uint32_t c) override { ring_->onReduced(s, c); }
-  bool finished() const override { return ring_ && ring_->finished(); }
-  const std::string& describe() const override { return ring_ ? ring_->describe() : plan_.what; }
 
  private:
   const std::byte* in_;
   std::byte* out_;
-  RingPlan plan_;
-  std::unique_ptr<RingCollective> ring_;
 };
 
 // ---------------------------------------------------------------------------
@@ -674,7 +689,7 @@ class DisseminationBarrier final : public Collective {
 };
 
 // Ring allgather: the allgather half of the ring over blocks of bytes.
-class RingAllgatherv final : public Collective {
+class RingAllgatherv final : public RingSection {
  public:
   RingAllgatherv(const void* in, void* out, std::vector<size_t> recv_bytes)
       : in_(static_cast<const std::byte*>(in)), out_(static_cast<std::byte*>(out)) {
@@ -689,26 +704,16 @@ class RingAllgatherv final : public Collective {
     fillSegments(plan_, out_, out_);
     const int r = ctx.rank();
     if (plan_.work[r] != in_) moveBytes(plan_.work[r], in_, plan_.seg_count[r]);
-    plan_.begin = ctx.size() - 1;
-    plan_.end = 2 * ctx.size() - 2;
-    ring_ = std::make_unique<RingCollective>(std::move(plan_));
-    ring_->start(ctx);
+    launch(ctx, ctx.size() - 1, 2 * ctx.size() - 2);
   }
-  void onSent(uint32_t s, uint32_t c) override { ring_->onSent(s, c); }
-  void onReceived(uint32_t s, uint32_t c) override { ring_->onReceived(s, c); }
-  void onReduced(uint32_t s, uint32_t c) override { ring_->onReduced(s, c); }
-  bool finished() const override { return ring_ && ring_->finished(); }
-  const std::string& describe() const override { return ring_ ? ring_->describe() : plan_.what; }
 
  private:
   const std::byte* in_;
   std::byte* out_;
-  RingPlan plan_;
-  std::unique_ptr<RingCollective> ring_;
 };
 
 // Ring allreduce: segments are known only once the size is (at start).
-class RingAllreduce final : public Collective {
+class RingAllreduce final : public RingSection {
  public:
   RingAllreduce(const void* in, void* buf, size_t count, DataType dtype, ReduceOp op)
       : in_(static_cast<const std::byte*>(in)), buf_(static_cast<std::byte*>(buf)), count_(count) {
@@ -722,23 +727,13 @@ class RingAllreduce final : public Collective {
     // rank's left neighbour's by the reduce-scatter, that one by the
     // allgather's first step.
     fillSegments(plan_, in_, buf_);
-    plan_.begin = 0;
-    plan_.end = 2 * ctx.size() - 2;
-    ring_ = std::make_unique<RingCollective>(std::move(plan_));
-    ring_->start(ctx);
+    launch(ctx, 0, 2 * ctx.size() - 2);
   }
-  void onSent(uint32_t s, uint32_t c) override { ring_->onSent(s, c); }
-  void onReceived(uint32_t s, uint32_t c) override { ring_->onReceived(s, c); }
-  void onReduced(uint32_t s, uint32_t c) override { ring_->onReduced(s, c); }
-  bool finished() const override { return ring_ && ring_->finished(); }
-  const std::string& describe() const override { return ring_ ? ring_->describe() : plan_.what; }
 
  private:
   const std::byte* in_;
   std::byte* buf_;
   size_t count_;
-  RingPlan plan_;
-  std::unique_ptr<RingCollective> ring_;
 };
 
 }  // namespace
