@@ -109,6 +109,7 @@ Status Agent::start() {
   {
     timeline::TimelineOptions to;
     to.label = opts_.agent_id;
+    to.dir = opts_.timeline_dir;  // confines every caller's file name
     timeline_ = std::make_unique<Timeline>(to);
   }
   if (!opts_.timeline_filename.empty()) {
@@ -135,8 +136,8 @@ StatusOr<std::string> Agent::timelineOnLoop(bool start, const std::string& path,
   std::string file = substitutePathToken(path, "%a", opts_.agent_id);
   if (timeline_->active()) RETURN_IF_ERROR(timeline_->stop());
   RETURN_IF_ERROR(timeline_->start(file, mark_cycles));
-  logger()->info("timeline started: {}", file);
-  return file;
+  logger()->info("timeline started: {}", timeline_->path());
+  return timeline_->path();
 }
 
 void Agent::checkStallsOnLoop() {

@@ -14,8 +14,10 @@ void defineAgentKnobs(Config& c) {
       .define("socket-group", KnobType::kString, "",
               "Group owning the socket (members may connect); empty keeps the agent's group")
       .define("coordinator", KnobType::kString, "127.0.0.1:7470", "kolo-coordinator address host:port")
-      .define("rpc-listen", KnobType::kString, "0.0.0.0:7471",
-              "gRPC status service address (port 0 picks a free port)")
+      .define("rpc-listen", KnobType::kString, "127.0.0.1:7471",
+              "gRPC status service address (port 0 picks a free port); loopback by default: to serve other "
+              "hosts, set an address and --rpc-auth-token-file (Drain and Timeline need the token, or, without "
+              "one, a loopback peer)")
       .define("metrics-listen", KnobType::kString, "0.0.0.0:7472",
               "Prometheus /metrics HTTP address (port 0 picks a free port; empty disables)")
       .define("ready-file", KnobType::kString, "",
@@ -63,7 +65,12 @@ void defineAgentKnobs(Config& c) {
               "Noise of the Gaussian process (normalised score units)")
       .define("cache-capacity", KnobType::kInt, "1024", "Response cache entries (0 disables)")
       .define("timeline-filename", KnobType::kString, "",
-              "Write a Chrome trace of every collective here (%a = agent id)")
+              "Write a Chrome trace of every collective here (%a = agent id); a relative name is taken inside "
+              "--timeline-dir, an absolute one must lie inside it")
+      .define("timeline-dir", KnobType::kString, "/var/log/kolo/timeline",
+              "The only directory the agent writes timelines in (--timeline-filename, `kolo timeline start`, a "
+              "trainer's start_timeline): names outside it, with '..' or through a symbolic link are refused; "
+              "empty turns timelines off")
       .define("timeline-mark-cycles", KnobType::kBool, "false", "Mark each negotiation cycle in the timeline")
       .define("stall-check-time-s", KnobType::kInt, "60",
               "Report collectives some ranks have submitted and others not for this long")
@@ -153,6 +160,7 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   // "%a" stands for the agent id, so several agents on one host can share a setting.
   o.timeline_filename = substitutePathToken(o.timeline_filename, "%a", o.agent_id);
   o.timeline_mark_cycles = c.getBool("timeline-mark-cycles");
+  o.timeline_dir = c.getString("timeline-dir");
   o.autotune = c.getBool("autotune");
   o.autotune_log_file = c.getString("autotune-log-file");
   o.autotune_log_file = substitutePathToken(o.autotune_log_file, "%a", o.agent_id);

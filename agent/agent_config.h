@@ -40,6 +40,7 @@ struct AgentOptions {
   uint64_t cross_pipeline_bytes = 8ull << 20;  // 0: no allreduce is pipelined across agents
   std::string timeline_filename;
   bool timeline_mark_cycles = false;
+  std::string timeline_dir;  // every timeline file lies inside it (empty: timelines off)
   bool autotune = false;
   std::string autotune_log_file;  // %a already replaced; %j is replaced per job
   int autotune_warmup_samples = 3;

@@ -99,8 +99,9 @@ std::string Timeline::path() const {
 Status Timeline::start(const std::string& path, bool mark_cycles) {
   if (active()) return invalidArgument("timeline already recording to " + this->path());
   if (path.empty()) return invalidArgument("timeline: empty file name");
-  auto file = TraceFile::create(path);
+  auto file = TraceFile::create(options_.dir, path);
   if (!file.isOk()) return file.status();
+  const std::string full_path = file.value().path();
   if (!queue_) {
     queue_ = std::make_unique<Queue>(options_.queue_capacity);
   } else {
@@ -134,7 +135,7 @@ Status Timeline::start(const std::string& path, bool mark_cycles) {
     std::lock_guard<std::mutex> lk(mu_);
     stop_requested_ = false;
     flush_requested_ = false;
-    path_ = path;
+    path_ = full_path;
     writer_status_ = okStatus();
   }
   dropped_.store(0, std::memory_order_relaxed);
@@ -143,8 +144,8 @@ Status Timeline::start(const std::string& path, bool mark_cycles) {
   mark_cycles_.store(mark_cycles, std::memory_order_relaxed);
   writer_ = std::thread([this] { writerMain(); });
   active_.store(true, std::memory_order_release);
-  log::get("agent.timeline")->info("timeline recording to {}{}", path,
-                                   mark_cycles ? " (marking cycles)" : "");
+  log::get("agent.timeline")
+      ->info("timeline recording to {}{}", full_path, mark_cycles ? " (marking cycles)" : "");
   return okStatus();
 }
 

@@ -69,6 +69,10 @@ struct TimelineOptions {
   // file's first event so that `kolo timeline merge` can label and align
   // several agents' files.
   std::string label;
+  // The only directory files are written in (--timeline-dir): start()'s
+  // name is taken inside it, refused outside it (timeline_file.h,
+  // openTimelineFile). Empty: start() refuses every name.
+  std::string dir;
 };
 
 class Timeline {
@@ -78,8 +82,10 @@ class Timeline {
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
-  // Creates `path` and starts recording; fails if already recording or the
-  // file cannot be created.
+  // Creates `path` inside options.dir (a relative name inside it, an
+  // absolute one only below it) and starts recording; fails if already
+  // recording or the file is refused or cannot be created. path() is then
+  // the file's full path.
   Status start(const std::string& path, bool mark_cycles = false);
   // Writes everything recorded so far and closes the file. No-op when idle.
   Status stop();

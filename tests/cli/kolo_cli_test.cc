@@ -106,7 +106,8 @@ class KoloCliDaemons : public ::testing::Test {
     socket_ = tmp_.path() + "/agent.sock";
     agent_ = std::make_unique<TestProcess>(
         std::vector<std::string>{binDir() + "/kolo-agent", "--socket", socket_, "--coordinator",
-                                 coordinator_address_, "--rpc-listen", "127.0.0.1:0", "--ready-file", agent_ready,
+                                 coordinator_address_, "--rpc-listen", "127.0.0.1:0",
+                                 "--ready-file", agent_ready, "--timeline-dir", tmp_.path(),
                                  "--agent-id", "cli-test-agent", "--metrics-listen", "127.0.0.1:0"},
         kQuiet);
     ASSERT_TRUE(waitForFile(agent_ready, 30s)) << agent_->err();

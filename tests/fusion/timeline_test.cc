@@ -1,6 +1,9 @@
+#include "agent/timeline/timeline.h"
+
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,7 +16,6 @@
 #include <sstream>
 
 #include "agent/timeline/mpsc_queue.h"
-#include "agent/timeline/timeline.h"
 #include "agent/timeline/timeline_merge.h"
 
 namespace kolo::timeline {
@@ -35,6 +37,7 @@ class TempDir {
     if (!path_.empty()) fs::remove_all(path_, ec);
   }
   std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  const std::string& path() const { return path_; }
   bool ok() const { return !path_.empty(); }
 
  private:
@@ -122,6 +125,7 @@ TEST(Timeline, StopWritesValidTraceWithExpectedEvents) {
   FakeClock clock;
   TimelineOptions opts;
   opts.clock_us = clock.fn();
+  opts.dir = dir.path();
   Timeline tl(opts);
   tl.negotiateStart("ignored", CollectiveType::kAllreduce);  // not recording yet
   const std::string path = dir.file("trace.json");
@@ -230,6 +234,7 @@ TEST(Timeline, FileIsValidAfterEveryFlush) {
   ASSERT_TRUE(dir.ok());
   TimelineOptions opts;
   opts.flush_interval = 1h;  // flush only when asked
+  opts.dir = dir.path();
   Timeline tl(opts);
   const std::string path = dir.file("t.json");
   ASSERT_TRUE(tl.start(path).isOk());
@@ -259,6 +264,7 @@ TEST(Timeline, FullQueueDropsAndCounts) {
   TimelineOptions opts;
   opts.queue_capacity = 8;
   opts.flush_interval = 1h;
+  opts.dir = dir.path();
   Timeline tl(opts);
   const std::string path = dir.file("t.json");
   ASSERT_TRUE(tl.start(path).isOk());
@@ -271,7 +277,9 @@ TEST(Timeline, FullQueueDropsAndCounts) {
 TEST(Timeline, RestartWritesAFreshFileAndBadPathFails) {
   TempDir dir;
   ASSERT_TRUE(dir.ok());
-  Timeline tl;
+  TimelineOptions opts;
+  opts.dir = dir.path();
+  Timeline tl(opts);
   EXPECT_FALSE(tl.start(dir.file("no/such/dir/t.json")).isOk());
   EXPECT_FALSE(tl.active());
   ASSERT_TRUE(tl.start(dir.file("a.json")).isOk());
@@ -303,6 +311,7 @@ TEST(Timeline, SurvivesSigkillOfTheWritingProcess) {
     ::close(fds[0]);
     TimelineOptions opts;
     opts.flush_interval = 20ms;
+    opts.dir = dir.path();
     Timeline tl(opts);
     if (!tl.start(path).isOk()) ::_exit(2);
     uint64_t n = 0;
@@ -387,6 +396,7 @@ TEST(TimelineMerge, RecordedFilesCarryTheAnchorFirst) {
   ASSERT_TRUE(dir.ok());
   TimelineOptions opts;
   opts.label = "node7";
+  opts.dir = dir.path();
   Timeline tl(opts);
   ASSERT_TRUE(tl.start(dir.file("t.json")).isOk());
   ASSERT_TRUE(tl.stop().isOk());
@@ -397,6 +407,152 @@ TEST(TimelineMerge, RecordedFilesCarryTheAnchorFirst) {
   EXPECT_EQ(anchor.at("args").at("label"), "node7");
   EXPECT_EQ(anchor.at("args").at("ts_us"), 0);
   EXPECT_GT(anchor.at("args").at("unix_us").get<int64_t>(), 1'600'000'000'000'000);
+}
+
+// --- the timeline directory: every file is created inside it ---
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A timeline directory and, beside it, a file it must never touch.
+struct ConfinedSetup {
+  TempDir root;
+  std::string dir, victim;
+  const std::string kVictimText = "root-owned configuration\n";
+  ConfinedSetup() {
+    dir = root.file("timelines");
+    victim = root.file("victim.conf");
+    fs::create_directory(dir);
+    std::ofstream(victim) << kVictimText;
+  }
+  Status start(const std::string& name) {
+    TimelineOptions opts;
+    opts.dir = dir;
+    Timeline tl(opts);
+    Status st = tl.start(name);
+    if (st.isOk()) {
+      last_path = tl.path();
+      (void)tl.stop();
+    }
+    return st;
+  }
+  std::string last_path;
+};
+
+void expectRefused(ConfinedSetup& s, const std::string& name, const std::string& why) {
+  Status st = s.start(name);
+  ASSERT_FALSE(st.isOk()) << name << " was accepted";
+  EXPECT_EQ(st.code(), Code::kPermissionDenied) << st.message();
+  EXPECT_EQ(st.message(), "timeline path '" + name + "' " + why +
+                              " (this agent writes timelines only inside " + s.dir +
+                              ", set by --timeline-dir (KOLO_TIMELINE_DIR))");
+  EXPECT_EQ(slurp(s.victim), s.kVictimText) << "the file outside the directory changed";
+}
+
+TEST(TimelineDir, RelativeAndAbsoluteNamesInsideAreWritten) {
+  ConfinedSetup s;
+  ASSERT_TRUE(s.start("rel.json").isOk());
+  EXPECT_EQ(s.last_path, s.dir + "/rel.json");
+  EXPECT_NO_THROW(parseFile(s.dir + "/rel.json"));
+  ASSERT_TRUE(s.start(s.dir + "/./abs.json").isOk());
+  EXPECT_EQ(s.last_path, s.dir + "/abs.json");
+  fs::create_directory(s.dir + "/sub");
+  ASSERT_TRUE(s.start("sub/deep.json").isOk());
+  EXPECT_EQ(s.last_path, s.dir + "/sub/deep.json");
+  // New files are 0640 at most (less the umask).
+  EXPECT_EQ(fs::status(s.dir + "/rel.json").permissions() &
+                (fs::perms::group_write | fs::perms::others_all),
+            fs::perms::none);
+  // An existing regular file is truncated and reused (Horovod overwrites too).
+  std::ofstream(s.dir + "/old.json") << std::string(10000, 'x');
+  ASSERT_TRUE(s.start("old.json").isOk());
+  EXPECT_NO_THROW(parseFile(s.dir + "/old.json"));
+}
+
+TEST(TimelineDir, AbsolutePathOutsideIsRefused) {
+  ConfinedSetup s;
+  expectRefused(s, s.victim, "is outside the timeline directory");
+  expectRefused(s, s.root.file("new-outside.json"), "is outside the timeline directory");
+  EXPECT_FALSE(fs::exists(s.root.file("new-outside.json")));
+  // A sibling whose name merely starts with the directory's.
+  expectRefused(s, s.dir + "-other/t.json", "is outside the timeline directory");
+  EXPECT_FALSE(fs::exists(s.dir + "-other"));
+}
+
+TEST(TimelineDir, DotDotIsRefused) {
+  ConfinedSetup s;
+  expectRefused(s, "../victim.conf", "has a '..' component");
+  expectRefused(s, s.dir + "/../victim.conf", "has a '..' component");
+  fs::create_directory(s.dir + "/sub");
+  expectRefused(s, "sub/../../victim.conf", "has a '..' component");
+}
+
+TEST(TimelineDir, SymbolicLinksAreNotFollowed) {
+  ConfinedSetup s;
+  // The leaf is a link to the victim; a subdirectory is a link out of the
+  // directory: neither is followed, the victim stays as it was.
+  fs::create_symlink(s.victim, s.dir + "/trace.json");
+  expectRefused(s, "trace.json", "is a symbolic link");
+  expectRefused(s, s.dir + "/trace.json", "is a symbolic link");
+  fs::create_symlink(s.root.path(), s.dir + "/up");
+  expectRefused(s, "up/victim.conf",
+                "goes through " + s.dir + "/up, a symbolic link or not a directory");
+  // A dangling link is not created through either.
+  fs::create_symlink(s.root.file("created-outside.json"), s.dir + "/dangling.json");
+  expectRefused(s, "dangling.json", "is a symbolic link");
+  EXPECT_FALSE(fs::exists(s.root.file("created-outside.json")));
+}
+
+TEST(TimelineDir, OnlyRegularFilesWithOneLinkAreReused) {
+  ConfinedSetup s;
+  ASSERT_EQ(::mkfifo((s.dir + "/fifo.json").c_str(), 0600), 0);
+  expectRefused(s, "fifo.json", "exists and is not a regular file");
+  fs::create_directory(s.dir + "/adir");
+  expectRefused(s, "adir", "exists and is not a regular file");
+  fs::create_hard_link(s.victim, s.dir + "/hard.json");
+  expectRefused(s, "hard.json", "exists and has other hard links");
+  expectRefused(s, s.dir, "names the directory itself, not a file in it");
+}
+
+TEST(TimelineDir, TheDirectoryMayBeReachedThroughALink) {
+  ConfinedSetup s;
+  const std::string link = s.root.file("link-to-timelines");
+  fs::create_symlink(s.dir, link);
+  TimelineOptions opts;
+  opts.dir = link;  // as configured; names below it or below its real path are inside
+  Timeline tl(opts);
+  ASSERT_TRUE(tl.start(link + "/a.json").isOk());
+  EXPECT_EQ(tl.path(), s.dir + "/a.json");
+  ASSERT_TRUE(tl.stop().isOk());
+  ASSERT_TRUE(tl.start(s.dir + "/b.json").isOk());
+  ASSERT_TRUE(tl.stop().isOk());
+  EXPECT_FALSE(tl.start(s.victim).isOk());
+}
+
+TEST(TimelineDir, NoDirectoryMeansNoTimelines) {
+  TempDir d;
+  ASSERT_TRUE(d.ok());
+  Timeline tl;  // options.dir empty
+  Status st = tl.start(d.file("t.json"));
+  ASSERT_FALSE(st.isOk());
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "timelines are off on this agent: no timeline directory is set (--timeline-dir "
+            "(KOLO_TIMELINE_DIR))");
+  EXPECT_FALSE(fs::exists(d.file("t.json")));
+  TimelineOptions missing;
+  missing.dir = d.file("no-such-dir");
+  Timeline tl2(missing);
+  st = tl2.start("t.json");
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("the timeline directory " + d.file("no-such-dir") +
+                              " (--timeline-dir (KOLO_TIMELINE_DIR)) cannot be used"),
+            std::string::npos)
+      << st.message();
 }
 
 }  // namespace

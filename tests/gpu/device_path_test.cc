@@ -243,6 +243,7 @@ TEST(DevicePathGpu, DISABLED_BenchTrainersSharingOneGpu) {
     std::map<std::string, std::string> agent_env;
     if (const char* out = std::getenv("OUT"); out != nullptr && *out != '\0') {
       agent_env["KOLO_TIMELINE_FILENAME"] = std::string(out) + "/devbench-w" + std::to_string(world) + "-%a.json";
+      agent_env["KOLO_TIMELINE_DIR"] = out;
     }
     Cluster c(1, agent_env);
     ASSERT_TRUE(c.ok()) << c.error();

@@ -293,6 +293,7 @@ std::map<std::string, std::string> timelineArgs(const std::string& bin, const st
   {
     std::map<std::string, std::string> env = agent_env;
     env["KOLO_TIMELINE_FILENAME"] = std::string(dir) + "/trace-%a.json";
+    env["KOLO_TIMELINE_DIR"] = dir;
     Cluster c(2, env);
     if (!c.ok()) {
       ADD_FAILURE() << c.error();

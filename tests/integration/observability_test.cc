@@ -41,7 +41,7 @@ TEST(Timeline, OneAgentWritesValidChromeTrace) {
   ASSERT_NE(::mkdtemp(dir), nullptr);
   std::string path = std::string(dir) + "/trace.json";
   {
-    Cluster c(1, {{"KOLO_TIMELINE_FILENAME", path}});
+    Cluster c(1, {{"KOLO_TIMELINE_FILENAME", path}, {"KOLO_TIMELINE_DIR", dir}});
     ASSERT_TRUE(c.ok()) << c.error();
     auto ranks = c.launchJob("tl", 2, {checkBin(), "loop", "20"});
     ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
@@ -64,7 +64,7 @@ TEST(Timeline, TwoAgentsShowCrossAllreduceAndSurviveSigkill) {
   std::string pattern = std::string(dir) + "/trace-%a.json";
   std::string p0 = std::string(dir) + "/trace-node0.json", p1 = std::string(dir) + "/trace-node1.json";
   {
-    Cluster c(2, {{"KOLO_TIMELINE_FILENAME", pattern}});
+    Cluster c(2, {{"KOLO_TIMELINE_FILENAME", pattern}, {"KOLO_TIMELINE_DIR", dir}});
     ASSERT_TRUE(c.ok()) << c.error();
     auto ranks = c.launchMultiJob("tl2", {1, 1}, {checkBin(), "loop", "1000000"});
     // Let it run long enough for several flushes, then kill node0's agent outright.
@@ -91,7 +91,8 @@ TEST(Timeline, MergeMakesOneJobTraceFromEveryAgentsFile) {
   std::string p0 = std::string(dir) + "/trace-node0.json", p1 = std::string(dir) + "/trace-node1.json";
   std::string merged = std::string(dir) + "/job.json";
   {
-    Cluster c(2, {{"KOLO_TIMELINE_FILENAME", std::string(dir) + "/trace-%a.json"}});
+    Cluster c(2, {{"KOLO_TIMELINE_FILENAME", std::string(dir) + "/trace-%a.json"},
+                  {"KOLO_TIMELINE_DIR", dir}});
     ASSERT_TRUE(c.ok()) << c.error();
     auto ranks = c.launchMultiJob("tlm", {1, 1}, {checkBin(), "loop", "30"});
     ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
@@ -137,7 +138,7 @@ TEST(Timeline, ApiStartsAndStopsTheAgentsTimeline) {
   ASSERT_NE(::mkdtemp(dir), nullptr);
   std::string path = std::string(dir) + "/api.json";
   {
-    Cluster c(1);
+    Cluster c(1, {{"KOLO_TIMELINE_DIR", dir}});
     ASSERT_TRUE(c.ok()) << c.error();
     auto ranks = c.launchJob("tlapi", 2, {checkBin(), "api-timeline", path});
     ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
