@@ -1,6 +1,7 @@
 #include "agent/rpc/status_service.h"
 
 #include "agent/agent.h"
+#include "agent/rpc/admin_auth.h"
 #include "common/config_grpc.h"
 #include "common/log.h"
 #include "kolo/proto/agent.grpc.pb.h"
@@ -65,7 +66,14 @@ class StatusService final : public agentrpc::Agent::Service {
         [this, req] { return agent_.timelineOnLoop(req->start(), req->path(), req->mark_cycles()); }, kLoopTimeout);
     if (!r.isOk()) return loopTimeout(r.status());
     if (!r.value().isOk()) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, r.value().status().message());
+      // A name outside --timeline-dir is PERMISSION_DENIED; the rest (already
+      // recording, the directory missing) FAILED_PRECONDITION.
+      const Status& st = r.value().status();
+      grpc::StatusCode code =
+          st.code() == Code::kPermissionDenied  ? grpc::StatusCode::PERMISSION_DENIED
+          : st.code() == Code::kInvalidArgument ? grpc::StatusCode::INVALID_ARGUMENT
+                                                : grpc::StatusCode::FAILED_PRECONDITION;
+      return grpc::Status(code, st.message());
     }
     out->set_path(r.value().value());
     return grpc::Status::OK;
@@ -89,8 +97,14 @@ class StatusService final : public agentrpc::Agent::Service {
   }
 
  private:
+  // Drain and Timeline: the token, or without one a loopback peer (admin_auth.h).
   grpc::Status authorize(const grpc::ServerContext& ctx, const std::string& call) const {
-    grpc::Status s = checkBearerToken(ctx, token_, call);
+    std::optional<std::string> authorization;
+    const auto& md = ctx.client_metadata();
+    if (auto it = md.find("authorization"); it != md.end()) {
+      authorization.emplace(it->second.data(), it->second.size());
+    }
+    grpc::Status s = checkAdminCall(call, token_, authorization, ctx.peer());
     if (!s.ok()) log::get("agent.rpc")->warn("refused {} from {}: {}", call, ctx.peer(), s.error_message());
     return s;
   }
@@ -106,6 +120,18 @@ std::shared_ptr<grpc::ServerCredentials> statusServiceCredentials(const GrpcServ
 }
 
 std::unique_ptr<grpc::Service> makeStatusService(Agent& agent) {
+  const AgentOptions& o = agent.options();
+  const std::string host = o.rpc_listen.substr(0, o.rpc_listen.rfind(':'));
+  const bool loopback =
+      host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host.rfind("unix:", 0) == 0;
+  if (!loopback && o.rpc_security.token.empty()) {
+    log::get("agent.rpc")
+        ->warn(
+            "the status service listens on {} without --rpc-auth-token-file: other hosts may read "
+            "the status, and "
+            "Drain and Timeline are accepted from loopback only",
+            o.rpc_listen);
+  }
   return std::make_unique<StatusService>(agent);
 }
 

@@ -1,7 +1,8 @@
 // gRPC `Agent` service (proto/agent.proto): handlers post to the agent loop
 // and wait (bounded) for a snapshot; they never touch loop state directly.
-// With --rpc-auth-token-file, the calls that change the agent (Drain,
-// Timeline) need the bearer token; the read-only ones stay open.
+// The calls that change the agent or write files (Drain, Timeline) need the
+// --rpc-auth-token-file bearer token, or, when none is set, a loopback peer
+// (admin_auth.h); the read-only ones stay open.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
