@@ -136,10 +136,12 @@ StatusOr<EmbeddedAgent*> EmbeddedDaemons::spawnAgent(const std::string& id) {
   a.socket = base + ".sock";
   a.ready_file = base + ".ready";
   a.log_path = base + ".log";
-  std::vector<std::string> argv = {opts_.agent_bin, "--socket", a.socket, "--coordinator", coordinator_address_,
-                                   "--rpc-listen", "127.0.0.1:0", "--ready-file", a.ready_file, "--agent-id", a.id,
-                                   // Several agents (and maybe a system agent) share this machine: no fixed port.
-                                   "--metrics-listen", "127.0.0.1:0"};
+  std::vector<std::string> argv = {
+      opts_.agent_bin, "--socket", a.socket, "--coordinator", coordinator_address_, "--rpc-listen",
+      "127.0.0.1:0", "--rpc-auth-token-file", admin_token_file_, "--ready-file", a.ready_file,
+      "--agent-id", a.id,
+      // Several agents (and maybe a system agent) share this machine: no fixed port.
+      "--metrics-listen", "127.0.0.1:0"};
   if (opts_.elastic) {  // each agent stands for one host: the coordinator orders agents by it
     argv.push_back("--hostname");
     argv.push_back(a.id);
@@ -222,6 +224,17 @@ Status EmbeddedDaemons::makeDir() {
   if (::mkdtemp(buf.data()) == nullptr) return errnoStatus("cannot create a directory in " + root, errno);
   dir_ = buf.data();
   ::chmod(dir_.c_str(), 0700);
+  // The agents' admin token: in a file (0600, in this 0700 directory), never
+  // on a command line.
+  ASSIGN_OR_RETURN(JobIdentity admin, newJobIdentity());
+  admin_token_file_ = dir_ + "/agent-admin.token";
+  UniqueFd tf(::open(admin_token_file_.c_str(),
+                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!tf.valid()) return errnoStatus("cannot create " + admin_token_file_, errno);
+  const std::string line = admin.token + "\n";
+  if (::write(tf.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    return errnoStatus("cannot write " + admin_token_file_, errno);
+  }
   inotify_.reset(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
   if (inotify_.valid()) {
     ::inotify_add_watch(inotify_.get(), dir_.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE | IN_CREATE);

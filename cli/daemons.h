@@ -3,9 +3,12 @@
 // each has written its ready file, and stops them at the end.
 //
 // Everything lives in one private directory (mkdtemp under $TMPDIR or /tmp,
-// mode 0700): the agents' sockets, the ready files and the daemons' logs
-// (coordinator.log, agent-<i>.log). It is removed at the end; when a daemon
-// failed, its logs are kept there and the error names them.
+// mode 0700): the agents' sockets, the ready files, the daemons' logs
+// (coordinator.log, agent-<i>.log) and agent-admin.token (0600), a random
+// token the agents require on their admin calls (--rpc-auth-token-file):
+// their gRPC port is on loopback, which every user of the machine reaches.
+// It is removed at the end; when a daemon failed, its logs are kept there
+// and the error names them.
 #pragma once
 
 #include <chrono>
@@ -76,6 +79,8 @@ class EmbeddedDaemons {
   EmbeddedDaemons& operator=(const EmbeddedDaemons&) = delete;
 
   const std::string& dir() const { return dir_; }
+  // The agents' admin token file (for KOLO_AGENT_TOKEN_FILE in the ranks).
+  const std::string& adminTokenFile() const { return admin_token_file_; }
   const std::string& coordinatorAddress() const { return coordinator_address_; }
   const std::vector<EmbeddedAgent>& agents() const { return agents_; }
   // Set once a daemon exited while it should have been running: which one,
@@ -104,6 +109,7 @@ class EmbeddedDaemons {
   Supervisor& sup_;
   EmbeddedOptions opts_;
   std::string dir_;
+  std::string admin_token_file_;
   UniqueFd inotify_;
   std::string coordinator_address_;
   std::string coordinator_log_;

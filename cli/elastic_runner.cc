@@ -271,7 +271,8 @@ int ElasticRunner::run() {
   eo.log_level = opts_.log_level;
   eo.verbose = opts_.verbose;
   eo.start_timeout = std::chrono::seconds(opts_.start_timeout_s);
-  eo.agent_env = tuningEnv(opts_);
+  // With its timeline directory: the agent writes timelines only inside it.
+  eo.agent_env = embeddedAgentEnv(opts_, processEnvironment(), currentDirectory());
   eo.elastic = true;
   // A dead agent is found by its lease: 2 s here (5 s by default).
   eo.coordinator_args = {"--lease-ms", "2000", "--heartbeat-interval-ms", "400"};
@@ -309,6 +310,8 @@ int ElasticRunner::run() {
   plan_.command = opts_.command;
   for (auto& [k, v] : tuningEnv(opts_)) plan_.extra_env[k] = v;
   for (auto& [k, v] : privateClientEnv()) plan_.extra_env[k] = v;
+  plan_.extra_env["KOLO_AGENT_TOKEN_FILE"] =
+      daemons_->adminTokenFile();  // `kolo drain` on a private agent
   plan_.extra_env["KOLO_MIN_NP"] = std::to_string(opts_.min_np);
   plan_.extra_env["KOLO_MAX_NP"] = std::to_string(opts_.max_np);
   char timeout[32];

@@ -169,7 +169,8 @@ Status JobRunner::startEmbedded(int num_agents) {
   eo.log_level = opts_.log_level;
   eo.verbose = opts_.verbose;
   eo.start_timeout = std::chrono::seconds(opts_.start_timeout_s);
-  eo.agent_env = tuningEnv(opts_);
+  // With its timeline directory: the agent writes timelines only inside it.
+  eo.agent_env = embeddedAgentEnv(opts_, processEnvironment(), currentDirectory());
   auto cancelled = [this] {
     for (int sig : sup_->takeSignals()) {
       if (received_signal_ == 0) received_signal_ = sig;
@@ -186,6 +187,8 @@ Status JobRunner::startEmbedded(int num_agents) {
   // The ranks' KOLO_COORDINATOR and KOLO_AGENT_RPC name the private plain-text
   // daemons: `kolo` inside a rank must not use TLS settings meant for others.
   for (auto& [k, v] : privateClientEnv()) plan_.extra_env[k] = v;
+  // ...except the token file of the private agents' admin calls (`kolo drain`).
+  plan_.extra_env["KOLO_AGENT_TOKEN_FILE"] = daemons_->adminTokenFile();
   for (const EmbeddedAgent& a : daemons_->agents()) {
     plan_.nodes.push_back({"localhost", true, a.id, a.socket, a.rpc_address});
   }
@@ -222,6 +225,8 @@ Status JobRunner::spawnRanks() {
     spec.argv = rankArgv(plan_, r);
     if (plan_.nodes[static_cast<size_t>(plan_.ranks[static_cast<size_t>(r)].node)].local) {
       spec.env = rankEnv(plan_, r);
+    } else {
+      spec.stdin_data = rankStdin(plan_, r);  // the job token: never on ssh's command line
     }
     const std::string tag = std::to_string(r);
     spec.on_stdout = forward(STDOUT_FILENO, std::string("[").append(tag).append("]<stdout>:"));

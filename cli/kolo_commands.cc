@@ -2,7 +2,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <filesystem>
 #include <vector>
 
 #include "cli/status_format.h"
@@ -151,10 +150,9 @@ int cmdTimelineStart(const KoloCliOptions& o, const std::string& path, bool mark
   prepare(ctx, o, o.agent_security);
   agentrpc::TimelineRequest req;
   req.set_start(true);
-  // The agent runs elsewhere (another working directory): send an absolute path.
-  std::error_code ec;
-  auto abs = std::filesystem::absolute(path, ec);
-  req.set_path(ec ? path : abs.string());
+  // As given: the agent takes a relative name inside its --timeline-dir
+  // and refuses anything outside that directory.
+  req.set_path(path);
   req.set_mark_cycles(mark_cycles);
   agentrpc::TimelineReply reply;
   grpc::Status s = agentStub(o)->Timeline(&ctx, req, &reply);

@@ -77,7 +77,12 @@ int main(int argc, char** argv) {
   std::string timeline_path;
   bool mark_cycles = false;
   CLI::App* tl_start = timeline->add_subcommand("start", "Start writing a Chrome-trace timeline to PATH");
-  tl_start->add_option("PATH", timeline_path, "The file to write (on the agent's machine)")->required();
+  tl_start
+      ->add_option(
+          "PATH", timeline_path,
+          "The file to write on the agent's machine: a name inside the agent's --timeline-dir "
+          "(relative names are taken there), or an absolute path inside it")
+      ->required();
   tl_start->add_flag("--mark-cycles", mark_cycles, "Also mark each negotiation cycle");
   agent_opt(tl_start);
   json_opt(tl_start);

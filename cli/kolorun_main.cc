@@ -9,15 +9,8 @@
 #include "cli/kolorun_options.h"
 #include "common/log.h"
 
-extern char** environ;
-
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
+  std::map<std::string, std::string> env = kolo::cli::processEnvironment();
   auto opts = kolo::cli::parseKolorunArgs(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!opts.isOk()) {
     std::fprintf(stderr, "kolorun: %s\n", opts.status().message().c_str());

@@ -1,6 +1,9 @@
 #include "cli/kolorun_options.h"
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
+
+extern char** environ;
 
 namespace kolo::cli {
 
@@ -150,6 +153,72 @@ std::vector<std::pair<std::string, std::string>> tuningEnv(const KolorunOptions&
   if (o.autotune) env.emplace_back("KOLO_AUTOTUNE", "1");
   if (!o.log_level.empty()) env.emplace_back("KOLO_LOG_LEVEL", o.log_level);
   return env;
+}
+
+namespace {
+
+// "/a/./b//c/" -> "/a/b/c" (no ".." handling: the agent refuses those).
+std::string lexicallyClean(const std::string& path) {
+  std::string out;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t slash = path.find('/', pos);
+    std::string c = path.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
+    if (!c.empty() && c != ".") out += "/" + c;
+    if (slash == std::string::npos) break;
+    pos = slash + 1;
+  }
+  return out.empty() ? "/" : out;
+}
+
+void setVar(std::vector<std::pair<std::string, std::string>>& env, const std::string& k,
+            const std::string& v) {
+  for (auto& kv : env) {
+    if (kv.first == k) {
+      kv.second = v;
+      return;
+    }
+  }
+  env.emplace_back(k, v);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> embeddedAgentEnv(
+    const KolorunOptions& o, const std::map<std::string, std::string>& env,
+    const std::string& cwd) {
+  auto out = tuningEnv(o);
+  if (env.count("KOLO_TIMELINE_DIR") != 0) return out;  // the user's choice, passed on as is
+  std::string file = o.timeline_filename;
+  for (const char* name : {"KOLO_TIMELINE_FILENAME", "HOROVOD_TIMELINE"}) {
+    auto it = env.find(name);
+    if (file.empty() && it != env.end()) file = it->second;
+  }
+  if (file.empty()) {
+    setVar(out, "KOLO_TIMELINE_DIR", cwd);
+    return out;
+  }
+  std::string abs = lexicallyClean(file.front() == '/' ? file : cwd + "/" + file);
+  std::string dir = abs.substr(0, abs.rfind('/'));
+  setVar(out, "KOLO_TIMELINE_FILENAME", abs);
+  setVar(out, "KOLO_TIMELINE_DIR", dir.empty() ? "/" : dir);
+  return out;
+}
+
+std::map<std::string, std::string> processEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+std::string currentDirectory() {
+  std::error_code ec;
+  auto p = std::filesystem::current_path(ec);
+  return ec ? std::string("/") : p.string();
 }
 
 }  // namespace kolo::cli

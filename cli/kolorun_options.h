@@ -51,4 +51,20 @@ StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
 // agents and the ranks.
 std::vector<std::pair<std::string, std::string>> tuningEnv(const KolorunOptions& o);
 
+// The environment for kolorun's embedded agents: tuningEnv plus their
+// timeline directory (the agent writes timelines only inside its
+// --timeline-dir). A KOLO_TIMELINE_DIR in `env` is kept as the user's
+// choice. Otherwise the file asked for (--timeline-filename, else
+// KOLO_TIMELINE_FILENAME, else HOROVOD_TIMELINE; a relative name taken from
+// `cwd`, as Horovod does) is passed as an absolute path and its directory
+// becomes the timeline directory; with no file asked for it is `cwd`, so
+// that a trainer's start_timeline("name.json") lands where it would under
+// horovodrun.
+std::vector<std::pair<std::string, std::string>> embeddedAgentEnv(
+    const KolorunOptions& o, const std::map<std::string, std::string>& env, const std::string& cwd);
+
+// This process's environment as a map; the current directory ("/" if unknown).
+std::map<std::string, std::string> processEnvironment();
+std::string currentDirectory();
+
 }  // namespace kolo::cli

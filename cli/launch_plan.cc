@@ -183,16 +183,41 @@ std::vector<std::pair<std::string, std::string>> rankEnv(const LaunchPlan& plan,
   return env;
 }
 
+bool isSecretVariable(std::string_view name) {
+  auto ends = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+  };
+  return ends("_TOKEN") || name.find("SECRET") != std::string_view::npos ||
+         name.find("PASSWORD") != std::string_view::npos;
+}
+
 std::vector<std::string> rankArgv(const LaunchPlan& plan, int rank) {
   const RankPlacement& p = plan.ranks.at(static_cast<size_t>(rank));
   const NodeEndpoint& node = plan.nodes.at(static_cast<size_t>(p.node));
   if (node.local) return plan.command;
-  // ssh joins its arguments with spaces into one remote shell command line,
-  // so every word is quoted for that shell.
-  std::vector<std::string> argv = {"ssh", "-o", "BatchMode=yes", node.host, "env"};
-  for (auto& [k, v] : rankEnv(plan, rank)) argv.push_back(shellQuote(k + "=" + v));
-  for (const std::string& word : plan.command) argv.push_back(shellQuote(word));
-  return argv;
+  // The remote shell reads "NAME=value" lines from stdin (rankStdin: the
+  // secrets, never on a command line) and exports them, then runs the
+  // command under the other variables. ssh joins its arguments with spaces
+  // into one remote shell command line, so the script is one quoted word
+  // and every word inside it is quoted for the shell that runs it.
+  std::string script =
+      "while IFS= read -r kolo_kv; do export \"$kolo_kv\"; done; unset kolo_kv; exec env";
+  for (auto& [k, v] : rankEnv(plan, rank)) {
+    if (!isSecretVariable(k)) script += " " + shellQuote(k + "=" + v);
+  }
+  for (const std::string& word : plan.command) script += " " + shellQuote(word);
+  return {"ssh", "-o", "BatchMode=yes", node.host, "sh", "-c", shellQuote(script)};
+}
+
+std::string rankStdin(const LaunchPlan& plan, int rank) {
+  const RankPlacement& p = plan.ranks.at(static_cast<size_t>(rank));
+  if (plan.nodes.at(static_cast<size_t>(p.node)).local) return "";
+  std::string lines;
+  for (auto& [k, v] : rankEnv(plan, rank)) {
+    // One line each: a value cannot hold a newline (the job token is hex).
+    if (isSecretVariable(k) && v.find('\n') == std::string::npos) lines += k + "=" + v + "\n";
+  }
+  return lines;
 }
 
 std::string shellQuote(std::string_view s) {

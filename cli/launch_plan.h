@@ -79,11 +79,19 @@ struct LaunchPlan {
 
 // The variables kolorun sets for `rank` (in a fixed order).
 std::vector<std::pair<std::string, std::string>> rankEnv(const LaunchPlan& plan, int rank);
+// Variables that never go on a command line, where `ps` shows them to every
+// user of the host: KOLO_JOB_TOKEN and any *_TOKEN, *SECRET*, *PASSWORD*.
+bool isSecretVariable(std::string_view name);
 // The argv kolorun executes for `rank`: the command itself on a local node
-// (its environment is rankEnv on top of kolorun's own), or
-// `ssh -o BatchMode=yes HOST env K=V... command...` (quoted for the remote
-// shell) on a remote node.
+// (its environment is rankEnv on top of kolorun's own), or on a remote node
+//   ssh -o BatchMode=yes HOST sh -c '<read secrets>; exec env K=V... command...'
+// (quoted for the remote shell) where K=V are rankEnv's variables except
+// the secret ones: those come on ssh's stdin (rankStdin), and the remote
+// shell reads and exports them before it runs the command.
 std::vector<std::string> rankArgv(const LaunchPlan& plan, int rank);
+// What kolorun writes to the stdin of `rank`'s ssh: one "NAME=value" line
+// per secret variable, then EOF. Empty for a local rank.
+std::string rankStdin(const LaunchPlan& plan, int rank);
 
 // Quotes `s` for a POSIX shell (unchanged when it holds only safe characters).
 std::string shellQuote(std::string_view s);

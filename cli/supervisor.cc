@@ -163,9 +163,29 @@ StatusOr<int> Supervisor::spawn(SpawnSpec spec) {
   if (::pipe2(status_fds, O_CLOEXEC) != 0) return errnoStatus("pipe", errno);
   UniqueFd status_r(status_fds[0]), status_w(status_fds[1]);
 
+  // stdin_data goes into a pipe before the fork; the child finds it, then EOF.
+  UniqueFd in_r;
+  if (!spec.stdin_data.empty()) {
+    if (spec.stdin_data.size() > kMaxStdinData) {
+      return invalidArgument("spawn " + spec.name + ": more than " + std::to_string(kMaxStdinData) +
+                             " bytes for its stdin");
+    }
+    int in_fds[2];
+    if (::pipe2(in_fds, O_CLOEXEC) != 0) return errnoStatus("pipe", errno);
+    in_r.reset(in_fds[0]);
+    UniqueFd in_w(in_fds[1]);
+    std::string_view left = spec.stdin_data;
+    while (!left.empty()) {
+      ssize_t w = ::write(in_w.get(), left.data(), left.size());
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return errnoStatus("spawn " + spec.name + ": cannot fill its stdin", errno);
+      left.remove_prefix(static_cast<size_t>(w));
+    }
+  }
+
   ExecImage im = makeImage(spec);
   const pid_t parent = ::getpid();
-  const int in_fd = devnull_.get();
+  const int in_fd = in_r.valid() ? in_r.get() : devnull_.get();
   const int out_fd = out_w.get();
   const int err_fd = err_w.valid() ? err_w.get() : out_w.get();
   const int report_fd = status_w.get();
@@ -190,6 +210,7 @@ StatusOr<int> Supervisor::spawn(SpawnSpec spec) {
   }
   ::setpgid(pid, pid);  // also here: no window where a signal misses the group
   status_w.reset();
+  in_r.reset();
   out_w.reset();
   err_w.reset();
   child->pid = pid;

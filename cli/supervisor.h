@@ -6,7 +6,8 @@
 //
 // Every child runs in its own process group (signals go to the group, so a
 // rank's subprocesses are stopped with it) and gets PR_SET_PDEATHSIG
-// SIGKILL, so nothing outlives a SIGKILLed kolorun. stdin is /dev/null.
+// SIGKILL, so nothing outlives a SIGKILLed kolorun. stdin is /dev/null, or
+// a pipe holding SpawnSpec::stdin_data.
 #pragma once
 
 #include <signal.h>
@@ -51,10 +52,18 @@ std::optional<std::string> findExecutable(const std::string& name);
 // "SIGTERM" for 15 (or "signal 15" when unknown).
 std::string signalName(int sig);
 
+// Bound on SpawnSpec::stdin_data: it is written into the pipe before the
+// child starts, so it must fit in the pipe's buffer.
+constexpr size_t kMaxStdinData = 16384;
+
 struct SpawnSpec {
   std::string name;                                       // for messages
   std::vector<std::string> argv;                          // argv[0] is looked up in PATH
   std::vector<std::pair<std::string, std::string>> env;   // set on top of kolorun's environment
+  // What the child reads on stdin, then EOF (at most kMaxStdinData bytes;
+  // e.g. secrets for a remote rank, which must not be on a command line).
+  // Empty: stdin is /dev/null.
+  std::string stdin_data;
   // Either a file that receives stdout and stderr directly (appended)...
   std::string log_path;
   // ...or pipes: each complete line goes to these (partial last lines at EOF).

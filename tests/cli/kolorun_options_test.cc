@@ -53,6 +53,43 @@ TEST(KolorunOptions, TuningFlagsBecomeEnvironment) {
   EXPECT_TRUE(tuningEnv(*plain).empty());
 }
 
+TEST(KolorunOptions, EmbeddedAgentsGetTheTimelineDirectoryOfTheFileAskedFor) {
+  auto env = [](const KolorunOptions& o, std::map<std::string, std::string> e) {
+    auto v = embeddedAgentEnv(o, e, "/home/alice/run");
+    std::map<std::string, std::string> m;
+    for (auto& [k, val] : v) {
+      EXPECT_EQ(m.count(k), 0u) << k << " set twice";
+      m[k] = val;
+    }
+    return m;
+  };
+  auto flag = parse({"-np", "2", "--timeline-filename", "/data/tl/t-%a.json",
+                     "--fusion-threshold-mb", "8", "cmd"});
+  ASSERT_TRUE(flag.isOk());
+  auto m = env(*flag, {});
+  EXPECT_EQ(m["KOLO_TIMELINE_FILENAME"], "/data/tl/t-%a.json");
+  EXPECT_EQ(m["KOLO_TIMELINE_DIR"], "/data/tl");
+  EXPECT_EQ(m["KOLO_FUSION_THRESHOLD_MB"], "8");
+  auto plain = parse({"-np", "2", "cmd"});
+  ASSERT_TRUE(plain.isOk());
+  // Horovod's variable, a relative name: from the directory kolorun runs in.
+  m = env(*plain, {{"HOROVOD_TIMELINE", "./out//tl.json"}});
+  EXPECT_EQ(m["KOLO_TIMELINE_FILENAME"], "/home/alice/run/out/tl.json");
+  EXPECT_EQ(m["KOLO_TIMELINE_DIR"], "/home/alice/run/out");
+  // KOLO_TIMELINE_FILENAME beats HOROVOD_TIMELINE, as in the agent.
+  m = env(*plain, {{"HOROVOD_TIMELINE", "/a/h.json"}, {"KOLO_TIMELINE_FILENAME", "/b/k.json"}});
+  EXPECT_EQ(m["KOLO_TIMELINE_DIR"], "/b");
+  // Nothing asked for: a trainer's start_timeline("x.json") lands in the
+  // directory kolorun runs in.
+  m = env(*plain, {});
+  EXPECT_EQ(m.count("KOLO_TIMELINE_FILENAME"), 0u);
+  EXPECT_EQ(m["KOLO_TIMELINE_DIR"], "/home/alice/run");
+  // The user's own KOLO_TIMELINE_DIR is theirs: nothing is derived.
+  m = env(*flag, {{"KOLO_TIMELINE_DIR", "/scratch"}});
+  EXPECT_EQ(m.count("KOLO_TIMELINE_DIR"), 0u);
+  EXPECT_EQ(m["KOLO_TIMELINE_FILENAME"], "/data/tl/t-%a.json");
+}
+
 TEST(KolorunOptions, HostsAndOtherOptions) {
   auto o = parse({"-H", "h1:2,h2:2", "-np", "4", "--start-timeout", "5", "--output-filename", "/tmp/out",
                   "--agent-socket", "/x.sock", "cmd"});

@@ -4,7 +4,9 @@
 // Daemon failures are provoked with the stand-in agent.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <regex>
@@ -329,7 +331,72 @@ TEST_F(KolorunTest, TlsSettingsExportedForASharedCoordinatorDoNotReachThePrivate
   EXPECT_NE(r.out.find("[1]<stdout>:  \"agent_id\": \"node1\""), std::string::npos) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("\\[0\\]<stdout>:node1 "))) << r.out;
 }
+
+TEST_F(KolorunTest, EmbeddedAgentsWriteHorovodTimelineInTheWorkingDirectory) {
+  // HOROVOD_TIMELINE with a relative name, as under horovodrun: the file is
+  // in the directory kolorun ran in (the embedded agents' timeline-dir).
+  const std::string work = tmp_.path() + "/work";
+  ASSERT_EQ(::mkdir(work.c_str(), 0700), 0);
+  const std::string cmd = "cd '" + work + "' && exec '" + binDir() + "/kolorun' -np 1 true";
+  auto r = runCommand({"sh", "-c", cmd}, env({{"HOROVOD_TIMELINE", "tl.json"}}), 60s, unset());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::ifstream f(work + "/tl.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_NE(ss.str().find("traceEvents"), std::string::npos)
+      << "no timeline in " << work << ": " << r.err;
+}
+
+TEST_F(KolorunTest, EmbeddedAgentsNeedTheirAdminTokenEvenFromLoopback) {
+  // Their gRPC port is on loopback, which every user of the machine can
+  // reach: Drain needs the token kolorun made (KOLO_AGENT_TOKEN_FILE in the
+  // ranks, a 0600 file in kolorun's private directory).
+  std::string kolo = binDir() + "/kolo";
+  std::string script =
+      "ls -l \"$KOLO_AGENT_TOKEN_FILE\" | cut -c1-10; KOLO_AGENT_TOKEN_FILE= " + kolo +
+      " drain 2>&1; " + kolo + " drain";
+  auto r = runCommand(kolorun({"-np", "1", "sh", "-c", script}), env(), 60s, unset());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[0]<stdout>:-rw-------\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("refused the call: Drain needs a bearer token"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("is draining: it takes no new jobs"), std::string::npos) << r.out;
+}
 #endif
+
+TEST_F(KolorunTest, RemoteRanksGetTheJobTokenOnStdinNeverOnTheSshCommandLine) {
+  // standins/ssh (first on PATH) logs its arguments, as `ps` would show
+  // them, and runs the remote command line here with its stdin.
+  const std::string log = tmp_.path() + "/ssh-argv.log";
+  const std::string standins = standinDaemon().substr(0, standinDaemon().rfind('/'));
+  const char* path = std::getenv("PATH");
+  auto r =
+      runCommand(kolorun({"-np", "2", "-H", "kolo-fake-host-a:1,kolo-fake-host-b:1", "--", "sh",
+                          "-c", "echo token=$KOLO_JOB_TOKEN rank=$KOLO_RANK job=$KOLO_JOB_ID"}),
+                 env({{"PATH", standins + ":" + (path != nullptr ? path : "/usr/bin:/bin")},
+                      {"FAKE_SSH_LOG", log}}),
+                 60s, unset());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::set<std::string> tokens;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::smatch m;
+    std::regex line("\\[" + std::to_string(rank) + "\\]<stdout>:token=([0-9a-f]{32}) rank=" +
+                    std::to_string(rank) + " job=job-[0-9a-f]{12}\n");
+    ASSERT_TRUE(std::regex_search(r.out, m, line)) << r.out << r.err;
+    tokens.insert(m[1].str());
+  }
+  ASSERT_EQ(tokens.size(), 1u);
+  std::ifstream f(log);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string argv_log = ss.str();
+  EXPECT_NE(argv_log.find("BatchMode=yes\nkolo-fake-host-a\nsh\n-c\n"), std::string::npos)
+      << argv_log;
+  EXPECT_NE(argv_log.find("kolo-fake-host-b"), std::string::npos) << argv_log;
+  EXPECT_EQ(argv_log.find(*tokens.begin()), std::string::npos)
+      << "the token is on ssh's command line:\n"
+      << argv_log;
+  EXPECT_EQ(argv_log.find("KOLO_JOB_TOKEN="), std::string::npos) << argv_log;
+}
 
 }  // namespace
 }  // namespace kolo::clitest

@@ -3,7 +3,10 @@
 #include "cli/launch_plan.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <regex>
 
 namespace kolo::cli {
@@ -147,20 +150,65 @@ TEST(RankArgv, LocalRanksRunTheCommandItself) {
   EXPECT_EQ(rankArgv(plan, 0), plan.command);
 }
 
-TEST(RankArgv, RemoteRanksGoThroughSshWithTheirEnvironment) {
+TEST(RankArgv, RemoteRanksGoThroughSshWithTheirEnvironmentButNoSecret) {
   LaunchPlan plan = twoNodePlan(true);
+  plan.extra_env["MY_API_TOKEN"] = "extra-secret-value";
   auto argv = rankArgv(plan, 2);
-  std::vector<std::string> head(argv.begin(), argv.begin() + 5);
-  EXPECT_EQ(head, (std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "h2", "env"}));
-  auto env = rankEnv(plan, 2);
-  ASSERT_EQ(argv.size(), 5 + env.size() + plan.command.size());
-  for (size_t i = 0; i < env.size(); ++i) {
-    EXPECT_EQ(argv[5 + i], shellQuote(env[i].first + "=" + env[i].second));
+  ASSERT_EQ(argv.size(), 7u);
+  EXPECT_EQ(std::vector<std::string>(argv.begin(), argv.begin() + 6),
+            (std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "h2", "sh", "-c"}));
+  // The remote shell script: reads the secrets from stdin, then runs the
+  // command under every other variable.
+  const std::string& script = argv[6];
+  EXPECT_EQ(
+      script.rfind(
+          "'while IFS= read -r kolo_kv; do export \"$kolo_kv\"; done; unset kolo_kv; exec env ", 0),
+      0u)
+      << script;
+  EXPECT_NE(script.find("KOLO_RANK=2"), std::string::npos) << script;
+  EXPECT_NE(script.find("KOLO_JOB_ID=job-0123456789ab"), std::string::npos) << script;
+  EXPECT_NE(script.find("python train.py --lr"), std::string::npos) << script;
+  // No secret anywhere on the command line `ps` shows.
+  for (const std::string& word : argv) {
+    EXPECT_EQ(word.find(plan.job.token), std::string::npos) << word;
+    EXPECT_EQ(word.find("KOLO_JOB_TOKEN"), std::string::npos) << word;
+    EXPECT_EQ(word.find("extra-secret-value"), std::string::npos) << word;
   }
-  std::vector<std::string> tail(argv.end() - 5, argv.end());
-  EXPECT_EQ(tail, (std::vector<std::string>{"python", "train.py", "--lr", "'0.1 x'", "'it'\\''s'"}));
-  EXPECT_NE(std::find(argv.begin(), argv.end(), "KOLO_RANK=2"), argv.end());
-  EXPECT_NE(std::find(argv.begin(), argv.end(), "KOLO_LOCAL_RANK=0"), argv.end());
+  EXPECT_EQ(rankStdin(plan, 2),
+            "KOLO_JOB_TOKEN=" + plan.job.token + "\nMY_API_TOKEN=extra-secret-value\n");
+  EXPECT_EQ(rankStdin(plan, 0), "") << "a local rank gets its token in its environment";
+}
+
+TEST(RankArgv, TheRemoteShellGetsTheSecretsAndEveryWordIntact) {
+  // What ssh does on the remote host: join the words after the host with
+  // spaces and hand them to the login shell, here sh, with our stdin.
+  LaunchPlan plan = twoNodePlan(true);
+  plan.command = {
+      "sh",
+      "-c",
+      "printf '[%s] [%s] [%s] [%s]\\n' \"$KOLO_JOB_TOKEN\" \"$KOLO_RANK\" \"$1\" \"$2\"",
+      "arg0",
+      "it's a $word",
+      "x  y"};
+  auto argv = rankArgv(plan, 2);
+  std::string remote;
+  for (size_t i = 4; i < argv.size(); ++i) remote += (remote.empty() ? "" : " ") + argv[i];
+  char tmpl[] = "/tmp/kolo-ssh-stdin-XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  const std::string in = rankStdin(plan, 2);
+  ASSERT_EQ(::write(fd, in.data(), in.size()), static_cast<ssize_t>(in.size()));
+  ::close(fd);
+  const std::string cmd = "sh -c " + shellQuote(remote) + " < " + tmpl;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[256];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0);
+  ::unlink(tmpl);
+  EXPECT_EQ(out, "[" + plan.job.token + "] [2] [it's a $word] [x  y]\n");
 }
 
 TEST(ShellQuote, QuotesOnlyWhatNeedsIt) {

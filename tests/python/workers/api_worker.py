@@ -386,7 +386,10 @@ def test_errors_and_unsupported(r, n):
     # The agent's timeline, switched on and off from the API (local rank 0
     # sends it): the file is valid JSON holding this job's allreduce.
     # "%a" gives each agent its own file (several agents share this host).
-    tl_pattern = "/tmp/kolo-api-timeline-%d-%%a.json" % os.getppid()
+    # A relative name: kolorun's embedded agents write timelines in the
+    # directory kolorun was started from (their --timeline-dir), which is
+    # this worker's working directory too.
+    tl_pattern = "kolo-api-timeline-%d-%%a.json" % os.getppid()
     hvd.start_timeline(tl_pattern, mark_cycles=True)
     hvd.barrier()
     hvd.allreduce(torch.ones(3), name="timeline.probe")
