@@ -68,7 +68,7 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 # Knobs each example must document (commented or not).
 REQUIRED_KNOBS = {
     "agent": ["socket", "socket-mode", "socket-group", "coordinator", "rpc-listen",
-              "metrics-listen", "arena-mb", "log-level"],
+              "rpc-auth-token-file", "timeline-dir", "metrics-listen", "arena-mb", "log-level"],
     "coordinator": ["listen", "state-dir", "lease-ms", "log-level"],
 }
 
@@ -276,7 +276,6 @@ def unit_get(unit, section, key):
 UNIT_REQUIREMENTS = {
     "kolo-agent.service": {
         ("Service", "Type"): "notify",
-        ("Service", "Restart"): "on-failure",
         ("Service", "RuntimeDirectory"): "kolo",
         ("Service", "RuntimeDirectoryMode"): "0755",
         ("Service", "Group"): "kolo",
@@ -284,7 +283,6 @@ UNIT_REQUIREMENTS = {
     },
     "kolo-coordinator.service": {
         ("Service", "Type"): "notify",
-        ("Service", "Restart"): "on-failure",
         ("Service", "StateDirectory"): "kolo-coordinator",
     },
 }
@@ -295,6 +293,75 @@ COMMON_HARDENING = {
     "ProtectKernelTunables": "yes",
 }
 REQUIRED_PRESENT = ["RestartSec", "LimitNOFILE", "PrivateTmp"]
+RESTART_POLICIES = {"always", "on-failure"}
+# systemd's defaults (DefaultStartLimitIntervalSec=, DefaultStartLimitBurst=).
+DEFAULT_START_LIMIT_INTERVAL_S = 10.0
+DEFAULT_START_LIMIT_BURST = 5
+
+
+def systemd_seconds(value):
+    """'2s' / '2' / '500ms' / '1min 30s' / 'infinity' -> seconds (float), None if unparsable."""
+    if value is None:
+        return None
+    v = value.strip()
+    if v == "infinity":
+        return float("inf")
+    units = {"us": 1e-6, "ms": 1e-3, "s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60,
+             "min": 60, "minute": 60, "minutes": 60, "h": 3600, "hr": 3600, "hour": 3600,
+             "hours": 3600, "d": 86400, "day": 86400, "days": 86400}
+    total, pos = 0.0, 0
+    for m in re.finditer(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)", v):
+        if m.start() != pos:
+            return None
+        unit = m.group(2) or "s"
+        if unit not in units:
+            return None
+        total += float(m.group(1)) * units[unit]
+        pos = m.end()
+    return total if pos == len(v) and pos > 0 else None
+
+
+def check_restart_policy(name, unit):
+    """A burst of crashes must not leave the node without the daemon: the
+    unit restarts (Restart=always or on-failure, RestartSec > 0) and its
+    start limit can never trip at that pace (StartLimitIntervalSec=0, or a
+    StartLimitBurst above the starts RestartSec allows in the interval)."""
+    errors = []
+    restart = unit_get(unit, "Service", "Restart")
+    if restart not in RESTART_POLICIES:
+        errors.append(f"{name}: [Service] Restart={restart} (want one of "
+                      f"{', '.join(sorted(RESTART_POLICIES))})")
+    delay = systemd_seconds(unit_get(unit, "Service", "RestartSec"))
+    if delay is None or delay <= 0:
+        errors.append(f"{name}: [Service] RestartSec={unit_get(unit, 'Service', 'RestartSec')} "
+                      "(want a positive delay, so that restarts are paced)")
+    for key in ("StartLimitIntervalSec", "StartLimitBurst"):
+        if unit_get(unit, "Service", key) is not None:
+            errors.append(f"{name}: {key}= belongs in [Unit], not [Service]")
+    interval_text = unit_get(unit, "Unit", "StartLimitIntervalSec")
+    burst_text = unit_get(unit, "Unit", "StartLimitBurst")
+    interval = DEFAULT_START_LIMIT_INTERVAL_S if interval_text is None else systemd_seconds(interval_text)
+    if interval is None:
+        errors.append(f"{name}: [Unit] StartLimitIntervalSec={interval_text} is not a time span")
+        return errors
+    try:
+        burst = DEFAULT_START_LIMIT_BURST if burst_text is None else int(burst_text)
+    except ValueError:
+        errors.append(f"{name}: [Unit] StartLimitBurst={burst_text} is not a number")
+        return errors
+    if interval == 0 or delay is None or delay <= 0:
+        return errors
+    # Restarts RestartSec apart: at most interval/RestartSec + 1 starts in any
+    # window of StartLimitIntervalSec; more than the burst stops the unit.
+    most = int(interval // delay) + 1 if interval != float("inf") else float("inf")
+    if most > burst:
+        errors.append(f"{name}: StartLimitIntervalSec={interval_text or 'default 10s'} "
+                      f"StartLimitBurst={burst_text or 'default 5'} with RestartSec="
+                      f"{unit_get(unit, 'Service', 'RestartSec')}: up to {most} starts fit in the "
+                      "interval, more than the burst, so a crash loop stops the restarts for "
+                      "good (set StartLimitIntervalSec=0, or a burst above the starts "
+                      "RestartSec allows in the interval)")
+    return errors
 ADDRESS_FAMILIES = {"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"}
 
 
@@ -319,6 +386,7 @@ def check_unit_static(name, text):
     for key in REQUIRED_PRESENT:
         if unit_get(unit, "Service", key) is None:
             errors.append(f"{name}: [Service] {key}= must be set (and its choice documented)")
+    errors += check_restart_policy(name, unit)
     fams = set(" ".join(unit.get("Service", {}).get("RestrictAddressFamilies", [])).split())
     if fams != ADDRESS_FAMILIES:
         errors.append(f"{name}: RestrictAddressFamilies={' '.join(sorted(fams))} "
@@ -495,6 +563,38 @@ def check_required_fields(obj, where, namespace):
     return errors
 
 
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+def check_agent_admin_access(where, cname, active, container, volumes):
+    """An agent's config in a workload: the kubelet's gRPC probes come to the
+    pod's address, so rpc-listen (loopback by default) must be set to a
+    non-loopback address; and then Drain and Timeline must need the admin
+    token, read from a mounted Secret."""
+    if "socket" not in active and "rpc-listen" not in active:
+        return []  # not an agent's config
+    errors = []
+    listen = active.get("rpc-listen", "127.0.0.1:7471 (default)")
+    host = listen.split(" ")[0].rpartition(":")[0]
+    probed = any(isinstance((container.get(k) or {}).get("grpc"), dict)
+                 for k in ("startupProbe", "readinessProbe", "livenessProbe"))
+    if host in LOOPBACK_HOSTS:
+        if probed:
+            errors.append(f"{where}: {cname}: rpc-listen = {listen} is loopback, but the kubelet's "
+                          "gRPC probes come to the pod's address")
+        return errors
+    token = active.get("rpc-auth-token-file")
+    if not token:
+        errors.append(f"{where}: {cname}: rpc-listen = {listen} serves the pod network without "
+                      "rpc-auth-token-file (Drain and Timeline need an admin token there)")
+        return errors
+    mounts = {m.get("mountPath"): m.get("name") for m in container.get("volumeMounts") or []}
+    vol = volumes.get(mounts.get(os.path.dirname(token))) or {}
+    if "secret" not in vol:
+        errors.append(f"{where}: {cname}: rpc-auth-token-file {token} is not in a mounted Secret")
+    return errors
+
+
 def check_objects(objs, where):
     """Semantic checks over one set of objects (a base or a rendered overlay)."""
     errors = []
@@ -615,6 +715,7 @@ def check_objects(objs, where):
                             str(port_of(active["metrics-listen"])) != ann["prometheus.io/port"]:
                         errors.append(f"{where}: {wid} prometheus.io/port "
                                       f"{ann['prometheus.io/port']} != metrics-listen port")
+                    errors += check_agent_admin_access(where, cname, active, c, volumes)
                     sock = active.get("socket")
                     if sock:
                         sock_dir = os.path.dirname(sock)
@@ -1193,6 +1294,27 @@ def self_test(root):
             f":{PORT_AGENT_RPC}", ":7999")
     expect("agent.conf rpc-listen port not declared / not probed", mutate(cm_port))
 
+    def cm_no_admin_token(o2):
+        cm = find(o2, "ConfigMap", "agent")
+        cm["data"]["agent.conf"] = re.sub(r"^\s*rpc-auth-token-file\s*=.*\n", "",
+                                          cm["data"]["agent.conf"], flags=re.M)
+    expect("agent.conf serving the pod network without rpc-auth-token-file",
+           mutate(cm_no_admin_token))
+
+    def cm_loopback_rpc(o2):
+        cm = find(o2, "ConfigMap", "agent")
+        cm["data"]["agent.conf"] = re.sub(r"^(\s*rpc-listen\s*=).*$", r"\1 127.0.0.1:7471",
+                                          cm["data"]["agent.conf"], flags=re.M)
+    expect("agent.conf rpc-listen on loopback with gRPC probes", mutate(cm_loopback_rpc))
+
+    def token_not_secret(o2):
+        ds = find(o2, "DaemonSet", "agent")
+        for v in pod_spec(ds)["volumes"]:
+            if "secret" in v:
+                del v["secret"]
+                v["emptyDir"] = {}
+    expect("rpc-auth-token-file not in a mounted Secret", mutate(token_not_secret))
+
     def cm_missing(o2):
         o2.remove(find(o2, "ConfigMap", "coordinator"))
     expect("volume referencing a missing ConfigMap", mutate(cm_missing))
@@ -1231,6 +1353,25 @@ def self_test(root):
         broken = re.sub(r"^RestrictAddressFamilies=.*$", "RestrictAddressFamilies=AF_UNIX",
                         text, flags=re.M)
         expect(f"{name} with narrowed RestrictAddressFamilies", check_unit_static(name, broken))
+        broken = re.sub(r"^Restart=.*$", "Restart=no", text, flags=re.M)
+        expect(f"{name} with Restart=no", check_unit_static(name, broken))
+        broken = re.sub(r"^RestartSec=.*$", "RestartSec=0", text, flags=re.M)
+        expect(f"{name} with RestartSec=0", check_unit_static(name, broken))
+        broken = re.sub(r"^StartLimitIntervalSec=.*$",
+                        "StartLimitIntervalSec=300\nStartLimitBurst=10", text, flags=re.M)
+        expect(f"{name} with a start limit a crash burst trips (300 s, 10)",
+               check_unit_static(name, broken))
+        broken = re.sub(r"^StartLimitIntervalSec=.*\n", "", text, flags=re.M)
+        expect(f"{name} with systemd's default start limit (10 s, 5)",
+               check_unit_static(name, broken))
+        broken = re.sub(r"^StartLimitIntervalSec=.*\n", "", text, flags=re.M).replace(
+            "[Service]\n", "[Service]\nStartLimitIntervalSec=0\n", 1)
+        expect(f"{name} with StartLimitIntervalSec in [Service]", check_unit_static(name, broken))
+        lenient = re.sub(r"^StartLimitIntervalSec=.*$",
+                         "StartLimitIntervalSec=60\nStartLimitBurst=31", text, flags=re.M)
+        if check_restart_policy(name, parse_unit(lenient)):
+            failures.append(f"{name} with a burst above the restart pace (60 s, 31)")
+            print(f"  MISSED:   {name}: a burst above the restart pace was refused")
         if shutil.which("systemd-analyze"):
             with tempfile.TemporaryDirectory(prefix="kolo-units-") as tmp:
                 broken = text.replace("[Service]\n", "[Service]\nBogusKey=1\n", 1)
