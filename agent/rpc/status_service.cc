@@ -125,12 +125,11 @@ std::unique_ptr<grpc::Service> makeStatusService(Agent& agent) {
   const bool loopback =
       host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host.rfind("unix:", 0) == 0;
   if (!loopback && o.rpc_security.token.empty()) {
-    log::get("agent.rpc")
-        ->warn(
-            "the status service listens on {} without --rpc-auth-token-file: other hosts may read "
-            "the status, and "
-            "Drain and Timeline are accepted from loopback only",
-            o.rpc_listen);
+    auto lg = log::get("agent.rpc");
+    lg->warn(
+        "the status service listens on {} without --rpc-auth-token-file: other hosts may read "
+        "the status, and Drain and Timeline are accepted from loopback only",
+        o.rpc_listen);
   }
   return std::make_unique<StatusService>(agent);
 }
