@@ -30,6 +30,12 @@ void defineFlags(Config& config) {
       .define("auth-token-file", KnobType::kString, "",
               "File holding a bearer token that RegisterAgent, JoinJob, LeaveJob and KvPut must "
               "carry ('authorization: Bearer <token>'); empty = none")
+      .define("max-watch-streams", KnobType::kInt, "1024",
+              "WatchJob streams served at once in total (each holds a gRPC thread); past it a "
+              "new stream is refused with RESOURCE_EXHAUSTED")
+      .define("max-watch-streams-per-job", KnobType::kInt, "256",
+              "WatchJob streams served at once for one job (at least its agents); past it a new "
+              "stream is refused with RESOURCE_EXHAUSTED")
       .define("log-level", KnobType::kString, "",
               "Log level: info, or per subsystem 'warn,coord=debug' (overrides KOLO_LOG_LEVEL)");
 }
@@ -63,6 +69,15 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
                            std::to_string(compact));
   }
   o.compact_records = static_cast<uint64_t>(compact);
+  int64_t max_watch = config.getInt("max-watch-streams");
+  int64_t max_watch_job = config.getInt("max-watch-streams-per-job");
+  if (max_watch <= 0 || max_watch_job <= 0) {
+    return invalidArgument("--max-watch-streams and --max-watch-streams-per-job must be positive, "
+                           "got " + std::to_string(max_watch) + " and " +
+                           std::to_string(max_watch_job));
+  }
+  o.watch_limits.total = static_cast<size_t>(max_watch);
+  o.watch_limits.per_job = static_cast<size_t>(max_watch_job);
   o.tls_cert_file = config.getString("tls-cert");
   o.tls_key_file = config.getString("tls-key");
   o.tls_client_ca_file = config.getString("tls-client-ca");
