@@ -156,15 +156,14 @@ grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req,
                                     req.job_id(), watches_.totalCount(), watch_limits_.total));
   }
   if (watches_.watcherCount(req.job_id()) >= watch_limits_.per_job) {
-    log::get("coord")->warn("job {}: watch of agent {} refused: {} watch streams open on the "
-                            "job (limit {})",
-                            req.job_id(), req.agent_id(), watches_.watcherCount(req.job_id()),
-                            watch_limits_.per_job);
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        fmt::format("WatchJob of job {} refused: the job already has {} watch "
-                                    "streams (--max-watch-streams-per-job {})",
-                                    req.job_id(), watches_.watcherCount(req.job_id()),
-                                    watch_limits_.per_job));
+    log::get("coord")->warn(
+        "job {}: watch of agent {} refused: {} watch streams open on the job (limit {})",
+        req.job_id(), req.agent_id(), watches_.watcherCount(req.job_id()), watch_limits_.per_job);
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        fmt::format("WatchJob of job {} refused: the job already has {} watch streams "
+                    "(--max-watch-streams-per-job {})",
+                    req.job_id(), watches_.watcherCount(req.job_id()), watch_limits_.per_job));
   }
   bool terminal = isTerminal(world);
   queue->push(std::move(world));

@@ -1,5 +1,7 @@
 #include "coordinator/flags.h"
 
+#include <fmt/format.h>
+
 namespace kolo::coordinator {
 
 void defineFlags(Config& config) {
@@ -7,7 +9,8 @@ void defineFlags(Config& config) {
       .define("listen", KnobType::kString, "0.0.0.0:7470",
               "gRPC listen address host:port (port 0 picks a free port; see --ready-file)")
       .define("metrics-listen", KnobType::kString, "",
-              "Prometheus /metrics HTTP address, e.g. 0.0.0.0:7473 (port 0 picks a free port; empty: off)")
+              "Prometheus /metrics HTTP address, e.g. 0.0.0.0:7473 (port 0 picks a free port; "
+              "empty: off)")
       .define("ready-file", KnobType::kString, "",
               "Once serving, write 'host:port' of the bound address to this file (atomically: "
               "temp file then rename)")
@@ -72,9 +75,9 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
   int64_t max_watch = config.getInt("max-watch-streams");
   int64_t max_watch_job = config.getInt("max-watch-streams-per-job");
   if (max_watch <= 0 || max_watch_job <= 0) {
-    return invalidArgument("--max-watch-streams and --max-watch-streams-per-job must be positive, "
-                           "got " + std::to_string(max_watch) + " and " +
-                           std::to_string(max_watch_job));
+    return invalidArgument(fmt::format(
+        "--max-watch-streams and --max-watch-streams-per-job must be positive, got {} and {}",
+        max_watch, max_watch_job));
   }
   o.watch_limits.total = static_cast<size_t>(max_watch);
   o.watch_limits.per_job = static_cast<size_t>(max_watch_job);

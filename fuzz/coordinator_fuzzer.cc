@@ -197,12 +197,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         req.set_reason(in.ConsumeRandomLengthString(8));
         const Job* job = core.membership().findJob(req.job_id());
         const AgentRecord* agent = core.membership().agents().find(req.agent_id());
-        bool refused = job != nullptr && (job->token != req.token() ||
-                                          (agent != nullptr && !agent->secret.empty() &&
-                                           agent->secret != req.agent_secret()));
-        std::string before = job != nullptr ? summaryOf(*job, core.membership().agents())
-                                                  .SerializeAsString()
-                                            : std::string();
+        bool refused = job != nullptr &&
+                       (job->token != req.token() || (agent != nullptr && !agent->secret.empty() &&
+                                                      agent->secret != req.agent_secret()));
+        std::string before = job != nullptr
+                                 ? summaryOf(*job, core.membership().agents()).SerializeAsString()
+                                 : std::string();
         grpc::Status st = core.leaveJobOnLoop(req);
         if (refused) {
           // A caller without the job's token or the agent's secret changes nothing.

@@ -124,9 +124,10 @@ void CoordClient::startHeartbeats() {
         // the same --agent-id): registering again would fail its jobs, and
         // it would do the same to ours. Say so and let the lease run out.
         if (!replaced_logged_) {
-          logger()->error("the coordinator at {} refuses this agent's heartbeats: {} (is another "
-                          "agent running with id {}?)",
-                          address_, s.error_message(), self_.agent_id());
+          logger()->error(
+              "the coordinator at {} refuses this agent's heartbeats: {} (is another "
+              "agent running with id {}?)",
+              address_, s.error_message(), self_.agent_id());
           replaced_logged_ = true;
         }
       } else if (!s.ok()) {

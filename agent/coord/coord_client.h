@@ -97,9 +97,9 @@ class CoordClient {
 
   // What binds this agent's calls to its registration (RegisterAgentReply).
   mutable std::mutex secret_mu_;
-  std::string agent_secret_;                    // under secret_mu_
+  std::string agent_secret_;                   // under secret_mu_
   std::map<std::string, std::string> tokens_;  // job id -> token, under secret_mu_
-  bool replaced_logged_ = false;                // heartbeat thread only
+  bool replaced_logged_ = false;               // heartbeat thread only
 };
 
 Status fromGrpc(const grpc::Status& s, const std::string& what);

@@ -46,9 +46,9 @@ grpc::Status Membership::registerAgent(const coord::RegisterAgentRequest& req,
     // Its jobs are reconciled now, not a lease later.
     coord::AgentInfo was = old->info;
     secret = newAgentSecret();
-    std::string why = fmt::format("agent {} (host {}) restarted: it registered again as a new "
-                                  "incarnation",
-                                  was.agent_id(), was.hostname());
+    std::string why =
+        fmt::format("agent {} (host {}) restarted: it registered again as a new incarnation",
+                    was.agent_id(), was.hostname());
     logger->warn("{}; ending the jobs of the old one", why);
     dropAgentFromJobs(was, why, changes);
   }
@@ -239,8 +239,8 @@ grpc::Status Membership::leaveJob(const coord::LeaveJobRequest& req, Changes* ch
   // Only the job's own agents change it: the job's token, and the agent's
   // secret while it is registered (one whose lease ran out may still leave).
   if (!constantTimeEquals(req.token(), job.token)) {
-    log::get("coord")->warn("LeaveJob of job {} for agent {} refused: wrong job token",
-                            job.id, req.agent_id());
+    log::get("coord")->warn("LeaveJob of job {} for agent {} refused: wrong job token", job.id,
+                            req.agent_id());
     return error(grpc::StatusCode::PERMISSION_DENIED,
                  fmt::format("LeaveJob refused: wrong token for job {} (agent {}); only the "
                              "job's own agents may leave or fail it",
@@ -249,8 +249,8 @@ grpc::Status Membership::leaveJob(const coord::LeaveJobRequest& req, Changes* ch
   if (const AgentRecord* agent = agents_.find(req.agent_id());
       agent != nullptr && !agent->secret.empty()) {
     if (auto st = checkAgent("LeaveJob", req.agent_id(), req.agent_secret()); !st.ok()) {
-      log::get("coord")->warn("LeaveJob of job {} for agent {} refused: wrong agent secret",
-                              job.id, req.agent_id());
+      log::get("coord")->warn("LeaveJob of job {} for agent {} refused: wrong agent secret", job.id,
+                              req.agent_id());
       return st;
     }
   }

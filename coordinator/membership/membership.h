@@ -112,8 +112,7 @@ class Membership {
   void resealOrWait(Job& job, std::string change, Changes* changes);
   // Every active job `agent` is a member of (or waits to join) loses it as
   // if it had been lost with `why`.
-  void dropAgentFromJobs(const coord::AgentInfo& agent, const std::string& why,
-                         Changes* changes);
+  void dropAgentFromJobs(const coord::AgentInfo& agent, const std::string& why, Changes* changes);
   // Removes a waiting agent; false if it was not waiting.
   bool dropWaiting(Job& job, const std::string& agent_id, const std::string& why);
 

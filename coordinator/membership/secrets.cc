@@ -2,9 +2,9 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
-#include <algorithm>
 #include <random>
 
 namespace kolo::coordinator {

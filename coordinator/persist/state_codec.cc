@@ -34,10 +34,12 @@ std::string withChecksum(std::string body) {
 // Without a checksum: the line itself when `legacy_ok`, else an error.
 // `had_crc` says which.
 std::string checkedBody(std::string_view line, bool legacy_ok, bool* had_crc) {
-  *had_crc = line.size() > kCrcTail && line.substr(line.size() - kCrcTail, kCrcKey.size()) == kCrcKey &&
+  *had_crc = line.size() > kCrcTail &&
+             line.substr(line.size() - kCrcTail, kCrcKey.size()) == kCrcKey &&
              line.substr(line.size() - 2) == "\"}";
   if (!*had_crc) {
-    if (!legacy_ok) fail("no checksum (a record ends in \"crc\":\"XXXXXXXX\" since format version 2)");
+    if (!legacy_ok)
+      fail("no checksum (a record ends in \"crc\":\"XXXXXXXX\" since format version 2)");
     return std::string(line);
   }
   std::string_view hex = line.substr(line.size() - 10, 8);
@@ -51,9 +53,10 @@ std::string checkedBody(std::string_view line, bool legacy_ok, bool* had_crc) {
   body += '}';
   uint32_t got = crc32c(body);
   if (got != want) {
-    fail(fmt::format("checksum mismatch (crc {:08x} recorded, {:08x} computed): the record was "
-                     "altered after it was written",
-                     want, got));
+    fail(
+        fmt::format("checksum mismatch (crc {:08x} recorded, {:08x} computed): the record was "
+                    "altered after it was written",
+                    want, got));
   }
   return body;
 }
@@ -504,9 +507,8 @@ StatusOr<LoadedState> loadState(std::string_view snapshot, std::string_view jour
           header = true;
           return;
         }
-        applyRecord(
-            recordFromJson(parseLine(checkedBody(line, snapshot_version < 2, &had_crc))),
-            &out.state);
+        applyRecord(recordFromJson(parseLine(checkedBody(line, snapshot_version < 2, &had_crc))),
+                    &out.state);
       } catch (const DecodeError& e) {
         fail(where(e.what));
       } catch (const json::exception& e) {

@@ -73,8 +73,8 @@ class CoordinatorIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string error;
-    std::vector<std::string> args{"--lease-ms", std::to_string(kLeaseMs),
-                                  "--heartbeat-interval-ms", "100"};
+    std::vector<std::string> args{"--lease-ms", std::to_string(kLeaseMs), "--heartbeat-interval-ms",
+                                  "100"};
     args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     ASSERT_TRUE(proc_.start(KOLO_COORDINATOR_BIN, args, milliseconds(15000), &error)) << error;
     channel_ = grpc::CreateChannel(proc_.address(), grpc::InsecureChannelCredentials());
@@ -523,8 +523,7 @@ class LongLeaseTest : public CoordinatorIntegrationTest {
  protected:
   static constexpr int64_t kLongLeaseMs = 20000;
   LongLeaseTest() {
-    extra_args_ = {"--lease-ms", std::to_string(kLongLeaseMs), "--heartbeat-interval-ms",
-                   "1000"};
+    extra_args_ = {"--lease-ms", std::to_string(kLongLeaseMs), "--heartbeat-interval-ms", "1000"};
   }
 };
 
@@ -607,6 +606,18 @@ TEST_F(WatchLimitTest, StreamsPastTheLimitAreRefusedHeartbeatsAnsweredAndShutdow
             "WatchJob of job j2 refused: the coordinator already serves 100 watch streams "
             "(--max-watch-streams 100)");
 
+  // The rest of a 1000-stream flood is refused too, each at once.
+  constexpr int kFlood = 1000;
+  int refused = 0;
+  auto flood_start = Clock::now();
+  for (int i = kPerJob + 10 + kPerJob; i < kFlood; ++i) {
+    refused += tryWatch(i % 2 == 0 ? "j1" : "j2", &refusal) ? 0 : 1;
+  }
+  EXPECT_EQ(refused, kFlood - (kPerJob + 10 + kPerJob));
+  EXPECT_EQ(refusal.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(open.size(), static_cast<size_t>(kTotal));
+  EXPECT_LT(Clock::now() - flood_start, milliseconds(30000));
+
   // With every stream open, heartbeats are still answered promptly.
   Intruder other(proc_.address());  // any client: its own connection
   for (int i = 0; i < 20; ++i) {
@@ -620,8 +631,8 @@ TEST_F(WatchLimitTest, StreamsPastTheLimitAreRefusedHeartbeatsAnsweredAndShutdow
   auto t0 = Clock::now();
   proc_.signal(SIGTERM);
   auto status = proc_.waitExit(milliseconds(5000));
-  ASSERT_TRUE(status.has_value()) << "kolo-coordinator did not exit within 5 s with "
-                                  << open.size() << " streams open";
+  ASSERT_TRUE(status.has_value()) << "kolo-coordinator did not exit within 5 s with " << open.size()
+                                  << " streams open";
   EXPECT_LT(Clock::now() - t0, milliseconds(5000));
   ASSERT_TRUE(WIFEXITED(*status)) << "status " << *status;
   EXPECT_EQ(WEXITSTATUS(*status), 0);
@@ -634,11 +645,11 @@ TEST_F(WatchLimitTest, StreamsPastTheLimitAreRefusedHeartbeatsAnsweredAndShutdow
 TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
   auto help = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--help"}, milliseconds(10000));
   EXPECT_EQ(help.exit_code, 0);
-  for (const char* flag : {"--listen", "--ready-file", "--lease-ms", "--heartbeat-interval-ms",
-                           "--finished-job-retention-s", "--log-level", "--state-dir",
-                           "--state-compact-records", "--tls-cert", "--tls-key", "--tls-client-ca",
-                           "--auth-token-file", "--max-watch-streams",
-                           "--max-watch-streams-per-job"}) {
+  for (const char* flag :
+       {"--listen", "--ready-file", "--lease-ms", "--heartbeat-interval-ms",
+        "--finished-job-retention-s", "--log-level", "--state-dir", "--state-compact-records",
+        "--tls-cert", "--tls-key", "--tls-client-ca", "--auth-token-file", "--max-watch-streams",
+        "--max-watch-streams-per-job"}) {
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
   }
   auto dump = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--dump-config", "--lease-ms=750"},

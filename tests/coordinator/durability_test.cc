@@ -10,8 +10,8 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 

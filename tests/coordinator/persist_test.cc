@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "common/event_loop.h"

@@ -106,7 +106,8 @@ TEST_F(TenantIsolationTest, ARestartedAgentsJobFailsAtOnceJournaledAndPushed) {
   registerAgent("b", /*same_process=*/false);
   ASSERT_EQ(q->next(&w, milliseconds(0)), WatchQueue::Next::kWorld);
   EXPECT_EQ(w.state(), coord::FAILED);
-  EXPECT_EQ(w.reason(), "agent b (host host-b) restarted: it registered again as a new incarnation");
+  EXPECT_EQ(w.reason(),
+            "agent b (host host-b) restarted: it registered again as a new incarnation");
   EXPECT_TRUE(sink_.errors().empty()) << sink_.errors();
   EXPECT_TRUE(sink_.state() == core_.persistedStateOnLoop());
   EXPECT_EQ(sink_.state().jobs.at("run").state, coord::FAILED);
