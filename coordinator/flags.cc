@@ -36,7 +36,7 @@ void defineFlags(Config& config) {
       .define("max-watch-streams", KnobType::kInt, "1024",
               "WatchJob streams served at once in total (each holds a gRPC thread); past it a "
               "new stream is refused with RESOURCE_EXHAUSTED")
-      .define("max-watch-streams-per-job", KnobType::kInt, "256",
+      .define("max-watch-streams-per-job", KnobType::kInt, "512",
               "WatchJob streams served at once for one job (at least its agents); past it a new "
               "stream is refused with RESOURCE_EXHAUSTED")
       .define("log-level", KnobType::kString, "",

@@ -44,7 +44,7 @@ class WatchQueue {
 // gRPC thread while open): past them a new stream is RESOURCE_EXHAUSTED.
 struct WatchLimits {
   size_t total = 1024;
-  size_t per_job = 256;
+  size_t per_job = 512;
 };
 
 // Loop-only.
