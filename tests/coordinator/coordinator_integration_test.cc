@@ -664,6 +664,14 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
                                       milliseconds(10000));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("heartbeat-interval-ms"), std::string::npos) << bad.output;
+
+  auto no_watch = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--max-watch-streams", "0"},
+                                           milliseconds(10000));
+  EXPECT_EQ(no_watch.exit_code, 2) << no_watch.output;
+  EXPECT_NE(no_watch.output.find("--max-watch-streams and --max-watch-streams-per-job must be "
+                                 "positive, got 0 and 512"),
+            std::string::npos)
+      << no_watch.output;
 }
 
 }  // namespace
