@@ -19,8 +19,8 @@ std::chrono::milliseconds leaseCheckPeriod(int64_t lease_ms) {
 }  // namespace
 
 Core::Core(EventLoop* loop, MembershipOptions options, const Clock* clock,
-           persist::RecordSink* sink)
-    : loop_(loop), sink_(sink), membership_(options, clock) {}
+           persist::RecordSink* sink, WatchLimits watch_limits)
+    : loop_(loop), sink_(sink), membership_(options, clock), watch_limits_(watch_limits) {}
 
 Core::~Core() = default;
 
@@ -47,7 +47,11 @@ void Core::collectEndedJobsOnLoop() {
 }
 
 void Core::restoreOnLoop(const persist::PersistedState& state) {
-  for (const auto& [id, info] : state.agents) membership_.restoreAgent(info);
+  for (const auto& [id, info] : state.agents) {
+    auto secret = state.agent_secrets.find(id);
+    membership_.restoreAgent(info,
+                             secret == state.agent_secrets.end() ? std::string() : secret->second);
+  }
   for (const auto& [id, job] : state.jobs) membership_.restoreJob(job);
   for (const auto& [slot, value] : state.kv) {
     if (membership_.findJob(slot.first) != nullptr) kv_.put(slot.first, slot.second, value);
@@ -56,7 +60,10 @@ void Core::restoreOnLoop(const persist::PersistedState& state) {
 
 persist::PersistedState Core::persistedStateOnLoop() const {
   persist::PersistedState state;
-  for (const auto& [id, rec] : membership_.agents().all()) state.agents.emplace(id, rec.info);
+  for (const auto& [id, rec] : membership_.agents().all()) {
+    state.agents.emplace(id, rec.info);
+    if (!rec.secret.empty()) state.agent_secrets.emplace(id, rec.secret);
+  }
   state.jobs = membership_.jobs();
   state.kv = kv_.values();
   return state;
@@ -105,13 +112,18 @@ grpc::Status Core::refuseIfShuttingDown() const {
 
 grpc::Status Core::registerAgentOnLoop(const coord::RegisterAgentRequest& req,
                                        coord::RegisterAgentReply* reply) {
-  grpc::Status st = membership_.registerAgent(req, reply);
-  if (st.ok()) recordOnLoop(persist::Record::agentRegistered(req.agent()));
+  Changes changes;
+  grpc::Status st = membership_.registerAgent(req, reply, &changes);
+  applyOnLoop(changes);  // the jobs of a restarted agent's old incarnation
+  if (st.ok()) {
+    recordOnLoop(persist::Record::agentRegistered(req.agent(), reply->agent_secret()));
+  }
   return st;
 }
 
-coord::HeartbeatReply Core::heartbeatOnLoop(const coord::HeartbeatRequest& req) {
-  return membership_.heartbeat(req);
+grpc::Status Core::heartbeatOnLoop(const coord::HeartbeatRequest& req,
+                                   coord::HeartbeatReply* reply) {
+  return membership_.heartbeat(req, reply);
 }
 
 grpc::Status Core::joinJobOnLoop(const coord::JoinJobRequest& req) {
@@ -134,6 +146,25 @@ grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req,
   coord::World world;
   grpc::Status st = membership_.world(req.job_id(), req.token(), &world);
   if (!st.ok()) return st;
+  if (watches_.totalCount() >= watch_limits_.total) {
+    log::get("coord")->warn("job {}: watch of agent {} refused: {} watch streams open (limit {})",
+                            req.job_id(), req.agent_id(), watches_.totalCount(),
+                            watch_limits_.total);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        fmt::format("WatchJob of job {} refused: the coordinator already serves "
+                                    "{} watch streams (--max-watch-streams {})",
+                                    req.job_id(), watches_.totalCount(), watch_limits_.total));
+  }
+  if (watches_.watcherCount(req.job_id()) >= watch_limits_.per_job) {
+    log::get("coord")->warn(
+        "job {}: watch of agent {} refused: {} watch streams open on the job (limit {})",
+        req.job_id(), req.agent_id(), watches_.watcherCount(req.job_id()), watch_limits_.per_job);
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        fmt::format("WatchJob of job {} refused: the job already has {} watch streams "
+                    "(--max-watch-streams-per-job {})",
+                    req.job_id(), watches_.watcherCount(req.job_id()), watch_limits_.per_job));
+  }
   bool terminal = isTerminal(world);
   queue->push(std::move(world));
   if (!terminal) watches_.add(req.job_id(), std::move(queue));

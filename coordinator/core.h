@@ -29,7 +29,7 @@ class Core {
   // `sink` (may be null: in memory only) receives a Record for every change
   // of the durable state; it must outlive the Core.
   Core(EventLoop* loop, MembershipOptions options, const Clock* clock,
-       persist::RecordSink* sink = nullptr);
+       persist::RecordSink* sink = nullptr, WatchLimits watch_limits = {});
   ~Core();
 
   // Puts back a recovered state (before startOnLoop): agents with a fresh
@@ -51,12 +51,13 @@ class Core {
 
   grpc::Status registerAgentOnLoop(const coord::RegisterAgentRequest& req,
                                    coord::RegisterAgentReply* reply);
-  coord::HeartbeatReply heartbeatOnLoop(const coord::HeartbeatRequest& req);
+  grpc::Status heartbeatOnLoop(const coord::HeartbeatRequest& req, coord::HeartbeatReply* reply);
   grpc::Status joinJobOnLoop(const coord::JoinJobRequest& req);
   grpc::Status leaveJobOnLoop(const coord::LeaveJobRequest& req);
 
   // Checks the token, queues the current World on `queue` and subscribes it
-  // to every later change of the job.
+  // to every later change of the job. RESOURCE_EXHAUSTED past the watch
+  // limits (in total, per job).
   grpc::Status watchOnLoop(const coord::WatchJobRequest& req, std::shared_ptr<WatchQueue> queue);
   void unwatchOnLoop(const std::string& job_id, const WatchQueue* queue);
 
@@ -85,6 +86,7 @@ class Core {
   Membership membership_;
   KvStore kv_;
   WatchHub watches_;
+  WatchLimits watch_limits_;
   EventLoop::TimerId lease_timer_ = 0;
   EventLoop::TimerId retention_timer_ = 0;
   bool shutting_down_ = false;

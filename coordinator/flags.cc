@@ -1,5 +1,7 @@
 #include "coordinator/flags.h"
 
+#include <fmt/format.h>
+
 namespace kolo::coordinator {
 
 void defineFlags(Config& config) {
@@ -7,7 +9,8 @@ void defineFlags(Config& config) {
       .define("listen", KnobType::kString, "0.0.0.0:7470",
               "gRPC listen address host:port (port 0 picks a free port; see --ready-file)")
       .define("metrics-listen", KnobType::kString, "",
-              "Prometheus /metrics HTTP address, e.g. 0.0.0.0:7473 (port 0 picks a free port; empty: off)")
+              "Prometheus /metrics HTTP address, e.g. 0.0.0.0:7473 (port 0 picks a free port; "
+              "empty: off)")
       .define("ready-file", KnobType::kString, "",
               "Once serving, write 'host:port' of the bound address to this file (atomically: "
               "temp file then rename)")
@@ -30,6 +33,12 @@ void defineFlags(Config& config) {
       .define("auth-token-file", KnobType::kString, "",
               "File holding a bearer token that RegisterAgent, JoinJob, LeaveJob and KvPut must "
               "carry ('authorization: Bearer <token>'); empty = none")
+      .define("max-watch-streams", KnobType::kInt, "1024",
+              "WatchJob streams served at once in total (each holds a gRPC thread); past it a "
+              "new stream is refused with RESOURCE_EXHAUSTED")
+      .define("max-watch-streams-per-job", KnobType::kInt, "512",
+              "WatchJob streams served at once for one job (at least its agents); past it a new "
+              "stream is refused with RESOURCE_EXHAUSTED")
       .define("log-level", KnobType::kString, "",
               "Log level: info, or per subsystem 'warn,coord=debug' (overrides KOLO_LOG_LEVEL)");
 }
@@ -63,6 +72,15 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
                            std::to_string(compact));
   }
   o.compact_records = static_cast<uint64_t>(compact);
+  int64_t max_watch = config.getInt("max-watch-streams");
+  int64_t max_watch_job = config.getInt("max-watch-streams-per-job");
+  if (max_watch <= 0 || max_watch_job <= 0) {
+    return invalidArgument(fmt::format(
+        "--max-watch-streams and --max-watch-streams-per-job must be positive, got {} and {}",
+        max_watch, max_watch_job));
+  }
+  o.watch_limits.total = static_cast<size_t>(max_watch);
+  o.watch_limits.per_job = static_cast<size_t>(max_watch_job);
   o.tls_cert_file = config.getString("tls-cert");
   o.tls_key_file = config.getString("tls-key");
   o.tls_client_ca_file = config.getString("tls-client-ca");

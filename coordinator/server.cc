@@ -100,7 +100,8 @@ CoordinatorServer::CoordinatorServer(const ServerOptions& options, const Clock* 
                                      std::unique_ptr<persist::Journal> journal,
                                      std::string auth_token)
     : options_(options), journal_(std::move(journal)), loop_("coord-loop") {
-  core_ = std::make_unique<Core>(&loop_, options.membership, clock, journal_.get());
+  core_ = std::make_unique<Core>(&loop_, options.membership, clock, journal_.get(),
+                                 options.watch_limits);
   service_ = std::make_unique<CoordinatorService>(&loop_, core_.get(), &shutting_down_,
                                                   std::move(auth_token));
 }

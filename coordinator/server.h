@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "coordinator/membership/clock.h"
 #include "coordinator/membership/membership.h"
+#include "coordinator/watch_hub.h"
 
 namespace grpc {
 class Server;
@@ -29,6 +30,8 @@ class Journal;
 struct ServerOptions {
   std::string listen = "0.0.0.0:7470";  // host:port; port 0 picks a free one
   MembershipOptions membership;
+  // WatchJob streams served at once (RESOURCE_EXHAUSTED past them).
+  WatchLimits watch_limits;
 
   // Durability: empty = in memory only. Otherwise the state is journaled in
   // this directory and recovered from it at start (coordinator/persist/).

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/log.h"
+#include "coordinator/membership/secrets.h"
 
 namespace kolo::coordinator {
 
@@ -19,16 +20,6 @@ struct Answer {
   Reply reply;
   uint64_t seq = 0;  // the last journal record when the call was done
 };
-
-// Compares without an early exit, so the time taken does not tell how much
-// of a guessed token was right.
-bool constantTimeEquals(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  }
-  return diff == 0;
-}
 
 // A KvGet result handed from the loop to the waiting handler thread.
 class KvWait {
@@ -133,10 +124,7 @@ grpc::Status CoordinatorService::RegisterAgent(grpc::ServerContext* ctx,
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*, const coord::HeartbeatRequest* req,
                                            coord::HeartbeatReply* reply) {
   return onLoop<coord::HeartbeatReply>(
-      [req = *req](Core* c, coord::HeartbeatReply* r) {
-        *r = c->heartbeatOnLoop(req);
-        return grpc::Status::OK;
-      },
+      [req = *req](Core* c, coord::HeartbeatReply* r) { return c->heartbeatOnLoop(req, r); },
       reply);
 }
 

@@ -7,10 +7,11 @@
 // Durability: a mutating call answers only once its journal records are on
 // disk (when the coordinator has a state dir). Authentication: with a bearer
 // token configured, RegisterAgent, JoinJob, LeaveJob and KvPut need the
-// metadata "authorization: Bearer <token>" (UNAUTHENTICATED otherwise);
-// Heartbeat and the reads stay open (job-scoped reads still need the job
-// token). TLS and client certificates are the server's credentials
-// (server.cc).
+// metadata "authorization: Bearer <token>" (UNAUTHENTICATED otherwise).
+// Authorization is the Core's: Heartbeat, JoinJob and LeaveJob carry the
+// agent's secret from RegisterAgent, JoinJob, LeaveJob, KvPut and the
+// job-scoped reads the job's token. TLS and client certificates are the
+// server's credentials (server.cc).
 #pragma once
 
 #include <atomic>

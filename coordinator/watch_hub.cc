@@ -41,12 +41,13 @@ grpc::Status WatchQueue::closeStatus() const {
 
 void WatchHub::add(const std::string& job_id, std::shared_ptr<WatchQueue> queue) {
   watchers_[job_id].push_back(std::move(queue));
+  ++total_;
 }
 
 void WatchHub::remove(const std::string& job_id, const WatchQueue* queue) {
   auto it = watchers_.find(job_id);
   if (it == watchers_.end()) return;
-  std::erase_if(it->second, [&](const auto& q) { return q.get() == queue; });
+  total_ -= std::erase_if(it->second, [&](const auto& q) { return q.get() == queue; });
   if (it->second.empty()) watchers_.erase(it);
 }
 
@@ -60,6 +61,7 @@ void WatchHub::closeJob(const std::string& job_id, const grpc::Status& why) {
   auto it = watchers_.find(job_id);
   if (it == watchers_.end()) return;
   for (auto& q : it->second) q->close(why);
+  total_ -= it->second.size();
   watchers_.erase(it);
 }
 
@@ -68,6 +70,7 @@ void WatchHub::closeAll(const grpc::Status& why) {
     for (auto& q : queues) q->close(why);
   }
   watchers_.clear();
+  total_ = 0;
 }
 
 size_t WatchHub::watcherCount(const std::string& job_id) const {

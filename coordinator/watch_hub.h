@@ -40,6 +40,13 @@ class WatchQueue {
   grpc::Status close_status_;
 };
 
+// How many WatchJob streams the coordinator serves at once (each holds a
+// gRPC thread while open): past them a new stream is RESOURCE_EXHAUSTED.
+struct WatchLimits {
+  size_t total = 1024;
+  size_t per_job = 512;
+};
+
 // Loop-only.
 class WatchHub {
  public:
@@ -50,9 +57,11 @@ class WatchHub {
   void closeJob(const std::string& job_id, const grpc::Status& why);
   void closeAll(const grpc::Status& why);
   size_t watcherCount(const std::string& job_id) const;
+  size_t totalCount() const { return total_; }
 
  private:
   std::map<std::string, std::vector<std::shared_ptr<WatchQueue>>> watchers_;
+  size_t total_ = 0;  // queues in watchers_
 };
 
 // True for a World after which nothing changes (FAILED / FINISHED).

@@ -3,6 +3,11 @@
 // the input is fed to coordinator::Core (Membership + KvStore + WatchHub)
 // with a manual clock, as the loop thread would.
 //
+// Agents present the secret their registration returned (or a wrong one);
+// a heartbeat is accepted exactly with the right secret, and an agent that
+// registers again without its previous secret (a restart) is in no active
+// job afterwards.
+//
 // After every step: each job is consistent (a FORMING job has generation 0
 // and at most world_size ranks; a sealed one has its agents in (hostname,
 // agent_id) order, cross ranks 0..n-1 and cumulative rank offsets summing to
@@ -15,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -112,6 +118,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   MembershipOptions options{kLeaseMs, kLeaseMs / 4, kRetentionMs};
   Core core(loop(), options, &clock, &sink);
   std::vector<std::shared_ptr<WatchQueue>> watches;
+  std::map<std::string, std::string> secrets;  // agent id -> the secret its registration got
+  auto secretOf = [&](const std::string& agent) {
+    auto it = secrets.find(agent);
+    return it == secrets.end() ? std::string() : it->second;
+  };
+  auto maybeWrong = [&](const std::string& secret) {
+    return in.ConsumeIntegralInRange<int>(0, 7) == 0 ? secret + "x" : secret;
+  };
 
   for (int step = 0; step < 64 && in.remaining_bytes() > 0; ++step) {
     switch (in.ConsumeIntegralInRange<int>(0, 7)) {
@@ -120,16 +134,42 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         req.mutable_agent()->set_agent_id(pick(in, "agent-", 5));
         req.mutable_agent()->set_hostname(pick(in, "host-", 3));
         req.mutable_agent()->set_data_address(in.ConsumeRandomLengthString(8));
+        const std::string& id = req.agent().agent_id();
+        const AgentRecord* before = core.membership().agents().find(id);
+        bool same = in.ConsumeBool();  // the same process again, or a restart
+        if (same) req.set_previous_secret(secretOf(id));
+        bool restarted =
+            before != nullptr && !before->secret.empty() && (!same || secretOf(id).empty());
         kolo::coord::RegisterAgentReply reply;
         grpc::Status st = core.registerAgentOnLoop(req, &reply);
-        FUZZ_CHECK(st.ok() == !req.agent().agent_id().empty());
+        FUZZ_CHECK(st.ok() == !id.empty());
+        if (!st.ok()) break;
+        FUZZ_CHECK(reply.agent_secret().size() == 32);
+        if (restarted) {
+          FUZZ_CHECK(reply.agent_secret() != secretOf(id));
+          for (const auto& [job_id, job] : core.membership().jobs()) {
+            const JobMember* m = job.findMember(id);
+            FUZZ_CHECK(!job.active() || m == nullptr || m->left);
+            for (const JobMember& w : job.waiting) FUZZ_CHECK(w.agent_id != id);
+          }
+        }
+        secrets[id] = reply.agent_secret();
         break;
       }
       case 1: {
         kolo::coord::HeartbeatRequest req;
         req.set_agent_id(pick(in, "agent-", 5));
-        bool known = core.heartbeatOnLoop(req).known();
-        FUZZ_CHECK(known == (core.membership().agents().find(req.agent_id()) != nullptr));
+        req.set_agent_secret(maybeWrong(secretOf(req.agent_id())));
+        const AgentRecord* agent = core.membership().agents().find(req.agent_id());
+        kolo::coord::HeartbeatReply reply;
+        grpc::Status st = core.heartbeatOnLoop(req, &reply);
+        if (agent == nullptr || agent->secret.empty()) {
+          FUZZ_CHECK(st.ok() && !reply.known());
+        } else {
+          bool right = req.agent_secret() == agent->secret;
+          FUZZ_CHECK(st.ok() == right);
+          FUZZ_CHECK(!st.ok() || reply.known());
+        }
         break;
       }
       case 2: {
@@ -137,18 +177,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         req.set_job_id(pick(in, "job-", 3));
         req.set_token(in.ConsumeBool() ? "tok" : "other");
         req.set_agent_id(pick(in, "agent-", 5));
+        req.set_agent_secret(maybeWrong(secretOf(req.agent_id())));
         req.set_local_size(in.ConsumeIntegralInRange<int32_t>(-1, 4));
         req.set_world_size(in.ConsumeIntegralInRange<int32_t>(-1, 8));
-        core.joinJobOnLoop(req);
+        const AgentRecord* agent = core.membership().agents().find(req.agent_id());
+        bool wrong_secret = !req.job_id().empty() && agent != nullptr && !agent->secret.empty() &&
+                            req.agent_secret() != agent->secret;
+        grpc::Status st = core.joinJobOnLoop(req);
+        if (wrong_secret) FUZZ_CHECK(st.error_code() == grpc::StatusCode::PERMISSION_DENIED);
         break;
       }
       case 3: {
         kolo::coord::LeaveJobRequest req;
         req.set_job_id(pick(in, "job-", 3));
+        req.set_token(in.ConsumeBool() ? "tok" : "other");
         req.set_agent_id(pick(in, "agent-", 5));
+        req.set_agent_secret(maybeWrong(secretOf(req.agent_id())));
         req.set_failed(in.ConsumeBool());
         req.set_reason(in.ConsumeRandomLengthString(8));
-        core.leaveJobOnLoop(req);
+        const Job* job = core.membership().findJob(req.job_id());
+        const AgentRecord* agent = core.membership().agents().find(req.agent_id());
+        bool refused = job != nullptr &&
+                       (job->token != req.token() || (agent != nullptr && !agent->secret.empty() &&
+                                                      agent->secret != req.agent_secret()));
+        std::string before = job != nullptr
+                                 ? summaryOf(*job, core.membership().agents()).SerializeAsString()
+                                 : std::string();
+        grpc::Status st = core.leaveJobOnLoop(req);
+        if (refused) {
+          // A caller without the job's token or the agent's secret changes nothing.
+          FUZZ_CHECK(st.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+          const Job* after = core.membership().findJob(req.job_id());
+          FUZZ_CHECK(after != nullptr);
+          FUZZ_CHECK(summaryOf(*after, core.membership().agents()).SerializeAsString() == before);
+        }
         break;
       }
       case 4: {

@@ -44,6 +44,17 @@ CoordClient::CoordClient(std::string address, coord::AgentInfo self, EventLoop& 
 
 void CoordClient::prepare(grpc::ClientContext& ctx) const { addBearerToken(ctx, security_); }
 
+std::string CoordClient::agentSecret() const {
+  std::lock_guard<std::mutex> lock(secret_mu_);
+  return agent_secret_;
+}
+
+std::string CoordClient::jobToken(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(secret_mu_);
+  auto it = tokens_.find(job_id);
+  return it == tokens_.end() ? std::string() : it->second;
+}
+
 CoordClient::~CoordClient() { shutdown(); }
 
 Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline) {
@@ -57,9 +68,15 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
     prepare(ctx);
     coord::RegisterAgentRequest req;
     *req.mutable_agent() = self_;
+    // The same process registering again keeps its jobs; see the proto.
+    req.set_previous_secret(agentSecret());
     coord::RegisterAgentReply rep;
     grpc::Status s = stub_->RegisterAgent(&ctx, req, &rep);
     if (s.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(secret_mu_);
+        agent_secret_ = rep.agent_secret();
+      }
       heartbeat_ms_ = rep.heartbeat_interval_ms() > 0 ? rep.heartbeat_interval_ms() : 1000;
       logger()->info("registered with coordinator {} as {} (lease {} ms)", address_,
                      self_.agent_id(), rep.lease_ms());
@@ -99,9 +116,21 @@ void CoordClient::startHeartbeats() {
       prepare(ctx);
       coord::HeartbeatRequest req;
       req.set_agent_id(self_.agent_id());
+      req.set_agent_secret(agentSecret());
       coord::HeartbeatReply rep;
       grpc::Status s = stub_->Heartbeat(&ctx, req, &rep);
-      if (!s.ok()) {
+      if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+        // Another process registered this agent id since (a second agent with
+        // the same --agent-id): registering again would fail its jobs, and
+        // it would do the same to ours. Say so and let the lease run out.
+        if (!replaced_logged_) {
+          logger()->error(
+              "the coordinator at {} refuses this agent's heartbeats: {} (is another "
+              "agent running with id {}?)",
+              address_, s.error_message(), self_.agent_id());
+          replaced_logged_ = true;
+        }
+      } else if (!s.ok()) {
         logger()->warn("heartbeat to {} failed: {}", address_, s.error_message());
       } else if (!rep.known()) {
         logger()->warn("coordinator forgot this agent; registering again");
@@ -125,6 +154,10 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
     }
     watches_[job_id] = w;
   }
+  {
+    std::lock_guard<std::mutex> lock(secret_mu_);
+    tokens_[job_id] = token;
+  }
   w->thread = std::thread([this, w, job_id, token, local_size, world_size, cb, elastic] {
     log::setThreadName("coord-watch");
     auto post = [this, cb](StatusOr<coord::World> r) {
@@ -138,6 +171,7 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
       req.set_job_id(job_id);
       req.set_token(token);
       req.set_agent_id(self_.agent_id());
+      req.set_agent_secret(agentSecret());
       req.set_local_size(local_size);
       req.set_world_size(world_size);
       req.set_min_size(elastic.min_size);
@@ -234,6 +268,7 @@ void CoordClient::requestGeneration(const std::string& job_id, const std::string
     req.set_job_id(job_id);
     req.set_token(token);
     req.set_agent_id(self_.agent_id());
+    req.set_agent_secret(agentSecret());
     req.set_local_size(local_size);
     req.set_world_size(world_size);
     req.set_reset(!admit);
@@ -252,7 +287,9 @@ void CoordClient::leave(const std::string& job_id, bool failed, const std::strin
     prepare(ctx);
     coord::LeaveJobRequest req;
     req.set_job_id(job_id);
+    req.set_token(jobToken(job_id));
     req.set_agent_id(self_.agent_id());
+    req.set_agent_secret(agentSecret());
     req.set_failed(failed);
     req.set_reason(reason);
     coord::LeaveJobReply rep;

@@ -53,7 +53,8 @@ class CoordClient {
   // waiting to join are admitted now.
   void requestGeneration(const std::string& job_id, const std::string& token, int local_size,
                          int world_size, const std::string& reason, bool admit = false);
-  // Tells the coordinator this agent is done with the job (async).
+  // Tells the coordinator this agent is done with the job (async). It
+  // carries the token the job was joined with and this agent's secret.
   void leave(const std::string& job_id, bool failed, const std::string& reason);
   void stopWatch(const std::string& job_id);
 
@@ -89,6 +90,16 @@ class CoordClient {
 
   // Adds the bearer token (if any) to a call.
   void prepare(grpc::ClientContext& ctx) const;
+  // The secret of this agent's registration (empty before the first).
+  std::string agentSecret() const;
+  // The token each joined job was given (LeaveJob carries it).
+  std::string jobToken(const std::string& job_id) const;
+
+  // What binds this agent's calls to its registration (RegisterAgentReply).
+  mutable std::mutex secret_mu_;
+  std::string agent_secret_;                   // under secret_mu_
+  std::map<std::string, std::string> tokens_;  // job id -> token, under secret_mu_
+  bool replaced_logged_ = false;               // heartbeat thread only
 };
 
 Status fromGrpc(const grpc::Status& s, const std::string& what);

@@ -2,10 +2,11 @@
 
 namespace kolo::coordinator {
 
-void AgentRegistry::upsert(const coord::AgentInfo& info) {
+void AgentRegistry::upsert(const coord::AgentInfo& info, std::string secret) {
   int64_t now = clock_->steadyMs();
   AgentRecord& r = agents_[info.agent_id()];
   r.info = info;
+  r.secret = std::move(secret);
   r.registered_ms = now;
   r.last_heartbeat_ms = now;
 }

@@ -14,6 +14,11 @@ namespace kolo::coordinator {
 
 struct AgentRecord {
   coord::AgentInfo info;
+  // Minted at registration (RegisterAgentReply.agent_secret); every
+  // Heartbeat, JoinJob and LeaveJob of this incarnation carries it. Empty for
+  // an agent restored without one (an older journal, or a job member put
+  // back from its job): it is told to register again.
+  std::string secret;
   int64_t registered_ms = 0;      // steady
   int64_t last_heartbeat_ms = 0;  // steady; registration counts as a heartbeat
 };
@@ -29,7 +34,7 @@ class AgentRegistry {
   AgentRegistry(const Clock* clock, int64_t lease_ms) : clock_(clock), lease_ms_(lease_ms) {}
 
   // Adds the agent, or replaces the record of the same agent_id; renews its lease.
-  void upsert(const coord::AgentInfo& info);
+  void upsert(const coord::AgentInfo& info, std::string secret);
   // Renews the lease. False if the agent is unknown (it must register again).
   bool heartbeat(const std::string& agent_id);
   // Removes and returns every agent whose last heartbeat is lease_ms or more ago.

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/log.h"
+#include "coordinator/membership/secrets.h"
 
 namespace kolo::coordinator {
 
@@ -21,28 +22,98 @@ Membership::Membership(MembershipOptions options, const Clock* clock)
     : options_(options), clock_(clock), agents_(clock, options.lease_ms) {}
 
 grpc::Status Membership::registerAgent(const coord::RegisterAgentRequest& req,
-                                       coord::RegisterAgentReply* reply) {
+                                       coord::RegisterAgentReply* reply, Changes* changes) {
   const coord::AgentInfo& info = req.agent();
   if (info.agent_id().empty()) {
     return error(grpc::StatusCode::INVALID_ARGUMENT, "RegisterAgent: agent_id must not be empty");
   }
-  bool again = agents_.find(info.agent_id()) != nullptr;
-  agents_.upsert(info);
-  log::get("coord")->info("agent {} (host {}, rpc {}) {}", info.agent_id(), info.hostname(),
-                          info.rpc_address(), again ? "registered again" : "registered");
+  auto logger = log::get("coord");
+  const AgentRecord* old = agents_.find(info.agent_id());
+  std::string secret;
+  if (old == nullptr) {
+    secret = newAgentSecret();
+    logger->info("agent {} (host {}, rpc {}) registered", info.agent_id(), info.hostname(),
+                 info.rpc_address());
+  } else if (old->secret.empty() || (!req.previous_secret().empty() &&
+                                     constantTimeEquals(req.previous_secret(), old->secret))) {
+    // The same incarnation again (or one restored without a secret, which
+    // cannot be told apart): it keeps its jobs.
+    secret = old->secret.empty() ? newAgentSecret() : old->secret;
+    logger->info("agent {} (host {}, rpc {}) registered again", info.agent_id(), info.hostname(),
+                 info.rpc_address());
+  } else {
+    // A new incarnation: whatever the old one was part of is gone with it.
+    // Its jobs are reconciled now, not a lease later.
+    coord::AgentInfo was = old->info;
+    secret = newAgentSecret();
+    std::string why =
+        fmt::format("agent {} (host {}) restarted: it registered again as a new incarnation",
+                    was.agent_id(), was.hostname());
+    logger->warn("{}; ending the jobs of the old one", why);
+    dropAgentFromJobs(was, why, changes);
+  }
+  agents_.upsert(info, secret);
   reply->set_lease_ms(static_cast<uint64_t>(options_.lease_ms));
   reply->set_heartbeat_interval_ms(static_cast<uint64_t>(options_.heartbeat_interval_ms));
+  reply->set_agent_secret(std::move(secret));
   return grpc::Status::OK;
 }
 
-coord::HeartbeatReply Membership::heartbeat(const coord::HeartbeatRequest& req) {
-  coord::HeartbeatReply reply;
-  reply.set_known(agents_.heartbeat(req.agent_id()));
-  if (!reply.known()) {
+grpc::Status Membership::heartbeat(const coord::HeartbeatRequest& req,
+                                   coord::HeartbeatReply* reply) {
+  const AgentRecord* agent = agents_.find(req.agent_id());
+  if (agent == nullptr || agent->secret.empty()) {
     log::get("coord")->debug("heartbeat from unknown agent {}: told to register again",
                              req.agent_id());
+    reply->set_known(false);
+    return grpc::Status::OK;
   }
-  return reply;
+  if (!constantTimeEquals(req.agent_secret(), agent->secret)) {
+    log::get("coord")->warn("heartbeat for agent {} refused: wrong agent secret", req.agent_id());
+    return error(grpc::StatusCode::PERMISSION_DENIED,
+                 fmt::format("Heartbeat for agent {} refused: the agent secret does not match its "
+                             "registration; only the agent process that registered may renew "
+                             "its lease (a restarted agent calls RegisterAgent)",
+                             req.agent_id()));
+  }
+  agents_.heartbeat(req.agent_id());
+  reply->set_known(true);
+  return grpc::Status::OK;
+}
+
+grpc::Status Membership::checkAgent(const char* method, const std::string& agent_id,
+                                    const std::string& secret) const {
+  const AgentRecord* agent = agents_.find(agent_id);
+  if (agent == nullptr || agent->secret.empty()) {
+    return error(grpc::StatusCode::FAILED_PRECONDITION,
+                 fmt::format("{}: agent not registered: agent '{}' must call RegisterAgent first",
+                             method, agent_id));
+  }
+  if (!constantTimeEquals(secret, agent->secret)) {
+    return error(grpc::StatusCode::PERMISSION_DENIED,
+                 fmt::format("{} for agent {} refused: the agent secret does not match its "
+                             "registration",
+                             method, agent_id));
+  }
+  return grpc::Status::OK;
+}
+
+void Membership::dropAgentFromJobs(const coord::AgentInfo& agent, const std::string& why,
+                                   Changes* changes) {
+  for (auto& [id, job] : jobs_) {
+    if (dropWaiting(job, agent.agent_id(), why)) {
+      changes->touched_jobs.push_back(id);
+      changes->worlds.push_back(worldOf(job, agents_));
+      continue;
+    }
+    const JobMember* m = job.findMember(agent.agent_id());
+    if (m == nullptr || m->left || !job.active()) continue;
+    if (job.state == coord::RUNNING && job.elastic()) {
+      dropElasticMember(job, agent.agent_id(), why, changes);
+      continue;
+    }
+    failJob(job, why, changes);
+  }
 }
 
 grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* changes) {
@@ -57,6 +128,7 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
                              "joining job {}",
                              agent_id, job_id));
   }
+  if (auto st = checkAgent("JoinJob", agent_id, req.agent_secret()); !st.ok()) return st;
   if (req.local_size() <= 0) {
     return error(grpc::StatusCode::INVALID_ARGUMENT,
                  fmt::format("job {}: agent {} asked for local_size {}; it must be at least 1",
@@ -101,7 +173,7 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
                             req.world_size());
   } else {
     Job& job = it->second;
-    if (job.token != req.token()) {
+    if (!constantTimeEquals(req.token(), job.token)) {
       return error(grpc::StatusCode::PERMISSION_DENIED,
                    fmt::format("wrong token for job {} (agent {})", job_id, agent_id));
     }
@@ -164,6 +236,24 @@ grpc::Status Membership::leaveJob(const coord::LeaveJobRequest& req, Changes* ch
                                                           req.job_id(), req.agent_id()));
   }
   Job& job = it->second;
+  // Only the job's own agents change it: the job's token, and the agent's
+  // secret while it is registered (one whose lease ran out may still leave).
+  if (!constantTimeEquals(req.token(), job.token)) {
+    log::get("coord")->warn("LeaveJob of job {} for agent {} refused: wrong job token", job.id,
+                            req.agent_id());
+    return error(grpc::StatusCode::PERMISSION_DENIED,
+                 fmt::format("LeaveJob refused: wrong token for job {} (agent {}); only the "
+                             "job's own agents may leave or fail it",
+                             job.id, req.agent_id()));
+  }
+  if (const AgentRecord* agent = agents_.find(req.agent_id());
+      agent != nullptr && !agent->secret.empty()) {
+    if (auto st = checkAgent("LeaveJob", req.agent_id(), req.agent_secret()); !st.ok()) {
+      log::get("coord")->warn("LeaveJob of job {} for agent {} refused: wrong agent secret", job.id,
+                              req.agent_id());
+      return st;
+    }
+  }
   JobMember* m = job.findMember(req.agent_id());
   if (m == nullptr && dropWaiting(job, req.agent_id(), "it left" + (req.reason().empty() ? "" : ": " + req.reason()))) {
     changes->worlds.push_back(worldOf(job, agents_));
@@ -217,25 +307,10 @@ void Membership::expireLeases(Changes* changes) {
     changes->lost_agents.push_back(info.agent_id());
     log::get("coord")->warn("agent {} (host {}) lost: no heartbeat for {} ms (lease {} ms)",
                             info.agent_id(), info.hostname(), lost.silent_ms, options_.lease_ms);
-    for (auto& [id, job] : jobs_) {
-      if (dropWaiting(job, info.agent_id(), "its lease ran out")) {
-        changes->worlds.push_back(worldOf(job, agents_));
-        continue;
-      }
-      const JobMember* m = job.findMember(info.agent_id());
-      if (m == nullptr || m->left || !job.active()) continue;
-      if (job.state == coord::RUNNING && job.elastic()) {
-        dropElasticMember(job, info.agent_id(),
-                          fmt::format("agent {} (host {}) lost: no heartbeat for {} ms",
-                                      info.agent_id(), info.hostname(), lost.silent_ms),
-                          changes);
-        continue;
-      }
-      failJob(job,
-              fmt::format("agent {} (host {}) lost: no heartbeat for {} ms", info.agent_id(),
-                          info.hostname(), lost.silent_ms),
-              changes);
-    }
+    dropAgentFromJobs(info,
+                      fmt::format("agent {} (host {}) lost: no heartbeat for {} ms",
+                                  info.agent_id(), info.hostname(), lost.silent_ms),
+                      changes);
   }
 }
 
@@ -403,7 +478,7 @@ grpc::Status Membership::checkAccess(const std::string& job_id, const std::strin
   if (it == jobs_.end()) {
     return error(grpc::StatusCode::NOT_FOUND, fmt::format("job {} not found", job_id));
   }
-  if (it->second.token != token) {
+  if (!constantTimeEquals(token, it->second.token)) {
     return error(grpc::StatusCode::PERMISSION_DENIED,
                  fmt::format("wrong token for job {}", job_id));
   }
@@ -439,9 +514,9 @@ coord::ListAgentsReply Membership::listAgents() const {
   return reply;
 }
 
-void Membership::restoreAgent(const coord::AgentInfo& info) {
+void Membership::restoreAgent(const coord::AgentInfo& info, std::string secret) {
   if (info.agent_id().empty()) return;
-  agents_.upsert(info);
+  agents_.upsert(info, std::move(secret));
 }
 
 void Membership::restoreJob(Job job) {
@@ -466,14 +541,14 @@ void Membership::restoreJob(Job job) {
       if (agents_.find(m.agent_id) == nullptr) {
         coord::AgentInfo info = m.info;
         info.set_agent_id(m.agent_id);
-        agents_.upsert(info);
+        agents_.upsert(info, "");
       }
     }
     for (const JobMember& m : job.members) {
       if (!m.left && agents_.find(m.agent_id) == nullptr) {
         coord::AgentInfo info = m.info;
         info.set_agent_id(m.agent_id);
-        agents_.upsert(info);
+        agents_.upsert(info, "");
       }
     }
   }

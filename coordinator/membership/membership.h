@@ -50,9 +50,16 @@ class Membership {
  public:
   Membership(MembershipOptions options, const Clock* clock);
 
+  // Registers the agent and mints its secret. An agent_id that is already
+  // registered and does not present that registration's secret
+  // (previous_secret) is a new incarnation (the agent restarted): the jobs
+  // of the old one fail at once, or lose it (elastic), as on lease loss.
   grpc::Status registerAgent(const coord::RegisterAgentRequest& req,
-                             coord::RegisterAgentReply* reply);
-  coord::HeartbeatReply heartbeat(const coord::HeartbeatRequest& req);
+                             coord::RegisterAgentReply* reply, Changes* changes);
+  // Renews the lease. known=false for an unknown agent (or one restored
+  // without a secret): it must register again. PERMISSION_DENIED when the
+  // secret is not the registration's.
+  grpc::Status heartbeat(const coord::HeartbeatRequest& req, coord::HeartbeatReply* reply);
   grpc::Status joinJob(const coord::JoinJobRequest& req, Changes* changes);
   grpc::Status leaveJob(const coord::LeaveJobRequest& req, Changes* changes);
 
@@ -64,6 +71,11 @@ class Membership {
   // Forgets FAILED/FINISHED jobs older than the retention.
   void collectEndedJobs(Changes* changes);
 
+  // OK when `agent_id` is registered and `secret` is its registration's;
+  // FAILED_PRECONDITION when it is not registered (or has no secret: restored
+  // from an older journal), PERMISSION_DENIED for a wrong secret.
+  grpc::Status checkAgent(const char* method, const std::string& agent_id,
+                          const std::string& secret) const;
   // NOT_FOUND for an unknown job, PERMISSION_DENIED for a wrong token.
   grpc::Status checkAccess(const std::string& job_id, const std::string& token) const;
   // The job's World now (after checkAccess).
@@ -81,7 +93,7 @@ class Membership {
   // keeps its state, generation and slots; its retention counts from
   // job.ended_wall_ms. Every member of an active job that is not registered
   // is put back from its JobMember info, so a dead one is found by its lease.
-  void restoreAgent(const coord::AgentInfo& info);
+  void restoreAgent(const coord::AgentInfo& info, std::string secret);
   void restoreJob(Job job);
   const MembershipOptions& options() const { return options_; }
 
@@ -98,6 +110,9 @@ class Membership {
   // Seals the next generation when the members have at least min_size
   // ranks, else starts (or keeps) the wait for agents to join.
   void resealOrWait(Job& job, std::string change, Changes* changes);
+  // Every active job `agent` is a member of (or waits to join) loses it as
+  // if it had been lost with `why`.
+  void dropAgentFromJobs(const coord::AgentInfo& agent, const std::string& why, Changes* changes);
   // Removes a waiting agent; false if it was not waiting.
   bool dropWaiting(Job& job, const std::string& agent_id, const std::string& why);
 

@@ -83,7 +83,7 @@ StatusOr<std::unique_ptr<Journal>> Journal::open(const JournalOptions& options,
   std::remove((snapshot_path + ".tmp").c_str());  // a compaction cut short
   ASSIGN_OR_RETURN(std::string snapshot, readWholeFile(snapshot_path));
   ASSIGN_OR_RETURN(std::string journal, readWholeFile(journal_path));
-  auto state = loadState(snapshot, journal);
+  auto state = loadState(snapshot, journal, snapshot_path, journal_path);
   if (!state.isOk()) {
     return invalidArgument("state dir " + dir + ": " + state.status().message() +
                            " (move the directory away to start empty)");

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,48 @@ struct DecodeError {
 };
 
 [[noreturn]] void fail(std::string what) { throw DecodeError{std::move(what)}; }
+
+// A record line is BODY with ,"crc":"XXXXXXXX" put before its closing brace.
+constexpr std::string_view kCrcKey = ",\"crc\":\"";
+constexpr size_t kCrcTail = kCrcKey.size() + 8 + 2;  // key, 8 hex digits, "}
+
+std::string withChecksum(std::string body) {
+  uint32_t crc = crc32c(body);
+  body.pop_back();  // the closing brace
+  body += fmt::format("{}{:08x}\"}}", kCrcKey, crc);
+  return body;
+}
+
+// The record's JSON text without its checksum member, after checking it.
+// Without a checksum: the line itself when `legacy_ok`, else an error.
+// `had_crc` says which.
+std::string checkedBody(std::string_view line, bool legacy_ok, bool* had_crc) {
+  *had_crc = line.size() > kCrcTail &&
+             line.substr(line.size() - kCrcTail, kCrcKey.size()) == kCrcKey &&
+             line.substr(line.size() - 2) == "\"}";
+  if (!*had_crc) {
+    if (!legacy_ok)
+      fail("no checksum (a record ends in \"crc\":\"XXXXXXXX\" since format version 2)");
+    return std::string(line);
+  }
+  std::string_view hex = line.substr(line.size() - 10, 8);
+  uint32_t want = 0;
+  for (char c : hex) {
+    int v = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    if (v < 0) fail("the checksum is not 8 lower-case hex digits");
+    want = want * 16 + static_cast<uint32_t>(v);
+  }
+  std::string body(line.substr(0, line.size() - kCrcTail));
+  body += '}';
+  uint32_t got = crc32c(body);
+  if (got != want) {
+    fail(
+        fmt::format("checksum mismatch (crc {:08x} recorded, {:08x} computed): the record was "
+                    "altered after it was written",
+                    want, got));
+  }
+  return body;
+}
 
 const json& field(const json& j, const char* name) {
   if (!j.is_object()) fail(fmt::format("expected an object holding '{}'", name));
@@ -219,6 +262,7 @@ Record recordFromJson(const json& j) {
     r.type = Record::Type::kAgent;
     r.agent = agentFromJson(field(j, "agent"));
     if (r.agent.agent_id().empty()) fail("an agent with an empty id");
+    if (j.contains("secret")) r.secret = stringField(j, "secret");  // absent in version 1
   } else if (type == "agent_lost") {
     r.type = Record::Type::kAgentLost;
     r.id = stringField(j, "id");
@@ -283,7 +327,10 @@ bool sameJob(const Job& a, const Job& b) {
 }  // namespace
 
 bool PersistedState::operator==(const PersistedState& o) const {
-  if (agents.size() != o.agents.size() || jobs.size() != o.jobs.size() || kv != o.kv) return false;
+  if (agents.size() != o.agents.size() || jobs.size() != o.jobs.size() || kv != o.kv ||
+      agent_secrets != o.agent_secrets) {
+    return false;
+  }
   for (auto a = agents.begin(), b = o.agents.begin(); a != agents.end(); ++a, ++b) {
     if (a->first != b->first || !sameAgent(a->second, b->second)) return false;
   }
@@ -293,10 +340,11 @@ bool PersistedState::operator==(const PersistedState& o) const {
   return true;
 }
 
-Record Record::agentRegistered(const coord::AgentInfo& info) {
+Record Record::agentRegistered(const coord::AgentInfo& info, std::string secret) {
   Record r;
   r.type = Type::kAgent;
   r.agent = info;
+  r.secret = std::move(secret);
   return r;
 }
 
@@ -335,6 +383,7 @@ std::string encodeRecord(const Record& r) {
   switch (r.type) {
     case Record::Type::kAgent:
       j["agent"] = agentToJson(r.agent);
+      if (!r.secret.empty()) j["secret"] = escapeString(r.secret);
       break;
     case Record::Type::kAgentLost:
     case Record::Type::kJobRemoved:
@@ -350,12 +399,13 @@ std::string encodeRecord(const Record& r) {
       break;
   }
   // Every string is printable ASCII by construction, so dump cannot throw.
-  return j.dump();
+  return withChecksum(j.dump());
 }
 
-StatusOr<Record> decodeRecord(std::string_view line) {
+StatusOr<Record> decodeRecord(std::string_view line, bool legacy_ok) {
   try {
-    return recordFromJson(parseLine(line));
+    bool had_crc = false;
+    return recordFromJson(parseLine(checkedBody(line, legacy_ok, &had_crc)));
   } catch (const DecodeError& e) {
     return invalidArgument(e.what);
   } catch (const json::exception& e) {
@@ -367,9 +417,15 @@ void applyRecord(const Record& r, PersistedState* state) {
   switch (r.type) {
     case Record::Type::kAgent:
       state->agents[r.agent.agent_id()] = r.agent;
+      if (r.secret.empty()) {
+        state->agent_secrets.erase(r.agent.agent_id());
+      } else {
+        state->agent_secrets[r.agent.agent_id()] = r.secret;
+      }
       break;
     case Record::Type::kAgentLost:
       state->agents.erase(r.id);
+      state->agent_secrets.erase(r.id);
       break;
     case Record::Type::kJob:
       state->jobs.insert_or_assign(r.job.id, r.job);
@@ -390,19 +446,25 @@ void applyRecord(const Record& r, PersistedState* state) {
 
 std::string encodeSnapshot(const PersistedState& state, uint64_t seq) {
   std::string out =
-      json{{"type", "snapshot"}, {"version", kFormatVersion}, {"seq", seq}}.dump() + "\n";
+      withChecksum(json{{"type", "snapshot"}, {"version", kFormatVersion}, {"seq", seq}}.dump()) +
+      "\n";
   auto add = [&](Record r) {
     r.seq = seq;
     out += encodeRecord(r);
     out += '\n';
   };
-  for (const auto& [id, info] : state.agents) add(Record::agentRegistered(info));
+  for (const auto& [id, info] : state.agents) {
+    auto secret = state.agent_secrets.find(id);
+    add(Record::agentRegistered(
+        info, secret == state.agent_secrets.end() ? std::string() : secret->second));
+  }
   for (const auto& [id, job] : state.jobs) add(Record::jobState(job));
   for (const auto& [slot, value] : state.kv) add(Record::kvPut(slot.first, slot.second, value));
   return out;
 }
 
-StatusOr<LoadedState> loadState(std::string_view snapshot, std::string_view journal) {
+StatusOr<LoadedState> loadState(std::string_view snapshot, std::string_view journal,
+                                std::string_view snapshot_name, std::string_view journal_name) {
   LoadedState out;
   uint64_t snapshot_seq = 0;
   // Splits `text` into lines; `fn(line, number, terminated)`.
@@ -420,36 +482,43 @@ StatusOr<LoadedState> loadState(std::string_view snapshot, std::string_view jour
       pos = nl + 1;
     }
   };
+  int64_t snapshot_version = 0;  // 0: no snapshot
   try {
     bool header = false;
     forEachLine(snapshot, [&](std::string_view line, size_t number, bool terminated, size_t) {
       auto where = [&](const std::string& what) {
-        return fmt::format("snapshot line {}: {}", number, what);
+        return fmt::format("{} line {}: {}", snapshot_name, number, what);
       };
       if (!terminated) fail(where("unterminated line (the snapshot is written whole)"));
       if (line.empty()) return;
       try {
+        bool had_crc = false;
         if (!header) {
-          json h = parseLine(line);
+          json h = parseLine(checkedBody(line, /*legacy_ok=*/true, &had_crc));
           if (stringField(h, "type") != "snapshot") fail("not a snapshot header");
           int64_t version = intField(h, "version", 1, kI32Max);
           if (version > kFormatVersion) {
             fail(fmt::format("format version {} is newer than this coordinator's ({})", version,
                              kFormatVersion));
           }
+          if (version >= 2 && !had_crc) fail("no checksum on a version 2 snapshot header");
+          snapshot_version = version;
           snapshot_seq = uintField(h, "seq");
           header = true;
           return;
         }
-        applyRecord(recordFromJson(parseLine(line)), &out.state);
+        applyRecord(recordFromJson(parseLine(checkedBody(line, snapshot_version < 2, &had_crc))),
+                    &out.state);
       } catch (const DecodeError& e) {
         fail(where(e.what));
       } catch (const json::exception& e) {
         fail(where(e.what()));
       }
     });
-    if (!snapshot.empty() && !header) fail("snapshot: no header line");
+    if (!snapshot.empty() && !header) fail(fmt::format("{}: no header line", snapshot_name));
     out.last_seq = snapshot_seq;
+    // Lines without a checksum: only an older coordinator's (see the header).
+    bool legacy_ok = snapshot_version < 2;
     forEachLine(journal, [&](std::string_view line, size_t number, bool terminated, size_t end) {
       if (!terminated) {
         out.torn_tail = true;
@@ -458,7 +527,9 @@ StatusOr<LoadedState> loadState(std::string_view snapshot, std::string_view jour
       out.valid_journal_bytes = end;
       if (line.empty()) return;
       try {
-        Record r = recordFromJson(parseLine(line));
+        bool had_crc = false;
+        Record r = recordFromJson(parseLine(checkedBody(line, legacy_ok, &had_crc)));
+        if (had_crc) legacy_ok = false;
         if (r.seq <= snapshot_seq) return;  // already in the snapshot
         if (r.seq <= out.last_seq) {
           fail(fmt::format("seq {} is not above the previous record's {}", r.seq, out.last_seq));
@@ -467,15 +538,30 @@ StatusOr<LoadedState> loadState(std::string_view snapshot, std::string_view jour
         applyRecord(r, &out.state);
         ++out.journal_records;
       } catch (const DecodeError& e) {
-        fail(fmt::format("journal line {}: {}", number, e.what));
+        fail(fmt::format("{} line {}: {}", journal_name, number, e.what));
       } catch (const json::exception& e) {
-        fail(fmt::format("journal line {}: {}", number, e.what()));
+        fail(fmt::format("{} line {}: {}", journal_name, number, e.what()));
       }
     });
   } catch (const DecodeError& e) {
     return invalidArgument(e.what);
   }
   return out;
+}
+
+uint32_t crc32c(std::string_view bytes) {
+  static const auto kTable = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char b : bytes) crc = kTable[(crc ^ b) & 0xFF] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
 }
 
 std::string escapeString(std::string_view s) {

@@ -3,7 +3,7 @@
 // the files.
 //
 // One record per line, a JSON object:
-//   {"seq":7,"type":"agent","agent":{"id":..,"host":..,"rpc":..,"data":HEX}}
+//   {"seq":7,"type":"agent","agent":{"id":..,"host":..,"rpc":..,"data":HEX},"secret":..}
 //   {"seq":8,"type":"agent_lost","id":AGENT}
 //   {"seq":9,"type":"job","job":{"id":..,"token":..,"world_size":4,"state":"RUNNING",
 //                              "generation":1,"reason":..,"created_unix_ms":..,
@@ -15,9 +15,21 @@
 // percent-escaped outside printable ASCII (so any bytes survive and a line
 // is always valid JSON); bytes fields are hex.
 //
-// A snapshot is a header line {"type":"snapshot","version":1,"seq":S}
+// Every record line ends in its checksum: the object's last member is
+// "crc":"XXXXXXXX", the CRC-32C (hex) of the line without that member (the
+// same JSON text closed right after the record's own members). A line
+// whose checksum does not match (a token edited by hand, a flipped bit) is
+// an error naming the file and line, like a malformed one.
+//
+// A snapshot is a header line {"type":"snapshot","version":2,"seq":S}
 // followed by the records that rebuild the state (their seq is S). Journal
 // records with seq <= S are already in the snapshot and are skipped.
+//
+// Format version 1 (before checksums and agent secrets) is still read: a
+// version 1 snapshot's records have no checksum, and journal lines without
+// one are accepted while the snapshot is absent or version 1 and no line
+// with a checksum came before them. A coordinator that recovers such a state
+// rewrites it at once as a version 2 snapshot.
 #pragma once
 
 #include <cstdint>
@@ -32,12 +44,13 @@
 
 namespace kolo::coordinator::persist {
 
-inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersion = 2;
 
 // Everything the coordinator keeps across a restart. Leases, watchers and
 // KV waiters are not kept: agents get a fresh lease, clients re-watch.
 struct PersistedState {
   std::map<std::string, coord::AgentInfo> agents;  // by agent_id
+  std::map<std::string, std::string> agent_secrets;  // by agent_id (absent: none, version 1)
   std::map<std::string, Job> jobs;                 // by job id; ended_steady_ms is not kept
   std::map<std::pair<std::string, std::string>, std::string> kv;  // (job, key) -> value
 
@@ -49,22 +62,25 @@ struct Record {
   Type type = Type::kAgent;
   uint64_t seq = 0;
   coord::AgentInfo agent;  // kAgent
+  std::string secret;      // kAgent: the registration's agent secret
   std::string id;          // kAgentLost: agent id; kJobRemoved, kKvPut: job id
   Job job;                 // kJob
   std::string key;         // kKvPut
   std::string value;       // kKvPut
 
-  static Record agentRegistered(const coord::AgentInfo& info);
+  static Record agentRegistered(const coord::AgentInfo& info, std::string secret = "");
   static Record agentLost(std::string agent_id);
   static Record jobState(const Job& job);
   static Record jobRemoved(std::string job_id);
   static Record kvPut(std::string job_id, std::string key, std::string value);
 };
 
-// One line, without the trailing newline.
+// One line with its checksum, without the trailing newline.
 std::string encodeRecord(const Record& r);
-// InvalidArgument (with what is wrong) for anything but a well-formed record.
-StatusOr<Record> decodeRecord(std::string_view line);
+// InvalidArgument (with what is wrong) for anything but a well-formed record
+// whose checksum matches. `legacy_ok`: a line without a checksum (format
+// version 1) is accepted too.
+StatusOr<Record> decodeRecord(std::string_view line, bool legacy_ok = false);
 // Applies a record to the state (the same effect the change had live).
 void applyRecord(const Record& r, PersistedState* state);
 
@@ -83,7 +99,13 @@ struct LoadedState {
 // journal. A malformed line is an error naming the file and line, except an
 // unterminated last journal line (a write cut short by a crash), which is
 // ignored and reported in torn_tail.
-StatusOr<LoadedState> loadState(std::string_view snapshot, std::string_view journal);
+// The names are how errors call the two files (their paths, in the Journal).
+StatusOr<LoadedState> loadState(std::string_view snapshot, std::string_view journal,
+                                std::string_view snapshot_name = "snapshot",
+                                std::string_view journal_name = "journal");
+
+// CRC-32C (Castagnoli) of `bytes` (exposed for tests).
+uint32_t crc32c(std::string_view bytes);
 
 // Escaping helpers (exposed for tests).
 std::string escapeString(std::string_view s);

@@ -5,9 +5,11 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -35,13 +37,15 @@ std::unique_ptr<grpc::ClientContext> ctxWithDeadline(milliseconds d = millisecon
 // Renews an agent's lease every `period` on its own thread until destroyed.
 class Heartbeater {
  public:
-  Heartbeater(coord::Coordinator::Stub* stub, std::string agent_id, milliseconds period)
-      : thread_([this, stub, agent_id, period] {
+  Heartbeater(coord::Coordinator::Stub* stub, std::string agent_id, std::string secret,
+              milliseconds period)
+      : thread_([this, stub, agent_id, secret, period] {
           std::unique_lock<std::mutex> lock(mu_);
           while (!stop_) {
             lock.unlock();
             coord::HeartbeatRequest req;
             req.set_agent_id(agent_id);
+            req.set_agent_secret(secret);
             coord::HeartbeatReply reply;
             auto ctx = ctxWithDeadline(milliseconds(2000));
             stub->Heartbeat(ctx.get(), req, &reply);
@@ -69,11 +73,10 @@ class CoordinatorIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string error;
-    ASSERT_TRUE(
-        proc_.start(KOLO_COORDINATOR_BIN,
-                    {"--lease-ms", std::to_string(kLeaseMs), "--heartbeat-interval-ms", "100"},
-                    milliseconds(15000), &error))
-        << error;
+    std::vector<std::string> args{"--lease-ms", std::to_string(kLeaseMs), "--heartbeat-interval-ms",
+                                  "100"};
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+    ASSERT_TRUE(proc_.start(KOLO_COORDINATOR_BIN, args, milliseconds(15000), &error)) << error;
     channel_ = grpc::CreateChannel(proc_.address(), grpc::InsecureChannelCredentials());
     ASSERT_TRUE(
         channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)))
@@ -87,16 +90,20 @@ class CoordinatorIntegrationTest : public ::testing::Test {
     proc_.kill();
   }
 
-  coord::RegisterAgentReply registerAgent(const std::string& id, const std::string& host) {
+  // `previous_secret`: what the same process got before (empty: a new process).
+  coord::RegisterAgentReply registerAgent(const std::string& id, const std::string& host,
+                                          const std::string& previous_secret = "") {
     coord::RegisterAgentRequest req;
     req.mutable_agent()->set_agent_id(id);
     req.mutable_agent()->set_hostname(host);
     req.mutable_agent()->set_rpc_address(host + ":7471");
     req.mutable_agent()->set_data_address("ucx-address-of-" + id);
+    req.set_previous_secret(previous_secret);
     coord::RegisterAgentReply reply;
     auto ctx = ctxWithDeadline();
     grpc::Status st = stub_->RegisterAgent(ctx.get(), req, &reply);
     EXPECT_TRUE(st.ok()) << st.error_message();
+    secrets_[id] = reply.agent_secret();
     return reply;
   }
   grpc::Status join(const std::string& job, const std::string& token, const std::string& agent,
@@ -105,16 +112,19 @@ class CoordinatorIntegrationTest : public ::testing::Test {
     req.set_job_id(job);
     req.set_token(token);
     req.set_agent_id(agent);
+    req.set_agent_secret(secrets_[agent]);
     req.set_local_size(local);
     req.set_world_size(world);
     coord::JoinJobReply reply;
     auto ctx = ctxWithDeadline();
     return stub_->JoinJob(ctx.get(), req, &reply);
   }
-  grpc::Status leave(const std::string& job, const std::string& agent) {
+  grpc::Status leave(const std::string& job, const std::string& token, const std::string& agent) {
     coord::LeaveJobRequest req;
     req.set_job_id(job);
+    req.set_token(token);
     req.set_agent_id(agent);
+    req.set_agent_secret(secrets_[agent]);
     coord::LeaveJobReply reply;
     auto ctx = ctxWithDeadline();
     return stub_->LeaveJob(ctx.get(), req, &reply);
@@ -134,7 +144,7 @@ class CoordinatorIntegrationTest : public ::testing::Test {
     return w;
   }
   std::unique_ptr<Heartbeater> heartbeat(const std::string& agent) {
-    return std::make_unique<Heartbeater>(stub_.get(), agent, milliseconds(100));
+    return std::make_unique<Heartbeater>(stub_.get(), agent, secrets_[agent], milliseconds(100));
   }
   grpc::Status kvPut(const std::string& job, const std::string& token, const std::string& key,
                      const std::string& value) {
@@ -158,9 +168,11 @@ class CoordinatorIntegrationTest : public ::testing::Test {
     return stub_->KvGet(ctx.get(), req, reply);
   }
 
+  std::vector<std::string> extra_args_;  // more flags for the coordinator (set before SetUp)
   testing::CoordinatorProcess proc_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<coord::Coordinator::Stub> stub_;
+  std::map<std::string, std::string> secrets_;  // agent id -> its registration's secret
 };
 
 TEST_F(CoordinatorIntegrationTest, TwoAgentsJoinAndBothWatchersSeeGenerationOne) {
@@ -221,8 +233,8 @@ TEST_F(CoordinatorIntegrationTest, TwoAgentsJoinAndBothWatchersSeeGenerationOne)
   }
 
   // Both leave cleanly: FINISHED, and the streams end OK.
-  ASSERT_TRUE(leave("job-1", "agent-1").ok());
-  ASSERT_TRUE(leave("job-1", "agent-2").ok());
+  ASSERT_TRUE(leave("job-1", "tok", "agent-1").ok());
+  ASSERT_TRUE(leave("job-1", "tok", "agent-2").ok());
   for (Watch* w : {&w1, &w2}) {
     ASSERT_TRUE(w->reader->Read(&world));
     EXPECT_EQ(world.state(), coord::FINISHED);
@@ -391,13 +403,253 @@ TEST_F(CoordinatorIntegrationTest, SecondCoordinatorOnTheSamePortFails) {
       << second.output;
 }
 
+// --- Tenants that attack each other (issue 21), through the real process. ---
+
+// A client of the attacker's own: its own connection, no agent registration,
+// no job token; it knows only ids (ListJobs and ListAgents are open).
+struct Intruder {
+  explicit Intruder(const std::string& address)
+      : stub(coord::Coordinator::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+  grpc::Status leave(const std::string& job, const std::string& agent, const std::string& token,
+                     const std::string& secret = "") {
+    coord::LeaveJobRequest req;
+    req.set_job_id(job);
+    req.set_agent_id(agent);
+    req.set_token(token);
+    req.set_agent_secret(secret);
+    req.set_failed(true);
+    req.set_reason("sabotage");
+    coord::LeaveJobReply reply;
+    auto ctx = ctxWithDeadline();
+    return stub->LeaveJob(ctx.get(), req, &reply);
+  }
+  grpc::Status heartbeat(const std::string& agent, const std::string& secret,
+                         bool* known = nullptr) {
+    coord::HeartbeatRequest req;
+    req.set_agent_id(agent);
+    req.set_agent_secret(secret);
+    coord::HeartbeatReply reply;
+    auto ctx = ctxWithDeadline(milliseconds(2000));
+    grpc::Status st = stub->Heartbeat(ctx.get(), req, &reply);
+    if (known != nullptr) *known = reply.known();
+    return st;
+  }
+  std::unique_ptr<coord::Coordinator::Stub> stub;
+};
+
+TEST_F(CoordinatorIntegrationTest, LeaveJobWithoutTheJobsTokenIsRefusedAndTheJobRunsOn) {
+  registerAgent("a", "host-a");
+  registerAgent("b", "host-b");
+  auto hb1 = heartbeat("a");
+  auto hb2 = heartbeat("b");
+  ASSERT_TRUE(join("victim", "victim-token", "a", 1, 2).ok());
+  ASSERT_TRUE(join("victim", "victim-token", "b", 1, 2).ok());
+
+  Intruder intruder(proc_.address());
+  for (const char* token : {"", "guessed-token"}) {
+    grpc::Status st = intruder.leave("victim", "a", token);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << token;
+    EXPECT_EQ(st.error_message(),
+              "LeaveJob refused: wrong token for job victim (agent a); only the job's own agents "
+              "may leave or fail it");
+  }
+  // Even the job's token does not speak for a registered agent without its secret.
+  grpc::Status st = intruder.leave("victim", "a", "victim-token", "not-its-secret");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(st.error_message(),
+            "LeaveJob for agent a refused: the agent secret does not match its registration");
+
+  coord::ListJobsReply jobs;
+  auto ctx = ctxWithDeadline();
+  ASSERT_TRUE(stub_->ListJobs(ctx.get(), {}, &jobs).ok());
+  ASSERT_EQ(jobs.jobs_size(), 1);
+  EXPECT_EQ(jobs.jobs(0).state(), coord::RUNNING);
+  EXPECT_EQ(jobs.jobs(0).reason(), "");
+  // The job's own agents still leave it.
+  ASSERT_TRUE(leave("victim", "victim-token", "a").ok());
+  ASSERT_TRUE(leave("victim", "victim-token", "b").ok());
+}
+
+TEST_F(CoordinatorIntegrationTest, HeartbeatsForAnotherAgentAreRefusedAndItsLeaseRunsOut) {
+  registerAgent("alive", "host-a");
+  auto hb = heartbeat("alive");
+  registerAgent("stopped", "host-s");
+  ASSERT_TRUE(join("job", "t", "alive", 1, 2).ok());
+  ASSERT_TRUE(join("job", "t", "stopped", 1, 2).ok());
+  auto stopped_at = Clock::now();
+  Watch w = watch("job", "t", "alive");
+
+  // "stopped" sends nothing any more; the intruder heartbeats in its name.
+  std::atomic<bool> done{false};
+  std::atomic<int> refused{0}, accepted{0};
+  std::string first_refusal;
+  std::thread forger([&] {
+    Intruder intruder(proc_.address());
+    while (!done.load()) {
+      for (const char* secret : {"", "0123456789abcdef0123456789abcdef"}) {
+        bool known = false;
+        grpc::Status st = intruder.heartbeat("stopped", secret, &known);
+        if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+          if (refused.fetch_add(1) == 0) first_refusal = st.error_message();
+        } else if (st.ok() && known) {
+          accepted.fetch_add(1);
+        }
+      }
+    }
+  });
+  coord::World world;
+  bool failed = false;
+  while (!failed && w.reader->Read(&world)) failed = world.state() == coord::FAILED;
+  auto failed_at = Clock::now();
+  done.store(true);
+  forger.join();
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(world.reason().rfind("agent stopped (host host-s) lost: no heartbeat for ", 0), 0u)
+      << world.reason();
+  EXPECT_LT(failed_at - stopped_at, milliseconds(kLeaseMs + 1000));
+  EXPECT_GT(refused.load(), 0);
+  EXPECT_EQ(first_refusal,
+            "Heartbeat for agent stopped refused: the agent secret does not match its "
+            "registration; only the agent process that registered may renew its lease (a "
+            "restarted agent calls RegisterAgent)");
+  // (After the loss the id is unknown: a forged heartbeat is told to
+  // register again, which renews nothing.)
+  EXPECT_EQ(accepted.load(), 0) << "no forged heartbeat renewed the lease";
+}
+
+// A coordinator with a long lease: a restarted agent is reconciled at once.
+class LongLeaseTest : public CoordinatorIntegrationTest {
+ protected:
+  static constexpr int64_t kLongLeaseMs = 20000;
+  LongLeaseTest() {
+    extra_args_ = {"--lease-ms", std::to_string(kLongLeaseMs), "--heartbeat-interval-ms", "1000"};
+  }
+};
+
+TEST_F(LongLeaseTest, AnAgentRestartedWithTheSameIdFailsItsOldJobAtOnceNamingIt) {
+  registerAgent("a", "host-a");
+  auto first = registerAgent("b", "host-b");
+  ASSERT_EQ(first.lease_ms(), static_cast<uint64_t>(kLongLeaseMs));
+  ASSERT_TRUE(join("job", "t", "a", 1, 2).ok());
+  ASSERT_TRUE(join("job", "t", "b", 1, 2).ok());
+  Watch w = watch("job", "t", "a");
+  coord::World world;
+  ASSERT_TRUE(w.reader->Read(&world));
+  ASSERT_EQ(world.state(), coord::RUNNING);
+
+  // The same process registering again (it presents its secret) keeps the job.
+  auto again = registerAgent("b", "host-b", first.agent_secret());
+  EXPECT_EQ(again.agent_secret(), first.agent_secret());
+
+  // b is killed and started again with the same id: a new process.
+  auto restarted_at = Clock::now();
+  auto second = registerAgent("b", "host-b");
+  EXPECT_NE(second.agent_secret(), first.agent_secret());
+  ASSERT_TRUE(w.reader->Read(&world));
+  auto failed_at = Clock::now();
+  EXPECT_EQ(world.state(), coord::FAILED);
+  EXPECT_EQ(world.reason(),
+            "agent b (host host-b) restarted: it registered again as a new incarnation");
+  EXPECT_LT(failed_at - restarted_at, milliseconds(2000)) << "well under the 20 s lease";
+  EXPECT_FALSE(w.reader->Read(&world));
+  EXPECT_TRUE(w.reader->Finish().ok());
+  // The new incarnation works; the old one's secret renews nothing.
+  Intruder old_process(proc_.address());
+  EXPECT_EQ(old_process.heartbeat("b", first.agent_secret()).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(old_process.heartbeat("b", second.agent_secret()).ok());
+}
+
+// A coordinator with small watch limits, flooded with WatchJob streams.
+class WatchLimitTest : public CoordinatorIntegrationTest {
+ protected:
+  static constexpr int kTotal = 100;
+  static constexpr int kPerJob = 60;
+  WatchLimitTest() {
+    extra_args_ = {"--max-watch-streams", std::to_string(kTotal), "--max-watch-streams-per-job",
+                   std::to_string(kPerJob)};
+  }
+};
+
+TEST_F(WatchLimitTest, StreamsPastTheLimitAreRefusedHeartbeatsAnsweredAndShutdownBounded) {
+  registerAgent("a", "host-a");
+  auto hb = heartbeat("a");
+  ASSERT_TRUE(join("j1", "t", "a", 1, 2).ok());
+  ASSERT_TRUE(join("j2", "t", "a", 1, 2).ok());
+
+  // Opens a stream; true once it is served (its first World came).
+  std::vector<Watch> open;
+  auto tryWatch = [&](const std::string& job, grpc::Status* refusal) {
+    Watch w = watch(job, "t", "a");
+    coord::World world;
+    if (w.reader->Read(&world)) {
+      open.push_back(std::move(w));
+      return true;
+    }
+    *refusal = w.reader->Finish();
+    return false;
+  };
+  grpc::Status refusal;
+  int served = 0;
+  for (int i = 0; i < kPerJob + 10; ++i) served += tryWatch("j1", &refusal) ? 1 : 0;
+  EXPECT_EQ(served, kPerJob);
+  EXPECT_EQ(refusal.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(refusal.error_message(),
+            "WatchJob of job j1 refused: the job already has 60 watch streams "
+            "(--max-watch-streams-per-job 60)");
+  served = 0;
+  for (int i = 0; i < kPerJob; ++i) served += tryWatch("j2", &refusal) ? 1 : 0;
+  EXPECT_EQ(served, kTotal - kPerJob);
+  EXPECT_EQ(refusal.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(refusal.error_message(),
+            "WatchJob of job j2 refused: the coordinator already serves 100 watch streams "
+            "(--max-watch-streams 100)");
+
+  // The rest of a 1000-stream flood is refused too, each at once.
+  constexpr int kFlood = 1000;
+  int refused = 0;
+  auto flood_start = Clock::now();
+  for (int i = kPerJob + 10 + kPerJob; i < kFlood; ++i) {
+    refused += tryWatch(i % 2 == 0 ? "j1" : "j2", &refusal) ? 0 : 1;
+  }
+  EXPECT_EQ(refused, kFlood - (kPerJob + 10 + kPerJob));
+  EXPECT_EQ(refusal.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(open.size(), static_cast<size_t>(kTotal));
+  EXPECT_LT(Clock::now() - flood_start, milliseconds(30000));
+
+  // With every stream open, heartbeats are still answered promptly.
+  Intruder other(proc_.address());  // any client: its own connection
+  for (int i = 0; i < 20; ++i) {
+    auto t0 = Clock::now();
+    grpc::Status st = other.heartbeat("a", secrets_["a"]);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_LT(Clock::now() - t0, milliseconds(1000));
+  }
+
+  // And the coordinator shuts down within its bound with them all open.
+  auto t0 = Clock::now();
+  proc_.signal(SIGTERM);
+  auto status = proc_.waitExit(milliseconds(5000));
+  ASSERT_TRUE(status.has_value()) << "kolo-coordinator did not exit within 5 s with " << open.size()
+                                  << " streams open";
+  EXPECT_LT(Clock::now() - t0, milliseconds(5000));
+  ASSERT_TRUE(WIFEXITED(*status)) << "status " << *status;
+  EXPECT_EQ(WEXITSTATUS(*status), 0);
+  for (Watch& w : open) {
+    w.ctx->TryCancel();
+    w.reader->Finish();
+  }
+}
+
 TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
   auto help = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--help"}, milliseconds(10000));
   EXPECT_EQ(help.exit_code, 0);
-  for (const char* flag : {"--listen", "--ready-file", "--lease-ms", "--heartbeat-interval-ms",
-                           "--finished-job-retention-s", "--log-level", "--state-dir",
-                           "--state-compact-records", "--tls-cert", "--tls-key", "--tls-client-ca",
-                           "--auth-token-file"}) {
+  for (const char* flag :
+       {"--listen", "--ready-file", "--lease-ms", "--heartbeat-interval-ms",
+        "--finished-job-retention-s", "--log-level", "--state-dir", "--state-compact-records",
+        "--tls-cert", "--tls-key", "--tls-client-ca", "--auth-token-file", "--max-watch-streams",
+        "--max-watch-streams-per-job"}) {
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
   }
   auto dump = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--dump-config", "--lease-ms=750"},
@@ -412,6 +664,14 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
                                       milliseconds(10000));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("heartbeat-interval-ms"), std::string::npos) << bad.output;
+
+  auto no_watch = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--max-watch-streams", "0"},
+                                           milliseconds(10000));
+  EXPECT_EQ(no_watch.exit_code, 2) << no_watch.output;
+  EXPECT_NE(no_watch.output.find("--max-watch-streams and --max-watch-streams-per-job must be "
+                                 "positive, got 0 and 512"),
+            std::string::npos)
+      << no_watch.output;
 }
 
 }  // namespace

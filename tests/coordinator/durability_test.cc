@@ -6,10 +6,13 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "kolo/proto/coordinator.grpc.pb.h"
@@ -37,6 +40,13 @@ struct StatusOrKnown {
 };
 
 // A client of one coordinator incarnation.
+// The secret each agent's registration got: an agent keeps it across a
+// coordinator restart (it is journaled), so it is shared by the clients.
+std::map<std::string, std::string>& agentSecrets() {
+  static std::map<std::string, std::string> secrets;
+  return secrets;
+}
+
 struct Client {
   // Each client has its own connections (not gRPC's process-wide subchannel
   // pool), so the restarted coordinator is not reached through a connection
@@ -62,13 +72,16 @@ struct Client {
     req.mutable_agent()->set_data_address(std::string("\x00ucx-", 5) + id);
     coord::RegisterAgentReply reply;
     auto ctx = ctxWithDeadline();
-    return stub->RegisterAgent(ctx.get(), req, &reply);
+    grpc::Status st = stub->RegisterAgent(ctx.get(), req, &reply);
+    if (st.ok()) agentSecrets()[id] = reply.agent_secret();
+    return st;
   }
   grpc::Status join(const std::string& job, const std::string& agent, int local, int world) {
     coord::JoinJobRequest req;
     req.set_job_id(job);
     req.set_token("tok");
     req.set_agent_id(agent);
+    req.set_agent_secret(agentSecrets()[agent]);
     req.set_local_size(local);
     req.set_world_size(world);
     coord::JoinJobReply reply;
@@ -124,6 +137,7 @@ struct Client {
 StatusOrKnown Client::heartbeat(const std::string& agent) {
   coord::HeartbeatRequest req;
   req.set_agent_id(agent);
+  req.set_agent_secret(agentSecrets()[agent]);
   coord::HeartbeatReply reply;
   auto ctx = ctxWithDeadline();
   StatusOrKnown out;
@@ -314,6 +328,43 @@ TEST_F(DurabilityTest, ACorruptStateDirRefusesToStart) {
                                       milliseconds(10000));
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_NE(run.output.find("journal line 1"), std::string::npos) << run.output;
+}
+
+// Someone with access to the state dir swaps a job's token in the journal
+// (to take the job over after the restart): the record's checksum no
+// longer matches and the coordinator refuses to start, naming file and line.
+TEST_F(DurabilityTest, AJournalWithAnAlteredTokenRefusesToStartNamingTheLine) {
+  Client before(first_.address());
+  ASSERT_TRUE(before.connected());
+  ASSERT_TRUE(before.registerAgent("a", "h").ok());
+  ASSERT_TRUE(before.join("job", "a", 1, 2).ok());
+  first_.signal(SIGKILL);
+  ASSERT_TRUE(first_.waitExit(milliseconds(5000)).has_value());
+
+  std::string path = state_dir_ + "/journal";
+  std::string text;
+  {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  const std::string was = "\"token\":\"tok\"";
+  size_t at = text.find(was);
+  ASSERT_NE(at, std::string::npos) << text;
+  size_t line = 1 + std::count(text.begin(), text.begin() + at, '\n');
+  text.replace(at, was.size(), "\"token\":\"own\"");
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << text;
+  }
+  auto run = testing::runToCompletion(KOLO_COORDINATOR_BIN,
+                                      {"--listen", "127.0.0.1:0", "--state-dir", state_dir_},
+                                      milliseconds(10000));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find(path + " line " + std::to_string(line) + ": checksum mismatch"),
+            std::string::npos)
+      << run.output;
 }
 
 }  // namespace

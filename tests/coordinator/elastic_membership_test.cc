@@ -4,6 +4,8 @@
 // a member's reset seals the next generation, and the journal keeps it all.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "coordinator/membership/membership.h"
 #include "coordinator/persist/state_codec.h"
 #include "tests/coordinator/manual_clock.h"
@@ -20,7 +22,8 @@ class ElasticMembershipTest : public ::testing::Test {
     req.mutable_agent()->set_agent_id(id);
     req.mutable_agent()->set_hostname(host);
     coord::RegisterAgentReply reply;
-    ASSERT_TRUE(m_.registerAgent(req, &reply).ok());
+    ASSERT_TRUE(m_.registerAgent(req, &reply, &changes_).ok());
+    secrets_[id] = reply.agent_secret();
   }
   grpc::Status join(const std::string& agent, int local, int world, int min = 2, int max = 6,
                     int64_t timeout_ms = 10000, bool reset = false) {
@@ -28,6 +31,7 @@ class ElasticMembershipTest : public ::testing::Test {
     req.set_job_id("job");
     req.set_token("secret");
     req.set_agent_id(agent);
+    req.set_agent_secret(secrets_[agent]);
     req.set_local_size(local);
     req.set_world_size(world);
     req.set_min_size(min);
@@ -41,7 +45,10 @@ class ElasticMembershipTest : public ::testing::Test {
     for (const char* a : agents) {
       coord::HeartbeatRequest req;
       req.set_agent_id(a);
-      ASSERT_TRUE(m_.heartbeat(req).known()) << a;
+      req.set_agent_secret(secrets_[a]);
+      coord::HeartbeatReply reply;
+      ASSERT_TRUE(m_.heartbeat(req, &reply).ok()) << a;
+      ASSERT_TRUE(reply.known()) << a;
     }
   }
   Changes takeChanges() { return std::exchange(changes_, Changes{}); }
@@ -72,6 +79,7 @@ class ElasticMembershipTest : public ::testing::Test {
   ManualClock clock_;
   Membership m_;
   Changes changes_;
+  std::map<std::string, std::string> secrets_;  // agent id -> its registration's secret
 };
 
 TEST_F(ElasticMembershipTest, LostAgentSealsTheNextGenerationOverTheRest) {
@@ -94,7 +102,9 @@ TEST_F(ElasticMembershipTest, LostAgentSealsTheNextGenerationOverTheRest) {
   // The agent that reports its ranks gone (failed leave) is dropped the same way.
   coord::LeaveJobRequest leave;
   leave.set_job_id("job");
+  leave.set_token("secret");
   leave.set_agent_id("c");
+  leave.set_agent_secret(secrets_["c"]);
   leave.set_failed(true);
   leave.set_reason("every local rank exited");
   ASSERT_TRUE(m_.leaveJob(leave, &changes_).ok());
@@ -180,6 +190,7 @@ TEST_F(ElasticMembershipTest, NewAgentsWaitForTheNextCommitUpToMaxSize) {
   commit.set_job_id("job");
   commit.set_token("secret");
   commit.set_agent_id("b");
+  commit.set_agent_secret(secrets_["b"]);
   commit.set_local_size(1);
   commit.set_world_size(4);
   commit.set_admit(true);
@@ -193,6 +204,7 @@ TEST_F(ElasticMembershipTest, NewAgentsWaitForTheNextCommitUpToMaxSize) {
   EXPECT_EQ(c.worlds[0].change(), "agent d (host host-0) joined with 1 ranks (at a commit)");
   // The other agents' reports of the same commit change nothing.
   commit.set_agent_id("c");
+  commit.set_agent_secret(secrets_["c"]);
   ASSERT_TRUE(m_.joinJob(commit, &changes_).ok());
   EXPECT_TRUE(takeChanges().worlds.empty());
 }

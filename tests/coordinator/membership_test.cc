@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "tests/coordinator/manual_clock.h"
 
 namespace kolo::coordinator {
@@ -17,10 +19,13 @@ class MembershipTest : public ::testing::Test {
     req.mutable_agent()->set_agent_id(id);
     req.mutable_agent()->set_hostname(host);
     req.mutable_agent()->set_rpc_address(host + ":7471");
+    req.set_previous_secret(secrets_[id]);
     coord::RegisterAgentReply reply;
-    ASSERT_TRUE(m_.registerAgent(req, &reply).ok());
+    ASSERT_TRUE(m_.registerAgent(req, &reply, &changes_).ok());
     EXPECT_EQ(reply.lease_ms(), 5000u);
     EXPECT_EQ(reply.heartbeat_interval_ms(), 1000u);
+    EXPECT_EQ(reply.agent_secret().size(), 32u);
+    secrets_[id] = reply.agent_secret();
   }
   grpc::Status join(const std::string& job, const std::string& agent, int local, int world,
                     const std::string& token = "secret") {
@@ -28,15 +33,18 @@ class MembershipTest : public ::testing::Test {
     req.set_job_id(job);
     req.set_token(token);
     req.set_agent_id(agent);
+    req.set_agent_secret(secrets_[agent]);
     req.set_local_size(local);
     req.set_world_size(world);
     return m_.joinJob(req, &changes_);
   }
   grpc::Status leave(const std::string& job, const std::string& agent, bool failed = false,
-                     const std::string& reason = "") {
+                     const std::string& reason = "", const std::string& token = "secret") {
     coord::LeaveJobRequest req;
     req.set_job_id(job);
+    req.set_token(token);
     req.set_agent_id(agent);
+    req.set_agent_secret(secrets_[agent]);
     req.set_failed(failed);
     req.set_reason(reason);
     return m_.leaveJob(req, &changes_);
@@ -44,13 +52,17 @@ class MembershipTest : public ::testing::Test {
   bool heartbeat(const std::string& agent) {
     coord::HeartbeatRequest req;
     req.set_agent_id(agent);
-    return m_.heartbeat(req).known();
+    req.set_agent_secret(secrets_[agent]);
+    coord::HeartbeatReply reply;
+    EXPECT_TRUE(m_.heartbeat(req, &reply).ok());
+    return reply.known();
   }
   Changes takeChanges() { return std::exchange(changes_, Changes{}); }
 
   ManualClock clock_;
   Membership m_;
   Changes changes_;
+  std::map<std::string, std::string> secrets_;  // agent id -> its registration's secret
 };
 
 TEST_F(MembershipTest, SealsWithDeterministicOrderAndOffsets) {
@@ -208,6 +220,144 @@ TEST_F(MembershipTest, ReRegistrationRenewsTheLease) {
   ASSERT_EQ(agents.agents_size(), 1);
   EXPECT_EQ(agents.agents(0).agent().hostname(), "h2");
   EXPECT_EQ(agents.agents(0).last_heartbeat_age_ms(), 4000);
+}
+
+TEST_F(MembershipTest, LeaveJobNeedsTheJobTokenAndTheAgentSecret) {
+  registerAgent("a", "ha");
+  registerAgent("b", "hb");
+  ASSERT_TRUE(join("job", "a", 1, 2).ok());
+  ASSERT_TRUE(join("job", "b", 1, 2).ok());
+  takeChanges();
+
+  for (const char* token : {"", "wrong"}) {
+    grpc::Status st = leave("job", "a", /*failed=*/true, "sabotage", token);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << token;
+    EXPECT_EQ(st.error_message(),
+              "LeaveJob refused: wrong token for job job (agent a); only the job's own agents "
+              "may leave or fail it");
+  }
+  // The job token without the agent's secret does not speak for the agent.
+  secrets_["a"] = "not-the-secret";
+  grpc::Status st = leave("job", "a", /*failed=*/true, "sabotage");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(st.error_message(),
+            "LeaveJob for agent a refused: the agent secret does not match its registration");
+  EXPECT_TRUE(takeChanges().empty());
+  EXPECT_EQ(m_.findJob("job")->state, coord::RUNNING);
+  EXPECT_EQ(m_.findJob("job")->reason, "");
+
+  ASSERT_TRUE(leave("job", "b", /*failed=*/true, "rank 1 exited").ok());
+  EXPECT_EQ(m_.findJob("job")->state, coord::FAILED);
+}
+
+TEST_F(MembershipTest, JoinJobNeedsTheAgentSecret) {
+  registerAgent("a", "ha");
+  secrets_["a"] = "guess";
+  grpc::Status st = join("job", "a", 1, 2);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(st.error_message(),
+            "JoinJob for agent a refused: the agent secret does not match its registration");
+  EXPECT_EQ(m_.findJob("job"), nullptr);
+}
+
+TEST_F(MembershipTest, AHeartbeatWithAnotherAgentsIdIsRefusedAndItsLeaseStillRunsOut) {
+  registerAgent("a", "host-a");
+  registerAgent("b", "host-b");
+  ASSERT_TRUE(join("job", "a", 1, 2).ok());
+  ASSERT_TRUE(join("job", "b", 1, 2).ok());
+  takeChanges();
+  // b stops; someone keeps sending heartbeats for it, without its secret.
+  for (int i = 0; i < 5; ++i) {
+    clock_.advance(1000);
+    EXPECT_TRUE(heartbeat("a"));
+    for (const char* secret : {"", "0123456789abcdef0123456789abcdef"}) {
+      coord::HeartbeatRequest req;
+      req.set_agent_id("b");
+      req.set_agent_secret(secret);
+      coord::HeartbeatReply reply;
+      grpc::Status st = m_.heartbeat(req, &reply);
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+      EXPECT_EQ(st.error_message(),
+                "Heartbeat for agent b refused: the agent secret does not match its "
+                "registration; only the agent process that registered may renew its lease (a "
+                "restarted agent calls RegisterAgent)");
+    }
+    m_.expireLeases(&changes_);
+  }
+  Changes c = takeChanges();
+  ASSERT_EQ(c.worlds.size(), 1u);
+  EXPECT_EQ(c.worlds[0].state(), coord::FAILED);
+  EXPECT_EQ(c.worlds[0].reason(), "agent b (host host-b) lost: no heartbeat for 5000 ms");
+}
+
+TEST_F(MembershipTest, ARestartedAgentsJobsFailAtOnceNamingIt) {
+  registerAgent("a", "host-a");
+  registerAgent("b", "host-b");
+  ASSERT_TRUE(join("job", "a", 1, 2).ok());
+  ASSERT_TRUE(join("job", "b", 1, 2).ok());
+  ASSERT_TRUE(join("forming", "b", 1, 3).ok());
+  takeChanges();
+  std::string old_secret = secrets_["b"];
+
+  // The same process registering again (its previous secret) keeps its jobs.
+  clock_.advance(100);
+  registerAgent("b", "host-b");
+  EXPECT_EQ(secrets_["b"], old_secret);
+  EXPECT_TRUE(takeChanges().worlds.empty());
+  EXPECT_EQ(m_.findJob("job")->state, coord::RUNNING);
+
+  // b is killed and starts again with the same id: no previous secret. Its
+  // jobs fail now, not a lease later.
+  clock_.advance(100);
+  secrets_["b"].clear();
+  registerAgent("b", "host-b");
+  EXPECT_NE(secrets_["b"], old_secret);
+  Changes c = takeChanges();
+  ASSERT_EQ(c.worlds.size(), 2u);
+  const std::string why =
+      "agent b (host host-b) restarted: it registered again as a new incarnation";
+  for (const coord::World& w : c.worlds) {
+    EXPECT_EQ(w.state(), coord::FAILED) << w.job_id();
+    EXPECT_EQ(w.reason(), why) << w.job_id();
+  }
+  EXPECT_EQ(m_.findJob("job")->state, coord::FAILED);
+  EXPECT_EQ(m_.findJob("forming")->state, coord::FAILED);
+  // The old incarnation's secret no longer renews anything.
+  coord::HeartbeatRequest req;
+  req.set_agent_id("b");
+  req.set_agent_secret(old_secret);
+  coord::HeartbeatReply reply;
+  EXPECT_EQ(m_.heartbeat(req, &reply).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(heartbeat("b"));
+  // The new incarnation can join new jobs.
+  registerAgent("c", "host-c");
+  ASSERT_TRUE(join("next", "b", 1, 2).ok());
+  ASSERT_TRUE(join("next", "c", 1, 2).ok());
+  EXPECT_EQ(m_.findJob("next")->state, coord::RUNNING);
+}
+
+TEST_F(MembershipTest, AnAgentRestoredWithoutASecretRegistersAgainAndKeepsItsJobs) {
+  // As from a journal written before agent secrets: the agent is known, with
+  // no secret; its heartbeat is told to register, which keeps its job.
+  coord::AgentInfo info;
+  info.set_agent_id("a");
+  info.set_hostname("host-a");
+  m_.restoreAgent(info, "");
+  registerAgent("b", "host-b");
+  Job job;
+  job.id = "job";
+  job.token = "secret";
+  job.world_size = 2;
+  job.members = {{"a", info, 1, false}, {"b", m_.agents().find("b")->info, 1, false}};
+  job.state = coord::RUNNING;
+  job.generation = 1;
+  m_.restoreJob(job);
+  EXPECT_FALSE(heartbeat("a"));
+  EXPECT_EQ(join("job2", "a", 1, 1).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  registerAgent("a", "host-a");  // it has no previous secret either
+  EXPECT_TRUE(takeChanges().worlds.empty());
+  EXPECT_EQ(m_.findJob("job")->state, coord::RUNNING);
+  EXPECT_TRUE(heartbeat("a"));
 }
 
 TEST_F(MembershipTest, CleanLeaveFinishesAndRetentionForgets) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "common/event_loop.h"
@@ -130,7 +131,7 @@ TEST(StateCodecTest, MalformedRecordsAreRejectedWithAReason) {
         "{\"seq\":1,\"type\":\"job\",\"job\":{\"id\":\"j\"}}",
         "{\"seq\":1,\"type\":\"agent\",\"agent\":{\"id\":\"\",\"host\":\"\",\"rpc\":\"\","
         "\"data\":\"\"}}"}) {
-    auto r = decodeRecord(bad);
+    auto r = decodeRecord(bad, /*legacy_ok=*/true);
     EXPECT_FALSE(r.isOk()) << bad;
     if (!r.isOk()) {
       EXPECT_FALSE(r.status().message().empty());
@@ -175,6 +176,81 @@ TEST(StateCodecTest, LoadSkipsJournalRecordsInTheSnapshotAndDropsATornTail) {
   auto newer = loadState("{\"type\":\"snapshot\",\"version\":99,\"seq\":1}\n", "");
   ASSERT_FALSE(newer.isOk());
   EXPECT_NE(newer.status().message().find("newer"), std::string::npos);
+}
+
+// Every record carries a CRC-32C of its text: a token edited by hand (or a
+// flipped bit) stops the load, naming the line.
+TEST(StateCodecTest, AnAlteredRecordFailsItsChecksumNamingTheLine) {
+  EXPECT_EQ(crc32c("123456789"), 0xE3069283u);  // the CRC-32C check value
+  Job job;
+  job.id = "train";
+  job.token = "s3cret-token";
+  job.world_size = 1;
+  Record r = Record::jobState(job);
+  r.seq = 2;
+  std::string good = encodeRecord(r);
+  ASSERT_NE(good.rfind(",\"crc\":\""), std::string::npos) << good;
+  std::string altered = good;
+  altered.replace(altered.find("s3cret-token"), 12, "attacker-tok");
+
+  auto decoded = decodeRecord(altered);
+  ASSERT_FALSE(decoded.isOk());
+  EXPECT_NE(decoded.status().message().find("checksum mismatch"), std::string::npos)
+      << decoded.status().message();
+
+  Record first = Record::agentRegistered(agent("a", "h"), "agent-secret");
+  first.seq = 1;
+  std::string journal = encodeRecord(first) + "\n" + altered + "\n";
+  auto loaded = loadState("", journal, "snapshot", "/state/journal");
+  ASSERT_FALSE(loaded.isOk());
+  EXPECT_NE(loaded.status().message().find("/state/journal line 2: checksum mismatch"),
+            std::string::npos)
+      << loaded.status().message();
+  // The same in a snapshot.
+  PersistedState state;
+  state.jobs[job.id] = job;
+  std::string snapshot = encodeSnapshot(state, 3);
+  snapshot.replace(snapshot.find("s3cret-token"), 12, "attacker-tok");
+  auto from_snapshot = loadState(snapshot, "");
+  ASSERT_FALSE(from_snapshot.isOk());
+  EXPECT_NE(from_snapshot.status().message().find("snapshot line 2: checksum mismatch"),
+            std::string::npos)
+      << from_snapshot.status().message();
+  // Unaltered, both load, the agent's secret with them.
+  auto fine = loadState("", encodeRecord(first) + "\n" + good + "\n");
+  ASSERT_TRUE(fine.isOk()) << fine.status().message();
+  EXPECT_EQ(fine->state.agent_secrets.at("a"), "agent-secret");
+  EXPECT_EQ(fine->state.jobs.at("train").token, "s3cret-token");
+}
+
+// A state written before checksums (format version 1) still loads; lines
+// without a checksum are not accepted once checksummed ones came before.
+TEST(StateCodecTest, VersionOneStateStillLoads) {
+  std::string v1_snapshot =
+      "{\"seq\":4,\"type\":\"snapshot\",\"version\":1}\n"
+      "{\"agent\":{\"data\":\"\",\"host\":\"h\",\"id\":\"a\",\"rpc\":\"\"},\"seq\":4,"
+      "\"type\":\"agent\"}\n";
+  std::string v1_line = "{\"id\":\"a\",\"seq\":5,\"type\":\"agent_lost\"}\n";
+  auto loaded = loadState(v1_snapshot, v1_line);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  EXPECT_TRUE(loaded->state.agents.empty());
+  EXPECT_EQ(loaded->last_seq, 5u);
+
+  Record r = Record::agentRegistered(agent("b", "h"), "s");
+  r.seq = 6;
+  std::string v2_line = encodeRecord(r) + "\n";
+  std::string v1_after = "{\"id\":\"b\",\"seq\":7,\"type\":\"agent_lost\"}\n";
+  auto mixed = loadState(v1_snapshot, v1_line + v2_line);
+  ASSERT_TRUE(mixed.isOk()) << mixed.status().message();
+  auto stripped = loadState(v1_snapshot, v1_line + v2_line + v1_after);
+  ASSERT_FALSE(stripped.isOk());
+  EXPECT_NE(stripped.status().message().find("journal line 3: no checksum"), std::string::npos)
+      << stripped.status().message();
+  // After a version 2 snapshot, every journal line needs one.
+  auto after_v2 = loadState(encodeSnapshot(PersistedState{}, 4), v1_line);
+  ASSERT_FALSE(after_v2.isOk());
+  EXPECT_NE(after_v2.status().message().find("journal line 1: no checksum"), std::string::npos)
+      << after_v2.status().message();
 }
 
 TEST(JournalTest, AppendsAreDurableAndSurviveAReopen) {
@@ -297,12 +373,14 @@ class CoreRecordsTest : public ::testing::Test {
     *req.mutable_agent() = agent(id, host);
     coord::RegisterAgentReply reply;
     ASSERT_TRUE(core_.registerAgentOnLoop(req, &reply).ok());
+    secrets_[id] = reply.agent_secret();
   }
   grpc::Status join(const std::string& job, const std::string& a, int local, int world) {
     coord::JoinJobRequest req;
     req.set_job_id(job);
     req.set_token("tok");
     req.set_agent_id(a);
+    req.set_agent_secret(secrets_[a]);
     req.set_local_size(local);
     req.set_world_size(world);
     return core_.joinJobOnLoop(req);
@@ -310,7 +388,9 @@ class CoreRecordsTest : public ::testing::Test {
   grpc::Status leave(const std::string& job, const std::string& a, bool failed) {
     coord::LeaveJobRequest req;
     req.set_job_id(job);
+    req.set_token("tok");
     req.set_agent_id(a);
+    req.set_agent_secret(secrets_[a]);
     req.set_failed(failed);
     req.set_reason(failed ? "boom" : "");
     return core_.leaveJobOnLoop(req);
@@ -332,6 +412,7 @@ class CoreRecordsTest : public ::testing::Test {
   MemorySink sink_;
   EventLoop loop_;  // never started: the test is the loop thread
   Core core_;
+  std::map<std::string, std::string> secrets_;  // agent id -> its registration's secret
 };
 
 TEST_F(CoreRecordsTest, EveryChangeIsRecordedAndARestoredCoreAnswersTheSame) {
@@ -389,7 +470,10 @@ TEST_F(CoreRecordsTest, EveryChangeIsRecordedAndARestoredCoreAnswersTheSame) {
   EXPECT_EQ(value, std::string("\x00\x01", 2));
   coord::HeartbeatRequest hb;
   hb.set_agent_id("a1");
-  EXPECT_TRUE(restored.heartbeatOnLoop(hb).known()) << "agents come back";
+  hb.set_agent_secret(secrets_["a1"]);
+  coord::HeartbeatReply hb_reply;
+  ASSERT_TRUE(restored.heartbeatOnLoop(hb, &hb_reply).ok()) << "the secret survives a restart";
+  EXPECT_TRUE(hb_reply.known()) << "agents come back";
 
   // Restored agents have one fresh lease: a silent one is lost after it.
   later.advance(5000);

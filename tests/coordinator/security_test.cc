@@ -210,12 +210,14 @@ TEST_F(SecurityTest, BearerTokenGuardsMutatingCalls) {
   std::string good = std::string("Bearer ") + kToken;
   st = call(good.c_str(), registerAgent);
   ASSERT_TRUE(st.ok()) << st.error_message();
+  const std::string secret = reg_reply.agent_secret();
 
   // The other mutating calls are guarded the same way.
   coord::JoinJobRequest join;
   join.set_job_id("job");
   join.set_token("t");
   join.set_agent_id("agent-1");
+  join.set_agent_secret(secret);
   join.set_local_size(1);
   join.set_world_size(2);
   coord::JoinJobReply join_reply;
@@ -235,14 +237,17 @@ TEST_F(SecurityTest, BearerTokenGuardsMutatingCalls) {
 
   coord::LeaveJobRequest leave;
   leave.set_job_id("job");
+  leave.set_token("t");
   leave.set_agent_id("agent-1");
+  leave.set_agent_secret(secret);
   coord::LeaveJobReply leave_reply;
   auto leaveJob = [&](grpc::ClientContext* ctx) {
     return stub->LeaveJob(ctx, leave, &leave_reply);
   };
   EXPECT_EQ(call(nullptr, leaveJob).error_code(), grpc::StatusCode::UNAUTHENTICATED);
 
-  // Reads and heartbeats stay open (job-scoped reads still need the job token).
+  // Reads and heartbeats need no bearer token (job-scoped reads need the job
+  // token, heartbeats the agent's secret).
   coord::KvGetRequest get;
   get.set_job_id("job");
   get.set_token("t");
@@ -254,6 +259,7 @@ TEST_F(SecurityTest, BearerTokenGuardsMutatingCalls) {
   EXPECT_TRUE(listJobs(channel(proc_.address(), grpc::InsecureChannelCredentials())).ok());
   coord::HeartbeatRequest hb;
   hb.set_agent_id("agent-1");
+  hb.set_agent_secret(secret);
   coord::HeartbeatReply hb_reply;
   ASSERT_TRUE(call(nullptr, [&](grpc::ClientContext* ctx) {
                 return stub->Heartbeat(ctx, hb, &hb_reply);
