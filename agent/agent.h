@@ -64,7 +64,9 @@ class Agent {
   void handleFrameOnLoop(ClientConn& c, const std::string& payload);
   void handleHelloOnLoop(ClientConn& c, const ipc::Hello& h);
   void refuseOnLoop(ClientConn& c, const Status& st);
-  void dropClientOnLoop(uint64_t conn_id, const std::string& why);
+  // `broke_rings`: the agent closes it (onBrokenRingOnLoop), `why` says what it did.
+  void dropClientOnLoop(uint64_t conn_id, const std::string& why, bool broke_rings = false);
+  void onBrokenRingOnLoop(uint64_t conn_id);
   void sendWorldOnLoop(Job& job, ClientConn& c);
   // Init is a rendezvous: trainers learn the World once the generation is
   // sealed, the backend (if any) is connected, and every local rank arrived.
