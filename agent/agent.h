@@ -86,11 +86,15 @@ class Agent {
   void onCrossJoinDoneOnLoop(Job& job, const Job::CrossPending& p, const Status& st);
   void executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
   void executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
-  Status validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
+  // Allgather and alltoall read the metadata at the head of the output region
+  // once, into *meta (agent memory), and check that copy; the op uses only it.
+  Status validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d,
+                                 std::vector<int64_t>* meta);
   void executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
   Status validateReducescatterOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
   void executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
-  Status validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
+  Status validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d,
+                                std::vector<int64_t>* meta);
   // Runs every copy (or reduction) on the executor; `done` once all finished.
   void copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done);
   void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
