@@ -403,6 +403,9 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
   job->markConnected(h.local_rank());
   uint64_t id = c.id();
   (void)loop_.addFd(c.doorbellFd(), EPOLLIN, [this, id](uint32_t) { onDoorbellOnLoop(id); });
+  // Seen wherever the agent pops or pushes (often inside a loop over the
+  // job's clients): the drop runs later, on its own.
+  c.on_broken_ring = [this, id] { loop_.post([this, id] { onBrokenRingOnLoop(id); }); };
   ipcLog()->info("admitted pid {} as local rank {}/{} of job {} (arena {} MiB)", c.pid(), h.local_rank(),
                  h.local_size(), h.job_id(), bytes >> 20);
   if (created) {
@@ -438,7 +441,23 @@ void Agent::sendWorldOnLoop(Job& job, ClientConn& c) {
   if (!st.isOk()) ipcLog()->warn("cannot send World to pid {}: {}", c.pid(), st.toString());
 }
 
-void Agent::dropClientOnLoop(uint64_t conn_id, const std::string& why) {
+void Agent::onBrokenRingOnLoop(uint64_t conn_id) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
+  ClientConn& c = *it->second;
+  const std::string why = c.ringError();
+  ipcLog()->error("closing the connection of pid {} (job {}, local rank {}): it {}", c.pid(),
+                  c.job_id.empty() ? "-" : c.job_id, c.local_rank, why);
+  // The trainer learns why before its socket closes.
+  ipc::AgentFrame f;
+  f.mutable_job_failed()->set_code(static_cast<int>(Code::kInvalidArgument));
+  f.mutable_job_failed()->set_message("the kolo agent closed this connection: this process " + why +
+                                      " in the shared arena");
+  (void)c.send(f);
+  dropClientOnLoop(conn_id, why, true);
+}
+
+void Agent::dropClientOnLoop(uint64_t conn_id, const std::string& why, bool broke_rings) {
   auto it = conns_.find(conn_id);
   if (it == conns_.end()) return;
   std::unique_ptr<ClientConn> c = std::move(it->second);
@@ -452,7 +471,19 @@ void Agent::dropClientOnLoop(uint64_t conn_id, const std::string& why) {
   Job& job = *jit->second;
   int rank = job.hasWorld() ? job.globalRank(c->local_rank) : c->local_rank;
   job.detach(c->local_rank);
-  if (c->said_goodbye) {
+  if (broke_rings) {
+    // As when a trainer dies, but the reason says what it did.
+    std::string reason = "rank " + std::to_string(rank) + " (pid " + std::to_string(c->pid()) +
+                         ") on " + opts_.hostname + " " + why + "; the agent closed its connection";
+    if (job.state() == JobState::kFailed) {
+      // Nothing more to fail.
+    } else if (job.elastic.enabled() && job.state() == JobState::kRunning &&
+               job.connectedClients() > 0) {
+      elasticRankLostOnLoop(job, c->local_rank, reason);
+    } else {
+      failJobOnLoop(job, peerFailure(reason), true);
+    }
+  } else if (c->said_goodbye) {
     ipcLog()->info("rank {} (pid {}) of job {} shut down", rank, c->pid(), job.id());
     job.setEnding(aborted("rank " + std::to_string(rank) + " of job " + job.id() +
                           " has shut down; collectives that need it can no longer complete"));

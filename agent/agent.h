@@ -64,7 +64,9 @@ class Agent {
   void handleFrameOnLoop(ClientConn& c, const std::string& payload);
   void handleHelloOnLoop(ClientConn& c, const ipc::Hello& h);
   void refuseOnLoop(ClientConn& c, const Status& st);
-  void dropClientOnLoop(uint64_t conn_id, const std::string& why);
+  // `broke_rings`: the agent closes it (onBrokenRingOnLoop), `why` says what it did.
+  void dropClientOnLoop(uint64_t conn_id, const std::string& why, bool broke_rings = false);
+  void onBrokenRingOnLoop(uint64_t conn_id);
   void sendWorldOnLoop(Job& job, ClientConn& c);
   // Init is a rendezvous: trainers learn the World once the generation is
   // sealed, the backend (if any) is connected, and every local rank arrived.
@@ -84,11 +86,15 @@ class Agent {
   void onCrossJoinDoneOnLoop(Job& job, const Job::CrossPending& p, const Status& st);
   void executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
   void executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
-  Status validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
+  // Allgather and alltoall read the metadata at the head of the output region
+  // once, into *meta (agent memory), and check that copy; the op uses only it.
+  Status validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d,
+                                 std::vector<int64_t>* meta);
   void executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
   Status validateReducescatterOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
   void executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
-  Status validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
+  Status validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d,
+                                std::vector<int64_t>* meta);
   // Runs every copy (or reduction) on the executor; `done` once all finished.
   void copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done);
   void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,

@@ -10,43 +10,20 @@
 #include <cstring>
 
 #include "agent/agent.h"
+#include "agent/core/shm_meta.h"
 #include "common/staging_pool.h"
 
 namespace kolo {
 
-namespace {
-
-uint64_t rowBytesOf(const SubmitDesc& d) {
-  uint64_t row = dataTypeSize(static_cast<DataType>(d.dtype));
-  for (int i = 1; i < d.ndim && i < kMaxDims; ++i) row *= static_cast<uint64_t>(d.shape[i]);
-  return row;
-}
-
-}  // namespace
-
-Status Agent::validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d) {
-  std::string name(d.name, std::min<size_t>(d.name_len, kMaxNameBytes));
-  auto bad = [&](const std::string& what) { return invalidArgument("alltoall of tensor '" + name + "': " + what); };
-  if (d.ndim < 1) return bad("it needs at least one dimension");
+Status Agent::validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d,
+                                     std::vector<int64_t>* meta) {
   const int n = job.worldSize();
-  const uint64_t prefix = alltoallSplitsBytes(n);
-  if (d.out_bytes < prefix) return bad("malformed descriptor: the output region lacks the split matrix");
-  const auto* m = reinterpret_cast<const int64_t*>(c.slot(d.out_offset));
-  const int me = job.globalRank(c.local_rank);
-  int64_t sent = 0, received = 0;
-  for (int t = 0; t < n; ++t) {
-    if (m[me * n + t] < 0 || m[t * n + me] < 0) return bad("malformed descriptor: negative split");
-    sent += m[me * n + t];
-    received += m[t * n + me];
+  // c.validate() put the output region inside the arena: the matrix is read
+  // from it once, here, and only this copy is used from now on.
+  if (d.ndim >= 1 && n > 0 && d.out_bytes >= alltoallSplitsBytes(n)) {
+    *meta = copyShmMeta(c.slot(d.out_offset), static_cast<size_t>(n) * n);
   }
-  if (sent != d.shape[0]) {
-    return bad("rank " + std::to_string(me) + "'s splits add up to " + std::to_string(sent) +
-               " rows, but its tensor has " + std::to_string(d.shape[0]));
-  }
-  if (d.out_bytes - prefix != static_cast<uint64_t>(received) * rowBytesOf(d)) {
-    return bad("malformed descriptor: output region does not match the rows this rank receives");
-  }
-  return okStatus();
+  return checkAlltoallSplits(d, n, job.globalRank(c.local_rank), *meta);
 }
 
 void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles) {
@@ -68,15 +45,25 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
     outs.push_back(c->slot(op.descs[i].out_offset) + prefix);
     keep.push_back(c->arena());
   }
+  // Each rank's private copy of its split matrix (taken and checked at its
+  // submission); they must be the same matrix, so every rank's rows and
+  // columns used below were checked by the rank they belong to.
   std::vector<int64_t> m(static_cast<size_t>(n) * n, 0);
   if (op.error.isOk()) {
-    std::memcpy(m.data(), outs[0] - prefix, sizeof(int64_t) * m.size());
-    for (int i = 1; i < k && op.error.isOk(); ++i) {
-      if (std::memcmp(outs[i] - prefix, m.data(), sizeof(int64_t) * m.size()) != 0) {
-        op.error = internalError("alltoall of tensor '" + op.name + "': ranks " + std::to_string(job.globalRank(0)) +
-                                 " and " + std::to_string(job.globalRank(i)) + " hold different split matrices");
+    for (int i = 0; i < k && op.error.isOk(); ++i) {
+      if (op.metas.size() != static_cast<size_t>(k) || op.metas[i].size() != m.size()) {
+        op.error = internalError(
+            "alltoall of tensor '" + op.name + "': rank " + std::to_string(job.globalRank(i)) +
+            "'s split matrix is not one of this generation's size " + std::to_string(n));
+      } else if (i == 0) {
+        m = op.metas[0];
+      } else if (op.metas[i] != m) {
+        op.error = invalidArgument(
+            "alltoall of tensor '" + op.name + "': ranks " + std::to_string(job.globalRank(0)) +
+            " and " + std::to_string(job.globalRank(i)) + " hold different split matrices");
       }
     }
+    if (!op.error.isOk()) std::fill(m.begin(), m.end(), 0);
   }
   if (!op.error.isOk() && job.world().cross_size == 1) {
     finishOnLoop(job.id(), handles, 0, op.error, dtype, {}, CollectiveType::kAlltoall);
@@ -112,11 +99,8 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
 
   if (job.world().cross_size == 1) {
     std::vector<LocalReduce> copies;
-    for (int i = 0; i < k; ++i) {
-      for (int j = 0; j < k; ++j) {
-        uint64_t bytes = M(base + i, base + j) * row;
-        if (bytes > 0) copies.push_back(copy(ins[i] + srcOff(base + i, base + j), outs[j] + dstOff(base + i, base + j), bytes));
-      }
+    for (const AlltoallCopy& x : alltoallLocalCopies(m, n, base, k, row)) {
+      copies.push_back(copy(ins[x.src_local] + x.src_off, outs[x.dst_local] + x.dst_off, x.bytes));
     }
     ++job.executing;
     timeline_->opStart(op.name, CollectiveType::kAlltoall);
@@ -160,7 +144,10 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
     recv_total += rb;
   }
   for (int s = 0; s < n; ++s)
-    for (int d = 0; d < n; ++d) all_total += M(s, d);
+    for (int d = 0; d < n; ++d) {
+      // (Rows between other agents' ranks were checked there, not here: saturate.)
+      if (__builtin_add_overflow(all_total, M(s, d), &all_total)) all_total = UINT64_MAX;
+    }
   Job::CrossPending p;
   p.handles = std::move(handles);
   p.slots.assign(outs.begin(), outs.end());

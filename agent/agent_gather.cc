@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "agent/agent.h"
+#include "agent/core/shm_meta.h"
 #include "common/log.h"
 #include "common/staging_pool.h"
 
@@ -18,39 +19,17 @@ namespace {
 
 auto gatherLog() { return log::get("agent.ops"); }
 
-uint64_t rowBytes(const SubmitDesc& d) {
-  uint64_t row = dataTypeSize(static_cast<DataType>(d.dtype));
-  for (int i = 1; i < d.ndim && i < kMaxDims; ++i) row *= static_cast<uint64_t>(d.shape[i]);
-  return row;
-}
-
 }  // namespace
 
-Status Agent::validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d) {
-  std::string name(d.name, std::min<size_t>(d.name_len, kMaxNameBytes));
-  auto bad = [&](const std::string& what) {
-    return invalidArgument("allgather of tensor '" + name + "': " + what);
-  };
-  if (d.ndim < 1) return bad("it needs at least one dimension");
+Status Agent::validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d,
+                                      std::vector<int64_t>* meta) {
   const int world = job.worldSize();
-  const uint64_t prefix = allgatherSizesBytes(world);
-  if (d.out_bytes < prefix) return bad("malformed descriptor: the output region lacks the ranks' first dimensions");
-  const auto* dims = reinterpret_cast<const int64_t*>(c.slot(d.out_offset));
-  const int me = job.globalRank(c.local_rank);
-  if (dims[me] != d.shape[0]) {
-    return bad("malformed descriptor: rank " + std::to_string(me) + " lists first dimension " +
-               std::to_string(dims[me]) + " but sent shape " + TensorTable::shapeString(d));
+  // c.validate() put the output region inside the arena: the sizes are read
+  // from it once, here, and only this copy is used from now on.
+  if (d.ndim >= 1 && world > 0 && d.out_bytes >= allgatherSizesBytes(world)) {
+    *meta = copyShmMeta(c.slot(d.out_offset), static_cast<size_t>(world));
   }
-  uint64_t total = 0;
-  for (int r = 0; r < world; ++r) {
-    if (dims[r] < 0) return bad("malformed descriptor: negative first dimension for rank " + std::to_string(r));
-    total += static_cast<uint64_t>(dims[r]);
-  }
-  if (d.out_bytes - prefix != total * rowBytes(d)) {
-    return bad("malformed descriptor: output region of " + std::to_string(d.out_bytes - prefix) +
-               " bytes, the ranks' first dimensions add up to " + std::to_string(total * rowBytes(d)));
-  }
-  return okStatus();
+  return checkAllgatherSizes(d, world, job.globalRank(c.local_rank), *meta);
 }
 
 void Agent::copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) {
@@ -73,7 +52,7 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
   const int world = job.worldSize();
   const int k = job.localSize();
   const uint64_t prefix = allgatherSizesBytes(world);
-  const uint64_t row = rowBytes(d0);
+  const uint64_t row = rowBytesOf(d0);
   std::vector<char*> ins, outs;
   std::vector<std::shared_ptr<SharedRegion>> keep;
   // A rank that has joined (kolo_join) has no slots: it contributes zero
@@ -96,29 +75,47 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
     outs.push_back(c->slot(op.descs[i].out_offset) + prefix);
     keep.push_back(c->arena());
   }
-  // Every rank's first dimension, as the first local rank's client listed
-  // them; the other local ranks' lists must agree (they come from one
-  // allreduce).
+  // Every rank's first dimension, as the first local rank listed them (its
+  // private copy, taken and checked at its submission); the other local
+  // ranks' copies must agree (they come from one allreduce), so each local
+  // rank's rows and output region were checked by that rank.
   std::vector<uint64_t> offsets(world + 1, 0);
   if (op.error.isOk()) {
-    const auto* dims0 = reinterpret_cast<const int64_t*>(outs[lead] - prefix);
-    for (int i = 0; i < world && op.error.isOk(); ++i) {
+    auto metaOf = [&](int i) -> const std::vector<int64_t>* {
+      const bool have = op.metas.size() == static_cast<size_t>(k) &&
+                        op.metas[i].size() == static_cast<size_t>(world);
+      return have ? &op.metas[i] : nullptr;
+    };
+    const std::vector<int64_t>* dims0 = lead >= 0 ? metaOf(lead) : nullptr;
+    if (lead >= 0 && dims0 == nullptr) {
+      op.error = internalError("allgather of tensor '" + op.name + "': rank " +
+                               std::to_string(job.globalRank(lead)) +
+                               "'s list of first dimensions is not one of this generation's size " +
+                               std::to_string(world));
+    }
+    for (int i = 0; i < world && dims0 != nullptr && op.error.isOk(); ++i) {
       const int local = i - job.world().rank_offset;
-      if (local >= 0 && local < k && absent(local) && dims0[i] != 0) {
-        op.error = internalError("allgather of tensor '" + op.name + "': rank " + std::to_string(i) +
-                                 " has joined but is listed with first dimension " + std::to_string(dims0[i]));
+      if (local >= 0 && local < k && absent(local) && (*dims0)[i] != 0) {
+        op.error = internalError(
+            "allgather of tensor '" + op.name + "': rank " + std::to_string(i) +
+            " has joined but is listed with first dimension " + std::to_string((*dims0)[i]));
       }
     }
     for (int i = lead + 1; i < k && op.error.isOk(); ++i) {
       if (absent(i)) continue;
-      const auto* dims = reinterpret_cast<const int64_t*>(outs[i] - prefix);
-      if (std::memcmp(dims, dims0, sizeof(int64_t) * world) != 0) {
-        op.error = internalError("allgather of tensor '" + op.name + "': ranks " + std::to_string(job.globalRank(0)) +
-                                 " and " + std::to_string(job.globalRank(i)) +
-                                 " list different first dimensions for the other ranks");
+      const std::vector<int64_t>* dims = metaOf(i);
+      if (dims == nullptr || *dims != *dims0) {
+        op.error = invalidArgument("allgather of tensor '" + op.name + "': ranks " +
+                                   std::to_string(job.globalRank(lead)) + " and " +
+                                   std::to_string(job.globalRank(i)) +
+                                   " list different first dimensions for the other ranks");
       }
     }
-    for (int r = 0; r < world; ++r) offsets[r + 1] = offsets[r] + static_cast<uint64_t>(dims0[r]) * row;
+    if (op.error.isOk() && dims0 != nullptr) {
+      for (int r = 0; r < world; ++r) {
+        offsets[r + 1] = offsets[r] + static_cast<uint64_t>((*dims0)[r]) * row;
+      }
+    }
   }
   if (!op.error.isOk() && job.world().cross_size == 1) {
     gatherLog()->warn("job {}: {}", job.id(), op.error.message());

@@ -77,8 +77,10 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
                                           "': root rank " + std::to_string(d.root) + " is not a rank of this job (size " +
                                           std::to_string(job.worldSize()) + ")"));
   }
+  // The private copy of what the trainer left in shared memory, if anything.
+  std::vector<int64_t> meta;
   if (coll == CollectiveType::kAllgather) {
-    Status g = validateAllgatherOnLoop(job, c, d);
+    Status g = validateAllgatherOnLoop(job, c, d, &meta);
     if (!g.isOk()) return completeOnLoop(c, d.handle, g);
   }
   if (coll == CollectiveType::kReducescatter) {
@@ -86,13 +88,13 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
     if (!g.isOk()) return completeOnLoop(c, d.handle, g);
   }
   if (coll == CollectiveType::kAlltoall) {
-    Status g = validateAlltoallOnLoop(job, c, d);
+    Status g = validateAlltoallOnLoop(job, c, d, &meta);
     if (!g.isOk()) return completeOnLoop(c, d.handle, g);
   }
   std::optional<ReadyOp> ready;
   auto now = std::chrono::steady_clock::now();
   size_t before = job.table().pendingCount();
-  Status st = job.table().submit(c.local_rank, d, now, &ready);
+  Status st = job.table().submit(c.local_rank, d, now, &ready, std::move(meta));
   if (!st.isOk()) return completeOnLoop(c, d.handle, st);
   std::string_view name(d.name, std::min<size_t>(d.name_len, kMaxNameBytes));
   bool first = ready ? job.localSize() == 1 : job.table().pendingCount() > before;

@@ -19,7 +19,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 jobs=${FUZZ_JOBS:-2}
 all_targets=(kolo_fuzz_frame_decoder kolo_fuzz_client_desc kolo_fuzz_cross_requests
-             kolo_fuzz_coordinator)
+             kolo_fuzz_coordinator kolo_fuzz_shm)
 build_only=0
 available_only=0
 targets=()
@@ -93,7 +93,7 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz.sh: FAILED: ${failed[*]} (inputs in $build/fuzz/artifacts/)" >&2
   exit 1
 fi
-if [ -n "${FUZZ_RUNS:-}${FUZZ_RUNS_frame_decoder:-}${FUZZ_RUNS_client_desc:-}${FUZZ_RUNS_cross_requests:-}${FUZZ_RUNS_coordinator:-}" ]; then
+if [ -n "${FUZZ_RUNS:-}${FUZZ_RUNS_frame_decoder:-}${FUZZ_RUNS_client_desc:-}${FUZZ_RUNS_cross_requests:-}${FUZZ_RUNS_coordinator:-}${FUZZ_RUNS_shm:-}" ]; then
   echo "fuzz.sh: every target ran its fixed input count (seed ${FUZZ_SEED:-1}) without a finding"
 else
   echo "fuzz.sh: every target ran ${FUZZ_SECONDS} s without a finding"

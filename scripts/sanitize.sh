@@ -41,10 +41,12 @@ cxx=${SAN_CXX:-g++}
 asan_targets=(kolo-agent kolo-coordinator kolo_check
   kolo_unit_tests kolo_agent_tests kolo_client_tests kolo_client_abi_tests kolo_fusion_tests
   kolo_backend_tests kolo_backend_test_peer kolo_coordinator_tests
-  kolo_integration_tests kolo_multi_agent_tests kolo_autotune_tests kolo_collectives_tests)
+  kolo_integration_tests kolo_shm_attack_tests kolo_multi_agent_tests kolo_autotune_tests
+  kolo_collectives_tests)
 asan_labels='^(unit|agent|client|fusion|backend|coordinator|integration|integration-multiagent|integration-collectives)$'
 tsan_targets=(kolo-agent kolo-coordinator kolo_check
-  kolo_unit_tests kolo_agent_tests kolo_integration_tests kolo_multi_agent_tests kolo_autotune_tests)
+  kolo_unit_tests kolo_agent_tests kolo_integration_tests kolo_shm_attack_tests kolo_multi_agent_tests
+  kolo_autotune_tests)
 tsan_labels='^(unit|agent|integration|integration-multiagent)$'
 
 kinds=()

@@ -36,7 +36,7 @@ elif scripts/fuzz.sh --available; then
   start=$SECONDS
   FUZZ_SECONDS=${KOLO_CI_FUZZ_SECONDS:-300} FUZZ_SEED=1 \
     FUZZ_RUNS_frame_decoder=900000 FUZZ_RUNS_client_desc=1200000 \
-    FUZZ_RUNS_cross_requests=600000 FUZZ_RUNS_coordinator=8000 \
+    FUZZ_RUNS_cross_requests=600000 FUZZ_RUNS_coordinator=8000 FUZZ_RUNS_shm=400000 \
     scripts/fuzz.sh || rc=1
   echo "test.sh: fuzz pass (build and a fixed 1-seed run per target) took $((SECONDS - start)) s"
 else

@@ -76,7 +76,7 @@ std::string TensorTable::describeMismatch(const std::string& name, const SubmitD
 }
 
 Status TensorTable::submit(int local_rank, const SubmitDesc& desc, SteadyTime now,
-                           std::optional<ReadyOp>* ready) {
+                           std::optional<ReadyOp>* ready, std::vector<int64_t> meta) {
   ready->reset();
   if (local_rank < 0 || local_rank >= local_size_) {
     return internalError("local rank " + std::to_string(local_rank) + " out of range");
@@ -86,6 +86,7 @@ Status TensorTable::submit(int local_rank, const SubmitDesc& desc, SteadyTime no
   Entry& e = it->second;
   if (inserted) {
     e.descs.resize(local_size_);
+    e.metas.resize(local_size_);
     e.arrivals.resize(local_size_);
     e.first_rank = local_rank;
     e.first_arrival = now;
@@ -103,6 +104,7 @@ Status TensorTable::submit(int local_rank, const SubmitDesc& desc, SteadyTime no
                                   rank_offset_ + local_rank);
   }
   e.descs[local_rank] = desc;
+  e.metas[local_rank] = std::move(meta);
   e.arrivals[local_rank] = now;
   e.count++;
   if (!readyLocked(e)) return okStatus();
@@ -124,6 +126,7 @@ ReadyOp TensorTable::takeReady(std::unordered_map<std::string, Entry>::iterator 
   op.first_arrival = e.first_arrival;
   op.ready_at = now;
   op.arrivals = e.arrivals;
+  op.metas = std::move(e.metas);
   op.descs.reserve(local_size_);
   op.absent.assign(local_size_, false);
   const SubmitDesc& present = *e.descs[e.first_rank];

@@ -26,6 +26,10 @@ using SteadyTime = std::chrono::steady_clock::time_point;
 struct ReadyOp {
   std::string name;
   std::vector<SubmitDesc> descs;  // indexed by local rank
+  // The metadata each rank left in shared memory (allgather sizes, alltoall
+  // split matrix), copied once at submission (agent/core/shm_meta.h);
+  // indexed by local rank, empty for an absent rank or an op without any.
+  std::vector<std::vector<int64_t>> metas;
   Status error;                   // set when the ranks disagreed
   SteadyTime first_arrival;
   SteadyTime ready_at;
@@ -62,8 +66,9 @@ class TensorTable {
   // Records a submission. An error return concerns this submission only
   // (e.g. the name is already in flight on that rank). When the name becomes
   // node-ready, *ready is filled and the entry leaves the table.
+  // `meta`: the rank's private copy of its shared-memory metadata, if any.
   Status submit(int local_rank, const SubmitDesc& desc, SteadyTime now,
-                std::optional<ReadyOp>* ready);
+                std::optional<ReadyOp>* ready, std::vector<int64_t> meta = {});
 
   // Join: marks `local_rank` as joined. From now on a name is node-ready
   // once every rank that has not joined submitted it; returns the names that
@@ -95,6 +100,7 @@ class TensorTable {
  private:
   struct Entry {
     std::vector<std::optional<SubmitDesc>> descs;
+    std::vector<std::vector<int64_t>> metas;
     std::vector<SteadyTime> arrivals;
     int count = 0;
     int first_rank = -1;

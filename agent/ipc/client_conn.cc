@@ -25,8 +25,10 @@ Status ClientConn::createArena(uint64_t bytes, const std::string& label) {
   hdr->data_bytes = layout.data_bytes;
   SubmitRing::format(region.data() + layout.submit_ring_offset, kSubmitRingCapacity);
   CompletionRing::format(region.data() + layout.completion_ring_offset, kCompletionRingCapacity);
-  submit_ = SubmitRing(region.data() + layout.submit_ring_offset);
-  completions_ = CompletionRing(region.data() + layout.completion_ring_offset);
+  // The capacities are ours, never read back from the header the trainer can write.
+  submit_ = SubmitRing(region.data() + layout.submit_ring_offset, kSubmitRingCapacity);
+  completions_ =
+      CompletionRing(region.data() + layout.completion_ring_offset, kCompletionRingCapacity);
   arena_ = std::make_shared<SharedRegion>(std::move(region));
   doorbell_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   completion_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -101,6 +103,27 @@ Status ClientConn::validate(const SubmitDesc& d) const {
   return okStatus();
 }
 
+bool ClientConn::popSubmission(SubmitDesc* out) {
+  if (broken()) return false;
+  if (submit_.tryPop(out)) return true;
+  checkRings();
+  return false;
+}
+
+std::string ClientConn::ringError() const {
+  if (submit_.corrupt()) return "broke its submission ring (" + submit_.corruption() + ")";
+  if (completions_.corrupt())
+    return "broke its completion ring (" + completions_.corruption() + ")";
+  return "";
+}
+
+void ClientConn::checkRings() {
+  if (!broken() || broken_reported_) return;
+  broken_reported_ = true;
+  overflow_.clear();
+  if (on_broken_ring) on_broken_ring();
+}
+
 void ClientConn::clearDoorbell() {
   uint64_t v;
   while (::read(doorbell_.get(), &v, sizeof v) > 0) {
@@ -119,12 +142,17 @@ void ClientConn::complete(uint64_t handle, const Status& st, int64_t aux, uint64
   c.out_offset = out_offset;
   c.out_bytes = out_bytes;
   ++completed;
-  if (!completions_.valid()) return;
-  if (!overflow_.empty() || !completions_.tryPush(c)) overflow_.push_back(c);
+  if (!completions_.valid() || broken()) return;
+  if (!overflow_.empty() || !completions_.tryPush(c)) {
+    checkRings();
+    if (!broken()) overflow_.push_back(c);
+  }
 }
 
 bool ClientConn::flushCompletions() {
+  if (broken()) return false;
   while (!overflow_.empty() && completions_.tryPush(overflow_.front())) overflow_.pop_front();
+  checkRings();
   return !overflow_.empty();
 }
 

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -48,10 +49,19 @@ class ClientConn {
   // Pointer to a slot inside the arena (validated first).
   char* slot(uint64_t offset) const { return arena_->data() + offset; }
 
-  bool popSubmission(SubmitDesc* out) { return submit_.tryPop(out); }
-  bool hasSubmissions() const { return !submit_.empty(); }
+  // The rings keep their capacity and this side's index in agent memory
+  // (common/spsc_ring.h). A trainer that moved the other index out of
+  // bounds broke its rings: nothing more is read from or written to them,
+  // ringError() says what was seen, and on_broken_ring runs once (the agent
+  // then closes the connection and fails the trainer's job).
+  bool popSubmission(SubmitDesc* out);
+  bool hasSubmissions() const { return !broken() && !submit_.empty(); }
+  bool broken() const { return submit_.corrupt() || completions_.corrupt(); }
+  std::string ringError() const;
+  std::function<void()> on_broken_ring;
   void clearDoorbell();
-  // Queues a completion; it is written to the ring now or when there is room.
+  // Queues a completion; it is written to the ring now or when there is room
+  // (dropped once the ring is broken).
   void complete(uint64_t handle, const Status& st, int64_t aux = 0, uint64_t out_offset = 0,
                 uint64_t out_bytes = 0);
   // Retries completions that did not fit; returns true if some remain.
@@ -85,6 +95,8 @@ class ClientConn {
   SubmitRing submit_;
   CompletionRing completions_;
   std::deque<CompletionDesc> overflow_;
+  bool broken_reported_ = false;
+  void checkRings();
 };
 
 }  // namespace kolo

@@ -1,6 +1,7 @@
 // The agent's check of a trainer's allreduce descriptor (ClientConn::
 // validate): in place, and out of place with an output region of its own
-// (zero copy out of place), with the refusals' texts.
+// (zero copy out of place), with the refusals' texts; and its rings when the
+// trainer rewrites their headers.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -56,6 +57,81 @@ TEST_F(ClientConnValidate, AnOutputOfAnotherSizeOrOverlappingTheInputIsMalformed
   EXPECT_EQ(st.message(), "malformed descriptor: allreduce output region overlaps its input");
   st = conn_.validate(allreduce(1024, 64, 1024));
   EXPECT_EQ(st.message(), "malformed descriptor: allreduce output region overlaps its input");
+}
+
+}  // namespace
+}  // namespace kolo
+
+namespace kolo {
+namespace {
+
+// The agent's side of a trainer's rings (ClientConn): the capacity and the
+// agent's own indices are its own; a trainer index out of bounds breaks the
+// rings for good, reported once through on_broken_ring.
+class ClientConnRings : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(conn_.createArena(kArenaBytes, "kolo-test-arena").isOk());
+    conn_.on_broken_ring = [this] { ++broken_calls_; };
+  }
+  RingHeader* header(uint64_t offset) const {
+    return reinterpret_cast<RingHeader*>(conn_.arena()->data() + offset);
+  }
+  RingHeader* submitRing() const { return header(layout_.submit_ring_offset); }
+  RingHeader* completionRing() const { return header(layout_.completion_ring_offset); }
+
+  ClientConn conn_{1, UniqueFd(), 0, 0};
+  ArenaLayout layout_ = ArenaLayout::compute(kArenaBytes);
+  int broken_calls_ = 0;
+};
+
+TEST_F(ClientConnRings, ARewrittenCapacityChangesNothing) {
+  submitRing()->capacity = 3;
+  completionRing()->capacity = uint64_t{1} << 50;
+  SubmitRing trainer(conn_.arena()->data() + layout_.submit_ring_offset, kSubmitRingCapacity);
+  SubmitDesc d{};
+  d.handle = 42;
+  ASSERT_TRUE(trainer.tryPush(d));
+  SubmitDesc got{};
+  ASSERT_TRUE(conn_.popSubmission(&got));
+  EXPECT_EQ(got.handle, 42u);
+  for (int i = 0; i < 2000; ++i) conn_.complete(i, okStatus());  // 1024 fit, the rest wait
+  EXPECT_EQ(completionRing()->tail.load(), kCompletionRingCapacity);
+  EXPECT_TRUE(conn_.flushCompletions());
+  EXPECT_FALSE(conn_.broken());
+  EXPECT_EQ(broken_calls_, 0);
+}
+
+TEST_F(ClientConnRings, ATailPastTheCapacityBreaksTheConnectionOnce) {
+  submitRing()->tail.store(kSubmitRingCapacity + 1);
+  SubmitDesc d;
+  EXPECT_FALSE(conn_.popSubmission(&d));
+  EXPECT_TRUE(conn_.broken());
+  EXPECT_EQ(
+      conn_.ringError(),
+      "broke its submission ring (the producer moved the tail: tail 1025, head 0: 1025 entries "
+      "in a ring of 1024)");
+  EXPECT_EQ(broken_calls_, 1);
+  submitRing()->tail.store(1);  // too late
+  EXPECT_FALSE(conn_.popSubmission(&d));
+  EXPECT_FALSE(conn_.hasSubmissions());
+  conn_.complete(1, okStatus());  // nothing more is written to a broken connection's rings
+  EXPECT_EQ(completionRing()->tail.load(), 0u);
+  EXPECT_EQ(broken_calls_, 1);
+}
+
+TEST_F(ClientConnRings, AHeadPastTheTailBreaksTheConnectionOnce) {
+  conn_.complete(1, okStatus());
+  completionRing()->head.store(5);
+  conn_.complete(2, okStatus());
+  EXPECT_TRUE(conn_.broken());
+  EXPECT_EQ(
+      conn_.ringError(),
+      "broke its completion ring (the consumer moved the head: tail 1, head 5: -4 entries in a "
+      "ring of 1024)");
+  EXPECT_EQ(completionRing()->tail.load(), 1u);
+  EXPECT_FALSE(conn_.flushCompletions());
+  EXPECT_EQ(broken_calls_, 1);
 }
 
 }  // namespace

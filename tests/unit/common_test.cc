@@ -50,6 +50,77 @@ TEST(SpscRing, TwoThreadsAcrossSharedMemory) {
   t.join();
 }
 
+// The ring's peer is another, untrusted process (docs/security.md): what it
+// writes into the header must never move our own index, our capacity, or an
+// access outside the entries.
+TEST(SpscRing, ConsumerRefusesATailMovedPastCapacityAndStaysRefusing) {
+  std::vector<char> mem(SpscRing<uint64_t>::bytesFor(8));
+  SpscRing<uint64_t>::format(mem.data(), 8);
+  SpscRing<uint64_t> prod(mem.data(), 8), cons(mem.data(), 8);
+  ASSERT_TRUE(prod.tryPush(7));
+  auto* hdr = reinterpret_cast<RingHeader*>(mem.data());
+  hdr->tail.store(5000);  // the producer claims 5000 entries in a ring of 8
+  uint64_t v = 0;
+  EXPECT_TRUE(cons.empty());
+  EXPECT_EQ(cons.size(), 0u);
+  EXPECT_FALSE(cons.tryPop(&v));
+  ASSERT_TRUE(cons.corrupt());
+  EXPECT_EQ(cons.corruption(),
+            "the producer moved the tail: tail 5000, head 0: 5000 entries in a ring of 8");
+  hdr->tail.store(1);  // putting it back does not mend the ring
+  EXPECT_FALSE(cons.tryPop(&v));
+}
+
+TEST(SpscRing, ProducerRefusesAHeadPastItsTail) {
+  std::vector<char> mem(SpscRing<uint64_t>::bytesFor(8));
+  SpscRing<uint64_t>::format(mem.data(), 8);
+  SpscRing<uint64_t> prod(mem.data(), 8);
+  ASSERT_TRUE(prod.tryPush(1));
+  reinterpret_cast<RingHeader*>(mem.data())->head.store(3);  // consumed 3 of the 1 entry there is
+  EXPECT_FALSE(prod.tryPush(2));
+  ASSERT_TRUE(prod.corrupt());
+  EXPECT_EQ(prod.corruption(),
+            "the consumer moved the head: tail 1, head 3: -2 entries in a ring of 8");
+}
+
+TEST(SpscRing, OwnIndexAndCapacityAreNotReadBackFromSharedMemory) {
+  std::vector<char> mem(SpscRing<uint64_t>::bytesFor(8));
+  SpscRing<uint64_t>::format(mem.data(), 8);
+  SpscRing<uint64_t> prod(mem.data(), 8), cons(mem.data(), 8);
+  auto* hdr = reinterpret_cast<RingHeader*>(mem.data());
+  // A capacity rewritten in the header changes nothing: both sides keep
+  // theirs, and the entries come out in order from inside the ring.
+  for (uint64_t i = 0; i < 20; ++i) {
+    hdr->capacity = uint64_t{1} << 40;
+    ASSERT_TRUE(prod.tryPush(i));
+    uint64_t v = 99;
+    ASSERT_TRUE(cons.tryPop(&v));
+    EXPECT_EQ(v, i);
+  }
+  EXPECT_EQ(prod.capacity(), 8u);
+  EXPECT_FALSE(prod.corrupt());
+  EXPECT_FALSE(cons.corrupt());
+  // The consumer rewriting its own head backwards (to re-read entries) is
+  // not the producer's business unless it leaves more than the capacity.
+  hdr->head.store(18);
+  EXPECT_TRUE(prod.tryPush(20));  // tail 21 - head 18 = 3 entries: fine
+  hdr->head.store(0);
+  EXPECT_FALSE(prod.tryPush(21));  // 21 entries in a ring of 8
+  EXPECT_TRUE(prod.corrupt());
+}
+
+TEST(SpscRing, AttachRefusesABadHeader) {
+  std::vector<char> mem(SpscRing<uint64_t>::bytesFor(8));
+  SpscRing<uint64_t>::format(mem.data(), 8);
+  reinterpret_cast<RingHeader*>(mem.data())->capacity = 6;
+  SpscRing<uint64_t> r(mem.data());
+  EXPECT_TRUE(r.corrupt());
+  EXPECT_EQ(r.corruption(), "capacity 6 is not a power of two");
+  uint64_t v;
+  EXPECT_FALSE(r.tryPush(1));
+  EXPECT_FALSE(r.tryPop(&v));
+}
+
 TEST(ArenaLayout, FitsAndAligns) {
   auto l = ArenaLayout::compute(kDefaultArenaBytes);
   EXPECT_EQ(l.data_offset % 4096, 0u);
