@@ -319,7 +319,8 @@ void Agent::acceptOverflowOnLoop(int err) {
     spare_fd_.reset();
     int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
-      ClientConn refused(0, UniqueFd(fd), -1, 0);
+      auto cred = peerCredentials(fd);
+      ClientConn refused(0, UniqueFd(fd), cred.isOk() ? cred->pid : -1, cred.isOk() ? cred->uid : 0);
       refuseFrameOnLoop(refused,
                         unavailable(std::string("the kolo agent is out of file descriptors (") +
                                     std::strerror(err) + "); try again later"),

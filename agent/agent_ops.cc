@@ -112,8 +112,7 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
       checkSubmitQuota(RankQuota{static_cast<int64_t>(c.in_flight.size()), c.bytes_in_flight},
                        bytes, arenas, opts_.limits, job.globalRank(c.local_rank), job.id());
   if (!q.isOk()) {
-    log::rateLimited(g_quota_log, *opsLog(), spdlog::level::warn, "job {}: {}", job.id(),
-                     q.message());
+    log::rateLimited(g_quota_log, *opsLog(), spdlog::level::warn, "{}", q.message());
     return completeOnLoop(c, d.handle, q);
   }
   // Counted before the table sees it: a name that is ready at once may
