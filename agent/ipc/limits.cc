@@ -1,5 +1,7 @@
 #include "agent/ipc/limits.h"
 
+#include <algorithm>
+
 #include "common/dtype.h"
 
 namespace kolo {
@@ -66,6 +68,8 @@ Status checkHelloBounds(const ipc::Hello& h, const AgentLimits& l) {
 
 uint64_t descBytes(const SubmitDesc& d) {
   // Validated: each region lies inside an arena, so the sum cannot wrap.
+  // An output at the input's offset (in place) is the same bytes.
+  if (d.out_bytes == 0 || d.out_offset == d.data_offset) return std::max(d.data_bytes, d.out_bytes);
   return d.data_bytes + d.out_bytes;
 }
 

@@ -100,6 +100,19 @@ TEST(SubmitQuota, NamesAndBytesInFlightPerRank) {
   EXPECT_FALSE(checkSubmitQuota({0, 0}, ~0ull, 1000, l, 5, "j").isOk());  // no wrap-around
 }
 
+TEST(SubmitQuota, AnInPlaceOutputIsCountedOnce) {
+  SubmitDesc d{};
+  d.data_offset = 4096;
+  d.data_bytes = 100;
+  EXPECT_EQ(descBytes(d), 100u);
+  d.out_offset = 4096;
+  d.out_bytes = 100;
+  EXPECT_EQ(descBytes(d), 100u);
+  d.out_offset = 8192;
+  d.out_bytes = 300;
+  EXPECT_EQ(descBytes(d), 400u);
+}
+
 SubmitDesc named(const std::string& name) {
   SubmitDesc d{};
   d.collective = static_cast<uint8_t>(CollectiveType::kAllreduce);
