@@ -1,18 +1,21 @@
 // Agent lifecycle and the local IPC server (accept, Hello, disconnects).
 #include "agent/agent.h"
 
-#include <cctype>
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sched.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
+#include "agent/ipc/limits.h"
 #include "agent/rpc/status_service.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
@@ -23,7 +26,15 @@ namespace kolo {
 namespace {
 auto logger() { return log::get("agent"); }
 auto ipcLog() { return log::get("agent.ipc"); }
-constexpr size_t kMaxJobIdBytes = 128;
+// Repeated warnings a peer can trigger in a loop go through these.
+log::RateLimiter g_accept_log;
+log::RateLimiter g_refuse_log;
+log::RateLimiter g_drop_log;
+// Accepts per wake-up, so that a connection storm cannot starve the loop.
+constexpr int kAcceptBatch = 64;
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+// Bytes read from one connection per wake-up (a few maximal frames).
+constexpr size_t kReadBudget = 4 * kMaxFrameBytes;
 }  // namespace
 
 Agent::Agent(AgentOptions opts)
@@ -90,6 +101,17 @@ Status Agent::start() {
   }
   Status st = loop_.addFd(listen_fd_.get(), EPOLLIN, [this](uint32_t) { onAcceptOnLoop(); });
   RETURN_IF_ERROR(st);
+  // Kept for the moment accept() fails with EMFILE: closing it frees one
+  // descriptor, enough to accept the waiting connection and refuse it.
+  spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  {
+    auto timeout = std::chrono::duration<double>(opts_.limits.handshake_timeout_s);
+    auto period = std::clamp<std::chrono::milliseconds>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(timeout / 4),
+        std::chrono::milliseconds(50), std::chrono::seconds(1));
+    loop_.addTimer(
+        period, [this] { closeLateHandshakesOnLoop(); }, period);
+  }
   if (signal_fd_.valid()) {
     RETURN_IF_ERROR(loop_.addFd(signal_fd_.get(), EPOLLIN, [this](uint32_t) {
       signalfd_siginfo si;
@@ -138,6 +160,37 @@ StatusOr<std::string> Agent::timelineOnLoop(bool start, const std::string& path,
   RETURN_IF_ERROR(timeline_->start(file, mark_cycles));
   logger()->info("timeline started: {}", timeline_->path());
   return timeline_->path();
+}
+
+Status Agent::trainerTimelineOnLoop(ClientConn& c, const ipc::TimelineControl& t) {
+  // The timeline is the agent's (one file, every job's tensors): a trainer
+  // may switch it only while its job is the only one here, and may not touch
+  // one the operator (or another job) started. The file path is confined by
+  // timelineOnLoop.
+  const bool ours = !timeline_job_.empty() && timeline_job_ == c.job_id && timeline_->active() &&
+                    timeline_->path() == timeline_job_path_;
+  if (timeline_->active() && !ours) {
+    return permissionDenied(
+        "TimelineControl from job " + c.job_id +
+        " refused: the agent's timeline was started by its operator or another job; use "
+        "`kolo timeline` on the agent");
+  }
+  if (jobs_.size() > 1) {
+    return permissionDenied(
+        "TimelineControl from job " + c.job_id + " refused: this agent serves " +
+        std::to_string(jobs_.size() - 1) +
+        " other job(s) and its timeline would record theirs; use `kolo timeline` on the agent");
+  }
+  if (!t.start() && !timeline_->active()) return okStatus();
+  ASSIGN_OR_RETURN(std::string path, timelineOnLoop(t.start(), t.path(), t.mark_cycles()));
+  if (t.start()) {
+    timeline_job_ = c.job_id;
+    timeline_job_path_ = path;
+  } else {
+    timeline_job_.clear();
+    timeline_job_path_.clear();
+  }
+  return okStatus();
 }
 
 void Agent::checkStallsOnLoop() {
@@ -211,13 +264,16 @@ void Agent::stop() {
 }
 
 void Agent::onAcceptOnLoop() {
-  for (;;) {
+  for (int i = 0; i < kAcceptBatch && !accept_paused_; ++i) {
     int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        ipcLog()->warn("accept failed: {}", std::strerror(errno));
-      }
-      return;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) return acceptOverflowOnLoop(errno);
+      log::rateLimited(g_accept_log, *ipcLog(), spdlog::level::warn,
+                       "accept failed: {}; pausing accepts for {} ms", std::strerror(errno),
+                       kAcceptPause.count());
+      return pauseAcceptOnLoop();
     }
     UniqueFd sock(fd);
     auto cred = peerCredentials(fd);
@@ -225,21 +281,108 @@ void Agent::onAcceptOnLoop() {
     uid_t uid = cred.isOk() ? cred->uid : 0;
     uint64_t id = next_conn_id_++;
     auto conn = std::make_unique<ClientConn>(id, std::move(sock), pid, uid);
+    Status over;
+    if (static_cast<int64_t>(conns_.size()) >= opts_.limits.max_connections) {
+      over = unavailable(
+          "the kolo agent has " + std::to_string(conns_.size()) + " connections open (limit " +
+          std::to_string(opts_.limits.max_connections) + ", --max-connections); try again later");
+    } else if (int n = conns_per_uid_[uid]; n >= opts_.limits.max_connections_per_uid) {
+      over = unavailable("uid " + std::to_string(uid) + " has " + std::to_string(n) +
+                         " connections open to the kolo agent (limit " +
+                         std::to_string(opts_.limits.max_connections_per_uid) +
+                         ", --max-connections-per-uid); close idle ones");
+    }
+    if (!over.isOk()) {
+      refuseFrameOnLoop(*conn, over, "connection", false);  // not registered: closed on return
+      continue;
+    }
     Status st = loop_.addFd(fd, EPOLLIN | EPOLLRDHUP, [this, id](uint32_t ev) { onSocketOnLoop(id, ev); });
     if (!st.isOk()) {
-      ipcLog()->warn("cannot watch client socket: {}", st.toString());
+      log::rateLimited(g_accept_log, *ipcLog(), spdlog::level::warn,
+                       "cannot watch client socket: {}", st.toString());
       continue;
     }
     ipcLog()->debug("connection {} from pid {} uid {}", id, pid, uid);
+    ++conns_per_uid_[uid];
     conns_[id] = std::move(conn);
   }
+}
+
+void Agent::acceptOverflowOnLoop(int err) {
+  // Out of descriptors: the waiting connection would make epoll report the
+  // socket again and again. Use the spare descriptor to take it and refuse
+  // it with a reason, then stop accepting for a moment.
+  log::rateLimited(g_accept_log, *ipcLog(), spdlog::level::warn,
+                   "accept failed: {} ({} connections open); refusing new connections and pausing "
+                   "accepts for {} ms",
+                   std::strerror(err), conns_.size(), kAcceptPause.count());
+  if (spare_fd_.valid()) {
+    spare_fd_.reset();
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      auto cred = peerCredentials(fd);
+      ClientConn refused(0, UniqueFd(fd), cred.isOk() ? cred->pid : -1, cred.isOk() ? cred->uid : 0);
+      refuseFrameOnLoop(refused,
+                        unavailable(std::string("the kolo agent is out of file descriptors (") +
+                                    std::strerror(err) + "); try again later"),
+                        "connection", false);
+    }
+    spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  }
+  pauseAcceptOnLoop();
+}
+
+void Agent::pauseAcceptOnLoop() {
+  if (accept_paused_ || !listen_fd_.valid()) return;
+  accept_paused_ = true;
+  loop_.removeFd(listen_fd_.get());
+  loop_.addTimer(kAcceptPause, [this] {
+    accept_paused_ = false;
+    if (stopping_) return;
+    Status st = loop_.addFd(listen_fd_.get(), EPOLLIN, [this](uint32_t) { onAcceptOnLoop(); });
+    if (!st.isOk()) ipcLog()->error("cannot watch the agent socket again: {}", st.toString());
+    if (!spare_fd_.valid()) spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  });
+}
+
+void Agent::closeLateHandshakesOnLoop() {
+  const auto now = std::chrono::steady_clock::now();
+  const auto limit = std::chrono::duration<double>(opts_.limits.handshake_timeout_s);
+  std::vector<uint64_t> late;
+  for (auto& [id, c] : conns_) {
+    if (c->job_id.empty() && now - c->accepted_at >= limit) late.push_back(id);
+  }
+  for (uint64_t id : late) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) continue;
+    std::ostringstream secs;
+    secs << opts_.limits.handshake_timeout_s;
+    refuseFrameOnLoop(
+        *it->second,
+        timedOut("no admitted Hello within " + secs.str() +
+                 " s of connecting (--handshake-timeout-s): the kolo agent closes the connection"),
+        "handshake", true);
+  }
+}
+
+void Agent::refuseFrameOnLoop(ClientConn& c, const Status& st, const std::string& frame,
+                              bool close) {
+  log::rateLimited(g_refuse_log, *ipcLog(), spdlog::level::warn,
+                   "refusing {} from pid {} uid {}: {}", frame, c.pid(), c.uid(), st.message());
+  ipc::AgentFrame f;
+  f.mutable_refused()->set_code(static_cast<int>(st.code()));
+  f.mutable_refused()->set_message(st.message());
+  f.mutable_refused()->set_frame(frame);
+  (void)c.send(f);
+  if (close && c.id() != 0) dropClientOnLoop(c.id(), "was refused (" + st.message() + ")");
 }
 
 void Agent::onSocketOnLoop(uint64_t conn_id, uint32_t events) {
   auto it = conns_.find(conn_id);
   if (it == conns_.end()) return;
   ClientConn& c = *it->second;
-  Status st = readAvailable(c.socketFd(), &c.decoder(), &c.receivedFds());
+  bool more = false;
+  Status st = readAvailable(c.socketFd(), &c.decoder(), &c.receivedFds(), kReadBudget, &more);
   std::string payload;
   while (c.decoder().next(&payload)) {
     handleFrameOnLoop(c, payload);
@@ -247,14 +390,15 @@ void Agent::onSocketOnLoop(uint64_t conn_id, uint32_t events) {
   }
   if (!st.isOk()) {
     if (st.code() == Code::kInvalidArgument) {
-      ipcLog()->warn("dropping connection from pid {}: {}", c.pid(), st.message());
+      log::rateLimited(g_drop_log, *ipcLog(), spdlog::level::warn,
+                       "dropping connection from pid {}: {}", c.pid(), st.message());
       dropClientOnLoop(conn_id, "sent a malformed frame (" + st.message() + ")");
     } else {
       dropClientOnLoop(conn_id, c.said_goodbye ? "shut down" : "closed its connection");
     }
     return;
   }
-  if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
+  if (!more && (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR))) {
     dropClientOnLoop(conn_id, c.said_goodbye ? "shut down" : "closed its connection");
   }
 }
@@ -264,9 +408,24 @@ void Agent::handleFrameOnLoop(ClientConn& c, const std::string& payload) {
   c.receivedFds().clear();
   ipc::ClientFrame f;
   if (!f.ParseFromString(payload)) {
-    ipcLog()->warn("dropping connection from pid {}: undecodable frame of {} bytes", c.pid(),
-                   payload.size());
+    log::rateLimited(g_drop_log, *ipcLog(), spdlog::level::warn,
+                     "dropping connection from pid {}: undecodable frame of {} bytes", c.pid(),
+                     payload.size());
     dropClientOnLoop(c.id(), "sent an undecodable frame");
+    return;
+  }
+  if (c.job_id.empty() && f.msg_case() != ipc::ClientFrame::kHello) {
+    // Before admission only Hello: nothing else may act on the agent (the
+    // timeline is the agent's, not an anonymous caller's).
+    const char* what = f.msg_case() == ipc::ClientFrame::kGoodbye    ? "Goodbye"
+                       : f.msg_case() == ipc::ClientFrame::kTimeline ? "TimelineControl"
+                                                                     : "unknown";
+    refuseFrameOnLoop(
+        c,
+        permissionDenied(std::string("a ") + what +
+                         " frame before admission: the kolo agent takes only Hello until the "
+                         "trainer is admitted to a job"),
+        what, true);
     return;
   }
   switch (f.msg_case()) {
@@ -281,19 +440,21 @@ void Agent::handleFrameOnLoop(ClientConn& c, const std::string& payload) {
       c.said_goodbye = true;
       return;
     case ipc::ClientFrame::kTimeline: {
-      auto r = timelineOnLoop(f.timeline().start(), f.timeline().path(), f.timeline().mark_cycles());
-      if (!r.isOk()) ipcLog()->warn("timeline control from pid {}: {}", c.pid(), r.status().message());
+      Status st = trainerTimelineOnLoop(c, f.timeline());
+      if (!st.isOk()) refuseFrameOnLoop(c, st, "TimelineControl", false);
       return;
     }
     default:
-      ipcLog()->warn("dropping connection from pid {}: unknown frame type", c.pid());
+      log::rateLimited(g_drop_log, *ipcLog(), spdlog::level::warn,
+                       "dropping connection from pid {}: unknown frame type", c.pid());
       dropClientOnLoop(c.id(), "sent an unknown frame");
       return;
   }
 }
 
 void Agent::refuseOnLoop(ClientConn& c, const Status& st) {
-  ipcLog()->warn("refusing pid {}: {}", c.pid(), st.message());
+  log::rateLimited(g_refuse_log, *ipcLog(), spdlog::level::warn, "refusing pid {}: {}", c.pid(),
+                   st.message());
   ipc::AgentFrame f;
   f.mutable_welcome()->set_code(static_cast<int>(st.code()));
   f.mutable_welcome()->set_message(st.message());
@@ -307,7 +468,8 @@ namespace {
 // trainer that asked for them. Without one it is still admitted; its device
 // tensors are refused with device_error.
 void grantDeviceOnLoop(ClientConn& c, const ipc::Hello& h, ipc::Welcome* w, UniqueFd* fd) {
-  const uint64_t bytes = std::clamp<uint64_t>(h.device_arena_bytes(), 2ull << 20, 64ull << 30);
+  // Bounded above by --max-device-arena-mb (checkHelloBounds).
+  const uint64_t bytes = std::max<uint64_t>(h.device_arena_bytes(), 2ull << 20);
   auto g = deviceRuntime().grant(bytes, h.cuda_device(), h.gpu_uuid(), h.device_events());
   Status st = g.status();
   if (st.isOk()) {
@@ -337,14 +499,10 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
                                           std::to_string(kIpcProtocolVersion) + ")"));
   }
   if (draining_ || stopping_) return refuseOnLoop(c, unavailable("the kolo agent is draining and admits no new trainers"));
-  if (h.job_id().empty() || h.job_id().size() > kMaxJobIdBytes) {
-    return refuseOnLoop(c, invalidArgument("job id must be 1.." + std::to_string(kMaxJobIdBytes) + " bytes"));
-  }
-  if (h.token().empty()) return refuseOnLoop(c, permissionDenied("a job token is required (KOLO_JOB_TOKEN)"));
-  if (h.local_size() < 1 || h.local_rank() < 0 || h.local_rank() >= h.local_size()) {
-    return refuseOnLoop(c, invalidArgument("local rank " + std::to_string(h.local_rank()) +
-                                          " is not in [0, local size " + std::to_string(h.local_size()) + ")"));
-  }
+  // Every size in the Hello within its bound before anything is sized by it.
+  if (Status b = checkHelloBounds(h, opts_.limits); !b.isOk()) return refuseOnLoop(c, b);
+  if (h.token().empty())
+    return refuseOnLoop(c, permissionDenied("a job token is required (KOLO_JOB_TOKEN)"));
   if (h.world_size() < h.local_size()) {
     return refuseOnLoop(c, invalidArgument("world size " + std::to_string(h.world_size()) +
                                           " is smaller than local size " + std::to_string(h.local_size())));
@@ -369,14 +527,22 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
                                             h.job_id() + " is already taken"));
     }
   } else {
+    if (!timeline_job_.empty() && timeline_->active() && timeline_->path() == timeline_job_path_) {
+      // A trainer's timeline records only its own job: another job arrives.
+      ipcLog()->warn("stopping the timeline job {} started ({}): job {} joins this agent",
+                     timeline_job_, timeline_job_path_, h.job_id());
+      (void)timeline_->stop();
+      timeline_job_.clear();
+    }
     auto j = std::make_unique<Job>(h.job_id(), h.token(), h.world_size(), h.local_size());
     j->elastic = ElasticParams{h.min_size(), h.max_size(), h.elastic_timeout_ms()};
     job = j.get();
     jobs_[h.job_id()] = std::move(j);
     created = true;
   }
-  uint64_t bytes = h.arena_bytes() > 0 ? std::clamp<uint64_t>(h.arena_bytes(), 16ull << 20, 64ull << 30)
-                                       : opts_.arena_bytes;
+  // Bounded above by --max-arena-mb (checkHelloBounds).
+  uint64_t bytes =
+      h.arena_bytes() > 0 ? std::max<uint64_t>(h.arena_bytes(), 16ull << 20) : opts_.arena_bytes;
   Status st = c.createArena(bytes, "kolo-" + h.job_id() + "-" + std::to_string(h.local_rank()));
   if (!st.isOk()) {
     if (created) jobs_.erase(h.job_id());
@@ -462,6 +628,8 @@ void Agent::dropClientOnLoop(uint64_t conn_id, const std::string& why, bool brok
   if (it == conns_.end()) return;
   std::unique_ptr<ClientConn> c = std::move(it->second);
   conns_.erase(it);
+  if (auto u = conns_per_uid_.find(c->uid()); u != conns_per_uid_.end() && --u->second <= 0)
+    conns_per_uid_.erase(u);
   loop_.removeFd(c->socketFd());
   if (c->hasArena()) loop_.removeFd(c->doorbellFd());
   updateGaugesOnLoop();

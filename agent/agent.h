@@ -48,7 +48,10 @@ class Agent {
 
   // Snapshots for the gRPC service (loop thread).
   agentrpc::AgentStatus statusOnLoop() const;
-  agentrpc::JobInfo jobInfoOnLoop(const Job& job) const;
+  // Bounded (docs/security.md): at most --status-max-in-flight in-flight
+  // entries per job, and none past `budget` bytes (decremented) when given.
+  agentrpc::JobInfo jobInfoOnLoop(const Job& job, size_t* budget = nullptr) const;
+  agentrpc::ListJobsReply listJobsOnLoop() const;
   const Job* findJobOnLoop(const std::string& id) const;
   std::string metricsText() const { return metrics_.render(); }  // any thread
   std::vector<const Job*> jobsOnLoop() const;
@@ -64,6 +67,13 @@ class Agent {
   void handleFrameOnLoop(ClientConn& c, const std::string& payload);
   void handleHelloOnLoop(ClientConn& c, const ipc::Hello& h);
   void refuseOnLoop(ClientConn& c, const Status& st);
+  // Socket bounds (docs/security.md, "Bounds and quotas on the socket"):
+  // a Refusal frame naming `frame`, then (close) the connection is dropped.
+  void refuseFrameOnLoop(ClientConn& c, const Status& st, const std::string& frame, bool close);
+  Status trainerTimelineOnLoop(ClientConn& c, const ipc::TimelineControl& t);
+  void acceptOverflowOnLoop(int err);
+  void pauseAcceptOnLoop();
+  void closeLateHandshakesOnLoop();
   // `broke_rings`: the agent closes it (onBrokenRingOnLoop), `why` says what it did.
   void dropClientOnLoop(uint64_t conn_id, const std::string& why, bool broke_rings = false);
   void onBrokenRingOnLoop(uint64_t conn_id);
@@ -159,6 +169,15 @@ class Agent {
   JobCounters totals_;
   bool draining_ = false;
   bool stopping_ = false;
+  // Socket bounds: connections by uid, a spare descriptor that lets accept()
+  // refuse a connection when the process is out of them, whether accepting
+  // is paused (EMFILE back-off), and the job whose trainer started the
+  // timeline (and the file), if a trainer did.
+  std::unordered_map<uid_t, int> conns_per_uid_;
+  UniqueFd spare_fd_;
+  bool accept_paused_ = false;
+  std::string timeline_job_;
+  std::string timeline_job_path_;
 };
 
 }  // namespace kolo

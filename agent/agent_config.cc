@@ -80,6 +80,34 @@ void defineAgentKnobs(Config& c) {
       .define("backend", KnobType::kString, "ucx", "Cross-agent backend for host memory")
       .define("idle-cycle-ms", KnobType::kInt, "100",
               "An agent with nothing to negotiate still joins a cycle this often, so peers never wait long")
+      .define("max-local-size", KnobType::kInt, "256",
+              "Most local ranks a job may declare in its Hello (its tensor table and rank vectors "
+              "grow with it)")
+      .define("max-arena-mb", KnobType::kInt, "65536",
+              "Largest shared arena a trainer may ask for in its Hello, in MiB (larger asks are "
+              "refused)")
+      .define("max-device-arena-mb", KnobType::kInt, "65536",
+              "Largest device arena a trainer may ask for in its Hello, in MiB (larger asks are "
+              "refused)")
+      .define("max-names-in-flight", KnobType::kInt, "4096",
+              "Collectives one rank may have in flight on this agent (submitted, not yet "
+              "completed); more are refused one by one")
+      .define("max-bytes-in-flight-mb", KnobType::kInt, "0",
+              "Payload MiB one rank may have in flight (input plus output regions of its "
+              "collectives not yet completed); 0 = the size of the rank's shared and device arenas")
+      .define("max-connections", KnobType::kInt, "1024",
+              "Connections the agent keeps open on its socket, admitted or not; more are refused "
+              "at accept")
+      .define("max-connections-per-uid", KnobType::kInt, "256",
+              "Connections one user id (SO_PEERCRED) may keep open on the socket; more are "
+              "refused at accept")
+      .define("handshake-timeout-s", KnobType::kDouble, "10",
+              "A connection that has not been admitted by a valid Hello within this many seconds "
+              "is closed")
+      .define("status-max-in-flight", KnobType::kInt, "100",
+              "In-flight collectives listed per job in status replies (GetStatus, ListJobs, "
+              "GetJob; the oldest first, the rest counted); a reply also stops listing them past "
+              "1 MiB")
       .define("log-level", KnobType::kString, "",
               "Log level: trace|debug|info|warn|error, or per subsystem 'info,agent.ipc=debug'");
   defineGrpcClientKnobs(c, "coordinator", "coordinator");
@@ -112,6 +140,44 @@ std::string substitutePathToken(std::string path, std::string_view token, std::s
   }
   return path;
 }
+
+namespace {
+
+// An integer knob within [lo, hi], or an error naming it.
+StatusOr<int64_t> intIn(const Config& c, const std::string& knob, int64_t lo, int64_t hi) {
+  int64_t v = c.getInt(knob);
+  if (v < lo || v > hi) {
+    return invalidArgument("--" + knob + " must be between " + std::to_string(lo) + " and " +
+                           std::to_string(hi) + " (got " + std::to_string(v) + ")");
+  }
+  return v;
+}
+
+// The socket's bounds and quotas (AgentLimits).
+Status limitsFrom(const Config& c, AgentLimits* l) {
+  ASSIGN_OR_RETURN(int64_t local, intIn(c, "max-local-size", 1, 65536));
+  l->max_local_size = static_cast<int>(local);
+  ASSIGN_OR_RETURN(int64_t arena, intIn(c, "max-arena-mb", 16, 1 << 20));
+  l->max_arena_bytes = static_cast<uint64_t>(arena) << 20;
+  ASSIGN_OR_RETURN(int64_t device, intIn(c, "max-device-arena-mb", 2, 1 << 20));
+  l->max_device_arena_bytes = static_cast<uint64_t>(device) << 20;
+  ASSIGN_OR_RETURN(l->max_names_in_flight, intIn(c, "max-names-in-flight", 1, 1 << 24));
+  ASSIGN_OR_RETURN(int64_t bytes, intIn(c, "max-bytes-in-flight-mb", 0, int64_t{1} << 30));
+  l->max_bytes_in_flight = static_cast<uint64_t>(bytes) << 20;
+  ASSIGN_OR_RETURN(int64_t conns, intIn(c, "max-connections", 1, 1 << 20));
+  l->max_connections = static_cast<int>(conns);
+  ASSIGN_OR_RETURN(int64_t per_uid, intIn(c, "max-connections-per-uid", 1, 1 << 20));
+  l->max_connections_per_uid = static_cast<int>(per_uid);
+  l->handshake_timeout_s = c.getDouble("handshake-timeout-s");
+  if (!(l->handshake_timeout_s > 0) || l->handshake_timeout_s > 3600) {
+    return invalidArgument("--handshake-timeout-s must be > 0 and at most 3600");
+  }
+  ASSIGN_OR_RETURN(int64_t status, intIn(c, "status-max-in-flight", 0, 1 << 20));
+  l->status_max_in_flight = static_cast<int>(status);
+  return okStatus();
+}
+
+}  // namespace
 
 StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   AgentOptions o;
@@ -178,6 +244,12 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
                             c.find("small-message-bytes")->source != "default";
   o.stall_shutdown_time_s = c.getInt("stall-shutdown-time-s");
   o.stall_check_disable = c.getBool("stall-check-disable");
+  RETURN_IF_ERROR(limitsFrom(c, &o.limits));
+  if (o.arena_bytes > o.limits.max_arena_bytes) {
+    return invalidArgument("--arena-mb " + std::to_string(o.arena_bytes >> 20) +
+                           " is larger than --max-arena-mb " +
+                           std::to_string(o.limits.max_arena_bytes >> 20));
+  }
   ASSIGN_OR_RETURN(o.coordinator_security, grpcClientSecurityFrom(c, "coordinator"));
   ASSIGN_OR_RETURN(o.rpc_security, grpcServerSecurityFrom(c, "rpc"));
   return o;

@@ -13,6 +13,21 @@ namespace kolo {
 
 void defineAgentKnobs(Config& c);
 
+// Bounds and quotas on the trainer socket (docs/security.md, "Bounds and
+// quotas on the socket"). Each is a knob; a trainer past one is refused with
+// a message that names the knob.
+struct AgentLimits {
+  int max_local_size = 256;                       // Hello local_size
+  uint64_t max_arena_bytes = 64ull << 30;         // Hello arena_bytes
+  uint64_t max_device_arena_bytes = 64ull << 30;  // Hello device_arena_bytes
+  int64_t max_names_in_flight = 4096;             // per rank: accepted, not yet completed
+  uint64_t max_bytes_in_flight = 0;               // per rank; 0 = the size of the rank's arenas
+  int max_connections = 1024;                     // every connection on the socket
+  int max_connections_per_uid = 256;              // by SO_PEERCRED uid
+  double handshake_timeout_s = 10;  // a connection without an admitted Hello is closed
+  int status_max_in_flight = 100;   // in-flight entries per job in status replies
+};
+
 struct AgentOptions {
   std::string socket_path;
   uint32_t socket_mode = 0660;
@@ -54,6 +69,7 @@ struct AgentOptions {
   // TLS / token to reach the coordinator, and to serve the status service.
   GrpcClientSecurity coordinator_security;
   GrpcServerSecurity rpc_security;
+  AgentLimits limits;
 };
 
 StatusOr<AgentOptions> agentOptionsFrom(const Config& c);

@@ -5,15 +5,22 @@
 #include "agent/agent.h"
 #include "agent/core/device_runtime.h"
 #include "agent/gpu/device_ipc.h"
+#include "agent/ipc/limits.h"
 #include "common/log.h"
 
 namespace kolo {
 
 namespace {
 auto opsLog() { return log::get("agent.ops"); }
+log::RateLimiter g_bad_desc_log;
+log::RateLimiter g_quota_log;
 }  // namespace
 
 void Agent::completeOnLoop(ClientConn& c, uint64_t handle, const Status& st) {
+  if (auto it = c.in_flight.find(handle); it != c.in_flight.end()) {
+    c.bytes_in_flight -= it->second;
+    c.in_flight.erase(it);
+  }
   c.complete(handle, st);
   c.flushCompletions();
   c.signalClient();
@@ -40,7 +47,9 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   Job& job = *jit->second;
   Status v = c.validate(d);
   if (!v.isOk()) {
-    opsLog()->warn("job {}: rank {} sent a bad descriptor: {}", job.id(), job.globalRank(c.local_rank), v.message());
+    log::rateLimited(g_bad_desc_log, *opsLog(), spdlog::level::warn,
+                     "job {}: rank {} sent a bad descriptor: {}", job.id(),
+                     job.globalRank(c.local_rank), v.message());
     return completeOnLoop(c, d.handle, v);
   }
   auto coll = static_cast<CollectiveType>(d.collective);
@@ -91,6 +100,27 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
     Status g = validateAlltoallOnLoop(job, c, d, &meta);
     if (!g.isOk()) return completeOnLoop(c, d.handle, g);
   }
+  // Quotas (agent/ipc/limits.h): what one rank may hold in flight here.
+  if (c.in_flight.count(d.handle) != 0) {
+    c.complete(d.handle,
+               invalidArgument("handle " + std::to_string(d.handle) + " is already in flight"));
+    c.flushCompletions();
+    c.signalClient();
+    return;
+  }
+  const uint64_t bytes = descBytes(d);
+  const uint64_t arenas = c.arenaBytes() + (c.device ? c.device->bytes() : 0);
+  Status q =
+      checkSubmitQuota(RankQuota{static_cast<int64_t>(c.in_flight.size()), c.bytes_in_flight},
+                       bytes, arenas, opts_.limits, job.globalRank(c.local_rank), job.id());
+  if (!q.isOk()) {
+    log::rateLimited(g_quota_log, *opsLog(), spdlog::level::warn, "{}", q.message());
+    return completeOnLoop(c, d.handle, q);
+  }
+  // Counted before the table sees it: a name that is ready at once may
+  // complete inside submit's dispatch (completeOnLoop uncounts it).
+  c.in_flight.emplace(d.handle, bytes);
+  c.bytes_in_flight += bytes;
   std::optional<ReadyOp> ready;
   auto now = std::chrono::steady_clock::now();
   size_t before = job.table().pendingCount();

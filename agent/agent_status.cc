@@ -4,6 +4,12 @@
 
 namespace kolo {
 
+namespace {
+// Bytes of in-flight entries and clients one status reply may carry (gRPC's
+// default limit is 4 MiB; the jobs' own lines take the rest).
+constexpr size_t kStatusReplyBudget = 1 << 20;
+}  // namespace
+
 const Job* Agent::findJobOnLoop(const std::string& id) const {
   auto it = jobs_.find(id);
   return it == jobs_.end() ? nullptr : it->second.get();
@@ -21,7 +27,7 @@ static void fillCounters(const JobCounters& c, agentrpc::Counters* out) {
   out->set_ops_failed(c.ops_failed);
 }
 
-agentrpc::JobInfo Agent::jobInfoOnLoop(const Job& job) const {
+agentrpc::JobInfo Agent::jobInfoOnLoop(const Job& job, size_t* budget) const {
   agentrpc::JobInfo info;
   info.set_job_id(job.id());
   info.set_state(jobStateName(job.state()));
@@ -33,7 +39,18 @@ agentrpc::JobInfo Agent::jobInfoOnLoop(const Job& job) const {
   fillCounters(job.counters(), info.mutable_counters());
   if (!job.failure().isOk()) info.set_reason(job.failure().message());
   auto now = std::chrono::steady_clock::now();
-  for (const PendingInfo& p : job.table().snapshot()) {
+  size_t omitted = 0;
+  size_t local_budget = kStatusReplyBudget;
+  if (budget == nullptr) budget = &local_budget;
+  const auto pending =
+      job.table().snapshot(static_cast<size_t>(opts_.limits.status_max_in_flight), &omitted);
+  info.set_in_flight_total(static_cast<uint32_t>(job.table().pendingCount()));
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const PendingInfo& p = pending[i];
+    if (*budget == 0) {
+      omitted += pending.size() - i;
+      break;
+    }
     auto* f = info.add_in_flight();
     f->set_name(p.name);
     f->set_op(std::string(collectiveName(static_cast<CollectiveType>(p.first.collective))));
@@ -42,8 +59,17 @@ agentrpc::JobInfo Agent::jobInfoOnLoop(const Job& job) const {
     for (int r : p.submitted) f->add_submitted_ranks(job.globalRank(r));
     for (int r : p.waiting) f->add_waiting_ranks(job.globalRank(r));
     f->set_age_ms(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.first_arrival).count());
+    *budget -= std::min(*budget, f->ByteSizeLong());
   }
+  info.set_in_flight_omitted(static_cast<uint32_t>(omitted));
   return info;
+}
+
+agentrpc::ListJobsReply Agent::listJobsOnLoop() const {
+  agentrpc::ListJobsReply rep;
+  size_t budget = kStatusReplyBudget;
+  for (auto& [id, j] : jobs_) *rep.add_jobs() = jobInfoOnLoop(*j, &budget);
+  return rep;
 }
 
 agentrpc::AgentStatus Agent::statusOnLoop() const {
@@ -54,8 +80,14 @@ agentrpc::AgentStatus Agent::statusOnLoop() const {
   s.set_socket_path(opts_.socket_path);
   s.set_coordinator(opts_.coordinator);
   s.set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_).count());
+  size_t budget = kStatusReplyBudget;
+  uint32_t clients_omitted = 0;
   for (auto& [id, c] : conns_) {
     if (c->job_id.empty()) continue;
+    if (budget == 0) {
+      ++clients_omitted;
+      continue;
+    }
     auto* ci = s.add_clients();
     ci->set_job_id(c->job_id);
     ci->set_local_rank(c->local_rank);
@@ -64,8 +96,10 @@ agentrpc::AgentStatus Agent::statusOnLoop() const {
     ci->set_pid(c->pid());
     ci->set_uid(static_cast<int>(c->uid()));
     ci->set_arena_bytes(c->arenaBytes());
+    budget -= std::min(budget, ci->ByteSizeLong());
   }
-  for (auto& [id, j] : jobs_) *s.add_jobs() = jobInfoOnLoop(*j);
+  s.set_clients_omitted(clients_omitted);
+  for (auto& [id, j] : jobs_) *s.add_jobs() = jobInfoOnLoop(*j, &budget);
   fillCounters(totals_, s.mutable_counters());
   if (metrics_http_) s.set_metrics_address(metrics_http_->boundAddress());
   return s;

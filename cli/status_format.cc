@@ -80,6 +80,7 @@ json toJson(const agentrpc::JobInfo& j) {
           {"connected_clients", j.connected_clients()},
           {"counters", countersJson(j.counters())},
           {"in_flight", in_flight},
+          {"in_flight_omitted", j.in_flight_omitted()},
           {"reason", j.reason()}};
 }
 
@@ -102,6 +103,7 @@ json toJson(const agentrpc::AgentStatus& s) {
           {"coordinator", s.coordinator()},
           {"uptime_ms", s.uptime_ms()},
           {"clients", clients},
+          {"clients_omitted", s.clients_omitted()},
           {"jobs", jobs},
           {"counters", countersJson(s.counters())}};
 }
@@ -185,8 +187,16 @@ std::string renderAgentJob(const agentrpc::JobInfo& j) {
       {"collectives", countersText(j.counters())}};
   if (!j.reason().empty()) kv.emplace_back("reason", j.reason());
   std::string out = keyValues(kv) + "\n";
-  if (j.in_flight_size() == 0) return out + "no collective in flight\n";
-  out += std::to_string(j.in_flight_size()) + " collective(s) in flight:\n";
+  if (j.in_flight_size() == 0 && j.in_flight_omitted() == 0)
+    return out + "no collective in flight\n";
+  if (j.in_flight_omitted() > 0) {
+    // The agent bounds its replies (--status-max-in-flight): the oldest are listed.
+    out += std::to_string(j.in_flight_size() + j.in_flight_omitted()) +
+           " collective(s) in flight, the oldest " + std::to_string(j.in_flight_size()) +
+           " listed (" + std::to_string(j.in_flight_omitted()) + " left out):\n";
+  } else {
+    out += std::to_string(j.in_flight_size()) + " collective(s) in flight:\n";
+  }
   Table t({"NAME", "OP", "DTYPE", "SHAPE", "AGE", "WAITING FOR", "SUBMITTED"});
   for (auto& f : j.in_flight()) {
     t.add({f.name(), f.op(), f.dtype(), shapeText(f), formatDuration(f.age_ms()),

@@ -110,9 +110,16 @@ Status sendFrame(int fd, const google::protobuf::MessageLite& msg, const std::ve
   return okStatus();
 }
 
-Status readAvailable(int fd, FrameDecoder* dec, std::deque<UniqueFd>* fds) {
+Status readAvailable(int fd, FrameDecoder* dec, std::deque<UniqueFd>* fds, size_t max_bytes,
+                     bool* more) {
   char buf[16384];
+  size_t total = 0;
+  if (more != nullptr) *more = false;
   for (;;) {
+    if (total >= max_bytes) {
+      if (more != nullptr) *more = true;
+      return okStatus();
+    }
     struct iovec iov{buf, sizeof buf};
     struct msghdr mh{};
     mh.msg_iov = &iov;
@@ -137,8 +144,14 @@ Status readAvailable(int fd, FrameDecoder* dec, std::deque<UniqueFd>* fds) {
       }
     }
     if (mh.msg_flags & MSG_CTRUNC) return invalidArgument("too many descriptors in one message");
+    if (fds->size() > static_cast<size_t>(kMaxFdsPerFrame)) {
+      return invalidArgument(std::to_string(fds->size()) +
+                             " file descriptors received without a frame to carry them (limit " +
+                             std::to_string(kMaxFdsPerFrame) + ")");
+    }
     if (n == 0) return unavailable("connection closed by peer");
     RETURN_IF_ERROR(dec->feed(buf, static_cast<size_t>(n)));
+    total += static_cast<size_t>(n);
   }
 }
 

@@ -45,8 +45,13 @@ std::string encodeFrameHeader(uint32_t len);
 Status sendFrame(int fd, const google::protobuf::MessageLite& msg, const std::vector<int>& fds = {});
 
 // Reads what is available from a non-blocking socket into the decoder and
-// collects any passed descriptors. Returns Unavailable on orderly EOF.
-Status readAvailable(int fd, FrameDecoder* dec, std::deque<UniqueFd>* fds);
+// collects any passed descriptors. Returns Unavailable on orderly EOF, and
+// InvalidArgument when more than kMaxFdsPerFrame descriptors wait unclaimed.
+// Stops after about `max_bytes` (setting *more), so that a peer that writes
+// without pause cannot keep the reader in here or grow the decoder
+// without bound; the caller reads again on its next wake-up.
+Status readAvailable(int fd, FrameDecoder* dec, std::deque<UniqueFd>* fds,
+                     size_t max_bytes = SIZE_MAX, bool* more = nullptr);
 
 // Blocking receive of exactly one frame with a deadline (client side).
 Status recvFrame(int fd, std::chrono::steady_clock::time_point deadline, FrameDecoder* dec,

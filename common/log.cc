@@ -125,6 +125,26 @@ std::shared_ptr<spdlog::logger> get(const std::string& subsystem) {
   return l;
 }
 
+std::optional<uint64_t> RateLimiter::admit(Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (window_start_ == Clock::time_point{} || now - window_start_ >= period_) {
+    window_start_ = now;
+    in_window_ = 0;
+  }
+  if (in_window_ >= burst_) {
+    ++held_;
+    ++held_total_;
+    return std::nullopt;
+  }
+  ++in_window_;
+  return std::exchange(held_, 0);
+}
+
+uint64_t RateLimiter::suppressedTotal() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_total_;
+}
+
 void setThreadName(const std::string& name) {
   ::pthread_setname_np(::pthread_self(), name.substr(0, 15).c_str());
 }

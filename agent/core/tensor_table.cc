@@ -1,5 +1,6 @@
 #include "agent/core/tensor_table.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -91,7 +92,7 @@ Status TensorTable::submit(int local_rank, const SubmitDesc& desc, SteadyTime no
     e.first_rank = local_rank;
     e.first_arrival = now;
   }
-  if (e.descs[local_rank].has_value()) {
+  if (e.descs[local_rank] != nullptr) {
     return invalidArgument("Requested " +
                            std::string(collectiveName(static_cast<CollectiveType>(desc.collective))) +
                            " of a tensor named '" + name + "' while rank " +
@@ -103,7 +104,7 @@ Status TensorTable::submit(int local_rank, const SubmitDesc& desc, SteadyTime no
     e.mismatch = describeMismatch(name, *e.descs[e.first_rank], rank_offset_ + e.first_rank, desc,
                                   rank_offset_ + local_rank);
   }
-  e.descs[local_rank] = desc;
+  e.descs[local_rank] = std::make_unique<SubmitDesc>(desc);
   e.metas[local_rank] = std::move(meta);
   e.arrivals[local_rank] = now;
   e.count++;
@@ -114,7 +115,7 @@ Status TensorTable::submit(int local_rank, const SubmitDesc& desc, SteadyTime no
 
 bool TensorTable::readyLocked(const Entry& e) const {
   for (int r = 0; r < local_size_; ++r) {
-    if (!e.descs[r].has_value() && !joined_[r]) return false;
+    if (e.descs[r] == nullptr && !joined_[r]) return false;
   }
   return true;
 }
@@ -132,7 +133,7 @@ ReadyOp TensorTable::takeReady(std::unordered_map<std::string, Entry>::iterator 
   const SubmitDesc& present = *e.descs[e.first_rank];
   std::vector<int> absent_ranks;
   for (int r = 0; r < local_size_; ++r) {
-    if (e.descs[r].has_value()) {
+    if (e.descs[r] != nullptr) {
       op.descs.push_back(*e.descs[r]);
       continue;
     }
@@ -182,7 +183,7 @@ std::vector<ReadyOp> TensorTable::takeGroup(uint64_t group_id, SteadyTime now) {
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto next = std::next(it);
     bool member = false;
-    for (const auto& d : it->second.descs) member |= d.has_value() && d->group_id == group_id;
+    for (const auto& d : it->second.descs) member |= d != nullptr && d->group_id == group_id;
     if (member) out.push_back(takeReady(it, now));
     it = next;
   }
@@ -198,22 +199,36 @@ std::vector<std::pair<int, uint64_t>> TensorTable::drainAll() {
   std::vector<std::pair<int, uint64_t>> out;
   for (auto& [name, e] : pending_) {
     for (int r = 0; r < local_size_; ++r) {
-      if (e.descs[r].has_value()) out.emplace_back(r, e.descs[r]->handle);
+      if (e.descs[r] != nullptr) out.emplace_back(r, e.descs[r]->handle);
     }
   }
   pending_.clear();
   return out;
 }
 
-std::vector<PendingInfo> TensorTable::snapshot() const {
+std::vector<PendingInfo> TensorTable::snapshot(size_t max, size_t* omitted) const {
+  std::vector<const std::pair<const std::string, Entry>*> order;
+  order.reserve(pending_.size());
+  for (const auto& kv : pending_) order.push_back(&kv);
+  const size_t keep = std::min(max, order.size());
+  auto older = [](const auto* a, const auto* b) {
+    return a->second.first_arrival != b->second.first_arrival
+               ? a->second.first_arrival < b->second.first_arrival
+               : a->first < b->first;
+  };
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
+                    older);
+  if (omitted != nullptr) *omitted = order.size() - keep;
   std::vector<PendingInfo> out;
-  for (auto& [name, e] : pending_) {
+  out.reserve(keep);
+  for (size_t i = 0; i < keep; ++i) {
+    const auto& [name, e] = *order[i];
     PendingInfo p;
     p.name = name;
     p.first = *e.descs[e.first_rank];
     p.first_arrival = e.first_arrival;
     for (int r = 0; r < local_size_; ++r) {
-      if (e.descs[r].has_value()) {
+      if (e.descs[r] != nullptr) {
         p.submitted.push_back(r);
         p.arrivals.push_back(e.arrivals[r]);
       } else {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -86,7 +87,9 @@ class TensorTable {
 
   // Removes and returns everything pending (used when the job fails).
   std::vector<std::pair<int, uint64_t>> drainAll();
-  std::vector<PendingInfo> snapshot() const;
+  // The pending names, oldest first; at most `max` of them (status replies
+  // stay bounded), with how many were left out in *omitted.
+  std::vector<PendingInfo> snapshot(size_t max = SIZE_MAX, size_t* omitted = nullptr) const;
   size_t pendingCount() const { return pending_.size(); }
 
   // Compares two submissions; returns a message naming both sides, or "".
@@ -99,8 +102,10 @@ class TensorTable {
 
  private:
   struct Entry {
-    std::vector<std::optional<SubmitDesc>> descs;
-    std::vector<std::vector<int64_t>> metas;
+    // By local rank; null until that rank submits (one pointer per rank, so
+    // a name one rank floods costs little more than its own descriptor).
+    std::vector<std::unique_ptr<SubmitDesc>> descs;
+    std::vector<std::vector<int64_t>> metas;  // by local rank: copies of shared-memory metadata
     std::vector<SteadyTime> arrivals;
     int count = 0;
     int first_rank = -1;

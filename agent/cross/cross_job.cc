@@ -319,7 +319,17 @@ Status CrossJob::cycle() {
     }));
     std::vector<size_t> recv(n);
     size_t total = 0;
-    for (int i = 0; i < n; ++i) total += recv[i] = sizes[i];
+    for (int i = 0; i < n; ++i) {
+      // A peer's announced size sizes our buffer: bounded (every agent sees
+      // the same sizes, so every agent fails this cycle alike).
+      if (sizes[i] > kMaxAnnouncementBytes) {
+        return invalidArgument("agent " + std::to_string(i) + " of the job announced " +
+                               std::to_string(sizes[i]) +
+                               " bytes of requests in one negotiation cycle (limit " +
+                               std::to_string(kMaxAnnouncementBytes) + ")");
+      }
+      total += recv[i] = sizes[i];
+    }
     std::string all(total, '\0');
     RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
       backend_->allgatherv(mine.data(), mine.size(), all.data(), recv, std::move(d));

@@ -17,9 +17,10 @@ std::string encodeRequests(const std::vector<CrossRequest>& reqs) {
     out.append(reinterpret_cast<const char*>(&r.params), sizeof(SubmitDesc));
     int32_t fr = r.first_rank;
     out.append(reinterpret_cast<const char*>(&fr), 4);
-    uint32_t elen = static_cast<uint32_t>(r.error.size());
+    const std::string_view err = std::string_view(r.error).substr(0, kMaxRequestErrorBytes);
+    uint32_t elen = static_cast<uint32_t>(err.size());
     out.append(reinterpret_cast<const char*>(&elen), 4);
-    out.append(r.error);
+    out.append(err);
   }
   return out;
 }
@@ -36,6 +37,15 @@ StatusOr<std::vector<CrossRequest>> decodeRequests(const std::string& bytes) {
   if (bytes.empty()) return out;
   uint32_t n = 0;
   if (!take(&n, 4)) return internalError("truncated request list");
+  // Each request takes at least its fixed part: a count beyond what the
+  // bytes can hold is refused before anything is sized by it.
+  constexpr size_t kMinRequestBytes = 4 + 1 + sizeof(SubmitDesc) + 4 + 4;
+  if (n > (bytes.size() - p) / kMinRequestBytes) {
+    return invalidArgument("request list: count " + std::to_string(n) + " does not fit in " +
+                           std::to_string(bytes.size() - p) + " bytes (at most " +
+                           std::to_string((bytes.size() - p) / kMinRequestBytes) + ")");
+  }
+  out.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
     CrossRequest r;
     uint32_t len = 0;
@@ -49,6 +59,10 @@ StatusOr<std::vector<CrossRequest>> decodeRequests(const std::string& bytes) {
     r.first_rank = fr;
     uint32_t elen = 0;
     if (!take(&elen, 4) || bytes.size() - p < elen) return internalError("truncated request error");
+    if (elen > kMaxRequestErrorBytes) {
+      return invalidArgument("request error text of " + std::to_string(elen) + " bytes (limit " +
+                             std::to_string(kMaxRequestErrorBytes) + ")");
+    }
     r.error.assign(bytes.data() + p, elen);
     p += elen;
     out.push_back(std::move(r));

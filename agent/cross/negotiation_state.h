@@ -37,6 +37,12 @@ struct CrossResponse {
   SubmitDesc params{};     // the agreed parameters (a joined agent builds its zero contribution from them)
 };
 
+// Bounds on what a peer agent announces in one cycle (the receiving agent
+// allocates by these sizes): the bytes of one agent's announcements, and
+// the length of a request's error text.
+constexpr uint64_t kMaxAnnouncementBytes = 64ull << 20;
+constexpr uint32_t kMaxRequestErrorBytes = 64 * 1024;
+
 std::string encodeRequests(const std::vector<CrossRequest>& reqs);
 StatusOr<std::vector<CrossRequest>> decodeRequests(const std::string& bytes);
 

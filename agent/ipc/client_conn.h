@@ -4,10 +4,12 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "agent/core/device_runtime.h"
 #include "common/fd.h"
@@ -81,6 +83,12 @@ class ClientConn {
   // trainer asked for one (device_error; empty: it did not ask).
   std::shared_ptr<DeviceGrant> device;
   std::string device_error;
+  // Bounds (agent/ipc/limits.h): when the connection was accepted (the
+  // handshake timeout), and the collectives this rank has in flight
+  // (handle -> payload bytes), counted against its quotas.
+  std::chrono::steady_clock::time_point accepted_at = std::chrono::steady_clock::now();
+  std::unordered_map<uint64_t, uint64_t> in_flight;
+  uint64_t bytes_in_flight = 0;
 
  private:
   uint64_t id_;

@@ -29,13 +29,8 @@ class StatusService final : public agentrpc::Agent::Service {
 
   grpc::Status ListJobs(grpc::ServerContext*, const agentrpc::ListJobsRequest*,
                         agentrpc::ListJobsReply* out) override {
-    auto r = agent_.loop().call<agentrpc::ListJobsReply>(
-        [this] {
-          agentrpc::ListJobsReply rep;
-          for (const Job* j : agent_.jobsOnLoop()) *rep.add_jobs() = agent_.jobInfoOnLoop(*j);
-          return rep;
-        },
-        kLoopTimeout);
+    auto r = agent_.loop().call<agentrpc::ListJobsReply>([this] { return agent_.listJobsOnLoop(); },
+                                                         kLoopTimeout);
     if (!r.isOk()) return loopTimeout(r.status());
     *out = std::move(r.value());
     return grpc::Status::OK;

@@ -198,6 +198,11 @@ Status Client::handshake() {
   if (f.has_job_failed()) {
     return wireStatus(f.job_failed().code(), f.job_failed().message(), Code::kAborted);
   }
+  if (f.has_refused()) {  // over one of the agent's limits (docs/security.md)
+    return wireStatus(f.refused().code(),
+                      "the kolo agent refused the connection: " + f.refused().message(),
+                      Code::kUnavailable);
+  }
   if (!f.has_welcome()) {
     return internalError("the kolo agent at " + opts_.socket_path +
                          " did not answer Hello with Welcome");
@@ -1218,6 +1223,10 @@ void Client::handleAgentFrame(const std::string& payload) {
     Status st = wireStatus(f.job_failed().code(), f.job_failed().message(), Code::kAborted);
     logger()->debug("job failed: {}", st.toString());
     failAllLocked(st);
+  } else if (f.has_refused()) {
+    // A frame the agent did not act on (a TimelineControl outside this job).
+    logger()->warn("the kolo agent refused a {} frame: {}", f.refused().frame(),
+                   f.refused().message());
   } else if (f.has_world()) {
     const ipc::WorldInfo& w = f.world();
     if (world_.generation != 0 && w.generation() != world_.generation) {

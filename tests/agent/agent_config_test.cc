@@ -67,5 +67,52 @@ TEST(AgentConfig, FusionAndAutotuneKnobsAreCheckedAndParsed) {
   }
 }
 
+TEST(AgentConfig, SocketLimitsHaveDefaultsTakeTheEnvironmentAndNameTheKnobWhenBad) {
+  {
+    Config c("kolo-agent");
+    defineAgentKnobs(c);
+    const char* argv[] = {"kolo-agent"};
+    ASSERT_TRUE(c.loadWithEnv(1, argv, {}).isOk());
+    auto o = agentOptionsFrom(c);
+    ASSERT_TRUE(o.isOk()) << o.status().toString();
+    const AgentLimits& l = o.value().limits;
+    EXPECT_EQ(l.max_local_size, 256);
+    EXPECT_EQ(l.max_arena_bytes, 64ull << 30);
+    EXPECT_EQ(l.max_names_in_flight, 4096);
+    EXPECT_EQ(l.max_bytes_in_flight, 0u);
+    EXPECT_EQ(l.max_connections, 1024);
+    EXPECT_EQ(l.max_connections_per_uid, 256);
+    EXPECT_DOUBLE_EQ(l.handshake_timeout_s, 10);
+    EXPECT_EQ(l.status_max_in_flight, 100);
+  }
+  {
+    Config c("kolo-agent");
+    defineAgentKnobs(c);
+    const char* argv[] = {"kolo-agent", "--max-names-in-flight=64"};
+    ASSERT_TRUE(c.loadWithEnv(2, argv,
+                              {{"KOLO_MAX_NAMES_IN_FLIGHT", "8"},
+                               {"KOLO_HANDSHAKE_TIMEOUT_S", "0.5"},
+                               {"KOLO_MAX_CONNECTIONS_PER_UID", "7"}})
+                    .isOk());
+    auto o = agentOptionsFrom(c);
+    ASSERT_TRUE(o.isOk()) << o.status().toString();
+    EXPECT_EQ(o.value().limits.max_names_in_flight, 64);  // the flag wins
+    EXPECT_DOUBLE_EQ(o.value().limits.handshake_timeout_s, 0.5);
+    EXPECT_EQ(o.value().limits.max_connections_per_uid, 7);
+  }
+  auto bad = [](const char* flag) {
+    Config c("kolo-agent");
+    defineAgentKnobs(c);
+    const char* argv[] = {"kolo-agent", flag};
+    EXPECT_TRUE(c.loadWithEnv(2, argv, {}).isOk());
+    return agentOptionsFrom(c).status().message();
+  };
+  EXPECT_EQ(bad("--max-local-size=0"), "--max-local-size must be between 1 and 65536 (got 0)");
+  EXPECT_EQ(bad("--max-connections=-1"),
+            "--max-connections must be between 1 and 1048576 (got -1)");
+  EXPECT_EQ(bad("--handshake-timeout-s=0"), "--handshake-timeout-s must be > 0 and at most 3600");
+  EXPECT_EQ(bad("--max-arena-mb=512"), "--arena-mb 1024 is larger than --max-arena-mb 512");
+}
+
 }  // namespace
 }  // namespace kolo

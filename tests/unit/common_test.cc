@@ -6,6 +6,7 @@
 #include "common/config.h"
 #include "common/event_loop.h"
 #include "common/ipc_layout.h"
+#include "common/log.h"
 #include "common/shm.h"
 #include "common/spsc_ring.h"
 
@@ -188,6 +189,19 @@ TEST(EventLoop, PostTimerAndCall) {
   for (int i = 0; i < 500 && fired.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(fired.load(), 1);
   loop.stop();
+}
+
+TEST(RateLimiter, LetsABurstThroughPerPeriodAndCountsTheRest) {
+  log::RateLimiter rl(std::chrono::seconds(10), 3);
+  auto t0 = log::RateLimiter::Clock::time_point{} + std::chrono::hours(1);  // an injected clock
+  EXPECT_EQ(rl.admit(t0), std::optional<uint64_t>(0));
+  EXPECT_EQ(rl.admit(t0), std::optional<uint64_t>(0));
+  EXPECT_EQ(rl.admit(t0 + std::chrono::seconds(1)), std::optional<uint64_t>(0));
+  for (int i = 0; i < 1000; ++i) EXPECT_FALSE(rl.admit(t0 + std::chrono::seconds(2)).has_value());
+  // The next period: the first line through reports how many were held back.
+  EXPECT_EQ(rl.admit(t0 + std::chrono::seconds(10)), std::optional<uint64_t>(1000));
+  EXPECT_EQ(rl.admit(t0 + std::chrono::seconds(10)), std::optional<uint64_t>(0));
+  EXPECT_EQ(rl.suppressedTotal(), 1000u);
 }
 
 }  // namespace
