@@ -14,6 +14,7 @@ namespace {
 auto opsLog() { return log::get("agent.ops"); }
 log::RateLimiter g_bad_desc_log;
 log::RateLimiter g_quota_log;
+log::RateLimiter g_backlog_log;
 }  // namespace
 
 void Agent::completeOnLoop(ClientConn& c, uint64_t handle, const Status& st) {
@@ -31,13 +32,33 @@ void Agent::onDoorbellOnLoop(uint64_t conn_id) {
   if (it == conns_.end()) return;
   ClientConn& c = *it->second;
   c.clearDoorbell();
+  const size_t backlog = c.completionBacklog();
   c.flushCompletions();
+  if (c.completionBacklog() < backlog) c.signalClient();
   SubmitDesc d;
-  // Bounded batch so one busy client cannot starve the loop.
-  for (int i = 0; i < 4096 && c.popSubmission(&d); ++i) {
+  // Bounded batch so one busy client cannot starve the loop; no new
+  // submission from a client that leaves its completions unread.
+  for (int i = 0; i < 4096 && !c.backlogFull() && c.popSubmission(&d); ++i) {
     ++c.submitted;
     onSubmitOnLoop(c, d);
     if (conns_.find(conn_id) == conns_.end()) return;
+  }
+  if (c.backlogFull()) {
+    log::rateLimited(g_backlog_log, *opsLog(), spdlog::level::warn,
+                     "job {}: pid {} left {} completions unread; taking no more of its "
+                     "submissions until it reads them",
+                     c.job_id, c.pid(), c.completionBacklog());
+  }
+  if (c.completionBacklog() > 0 && !c.backlog_retry_armed) {
+    // The trainer reads its completions without ringing the doorbell: look
+    // again shortly, until every completion is in its ring.
+    c.backlog_retry_armed = true;
+    loop_.addTimer(std::chrono::milliseconds(10), [this, conn_id] {
+      auto it = conns_.find(conn_id);
+      if (it == conns_.end()) return;
+      it->second->backlog_retry_armed = false;
+      onDoorbellOnLoop(conn_id);
+    });
   }
 }
 

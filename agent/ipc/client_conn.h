@@ -89,6 +89,14 @@ class ClientConn {
   std::chrono::steady_clock::time_point accepted_at = std::chrono::steady_clock::now();
   std::unordered_map<uint64_t, uint64_t> in_flight;
   uint64_t bytes_in_flight = 0;
+  // Completions that did not fit the completion ring (the trainer has not
+  // read it). The agent takes no new submission from a trainer with
+  // kMaxCompletionBacklog of them, so one that never reads its completions
+  // costs the agent a bounded amount of memory (docs/security.md).
+  static constexpr size_t kMaxCompletionBacklog = 8192;
+  size_t completionBacklog() const { return overflow_.size(); }
+  bool backlogFull() const { return overflow_.size() >= kMaxCompletionBacklog; }
+  bool backlog_retry_armed = false;  // a timer retries the flush and the ring
 
  private:
   uint64_t id_;

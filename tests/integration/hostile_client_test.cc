@@ -379,6 +379,62 @@ TEST(HostileClient, IdleConnectionsAreCappedPerUidAndClosedAfterTheHandshakeTime
 // The agent runs with few descriptors; a connection storm makes accept()
 // fail with EMFILE. It must neither spin nor flood its log, refuse what it
 // cannot take with a reason, and serve again once the storm is gone.
+TEST(HostileClient, ATrainerThatNeverReadsItsCompletionsCostsTheAgentABoundedBacklog) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  RawTrainer t(c.socket());
+  ASSERT_TRUE(t.admit("lazy", 0, 2).isOk()) << c.agentLog(0);
+  // Descriptors the agent refuses at once (no name): each one queues a
+  // completion that this trainer never reads. Push until the submission
+  // ring stays full: the agent has stopped taking submissions.
+  SubmitDesc bad{};
+  uint64_t pushed = 0;
+  auto ring = [&] {
+    uint64_t one = 1;
+    return ::write(t.doorbell.get(), &one, sizeof one) == sizeof one;
+  };
+  for (auto deadline = Clock::now() + std::chrono::seconds(60);;) {
+    ASSERT_LT(Clock::now(), deadline) << pushed << " pushed\n" << c.agentLog(0);
+    bad.handle = pushed + 1;
+    if (t.submit.tryPush(bad)) {
+      ++pushed;
+      if (pushed % 256 == 0) {
+        ASSERT_TRUE(ring());
+      }
+      continue;
+    }
+    ASSERT_TRUE(ring());
+    // Full: wait (bounded) for the agent to take more; it must stop for good
+    // once the ring of completions (1024) and the backlog (8192) are full.
+    bool moved = false;
+    for (auto until = Clock::now() + std::chrono::seconds(1); Clock::now() < until;) {
+      if (t.submit.tryPush(bad)) {
+        moved = true;
+        ++pushed;
+        break;
+      }
+      std::this_thread::yield();
+    }
+    if (!moved) break;
+  }
+  const uint64_t bound = kCompletionRingCapacity + 8192 + kSubmitRingCapacity;
+  EXPECT_EQ(pushed, bound) << c.agentLog(0);
+  EXPECT_FALSE(waitProcess(c.agent(0), std::chrono::milliseconds(0))) << "the agent died\n"
+                                                                      << c.agentLog(0);
+  EXPECT_NE(c.agentLog(0).find("completions unread; taking no more of its submissions"),
+            std::string::npos)
+      << c.agentLog(0);
+  // Once it reads them, the agent goes on: every submission gets its refusal.
+  for (uint64_t got = 0; got < pushed; ++got) {
+    auto done = t.nextCompletion(std::chrono::seconds(20));
+    ASSERT_TRUE(done) << got << " of " << pushed << " completions\n" << c.agentLog(0);
+    ASSERT_EQ(done->handle, got + 1);
+    ASSERT_EQ(std::string(done->msg, done->msg_len), "malformed descriptor: name length 0");
+  }
+  expectHonestJobFinishes(c, "honest");
+  expectAgentUpAndStatusWorks(c);
+}
+
 TEST(HostileClient, OutOfDescriptorsAcceptBacksOffWithBoundedLogs) {
   ClusterOptions o;
   o.agent_env = {{"KOLO_HANDSHAKE_TIMEOUT_S", "30"}};
