@@ -235,18 +235,20 @@ kolo_status_t kolo_init(void) {
     // a rank shut down has ended on its agent and on the coordinator, so the
     // n-th session of this process joins a fresh incarnation of the job,
     // "<job>.i<n>". Every rank of the job counts its own sessions the same
-    // way (Horovod's init/shutdown are collective), so they meet there.
+    // way (Horovod's init/shutdown are collective), so they meet there. A
+    // failed attempt counts too: when one rank's init times out, the
+    // incarnation it tried is over for everyone (the others' attempts at it
+    // fail as well), and the next attempt on every rank meets at the next one.
     static pid_t counted_pid = 0;
-    static uint64_t sessions = 0;
+    static uint64_t attempts = 0;
     if (counted_pid != ::getpid()) {
       counted_pid = ::getpid();
-      sessions = 0;
+      attempts = 0;
     }
-    opts->job_id = incarnationJobId(opts->job_id, sessions + 1);
+    opts->job_id = incarnationJobId(opts->job_id, ++attempts);
     auto client = Client::connect(*opts);
     if (!client.isOk()) return fail(client.status());
     g = std::shared_ptr<Client>(std::move(client).value());
-    ++sessions;
     ++sessionGeneration();
     return KOLO_OK;
   })
