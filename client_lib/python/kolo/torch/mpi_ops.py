@@ -948,7 +948,7 @@ def join(device=-1):
     """Horovod's join, for uneven inputs: this rank has run out of data. It
     takes no more part; until every rank has joined, the others' allreduces
     go on with zeros in its place (Average still divides by the full size,
-    as in Horovod) and their allgathers with no rows from it. Returns, on
+    as in Horovod); their other collectives (allgather too) fail. Returns, on
     every rank, the rank that joined last. `device` is accepted for
     Horovod compatibility (CPU tensors only). Waits at most KOLO_OP_TIMEOUT."""
     _handles.require_init()
