@@ -369,11 +369,7 @@ def test_errors_and_unsupported(r, n):
     # ... and the job goes on.
     assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after"), torch.full((2,), float(n)))
 
-    # Operations libkolo does not offer yet say so, naming the operation.
-    # (alltoall and reducescatter are native now: workers/collectives_worker.py.)
-    for fn, args, opname in [(hvd.SyncBatchNorm, (4,), "SyncBatchNorm")]:
-        err = expect_raises(NotImplementedError, fn, *args, contains=opname)
-        assert isinstance(err, hvd.KoloNotImplementedError)
+    # (SyncBatchNorm: workers/sync_bn_worker.py; Adasum still raises, above.)
     # join (uneven inputs): rank r has data for steps 0..r, then joins; at
     # step s the n - s ranks still in contribute, the joined ones count as
     # zeros. Every rank learns the last rank to join (n - 1). Twice, to

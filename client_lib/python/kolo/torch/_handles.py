@@ -274,9 +274,9 @@ def start(gen, names=(), ps=0):
         if dup:
             gen.close()
             raise ValueError(
-                "kolo: an operation named '%s' is already in progress on this rank (a "
-                "collective's name must be unique among those in flight); synchronize its "
-                "handle first, or use another name" % dup[0][1])
+                "kolo: requested an operation with the same name as another one still in "
+                "progress on this rank: '%s' (its handle is not yet synchronized or released); "
+                "synchronize it first, or use another name" % dup[0][1])
     op = _Op(gen)
     try:
         op.pending = list(next(gen))

@@ -120,10 +120,15 @@ def _init_optimizer_state(optimizer, model):
     for group in optimizer.param_groups:
         for p in group["params"]:
             if p.requires_grad:
-                p.grad = p.data.new(p.size()).zero_()
-                if isinstance(optimizer, torch.optim.SparseAdam) or (
-                        isinstance(optimizer, torch.optim.SGD) and id(p) in sparse_params):
-                    p.grad = p.grad.to_sparse()
+                sparse = isinstance(optimizer, torch.optim.SparseAdam) or (
+                    isinstance(optimizer, torch.optim.SGD) and id(p) in sparse_params)
+                if p.grad is not None and not p.grad.is_sparse and not sparse:
+                    with torch.no_grad():
+                        p.grad.zero_()  # in place: keeps a zero-copy gradient view
+                else:
+                    p.grad = p.data.new(p.size()).zero_()
+                    if sparse:
+                        p.grad = p.grad.to_sparse()
     from . import optimizer as _opt
     if type(optimizer).__module__ == _opt.__name__:  # a DistributedOptimizer (see optimizer.py)
         super(optimizer.__class__, optimizer).step()

@@ -716,9 +716,11 @@ def _scaled(t, factor):
 
 
 def _rs_native_op(op, postscale, size):
-    """(op submitted, factor applied after it): Average is a Sum followed by
-    one scaling by postscale / size -- Horovod's own arithmetic."""
-    if op == Average:
+    """(op submitted, factor applied after it). Average with a postscale is a
+    Sum followed by one scaling by postscale / size -- Horovod's own
+    arithmetic; without one the agent's Average already scales by 1 / size
+    exactly so (and still tells a Sum from an Average across ranks)."""
+    if op == Average and postscale != 1.0:
         return Sum, postscale / size
     return op, postscale
 
