@@ -1,8 +1,8 @@
 // Join (kolo_join, Horovod semantics) on the agent loop.
 //
 // A rank that joins takes no further part: the tensor table treats it as
-// having submitted every name (allreduce: it contributes zeros; allgather:
-// zero rows; anything else fails with a message naming the joined ranks).
+// having submitted every name (allreduce: it contributes zeros; anything
+// else, allgather included as in Horovod, fails with a message naming the joined ranks).
 // Its kolo_join completes, on every rank, once every rank of the job has
 // joined, with the global rank that joined last.
 //

@@ -194,7 +194,7 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
       dop.op = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
       dop.count = d0.data_bytes / dataTypeSize(dop.dtype);
       dop.prescale = d0.prescale;
-      dop.postscale = d0.postscale * (rop == ReduceOp::kAverage ? 1.0 / job.world().world_size : 1.0);
+      dop.postscale = (rop == ReduceOp::kAverage ? d0.postscale / job.world().world_size : d0.postscale);
       if (coll == CollectiveType::kBroadcast) {
         dop.broadcast = true;
         dop.broadcast_root = d0.root - job.world().rank_offset;
@@ -305,7 +305,7 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   r.op = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
   r.count = d0.data_bytes / dataTypeSize(r.dtype);
   r.prescale = d0.prescale;
-  r.postscale = d0.postscale * (rop == ReduceOp::kAverage ? 1.0 / job.world().world_size : 1.0);
+  r.postscale = (rop == ReduceOp::kAverage ? d0.postscale / job.world().world_size : d0.postscale);
   // Out of place with both tensors in the shared arena: the result goes to
   // the rank's output slot and its input is left as it was.
   std::vector<void*> outs;

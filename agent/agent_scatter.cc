@@ -47,7 +47,7 @@ void Agent::executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_
   const int64_t dim0 = d0.ndim >= 1 ? d0.shape[0] : 0;
   auto rop = static_cast<ReduceOp>(d0.reduce_op);
   const ReduceOp op_kind = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
-  const double post = d0.postscale * (rop == ReduceOp::kAverage ? 1.0 / world : 1.0);
+  const double post = (rop == ReduceOp::kAverage ? d0.postscale / world : d0.postscale);
   std::vector<char*> ins, outs;
   std::vector<std::shared_ptr<SharedRegion>> keep;
   for (int i = 0; i < k; ++i) {

@@ -20,6 +20,10 @@ int main(int argc, char** argv) {
     std::fputs(opts->help_text.c_str(), stdout);
     return 0;
   }
+  if (opts->version || opts->check_build) {
+    std::fputs(opts->version_text.c_str(), stdout);
+    return 0;
+  }
   kolo::log::init("kolorun", opts->log_level);
   kolo::log::setThreadName("kolorun");
   if (opts->elastic()) return kolo::cli::ElasticRunner(std::move(opts.value())).run();

@@ -16,8 +16,67 @@ constexpr const char* kUsage =
     "kolorun starts a private kolo-coordinator and K kolo-agents for the job.\n"
     "Each rank's output lines are prefixed \"[rank]<stdout>:\" / \"[rank]<stderr>:\".";
 
+#ifndef KOLO_VERSION_STRING
+#define KOLO_VERSION_STRING "unknown"
+#endif
+
+// horovodrun flags kolorun refuses, with what to use instead. (Accepted
+// ones are options below; a flag in neither list is an error too.)
+struct Refused {
+  const char* flag;
+  const char* instead;
+};
+constexpr Refused kRefused[] = {
+    {"--config-file", "kolorun reads no horovodrun YAML config; give the settings as kolorun flags or "
+                      "HOROVOD_*/KOLO_* environment variables"},
+    {"-p", "kolorun runs plain `ssh HOST`: set the port in ~/.ssh/config (Host HOST / Port N)"},
+    {"--ssh-port", "kolorun runs plain `ssh HOST`: set the port in ~/.ssh/config (Host HOST / Port N)"},
+    {"-i", "kolorun runs plain `ssh HOST`: set the key in ~/.ssh/config (Host HOST / IdentityFile FILE)"},
+    {"--ssh-identity-file", "kolorun runs plain `ssh HOST`: set the key in ~/.ssh/config "
+                            "(Host HOST / IdentityFile FILE)"},
+    {"--network-interface", "kolo's cross-node traffic goes between the agents: choose the interface "
+                            "with the agents' --rpc-listen address (kolo-agent --help)"},
+    {"--nics", "kolo's cross-node traffic goes between the agents: choose the interface with the "
+               "agents' --rpc-listen address (kolo-agent --help)"},
+    {"--slots-per-host", "give each host's slots in -H host:N,... or as `host slots=N` lines of --hostfile"},
+    {"--blacklist-cooldown-range", "kolo's elastic jobs do not blacklist hosts; a crashed rank is "
+                                   "restarted up to --max-restarts times (docs/elastic.md)"},
+    {"--reset-limit", "kolo's elastic jobs limit restarts per rank slot: use --max-restarts "
+                      "(docs/elastic.md)"},
+    {"--thread-affinity", "pin the ranks in the command itself (e.g. `numactl --physcpubind` or "
+                          "`taskset`)"},
+    {"--gloo-timeout-seconds", "kolo has no Gloo: use --start-timeout (forming the job) and "
+                               "KOLO_OP_TIMEOUT (seconds a collective may wait)"},
+    {"--gloo", "kolo has no Gloo or MPI controller: drop the flag"},
+    {"--mpi", "kolo has no Gloo or MPI controller: drop the flag"},
+    {"--mpi-args", "kolo has no MPI controller: drop the flag"},
+    {"--jsrun", "kolo has no jsrun launcher: use -H/--hostfile"},
+};
+
+const Refused* findRefused(const std::string& name) {
+  for (const Refused& r : kRefused) {
+    if (name == r.flag) return &r;
+  }
+  return nullptr;
+}
+
+std::string versionText() { return std::string("kolorun (kolo) ") + KOLO_VERSION_STRING + "\n"; }
+
+std::string checkBuildText() {
+  return versionText() +
+         "\nAvailable Frameworks:\n    [X] PyTorch (kolo.torch)\n"
+         "\nAvailable Controllers:\n    [X] kolo (kolo-coordinator and a kolo-agent per node)\n"
+         "    [ ] MPI\n    [ ] Gloo\n"
+         "\nAvailable Tensor Operations:\n    [X] kolo-agent (CPU; CUDA when the agent is built with it)\n"
+         "    [ ] NCCL\n    [ ] DDL\n    [ ] CCL\n    [ ] MPI\n    [ ] Gloo\n";
+}
+
 void defineOptions(CLI::App& app, KolorunOptions& o) {
-  app.add_option("--np", o.np, "Number of ranks (also spelt -np)")->required()->check(CLI::PositiveNumber);
+  app.add_option("--np,--num-proc", o.np, "Number of ranks (also spelt -np)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--version", o.version, "Print kolorun's version and exit");
+  app.add_flag("--check-build", o.check_build, "Print what this kolo build supports and exit");
   app.add_option("--agents", o.agents,
                  "Embedded mode: K agents on this machine acting as K nodes (ranks in contiguous blocks)")
       ->check(CLI::PositiveNumber);
@@ -39,11 +98,52 @@ void defineOptions(CLI::App& app, KolorunOptions& o) {
   app.add_option("--cache-capacity", o.cache_capacity, "Response cache capacity (entries)")
       ->check(CLI::TypeValidator<uint64_t>());
   app.add_option("--timeline-filename", o.timeline_filename, "Write a Chrome-trace timeline to this file");
-  app.add_flag("--autotune", o.autotune, "Embedded agents tune the fusion threshold and algorithm switch point of multi-agent jobs (KOLO_AUTOTUNE)");
-  app.add_option("--output-filename", o.output_filename, "Also write each rank's output to DIR/rank.N");
-  app.add_option("--min-np", o.min_np, "Elastic: the job goes on while it has at least this many ranks")
+  app.add_flag("--autotune,!--no-autotune", o.autotune,
+               "Embedded agents tune the fusion threshold and algorithm switch point of multi-agent jobs "
+               "(KOLO_AUTOTUNE)");
+  app.add_flag_function(
+      "--disable-cache", [&o](int64_t) { o.cache_capacity = "0"; },
+      "No response cache (the same as --cache-capacity 0)");
+  // horovodrun's knobs the agent reads as HOROVOD_* variables.
+  auto env_option = [&app, &o](const std::string& flag, const std::string& var, const std::string& help) {
+    return app.add_option_function<std::string>(
+            flag, [&o, var](const std::string& v) { o.horovod_env.emplace_back(var, v); }, help + " (" + var + ")");
+  };
+  env_option("--autotune-log-file", "HOROVOD_AUTOTUNE_LOG", "Autotune: write the samples to this file");
+  env_option("--autotune-warmup-samples", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "Autotune: samples discarded first")
+      ->check(CLI::NonNegativeNumber);
+  env_option("--autotune-steps-per-sample", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "Autotune: steps per sample")
       ->check(CLI::PositiveNumber);
-  app.add_option("--max-np", o.max_np, "Elastic: the most ranks the job admits as hosts are added")
+  env_option("--autotune-bayes-opt-max-samples", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+             "Autotune: the most samples Bayesian optimization takes")
+      ->check(CLI::PositiveNumber);
+  env_option("--autotune-gaussian-process-noise", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
+             "Autotune: the Gaussian process's noise regularization")
+      ->check(CLI::NonNegativeNumber);
+  env_option("--stall-check-warning-time-seconds", "HOROVOD_STALL_CHECK_TIME_SECONDS",
+             "Seconds before the agent reports a stalled collective")
+      ->check(CLI::NonNegativeNumber);
+  env_option("--stall-check-shutdown-time-seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+             "Seconds before a stalled collective fails the job (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag_function(
+      "--no-stall-check", [&o](int64_t) { o.horovod_env.emplace_back("HOROVOD_STALL_CHECK_DISABLE", "1"); },
+      "Do not check for stalled collectives (HOROVOD_STALL_CHECK_DISABLE)");
+  app.add_flag_function(
+      "--timeline-mark-cycles,!--no-timeline-mark-cycles",
+      [&o](int64_t n) { o.horovod_env.emplace_back("HOROVOD_TIMELINE_MARK_CYCLES", n > 0 ? "1" : "0"); },
+      "Mark the agents' cycles in the timeline (HOROVOD_TIMELINE_MARK_CYCLES)");
+  // kolo's agents always reduce within a node first and then across nodes
+  // (one agent per node): horovodrun's hierarchical switches change nothing.
+  app.add_flag_function(
+      "--hierarchical-allreduce,--no-hierarchical-allreduce,--hierarchical-allgather,--no-hierarchical-allgather",
+      [](int64_t) {},
+      "Accepted for horovodrun compatibility: kolo's collectives are always hierarchical "
+      "(within each node's agent, then across agents)");
+  app.add_option("--output-filename", o.output_filename, "Also write each rank's output to DIR/rank.N");
+  app.add_option("--min-np,--min-num-proc", o.min_np, "Elastic: the job goes on while it has at least this many ranks")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-np,--max-num-proc", o.max_np, "Elastic: the most ranks the job admits as hosts are added")
       ->check(CLI::PositiveNumber);
   app.add_option("--host-discovery-script", o.host_discovery_script,
                  "Elastic: a program printing the current hosts as \"host:slots\" lines (polled every second; "
@@ -75,10 +175,24 @@ StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
       break;
     }
     if (t.size() < 2 || t[0] != '-') break;
-    if (t == "-np" || t.rfind("-np=", 0) == 0) t = "-" + t;  // horovodrun's spelling
-    opts.push_back(t);
+    // horovodrun's single-dash long options (-np, -hostfile, ...): read as
+    // --name (never as a cluster of short flags: "-hostfile" is not -h).
+    if (t[1] != '-' && t.find('=') != 2 && t.size() > 2) {
+      std::string dashed = "-" + t.substr(0, t.find('='));
+      if (app.get_option_no_throw(dashed) != nullptr || findRefused(dashed) != nullptr) t = "-" + t;
+    }
     std::string name = t.substr(0, t.find('='));
-    if (name.size() > 2 && name[1] != '-') name = name.substr(0, 2);  // -Hh1:2
+    if (const Refused* r = findRefused(name)) {
+      return invalidArgument(std::string("kolorun does not support horovodrun's ") + r->flag + ": " + r->instead);
+    }
+    if (name.size() > 2 && name[1] != '-') {  // -Hh1:2: a short option with its value attached
+      const CLI::Option* shrt = app.get_option_no_throw(name.substr(0, 2));
+      if (shrt == nullptr || shrt->get_expected_max() == 0) {
+        return invalidArgument("unknown option " + t + " (see kolorun --help)");
+      }
+      name = name.substr(0, 2);
+    }
+    opts.push_back(t);
     bool inline_value = t.find('=') != std::string::npos || name.size() < t.size();
     const CLI::Option* opt = app.get_option_no_throw(name);
     if (opt != nullptr && opt->get_expected_max() > 0 && !inline_value && i + 1 < args.size()) {
@@ -86,6 +200,14 @@ StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
     }
   }
   o.command.assign(args.begin() + static_cast<long>(i), args.end());
+  for (const std::string& s : opts) {
+    if (s == "--version" || s == "--check-build") {  // (no -np needed)
+      o.version = s == "--version";
+      o.check_build = !o.version;
+      o.version_text = o.check_build ? checkBuildText() : versionText();
+      return o;
+    }
+  }
 
   std::vector<const char*> argv = {"kolorun"};
   for (auto& s : opts) argv.push_back(s.c_str());
@@ -152,6 +274,7 @@ std::vector<std::pair<std::string, std::string>> tuningEnv(const KolorunOptions&
   if (!o.timeline_filename.empty()) env.emplace_back("KOLO_TIMELINE_FILENAME", o.timeline_filename);
   if (o.autotune) env.emplace_back("KOLO_AUTOTUNE", "1");
   if (!o.log_level.empty()) env.emplace_back("KOLO_LOG_LEVEL", o.log_level);
+  for (const auto& kv : o.horovod_env) env.push_back(kv);
   return env;
 }
 

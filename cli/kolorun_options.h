@@ -38,9 +38,16 @@ struct KolorunOptions {
   int max_restarts = 3;               // per rank slot
   bool elastic() const { return min_np > 0 || !host_discovery_script.empty(); }
   std::vector<std::string> command;
+  // horovodrun's knobs with no kolorun option of their own (autotune
+  // details, stall check, timeline cycles), as the HOROVOD_* variables the
+  // agent reads; they go with the tuning flags (tuningEnv).
+  std::vector<std::pair<std::string, std::string>> horovod_env;
 
   bool help = false;            // --help: print help_text and exit 0
   std::string help_text;
+  bool version = false;         // --version: print version_text and exit 0
+  bool check_build = false;     // --check-build: print version_text (what is built) and exit 0
+  std::string version_text;
 };
 
 // `args` excludes the program name; `env` supplies KOLO_AGENT_SOCKET.

@@ -34,14 +34,27 @@ inline void store(T* p, size_t i, typename Acc<T>::type v) {
   else p[i] = v;
 }
 
+// Scale factors as Horovod applies them on the CPU (ScaleBufferCPUImpl):
+// float32 (and the 16-bit floats, in float) multiply by the factor rounded
+// to float, float64 in double, integers in double truncated toward zero.
+// Results are bit for bit Horovod's.
 template <typename A>
 inline A scaleVal(A v, double f) {
   if constexpr (std::is_floating_point_v<A>) {
-    if constexpr (std::is_same_v<A, float>) return static_cast<float>(static_cast<double>(v) * f);
-    else return v * f;
+    if constexpr (std::is_same_v<A, float>) return static_cast<float>(f) * v;
+    else return f * v;
   } else {
-    return static_cast<A>(static_cast<double>(v) * f);
+    return static_cast<A>(f * static_cast<double>(v));
   }
+}
+
+// A prescaled 16-bit float input is rounded back to its type before the
+// reduction, as Horovod scales the buffer in place before reducing it.
+template <typename T>
+inline typename Acc<T>::type roundTrip(typename Acc<T>::type v) {
+  if constexpr (std::is_same_v<T, F16>) return halfToFloat(floatToHalf(v));
+  else if constexpr (std::is_same_v<T, BF16>) return bf16ToFloat(floatToBf16(v));
+  else return v;
 }
 
 template <typename A>
@@ -79,7 +92,7 @@ void reduceTyped(ReduceOp op, const void* const* srcs, int nsrc, void* const* ds
     } else {
       for (size_t i = 0; i < n; ++i) acc[i] = load(s0, i);
     }
-    if (do_pre) for (size_t i = 0; i < n; ++i) acc[i] = scaleVal(acc[i], pre);
+    if (do_pre) for (size_t i = 0; i < n; ++i) acc[i] = roundTrip<T>(scaleVal(acc[i], pre));
     for (int j = 1; j < nsrc; ++j) {
       const T* sj = static_cast<const T*>(srcs[j]) + base;
       const A* x;
@@ -92,7 +105,7 @@ void reduceTyped(ReduceOp op, const void* const* srcs, int nsrc, void* const* ds
         }
       } else {
         for (size_t i = 0; i < n; ++i) tmp[i] = load(sj, i);
-        if (do_pre) for (size_t i = 0; i < n; ++i) tmp[i] = scaleVal(tmp[i], pre);
+        if (do_pre) for (size_t i = 0; i < n; ++i) tmp[i] = roundTrip<T>(scaleVal(tmp[i], pre));
         x = tmp;
       }
       combine<A>(op, acc, x, n);

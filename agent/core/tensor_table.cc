@@ -148,7 +148,7 @@ ReadyOp TensorTable::takeReady(std::unordered_map<std::string, Entry>::iterator 
     op.error = invalidArgument(e.mismatch);
   } else if (!absent_ranks.empty()) {
     auto coll = static_cast<CollectiveType>(present.collective);
-    if (coll != CollectiveType::kAllreduce && coll != CollectiveType::kAllgather) {
+    if (coll != CollectiveType::kAllreduce) {  // allgather too: Horovod refuses it with join
       op.error = invalidArgument(joinedRefusal(coll, op.name, absent_ranks));
     }
   }
@@ -161,8 +161,9 @@ std::string TensorTable::joinedRefusal(CollectiveType coll, const std::string& n
   for (int r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
   return std::string(collectiveName(coll)) + " of tensor '" + name + "' cannot run while rank" +
          (ranks.size() > 1 ? "s " : " ") + list + (ranks.size() > 1 ? " have" : " has") +
-         " joined (kolo_join): until every rank has joined, only allreduce and allgather go on (the joined "
-         "ranks contribute zeros / zero rows).";
+         " joined (kolo_join): until every rank has joined, only allreduce goes on (the joined ranks "
+         "contribute zeros); allgather is not supported with join, as in Horovod (DistributedOptimizer: "
+         "sparse_as_dense=True).";
 }
 
 std::vector<ReadyOp> TensorTable::join(int local_rank, SteadyTime now) {

@@ -158,14 +158,14 @@ void NegotiationState::forgetGroup(uint64_t group_id) {
 }
 
 namespace {
-// While some agent stands in for joined ranks, only allreduce and allgather go on.
+// While some agent stands in for joined ranks, only allreduce goes on (Horovod refuses allgather).
 void refuseWhileJoined(CrossResponse& resp) {
   auto coll = static_cast<CollectiveType>(resp.params.collective);
-  if (!resp.error.isOk() || coll == CollectiveType::kAllreduce || coll == CollectiveType::kAllgather) return;
+  if (!resp.error.isOk() || coll == CollectiveType::kAllreduce) return;
   resp.error = invalidArgument(std::string(collectiveName(coll)) + " of tensor '" + resp.name +
                                "' cannot run while every rank of a node has joined (kolo_join): until every rank "
-                               "has joined, only allreduce and allgather go on (the joined ranks contribute zeros / "
-                               "zero rows).");
+                               "has joined, only allreduce goes on (the joined ranks contribute zeros); allgather is "
+                               "not supported with join, as in Horovod (DistributedOptimizer: sparse_as_dense=True).");
 }
 }  // namespace
 

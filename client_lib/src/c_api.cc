@@ -195,6 +195,14 @@ int worldField(int kolo::WorldView::*field) {
   }
 }
 
+}  // namespace
+
+std::string kolo::capi::incarnationJobId(const std::string& job_id, uint64_t session) {
+  return session <= 1 ? job_id : job_id + ".i" + std::to_string(session);
+}
+
+namespace {
+
 // Shuts down every process set's connection (kolo_shutdown, or a fork).
 void dropProcessSetsLocked() {
   for (auto& [id, e] : processSets()) {
@@ -223,6 +231,21 @@ kolo_status_t kolo_init(void) {
     if (g) return KOLO_OK;
     auto opts = kolo::ClientOptions::fromEnvironment();
     if (!opts.isOk()) return fail(opts.status());
+    // Init after shutdown (Horovod allows it any number of times): the job
+    // a rank shut down has ended on its agent and on the coordinator, so the
+    // n-th session of this process joins a fresh incarnation of the job,
+    // "<job>.i<n>". Every rank of the job counts its own sessions the same
+    // way (Horovod's init/shutdown are collective), so they meet there. A
+    // failed attempt counts too: when one rank's init times out, the
+    // incarnation it tried is over for everyone (the others' attempts at it
+    // fail as well), and the next attempt on every rank meets at the next one.
+    static pid_t counted_pid = 0;
+    static uint64_t attempts = 0;
+    if (counted_pid != ::getpid()) {
+      counted_pid = ::getpid();
+      attempts = 0;
+    }
+    opts->job_id = incarnationJobId(opts->job_id, ++attempts);
     auto client = Client::connect(*opts);
     if (!client.isOk()) return fail(client.status());
     g = std::shared_ptr<Client>(std::move(client).value());

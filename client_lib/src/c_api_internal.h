@@ -23,6 +23,10 @@ namespace kolo::capi {
 std::mutex& mu();
 std::shared_ptr<Client>& globalClient();  // mu()
 uint64_t& sessionGeneration();            // mu(): bumped by each successful kolo_init
+// The job id this process's `session`-th kolo_init attempt (1, 2, ...; a
+// call while initialized is none) joins: the first joins KOLO_JOB_ID itself,
+// later ones (init after shutdown) a fresh incarnation "<job>.i<session>".
+std::string incarnationJobId(const std::string& job_id, uint64_t session);
 
 struct ProcessSetEntry {
   std::vector<int> ranks;          // global ranks, ascending

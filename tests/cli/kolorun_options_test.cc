@@ -143,5 +143,104 @@ TEST(KolorunOptions, Errors) {
   }
 }
 
+TEST(KolorunOptions, HorovodrunAliases) {
+  auto o = parse({"--num-proc", "4", "--min-num-proc", "2", "--max-num-proc", "6", "cmd"});
+  ASSERT_TRUE(o.isOk()) << o.status().toString();
+  EXPECT_EQ(o->np, 4);
+  EXPECT_EQ(o->min_np, 2);
+  EXPECT_EQ(o->max_np, 6);
+  EXPECT_TRUE(o->elastic());
+
+  o = parse({"-np", "2", "--disable-cache", "--hierarchical-allreduce", "--no-hierarchical-allgather",
+             "--autotune", "--no-autotune", "cmd"});
+  ASSERT_TRUE(o.isOk()) << o.status().toString();
+  EXPECT_EQ(o->cache_capacity, "0");
+  EXPECT_FALSE(o->autotune);  // the last of --autotune / --no-autotune wins
+  EXPECT_EQ(o->command, (std::vector<std::string>{"cmd"}));
+}
+
+TEST(KolorunOptions, HorovodrunKnobsBecomeHorovodVariables) {
+  auto o = parse({"-np", "2", "--autotune", "--autotune-log-file", "/tmp/a.csv", "--autotune-warmup-samples", "2",
+                  "--autotune-steps-per-sample", "5", "--autotune-bayes-opt-max-samples", "9",
+                  "--autotune-gaussian-process-noise", "0.5", "--stall-check-warning-time-seconds", "30",
+                  "--stall-check-shutdown-time-seconds", "90", "--no-stall-check", "--timeline-mark-cycles",
+                  "cmd", "--no-timeline-mark-cycles"});
+  ASSERT_TRUE(o.isOk()) << o.status().toString();
+  auto env = tuningEnv(*o);
+  std::map<std::string, std::string> m(env.begin(), env.end());
+  EXPECT_EQ(m["KOLO_AUTOTUNE"], "1");
+  EXPECT_EQ(m["HOROVOD_AUTOTUNE_LOG"], "/tmp/a.csv");
+  EXPECT_EQ(m["HOROVOD_AUTOTUNE_WARMUP_SAMPLES"], "2");
+  EXPECT_EQ(m["HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"], "5");
+  EXPECT_EQ(m["HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES"], "9");
+  EXPECT_EQ(m["HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"], "0.5");
+  EXPECT_EQ(m["HOROVOD_STALL_CHECK_TIME_SECONDS"], "30");
+  EXPECT_EQ(m["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"], "90");
+  EXPECT_EQ(m["HOROVOD_STALL_CHECK_DISABLE"], "1");
+  EXPECT_EQ(m["HOROVOD_TIMELINE_MARK_CYCLES"], "1");  // the second one belongs to the command
+  EXPECT_EQ(o->command, (std::vector<std::string>{"cmd", "--no-timeline-mark-cycles"}));
+
+  o = parse({"-np", "2", "--no-timeline-mark-cycles", "cmd"});
+  ASSERT_TRUE(o.isOk()) << o.status().toString();
+  env = tuningEnv(*o);
+  m = std::map<std::string, std::string>(env.begin(), env.end());
+  EXPECT_EQ(m["HOROVOD_TIMELINE_MARK_CYCLES"], "0");
+}
+
+TEST(KolorunOptions, SingleDashLongOptionsAreNotShortFlagClusters) {
+  // horovodrun spells -np and -hostfile with one dash; "-hostfile" once
+  // parsed as -h (help) and kolorun exited 0 without running anything.
+  auto o = parse({"-np", "1", "-hostfile", "/etc/hostname", "true"});
+  ASSERT_TRUE(o.isOk()) << o.status().toString();
+  EXPECT_FALSE(o->help);
+  EXPECT_EQ(o->hostfile, "/etc/hostname");
+  EXPECT_EQ(o->command, (std::vector<std::string>{"true"}));
+  o = parse({"-num-proc=3", "cmd"});
+  ASSERT_TRUE(o.isOk()) << o.status().toString();
+  EXPECT_EQ(o->np, 3);
+}
+
+TEST(KolorunOptions, VersionAndCheckBuildNeedNoNp) {
+  auto v = parse({"--version"});
+  ASSERT_TRUE(v.isOk()) << v.status().toString();
+  EXPECT_TRUE(v->version);
+  EXPECT_EQ(v->version_text.rfind("kolorun (kolo) ", 0), 0u) << v->version_text;
+  auto b = parse({"--check-build"});
+  ASSERT_TRUE(b.isOk()) << b.status().toString();
+  EXPECT_TRUE(b->check_build);
+  EXPECT_NE(b->version_text.find("[X] PyTorch"), std::string::npos) << b->version_text;
+}
+
+TEST(KolorunOptions, RefusedHorovodrunFlagsSayWhatToUse) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"-np", "2", "--config-file", "c.yaml", "cmd"}, "--config-file: kolorun reads no horovodrun YAML"},
+      {{"-np", "2", "-p", "2222", "cmd"}, "-p: kolorun runs plain `ssh HOST`: set the port in ~/.ssh/config"},
+      {{"-np", "2", "--ssh-port=2222", "cmd"}, "Port N"},
+      {{"-np", "2", "-i", "key", "cmd"}, "IdentityFile FILE"},
+      {{"-np", "2", "--ssh-identity-file", "key", "cmd"}, "IdentityFile FILE"},
+      {{"-np", "2", "--network-interface", "eth0", "cmd"}, "--rpc-listen"},
+      {{"-np", "2", "--slots-per-host", "2", "cmd"}, "host:N"},
+      {{"-np", "2", "--blacklist-cooldown-range", "1", "2", "cmd"}, "--max-restarts"},
+      {{"-np", "2", "--reset-limit", "3", "cmd"}, "--max-restarts"},
+      {{"-np", "2", "--thread-affinity", "1", "cmd"}, "numactl"},
+      {{"-np", "2", "--gloo-timeout-seconds", "30", "cmd"}, "KOLO_OP_TIMEOUT"},
+      {{"-np", "2", "--gloo", "cmd"}, "no Gloo"},
+      // An unknown flag is an error, never help (exit 0 without running).
+      {{"-np", "1", "-hostfilex", "f", "true"}, "unknown option -hostfilex"},
+      {{"-np", "1", "-hx", "true"}, "unknown option -hx"},
+      {{"-np", "1", "--no-such-flag", "true"}, "--no-such-flag"},
+  };
+  for (const Case& c : cases) {
+    auto o = parse(c.args);
+    ASSERT_FALSE(o.isOk()) << "accepted: " << ::testing::PrintToString(c.args);
+    EXPECT_NE(o.status().message().find(c.message), std::string::npos)
+        << ::testing::PrintToString(c.args) << " -> " << o.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace kolo::cli

@@ -72,9 +72,10 @@ class RunResult:
         return [l[len(prefix):] for l in self.out.splitlines() + self.err.splitlines()
                 if l.startswith(prefix)]
 
-    def describe(self):
+    def describe(self, limit=6000):
         return "command: %s\nexit: %s\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
-            " ".join(self.cmd), self.rc, self.out[-6000:], self.err[-6000:])
+            " ".join(self.cmd), self.rc, self.out[-limit:] if limit else self.out,
+            self.err[-limit:] if limit else self.err)
 
 
 def _session_pids(sid):

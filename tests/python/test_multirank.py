@@ -53,3 +53,21 @@ def test_a_rank_leaving_fails_the_others_ops_promptly(kolorun):
     assert "rank 1" in msg
     assert any(l.startswith("GOT-ERROR-2 ") for l in lines), res.describe()
     assert not any("UNEXPECTED" in l for l in lines), res.describe()
+
+
+@pytest.mark.parametrize("np_,agents,mode", [(2, 1, "plain"), (2, 1, "stagger"),
+                                             (3, 2, "stagger")])
+def test_init_after_shutdown_any_number_of_times(kolorun, np_, agents, mode):
+    cycles = 5
+    res = kolorun(np_, os.path.join(WORKERS, "reinit_worker.py"), cycles, mode, timeout=120,
+                  agents=agents)
+    assert_ok(res, np_)
+    for r in range(np_):
+        assert ["CYCLE %d rank %d ok" % (i, r) for i in range(cycles)] == \
+            [l for l in res.rank_lines(r) if l.startswith("CYCLE ")], res.describe()
+
+
+@pytest.mark.parametrize("np_,agents", [(2, 1), (3, 2)])
+def test_sync_batch_norm_matches_batch_norm_on_the_whole_batch(kolorun, np_, agents):
+    res = kolorun(np_, os.path.join(WORKERS, "sync_bn_worker.py"), timeout=120, agents=agents)
+    assert_ok(res, np_)

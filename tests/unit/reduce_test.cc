@@ -113,6 +113,58 @@ TEST(Reduce, ScaleFactorsFloat64) {
   for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(out[i], 0.5 * (2.0 * a[i] + 2.0 * b[i]));
 }
 
+// Scale factors as Horovod applies them on the CPU (ScaleBufferCPUImpl), bit
+// for bit: float32 multiplies by the factor rounded to float; a prescaled
+// float16 input is rounded back to float16 before the reduction; integers
+// scale in double and truncate toward zero.
+TEST(Reduce, ScaleFactorsBitForBitAsHorovod) {
+  const double pre = 0.1915194503788923, post = 0.6221087710398319;  // not representable as float
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int> dist(-100, 99);
+  const size_t n = 4099;
+  std::vector<float> a(n), b(n), out(n);
+  std::vector<uint16_t> ha(n), hb(n), hout(n);
+  std::vector<int32_t> ia(n), ib(n), iout(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(dist(rng)) * 1.37f;
+    b[i] = static_cast<float>(dist(rng)) * 0.71f;
+    ha[i] = floatToHalf(static_cast<float>(dist(rng)));
+    hb[i] = floatToHalf(static_cast<float>(dist(rng)));
+    ia[i] = dist(rng);
+    ib[i] = dist(rng);
+  }
+  {
+    const void* s[] = {a.data(), b.data()};
+    void* d[] = {out.data()};
+    reduceBlocks(DataType::kFloat32, ReduceOp::kSum, s, 2, d, 1, n, pre, post);
+    const float fpre = static_cast<float>(pre), fpost = static_cast<float>(post);
+    for (size_t i = 0; i < n; ++i) {
+      float want = fpost * (fpre * a[i] + fpre * b[i]);
+      ASSERT_EQ(std::memcmp(&out[i], &want, sizeof want), 0) << i << ": " << out[i] << " vs " << want;
+    }
+  }
+  {
+    const void* s[] = {ha.data(), hb.data()};
+    void* d[] = {hout.data()};
+    reduceBlocks(DataType::kFloat16, ReduceOp::kSum, s, 2, d, 1, n, pre, 1.0);
+    const float fpre = static_cast<float>(pre);
+    for (size_t i = 0; i < n; ++i) {
+      float x = halfToFloat(floatToHalf(fpre * halfToFloat(ha[i])));
+      float y = halfToFloat(floatToHalf(fpre * halfToFloat(hb[i])));
+      ASSERT_EQ(hout[i], floatToHalf(x + y)) << i;
+    }
+  }
+  {
+    const void* s[] = {ia.data(), ib.data()};
+    void* d[] = {iout.data()};
+    reduceBlocks(DataType::kInt32, ReduceOp::kSum, s, 2, d, 1, n, pre, post);
+    for (size_t i = 0; i < n; ++i) {
+      auto x = static_cast<int32_t>(pre * ia[i]), y = static_cast<int32_t>(pre * ib[i]);
+      ASSERT_EQ(iout[i], static_cast<int32_t>(post * static_cast<double>(x + y))) << i;
+    }
+  }
+}
+
 TEST(Reduce, Float32RandomAgainstFloat64Tolerance) {
   const size_t n = 100000;
   std::mt19937 rng(7);

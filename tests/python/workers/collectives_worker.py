@@ -274,10 +274,14 @@ def test_reducescatter(r, n):
     outs = hvd.synchronize(h)
     check(all(same_bits(o, block(rs_reference(g, hvd.Average, n), n, r))
               for o, g in zip(outs, groups)), "grouped_reducescatter_async")
-    # Autograd: the gradient of the block is gathered back (Average divides).
+    # Autograd: the gradient of the block is gathered back, as in Horovod
+    # (Average: as is; Sum: times the size).
     w = torch.full((2 * n, 2), float(r), requires_grad=True)
     hvd.reducescatter(w, op=hvd.Average, name="rs_grad").sum().backward()
-    check(torch.equal(w.grad, torch.full((2 * n, 2), 1.0 / n)), "reducescatter grad %s" % w.grad)
+    check(torch.equal(w.grad, torch.full((2 * n, 2), 1.0)), "reducescatter grad %s" % w.grad)
+    w = torch.full((2 * n, 2), float(r), requires_grad=True)
+    hvd.reducescatter(w, op=hvd.Sum, name="rs_grad_sum").sum().backward()
+    check(torch.equal(w.grad, torch.full((2 * n, 2), float(n))), "reducescatter grad (Sum) %s" % w.grad)
     # Local argument errors.
     expect_raises(ValueError, hvd.reducescatter, torch.ones(4), op=hvd.Max, contains="Average or Sum")
     expect_raises(ValueError, hvd.reducescatter, torch.tensor(1.0), contains="scalar")

@@ -74,6 +74,11 @@ def reference(cfg, size):
     """Single-process training on the combined batches."""
     model = make_model(INIT_SEED)
     opt = make_optimizer(dict(cfg, op=None), model.parameters(), 1)
+    # broadcast_optimizer_state initializes a fresh optimizer as Horovod
+    # does: zero gradients and one step (Adam counts it; SGD is unchanged).
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
     for step in range(STEPS):
         opt.zero_grad()
         for m in range(cfg.get("micro", 1)):

@@ -97,6 +97,7 @@ from .process_sets import (  # noqa: F401
     remove_process_set,
 )
 from .shared import is_shared, shared_empty, shared_zeros, to_shared  # noqa: F401
+from .sync_batch_norm import SyncBatchNorm  # noqa: F401
 from . import elastic  # noqa: F401,E402  (kolo.torch.elastic.run, TorchState: docs/elastic.md)
 
 release = _handles.release
@@ -150,9 +151,3 @@ def stop_timeline():
     if _basics.local_rank() == 0:
         _native.timeline(False)
 
-
-class SyncBatchNorm:  # pragma: no cover - placeholder with Horovod's name
-    """Horovod's synchronized batch norm. Not available yet."""
-
-    def __init__(self, *args, **kwargs):
-        raise KoloNotImplementedError("SyncBatchNorm")

@@ -29,6 +29,7 @@ MAX_DIMS = 8
 
 _table = {}
 _table_lock = threading.Lock()
+_busy = {}  # (process set id, wire name) -> user handle, for user-named ops
 _ids = itertools.count(1)
 _noname = {}
 _noname_lock = threading.Lock()
@@ -176,7 +177,7 @@ def release_c_handles(handles):
 
 
 class _Op:
-    __slots__ = ("gen", "pending", "stage", "result", "error", "done", "lock")
+    __slots__ = ("gen", "pending", "stage", "result", "error", "done", "lock", "names")
 
     def __init__(self, gen):
         self.gen = gen
@@ -186,6 +187,7 @@ class _Op:
         self.error = None
         self.done = False
         self.lock = threading.Lock()
+        self.names = []
 
     def _fail(self, err):
         # The stage's handles that completed may hold a library-owned result
@@ -253,9 +255,28 @@ class _Op:
         return True
 
 
-def start(gen):
+def start(gen, names=(), ps=0):
     """Runs the generator's first stage (submission) and registers it.
-    Returns the user handle. Submission errors propagate to the caller."""
+    Returns the user handle. Submission errors propagate to the caller.
+
+    `names`: the wire names of an op the user named. As in Horovod, a name
+    cannot be used again on this rank while an operation of that name is in
+    progress -- here: until its handle is synchronized or released (or
+    kolo shuts down), so the check does not depend on timing. Raises
+    ValueError, before anything is submitted."""
+    keys = [(ps, n) for n in names]
+    if keys:
+        with _table_lock:
+            dup = [k for k in keys if k in _busy]
+            if not dup:
+                for k in keys:
+                    _busy[k] = None  # reserved while submitting
+        if dup:
+            gen.close()
+            raise ValueError(
+                "kolo: requested an operation with the same name as another one still in "
+                "progress on this rank: '%s' (its handle is not yet synchronized or released); "
+                "synchronize it first, or use another name" % dup[0][1])
     op = _Op(gen)
     try:
         op.pending = list(next(gen))
@@ -263,10 +284,23 @@ def start(gen):
     except StopIteration as stop:  # finished without waiting (e.g. empty group)
         op.result = stop.value
         op.done = True
+    except BaseException:
+        _unbusy(keys, None)
+        raise
     hid = next(_ids)
     with _table_lock:
         _table[hid] = op
+        for k in keys:
+            _busy[k] = hid
+    op.names = keys
     return hid
+
+
+def _unbusy(keys, hid):
+    with _table_lock:
+        for k in keys:
+            if _busy.get(k, hid) == hid:
+                _busy.pop(k, None)
 
 
 def _lookup(handle):
@@ -295,6 +329,9 @@ def synchronize(handle):
         op.progress(block=True)
     with _table_lock:
         _table.pop(handle, None)
+        for k in op.names:
+            if _busy.get(k) == handle:
+                del _busy[k]
     if op.error is not None:
         raise op.error
     return op.result
@@ -305,6 +342,9 @@ def release(handle):
     other ranks; this rank's output buffer is no longer written)."""
     with _table_lock:
         op = _table.pop(handle, None)
+        for k in (op.names if op is not None else ()):
+            if _busy.get(k) == handle:
+                del _busy[k]
     if op is not None:
         with op.lock:
             if not op.done:
@@ -316,6 +356,9 @@ def fail_all_pending():
     (its C handle is released); synchronize() on it raises KoloInternalError."""
     with _table_lock:
         ops = list(_table.values())
+        _busy.clear()  # a new session starts with no name in use
+    with _noname_lock:
+        _noname.clear()  # ... and counts its unnamed ops from 0 on every rank
     for op in ops:
         with op.lock:
             if not op.done:

@@ -35,7 +35,9 @@ new world (``rank()`` and ``size()`` report it).
 
 import copy
 import functools
+import math
 import os
+import random
 import time
 
 import torch
@@ -45,7 +47,7 @@ from ..errors import ERR_MEMBERSHIP_CHANGED, KoloInternalError
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .mpi_ops import allreduce
 
-__all__ = ["HostsUpdatedInterrupt", "ObjectState", "State", "TorchState", "run"]
+__all__ = ["ElasticSampler", "HostsUpdatedInterrupt", "ObjectState", "State", "TorchState", "run"]
 
 
 class HostsUpdatedInterrupt(RuntimeError):
@@ -155,17 +157,90 @@ class ObjectState(State):
             setattr(self, k, copy.deepcopy(v))
 
 
+class ElasticSampler(torch.utils.data.Sampler):
+    """Horovod's ElasticSampler: splits a dataset's indices among the ranks
+    and, after the world changes, splits the ones not yet processed in this
+    epoch among the new ranks.
+
+    The indices of an epoch (shuffled with seed + epoch when `shuffle`) skip
+    the `processed_num` already done; the rest is padded by repeating its
+    head to a multiple of size(), and rank r takes every size()-th index
+    from position r. Keep the sampler in a TorchState (it is then saved,
+    restored and synced from rank 0 with the state, and re-split at every
+    reset), call record_batch() after each batch and set_epoch() at the end
+    of each epoch."""
+
+    def __init__(self, dataset, shuffle=True, seed=0):
+        self.dataset = dataset
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self.processed_num = 0
+        self.processed_indices = set()  # (Horovod's attribute; unused)
+        self.num_replicas = 0
+        self.rank = 0
+        self.remaining_indices = []
+        self.num_samples = 0
+        self.total_size = 0
+        self.reset()
+
+    def set_epoch(self, epoch):
+        """Starts epoch `epoch` from its first index (call it at the end of
+        an epoch, so that a partial epoch is not repeated)."""
+        self.epoch = epoch
+        self.processed_num = 0
+        self.reset()
+
+    def record_batch(self, batch_idx, batch_size):
+        """Counts a batch of `batch_size` samples as processed on every rank."""
+        self.processed_num += batch_size * self.num_replicas
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "processed_num": self.processed_num}
+
+    def load_state_dict(self, state_dict):
+        self.epoch = state_dict["epoch"]
+        self.processed_num = state_dict["processed_num"]
+        self.reset()
+
+    def reset(self):
+        """Re-splits the remaining indices of the epoch among the current ranks."""
+        self.num_replicas = basics.size()
+        self.rank = basics.rank()
+        order = list(range(len(self.dataset)))
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(order)
+        self.remaining_indices = order[self.processed_num:]
+        self.num_samples = int(math.ceil(len(self.remaining_indices) / self.num_replicas))
+        self.total_size = self.num_samples * self.num_replicas
+
+    def __iter__(self):
+        idx = list(self.remaining_indices)
+        idx += idx[:self.total_size - len(idx)]
+        self.indices = idx[self.rank:self.total_size:self.num_replicas]
+        return iter(self.indices)
+
+    def __len__(self):
+        return self.num_samples
+
+
 class TorchState(ObjectState):
     """Horovod's TorchState: a model's and an optimizer's state_dict (copied
     at commit, loaded at restore, broadcast from rank 0 at sync) plus any
-    other attributes as keyword arguments (epoch=0, batch=0, ...)."""
+    other attributes as keyword arguments (epoch=0, batch=0, ...). An
+    ElasticSampler among them is kept by its state_dict and re-split among
+    the ranks at every sync."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         self.model = model
         self.optimizer = optimizer
         self._saved_model = None
         self._saved_optimizer = None
-        super().__init__(**kwargs)
+        self._samplers = {k: v for k, v in kwargs.items() if isinstance(v, ElasticSampler)}
+        self._saved_samplers = {}
+        for k, v in self._samplers.items():
+            setattr(self, k, v)
+        super().__init__(**{k: v for k, v in kwargs.items() if k not in self._samplers})
         self._save_torch()
 
     def _save_torch(self):
@@ -173,6 +248,7 @@ class TorchState(ObjectState):
             self._saved_model = copy.deepcopy(self.model.state_dict())
         if self.optimizer is not None:
             self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
+        self._saved_samplers = {k: s.state_dict() for k, s in self._samplers.items()}
 
     def save(self):
         self._save_torch()
@@ -183,6 +259,9 @@ class TorchState(ObjectState):
             self.model.load_state_dict(self._saved_model)
         if self.optimizer is not None and self._saved_optimizer is not None:
             self.optimizer.load_state_dict(self._saved_optimizer)
+        for k, s in self._samplers.items():
+            if k in self._saved_samplers:
+                s.load_state_dict(self._saved_samplers[k])
         super().restore()
 
     def sync(self):
@@ -190,6 +269,11 @@ class TorchState(ObjectState):
             broadcast_parameters(self.model.state_dict(), root_rank=0)
         if self.optimizer is not None:
             broadcast_optimizer_state(self.optimizer, root_rank=0)
+        if self._samplers:
+            states = broadcast_object({k: s.state_dict() for k, s in self._samplers.items()},
+                                      root_rank=0, name="__kolo.elastic.samplers")
+            for k, st in states.items():
+                self._samplers[k].load_state_dict(st)  # re-splits among the current ranks
         super().sync()
         # What every rank now has is the state to come back to.
         self._save_torch()

@@ -106,21 +106,54 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     return out
 
 
-def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
+def _init_optimizer_state(optimizer, model):
+    """Horovod's initialization of a fresh optimizer: every parameter that
+    requires a gradient gets a zero one (sparse for SparseAdam, and for SGD
+    on a sparse Embedding of `model`), then one local step of the wrapped
+    torch optimizer (no collective: a DistributedOptimizer's own step would
+    allreduce)."""
+    sparse_params = set()
+    if model is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding) and m.sparse:
+                sparse_params.update(id(p) for p in m.parameters())
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                sparse = isinstance(optimizer, torch.optim.SparseAdam) or (
+                    isinstance(optimizer, torch.optim.SGD) and id(p) in sparse_params)
+                if p.grad is not None and not p.grad.is_sparse and not sparse:
+                    with torch.no_grad():
+                        p.grad.zero_()  # in place: keeps a zero-copy gradient view
+                else:
+                    p.grad = p.data.new(p.size()).zero_()
+                    if sparse:
+                        p.grad = p.grad.to_sparse()
+    from . import optimizer as _opt
+    if type(optimizer).__module__ == _opt.__name__:  # a DistributedOptimizer (see optimizer.py)
+        super(optimizer.__class__, optimizer).step()
+    else:
+        optimizer.step()
+
+
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     """Makes every rank's optimizer state (per-parameter state and the
     options of each param group, e.g. the learning rate) equal to the root's.
 
-    Works with plain torch optimizers and kolo DistributedOptimizers. The
+    Works with plain torch optimizers and kolo DistributedOptimizers. As in
+    Horovod, a rank whose optimizer has no state yet first initializes it:
+    zero gradients (sparse ones for SparseAdam, and for SGD on the sparse
+    Embeddings of `model`) and one local step of the wrapped optimizer. The
     root's state layout (keys, shapes, dtypes, non-tensor values, param
-    group options) is broadcast first as an object; every rank then creates
-    or drops state entries to match it, and the tensors are broadcast in
-    place. No optimizer step is taken (unlike Horovod, which steps once with
-    zero gradients when the state is empty): a fresh optimizer stays fresh.
+    group options) is then broadcast as an object; every rank creates or
+    drops state entries to match it, and the tensors are broadcast in place.
     """
     pset = _prologue("broadcast_optimizer_state", process_set)
     _check_root(root_rank, "broadcast_optimizer_state", pset)
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("broadcast_optimizer_state: torch.optim.LBFGS state cannot be broadcast")
+    if len(optimizer.state_dict()["state"]) == 0:
+        _init_optimizer_state(optimizer, model)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     sd = optimizer.state_dict()  # per-param state dicts are the live ones
     layout = None

@@ -82,6 +82,12 @@ def _resolve_op(op, average, op_name):
     return op
 
 
+def _named(name, wires):
+    """The wire names to hold while the op is in flight (user-named ops
+    only: a second op of that name on this rank raises ValueError then)."""
+    return wires if name is not None else ()
+
+
 def _check_scale(v, what):
     try:
         return float(v)
@@ -171,7 +177,8 @@ def _allreduce_start(tensor, in_place, average, name, op, prescale_factor, posts
     post = _check_scale(postscale_factor, "postscale_factor")
     wire = _handles.op_name("allreduce", name, ps=pset.id)
     return _handles.start(_compressed_allreduce_gen(tensor, in_place, wire, op, pre, post,
-                                                    compression or Compression.none, pset.id))
+                                                    compression or Compression.none, pset.id),
+                          _named(name, [wire]), pset.id)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -248,7 +255,8 @@ def _grouped_start(tensors, in_place, average, name, op, prescale_factor, postsc
                             _handles.MAX_NAME_BYTES - 4, ps=pset.id)
     names = [_handles.fit_name("%s.%d" % (base, i)) for i in range(len(tensors))]
     return _handles.start(_grouped_allreduce_gen(list(tensors), in_place, names, op, pre, post,
-                                                 compression or Compression.none, pset.id))
+                                                 compression or Compression.none, pset.id),
+                          _named(name, names), pset.id)
 
 
 def _grouped_allreduce_gen(tensors, in_place, names, op, prescale, postscale, compression, ps):
@@ -305,9 +313,40 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                           process_set, compression)
 
 
+def _needs_grad(tensors):
+    return torch.is_grad_enabled() and isinstance(tensors, (list, tuple)) and any(
+        torch.is_tensor(t) and t.requires_grad for t in tensors)
+
+
+class _GroupedAllreduceFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, average, name, op, prescale, postscale, process_set, *tensors):
+        ctx.average, ctx.op, ctx.prescale, ctx.postscale = average, op, prescale, postscale
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allreduce_async(
+            list(tensors), average, name, op, prescale, postscale, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        g = grouped_allreduce(list(grad_output), average=ctx.average, op=ctx.op,
+                              prescale_factor=ctx.prescale, postscale_factor=ctx.postscale,
+                              process_set=ctx.process_set)
+        return (None, None, None, None, None, None) + tuple(g)
+
+
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """Allreduces a list of tensors as one group; returns the list of results."""
+    """Allreduces a list of tensors as one group; returns the list of results
+    (differentiable: the gradients are grouped-allreduced the same way)."""
+    if _needs_grad(tensors):
+        _prologue("grouped_allreduce", process_set)
+        if op is None and average is None:
+            op = Average
+        compression = compression or Compression.none
+        pairs = [compression.compress(t) for t in tensors]
+        outs = _GroupedAllreduceFn.apply(average, name, op, prescale_factor, postscale_factor,
+                                         process_set, *[c for c, _ in pairs])
+        return [compression.decompress(o, cctx) for o, (_, cctx) in zip(outs, pairs)]
     return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
                                                postscale_factor, process_set, compression))
 
@@ -367,7 +406,8 @@ def _broadcast_start(tensor, root_rank, name, process_set, in_place):
         target = tensor.detach().clone(memory_format=torch.contiguous_format)
     else:
         target = torch.empty(tensor.shape, dtype=tensor.dtype)
-    return _handles.start(_broadcast_gen(target, root_rank, wire, pset.id))
+    return _handles.start(_broadcast_gen(target, root_rank, wire, pset.id), _named(name, [wire]),
+                          pset.id)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -442,7 +482,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     pset = _prologue("allgather", process_set)
     _check_allgather(tensor, "allgather")
     wire = _handles.op_name("allgather", name, _GATHER_NAME_BYTES, ps=pset.id)
-    return _handles.start(_allgather_gen(tensor.detach(), wire, pset.id))
+    return _handles.start(_allgather_gen(tensor.detach(), wire, pset.id), _named(name, [wire]),
+                          pset.id)
 
 
 class _AllgatherFn(torch.autograd.Function):
@@ -487,7 +528,8 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
                             ps=pset.id)
     names = [_handles.fit_name("%s.%d" % (base, i), _GATHER_NAME_BYTES)
              for i in range(len(tensors))]
-    return _handles.start(_grouped_allgather_gen([t.detach() for t in tensors], names, pset.id))
+    return _handles.start(_grouped_allgather_gen([t.detach() for t in tensors], names, pset.id),
+                          _named(name, names), pset.id)
 
 
 def _grouped_allgather_gen(tensors, names, ps):
@@ -503,8 +545,33 @@ def _grouped_allgather_gen(tensors, names, ps):
         sub.abandon()  # frees libkolo's copies of the outputs
 
 
+class _GroupedAllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims = [t.shape[0] for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        ps = ctx.process_set
+        reduced = grouped_allreduce(list(grad_output), op=Average, process_set=ps)
+        dims = grouped_allgather([torch.tensor([d], dtype=torch.int64) for d in ctx.dims],
+                                 process_set=ps)
+        r = _prologue("grouped_allgather", ps).rank
+        offsets = [int(d[:r].sum().item()) for d in dims]
+        return (None, None) + tuple(g.narrow(0, o, d)
+                                    for g, o, d in zip(reduced, offsets, ctx.dims))
+
+
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    """Allgathers a list of tensors; returns the list of results."""
+    """Allgathers a list of tensors; returns the list of results
+    (differentiable, as allgather)."""
+    if _needs_grad(tensors):
+        _prologue("grouped_allgather", process_set)
+        for t in tensors:
+            _check_allgather(t, "grouped_allgather")
+        return list(_GroupedAllgatherFn.apply(name, process_set, *tensors))
     return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
@@ -594,7 +661,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     pset = _prologue("alltoall", process_set)
     sp = _alltoall_prepare(tensor, splits, "alltoall", pset)
     wire = _handles.op_name("alltoall", name, _ALLTOALL_NAME_BYTES, ps=pset.id)
-    return _handles.start(_alltoall_gen(tensor.detach(), sp, wire, pset))
+    return _handles.start(_alltoall_gen(tensor.detach(), sp, wire, pset), _named(name, [wire]),
+                          pset.id)
 
 
 class _AlltoallFn(torch.autograd.Function):
@@ -634,11 +702,27 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 
 def _scaled(t, factor):
-    """t * factor in float64, cast back to t's dtype (integers truncate
-    toward zero), as the agent applies allreduce's scale factors."""
+    """t * factor as Horovod scales a buffer on the CPU (ScaleBufferCPUImpl),
+    bit for bit: float32 multiplies by the factor rounded to float32,
+    float16/bfloat16 the same in float32 then round back, float64 in
+    float64, integers in float64 truncated toward zero."""
     if t.dtype == torch.float64:
         return t * factor
+    if t.dtype == torch.float32:
+        return t * torch.tensor(factor, dtype=torch.float32)
+    if t.dtype in (torch.float16, torch.bfloat16):
+        return (t.to(torch.float32) * torch.tensor(factor, dtype=torch.float32)).to(t.dtype)
     return (t.to(torch.float64) * factor).to(t.dtype)
+
+
+def _rs_native_op(op, postscale, size):
+    """(op submitted, factor applied after it). Average with a postscale is a
+    Sum followed by one scaling by postscale / size -- Horovod's own
+    arithmetic; without one the agent's Average already scales by 1 / size
+    exactly so (and still tells a Sum from an Average across ranks)."""
+    if op == Average and postscale != 1.0:
+        return Sum, postscale / size
+    return op, postscale
 
 
 def _reducescatter_prepare(tensor, prescale, pset):
@@ -656,10 +740,11 @@ def _reducescatter_gen(tensor, name, op, prescale, postscale, pset):
     """This rank's block of rows of the reduction over the set; postscale
     multiplies the output."""
     src, out = _reducescatter_prepare(tensor, prescale, pset)
+    op, post = _rs_native_op(op, postscale, pset.size)
     h = _native.submit_reducescatter(name, src, out, op, pset.id)
     yield [h]
-    if postscale != 1.0:
-        out = _scaled(out, postscale)
+    if post != 1.0:
+        out = _scaled(out, post)
     return out
 
 
@@ -684,7 +769,8 @@ def _reducescatter_start(tensor, name, op, prescale_factor, postscale_factor, pr
     pre = _check_scale(prescale_factor, "prescale_factor")
     post = _check_scale(postscale_factor, "postscale_factor")
     wire = _handles.op_name("reducescatter", name, ps=pset.id)
-    return _handles.start(_reducescatter_gen(tensor.detach(), wire, op, pre, post, pset))
+    return _handles.start(_reducescatter_gen(tensor.detach(), wire, op, pre, post, pset),
+                          _named(name, [wire]), pset.id)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -700,7 +786,9 @@ class _ReducescatterFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale, postscale, process_set):
         n = _prologue("reducescatter", process_set).size
-        ctx.scale = (1.0 / n if op == Average else 1.0) * prescale * postscale
+        # Horovod's gradient: Sum multiplies by the set's size, Average not;
+        # then the prescale and the postscale, one after the other.
+        ctx.scales = [f for f in ((n if op == Sum else 1), prescale, postscale) if f != 1]
         ctx.process_set = process_set
         return synchronize(reducescatter_async(tensor, name, op, process_set,
                                                prescale_factor=prescale,
@@ -708,10 +796,9 @@ class _ReducescatterFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        g = allgather(grad_output, process_set=ctx.process_set)
-        if ctx.scale != 1.0:
-            g = g * ctx.scale
-        return g, None, None, None, None, None
+        for f in ctx.scales:
+            grad_output = grad_output * f
+        return allgather(grad_output, process_set=ctx.process_set), None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
@@ -751,19 +838,20 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                             ps=pset.id)
     names = [_handles.fit_name("%s.%d" % (base, i)) for i in range(len(tensors))]
     return _handles.start(_grouped_reducescatter_gen([t.detach() for t in tensors], names, op,
-                                                     pre, post, pset))
+                                                     pre, post, pset), _named(name, names), pset.id)
 
 
 def _grouped_reducescatter_gen(tensors, names, op, prescale, postscale, pset):
     if not tensors:
         return []
     pairs = [_reducescatter_prepare(t, prescale, pset) for t in tensors]
+    op, post = _rs_native_op(op, postscale, pset.size)
     handles = _native.submit_grouped_reducescatter(names, [p[0] for p in pairs],
                                                    [p[1] for p in pairs], op, pset.id)
     yield handles
     outs = [p[1] for p in pairs]
-    if postscale != 1.0:
-        outs = [_scaled(o, postscale) for o in outs]
+    if post != 1.0:
+        outs = [_scaled(o, post) for o in outs]
     return outs
 
 
@@ -778,9 +866,33 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
         _dtypes.check_tensor(t, "grouped_reducescatter")
     compression = compression or Compression.none
     pairs = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_reducescatter_async([c for c, _ in pairs], name, op, process_set,
-                                                   prescale_factor, postscale_factor))
+    compressed = [c for c, _ in pairs]
+    if _needs_grad(compressed):
+        n = _prologue("grouped_reducescatter", process_set).size
+        _resolve_rs_op(op, "grouped_reducescatter")
+        pre = _check_scale(prescale_factor, "prescale_factor")
+        post = _check_scale(postscale_factor, "postscale_factor")
+        outs = _GroupedReducescatterFn.apply(name, op, process_set, pre, post, n, *compressed)
+    else:
+        outs = synchronize(grouped_reducescatter_async(compressed, name, op, process_set,
+                                                       prescale_factor, postscale_factor))
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
+
+
+class _GroupedReducescatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale, postscale, n, *tensors):
+        ctx.scales = [f for f in ((n if op == Sum else 1), prescale, postscale) if f != 1]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_reducescatter_async(
+            list(tensors), name, op, process_set, prescale, postscale)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        grads = list(grad_output)
+        for f in ctx.scales:
+            grads = [g * f for g in grads]
+        return (None,) * 6 + tuple(grouped_allgather(grads, process_set=ctx.process_set))
 
 
 # --------------------------------------------------------------------------
@@ -801,15 +913,26 @@ def _sparse_gen(tensor, name, op, pset):
 
 def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set):
     """Starts an allreduce of a sparse COO tensor (gathers every rank's
-    indices and values); synchronize() returns the summed (or averaged)
-    sparse tensor."""
+    indices and values). Returns a handle that is also callable, as in
+    Horovod: handle() (or synchronize(handle)) returns the summed (or
+    averaged) sparse tensor."""
     pset = _prologue("sparse_allreduce", process_set)
     if not torch.is_tensor(tensor) or not tensor.is_sparse:
         raise ValueError("kolo sparse_allreduce_async expects a sparse COO tensor")
     if op not in (Average, Sum):
         raise ValueError("kolo sparse_allreduce supports op=Average or op=Sum only")
     wire = _handles.op_name("sparse_allreduce", name, _GATHER_NAME_BYTES - 8, ps=pset.id)
-    return _handles.start(_sparse_gen(tensor.detach(), wire, op, pset))
+    return _SparseHandle(_handles.start(_sparse_gen(tensor.detach(), wire, op, pset),
+                                        _named(name, [wire]), pset.id))
+
+
+class _SparseHandle(int):
+    """sparse_allreduce_async's handle: Horovod returns a function that
+    waits and returns the result; this is one, and also an ordinary handle
+    for poll() and synchronize()."""
+
+    def __call__(self):
+        return synchronize(self)
 
 
 # --------------------------------------------------------------------------
@@ -827,7 +950,7 @@ def join(device=-1):
     """Horovod's join, for uneven inputs: this rank has run out of data. It
     takes no more part; until every rank has joined, the others' allreduces
     go on with zeros in its place (Average still divides by the full size,
-    as in Horovod) and their allgathers with no rows from it. Returns, on
+    as in Horovod); their other collectives (allgather too) fail. Returns, on
     every rank, the rank that joined last. `device` is accepted for
     Horovod compatibility (CPU tensors only). Waits at most KOLO_OP_TIMEOUT."""
     _handles.require_init()

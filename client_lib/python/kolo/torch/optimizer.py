@@ -16,6 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
+from .. import basics as _basics
 from ..errors import KoloNotImplementedError
 from . import mpi_ops
 from .compression import Compression
@@ -38,8 +39,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
+        # A rank outside the set takes no part (Horovod): its gradients stay
+        # local, step() is the wrapped optimizer's own.
+        members = getattr(process_set, "ranks", None)
+        self._included = members is None or _basics.rank() in members
         # Gradients are averaged within the set (its size divides Average).
-        self._set_size = _resolve_set(process_set, "DistributedOptimizer").size
+        self._set_size = (_resolve_set(process_set, "DistributedOptimizer").size
+                          if self._included else 1)
         self.backward_passes_per_step = backward_passes_per_step
 
         all_params = [p for g in self.param_groups for p in g["params"]]
@@ -248,7 +254,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those whose hook did
         not fire) and writes the averaged gradients into p.grad."""
-        if self._set_size == 1 and not self._handles:
+        if not self._included or (self._set_size == 1 and not self._handles):
             self._synchronized = True
             return
         done = set()
@@ -307,10 +313,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called without a backward pass after "
-                              "optimizer.synchronize(); wrap step() in "
-                              "`with optimizer.skip_synchronize():` when you synchronize "
-                              "yourself")
+                # Horovod's text, word for word (scripts and tests match it).
+                warnings.warn("optimizer.step() called without "
+                              "optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
@@ -364,7 +373,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         its size); every member must build the same optimizer. A rank
         outside the set gets ValueError.
     """
-    _resolve_set(process_set, "DistributedOptimizer")  # ValueError on a rank outside the set
+    members = getattr(process_set, "ranks", None)
+    if members is None or _basics.rank() in members:  # (outside the set: nothing to check)
+        _resolve_set(process_set, "DistributedOptimizer")  # ValueError: not registered
     if op == Adasum:
         raise KoloNotImplementedError("Adasum", "use op=Average")
     if gradient_predivide_factor != 1.0 and op != Average:
