@@ -1,8 +1,11 @@
 // The gRPC glue of `service Coordinator`. Handlers run on gRPC's threads;
-// they never touch state: they post the work to the loop (Core ...OnLoop)
-// and wait for the answer with a deadline. Streams and KV waits block the
-// handler thread on a queue, checking for cancellation and shutdown every
-// kPollInterval.
+// they never touch state: they post the work to the loop (Core ...OnLoop).
+// Unary calls wait for the loop's answer with a deadline. WatchJob and
+// KvGet, which wait for changes (a stream open for a job's life, a key that
+// appears later), use gRPC's callback API instead: they hold no thread
+// while waiting, so thousands of agents can watch (docs/coordinator.md,
+// "Scale"). WatchJob is a raw method: it writes each World's bytes,
+// serialized once for all watchers (watch_hub.h).
 //
 // Durability: a mutating call answers only once its journal records are on
 // disk (when the coordinator has a state dir). Authentication: with a bearer
@@ -25,12 +28,13 @@
 
 namespace kolo::coordinator {
 
-class CoordinatorService final : public coord::Coordinator::Service {
+using CoordinatorServiceBase = coord::Coordinator::WithRawCallbackMethod_WatchJob<
+    coord::Coordinator::WithCallbackMethod_KvGet<coord::Coordinator::Service>>;
+
+class CoordinatorService final : public CoordinatorServiceBase {
  public:
   // How long a handler waits for the loop to answer.
   static constexpr std::chrono::milliseconds kLoopTimeout{5000};
-  // How often a blocked handler checks for cancellation and shutdown.
-  static constexpr std::chrono::milliseconds kPollInterval{100};
 
   CoordinatorService(EventLoop* loop, Core* core, const std::atomic<bool>* shutting_down,
                      std::string auth_token = "")
@@ -48,12 +52,12 @@ class CoordinatorService final : public coord::Coordinator::Service {
                        coord::JoinJobReply* reply) override;
   grpc::Status LeaveJob(grpc::ServerContext* ctx, const coord::LeaveJobRequest* req,
                         coord::LeaveJobReply* reply) override;
-  grpc::Status WatchJob(grpc::ServerContext* ctx, const coord::WatchJobRequest* req,
-                        grpc::ServerWriter<coord::World>* writer) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::Status KvPut(grpc::ServerContext* ctx, const coord::KvPutRequest* req,
                      coord::KvPutReply* reply) override;
-  grpc::Status KvGet(grpc::ServerContext* ctx, const coord::KvGetRequest* req,
-                     coord::KvGetReply* reply) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const coord::KvGetRequest* req,
+                                  coord::KvGetReply* reply) override;
   grpc::Status ListJobs(grpc::ServerContext* ctx, const coord::ListJobsRequest* req,
                         coord::ListJobsReply* reply) override;
   grpc::Status ListAgents(grpc::ServerContext* ctx, const coord::ListAgentsRequest* req,

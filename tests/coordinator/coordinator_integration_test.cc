@@ -669,7 +669,7 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
                                            milliseconds(10000));
   EXPECT_EQ(no_watch.exit_code, 2) << no_watch.output;
   EXPECT_NE(no_watch.output.find("--max-watch-streams and --max-watch-streams-per-job must be "
-                                 "positive, got 0 and 512"),
+                                 "positive, got 0 and 8192"),
             std::string::npos)
       << no_watch.output;
 }
