@@ -17,7 +17,8 @@ template <typename Reply>
 struct Answer {
   grpc::Status status;
   Reply reply;
-  uint64_t seq = 0;  // the last journal record when the call was done
+  uint64_t seq = 0;      // the last journal record when the call was done
+  bool pending = false;  // job records of the call are still to be journaled
 };
 
 grpc::Status shuttingDown() {
@@ -37,9 +38,19 @@ grpc::Status CoordinatorService::onLoop(std::function<grpc::Status(Core*, Reply*
         Answer<Reply> a;
         a.status = fn(core, &a.reply);
         a.seq = core->lastRecordSeqOnLoop();
+        a.pending = core->jobRecordsPendingOnLoop();
         return a;
       },
       kLoopTimeout);
+  if (answer.isOk() && durable && sink_ != nullptr && answer->pending) {
+    // The group commit was posted behind the call: this turn runs after it.
+    auto seq = loop_->call<uint64_t>([core] { return core->lastRecordSeqOnLoop(); }, kLoopTimeout);
+    if (!seq.isOk()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "coordinator busy: " + seq.status().message());
+    }
+    answer->seq = *seq;
+  }
   if (!answer.isOk()) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "coordinator busy: " + answer.status().message());
