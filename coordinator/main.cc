@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -110,6 +111,11 @@ class CoordinatorMetrics {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Debian's Abseil is built without NDEBUG, so every absl::Mutex that gRPC
+  // takes is also tracked in a lock-order graph (deadlock detection): at
+  // thousands of agents that graph was about a fifth of the coordinator's CPU
+  // (docs/coordinator.md, "Scale"). It finds bugs in gRPC, not in us: off.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   kolo::Config config("kolo-coordinator");
   kolo::coordinator::defineFlags(config);
   kolo::Status st = config.load(argc, argv);

@@ -105,11 +105,18 @@ grpc::Status CoordinatorService::RegisterAgent(grpc::ServerContext* ctx,
       reply, /*durable=*/true);
 }
 
-grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*, const coord::HeartbeatRequest* req,
-                                           coord::HeartbeatReply* reply) {
-  return onLoop<coord::HeartbeatReply>(
-      [req = *req](Core* c, coord::HeartbeatReply* r) { return c->heartbeatOnLoop(req, r); },
-      reply);
+grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                        const coord::HeartbeatRequest* req,
+                                                        coord::HeartbeatReply* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (shutting_down_->load()) {
+    reactor->Finish(shuttingDown());
+    return reactor;
+  }
+  // `req` and `reply` stay valid until Finish, which the loop calls.
+  loop_->post(
+      [core = core_, req, reply, reactor] { reactor->Finish(core->heartbeatOnLoop(*req, reply)); });
+  return reactor;
 }
 
 grpc::Status CoordinatorService::JoinJob(grpc::ServerContext* ctx, const coord::JoinJobRequest* req,

@@ -1,7 +1,9 @@
 // The gRPC glue of `service Coordinator`. Handlers run on gRPC's threads;
 // they never touch state: they post the work to the loop (Core ...OnLoop).
-// Unary calls wait for the loop's answer with a deadline. WatchJob and
-// KvGet, which wait for changes (a stream open for a job's life, a key that
+// Unary calls wait for the loop's answer with a deadline. Heartbeat, the
+// one call every agent makes every interval, is a callback method: the loop
+// answers it, no thread waits for the loop. WatchJob and KvGet, which wait
+// for changes (a stream open for a job's life, a key that
 // appears later), use gRPC's callback API instead: they hold no thread
 // while waiting, so thousands of agents can watch (docs/coordinator.md,
 // "Scale"). WatchJob is a raw method: it writes each World's bytes,
@@ -28,8 +30,9 @@
 
 namespace kolo::coordinator {
 
-using CoordinatorServiceBase = coord::Coordinator::WithRawCallbackMethod_WatchJob<
-    coord::Coordinator::WithCallbackMethod_KvGet<coord::Coordinator::Service>>;
+using CoordinatorServiceBase =
+    coord::Coordinator::WithRawCallbackMethod_WatchJob<coord::Coordinator::WithCallbackMethod_KvGet<
+        coord::Coordinator::WithCallbackMethod_Heartbeat<coord::Coordinator::Service>>>;
 
 class CoordinatorService final : public CoordinatorServiceBase {
  public:
@@ -46,8 +49,9 @@ class CoordinatorService final : public CoordinatorServiceBase {
 
   grpc::Status RegisterAgent(grpc::ServerContext* ctx, const coord::RegisterAgentRequest* req,
                              coord::RegisterAgentReply* reply) override;
-  grpc::Status Heartbeat(grpc::ServerContext* ctx, const coord::HeartbeatRequest* req,
-                         coord::HeartbeatReply* reply) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const coord::HeartbeatRequest* req,
+                                      coord::HeartbeatReply* reply) override;
   grpc::Status JoinJob(grpc::ServerContext* ctx, const coord::JoinJobRequest* req,
                        coord::JoinJobReply* reply) override;
   grpc::Status LeaveJob(grpc::ServerContext* ctx, const coord::LeaveJobRequest* req,
