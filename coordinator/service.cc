@@ -145,11 +145,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     queue_->setListener([this] { pump(); });
   }
 
-  // Subscribes on the loop; the first World (or the refusal) comes from there.
+  // Subscribes on the loop; the first World (or the refusal) comes from
+  // there, through the queue: the closure never touches the reactor, which
+  // may be gone (cancelled) by the time it runs.
   void start() {
-    loop_->post([this, core = core_, req = req_, queue = queue_] {
+    loop_->post([core = core_, req = req_, queue = queue_] {
       grpc::Status st = core->watchOnLoop(req, queue);
-      if (!st.ok()) finishOnce(st);
+      if (!st.ok()) queue->close(st);
     });
   }
 

@@ -76,8 +76,8 @@ TEST(WatchHub, PublishSerializesOnceAndSharesTheBytes) {
   ASSERT_EQ(q2->take(&b), WatchQueue::Next::kWorld);
   EXPECT_EQ(a.get(), b.get());  // one World, one serialization, for every watcher
   coord::World parsed;
-  ASSERT_TRUE(parsed.ParseFromString(std::string(
-      reinterpret_cast<const char*>(a->bytes.begin()), a->bytes.size())));
+  ASSERT_TRUE(parsed.ParseFromString(
+      std::string(reinterpret_cast<const char*>(a->bytes.begin()), a->bytes.size())));
   EXPECT_EQ(parsed.generation(), 3u);
   EXPECT_FALSE(a->terminal);
   EXPECT_EQ(q1->take(&a), WatchQueue::Next::kTimeout);
