@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <mutex>
@@ -617,6 +618,19 @@ TEST_F(WatchLimitTest, StreamsPastTheLimitAreRefusedHeartbeatsAnsweredAndShutdow
   EXPECT_EQ(refusal.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(open.size(), static_cast<size_t>(kTotal));
   EXPECT_LT(Clock::now() - flood_start, milliseconds(30000));
+
+  // A stream is a callback reactor, not a thread: 100 open streams leave the
+  // coordinator with its usual few threads (a thread each before issue 20).
+  int threads = 0;
+  {
+    std::ifstream status("/proc/" + std::to_string(proc_.pid()) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("Threads:", 0) == 0) threads = std::stoi(line.substr(8));
+    }
+  }
+  EXPECT_GT(threads, 0);
+  EXPECT_LT(threads, kTotal / 2) << "threads with " << kTotal << " watch streams open";
 
   // With every stream open, heartbeats are still answered promptly.
   Intruder other(proc_.address());  // any client: its own connection
