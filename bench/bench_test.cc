@@ -11,6 +11,7 @@
 #include "bench/bench_check.h"
 #include "bench/bench_options.h"
 #include "bench/bench_table.h"
+#include "bench/coord_load_stats.h"
 #include "common/reduce.h"
 
 namespace kolo::bench {
@@ -414,6 +415,37 @@ TEST(CheckData, NanIsWrong) {
   EXPECT_EQ(countWrong(p, out.data(), 10), 0u);
   out[3] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(countWrong(p, out.data(), 10), 1u);
+}
+
+TEST(CoordLoadStats, PercentilesByNearestRank) {
+  std::vector<double> v;
+  for (int i = 1; i <= 100; ++i) v.push_back(i);
+  EXPECT_EQ(percentile(v, 50), 50);
+  EXPECT_EQ(percentile(v, 99), 99);
+  EXPECT_EQ(percentile({7}, 99), 7);
+  EXPECT_EQ(percentile({}, 50), 0);
+  Samples s;
+  s.add(2);
+  s.add(1);
+  s.add(3);
+  Summary sum = s.summary();
+  EXPECT_EQ(sum.count, 3u);
+  EXPECT_EQ(sum.p50, 2);
+  EXPECT_EQ(sum.max, 3);
+}
+
+TEST(CoordLoadStats, RowHasOneColumnPerHeaderField) {
+  CaseRow row;
+  row.agents = 4096;
+  row.jobs = 512;
+  row.lease_ms = 5000;
+  row.seal = {10, 1.5, 20.25, 30};
+  std::string line = formatCaseRow(row);
+  EXPECT_NE(line.find("4096"), std::string::npos);
+  EXPECT_NE(line.find("20.2"), std::string::npos);
+  EXPECT_NE(line.find(" yes"), std::string::npos);
+  row.failure = "x";
+  EXPECT_NE(formatCaseRow(row).find(" NO"), std::string::npos);
 }
 
 }  // namespace

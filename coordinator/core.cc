@@ -75,8 +75,19 @@ void Core::recordOnLoop(persist::Record record) {
   if (sink_->wantsCompaction()) sink_->compact(persistedStateOnLoop());
 }
 
+void Core::flushJobRecordsOnLoop() {
+  flush_posted_ = false;
+  std::set<std::string> dirty;
+  dirty.swap(dirty_jobs_);
+  // A job removed meanwhile was journaled by its removal.
+  for (const std::string& id : dirty) {
+    if (const Job* job = membership_.findJob(id)) recordOnLoop(persist::Record::jobState(*job));
+  }
+}
+
 void Core::shutdownOnLoop() {
   if (shutting_down_) return;
+  flushJobRecordsOnLoop();
   shutting_down_ = true;
   if (lease_timer_ != 0) loop_->cancelTimer(lease_timer_);
   if (retention_timer_ != 0) loop_->cancelTimer(retention_timer_);
@@ -92,11 +103,20 @@ void Core::applyOnLoop(const Changes& changes) {
   for (const std::string& id : changes.touched_jobs) {
     if (std::find(journaled.begin(), journaled.end(), id) != journaled.end()) continue;
     journaled.push_back(id);
+    if (coalesce_job_records_ && sink_ != nullptr) {
+      dirty_jobs_.insert(id);
+      continue;
+    }
     // A job removed by the same change is journaled by its removal below.
     if (const Job* job = membership_.findJob(id)) recordOnLoop(persist::Record::jobState(*job));
   }
   for (const Changes::Removed& r : changes.removed) {
+    dirty_jobs_.erase(r.job_id);
     recordOnLoop(persist::Record::jobRemoved(r.job_id));
+  }
+  if (!dirty_jobs_.empty() && !flush_posted_) {
+    flush_posted_ = true;
+    loop_->post([this] { flushJobRecordsOnLoop(); });
   }
   for (const coord::World& w : changes.worlds) watches_.publish(w);
   for (const Changes::Removed& r : changes.removed) {

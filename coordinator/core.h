@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "common/event_loop.h"
@@ -40,6 +41,19 @@ class Core {
   // The seq of the last record handed to the sink (0: none).
   uint64_t lastRecordSeqOnLoop() const { return last_seq_; }
   persist::RecordSink* sink() const { return sink_; }
+
+  // Group commit of job records. A "job" record holds the whole job (every
+  // member), so journaling it at each join or leave costs O(members) and a
+  // job of N agents forming costs O(N^2) bytes of journal. With coalescing
+  // on (the server turns it on), the touched jobs are journaled once, by a
+  // closure posted to the loop behind the calls already queued: a burst of
+  // joins to one job writes it once. Until then jobRecordsPendingOnLoop()
+  // is true, and a durable answer must take its seq from a later loop turn
+  // (service.cc). Off (tests, fuzzers driving the Core by hand): each change
+  // is journaled at once.
+  void setCoalesceJobRecords(bool on) { coalesce_job_records_ = on; }
+  bool jobRecordsPendingOnLoop() const { return !dirty_jobs_.empty(); }
+  void flushJobRecordsOnLoop();
 
   // Arms the lease-expiry and retention timers.
   void startOnLoop();
@@ -90,6 +104,9 @@ class Core {
   EventLoop::TimerId lease_timer_ = 0;
   EventLoop::TimerId retention_timer_ = 0;
   bool shutting_down_ = false;
+  bool coalesce_job_records_ = false;
+  std::set<std::string> dirty_jobs_;  // touched, not yet journaled
+  bool flush_posted_ = false;
 };
 
 }  // namespace kolo::coordinator

@@ -33,10 +33,10 @@ void defineFlags(Config& config) {
       .define("auth-token-file", KnobType::kString, "",
               "File holding a bearer token that RegisterAgent, JoinJob, LeaveJob and KvPut must "
               "carry ('authorization: Bearer <token>'); empty = none")
-      .define("max-watch-streams", KnobType::kInt, "1024",
-              "WatchJob streams served at once in total (each holds a gRPC thread); past it a "
-              "new stream is refused with RESOURCE_EXHAUSTED")
-      .define("max-watch-streams-per-job", KnobType::kInt, "512",
+      .define("max-watch-streams", KnobType::kInt, "16384",
+              "WatchJob streams served at once in total (a stream holds no thread, only its "
+              "buffers); past it a new stream is refused with RESOURCE_EXHAUSTED")
+      .define("max-watch-streams-per-job", KnobType::kInt, "8192",
               "WatchJob streams served at once for one job (at least its agents); past it a new "
               "stream is refused with RESOURCE_EXHAUSTED")
       .define("log-level", KnobType::kString, "",

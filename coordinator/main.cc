@@ -1,17 +1,16 @@
 // kolo-coordinator: jobs, rendezvous, membership generations, leases and a
 // job-scoped key-value store, over gRPC (proto/coordinator.proto).
+#include <absl/synchronization/mutex.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-
-#include <grpcpp/grpcpp.h>
-
-#include <atomic>
 #include <map>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -20,9 +19,9 @@
 #include "common/metrics.h"
 #include "common/metrics_http.h"
 #include "common/sd_notify.h"
-#include "kolo/proto/coordinator.grpc.pb.h"
 #include "coordinator/flags.h"
 #include "coordinator/server.h"
+#include "kolo/proto/coordinator.grpc.pb.h"
 
 namespace {
 
@@ -84,14 +83,19 @@ class CoordinatorMetrics {
     c2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     kolo::coord::ListAgentsReply agents;
     if (stub_->ListAgents(&c1, kolo::coord::ListAgentsRequest(), &agents).ok()) {
-      registry_.gauge("kolo_coordinator_agents", "Agents holding a lease").set(agents.agents_size());
+      registry_.gauge("kolo_coordinator_agents", "Agents holding a lease")
+          .set(agents.agents_size());
     }
     kolo::coord::ListJobsReply jobs;
     if (stub_->ListJobs(&c2, kolo::coord::ListJobsRequest(), &jobs).ok()) {
-      std::map<std::string, int> by_state = {{"FORMING", 0}, {"RUNNING", 0}, {"FAILED", 0}, {"FINISHED", 0}};
+      std::map<std::string, int> by_state = {
+          {"FORMING", 0}, {"RUNNING", 0}, {"FAILED", 0}, {"FINISHED", 0}};
       for (const auto& j : jobs.jobs()) by_state[kolo::coord::JobState_Name(j.state())]++;
       for (auto& [state, n] : by_state) {
-        registry_.gauge("kolo_coordinator_jobs", "Jobs known to the coordinator by state", {{"state", state}}).set(n);
+        registry_
+            .gauge("kolo_coordinator_jobs", "Jobs known to the coordinator by state",
+                   {{"state", state}})
+            .set(n);
       }
     }
     registry_.counter("kolo_coordinator_metric_polls_total", "Snapshots taken for /metrics").inc();
@@ -110,6 +114,11 @@ class CoordinatorMetrics {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Debian's Abseil is built without NDEBUG, so every absl::Mutex that gRPC
+  // takes is also tracked in a lock-order graph (deadlock detection): at
+  // thousands of agents that graph was about a fifth of the coordinator's CPU
+  // (docs/coordinator.md, "Scale"). It finds bugs in gRPC, not in us: off.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   kolo::Config config("kolo-coordinator");
   kolo::coordinator::defineFlags(config);
   kolo::Status st = config.load(argc, argv);

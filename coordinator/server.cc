@@ -102,6 +102,7 @@ CoordinatorServer::CoordinatorServer(const ServerOptions& options, const Clock* 
     : options_(options), journal_(std::move(journal)), loop_("coord-loop") {
   core_ = std::make_unique<Core>(&loop_, options.membership, clock, journal_.get(),
                                  options.watch_limits);
+  core_->setCoalesceJobRecords(true);
   service_ = std::make_unique<CoordinatorService>(&loop_, core_.get(), &shutting_down_,
                                                   std::move(auth_token));
 }

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -18,33 +17,8 @@ template <typename Reply>
 struct Answer {
   grpc::Status status;
   Reply reply;
-  uint64_t seq = 0;  // the last journal record when the call was done
-};
-
-// A KvGet result handed from the loop to the waiting handler thread.
-class KvWait {
- public:
-  void complete(std::optional<std::string> value) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-      value_ = std::move(value);
-    }
-    cv_.notify_all();
-  }
-  // True once complete; `out` gets the value.
-  bool waitFor(std::chrono::milliseconds timeout, std::optional<std::string>* out) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, timeout, [&] { return done_; })) return false;
-    *out = std::move(value_);
-    return true;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::optional<std::string> value_;
+  uint64_t seq = 0;      // the last journal record when the call was done
+  bool pending = false;  // job records of the call are still to be journaled
 };
 
 grpc::Status shuttingDown() {
@@ -64,9 +38,19 @@ grpc::Status CoordinatorService::onLoop(std::function<grpc::Status(Core*, Reply*
         Answer<Reply> a;
         a.status = fn(core, &a.reply);
         a.seq = core->lastRecordSeqOnLoop();
+        a.pending = core->jobRecordsPendingOnLoop();
         return a;
       },
       kLoopTimeout);
+  if (answer.isOk() && durable && sink_ != nullptr && answer->pending) {
+    // The group commit was posted behind the call: this turn runs after it.
+    auto seq = loop_->call<uint64_t>([core] { return core->lastRecordSeqOnLoop(); }, kLoopTimeout);
+    if (!seq.isOk()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "coordinator busy: " + seq.status().message());
+    }
+    answer->seq = *seq;
+  }
   if (!answer.isOk()) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "coordinator busy: " + answer.status().message());
@@ -121,11 +105,18 @@ grpc::Status CoordinatorService::RegisterAgent(grpc::ServerContext* ctx,
       reply, /*durable=*/true);
 }
 
-grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*, const coord::HeartbeatRequest* req,
-                                           coord::HeartbeatReply* reply) {
-  return onLoop<coord::HeartbeatReply>(
-      [req = *req](Core* c, coord::HeartbeatReply* r) { return c->heartbeatOnLoop(req, r); },
-      reply);
+grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                        const coord::HeartbeatRequest* req,
+                                                        coord::HeartbeatReply* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (shutting_down_->load()) {
+    reactor->Finish(shuttingDown());
+    return reactor;
+  }
+  // `req` and `reply` stay valid until Finish, which the loop calls.
+  loop_->post(
+      [core = core_, req, reply, reactor] { reactor->Finish(core->heartbeatOnLoop(*req, reply)); });
+  return reactor;
 }
 
 grpc::Status CoordinatorService::JoinJob(grpc::ServerContext* ctx, const coord::JoinJobRequest* req,
@@ -145,53 +136,134 @@ grpc::Status CoordinatorService::LeaveJob(grpc::ServerContext* ctx,
       /*durable=*/true);
 }
 
-grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* ctx,
-                                          const coord::WatchJobRequest* req,
-                                          grpc::ServerWriter<coord::World>* writer) {
-  auto queue = std::make_shared<WatchQueue>();
-  coord::World unused;
-  grpc::Status st = onLoop<coord::World>(
-      [req = *req, queue](Core* c, coord::World*) { return c->watchOnLoop(req, queue); }, &unused);
-  if (!st.ok()) return st;
-  // Unsubscribe however the stream ends.
-  struct Unwatch {
-    EventLoop* loop;
-    Core* core;
-    std::string job_id;
-    std::shared_ptr<WatchQueue> queue;
-    ~Unwatch() {
-      loop->post([core = core, job_id = job_id, queue = queue] {
-        core->unwatchOnLoop(job_id, queue.get());
-      });
-    }
-  } unwatch{loop_, core_, req->job_id(), queue};
-
-  auto logger = log::get("coord");
-  for (;;) {
-    coord::World world;
-    switch (queue->next(&world, kPollInterval)) {
-      case WatchQueue::Next::kWorld: {
-        bool terminal = isTerminal(world);
-        if (!writer->Write(world)) {
-          return grpc::Status(grpc::StatusCode::CANCELLED,
-                              fmt::format("watcher of job {} went away", req->job_id()));
-        }
-        if (terminal) return grpc::Status::OK;
-        break;
-      }
-      case WatchQueue::Next::kClosed:
-        logger->debug("job {}: watch of agent {} closed: {}", req->job_id(), req->agent_id(),
-                      queue->closeStatus().error_message());
-        return queue->closeStatus();
-      case WatchQueue::Next::kTimeout:
-        break;
-    }
-    if (ctx->IsCancelled()) {
-      logger->debug("job {}: watch of agent {} cancelled", req->job_id(), req->agent_id());
-      return grpc::Status::CANCELLED;
-    }
-    if (shutting_down_->load()) return shuttingDown();
+// One WatchJob stream. The loop pushes Worlds on the queue; the listener
+// starts a write whenever none is in flight. Deletes itself in OnDone.
+class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  WatchReactor(EventLoop* loop, Core* core, coord::WatchJobRequest req)
+      : loop_(loop), core_(core), req_(std::move(req)), queue_(std::make_shared<WatchQueue>()) {
+    queue_->setListener([this] { pump(); });
   }
+
+  // Subscribes on the loop; the first World (or the refusal) comes from
+  // there, through the queue: the closure never touches the reactor, which
+  // may be gone (cancelled) by the time it runs.
+  void start() {
+    loop_->post([core = core_, req = req_, queue = queue_] {
+      grpc::Status st = core->watchOnLoop(req, queue);
+      if (!st.ok()) queue->close(st);
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool terminal;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      terminal = current_ != nullptr && current_->terminal;
+      current_.reset();
+      if (!ok || cancelled_) terminal = true;
+    }
+    if (!ok || cancelled_) {
+      finishOnce(grpc::Status(grpc::StatusCode::CANCELLED,
+                              fmt::format("watcher of job {} went away", req_.job_id())));
+    } else if (terminal) {
+      finishOnce(grpc::Status::OK);
+    } else {
+      pump();
+    }
+  }
+
+  void OnCancel() override {
+    bool writing;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_ = true;
+      writing = writing_;
+    }
+    log::get("coord")->debug("job {}: watch of agent {} cancelled", req_.job_id(), req_.agent_id());
+    // A write in flight ends with ok=false and finishes there.
+    if (!writing) finishOnce(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    queue_->setListener(nullptr);  // no pump() runs after this
+    // Posted after the subscription, so it also undoes one that came late.
+    loop_->post([core = core_, job_id = req_.job_id(), queue = queue_] {
+      core->unwatchOnLoop(job_id, queue.get());
+    });
+    delete this;
+  }
+
+ private:
+  // Starts the next write, or finishes once the queue is closed.
+  void pump() {
+    std::shared_ptr<const PublishedWorld> world;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (writing_ || finished_ || cancelled_) return;
+      switch (queue_->take(&world)) {
+        case WatchQueue::Next::kWorld:
+          writing_ = true;
+          current_ = world;
+          buffer_ = grpc::ByteBuffer(&world->bytes, 1);  // a reference, no copy
+          break;
+        case WatchQueue::Next::kClosed:
+          break;
+        case WatchQueue::Next::kTimeout:
+          return;
+      }
+    }
+    if (world != nullptr) {
+      StartWrite(&buffer_);
+    } else {
+      grpc::Status why = queue_->closeStatus();
+      log::get("coord")->debug("job {}: watch of agent {} closed: {}", req_.job_id(),
+                               req_.agent_id(), why.error_message());
+      finishOnce(why);
+    }
+  }
+
+  void finishOnce(const grpc::Status& st) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(st);
+  }
+
+  EventLoop* loop_;
+  Core* core_;  // only dereferenced on the loop
+  const coord::WatchJobRequest req_;
+  std::shared_ptr<WatchQueue> queue_;
+  std::mutex mu_;
+  bool writing_ = false;
+  bool finished_ = false;
+  bool cancelled_ = false;
+  std::shared_ptr<const PublishedWorld> current_;  // keeps buffer_'s bytes alive
+  grpc::ByteBuffer buffer_;
+};
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::WatchJob(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
+  coord::WatchJobRequest req;
+  grpc::Status st;
+  if (!grpc::SerializationTraits<coord::WatchJobRequest>::Deserialize(
+           const_cast<grpc::ByteBuffer*>(request), &req)
+           .ok()) {
+    st = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "WatchJob: malformed request");
+  } else if (shutting_down_->load()) {
+    st = shuttingDown();
+  }
+  (void)ctx;
+  auto* reactor = new WatchReactor(loop_, core_, std::move(req));
+  if (!st.ok()) {
+    reactor->Finish(st);
+  } else {
+    reactor->start();
+  }
+  return reactor;
 }
 
 grpc::Status CoordinatorService::KvPut(grpc::ServerContext* ctx, const coord::KvPutRequest* req,
@@ -202,34 +274,31 @@ grpc::Status CoordinatorService::KvPut(grpc::ServerContext* ctx, const coord::Kv
       /*durable=*/true);
 }
 
-grpc::Status CoordinatorService::KvGet(grpc::ServerContext* ctx, const coord::KvGetRequest* req,
-                                       coord::KvGetReply* reply) {
-  auto wait = std::make_shared<KvWait>();
-  coord::KvGetReply unused;
-  grpc::Status st = onLoop<coord::KvGetReply>(
-      [req = *req, wait](Core* c, coord::KvGetReply*) {
-        return c->kvGetOnLoop(
-            req, [wait](std::optional<std::string> v) { wait->complete(std::move(v)); });
-      },
-      &unused);
-  if (!st.ok()) return st;
-  // The loop answers within wait_ms; the slack only guards against a stuck loop.
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(std::min(req->wait_ms(), kMaxKvWaitMs)) + kLoopTimeout;
-  std::optional<std::string> value;
-  while (!wait->waitFor(kPollInterval, &value)) {
-    if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
-    if (shutting_down_->load()) return shuttingDown();
-    if (std::chrono::steady_clock::now() > deadline) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          fmt::format("KvGet {} of job {}: the coordinator loop did not answer",
-                                      req->key(), req->job_id()));
-    }
+grpc::ServerUnaryReactor* CoordinatorService::KvGet(grpc::CallbackServerContext* ctx,
+                                                    const coord::KvGetRequest* req,
+                                                    coord::KvGetReply* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (shutting_down_->load()) {
+    reactor->Finish(shuttingDown());
+    return reactor;
   }
-  if (!value.has_value() && shutting_down_->load()) return shuttingDown();
-  reply->set_found(value.has_value());
-  if (value.has_value()) reply->set_value(std::move(*value));
-  return grpc::Status::OK;
+  // `reply` stays valid until Finish; the loop answers within wait_ms (the
+  // waiter's timer), or at shutdown when every waiter is failed.
+  const std::atomic<bool>* shutting_down = shutting_down_;
+  loop_->post([core = core_, req = *req, reactor, reply, shutting_down] {
+    grpc::Status st =
+        core->kvGetOnLoop(req, [reactor, reply, shutting_down](std::optional<std::string> value) {
+          if (!value.has_value() && shutting_down->load()) {
+            reactor->Finish(shuttingDown());
+            return;
+          }
+          reply->set_found(value.has_value());
+          if (value.has_value()) reply->set_value(std::move(*value));
+          reactor->Finish(grpc::Status::OK);
+        });
+    if (!st.ok()) reactor->Finish(st);
+  });
+  return reactor;
 }
 
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const coord::ListJobsRequest*,

@@ -1,8 +1,13 @@
 // The gRPC glue of `service Coordinator`. Handlers run on gRPC's threads;
-// they never touch state: they post the work to the loop (Core ...OnLoop)
-// and wait for the answer with a deadline. Streams and KV waits block the
-// handler thread on a queue, checking for cancellation and shutdown every
-// kPollInterval.
+// they never touch state: they post the work to the loop (Core ...OnLoop).
+// Unary calls wait for the loop's answer with a deadline. Heartbeat, the
+// one call every agent makes every interval, is a callback method: the loop
+// answers it, no thread waits for the loop. WatchJob and KvGet, which wait
+// for changes (a stream open for a job's life, a key that
+// appears later), use gRPC's callback API instead: they hold no thread
+// while waiting, so thousands of agents can watch (docs/coordinator.md,
+// "Scale"). WatchJob is a raw method: it writes each World's bytes,
+// serialized once for all watchers (watch_hub.h).
 //
 // Durability: a mutating call answers only once its journal records are on
 // disk (when the coordinator has a state dir). Authentication: with a bearer
@@ -25,12 +30,14 @@
 
 namespace kolo::coordinator {
 
-class CoordinatorService final : public coord::Coordinator::Service {
+using CoordinatorServiceBase =
+    coord::Coordinator::WithRawCallbackMethod_WatchJob<coord::Coordinator::WithCallbackMethod_KvGet<
+        coord::Coordinator::WithCallbackMethod_Heartbeat<coord::Coordinator::Service>>>;
+
+class CoordinatorService final : public CoordinatorServiceBase {
  public:
   // How long a handler waits for the loop to answer.
   static constexpr std::chrono::milliseconds kLoopTimeout{5000};
-  // How often a blocked handler checks for cancellation and shutdown.
-  static constexpr std::chrono::milliseconds kPollInterval{100};
 
   CoordinatorService(EventLoop* loop, Core* core, const std::atomic<bool>* shutting_down,
                      std::string auth_token = "")
@@ -42,18 +49,19 @@ class CoordinatorService final : public coord::Coordinator::Service {
 
   grpc::Status RegisterAgent(grpc::ServerContext* ctx, const coord::RegisterAgentRequest* req,
                              coord::RegisterAgentReply* reply) override;
-  grpc::Status Heartbeat(grpc::ServerContext* ctx, const coord::HeartbeatRequest* req,
-                         coord::HeartbeatReply* reply) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const coord::HeartbeatRequest* req,
+                                      coord::HeartbeatReply* reply) override;
   grpc::Status JoinJob(grpc::ServerContext* ctx, const coord::JoinJobRequest* req,
                        coord::JoinJobReply* reply) override;
   grpc::Status LeaveJob(grpc::ServerContext* ctx, const coord::LeaveJobRequest* req,
                         coord::LeaveJobReply* reply) override;
-  grpc::Status WatchJob(grpc::ServerContext* ctx, const coord::WatchJobRequest* req,
-                        grpc::ServerWriter<coord::World>* writer) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::Status KvPut(grpc::ServerContext* ctx, const coord::KvPutRequest* req,
                      coord::KvPutReply* reply) override;
-  grpc::Status KvGet(grpc::ServerContext* ctx, const coord::KvGetRequest* req,
-                     coord::KvGetReply* reply) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const coord::KvGetRequest* req,
+                                  coord::KvGetReply* reply) override;
   grpc::Status ListJobs(grpc::ServerContext* ctx, const coord::ListJobsRequest* req,
                         coord::ListJobsReply* reply) override;
   grpc::Status ListAgents(grpc::ServerContext* ctx, const coord::ListAgentsRequest* req,

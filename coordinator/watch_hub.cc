@@ -4,13 +4,30 @@
 
 namespace kolo::coordinator {
 
+namespace {
+
+grpc::Slice serialize(const coord::World& w) {
+  std::string bytes = w.SerializeAsString();
+  return grpc::Slice(std::move(bytes));
+}
+
+}  // namespace
+
+PublishedWorld::PublishedWorld(coord::World w)
+    : world(std::move(w)), bytes(serialize(world)), terminal(isTerminal(world)) {}
+
 void WatchQueue::push(coord::World world) {
+  push(std::make_shared<const PublishedWorld>(std::move(world)));
+}
+
+void WatchQueue::push(std::shared_ptr<const PublishedWorld> world) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     worlds_.push_back(std::move(world));
   }
   cv_.notify_all();
+  notify();
 }
 
 void WatchQueue::close(grpc::Status why) {
@@ -21,11 +38,32 @@ void WatchQueue::close(grpc::Status why) {
     close_status_ = std::move(why);
   }
   cv_.notify_all();
+  notify();
+}
+
+void WatchQueue::notify() {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  if (listener_) listener_();
+}
+
+void WatchQueue::setListener(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  listener_ = std::move(fn);
 }
 
 WatchQueue::Next WatchQueue::next(coord::World* out, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return !worlds_.empty() || closed_; });
+  if (!worlds_.empty()) {
+    *out = worlds_.front()->world;
+    worlds_.pop_front();
+    return Next::kWorld;
+  }
+  return closed_ ? Next::kClosed : Next::kTimeout;
+}
+
+WatchQueue::Next WatchQueue::take(std::shared_ptr<const PublishedWorld>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (!worlds_.empty()) {
     *out = std::move(worlds_.front());
     worlds_.pop_front();
@@ -54,7 +92,8 @@ void WatchHub::remove(const std::string& job_id, const WatchQueue* queue) {
 void WatchHub::publish(const coord::World& world) {
   auto it = watchers_.find(world.job_id());
   if (it == watchers_.end()) return;
-  for (auto& q : it->second) q->push(world);
+  auto shared = std::make_shared<const PublishedWorld>(world);
+  for (auto& q : it->second) q->push(shared);
 }
 
 void WatchHub::closeJob(const std::string& job_id, const grpc::Status& why) {

@@ -1,14 +1,23 @@
 // WatchJob plumbing. Each WatchJob stream has a WatchQueue shared by the
-// loop (which pushes Worlds) and the gRPC handler thread (which writes them
-// out). The WatchHub, owned by the loop, knows the queues of every job and
-// delivers each World change to all of them in order.
+// loop (which pushes Worlds) and the stream's gRPC reactor (which writes them
+// out without holding a thread: service.cc). The WatchHub, owned by the loop,
+// knows the queues of every job and delivers each World change to all of
+// them in order.
+//
+// Scale: a World lists every agent of its job, so with N watchers a change
+// is O(N) bytes N times. The hub builds and serializes each World once
+// (PublishedWorld) and every queue holds a reference to it: the loop's cost
+// of a change is O(N) pointer pushes plus one serialization, and the bytes
+// go out as a shared, reference-counted slice.
 #pragma once
 
+#include <grpcpp/support/slice.h>
 #include <grpcpp/support/status.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,32 +28,55 @@
 
 namespace kolo::coordinator {
 
+// One World as published to every watcher of its job: the message and its
+// wire bytes, built once.
+struct PublishedWorld {
+  explicit PublishedWorld(coord::World w);
+  coord::World world;
+  grpc::Slice bytes;  // world serialized; slices share one buffer
+  bool terminal = false;
+};
+
 class WatchQueue {
  public:
   enum class Next { kWorld, kClosed, kTimeout };
 
   // Producer side (the loop).
   void push(coord::World world);
+  void push(std::shared_ptr<const PublishedWorld> world);
   // Ends the stream with `why` once the queued Worlds have been taken.
   void close(grpc::Status why);
 
-  // Consumer side (the handler thread): waits up to `timeout` for a World.
+  // Consumer side: waits up to `timeout` for a World.
   Next next(coord::World* out, std::chrono::milliseconds timeout);
+  // Without waiting, by reference (what the stream reactor writes).
+  Next take(std::shared_ptr<const PublishedWorld>* out);
   grpc::Status closeStatus() const;
 
+  // `fn` runs (on the producer's thread) after every push and close, so an
+  // asynchronous consumer can take() without polling. Clearing it (nullptr)
+  // waits for a running call to return: after that `fn` is never called.
+  void setListener(std::function<void()> fn);
+
  private:
+  void notify();
+
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<coord::World> worlds_;
+  std::deque<std::shared_ptr<const PublishedWorld>> worlds_;
   bool closed_ = false;
   grpc::Status close_status_;
+  std::mutex listener_mu_;  // held while the listener runs
+  std::function<void()> listener_;
 };
 
-// How many WatchJob streams the coordinator serves at once (each holds a
-// gRPC thread while open): past them a new stream is RESOURCE_EXHAUSTED.
+// How many WatchJob streams the coordinator serves at once: past them a new
+// stream is RESOURCE_EXHAUSTED. A stream costs no thread (a callback
+// reactor), only its connection's memory, so the bounds are sized to the
+// agents a coordinator serves (docs/coordinator.md, "Scale").
 struct WatchLimits {
-  size_t total = 1024;
-  size_t per_job = 512;
+  size_t total = 16384;
+  size_t per_job = 8192;
 };
 
 // Loop-only.
@@ -52,7 +84,7 @@ class WatchHub {
  public:
   void add(const std::string& job_id, std::shared_ptr<WatchQueue> queue);
   void remove(const std::string& job_id, const WatchQueue* queue);
-  // Delivers the World to every watcher of its job.
+  // Delivers the World to every watcher of its job (serialized once).
   void publish(const coord::World& world);
   void closeJob(const std::string& job_id, const grpc::Status& why);
   void closeAll(const grpc::Status& why);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <mutex>
@@ -618,6 +619,19 @@ TEST_F(WatchLimitTest, StreamsPastTheLimitAreRefusedHeartbeatsAnsweredAndShutdow
   EXPECT_EQ(open.size(), static_cast<size_t>(kTotal));
   EXPECT_LT(Clock::now() - flood_start, milliseconds(30000));
 
+  // A stream is a callback reactor, not a thread: 100 open streams leave the
+  // coordinator with its usual few threads (a thread each before issue 20).
+  int threads = 0;
+  {
+    std::ifstream status("/proc/" + std::to_string(proc_.pid()) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("Threads:", 0) == 0) threads = std::stoi(line.substr(8));
+    }
+  }
+  EXPECT_GT(threads, 0);
+  EXPECT_LT(threads, kTotal / 2) << "threads with " << kTotal << " watch streams open";
+
   // With every stream open, heartbeats are still answered promptly.
   Intruder other(proc_.address());  // any client: its own connection
   for (int i = 0; i < 20; ++i) {
@@ -669,7 +683,7 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
                                            milliseconds(10000));
   EXPECT_EQ(no_watch.exit_code, 2) << no_watch.output;
   EXPECT_NE(no_watch.output.find("--max-watch-streams and --max-watch-streams-per-job must be "
-                                 "positive, got 0 and 512"),
+                                 "positive, got 0 and 8192"),
             std::string::npos)
       << no_watch.output;
 }

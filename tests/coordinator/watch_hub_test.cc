@@ -64,5 +64,41 @@ TEST(WatchHub, CloseDrainsQueuedWorldsFirstAndWakesAWaiter) {
   EXPECT_EQ(got, WatchQueue::Next::kClosed);
 }
 
+TEST(WatchHub, PublishSerializesOnceAndSharesTheBytes) {
+  WatchHub hub;
+  auto q1 = std::make_shared<WatchQueue>();
+  auto q2 = std::make_shared<WatchQueue>();
+  hub.add("j", q1);
+  hub.add("j", q2);
+  hub.publish(world("j", coord::RUNNING, 3));
+  std::shared_ptr<const PublishedWorld> a, b;
+  ASSERT_EQ(q1->take(&a), WatchQueue::Next::kWorld);
+  ASSERT_EQ(q2->take(&b), WatchQueue::Next::kWorld);
+  EXPECT_EQ(a.get(), b.get());  // one World, one serialization, for every watcher
+  coord::World parsed;
+  ASSERT_TRUE(parsed.ParseFromString(
+      std::string(reinterpret_cast<const char*>(a->bytes.begin()), a->bytes.size())));
+  EXPECT_EQ(parsed.generation(), 3u);
+  EXPECT_FALSE(a->terminal);
+  EXPECT_EQ(q1->take(&a), WatchQueue::Next::kTimeout);
+}
+
+TEST(WatchQueue, ListenerRunsOnPushAndCloseUntilCleared) {
+  WatchQueue q;
+  int calls = 0;
+  q.setListener([&] { ++calls; });
+  q.push(world("j", coord::RUNNING, 1));
+  EXPECT_EQ(calls, 1);
+  q.close(grpc::Status(grpc::StatusCode::ABORTED, "gone"));
+  EXPECT_EQ(calls, 2);
+  q.setListener(nullptr);
+  q.push(world("j", coord::RUNNING, 2));  // closed, and no listener
+  EXPECT_EQ(calls, 2);
+  std::shared_ptr<const PublishedWorld> w;
+  EXPECT_EQ(q.take(&w), WatchQueue::Next::kWorld);
+  EXPECT_TRUE(w->world.generation() == 1);
+  EXPECT_EQ(q.take(&w), WatchQueue::Next::kClosed);
+}
+
 }  // namespace
 }  // namespace kolo::coordinator
