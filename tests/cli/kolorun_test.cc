@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <regex>
@@ -181,6 +182,48 @@ TEST_F(KolorunTest, SigtermToKolorunEndsEverything) {
   EXPECT_NE(p.err().find("kolorun: got SIGTERM; stopping the ranks"), std::string::npos) << p.err();
   EXPECT_TRUE(std::regex_search(p.err(), std::regex("2 ranks finished in [0-9.]+ s, stopped by SIGTERM"))) << p.err();
   EXPECT_TRUE(leftovers().empty()) << "the private directory was not removed";
+}
+
+// The direct children of `pid` (from /proc/*/stat).
+std::vector<pid_t> childrenOf(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == pid) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+TEST_F(KolorunTest, Kill9OfKolorunTakesRanksGrandchildrenDaemonsAndTempDirWithIt) {
+  // Each rank is a shell wrapper whose real work is a grandchild of kolorun.
+  TestProcess p(kolorun({"-np", "2", "sh", "-c", "sleep 1000 & echo up $$ $!; wait"}), env(), unset());
+  ASSERT_TRUE(p.waitForStdout("[0]<stdout>:up ", 60s)) << p.err();
+  ASSERT_TRUE(p.waitForStdout("[1]<stdout>:up ", 60s)) << p.err();
+  std::vector<pid_t> pids = childrenOf(p.pid());  // ranks, daemons, the reaper
+  ASSERT_GE(pids.size(), 3u);
+  std::string out = p.out();
+  const std::regex up("<stdout>:up ([0-9]+) ([0-9]+)\n");
+  int grandchildren = 0;
+  for (std::sregex_iterator it(out.begin(), out.end(), up), end; it != end; ++it) {
+    pids.push_back(std::stoi((*it)[2]));
+    ++grandchildren;
+  }
+  ASSERT_EQ(grandchildren, 2) << out;
+  ASSERT_EQ(leftovers().size(), 1u);
+  ::kill(p.pid(), SIGKILL);
+  ASSERT_EQ(p.wait(10s), 128 + SIGKILL);
+  for (pid_t pid : pids) EXPECT_TRUE(waitProcessGone(pid, 5s)) << "pid " << pid << " survived kill -9 of kolorun";
+  EXPECT_TRUE(leftovers().empty()) << "the private directory survived kill -9 of kolorun";
 }
 
 TEST_F(KolorunTest, SigintIsForwardedToTheRanks) {
