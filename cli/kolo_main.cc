@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
 
   CLI::App app("kolo: status and control of the kolo agent and coordinator", "kolo");
   app.require_subcommand(1);
+  app.set_version_flag("--version", "kolo " KOLO_VERSION);
   // TLS and token flags, resolved with the environment in resolveSecurity().
   std::map<std::string, std::string> security_flags;
   auto security_opts = [&](CLI::App* sub, const std::string& peer, const std::string& env) {
@@ -99,7 +100,19 @@ int main(int argc, char** argv) {
   agent_opt(drain);
   json_opt(drain);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors: one readable line, exit 2 (CLI11's own codes are 100+).
+    std::cerr << "kolo: " << e.what() << " (see kolo --help)\n";
+    return 2;
+  }
 
   std::map<std::string, std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {

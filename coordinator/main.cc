@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <string_view>
 
 #include <grpcpp/grpcpp.h>
 
@@ -110,6 +111,13 @@ class CoordinatorMetrics {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --version (before "--"): the version, exit 0.
+  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+    if (std::string_view(argv[i]) == "--version") {
+      std::printf("%s %s\n", "kolo-coordinator", KOLO_VERSION);
+      return 0;
+    }
+  }
   kolo::Config config("kolo-coordinator");
   kolo::coordinator::defineFlags(config);
   kolo::Status st = config.load(argc, argv);

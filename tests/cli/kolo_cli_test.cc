@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -65,12 +66,57 @@ TEST(KoloCli, DefaultAgentAddressComesFromTheEnvironment) {
   EXPECT_NE(r.err.find("cannot reach the kolo agent at " + closed.address()), std::string::npos) << r.err;
 }
 
+TEST(KoloCli, VersionOnEveryDaemonAndTheCli) {
+  for (const char* prog : {"kolo", "kolo-agent", "kolo-coordinator"}) {
+    std::string path = binDir() + "/" + prog;
+    if (::access(path.c_str(), X_OK) != 0) continue;  // daemons not built
+    auto r = runCommand({path, "--version"}, {}, 30s);
+    EXPECT_EQ(r.code, 0) << prog << ": " << r.err;
+    EXPECT_TRUE(r.out.rfind(std::string(prog) + " ", 0) == 0) << r.out;
+    EXPECT_EQ(r.out.back(), '\n') << r.out;
+  }
+}
+
+TEST(KoloCli, DaemonUsageErrorsExit2WithAReadableLine) {
+  for (const char* prog : {"kolo-agent", "kolo-coordinator"}) {
+    std::string path = binDir() + "/" + prog;
+    if (::access(path.c_str(), X_OK) != 0) continue;
+    auto r = runCommand({path, "--no-such-flag"}, {}, 30s);
+    EXPECT_EQ(r.code, 2) << prog << ": " << r.err;
+    EXPECT_NE(r.err.find(std::string(prog) + ": "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--no-such-flag"), std::string::npos) << r.err;
+  }
+}
+
+TEST(KoloCli, AgentReadsKoloAgentSocketAndKoloSocketAsADeprecatedAlias) {
+  const std::string agent = binDir() + "/kolo-agent";
+  if (::access(agent.c_str(), X_OK) != 0) GTEST_SKIP() << "kolo-agent is not built";
+  auto r = runCommand({agent, "--dump-config"}, {{"KOLO_AGENT_SOCKET", "/x/new.sock"}}, 30s, {"KOLO_SOCKET"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("socket = \"/x/new.sock\"  # env KOLO_AGENT_SOCKET"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("deprecated"), std::string::npos) << r.err;
+  r = runCommand({agent, "--dump-config"}, {{"KOLO_SOCKET", "/x/old.sock"}}, 30s, {"KOLO_AGENT_SOCKET"});
+  EXPECT_NE(r.out.find("socket = \"/x/old.sock\"  # env KOLO_SOCKET"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("kolo-agent: KOLO_SOCKET is deprecated; set KOLO_AGENT_SOCKET instead\n"), std::string::npos)
+      << r.err;
+  r = runCommand({agent, "--dump-config"}, {{"KOLO_SOCKET", "/x/old.sock"}, {"KOLO_AGENT_SOCKET", "/x/new.sock"}}, 30s);
+  EXPECT_NE(r.out.find("socket = \"/x/new.sock\""), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("KOLO_SOCKET is deprecated and ignored: KOLO_AGENT_SOCKET=/x/new.sock is set"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(KoloCli, UsageErrors) {
   auto none = runCommand(kolo({}), {}, 30s);
-  EXPECT_NE(none.code, 0);
+  EXPECT_EQ(none.code, 2) << none.err;
+  EXPECT_NE(none.err.find("kolo: A subcommand is required (see kolo --help)\n"), std::string::npos) << none.err;
   auto job = runCommand(kolo({"job"}), {}, 30s);
-  EXPECT_NE(job.code, 0);
-  EXPECT_NE(job.err.find("ID"), std::string::npos) << job.err;
+  EXPECT_EQ(job.code, 2) << job.err;
+  EXPECT_NE(job.err.find("kolo: ID is required (see kolo --help)"), std::string::npos) << job.err;
+  auto bogus = runCommand(kolo({"status", "--bogus"}), {}, 30s);
+  EXPECT_EQ(bogus.code, 2) << bogus.err;
+  EXPECT_NE(bogus.err.find("kolo: The following argument was not expected: --bogus"), std::string::npos)
+      << bogus.err;
   auto help = runCommand(kolo({"--help"}), {}, 30s);
   EXPECT_EQ(help.code, 0);
   for (const char* cmd : {"status", "jobs", "agents", "job", "timeline", "drain"}) {
