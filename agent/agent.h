@@ -43,6 +43,9 @@ class Agent {
   Status start();
   void run();
   void stop();  // thread-safe
+  // The SIGTERM/SIGINT that ended start() (while it waited for the
+  // coordinator), or 0.
+  int stopSignal() const { return stop_signal_; }
   EventLoop& loop() { return loop_; }
   const AgentOptions& options() const { return opts_; }
 
@@ -143,6 +146,9 @@ class Agent {
   std::unique_ptr<CoordClient> coord_;
   UniqueFd listen_fd_;
   UniqueFd signal_fd_;
+  int stop_signal_ = 0;
+  // registerAgent, abandoned at once on SIGTERM/SIGINT.
+  Status registerWatchingSignals();
   std::unique_ptr<grpc::Service> rpc_service_;
   std::unique_ptr<grpc::Server> rpc_server_;
   int rpc_port_ = 0;

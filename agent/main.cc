@@ -66,6 +66,11 @@ int main(int argc, char** argv) {
   }
   kolo::Agent agent(*opts);
   st = agent.start();
+  if (!st.isOk() && agent.stopSignal() != 0) {
+    // SIGTERM while waiting for the coordinator: a clean stop, not a failure.
+    kolo::log::get("agent")->info("{}", st.message());
+    return 0;
+  }
   if (!st.isOk()) {
     kolo::log::get("agent")->error("cannot start: {}", st.toString());
     std::fprintf(stderr, "kolo-agent: cannot start: %s\n", st.message().c_str());

@@ -174,6 +174,57 @@ class KoloCliDaemons : public ::testing::Test {
   std::string coordinator_address_, agent_address_, socket_;
 };
 
+// systemd and Kubernetes stop the agent with SIGTERM: it must go within 1 s,
+// also while it still waits for an absent coordinator at start.
+TEST(KoloAgentLifecycle, SigtermWhileWaitingForAnAbsentCoordinatorStopsItWithin1s) {
+  ClosedPort closed;
+  TempDir tmp;
+  TestProcess agent({binDir() + "/kolo-agent", "--socket", tmp.path() + "/agent.sock", "--coordinator",
+                     closed.address(), "--rpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"},
+                    {{"KOLO_LOG_LEVEL", "info"}});
+  // Logged just before it registers.
+  ASSERT_TRUE(agent.waitForStderr("metrics on http://", 30s)) << agent.err();
+  auto t0 = std::chrono::steady_clock::now();
+  agent.signal(SIGTERM);
+  auto code = agent.wait(5s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << agent.err();
+  EXPECT_EQ(code, 0) << agent.err();
+  EXPECT_NE(agent.err().find("stopped by SIGTERM while waiting for the coordinator at " + closed.address()),
+            std::string::npos)
+      << agent.err();
+}
+
+TEST(KoloAgentLifecycle, AbsentCoordinatorIsSaidSoWithoutATlsHint) {
+  ClosedPort closed;
+  TempDir tmp;
+  auto r = runCommand({binDir() + "/kolo-agent", "--socket", tmp.path() + "/agent.sock", "--coordinator",
+                       closed.address(), "--rpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                       "--register-timeout-s", "1"},
+                      {{"KOLO_LOG_LEVEL", "warn"}}, 30s);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("kolo-agent: cannot start: cannot register with the coordinator at " + closed.address()),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("(nothing is listening at " + closed.address() +
+                       ": Connection refused; is kolo-coordinator running there? check --coordinator)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("TLS"), std::string::npos) << r.err;
+}
+
+TEST_F(KoloCliDaemons, CoordinatorDownHeartbeatFailuresAreThrottledAndSigtermStillStopsWithin1s) {
+  coordinator_->signal(SIGKILL);
+  ASSERT_TRUE(coordinator_->wait(10s).has_value());
+  ASSERT_TRUE(agent_->waitForStderr("heartbeat to " + coordinator_address_ + " failed (1 in a row)", 30s))
+      << agent_->err();
+  // The heartbeat runs every second; the next line may come 30 s later.
+  EXPECT_FALSE(agent_->waitForStderr("(2 in a row)", 3500ms)) << agent_->err();
+  auto t0 = std::chrono::steady_clock::now();
+  agent_->signal(SIGTERM);
+  EXPECT_EQ(agent_->wait(5s), 0) << agent_->err();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << agent_->err();
+}
+
 TEST_F(KoloCliDaemons, Status) {
   auto r = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
   ASSERT_EQ(r.code, 0) << r.err;
