@@ -279,6 +279,7 @@ Status Agent::startRpcServer() {
     return unavailable("cannot serve gRPC on " + opts_.rpc_listen + " (address in use?)");
   }
   rpc_server_->GetHealthCheckService()->SetServingStatus(true);
+  rpc_server_->GetHealthCheckService()->SetServingStatus(kHealthService, true);
   logger()->info("status service on port {}", rpc_port_);
   return okStatus();
 }
@@ -753,6 +754,8 @@ void Agent::updateGaugesOnLoop() {
   for (auto& [id, c] : conns_) clients += !c->job_id.empty();
   metrics_.gauge("kolo_clients", "Trainer processes connected to this agent").set(clients);
   metrics_.gauge("kolo_jobs", "Jobs with ranks on this agent").set(static_cast<double>(jobs_.size()));
+  metrics_.gauge("kolo_agent_draining", "1 while the agent is drained (kolo drain): it admits no new trainers")
+      .set(draining_ ? 1 : 0);
 }
 
 }  // namespace kolo

@@ -59,6 +59,9 @@ class Agent {
   std::string metricsText() const { return metrics_.render(); }  // any thread
   std::vector<const Job*> jobsOnLoop() const;
   void drainOnLoop();
+  void undrainOnLoop();
+  // The gRPC health service name that reads NOT_SERVING while drained.
+  static constexpr const char* kHealthService = "kolo.agentrpc.Agent";
   // Starts (path non-empty) or stops the timeline; returns the path in use.
   StatusOr<std::string> timelineOnLoop(bool start, const std::string& path, bool mark_cycles);
 
@@ -149,6 +152,7 @@ class Agent {
   int stop_signal_ = 0;
   // registerAgent, abandoned at once on SIGTERM/SIGINT.
   Status registerWatchingSignals();
+  void setDrainingOnLoop(bool draining);
   std::unique_ptr<grpc::Service> rpc_service_;
   std::unique_ptr<grpc::Server> rpc_server_;
   int rpc_port_ = 0;

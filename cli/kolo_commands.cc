@@ -196,4 +196,18 @@ int cmdDrain(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
+int cmdUndrain(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
+  grpc::ClientContext ctx;
+  prepare(ctx, o, o.agent_security);
+  agentrpc::UndrainReply reply;
+  grpc::Status s = agentStub(o)->Undrain(&ctx, agentrpc::UndrainRequest(), &reply);
+  if (!s.ok()) return fail(err, "agent", o.agent, s, o.agent_security, "agent");
+  if (o.json) {
+    out << nlohmann::json{{"agent", o.agent}, {"draining", false}}.dump(2) << "\n";
+  } else {
+    out << "the kolo agent at " << o.agent << " takes new jobs again\n";
+  }
+  return 0;
+}
+
 }  // namespace kolo::cli

@@ -42,5 +42,6 @@ int cmdTimelineStart(const KoloCliOptions& o, const std::string& path, bool mark
                      std::ostream& err);
 int cmdTimelineStop(const KoloCliOptions& o, std::ostream& out, std::ostream& err);
 int cmdDrain(const KoloCliOptions& o, std::ostream& out, std::ostream& err);
+int cmdUndrain(const KoloCliOptions& o, std::ostream& out, std::ostream& err);
 
 }  // namespace kolo::cli

@@ -99,6 +99,9 @@ int main(int argc, char** argv) {
   CLI::App* drain = app.add_subcommand("drain", "Drain the agent: finish running jobs, accept no new ones");
   agent_opt(drain);
   json_opt(drain);
+  CLI::App* undrain = app.add_subcommand("undrain", "Undo drain: the agent takes new jobs again");
+  agent_opt(undrain);
+  json_opt(undrain);
 
   try {
     app.parse(argc, argv);
@@ -142,5 +145,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (drain->parsed()) return cmdDrain(o, std::cout, std::cerr);
+  if (undrain->parsed()) return cmdUndrain(o, std::cout, std::cerr);
   return 2;
 }

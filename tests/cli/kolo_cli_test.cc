@@ -119,7 +119,7 @@ TEST(KoloCli, UsageErrors) {
       << bogus.err;
   auto help = runCommand(kolo({"--help"}), {}, 30s);
   EXPECT_EQ(help.code, 0);
-  for (const char* cmd : {"status", "jobs", "agents", "job", "timeline", "drain"}) {
+  for (const char* cmd : {"status", "jobs", "agents", "job", "timeline", "drain", "undrain"}) {
     EXPECT_NE(help.out.find(cmd), std::string::npos) << help.out;
   }
 }
@@ -285,10 +285,53 @@ TEST_F(KoloCliDaemons, TimelineReachesTheAgent) {
   }
 }
 
-TEST_F(KoloCliDaemons, Drain) {
+// GET /metrics from the agent's metrics address (the ready file's "metrics=").
+std::string agentMetrics(const std::string& ready_file) {
+  std::ifstream in(ready_file);
+  std::string word, addr;
+  while (in >> word) {
+    if (word.rfind("metrics=", 0) == 0) addr = word.substr(8);
+  }
+  if (addr.empty()) return "";
+  auto colon = addr.rfind(':');
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))));
+  ::inet_pton(AF_INET, addr.substr(0, colon).c_str(), &a.sin_addr);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "";
+  std::string req = "GET /metrics HTTP/1.0\r\nHost: x\r\nConnection: close\r\n\r\n";
+  if (::write(fd.get(), req.data(), req.size()) != static_cast<ssize_t>(req.size())) return "";
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd.get(), buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
+  auto st = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
+  ASSERT_EQ(st.code, 0) << st.err;
+  EXPECT_NE(st.out.find("state        serving\n"), std::string::npos) << st.out;
+  EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 0"), std::string::npos);
+
   auto r = runCommand(kolo({"drain", "--agent", agent_address_}), {}, 30s);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("is draining"), std::string::npos) << r.out;
+  st = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
+  EXPECT_NE(st.out.find("state        draining: admits no new trainers (kolo undrain to resume)\n"),
+            std::string::npos)
+      << st.out;
+  auto js = runCommand(kolo({"status", "--json", "--agent", agent_address_}), {}, 30s);
+  EXPECT_EQ(nlohmann::json::parse(js.out)["draining"], true) << js.out;
+  EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 1"), std::string::npos);
+
+  auto u = runCommand(kolo({"undrain", "--agent", agent_address_}), {}, 30s);
+  ASSERT_EQ(u.code, 0) << u.err;
+  EXPECT_EQ(u.out, "the kolo agent at " + agent_address_ + " takes new jobs again\n");
+  st = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
+  EXPECT_NE(st.out.find("state        serving\n"), std::string::npos) << st.out;
+  EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 0"), std::string::npos);
 }
 
 #endif
