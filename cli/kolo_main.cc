@@ -99,6 +99,9 @@ int main(int argc, char** argv) {
   CLI::App* drain = app.add_subcommand("drain", "Drain the agent: finish running jobs, accept no new ones");
   agent_opt(drain);
   json_opt(drain);
+  int drain_wait_s = 0;
+  drain->add_option("--wait", drain_wait_s, "Then wait up to SECONDS until no job is left on the agent (exit 1 if some are)")
+      ->check(CLI::NonNegativeNumber);
   CLI::App* undrain = app.add_subcommand("undrain", "Undo drain: the agent takes new jobs again");
   agent_opt(undrain);
   json_opt(undrain);
@@ -144,7 +147,7 @@ int main(int argc, char** argv) {
               << merge_output << "\n";
     return 0;
   }
-  if (drain->parsed()) return cmdDrain(o, std::cout, std::cerr);
+  if (drain->parsed()) return cmdDrain(o, drain_wait_s, std::cout, std::cerr);
   if (undrain->parsed()) return cmdUndrain(o, std::cout, std::cerr);
   return 2;
 }
