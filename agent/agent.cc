@@ -298,6 +298,7 @@ void Agent::stop() {
     // Give the departing notifications a moment to flush, then leave the loop.
     loop_.addTimer(std::chrono::milliseconds(50), [this] {
       if (rpc_server_) rpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+      coord_->deregister(std::chrono::milliseconds(300));
       coord_->shutdown();
       loop_.stop();
     });

@@ -440,6 +440,26 @@ StatusOr<std::string> CoordClient::kvGet(const std::string& job_id, const std::s
   return rep.value();
 }
 
+void CoordClient::deregister(std::chrono::milliseconds timeout) {
+  const std::string secret = agentSecret();
+  if (secret.empty() || stop_.load()) return;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  prepare(ctx);
+  coord::HeartbeatRequest req;
+  req.set_agent_id(self_.agent_id());
+  req.set_agent_secret(secret);
+  req.set_leaving(true);
+  coord::HeartbeatReply rep;
+  grpc::Status s = stub_->Heartbeat(&ctx, req, &rep);
+  if (s.ok()) {
+    logger()->info("deregistered from the coordinator at {}", address_);
+  } else {
+    logger()->info("could not deregister from the coordinator at {} ({}); it will see the lease expire",
+                   address_, s.error_message());
+  }
+}
+
 void CoordClient::shutdown() {
   if (stop_.exchange(true)) return;
   {

@@ -68,6 +68,10 @@ class CoordClient {
   StatusOr<std::string> kvGet(const std::string& job_id, const std::string& token,
                               const std::string& key, std::chrono::milliseconds wait);
 
+  // A clean stop: tells the coordinator this agent leaves (a last Heartbeat
+  // with leaving set), so that it does not report it lost a lease later.
+  // Blocking, bounded by `timeout`; failures are logged only.
+  void deregister(std::chrono::milliseconds timeout);
   void shutdown();
 
  private:

@@ -285,6 +285,18 @@ TEST_F(KoloCliDaemons, TimelineReachesTheAgent) {
   }
 }
 
+TEST_F(KoloCliDaemons, CleanStopDeregistersTheAgentAtOnce) {
+  auto before = runCommand(kolo({"agents", "--json", "--coordinator", coordinator_address_}), {}, 30s);
+  ASSERT_EQ(nlohmann::json::parse(before.out)["agents"].size(), 1u) << before.out;
+  auto t0 = std::chrono::steady_clock::now();
+  agent_->signal(SIGTERM);
+  ASSERT_EQ(agent_->wait(5s), 0) << agent_->err();
+  // Well within the coordinator's 5 s lease: the agent said it leaves.
+  auto after = runCommand(kolo({"agents", "--json", "--coordinator", coordinator_address_}), {}, 30s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s);
+  EXPECT_EQ(nlohmann::json::parse(after.out)["agents"].size(), 0u) << after.out;
+}
+
 // GET /metrics from the agent's metrics address (the ready file's "metrics=").
 std::string agentMetrics(const std::string& ready_file) {
   std::ifstream in(ready_file);
