@@ -2,9 +2,9 @@
 #include "agent/agent.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
@@ -157,7 +157,8 @@ std::string signalText(int sig) {
 }  // namespace
 
 Status Agent::registerWatchingSignals() {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts_.register_timeout_s);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(opts_.register_timeout_s);
   if (!signal_fd_.valid()) return coord_->registerAgent(deadline);
   UniqueFd done(::eventfd(0, EFD_CLOEXEC));
   if (!done.valid()) return errnoStatus("eventfd", errno);
@@ -167,10 +168,11 @@ Status Agent::registerWatchingSignals() {
     }
     if ((fds[0].revents & POLLIN) == 0) return;
     signalfd_siginfo si;
-    while (::read(signal_fd_.get(), &si, sizeof si) == sizeof si) stop_signal_ = static_cast<int>(si.ssi_signo);
+    while (::read(signal_fd_.get(), &si, sizeof si) == sizeof si)
+      stop_signal_ = static_cast<int>(si.ssi_signo);
     if (stop_signal_ == 0) return;
-    logger()->info("received {} while registering with the coordinator at {}; stopping", signalText(stop_signal_),
-                   coord_->address());
+    logger()->info("received {} while registering with the coordinator at {}; stopping",
+                   signalText(stop_signal_), coord_->address());
     coord_->cancelRegistration();
   });
   Status st = coord_->registerAgent(deadline);
@@ -755,7 +757,9 @@ void Agent::updateGaugesOnLoop() {
   for (auto& [id, c] : conns_) clients += !c->job_id.empty();
   metrics_.gauge("kolo_clients", "Trainer processes connected to this agent").set(clients);
   metrics_.gauge("kolo_jobs", "Jobs with ranks on this agent").set(static_cast<double>(jobs_.size()));
-  metrics_.gauge("kolo_agent_draining", "1 while the agent is drained (kolo drain): it admits no new trainers")
+  metrics_
+      .gauge("kolo_agent_draining",
+             "1 while the agent is drained (kolo drain): it admits no new trainers")
       .set(draining_ ? 1 : 0);
 }
 

@@ -529,14 +529,17 @@ void Agent::undrainOnLoop() { setDrainingOnLoop(false); }
 void Agent::setDrainingOnLoop(bool draining) {
   if (draining_ != draining) {
     log::get("agent")->info(draining ? "draining: no new trainers are admitted; running jobs go on"
-                            : "undrained: new trainers are admitted again");
+                                     : "undrained: new trainers are admitted again");
   }
   draining_ = draining;
-  metrics_.gauge("kolo_agent_draining", "1 while the agent is drained (kolo drain): it admits no new trainers")
+  metrics_
+      .gauge("kolo_agent_draining",
+             "1 while the agent is drained (kolo drain): it admits no new trainers")
       .set(draining ? 1 : 0);
   // Liveness (service "") stays SERVING; the agent's own service reads
   // NOT_SERVING while drained, for readiness probes that name it.
-  if (rpc_server_) rpc_server_->GetHealthCheckService()->SetServingStatus(kHealthService, !draining);
+  if (rpc_server_)
+    rpc_server_->GetHealthCheckService()->SetServingStatus(kHealthService, !draining);
 }
 
 }  // namespace kolo

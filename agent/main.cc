@@ -32,10 +32,13 @@ int main(int argc, char** argv) {
   if (const char* old = std::getenv("KOLO_SOCKET"); old != nullptr) {
     const char* now = std::getenv("KOLO_AGENT_SOCKET");
     if (now != nullptr) {
-      std::fprintf(stderr, "kolo-agent: KOLO_SOCKET is deprecated and ignored: KOLO_AGENT_SOCKET=%s is set\n", now);
+      std::fprintf(
+          stderr,
+          "kolo-agent: KOLO_SOCKET is deprecated and ignored: KOLO_AGENT_SOCKET=%s is set\n", now);
       ::unsetenv("KOLO_SOCKET");
     } else {
-      std::fprintf(stderr, "kolo-agent: KOLO_SOCKET is deprecated; set KOLO_AGENT_SOCKET instead\n");
+      std::fprintf(stderr,
+                   "kolo-agent: KOLO_SOCKET is deprecated; set KOLO_AGENT_SOCKET instead\n");
     }
   }
   kolo::Config cfg("kolo-agent");

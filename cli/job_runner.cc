@@ -1,10 +1,10 @@
 #include "cli/job_runner.h"
 
 #include <fcntl.h>
-#include <cerrno>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -130,7 +130,8 @@ Status JobRunner::prepareNodes() {
   // without one, the system agent's is tried and, when it is absent (not
   // when it refuses us), kolorun says so and starts private daemons.
   const char* env_socket = std::getenv("KOLO_AGENT_SOCKET");
-  const bool from_env = env_socket != nullptr && *env_socket != '\0' && opts_.agent_socket == env_socket;
+  const bool from_env =
+      env_socket != nullptr && *env_socket != '\0' && opts_.agent_socket == env_socket;
   const bool named = from_env || opts_.agent_socket != kDefaultAgentSocket;
   if (!named) opts_.agent_socket = envOr("KOLORUN_SYSTEM_AGENT_SOCKET", opts_.agent_socket);
   const bool multi_host = !(hosts.empty() || (hosts.size() == 1 && all_local));
@@ -139,12 +140,14 @@ Status JobRunner::prepareNodes() {
   if (socket_err > 0) {
     const std::string why = explainSocketError(opts_.agent_socket, socket_err);
     if (named) {
-      return unavailable("cannot use the kolo-agent socket " + opts_.agent_socket + " (named by " +
-                         (from_env ? "KOLO_AGENT_SOCKET" : "--agent-socket") + "): " + why +
-                         (multi_host ? "" : "; or name no socket and kolorun starts private daemons"));
+      return unavailable(
+          "cannot use the kolo-agent socket " + opts_.agent_socket + " (named by " +
+          (from_env ? "KOLO_AGENT_SOCKET" : "--agent-socket") + "): " + why +
+          (multi_host ? "" : "; or name no socket and kolorun starts private daemons"));
     }
     if (socket_err == EACCES || socket_err == EPERM) {
-      return permissionDenied("the kolo-agent socket " + opts_.agent_socket + " exists but cannot be opened: " + why);
+      return permissionDenied("the kolo-agent socket " + opts_.agent_socket +
+                              " exists but cannot be opened: " + why);
     }
     if (!multi_host) {
       say("no kolo-agent at " + opts_.agent_socket + " (" + why.substr(0, why.find(':')) +
@@ -173,8 +176,8 @@ Status JobRunner::prepareNodes() {
   for (size_t i = 0; i < per_node.size(); ++i) {
     bool local = isLocalHost(hosts[i].host);
     if (local && !system_agent) {
-      return unavailable("no kolo-agent is listening at " + opts_.agent_socket + " on this machine (" +
-                         explainSocketError(opts_.agent_socket, socket_err) +
+      return unavailable("no kolo-agent is listening at " + opts_.agent_socket +
+                         " on this machine (" + explainSocketError(opts_.agent_socket, socket_err) +
                          "); a multi-host job needs a running kolo-agent on every host");
     }
     NodeEndpoint node{hosts[i].host, local, "", opts_.agent_socket, ""};

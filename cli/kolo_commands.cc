@@ -219,8 +219,8 @@ int cmdDrain(const KoloCliOptions& o, int wait_s, std::ostream& out, std::ostrea
     if (jobs_left == 0) out << "no jobs left on it\n";
   }
   if (jobs_left > 0) {
-    err << "kolo: " << jobs_left << " job(s) still running on the agent at " << o.agent << " after " << wait_s
-        << " s (--wait)\n";
+    err << "kolo: " << jobs_left << " job(s) still running on the agent at " << o.agent << " after "
+        << wait_s << " s (--wait)\n";
     return 1;
   }
   return 0;

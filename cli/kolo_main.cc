@@ -100,7 +100,9 @@ int main(int argc, char** argv) {
   agent_opt(drain);
   json_opt(drain);
   int drain_wait_s = 0;
-  drain->add_option("--wait", drain_wait_s, "Then wait up to SECONDS until no job is left on the agent (exit 1 if some are)")
+  drain
+      ->add_option("--wait", drain_wait_s,
+                   "Then wait up to SECONDS until no job is left on the agent (exit 1 if some are)")
       ->check(CLI::NonNegativeNumber);
   CLI::App* undrain = app.add_subcommand("undrain", "Undo drain: the agent takes new jobs again");
   agent_opt(undrain);

@@ -146,14 +146,15 @@ json toJson(const coord::ListAgentsReply& r) {
 }
 
 std::string renderAgentStatus(const agentrpc::AgentStatus& s) {
-  std::string out = keyValues({{"agent", s.agent_id() + (s.version().empty() ? "" : " (kolo " + s.version() + ")")},
-                               {"host", s.hostname()},
-                               {"socket", s.socket_path()},
-                               {"state", s.draining() ? "draining: admits no new trainers (kolo undrain to resume)"
-                                                      : "serving"},
-                               {"coordinator", s.coordinator().empty() ? "-" : s.coordinator()},
-                               {"uptime", formatDuration(s.uptime_ms())},
-                               {"collectives", countersText(s.counters())}});
+  std::string out = keyValues(
+      {{"agent", s.agent_id() + (s.version().empty() ? "" : " (kolo " + s.version() + ")")},
+       {"host", s.hostname()},
+       {"socket", s.socket_path()},
+       {"state",
+        s.draining() ? "draining: admits no new trainers (kolo undrain to resume)" : "serving"},
+       {"coordinator", s.coordinator().empty() ? "-" : s.coordinator()},
+       {"uptime", formatDuration(s.uptime_ms())},
+       {"collectives", countersText(s.counters())}});
   out += "\n";
   if (s.jobs_size() == 0) {
     out += "no jobs\n";

@@ -1,7 +1,5 @@
 #include "cli/supervisor.h"
 
-#include "common/log.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -16,6 +14,8 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+
+#include "common/log.h"
 
 extern char** environ;
 
@@ -178,7 +178,8 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::create() {
     // Its own process group: a SIGKILL to kolorun's group leaves it to clean up.
     ::setpgid(0, 0);
     ::prctl(PR_SET_NAME, "kolorun-reaper");
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTTOU, SIGTTIN}) ::signal(sig, SIG_IGN);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTTOU, SIGTTIN})
+      ::signal(sig, SIG_IGN);
     ::sigprocmask(SIG_SETMASK, &s->old_mask_, nullptr);
     ::dup2(s->devnull_.get(), STDIN_FILENO);
     ::dup2(s->devnull_.get(), STDOUT_FILENO);

@@ -119,14 +119,16 @@ std::string explainSocketError(const std::string& path, int err) {
     case EPERM: {
       if (::stat(path.c_str(), &st) == 0) {
         std::string g = groupName(st.st_gid);
-        return "permission denied: the socket belongs to group " + g + " (mode " + octal(st.st_mode) +
-               "); join group " + g + " (sudo usermod -aG " + g + " $USER) and log in again";
+        return "permission denied: the socket belongs to group " + g + " (mode " +
+               octal(st.st_mode) + "); join group " + g + " (sudo usermod -aG " + g +
+               " $USER) and log in again";
       }
       std::string dir = path.substr(0, path.rfind('/'));
       if (!dir.empty() && ::stat(dir.c_str(), &st) == 0) {
         std::string g = groupName(st.st_gid);
-        return "permission denied: cannot enter " + dir + " (group " + g + ", mode " + octal(st.st_mode) +
-               "); join group " + g + " (sudo usermod -aG " + g + " $USER) and log in again";
+        return "permission denied: cannot enter " + dir + " (group " + g + ", mode " +
+               octal(st.st_mode) + "); join group " + g + " (sudo usermod -aG " + g +
+               " $USER) and log in again";
       }
       return "permission denied; join the group of the agent socket and log in again";
     }

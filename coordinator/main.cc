@@ -1,19 +1,17 @@
 // kolo-coordinator: jobs, rendezvous, membership generations, leases and a
 // job-scoped key-value store, over gRPC (proto/coordinator.proto).
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <string_view>
-
-#include <grpcpp/grpcpp.h>
-
-#include <atomic>
 #include <map>
-#include <condition_variable>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "common/config.h"
@@ -21,9 +19,9 @@
 #include "common/metrics.h"
 #include "common/metrics_http.h"
 #include "common/sd_notify.h"
-#include "kolo/proto/coordinator.grpc.pb.h"
 #include "coordinator/flags.h"
 #include "coordinator/server.h"
+#include "kolo/proto/coordinator.grpc.pb.h"
 
 namespace {
 

@@ -24,14 +24,17 @@ int tcpConnectError(const std::string& address, std::chrono::milliseconds timeou
   size_t colon = address.rfind(':');
   if (colon == std::string::npos) return EINVAL;
   std::string host = address.substr(0, colon), port = address.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) return EHOSTUNREACH;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
+    return EHOSTUNREACH;
   int err = ETIMEDOUT;
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
-    UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+    UniqueFd fd(
+        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd.valid()) continue;
     if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) {
       err = 0;
@@ -62,7 +65,8 @@ std::string coordinatorUnreachableHint(const std::string& address, const GrpcCli
   int err = tcpConnectError(address, std::chrono::milliseconds(500));
   if (err == 0) return tlsHint(s, "coordinator");
   if (err == EHOSTUNREACH && address.find(':') != std::string::npos) {
-    return " (nothing answers at " + address + ": the name does not resolve or the host is unreachable)";
+    return " (nothing answers at " + address +
+           ": the name does not resolve or the host is unreachable)";
   }
   return " (nothing is listening at " + address + ": " + std::strerror(err) +
          "; is kolo-coordinator running there? check --coordinator)";
@@ -146,8 +150,9 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
       std::lock_guard<std::mutex> lock(register_mu_);
       register_ctx_ = &ctx;
     }
-    grpc::Status s = register_cancelled_.load() ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")
-                                                : stub_->RegisterAgent(&ctx, req, &rep);
+    grpc::Status s = register_cancelled_.load()
+                         ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")
+                         : stub_->RegisterAgent(&ctx, req, &rep);
     {
       std::lock_guard<std::mutex> lock(register_mu_);
       register_ctx_ = nullptr;
@@ -176,14 +181,18 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
                              s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     if (std::chrono::steady_clock::now() >= deadline) {
       // Only now: the hint probes the address (a TLS hint only if something answers).
-      if (unreachable) last = Status(last.code(), last.message() + coordinatorUnreachableHint(address_, security_));
+      if (unreachable)
+        last =
+            Status(last.code(), last.message() + coordinatorUnreachableHint(address_, security_));
       break;
     }
     if (waiting_log.admit()) {
-      auto waited = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started);
-      auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - std::chrono::steady_clock::now());
-      logger()->warn("still waiting for the coordinator at {} after {} s ({}); giving up in {} s", address_,
-                     waited.count(), s.error_message(), left.count());
+      auto waited = std::chrono::duration_cast<std::chrono::seconds>(
+          std::chrono::steady_clock::now() - started);
+      auto left = std::chrono::duration_cast<std::chrono::seconds>(
+          deadline - std::chrono::steady_clock::now());
+      logger()->warn("still waiting for the coordinator at {} after {} s ({}); giving up in {} s",
+                     address_, waited.count(), s.error_message(), left.count());
     }
     std::unique_lock<std::mutex> lock(hb_mu_);
     hb_cv_.wait_for(lock, std::chrono::milliseconds(200),
@@ -236,12 +245,14 @@ void CoordClient::startHeartbeats() {
       } else if (!s.ok()) {
         // Once, then at most every 30 s while the coordinator stays away.
         ++heartbeat_failures_;
-        log::rateLimited(heartbeat_log_, *logger(), spdlog::level::warn, "heartbeat to {} failed ({} in a row): {}",
-                         address_, heartbeat_failures_, s.error_message());
+        log::rateLimited(heartbeat_log_, *logger(), spdlog::level::warn,
+                         "heartbeat to {} failed ({} in a row): {}", address_, heartbeat_failures_,
+                         s.error_message());
         continue;
       }
       if (heartbeat_failures_ > 0) {
-        logger()->info("heartbeats to {} work again after {} failed", address_, heartbeat_failures_);
+        logger()->info("heartbeats to {} work again after {} failed", address_,
+                       heartbeat_failures_);
         heartbeat_failures_ = 0;
       }
       if (!rep.known()) {
@@ -455,8 +466,9 @@ void CoordClient::deregister(std::chrono::milliseconds timeout) {
   if (s.ok()) {
     logger()->info("deregistered from the coordinator at {}", address_);
   } else {
-    logger()->info("could not deregister from the coordinator at {} ({}); it will see the lease expire",
-                   address_, s.error_message());
+    logger()->info(
+        "could not deregister from the coordinator at {} ({}); it will see the lease expire",
+        address_, s.error_message());
   }
 }
 

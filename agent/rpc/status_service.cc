@@ -91,7 +91,8 @@ class StatusService final : public agentrpc::Agent::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Undrain(grpc::ServerContext* ctx, const agentrpc::UndrainRequest*, agentrpc::UndrainReply*) override {
+  grpc::Status Undrain(grpc::ServerContext* ctx, const agentrpc::UndrainRequest*,
+                       agentrpc::UndrainReply*) override {
     if (grpc::Status a = authorize(*ctx, "Undrain"); !a.ok()) return a;
     auto r = agent_.loop().call<bool>(
         [this] {

@@ -1,7 +1,7 @@
-#include <sched.h>
 #include "client.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -13,7 +13,6 @@
 #include <cstring>
 #include <thread>
 
-#include "common/unix_socket.h"
 #include "common/half.h"
 #include "common/log.h"
 #include "common/stream_copy.h"
@@ -129,10 +128,12 @@ Status Client::connectSocket() {
   }
   Code code = (err == EACCES || err == EPERM) ? Code::kPermissionDenied : Code::kUnavailable;
   if (code == Code::kPermissionDenied) {
-    return Status(code, "cannot open the kolo agent socket " + path + ": " + explainSocketError(path, err));
+    return Status(
+        code, "cannot open the kolo agent socket " + path + ": " + explainSocketError(path, err));
   }
   return Status(code, "cannot reach the kolo agent at " + path + " (" + std::strerror(err) + "; " +
-                          explainSocketError(path, err) + ") after " + fmtSeconds(Clock::now() - start) +
+                          explainSocketError(path, err) + ") after " +
+                          fmtSeconds(Clock::now() - start) +
                           " s. Start one with `kolo-agent --socket " + path +
                           "`, run the program under `kolorun`, which starts one, or set "
                           "KOLO_AGENT_SOCKET.");

@@ -91,31 +91,39 @@ TEST(KoloCli, DaemonUsageErrorsExit2WithAReadableLine) {
 TEST(KoloCli, AgentReadsKoloAgentSocketAndKoloSocketAsADeprecatedAlias) {
   const std::string agent = binDir() + "/kolo-agent";
   if (::access(agent.c_str(), X_OK) != 0) GTEST_SKIP() << "kolo-agent is not built";
-  auto r = runCommand({agent, "--dump-config"}, {{"KOLO_AGENT_SOCKET", "/x/new.sock"}}, 30s, {"KOLO_SOCKET"});
+  auto r = runCommand({agent, "--dump-config"}, {{"KOLO_AGENT_SOCKET", "/x/new.sock"}}, 30s,
+                      {"KOLO_SOCKET"});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("socket = \"/x/new.sock\"  # env KOLO_AGENT_SOCKET"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("socket = \"/x/new.sock\"  # env KOLO_AGENT_SOCKET"), std::string::npos)
+      << r.out;
   EXPECT_EQ(r.err.find("deprecated"), std::string::npos) << r.err;
-  r = runCommand({agent, "--dump-config"}, {{"KOLO_SOCKET", "/x/old.sock"}}, 30s, {"KOLO_AGENT_SOCKET"});
+  r = runCommand({agent, "--dump-config"}, {{"KOLO_SOCKET", "/x/old.sock"}}, 30s,
+                 {"KOLO_AGENT_SOCKET"});
   EXPECT_NE(r.out.find("socket = \"/x/old.sock\"  # env KOLO_SOCKET"), std::string::npos) << r.out;
-  EXPECT_NE(r.err.find("kolo-agent: KOLO_SOCKET is deprecated; set KOLO_AGENT_SOCKET instead\n"), std::string::npos)
-      << r.err;
-  r = runCommand({agent, "--dump-config"}, {{"KOLO_SOCKET", "/x/old.sock"}, {"KOLO_AGENT_SOCKET", "/x/new.sock"}}, 30s);
-  EXPECT_NE(r.out.find("socket = \"/x/new.sock\""), std::string::npos) << r.out;
-  EXPECT_NE(r.err.find("KOLO_SOCKET is deprecated and ignored: KOLO_AGENT_SOCKET=/x/new.sock is set"),
+  EXPECT_NE(r.err.find("kolo-agent: KOLO_SOCKET is deprecated; set KOLO_AGENT_SOCKET instead\n"),
             std::string::npos)
+      << r.err;
+  r = runCommand({agent, "--dump-config"},
+                 {{"KOLO_SOCKET", "/x/old.sock"}, {"KOLO_AGENT_SOCKET", "/x/new.sock"}}, 30s);
+  EXPECT_NE(r.out.find("socket = \"/x/new.sock\""), std::string::npos) << r.out;
+  EXPECT_NE(
+      r.err.find("KOLO_SOCKET is deprecated and ignored: KOLO_AGENT_SOCKET=/x/new.sock is set"),
+      std::string::npos)
       << r.err;
 }
 
 TEST(KoloCli, UsageErrors) {
   auto none = runCommand(kolo({}), {}, 30s);
   EXPECT_EQ(none.code, 2) << none.err;
-  EXPECT_NE(none.err.find("kolo: A subcommand is required (see kolo --help)\n"), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("kolo: A subcommand is required (see kolo --help)\n"), std::string::npos)
+      << none.err;
   auto job = runCommand(kolo({"job"}), {}, 30s);
   EXPECT_EQ(job.code, 2) << job.err;
   EXPECT_NE(job.err.find("kolo: ID is required (see kolo --help)"), std::string::npos) << job.err;
   auto bogus = runCommand(kolo({"status", "--bogus"}), {}, 30s);
   EXPECT_EQ(bogus.code, 2) << bogus.err;
-  EXPECT_NE(bogus.err.find("kolo: The following argument was not expected: --bogus"), std::string::npos)
+  EXPECT_NE(bogus.err.find("kolo: The following argument was not expected: --bogus"),
+            std::string::npos)
       << bogus.err;
   auto help = runCommand(kolo({"--help"}), {}, 30s);
   EXPECT_EQ(help.code, 0);
@@ -179,9 +187,10 @@ class KoloCliDaemons : public ::testing::Test {
 TEST(KoloAgentLifecycle, SigtermWhileWaitingForAnAbsentCoordinatorStopsItWithin1s) {
   ClosedPort closed;
   TempDir tmp;
-  TestProcess agent({binDir() + "/kolo-agent", "--socket", tmp.path() + "/agent.sock", "--coordinator",
-                     closed.address(), "--rpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"},
-                    {{"KOLO_LOG_LEVEL", "info"}});
+  TestProcess agent(
+      {binDir() + "/kolo-agent", "--socket", tmp.path() + "/agent.sock", "--coordinator",
+       closed.address(), "--rpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"},
+      {{"KOLO_LOG_LEVEL", "info"}});
   // Logged just before it registers.
   ASSERT_TRUE(agent.waitForStderr("metrics on http://", 30s)) << agent.err();
   auto t0 = std::chrono::steady_clock::now();
@@ -189,7 +198,8 @@ TEST(KoloAgentLifecycle, SigtermWhileWaitingForAnAbsentCoordinatorStopsItWithin1
   auto code = agent.wait(5s);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << agent.err();
   EXPECT_EQ(code, 0) << agent.err();
-  EXPECT_NE(agent.err().find("stopped by SIGTERM while waiting for the coordinator at " + closed.address()),
+  EXPECT_NE(agent.err().find("stopped by SIGTERM while waiting for the coordinator at " +
+                             closed.address()),
             std::string::npos)
       << agent.err();
 }
@@ -197,17 +207,19 @@ TEST(KoloAgentLifecycle, SigtermWhileWaitingForAnAbsentCoordinatorStopsItWithin1
 TEST(KoloAgentLifecycle, AbsentCoordinatorIsSaidSoWithoutATlsHint) {
   ClosedPort closed;
   TempDir tmp;
-  auto r = runCommand({binDir() + "/kolo-agent", "--socket", tmp.path() + "/agent.sock", "--coordinator",
-                       closed.address(), "--rpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                       "--register-timeout-s", "1"},
+  auto r = runCommand({binDir() + "/kolo-agent", "--socket", tmp.path() + "/agent.sock",
+                       "--coordinator", closed.address(), "--rpc-listen", "127.0.0.1:0",
+                       "--metrics-listen", "127.0.0.1:0", "--register-timeout-s", "1"},
                       {{"KOLO_LOG_LEVEL", "warn"}}, 30s);
   EXPECT_EQ(r.code, 1) << r.err;
-  EXPECT_NE(r.err.find("kolo-agent: cannot start: cannot register with the coordinator at " + closed.address()),
+  EXPECT_NE(r.err.find("kolo-agent: cannot start: cannot register with the coordinator at " +
+                       closed.address()),
             std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("(nothing is listening at " + closed.address() +
-                       ": Connection refused; is kolo-coordinator running there? check --coordinator)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("(nothing is listening at " + closed.address() +
+                 ": Connection refused; is kolo-coordinator running there? check --coordinator)"),
+      std::string::npos)
       << r.err;
   EXPECT_EQ(r.err.find("TLS"), std::string::npos) << r.err;
 }
@@ -215,7 +227,8 @@ TEST(KoloAgentLifecycle, AbsentCoordinatorIsSaidSoWithoutATlsHint) {
 TEST_F(KoloCliDaemons, CoordinatorDownHeartbeatFailuresAreThrottledAndSigtermStillStopsWithin1s) {
   coordinator_->signal(SIGKILL);
   ASSERT_TRUE(coordinator_->wait(10s).has_value());
-  ASSERT_TRUE(agent_->waitForStderr("heartbeat to " + coordinator_address_ + " failed (1 in a row)", 30s))
+  ASSERT_TRUE(
+      agent_->waitForStderr("heartbeat to " + coordinator_address_ + " failed (1 in a row)", 30s))
       << agent_->err();
   // The heartbeat runs every second; the next line may come 30 s later.
   EXPECT_FALSE(agent_->waitForStderr("(2 in a row)", 3500ms)) << agent_->err();
@@ -286,13 +299,15 @@ TEST_F(KoloCliDaemons, TimelineReachesTheAgent) {
 }
 
 TEST_F(KoloCliDaemons, CleanStopDeregistersTheAgentAtOnce) {
-  auto before = runCommand(kolo({"agents", "--json", "--coordinator", coordinator_address_}), {}, 30s);
+  auto before =
+      runCommand(kolo({"agents", "--json", "--coordinator", coordinator_address_}), {}, 30s);
   ASSERT_EQ(nlohmann::json::parse(before.out)["agents"].size(), 1u) << before.out;
   auto t0 = std::chrono::steady_clock::now();
   agent_->signal(SIGTERM);
   ASSERT_EQ(agent_->wait(5s), 0) << agent_->err();
   // Well within the coordinator's 5 s lease: the agent said it leaves.
-  auto after = runCommand(kolo({"agents", "--json", "--coordinator", coordinator_address_}), {}, 30s);
+  auto after =
+      runCommand(kolo({"agents", "--json", "--coordinator", coordinator_address_}), {}, 30s);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s);
   EXPECT_EQ(nlohmann::json::parse(after.out)["agents"].size(), 0u) << after.out;
 }
@@ -325,7 +340,8 @@ TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
   auto st = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
   ASSERT_EQ(st.code, 0) << st.err;
   EXPECT_NE(st.out.find("state        serving\n"), std::string::npos) << st.out;
-  EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 0"), std::string::npos);
+  EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 0"),
+            std::string::npos);
 
   auto r = runCommand(kolo({"drain", "--agent", agent_address_}), {}, 30s);
   ASSERT_EQ(r.code, 0) << r.err;
@@ -336,14 +352,16 @@ TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
       << st.out;
   auto js = runCommand(kolo({"status", "--json", "--agent", agent_address_}), {}, 30s);
   EXPECT_EQ(nlohmann::json::parse(js.out)["draining"], true) << js.out;
-  EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 1"), std::string::npos);
+  EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 1"),
+            std::string::npos);
 
   auto u = runCommand(kolo({"undrain", "--agent", agent_address_}), {}, 30s);
   ASSERT_EQ(u.code, 0) << u.err;
   EXPECT_EQ(u.out, "the kolo agent at " + agent_address_ + " takes new jobs again\n");
   st = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
   EXPECT_NE(st.out.find("state        serving\n"), std::string::npos) << st.out;
-  EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 0"), std::string::npos);
+  EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 0"),
+            std::string::npos);
 }
 
 #endif
