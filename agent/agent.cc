@@ -2,9 +2,11 @@
 #include "agent/agent.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,8 +14,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "agent/ipc/limits.h"
 #include "agent/rpc/status_service.h"
@@ -71,16 +75,16 @@ Status Agent::start() {
     if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = opts_.hostname;
     coord_->setRpcAddress(host + ":" + std::to_string(rpc_port_));
   }
-  RETURN_IF_ERROR(coord_->registerAgent(std::chrono::steady_clock::now() +
-                                        std::chrono::seconds(opts_.register_timeout_s)));
-  coord_->startHeartbeats();
-
-  // Signals arrive as events on the loop (they are blocked in every thread by main()).
+  // Signals arrive as events on the loop (they are blocked in every thread by
+  // main()). Already while registering: SIGTERM must not wait for an absent
+  // coordinator (systemd and Kubernetes stop the agent with it).
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
   signal_fd_.reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  RETURN_IF_ERROR(registerWatchingSignals());
+  coord_->startHeartbeats();
   if (opts_.spin_us > 0) {
     // Before sleeping, poll the submission rings briefly: the next small
     // collective usually arrives within microseconds, and a sleep + wake-up
@@ -143,6 +147,44 @@ Status Agent::start() {
   Status sd = sdNotifyReady("serving " + opts_.socket_path);
   if (!sd.isOk()) logger()->warn("sd_notify READY failed: {}", sd.message());
   return okStatus();
+}
+
+namespace {
+std::string signalText(int sig) {
+  const char* a = ::sigabbrev_np(sig);
+  return a != nullptr ? std::string("SIG") + a : "signal " + std::to_string(sig);
+}
+}  // namespace
+
+Status Agent::registerWatchingSignals() {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(opts_.register_timeout_s);
+  if (!signal_fd_.valid()) return coord_->registerAgent(deadline);
+  UniqueFd done(::eventfd(0, EFD_CLOEXEC));
+  if (!done.valid()) return errnoStatus("eventfd", errno);
+  std::thread watcher([this, &done] {
+    pollfd fds[2] = {{signal_fd_.get(), POLLIN, 0}, {done.get(), POLLIN, 0}};
+    while (::poll(fds, 2, -1) < 0 && errno == EINTR) {
+    }
+    if ((fds[0].revents & POLLIN) == 0) return;
+    signalfd_siginfo si;
+    while (::read(signal_fd_.get(), &si, sizeof si) == sizeof si)
+      stop_signal_ = static_cast<int>(si.ssi_signo);
+    if (stop_signal_ == 0) return;
+    logger()->info("received {} while registering with the coordinator at {}; stopping",
+                   signalText(stop_signal_), coord_->address());
+    coord_->cancelRegistration();
+  });
+  Status st = coord_->registerAgent(deadline);
+  uint64_t one = 1;
+  ssize_t ignored = ::write(done.get(), &one, sizeof one);
+  (void)ignored;
+  watcher.join();
+  if (stop_signal_ != 0) {
+    return aborted("stopped by " + signalText(stop_signal_) +
+                   " while waiting for the coordinator at " + coord_->address());
+  }
+  return st;
 }
 
 StatusOr<std::string> Agent::timelineOnLoop(bool start, const std::string& path, bool mark_cycles) {
@@ -239,6 +281,7 @@ Status Agent::startRpcServer() {
     return unavailable("cannot serve gRPC on " + opts_.rpc_listen + " (address in use?)");
   }
   rpc_server_->GetHealthCheckService()->SetServingStatus(true);
+  rpc_server_->GetHealthCheckService()->SetServingStatus(kHealthService, true);
   logger()->info("status service on port {}", rpc_port_);
   return okStatus();
 }
@@ -257,6 +300,7 @@ void Agent::stop() {
     // Give the departing notifications a moment to flush, then leave the loop.
     loop_.addTimer(std::chrono::milliseconds(50), [this] {
       if (rpc_server_) rpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+      coord_->deregister(std::chrono::milliseconds(300));
       coord_->shutdown();
       loop_.stop();
     });
@@ -713,6 +757,10 @@ void Agent::updateGaugesOnLoop() {
   for (auto& [id, c] : conns_) clients += !c->job_id.empty();
   metrics_.gauge("kolo_clients", "Trainer processes connected to this agent").set(clients);
   metrics_.gauge("kolo_jobs", "Jobs with ranks on this agent").set(static_cast<double>(jobs_.size()));
+  metrics_
+      .gauge("kolo_agent_draining",
+             "1 while the agent is drained (kolo drain): it admits no new trainers")
+      .set(draining_ ? 1 : 0);
 }
 
 }  // namespace kolo

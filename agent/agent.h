@@ -43,6 +43,9 @@ class Agent {
   Status start();
   void run();
   void stop();  // thread-safe
+  // The SIGTERM/SIGINT that ended start() (while it waited for the
+  // coordinator), or 0.
+  int stopSignal() const { return stop_signal_; }
   EventLoop& loop() { return loop_; }
   const AgentOptions& options() const { return opts_; }
 
@@ -56,6 +59,9 @@ class Agent {
   std::string metricsText() const { return metrics_.render(); }  // any thread
   std::vector<const Job*> jobsOnLoop() const;
   void drainOnLoop();
+  void undrainOnLoop();
+  // The gRPC health service name that reads NOT_SERVING while drained.
+  static constexpr const char* kHealthService = "kolo.agentrpc.Agent";
   // Starts (path non-empty) or stops the timeline; returns the path in use.
   StatusOr<std::string> timelineOnLoop(bool start, const std::string& path, bool mark_cycles);
 
@@ -143,6 +149,10 @@ class Agent {
   std::unique_ptr<CoordClient> coord_;
   UniqueFd listen_fd_;
   UniqueFd signal_fd_;
+  int stop_signal_ = 0;
+  // registerAgent, abandoned at once on SIGTERM/SIGINT.
+  Status registerWatchingSignals();
+  void setDrainingOnLoop(bool draining);
   std::unique_ptr<grpc::Service> rpc_service_;
   std::unique_ptr<grpc::Server> rpc_server_;
   int rpc_port_ = 0;

@@ -116,6 +116,8 @@ void defineAgentKnobs(Config& c) {
   c.alias("fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD",
           [](const std::string& b) { return std::to_string(std::stoll(b) >> 20); });
   c.alias("cycle-time-ms", "HOROVOD_CYCLE_TIME");
+  // The name the clients and kolorun read; KOLO_SOCKET is deprecated (main.cc).
+  c.alias("socket", "KOLO_AGENT_SOCKET");
   c.alias("cache-capacity", "HOROVOD_CACHE_CAPACITY");
   c.alias("autotune", "HOROVOD_AUTOTUNE");
   c.alias("autotune-log-file", "HOROVOD_AUTOTUNE_LOG");

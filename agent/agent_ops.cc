@@ -543,6 +543,24 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
   maybeSendWorldOnLoop(job);
 }
 
-void Agent::drainOnLoop() { draining_ = true; }
+void Agent::drainOnLoop() { setDrainingOnLoop(true); }
+
+void Agent::undrainOnLoop() { setDrainingOnLoop(false); }
+
+void Agent::setDrainingOnLoop(bool draining) {
+  if (draining_ != draining) {
+    log::get("agent")->info(draining ? "draining: no new trainers are admitted; running jobs go on"
+                                     : "undrained: new trainers are admitted again");
+  }
+  draining_ = draining;
+  metrics_
+      .gauge("kolo_agent_draining",
+             "1 while the agent is drained (kolo drain): it admits no new trainers")
+      .set(draining ? 1 : 0);
+  // Liveness (service "") stays SERVING; the agent's own service reads
+  // NOT_SERVING while drained, for readiness probes that name it.
+  if (rpc_server_)
+    rpc_server_->GetHealthCheckService()->SetServingStatus(kHealthService, !draining);
+}
 
 }  // namespace kolo

@@ -102,6 +102,7 @@ agentrpc::AgentStatus Agent::statusOnLoop() const {
   for (auto& [id, j] : jobs_) *s.add_jobs() = jobInfoOnLoop(*j, &budget);
   fillCounters(totals_, s.mutable_counters());
   if (metrics_http_) s.set_metrics_address(metrics_http_->boundAddress());
+  s.set_draining(draining_);
   return s;
 }
 

@@ -2,7 +2,9 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <string_view>
 
 #include "agent/agent.h"
 #include "agent/agent_config.h"
@@ -17,6 +19,28 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // --version (before "--"): the version, exit 0.
+  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+    if (std::string_view(argv[i]) == "--version") {
+      std::printf("%s %s\n", "kolo-agent", KOLO_VERSION);
+      return 0;
+    }
+  }
+  // The socket is KOLO_AGENT_SOCKET everywhere (clients, kolorun, the
+  // agent); the agent's older KOLO_SOCKET still works, with a warning, and
+  // loses to KOLO_AGENT_SOCKET.
+  if (const char* old = std::getenv("KOLO_SOCKET"); old != nullptr) {
+    const char* now = std::getenv("KOLO_AGENT_SOCKET");
+    if (now != nullptr) {
+      std::fprintf(
+          stderr,
+          "kolo-agent: KOLO_SOCKET is deprecated and ignored: KOLO_AGENT_SOCKET=%s is set\n", now);
+      ::unsetenv("KOLO_SOCKET");
+    } else {
+      std::fprintf(stderr,
+                   "kolo-agent: KOLO_SOCKET is deprecated; set KOLO_AGENT_SOCKET instead\n");
+    }
+  }
   kolo::Config cfg("kolo-agent");
   kolo::defineAgentKnobs(cfg);
   kolo::Status st = cfg.load(argc, argv);
@@ -45,6 +69,11 @@ int main(int argc, char** argv) {
   }
   kolo::Agent agent(*opts);
   st = agent.start();
+  if (!st.isOk() && agent.stopSignal() != 0) {
+    // SIGTERM while waiting for the coordinator: a clean stop, not a failure.
+    kolo::log::get("agent")->info("{}", st.message());
+    return 0;
+  }
   if (!st.isOk()) {
     kolo::log::get("agent")->error("cannot start: {}", st.toString());
     std::fprintf(stderr, "kolo-agent: cannot start: %s\n", st.message().c_str());

@@ -224,6 +224,7 @@ Status EmbeddedDaemons::makeDir() {
   if (::mkdtemp(buf.data()) == nullptr) return errnoStatus("cannot create a directory in " + root, errno);
   dir_ = buf.data();
   ::chmod(dir_.c_str(), 0700);
+  sup_.removeOnDeath(dir_);  // kolorun SIGKILLed: its reaper removes it
   // The agents' admin token: in a file (0600, in this 0700 directory), never
   // on a command line.
   ASSIGN_OR_RETURN(JobIdentity admin, newJobIdentity());

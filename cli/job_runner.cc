@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -125,7 +126,34 @@ Status JobRunner::prepareNodes() {
   }
   bool all_local = true;
   for (auto& h : hosts) all_local = all_local && isLocalHost(h.host);
-  const bool system_agent = opts_.agents == 1 && connectUnix(opts_.agent_socket).isOk();
+  // A socket the user named (--agent-socket, KOLO_AGENT_SOCKET) must work;
+  // without one, the system agent's is tried and, when it is absent (not
+  // when it refuses us), kolorun says so and starts private daemons.
+  const char* env_socket = std::getenv("KOLO_AGENT_SOCKET");
+  const bool from_env =
+      env_socket != nullptr && *env_socket != '\0' && opts_.agent_socket == env_socket;
+  const bool named = from_env || opts_.agent_socket != kDefaultAgentSocket;
+  if (!named) opts_.agent_socket = envOr("KOLORUN_SYSTEM_AGENT_SOCKET", opts_.agent_socket);
+  const bool multi_host = !(hosts.empty() || (hosts.size() == 1 && all_local));
+  const int socket_err = opts_.agents == 1 || multi_host ? probeUnix(opts_.agent_socket) : -1;
+  const bool system_agent = opts_.agents == 1 && socket_err == 0;
+  if (socket_err > 0) {
+    const std::string why = explainSocketError(opts_.agent_socket, socket_err);
+    if (named) {
+      return unavailable(
+          "cannot use the kolo-agent socket " + opts_.agent_socket + " (named by " +
+          (from_env ? "KOLO_AGENT_SOCKET" : "--agent-socket") + "): " + why +
+          (multi_host ? "" : "; or name no socket and kolorun starts private daemons"));
+    }
+    if (socket_err == EACCES || socket_err == EPERM) {
+      return permissionDenied("the kolo-agent socket " + opts_.agent_socket +
+                              " exists but cannot be opened: " + why);
+    }
+    if (!multi_host) {
+      say("no kolo-agent at " + opts_.agent_socket + " (" + why.substr(0, why.find(':')) +
+          "); starting a private kolo-coordinator and kolo-agent for this job");
+    }
+  }
 
   if (hosts.empty() || (hosts.size() == 1 && all_local)) {
     // One machine: its system agent, or embedded agents.
@@ -137,7 +165,6 @@ Status JobRunner::prepareNodes() {
       plan_.ranks = placeRanks({opts_.np});
       return okStatus();
     }
-    if (opts_.verbose && opts_.agents == 1) say("no kolo-agent at " + opts_.agent_socket + "; starting embedded daemons");
     return startEmbedded(opts_.agents);
   }
 
@@ -150,7 +177,8 @@ Status JobRunner::prepareNodes() {
     bool local = isLocalHost(hosts[i].host);
     if (local && !system_agent) {
       return unavailable("no kolo-agent is listening at " + opts_.agent_socket +
-                         " on this machine; a multi-host job needs a running kolo-agent on every host");
+                         " on this machine (" + explainSocketError(opts_.agent_socket, socket_err) +
+                         "); a multi-host job needs a running kolo-agent on every host");
     }
     NodeEndpoint node{hosts[i].host, local, "", opts_.agent_socket, ""};
     if (local) node.agent_rpc = envOr("KOLO_AGENT_RPC", "");

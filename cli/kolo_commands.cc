@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <thread>
 #include <vector>
 
 #include "cli/status_format.h"
@@ -182,16 +183,59 @@ int cmdTimelineStop(const KoloCliOptions& o, std::ostream& out, std::ostream& er
   return 0;
 }
 
-int cmdDrain(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
-  grpc::ClientContext ctx;
-  prepare(ctx, o, o.agent_security);
-  agentrpc::DrainReply reply;
-  grpc::Status s = agentStub(o)->Drain(&ctx, agentrpc::DrainRequest(), &reply);
-  if (!s.ok()) return fail(err, "agent", o.agent, s, o.agent_security, "agent");
+int cmdDrain(const KoloCliOptions& o, int wait_s, std::ostream& out, std::ostream& err) {
+  auto stub = agentStub(o);
+  {
+    grpc::ClientContext ctx;
+    prepare(ctx, o, o.agent_security);
+    agentrpc::DrainReply reply;
+    grpc::Status s = stub->Drain(&ctx, agentrpc::DrainRequest(), &reply);
+    if (!s.ok()) return fail(err, "agent", o.agent, s, o.agent_security, "agent");
+  }
+  int jobs_left = -1;
+  if (wait_s > 0) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + std::chrono::seconds(wait_s);
+    for (;;) {
+      grpc::ClientContext ctx;
+      prepare(ctx, o, o.agent_security);
+      ctx.set_deadline(std::chrono::system_clock::now() + o.deadline);
+      agentrpc::AgentStatus st;
+      grpc::Status s = stub->GetStatus(&ctx, agentrpc::StatusRequest(), &st);
+      if (!s.ok()) return fail(err, "agent", o.agent, s, o.agent_security, "agent");
+      jobs_left = st.jobs_size();
+      if (jobs_left == 0 || std::chrono::steady_clock::now() >= deadline) break;
+      // Polling: the agent has no call that waits for its jobs to end.
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+          std::chrono::milliseconds(500), deadline - std::chrono::steady_clock::now()));
+    }
+  }
   if (o.json) {
-    out << nlohmann::json{{"agent", o.agent}, {"draining", true}}.dump(2) << "\n";
+    nlohmann::json j{{"agent", o.agent}, {"draining", true}};
+    if (jobs_left >= 0) j["jobs_left"] = jobs_left;
+    out << j.dump(2) << "\n";
   } else {
     out << "the kolo agent at " << o.agent << " is draining: it takes no new jobs\n";
+    if (jobs_left == 0) out << "no jobs left on it\n";
+  }
+  if (jobs_left > 0) {
+    err << "kolo: " << jobs_left << " job(s) still running on the agent at " << o.agent << " after "
+        << wait_s << " s (--wait)\n";
+    return 1;
+  }
+  return 0;
+}
+
+int cmdUndrain(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
+  grpc::ClientContext ctx;
+  prepare(ctx, o, o.agent_security);
+  agentrpc::UndrainReply reply;
+  grpc::Status s = agentStub(o)->Undrain(&ctx, agentrpc::UndrainRequest(), &reply);
+  if (!s.ok()) return fail(err, "agent", o.agent, s, o.agent_security, "agent");
+  if (o.json) {
+    out << nlohmann::json{{"agent", o.agent}, {"draining", false}}.dump(2) << "\n";
+  } else {
+    out << "the kolo agent at " << o.agent << " takes new jobs again\n";
   }
   return 0;
 }

@@ -41,6 +41,9 @@ int cmdJob(const KoloCliOptions& o, const std::string& job_id, std::ostream& out
 int cmdTimelineStart(const KoloCliOptions& o, const std::string& path, bool mark_cycles, std::ostream& out,
                      std::ostream& err);
 int cmdTimelineStop(const KoloCliOptions& o, std::ostream& out, std::ostream& err);
-int cmdDrain(const KoloCliOptions& o, std::ostream& out, std::ostream& err);
+// wait_s > 0: then waits (up to wait_s seconds) until the agent has no jobs
+// left; exit 1 if some are still running then (Kubernetes' preStop hook).
+int cmdDrain(const KoloCliOptions& o, int wait_s, std::ostream& out, std::ostream& err);
+int cmdUndrain(const KoloCliOptions& o, std::ostream& out, std::ostream& err);
 
 }  // namespace kolo::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
 
   CLI::App app("kolo: status and control of the kolo agent and coordinator", "kolo");
   app.require_subcommand(1);
+  app.set_version_flag("--version", "kolo " KOLO_VERSION);
   // TLS and token flags, resolved with the environment in resolveSecurity().
   std::map<std::string, std::string> security_flags;
   auto security_opts = [&](CLI::App* sub, const std::string& peer, const std::string& env) {
@@ -98,8 +99,28 @@ int main(int argc, char** argv) {
   CLI::App* drain = app.add_subcommand("drain", "Drain the agent: finish running jobs, accept no new ones");
   agent_opt(drain);
   json_opt(drain);
+  int drain_wait_s = 0;
+  drain
+      ->add_option("--wait", drain_wait_s,
+                   "Then wait up to SECONDS until no job is left on the agent (exit 1 if some are)")
+      ->check(CLI::NonNegativeNumber);
+  CLI::App* undrain = app.add_subcommand("undrain", "Undo drain: the agent takes new jobs again");
+  agent_opt(undrain);
+  json_opt(undrain);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors: one readable line, exit 2 (CLI11's own codes are 100+).
+    std::cerr << "kolo: " << e.what() << " (see kolo --help)\n";
+    return 2;
+  }
 
   std::map<std::string, std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -128,6 +149,7 @@ int main(int argc, char** argv) {
               << merge_output << "\n";
     return 0;
   }
-  if (drain->parsed()) return cmdDrain(o, std::cout, std::cerr);
+  if (drain->parsed()) return cmdDrain(o, drain_wait_s, std::cout, std::cerr);
+  if (undrain->parsed()) return cmdUndrain(o, std::cout, std::cerr);
   return 2;
 }

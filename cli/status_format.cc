@@ -102,6 +102,7 @@ json toJson(const agentrpc::AgentStatus& s) {
           {"socket_path", s.socket_path()},
           {"coordinator", s.coordinator()},
           {"uptime_ms", s.uptime_ms()},
+          {"draining", s.draining()},
           {"clients", clients},
           {"clients_omitted", s.clients_omitted()},
           {"jobs", jobs},
@@ -145,12 +146,15 @@ json toJson(const coord::ListAgentsReply& r) {
 }
 
 std::string renderAgentStatus(const agentrpc::AgentStatus& s) {
-  std::string out = keyValues({{"agent", s.agent_id() + (s.version().empty() ? "" : " (kolo " + s.version() + ")")},
-                               {"host", s.hostname()},
-                               {"socket", s.socket_path()},
-                               {"coordinator", s.coordinator().empty() ? "-" : s.coordinator()},
-                               {"uptime", formatDuration(s.uptime_ms())},
-                               {"collectives", countersText(s.counters())}});
+  std::string out = keyValues(
+      {{"agent", s.agent_id() + (s.version().empty() ? "" : " (kolo " + s.version() + ")")},
+       {"host", s.hostname()},
+       {"socket", s.socket_path()},
+       {"state",
+        s.draining() ? "draining: admits no new trainers (kolo undrain to resume)" : "serving"},
+       {"coordinator", s.coordinator().empty() ? "-" : s.coordinator()},
+       {"uptime", formatDuration(s.uptime_ms())},
+       {"collectives", countersText(s.counters())}});
   out += "\n";
   if (s.jobs_size() == 0) {
     out += "no jobs\n";

@@ -1,7 +1,5 @@
 #include "cli/supervisor.h"
 
-#include "common/log.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -13,8 +11,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <sstream>
+
+#include "common/log.h"
 
 extern char** environ;
 
@@ -58,6 +59,50 @@ StatusOr<std::pair<UniqueFd, UniqueFd>> makePipe() {
   int fl = ::fcntl(r.get(), F_GETFL);
   ::fcntl(r.get(), F_SETFL, fl | O_NONBLOCK);
   return std::make_pair(std::move(r), std::move(w));
+}
+
+// The reaper's side of the pipe (fd 3 in it): lines "g <pgid>" (a child's
+// process group), "d <dir>" (a directory to remove) and "x" (kolorun is
+// done: nothing to do). At EOF without "x", kolorun died: kill, remove, exit.
+[[noreturn]] void runReaper(int fd, pid_t kolorun) {
+  std::vector<pid_t> groups;
+  std::vector<std::string> dirs;
+  std::string pending;
+  bool done = false;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      std::string line = pending.substr(0, nl);
+      pending.erase(0, nl + 1);
+      if (line.size() > 2 && line[0] == 'g') {
+        pid_t pg = static_cast<pid_t>(std::strtol(line.c_str() + 2, nullptr, 10));
+        if (pg > 1) groups.push_back(pg);
+      } else if (line.size() > 2 && line[0] == 'd') {
+        dirs.push_back(line.substr(2));
+      } else if (line == "x") {
+        done = true;
+      }
+    }
+  }
+  if (done) ::_exit(0);
+  // Twice: a group member may have been forking at the first round.
+  for (int round = 0; round < 2; ++round) {
+    for (pid_t pg : groups) ::kill(-pg, SIGKILL);
+  }
+  std::error_code ec;
+  for (auto& d : dirs) std::filesystem::remove_all(d, ec);
+  std::string msg = "kolorun-reaper: kolorun (pid " + std::to_string(kolorun) + ") died; killed " +
+                    std::to_string(groups.size()) + " process group(s)";
+  for (auto& d : dirs) msg += ", removed " + d;
+  msg += "\n";
+  ssize_t ignored = ::write(STDERR_FILENO, msg.data(), msg.size());
+  (void)ignored;
+  ::_exit(0);
 }
 
 }  // namespace
@@ -120,8 +165,42 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::create() {
   ::signal(SIGPIPE, SIG_IGN);
   s->devnull_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!s->devnull_.valid()) return errnoStatus("open /dev/null", errno);
+
+  // The reaper (see supervisor.h). Forked now, while kolorun holds few fds
+  // and runs one thread.
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return errnoStatus("pipe", errno);
+  UniqueFd r(fds[0]), w(fds[1]);
+  const pid_t kolorun = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return errnoStatus("fork", errno);
+  if (pid == 0) {
+    // Its own process group: a SIGKILL to kolorun's group leaves it to clean up.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_NAME, "kolorun-reaper");
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTTOU, SIGTTIN})
+      ::signal(sig, SIG_IGN);
+    ::sigprocmask(SIG_SETMASK, &s->old_mask_, nullptr);
+    ::dup2(s->devnull_.get(), STDIN_FILENO);
+    ::dup2(s->devnull_.get(), STDOUT_FILENO);
+    ::dup2(r.get(), 3);  // devnull_ and r are above 2: r is not clobbered above
+    ::close_range(4, ~0U, 0);
+    runReaper(3, kolorun);
+  }
+  s->reaper_pid_ = pid;
+  s->reaper_w_ = std::move(w);
   return s;
 }
+
+void Supervisor::tellReaper(char kind, const std::string& arg) {
+  if (!reaper_w_.valid()) return;
+  std::string line(1, kind);
+  if (!arg.empty()) line += " " + arg;
+  line += "\n";
+  writeAll(reaper_w_.get(), line);
+}
+
+void Supervisor::removeOnDeath(const std::string& dir) { tellReaper('d', dir); }
 
 Supervisor::~Supervisor() {
   for (auto& c : children_) {
@@ -132,6 +211,13 @@ Supervisor::~Supervisor() {
     while (::waitpid(c->pid, &st, 0) < 0 && errno == EINTR) {
     }
     c->running = false;
+  }
+  if (reaper_w_.valid()) {
+    tellReaper('x', "");
+    reaper_w_.reset();
+    int st;
+    while (::waitpid(reaper_pid_, &st, 0) < 0 && errno == EINTR) {
+    }
   }
   if (mask_saved_) ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
 }
@@ -209,6 +295,7 @@ StatusOr<int> Supervisor::spawn(SpawnSpec spec) {
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also here: no window where a signal misses the group
+  tellReaper('g', std::to_string(pid));
   status_w.reset();
   in_r.reset();
   out_w.reset();

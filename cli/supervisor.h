@@ -6,8 +6,14 @@
 //
 // Every child runs in its own process group (signals go to the group, so a
 // rank's subprocesses are stopped with it) and gets PR_SET_PDEATHSIG
-// SIGKILL, so nothing outlives a SIGKILLed kolorun. stdin is /dev/null, or
-// a pipe holding SpawnSpec::stdin_data.
+// SIGKILL. stdin is /dev/null, or a pipe holding SpawnSpec::stdin_data.
+//
+// PR_SET_PDEATHSIG reaches only the direct children: what a rank started
+// through a shell wrapper would survive a SIGKILLed kolorun. So create()
+// also forks a reaper ("kolorun-reaper"): kolorun tells it, through a pipe,
+// every child's process group and every directory to remove; when the pipe
+// ends without kolorun's "done" (kolorun died), the reaper SIGKILLs those
+// groups, removes those directories and exits.
 #pragma once
 
 #include <signal.h>
@@ -104,6 +110,11 @@ class Supervisor {
   // exited, to reach what it left behind). Errors (no such group) are ignored.
   void signalGroup(int id, int sig);
 
+  // The reaper removes `dir` (recursively) if kolorun dies without ~Supervisor.
+  void removeOnDeath(const std::string& dir);
+  // The reaper's pid (-1 if it could not be started).
+  pid_t reaperPid() const { return reaper_pid_; }
+
   // kolorun's own SIGINT/SIGTERM/SIGHUP received since the last call.
   std::vector<int> takeSignals();
 
@@ -140,8 +151,12 @@ class Supervisor {
   bool readPipe(Pipe& p);
   bool anyPipeOpen(const std::vector<int>& ids) const;
 
+  void tellReaper(char kind, const std::string& arg);
+
   UniqueFd sigfd_;
   UniqueFd devnull_;
+  UniqueFd reaper_w_;
+  pid_t reaper_pid_ = -1;
   bool mask_saved_ = false;
   sigset_t old_mask_{};
   std::vector<std::unique_ptr<Child>> children_;

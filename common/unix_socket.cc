@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace kolo {
@@ -82,6 +83,67 @@ StatusOr<UniqueFd> connectUnix(const std::string& path) {
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
     if (errno == EINTR) continue;
     return errnoStatus("connect " + path, errno);
+  }
+}
+
+int probeUnix(const std::string& path) {
+  sockaddr_un addr;
+  if (!fillAddr(path, &addr).isOk()) return ENAMETOOLONG;
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errno;
+  for (;;) {
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return 0;
+    if (errno != EINTR) return errno;
+  }
+}
+
+namespace {
+
+std::string groupName(gid_t gid) {
+  struct group* g = ::getgrgid(gid);
+  return g != nullptr ? std::string(g->gr_name) : std::to_string(gid);
+}
+
+std::string octal(mode_t mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
+  return buf;
+}
+
+}  // namespace
+
+std::string explainSocketError(const std::string& path, int err) {
+  struct stat st;
+  switch (err) {
+    case EACCES:
+    case EPERM: {
+      if (::stat(path.c_str(), &st) == 0) {
+        std::string g = groupName(st.st_gid);
+        return "permission denied: the socket belongs to group " + g + " (mode " +
+               octal(st.st_mode) + "); join group " + g + " (sudo usermod -aG " + g +
+               " $USER) and log in again";
+      }
+      std::string dir = path.substr(0, path.rfind('/'));
+      if (!dir.empty() && ::stat(dir.c_str(), &st) == 0) {
+        std::string g = groupName(st.st_gid);
+        return "permission denied: cannot enter " + dir + " (group " + g + ", mode " +
+               octal(st.st_mode) + "); join group " + g + " (sudo usermod -aG " + g +
+               " $USER) and log in again";
+      }
+      return "permission denied; join the group of the agent socket and log in again";
+    }
+    case ENOENT:
+      return "no such file: no kolo-agent has created its socket there (is kolo-agent running? "
+             "systemctl status kolo-agent)";
+    case ECONNREFUSED:
+      return "nothing is listening: the socket file is left from a kolo-agent that no longer runs";
+    case ENOTSOCK:
+      return "not a socket";
+    case ENAMETOOLONG:
+      return "the path is too long for a Unix socket (limit " +
+             std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes)";
+    default:
+      return std::strerror(err);
   }
 }
 

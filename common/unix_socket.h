@@ -16,6 +16,13 @@ StatusOr<UniqueFd> listenUnix(const std::string& path, mode_t mode, const std::s
 // Connects (blocking). Errors name the path.
 StatusOr<UniqueFd> connectUnix(const std::string& path);
 Status setNonBlocking(int fd);
+// Connects to `path` and closes again: 0 when something listens there, else
+// the errno of connect (ENAMETOOLONG for a path too long).
+int probeUnix(const std::string& path);
+// Why connecting to the agent socket `path` failed with `err`, for people:
+// "permission denied: the socket belongs to group kolo (mode 0660); join
+// group kolo and log in again", "no such file: ...", "nothing is listening: ...".
+std::string explainSocketError(const std::string& path, int err);
 
 struct PeerCred {
   pid_t pid = -1;

@@ -143,7 +143,11 @@ grpc::Status Core::registerAgentOnLoop(const coord::RegisterAgentRequest& req,
 
 grpc::Status Core::heartbeatOnLoop(const coord::HeartbeatRequest& req,
                                    coord::HeartbeatReply* reply) {
-  return membership_.heartbeat(req, reply);
+  if (!req.leaving()) return membership_.heartbeat(req, reply);
+  Changes changes;
+  grpc::Status st = membership_.heartbeat(req, reply, &changes);
+  applyOnLoop(changes);
+  return st;
 }
 
 grpc::Status Core::joinJobOnLoop(const coord::JoinJobRequest& req) {

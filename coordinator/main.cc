@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "common/config.h"
@@ -119,6 +120,13 @@ int main(int argc, char** argv) {
   // thousands of agents that graph was about a fifth of the coordinator's CPU
   // (docs/coordinator.md, "Scale"). It finds bugs in gRPC, not in us: off.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // --version (before "--"): the version, exit 0.
+  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+    if (std::string_view(argv[i]) == "--version") {
+      std::printf("%s %s\n", "kolo-coordinator", KOLO_VERSION);
+      return 0;
+    }
+  }
   kolo::Config config("kolo-coordinator");
   kolo::coordinator::defineFlags(config);
   kolo::Status st = config.load(argc, argv);

@@ -1,13 +1,76 @@
 #include "agent/coord/coord_client.h"
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "common/config_grpc.h"
+#include "common/fd.h"
 #include "common/log.h"
 
 namespace kolo {
 
 namespace {
 auto logger() { return log::get("agent.coord"); }
+
+// Whether a TCP connection to "host:port" ("[v6]:port") opens within
+// `timeout`: 0, else the errno (ETIMEDOUT for no answer, EHOSTUNREACH for a
+// name that does not resolve).
+int tcpConnectError(const std::string& address, std::chrono::milliseconds timeout) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return EINVAL;
+  std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
+    return EHOSTUNREACH;
+  int err = ETIMEDOUT;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    UniqueFd fd(
+        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+    if (!fd.valid()) continue;
+    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) {
+      err = 0;
+      break;
+    }
+    if (errno != EINPROGRESS) {
+      err = errno;
+      continue;
+    }
+    pollfd p{fd.get(), POLLOUT, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) {
+      err = ETIMEDOUT;
+      continue;
+    }
+    int so = 0;
+    socklen_t len = sizeof so;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so, &len);
+    err = so;
+    if (err == 0) break;
+  }
+  ::freeaddrinfo(res);
+  return err;
+}
+
 }  // namespace
+
+std::string coordinatorUnreachableHint(const std::string& address, const GrpcClientSecurity& s) {
+  int err = tcpConnectError(address, std::chrono::milliseconds(500));
+  if (err == 0) return tlsHint(s, "coordinator");
+  if (err == EHOSTUNREACH && address.find(':') != std::string::npos) {
+    return " (nothing answers at " + address +
+           ": the name does not resolve or the host is unreachable)";
+  }
+  return " (nothing is listening at " + address + ": " + std::strerror(err) +
+         "; is kolo-coordinator running there? check --coordinator)";
+}
 
 Status fromGrpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return okStatus();
@@ -57,9 +120,21 @@ std::string CoordClient::jobToken(const std::string& job_id) const {
 
 CoordClient::~CoordClient() { shutdown(); }
 
+void CoordClient::cancelRegistration() {
+  register_cancelled_ = true;
+  {
+    std::lock_guard<std::mutex> lock(register_mu_);
+    if (register_ctx_ != nullptr) register_ctx_->TryCancel();
+  }
+  hb_cv_.notify_all();
+}
+
 Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline) {
   Status last;
-  while (!stop_.load()) {
+  const auto started = std::chrono::steady_clock::now();
+  log::RateLimiter waiting_log(std::chrono::seconds(10), 1);
+  (void)waiting_log.admit();  // the first line comes after 10 s of waiting
+  while (!stop_.load() && !register_cancelled_.load()) {
     grpc::ClientContext ctx;
     auto now = std::chrono::steady_clock::now();
     auto left = std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::seconds(2));
@@ -71,7 +146,18 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
     // The same process registering again keeps its jobs; see the proto.
     req.set_previous_secret(agentSecret());
     coord::RegisterAgentReply rep;
-    grpc::Status s = stub_->RegisterAgent(&ctx, req, &rep);
+    {
+      std::lock_guard<std::mutex> lock(register_mu_);
+      register_ctx_ = &ctx;
+    }
+    grpc::Status s = register_cancelled_.load()
+                         ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")
+                         : stub_->RegisterAgent(&ctx, req, &rep);
+    {
+      std::lock_guard<std::mutex> lock(register_mu_);
+      register_ctx_ = nullptr;
+    }
+    if (register_cancelled_.load()) break;
     if (s.ok()) {
       {
         std::lock_guard<std::mutex> lock(secret_mu_);
@@ -91,15 +177,31 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
                                           ? " (give the token with --coordinator-token-file or KOLO_COORDINATOR_TOKEN)"
                                           : " (check --coordinator-token / --coordinator-token-file)"));
     }
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      last = Status(last.code(), last.message() + tlsHint(security_, "coordinator"));
+    const bool unreachable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                             s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      // Only now: the hint probes the address (a TLS hint only if something answers).
+      if (unreachable)
+        last =
+            Status(last.code(), last.message() + coordinatorUnreachableHint(address_, security_));
+      break;
     }
-    if (std::chrono::steady_clock::now() >= deadline) break;
+    if (waiting_log.admit()) {
+      auto waited = std::chrono::duration_cast<std::chrono::seconds>(
+          std::chrono::steady_clock::now() - started);
+      auto left = std::chrono::duration_cast<std::chrono::seconds>(
+          deadline - std::chrono::steady_clock::now());
+      logger()->warn("still waiting for the coordinator at {} after {} s ({}); giving up in {} s",
+                     address_, waited.count(), s.error_message(), left.count());
+    }
     std::unique_lock<std::mutex> lock(hb_mu_);
-    hb_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_.load(); });
+    hb_cv_.wait_for(lock, std::chrono::milliseconds(200),
+                    [&] { return stop_.load() || register_cancelled_.load(); });
   }
-  return last.isOk() ? aborted("agent is stopping") : last;
+  if (register_cancelled_.load() || last.isOk()) {
+    return aborted("stopped while waiting for the coordinator at " + address_);
+  }
+  return last;
 }
 
 void CoordClient::startHeartbeats() {
@@ -118,7 +220,17 @@ void CoordClient::startHeartbeats() {
       req.set_agent_id(self_.agent_id());
       req.set_agent_secret(agentSecret());
       coord::HeartbeatReply rep;
+      {
+        std::lock_guard<std::mutex> lock(register_mu_);
+        if (stop_.load()) break;
+        heartbeat_ctx_ = &ctx;  // shutdown() cancels it: a stop does not wait for its deadline
+      }
       grpc::Status s = stub_->Heartbeat(&ctx, req, &rep);
+      {
+        std::lock_guard<std::mutex> lock(register_mu_);
+        heartbeat_ctx_ = nullptr;
+      }
+      if (stop_.load()) break;
       if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
         // Another process registered this agent id since (a second agent with
         // the same --agent-id): registering again would fail its jobs, and
@@ -131,8 +243,19 @@ void CoordClient::startHeartbeats() {
           replaced_logged_ = true;
         }
       } else if (!s.ok()) {
-        logger()->warn("heartbeat to {} failed: {}", address_, s.error_message());
-      } else if (!rep.known()) {
+        // Once, then at most every 30 s while the coordinator stays away.
+        ++heartbeat_failures_;
+        log::rateLimited(heartbeat_log_, *logger(), spdlog::level::warn,
+                         "heartbeat to {} failed ({} in a row): {}", address_, heartbeat_failures_,
+                         s.error_message());
+        continue;
+      }
+      if (heartbeat_failures_ > 0) {
+        logger()->info("heartbeats to {} work again after {} failed", address_,
+                       heartbeat_failures_);
+        heartbeat_failures_ = 0;
+      }
+      if (!rep.known()) {
         logger()->warn("coordinator forgot this agent; registering again");
         (void)registerAgent(std::chrono::steady_clock::now() + std::chrono::seconds(2));
       }
@@ -328,8 +451,34 @@ StatusOr<std::string> CoordClient::kvGet(const std::string& job_id, const std::s
   return rep.value();
 }
 
+void CoordClient::deregister(std::chrono::milliseconds timeout) {
+  const std::string secret = agentSecret();
+  if (secret.empty() || stop_.load()) return;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  prepare(ctx);
+  coord::HeartbeatRequest req;
+  req.set_agent_id(self_.agent_id());
+  req.set_agent_secret(secret);
+  req.set_leaving(true);
+  coord::HeartbeatReply rep;
+  grpc::Status s = stub_->Heartbeat(&ctx, req, &rep);
+  if (s.ok()) {
+    logger()->info("deregistered from the coordinator at {}", address_);
+  } else {
+    logger()->info(
+        "could not deregister from the coordinator at {} ({}); it will see the lease expire",
+        address_, s.error_message());
+  }
+}
+
 void CoordClient::shutdown() {
   if (stop_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(register_mu_);
+    if (heartbeat_ctx_ != nullptr) heartbeat_ctx_->TryCancel();
+    if (register_ctx_ != nullptr) register_ctx_->TryCancel();
+  }
   hb_cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
   std::map<std::string, std::shared_ptr<Watch>> ws;

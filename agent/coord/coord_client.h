@@ -18,6 +18,7 @@
 #include "agent/coord/elastic_params.h"
 #include "common/config_tls.h"
 #include "common/event_loop.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "common/worker_pool.h"
 #include "kolo/proto/coordinator.grpc.pb.h"
@@ -40,7 +41,11 @@ class CoordClient {
   void setRpcAddress(const std::string& addr) { self_.set_rpc_address(addr); }
   // Registers, retrying until `deadline`. Blocking; call before serving.
   Status registerAgent(std::chrono::steady_clock::time_point deadline);
+  // From another thread (SIGTERM while registerAgent waits for an absent
+  // coordinator): registerAgent returns Code::kAborted at once.
+  void cancelRegistration();
   // Heartbeats every interval the coordinator asked for; re-registers if forgotten.
+  // Failures are logged once, then at most every 30 s, and the recovery too.
   void startHeartbeats();
 
   // Joins the job and watches its World. `cb` runs on the agent loop for the
@@ -63,6 +68,10 @@ class CoordClient {
   StatusOr<std::string> kvGet(const std::string& job_id, const std::string& token,
                               const std::string& key, std::chrono::milliseconds wait);
 
+  // A clean stop: tells the coordinator this agent leaves (a last Heartbeat
+  // with leaving set), so that it does not report it lost a lease later.
+  // Blocking, bounded by `timeout`; failures are logged only.
+  void deregister(std::chrono::milliseconds timeout);
   void shutdown();
 
  private:
@@ -100,7 +109,19 @@ class CoordClient {
   std::string agent_secret_;                   // under secret_mu_
   std::map<std::string, std::string> tokens_;  // job id -> token, under secret_mu_
   bool replaced_logged_ = false;               // heartbeat thread only
+  uint64_t heartbeat_failures_ = 0;            // in a row; heartbeat thread only
+  log::RateLimiter heartbeat_log_{std::chrono::seconds(30), 1};
+  std::atomic<bool> register_cancelled_{false};
+  std::mutex register_mu_;
+  grpc::ClientContext* register_ctx_ = nullptr;   // the RegisterAgent in flight, under register_mu_
+  grpc::ClientContext* heartbeat_ctx_ = nullptr;  // the Heartbeat in flight, under register_mu_
 };
+
+// Why a call to the coordinator at `address` failed with UNAVAILABLE or
+// DEADLINE_EXCEEDED, for people: "nothing is listening at host:port (is
+// kolo-coordinator running there?)" when a TCP connect is refused or times
+// out, else the TLS hint (the server answers, so a TLS mismatch is plausible).
+std::string coordinatorUnreachableHint(const std::string& address, const GrpcClientSecurity& s);
 
 Status fromGrpc(const grpc::Status& s, const std::string& what);
 

@@ -91,8 +91,21 @@ class StatusService final : public agentrpc::Agent::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Undrain(grpc::ServerContext* ctx, const agentrpc::UndrainRequest*,
+                       agentrpc::UndrainReply*) override {
+    if (grpc::Status a = authorize(*ctx, "Undrain"); !a.ok()) return a;
+    auto r = agent_.loop().call<bool>(
+        [this] {
+          agent_.undrainOnLoop();
+          return true;
+        },
+        kLoopTimeout);
+    if (!r.isOk()) return loopTimeout(r.status());
+    return grpc::Status::OK;
+  }
+
  private:
-  // Drain and Timeline: the token, or without one a loopback peer (admin_auth.h).
+  // Drain, Undrain and Timeline: the token, or without one a loopback peer (admin_auth.h).
   grpc::Status authorize(const grpc::ServerContext& ctx, const std::string& call) const {
     std::optional<std::string> authorization;
     const auto& md = ctx.client_metadata();

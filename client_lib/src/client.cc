@@ -1,7 +1,7 @@
-#include <sched.h>
 #include "client.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -127,8 +127,13 @@ Status Client::connectSocket() {
     std::this_thread::sleep_for(std::min<Clock::duration>(kConnectRetry, deadline - now));
   }
   Code code = (err == EACCES || err == EPERM) ? Code::kPermissionDenied : Code::kUnavailable;
-  return Status(code, "cannot reach the kolo agent at " + path + " (" + std::strerror(err) +
-                          ") after " + fmtSeconds(Clock::now() - start) +
+  if (code == Code::kPermissionDenied) {
+    return Status(
+        code, "cannot open the kolo agent socket " + path + ": " + explainSocketError(path, err));
+  }
+  return Status(code, "cannot reach the kolo agent at " + path + " (" + std::strerror(err) + "; " +
+                          explainSocketError(path, err) + ") after " +
+                          fmtSeconds(Clock::now() - start) +
                           " s. Start one with `kolo-agent --socket " + path +
                           "`, run the program under `kolorun`, which starts one, or set "
                           "KOLO_AGENT_SOCKET.");

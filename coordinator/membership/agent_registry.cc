@@ -18,6 +18,8 @@ bool AgentRegistry::heartbeat(const std::string& agent_id) {
   return true;
 }
 
+bool AgentRegistry::remove(const std::string& agent_id) { return agents_.erase(agent_id) > 0; }
+
 std::vector<ExpiredAgent> AgentRegistry::expire() {
   int64_t now = clock_->steadyMs();
   std::vector<ExpiredAgent> out;

@@ -39,6 +39,8 @@ class AgentRegistry {
   bool heartbeat(const std::string& agent_id);
   // Removes and returns every agent whose last heartbeat is lease_ms or more ago.
   std::vector<ExpiredAgent> expire();
+  // Removes one agent (a clean stop); false if unknown.
+  bool remove(const std::string& agent_id);
 
   const AgentRecord* find(const std::string& agent_id) const;
   const std::map<std::string, AgentRecord>& all() const { return agents_; }

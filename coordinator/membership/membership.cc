@@ -59,8 +59,8 @@ grpc::Status Membership::registerAgent(const coord::RegisterAgentRequest& req,
   return grpc::Status::OK;
 }
 
-grpc::Status Membership::heartbeat(const coord::HeartbeatRequest& req,
-                                   coord::HeartbeatReply* reply) {
+grpc::Status Membership::heartbeat(const coord::HeartbeatRequest& req, coord::HeartbeatReply* reply,
+                                   Changes* changes) {
   const AgentRecord* agent = agents_.find(req.agent_id());
   if (agent == nullptr || agent->secret.empty()) {
     log::get("coord")->debug("heartbeat from unknown agent {}: told to register again",
@@ -75,6 +75,17 @@ grpc::Status Membership::heartbeat(const coord::HeartbeatRequest& req,
                              "registration; only the agent process that registered may renew "
                              "its lease (a restarted agent calls RegisterAgent)",
                              req.agent_id()));
+  }
+  if (req.leaving() && changes != nullptr) {
+    coord::AgentInfo info = agent->info;
+    agents_.remove(req.agent_id());
+    changes->lost_agents.push_back(info.agent_id());
+    log::get("coord")->info("agent {} (host {}) stopped and deregistered", info.agent_id(),
+                            info.hostname());
+    dropAgentFromJobs(
+        info, fmt::format("agent {} (host {}) stopped", info.agent_id(), info.hostname()), changes);
+    reply->set_known(false);
+    return grpc::Status::OK;
   }
   agents_.heartbeat(req.agent_id());
   reply->set_known(true);

@@ -59,7 +59,10 @@ class Membership {
   // Renews the lease. known=false for an unknown agent (or one restored
   // without a secret): it must register again. PERMISSION_DENIED when the
   // secret is not the registration's.
-  grpc::Status heartbeat(const coord::HeartbeatRequest& req, coord::HeartbeatReply* reply);
+  // req.leaving(): the agent stops; it is forgotten and dropped from its jobs
+  // (into `changes`).
+  grpc::Status heartbeat(const coord::HeartbeatRequest& req, coord::HeartbeatReply* reply,
+                         Changes* changes = nullptr);
   grpc::Status joinJob(const coord::JoinJobRequest& req, Changes* changes);
   grpc::Status leaveJob(const coord::LeaveJobRequest& req, Changes* changes);
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -65,15 +66,68 @@ TEST(KoloCli, DefaultAgentAddressComesFromTheEnvironment) {
   EXPECT_NE(r.err.find("cannot reach the kolo agent at " + closed.address()), std::string::npos) << r.err;
 }
 
+TEST(KoloCli, VersionOnEveryDaemonAndTheCli) {
+  for (const char* prog : {"kolo", "kolo-agent", "kolo-coordinator"}) {
+    std::string path = binDir() + "/" + prog;
+    if (::access(path.c_str(), X_OK) != 0) continue;  // daemons not built
+    auto r = runCommand({path, "--version"}, {}, 30s);
+    EXPECT_EQ(r.code, 0) << prog << ": " << r.err;
+    EXPECT_TRUE(r.out.rfind(std::string(prog) + " ", 0) == 0) << r.out;
+    EXPECT_EQ(r.out.back(), '\n') << r.out;
+  }
+}
+
+TEST(KoloCli, DaemonUsageErrorsExit2WithAReadableLine) {
+  for (const char* prog : {"kolo-agent", "kolo-coordinator"}) {
+    std::string path = binDir() + "/" + prog;
+    if (::access(path.c_str(), X_OK) != 0) continue;
+    auto r = runCommand({path, "--no-such-flag"}, {}, 30s);
+    EXPECT_EQ(r.code, 2) << prog << ": " << r.err;
+    EXPECT_NE(r.err.find(std::string(prog) + ": "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--no-such-flag"), std::string::npos) << r.err;
+  }
+}
+
+TEST(KoloCli, AgentReadsKoloAgentSocketAndKoloSocketAsADeprecatedAlias) {
+  const std::string agent = binDir() + "/kolo-agent";
+  if (::access(agent.c_str(), X_OK) != 0) GTEST_SKIP() << "kolo-agent is not built";
+  auto r = runCommand({agent, "--dump-config"}, {{"KOLO_AGENT_SOCKET", "/x/new.sock"}}, 30s,
+                      {"KOLO_SOCKET"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("socket = \"/x/new.sock\"  # env KOLO_AGENT_SOCKET"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.err.find("deprecated"), std::string::npos) << r.err;
+  r = runCommand({agent, "--dump-config"}, {{"KOLO_SOCKET", "/x/old.sock"}}, 30s,
+                 {"KOLO_AGENT_SOCKET"});
+  EXPECT_NE(r.out.find("socket = \"/x/old.sock\"  # env KOLO_SOCKET"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("kolo-agent: KOLO_SOCKET is deprecated; set KOLO_AGENT_SOCKET instead\n"),
+            std::string::npos)
+      << r.err;
+  r = runCommand({agent, "--dump-config"},
+                 {{"KOLO_SOCKET", "/x/old.sock"}, {"KOLO_AGENT_SOCKET", "/x/new.sock"}}, 30s);
+  EXPECT_NE(r.out.find("socket = \"/x/new.sock\""), std::string::npos) << r.out;
+  EXPECT_NE(
+      r.err.find("KOLO_SOCKET is deprecated and ignored: KOLO_AGENT_SOCKET=/x/new.sock is set"),
+      std::string::npos)
+      << r.err;
+}
+
 TEST(KoloCli, UsageErrors) {
   auto none = runCommand(kolo({}), {}, 30s);
-  EXPECT_NE(none.code, 0);
+  EXPECT_EQ(none.code, 2) << none.err;
+  EXPECT_NE(none.err.find("kolo: A subcommand is required (see kolo --help)\n"), std::string::npos)
+      << none.err;
   auto job = runCommand(kolo({"job"}), {}, 30s);
-  EXPECT_NE(job.code, 0);
-  EXPECT_NE(job.err.find("ID"), std::string::npos) << job.err;
+  EXPECT_EQ(job.code, 2) << job.err;
+  EXPECT_NE(job.err.find("kolo: ID is required (see kolo --help)"), std::string::npos) << job.err;
+  auto bogus = runCommand(kolo({"status", "--bogus"}), {}, 30s);
+  EXPECT_EQ(bogus.code, 2) << bogus.err;
+  EXPECT_NE(bogus.err.find("kolo: The following argument was not expected: --bogus"),
+            std::string::npos)
+      << bogus.err;
   auto help = runCommand(kolo({"--help"}), {}, 30s);
   EXPECT_EQ(help.code, 0);
-  for (const char* cmd : {"status", "jobs", "agents", "job", "timeline", "drain"}) {
+  for (const char* cmd : {"status", "jobs", "agents", "job", "timeline", "drain", "undrain"}) {
     EXPECT_NE(help.out.find(cmd), std::string::npos) << help.out;
   }
 }
@@ -127,6 +181,62 @@ class KoloCliDaemons : public ::testing::Test {
   std::unique_ptr<TestProcess> coordinator_, agent_;
   std::string coordinator_address_, agent_address_, socket_;
 };
+
+// systemd and Kubernetes stop the agent with SIGTERM: it must go within 1 s,
+// also while it still waits for an absent coordinator at start.
+TEST(KoloAgentLifecycle, SigtermWhileWaitingForAnAbsentCoordinatorStopsItWithin1s) {
+  ClosedPort closed;
+  TempDir tmp;
+  TestProcess agent(
+      {binDir() + "/kolo-agent", "--socket", tmp.path() + "/agent.sock", "--coordinator",
+       closed.address(), "--rpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"},
+      {{"KOLO_LOG_LEVEL", "info"}});
+  // Logged just before it registers.
+  ASSERT_TRUE(agent.waitForStderr("metrics on http://", 30s)) << agent.err();
+  auto t0 = std::chrono::steady_clock::now();
+  agent.signal(SIGTERM);
+  auto code = agent.wait(5s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << agent.err();
+  EXPECT_EQ(code, 0) << agent.err();
+  EXPECT_NE(agent.err().find("stopped by SIGTERM while waiting for the coordinator at " +
+                             closed.address()),
+            std::string::npos)
+      << agent.err();
+}
+
+TEST(KoloAgentLifecycle, AbsentCoordinatorIsSaidSoWithoutATlsHint) {
+  ClosedPort closed;
+  TempDir tmp;
+  auto r = runCommand({binDir() + "/kolo-agent", "--socket", tmp.path() + "/agent.sock",
+                       "--coordinator", closed.address(), "--rpc-listen", "127.0.0.1:0",
+                       "--metrics-listen", "127.0.0.1:0", "--register-timeout-s", "1"},
+                      {{"KOLO_LOG_LEVEL", "warn"}}, 30s);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("kolo-agent: cannot start: cannot register with the coordinator at " +
+                       closed.address()),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(
+      r.err.find("(nothing is listening at " + closed.address() +
+                 ": Connection refused; is kolo-coordinator running there? check --coordinator)"),
+      std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("TLS"), std::string::npos) << r.err;
+}
+
+TEST_F(KoloCliDaemons, CoordinatorDownHeartbeatFailuresAreThrottledAndSigtermStillStopsWithin1s) {
+  coordinator_->signal(SIGKILL);
+  ASSERT_TRUE(coordinator_->wait(10s).has_value());
+  ASSERT_TRUE(
+      agent_->waitForStderr("heartbeat to " + coordinator_address_ + " failed (1 in a row)", 30s))
+      << agent_->err();
+  // The heartbeat runs every second; the next line may come 30 s later.
+  EXPECT_FALSE(agent_->waitForStderr("(2 in a row)", 3500ms)) << agent_->err();
+  auto t0 = std::chrono::steady_clock::now();
+  agent_->signal(SIGTERM);
+  EXPECT_EQ(agent_->wait(5s), 0) << agent_->err();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << agent_->err();
+}
 
 TEST_F(KoloCliDaemons, Status) {
   auto r = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
@@ -188,10 +298,70 @@ TEST_F(KoloCliDaemons, TimelineReachesTheAgent) {
   }
 }
 
-TEST_F(KoloCliDaemons, Drain) {
+TEST_F(KoloCliDaemons, CleanStopDeregistersTheAgentAtOnce) {
+  auto before =
+      runCommand(kolo({"agents", "--json", "--coordinator", coordinator_address_}), {}, 30s);
+  ASSERT_EQ(nlohmann::json::parse(before.out)["agents"].size(), 1u) << before.out;
+  auto t0 = std::chrono::steady_clock::now();
+  agent_->signal(SIGTERM);
+  ASSERT_EQ(agent_->wait(5s), 0) << agent_->err();
+  // Well within the coordinator's 5 s lease: the agent said it leaves.
+  auto after =
+      runCommand(kolo({"agents", "--json", "--coordinator", coordinator_address_}), {}, 30s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s);
+  EXPECT_EQ(nlohmann::json::parse(after.out)["agents"].size(), 0u) << after.out;
+}
+
+// GET /metrics from the agent's metrics address (the ready file's "metrics=").
+std::string agentMetrics(const std::string& ready_file) {
+  std::ifstream in(ready_file);
+  std::string word, addr;
+  while (in >> word) {
+    if (word.rfind("metrics=", 0) == 0) addr = word.substr(8);
+  }
+  if (addr.empty()) return "";
+  auto colon = addr.rfind(':');
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))));
+  ::inet_pton(AF_INET, addr.substr(0, colon).c_str(), &a.sin_addr);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "";
+  std::string req = "GET /metrics HTTP/1.0\r\nHost: x\r\nConnection: close\r\n\r\n";
+  if (::write(fd.get(), req.data(), req.size()) != static_cast<ssize_t>(req.size())) return "";
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd.get(), buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
+  auto st = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
+  ASSERT_EQ(st.code, 0) << st.err;
+  EXPECT_NE(st.out.find("state        serving\n"), std::string::npos) << st.out;
+  EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 0"),
+            std::string::npos);
+
   auto r = runCommand(kolo({"drain", "--agent", agent_address_}), {}, 30s);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("is draining"), std::string::npos) << r.out;
+  st = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
+  EXPECT_NE(st.out.find("state        draining: admits no new trainers (kolo undrain to resume)\n"),
+            std::string::npos)
+      << st.out;
+  auto js = runCommand(kolo({"status", "--json", "--agent", agent_address_}), {}, 30s);
+  EXPECT_EQ(nlohmann::json::parse(js.out)["draining"], true) << js.out;
+  EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 1"),
+            std::string::npos);
+
+  auto u = runCommand(kolo({"undrain", "--agent", agent_address_}), {}, 30s);
+  ASSERT_EQ(u.code, 0) << u.err;
+  EXPECT_EQ(u.out, "the kolo agent at " + agent_address_ + " takes new jobs again\n");
+  st = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
+  EXPECT_NE(st.out.find("state        serving\n"), std::string::npos) << st.out;
+  EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 0"),
+            std::string::npos);
 }
 
 #endif

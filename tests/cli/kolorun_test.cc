@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <regex>
@@ -24,8 +25,9 @@ class KolorunTest : public ::testing::Test {
   // Runs in embedded mode: no agent at the socket; TMPDIR is our temp dir so
   // we can see kolorun's private directory come and go.
   std::map<std::string, std::string> env(std::map<std::string, std::string> extra = {}) const {
-    std::map<std::string, std::string> e = {{"TMPDIR", tmp_.path()},
-                                            {"KOLO_AGENT_SOCKET", tmp_.path() + "/no-agent.sock"}};
+    // No socket named, and no system agent where kolorun looks for one.
+    std::map<std::string, std::string> e = {
+        {"TMPDIR", tmp_.path()}, {"KOLORUN_SYSTEM_AGENT_SOCKET", tmp_.path() + "/no-agent.sock"}};
     if (!KOLO_TEST_REAL_DAEMONS) {
       e["KOLO_AGENT_BIN"] = standinDaemon();
       e["KOLO_COORDINATOR_BIN"] = standinDaemon();
@@ -35,8 +37,8 @@ class KolorunTest : public ::testing::Test {
   }
   // Variables that would change how kolorun finds its daemons.
   std::vector<std::string> unset() const {
-    if (!KOLO_TEST_REAL_DAEMONS) return {};
-    return {"KOLO_AGENT_BIN", "KOLO_COORDINATOR_BIN"};
+    if (!KOLO_TEST_REAL_DAEMONS) return {"KOLO_AGENT_SOCKET"};
+    return {"KOLO_AGENT_SOCKET", "KOLO_AGENT_BIN", "KOLO_COORDINATOR_BIN"};
   }
   std::vector<std::string> kolorun(std::vector<std::string> args) const {
     args.insert(args.begin(), binDir() + "/kolorun");
@@ -183,6 +185,111 @@ TEST_F(KolorunTest, SigtermToKolorunEndsEverything) {
   EXPECT_TRUE(leftovers().empty()) << "the private directory was not removed";
 }
 
+// The direct children of `pid` (from /proc/*/stat).
+std::vector<pid_t> childrenOf(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == pid) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+TEST_F(KolorunTest, Kill9OfKolorunTakesRanksGrandchildrenDaemonsAndTempDirWithIt) {
+  // Each rank is a shell wrapper whose real work is a grandchild of kolorun.
+  TestProcess p(kolorun({"-np", "2", "sh", "-c", "sleep 1000 & echo up $$ $!; wait"}), env(),
+                unset());
+  ASSERT_TRUE(p.waitForStdout("[0]<stdout>:up ", 60s)) << p.err();
+  ASSERT_TRUE(p.waitForStdout("[1]<stdout>:up ", 60s)) << p.err();
+  std::vector<pid_t> pids = childrenOf(p.pid());  // ranks, daemons, the reaper
+  ASSERT_GE(pids.size(), 3u);
+  std::string out = p.out();
+  const std::regex up("<stdout>:up ([0-9]+) ([0-9]+)\n");
+  int grandchildren = 0;
+  for (std::sregex_iterator it(out.begin(), out.end(), up), end; it != end; ++it) {
+    pids.push_back(std::stoi((*it)[2]));
+    ++grandchildren;
+  }
+  ASSERT_EQ(grandchildren, 2) << out;
+  ASSERT_EQ(leftovers().size(), 1u);
+  ::kill(p.pid(), SIGKILL);
+  ASSERT_EQ(p.wait(10s), 128 + SIGKILL);
+  for (pid_t pid : pids)
+    EXPECT_TRUE(waitProcessGone(pid, 5s)) << "pid " << pid << " survived kill -9 of kolorun";
+  EXPECT_TRUE(leftovers().empty()) << "the private directory survived kill -9 of kolorun";
+}
+
+TEST_F(KolorunTest, NoSystemAgentFallsBackToPrivateDaemonsWithOneLine) {
+  auto r = runCommand(kolorun({"-np", "1", "true"}), env(), 60s, unset());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find(
+                "kolorun: no kolo-agent at " + tmp_.path() +
+                "/no-agent.sock (no such file); starting a private kolo-coordinator and kolo-agent "
+                "for this job\n"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(KolorunTest, NamedSocketThatCannotBeOpenedIsAnErrorThatSaysWhy) {
+  const std::string missing = tmp_.path() + "/missing.sock";
+  auto r = runCommand(kolorun({"-np", "1", "true"}), env({{"KOLO_AGENT_SOCKET", missing}}), 60s,
+                      {"KOLO_AGENT_BIN", "KOLO_COORDINATOR_BIN"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("kolorun: cannot use the kolo-agent socket " + missing +
+                       " (named by KOLO_AGENT_SOCKET): no such file"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("starting a private"), std::string::npos) << r.err;
+
+  // A socket file nobody listens on (a stale one).
+  const std::string stale = tmp_.path() + "/stale.sock";
+  {
+    auto fd = listenUnix(stale, 0600, "");
+    ASSERT_TRUE(fd.isOk());
+  }
+  r = runCommand(kolorun({"-np", "1", "--agent-socket", stale, "true"}), env(), 60s, unset());
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("kolorun: cannot use the kolo-agent socket " + stale +
+                       " (named by --agent-socket): nothing is listening"),
+            std::string::npos)
+      << r.err;
+
+  // Permission: a socket in a directory kolorun may not enter. As root,
+  // kolorun runs as nobody (setpriv) and the directory is root's, mode 0700.
+  const std::string dir = tmp_.path() + "/locked";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  auto fd = listenUnix(dir + "/agent.sock", 0600, "");
+  ASSERT_TRUE(fd.isOk());
+  std::vector<std::string> argv = kolorun({"-np", "1", "true"});
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chmod(tmp_.path().c_str(), 0711), 0);
+    argv.insert(argv.begin(),
+                {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"});
+  } else {
+    ASSERT_EQ(::chmod(dir.c_str(), 0), 0);
+  }
+  r = runCommand(argv, env({{"KOLORUN_SYSTEM_AGENT_SOCKET", dir + "/agent.sock"}}), 60s, unset());
+  ::chmod(dir.c_str(), 0700);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(
+      r.err.find("kolorun: the kolo-agent socket " + dir +
+                 "/agent.sock exists but cannot be opened: permission denied: cannot enter " + dir),
+      std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("and log in again"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("starting a private"), std::string::npos) << r.err;
+}
+
 TEST_F(KolorunTest, SigintIsForwardedToTheRanks) {
   TestProcess p(kolorun({"-np", "2", "sh", "-c", "trap 'echo got INT; exit 7' INT; echo up; sleep 1000 & wait"}),
                 env(), unset());
@@ -220,7 +327,8 @@ TEST_F(KolorunTest, OutputFilenameKeepsEachRanksOutput) {
 TEST_F(KolorunTest, VerbosePrintsThePlanAndASummaryPerRank) {
   auto r = runCommand(kolorun({"-np", "2", "--verbose", "true"}), env(), 60s, unset());
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.err.find("starting embedded daemons"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("starting a private kolo-coordinator and kolo-agent"), std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find("node 0 (node0) on localhost: ranks 0,1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("kolorun: rank 0 exited with code 0 after"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("kolorun: rank 1 exited with code 0 after"), std::string::npos) << r.err;
@@ -246,7 +354,8 @@ TEST_F(KolorunTest, UsesAReachableSystemAgent) {
 
 TEST_F(KolorunTest, AgentThatCrashesAtStartIsReportedWithItsLog) {
   auto e = env({{"KOLO_AGENT_BIN", standinDaemon()}, {"FAKE_AGENT_MODE", "crash"}});
-  auto r = runCommand(kolorun({"-np", "2", "sh", "-c", "echo ran"}), e, 60s, {"KOLO_COORDINATOR_BIN"});
+  auto r = runCommand(kolorun({"-np", "2", "sh", "-c", "echo ran"}), e, 60s,
+                      {"KOLO_COORDINATOR_BIN", "KOLO_AGENT_SOCKET"});
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_EQ(r.out.find("ran"), std::string::npos) << "no rank may start: " << r.out;
   EXPECT_NE(r.err.find("kolorun: kolo-agent node0 exited with code 1"), std::string::npos) << r.err;
@@ -260,7 +369,8 @@ TEST_F(KolorunTest, AgentThatCrashesAtStartIsReportedWithItsLog) {
 TEST_F(KolorunTest, AgentThatNeverGetsReadyTimesOut) {
   auto e = env({{"KOLO_AGENT_BIN", standinDaemon()}, {"FAKE_AGENT_MODE", "hang"}});
   auto t0 = std::chrono::steady_clock::now();
-  auto r = runCommand(kolorun({"-np", "1", "--start-timeout", "1", "true"}), e, 60s, {"KOLO_COORDINATOR_BIN"});
+  auto r = runCommand(kolorun({"-np", "1", "--start-timeout", "1", "true"}), e, 60s,
+                      {"KOLO_COORDINATOR_BIN", "KOLO_AGENT_SOCKET"});
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_NE(r.err.find("kolorun: kolo-agent node0 did not become ready within 1 s (--start-timeout)"),
@@ -273,8 +383,9 @@ TEST_F(KolorunTest, AgentDyingDuringTheJobStopsIt) {
   // The stand-in's status "port" is its pid: rank 0 SIGKILLs its agent.
   auto e = env({{"KOLO_AGENT_BIN", standinDaemon()}});
   TestProcess p(kolorun({"-np", "2", "sh", "-c",
-                         "if [ $KOLO_RANK = 0 ]; then kill -KILL ${KOLO_AGENT_RPC#127.0.0.1:}; fi; exec sleep 1000"}),
-                e, {"KOLO_COORDINATOR_BIN"});
+                         "if [ $KOLO_RANK = 0 ]; then kill -KILL ${KOLO_AGENT_RPC#127.0.0.1:}; fi; "
+                         "exec sleep 1000"}),
+                e, {"KOLO_COORDINATOR_BIN", "KOLO_AGENT_SOCKET"});
   ASSERT_EQ(p.wait(60s), 1) << p.err();
   EXPECT_NE(p.err().find("kolo-agent node0 was killed by signal SIGKILL unexpectedly"), std::string::npos) << p.err();
   EXPECT_NE(p.err().find("stopped because an embedded daemon failed"), std::string::npos) << p.err();
