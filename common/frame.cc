@@ -166,7 +166,12 @@ Status recvFrame(int fd, std::chrono::steady_clock::time_point deadline, FrameDe
     struct pollfd p{fd, POLLIN, 0};
     int r = ::poll(&p, 1, ms);
     if (r < 0 && errno != EINTR) return errnoStatus("poll", errno);
-    if (r > 0) RETURN_IF_ERROR(readAvailable(fd, dec, fds));
+    if (r > 0) {
+      // A frame and the end of the connection can arrive in one read: the
+      // frame is still delivered, and the next call reports the end.
+      Status st = readAvailable(fd, dec, fds);
+      if (!st.isOk()) return dec->next(payload) ? okStatus() : st;
+    }
   }
 }
 
