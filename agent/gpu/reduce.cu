@@ -89,12 +89,23 @@ KOLO_HD T storeElem(typename AccOf<T>::type a) {
   else return a;
 }
 
-// As common/reduce.cc scaleVal: in double, then back (integers truncate).
+// As common/reduce.cc scaleVal (Horovod's ScaleBufferCPUImpl): float (and
+// the 16-bit floats, accumulated in float) multiply by the factor rounded to
+// float, double in double, integers in double truncated toward zero.
 template <typename A>
 KOLO_HD A scaleBy(A v, double f) {
-  if constexpr (std::is_same_v<A, float>) return toFloatRn(mulRn(static_cast<double>(v), f));
+  if constexpr (std::is_same_v<A, float>) return mulRn(toFloatRn(f), v);
   else if constexpr (std::is_same_v<A, double>) return mulRn(v, f);
   else return static_cast<A>(mulRn(static_cast<double>(v), f));
+}
+
+// A prescaled input, rounded back to its type for the 16-bit floats (as
+// common/reduce.cc: Horovod scales the buffer in place before reducing).
+template <typename T, typename A>
+KOLO_HD A preScale(A v, double f) {
+  A x = scaleBy(v, f);
+  if constexpr (std::is_same_v<T, F16> || std::is_same_v<T, BF16>) return loadElem<T>(storeElem<T>(x));
+  else return x;
 }
 
 template <typename A, int OP>
@@ -130,10 +141,10 @@ template <typename T, int OP>
 KOLO_HD void reduceOne(const Params& p, uint64_t i) {
   using A = typename AccOf<T>::type;
   A acc = loadElem<T>(static_cast<const T*>(p.src[0])[i]);
-  if (p.do_pre) acc = scaleBy(acc, p.pre);
+  if (p.do_pre) acc = preScale<T>(acc, p.pre);
   for (int j = 1; j < p.nsrc; ++j) {
     A x = loadElem<T>(static_cast<const T*>(p.src[j])[i]);
-    if (p.do_pre) x = scaleBy(x, p.pre);
+    if (p.do_pre) x = preScale<T>(x, p.pre);
     acc = combine<A, OP>(acc, x);
   }
   if (p.do_post) acc = scaleBy(acc, p.post);
@@ -198,14 +209,14 @@ KOLO_HD void reduceSlice(const Params& p, uint64_t tid, uint64_t stride) {
 KOLO_UNROLL
     for (int e = 0; e < kE; ++e) {
       acc[e] = loadElem<T>(getElem<T>(in, e));
-      if (p.do_pre) acc[e] = scaleBy(acc[e], p.pre);
+      if (p.do_pre) acc[e] = preScale<T>(acc[e], p.pre);
     }
     for (int j = 1; j < p.nsrc; ++j) {
       in = *reinterpret_cast<const uint4*>(static_cast<const char*>(p.src[j]) + byte_off);
 KOLO_UNROLL
       for (int e = 0; e < kE; ++e) {
         A x = loadElem<T>(getElem<T>(in, e));
-        if (p.do_pre) x = scaleBy(x, p.pre);
+        if (p.do_pre) x = preScale<T>(x, p.pre);
         acc[e] = combine<A, OP>(acc[e], x);
       }
     }

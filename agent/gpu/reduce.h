@@ -4,7 +4,9 @@
 //   r = OP over j of (pre * src_j[i]);  result = post * r  -> every dsts[d]
 // float16/bfloat16 accumulate in float32 (rounded once at the end, RNE),
 // float32 in float32, float64 in float64, integers in their own type with
-// wrap-around; scale factors are applied in double (integers truncate).
+// wrap-around; scale factors as common/reduce.cc (Horovod's: float by the
+// factor rounded to float, integers in double, truncated; a prescaled
+// 16-bit input rounded back to its type).
 // Sources are combined in order 0..k-1 with no fused multiply-add, so the
 // result equals the CPU path's. Average is the caller's: pass kSum and fold
 // 1/size into `postscale`. Outputs may alias sources (same element index).
