@@ -95,7 +95,6 @@ class CoordClient {
   };
   std::mutex watch_mu_;
   std::map<std::string, std::shared_ptr<Watch>> watches_;
-  WorkerPool oneshot_{"coord-rpc", 1};
 
   // Adds the bearer token (if any) to a call.
   void prepare(grpc::ClientContext& ctx) const;
@@ -115,6 +114,9 @@ class CoordClient {
   std::mutex register_mu_;
   grpc::ClientContext* register_ctx_ = nullptr;   // the RegisterAgent in flight, under register_mu_
   grpc::ClientContext* heartbeat_ctx_ = nullptr;  // the Heartbeat in flight, under register_mu_
+  // Last, so it is destroyed first: its thread (LeaveJob, elastic requests)
+  // reads the members above until it is joined.
+  WorkerPool oneshot_{"coord-rpc", 1};
 };
 
 // Why a call to the coordinator at `address` failed with UNAVAILABLE or
