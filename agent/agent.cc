@@ -337,7 +337,11 @@ void Agent::onAcceptOnLoop() {
                          ", --max-connections-per-uid); close idle ones");
     }
     if (!over.isOk()) {
-      refuseFrameOnLoop(*conn, over, "connection", false);  // not registered: closed on return
+      // Only the agent-wide limit passes as others disconnect; a uid over its
+      // own limit holds those connections itself.
+      bool momentary = static_cast<int64_t>(conns_.size()) >= opts_.limits.max_connections;
+      refuseFrameOnLoop(*conn, over, "connection", false,  // not registered: closed on return
+                        momentary ? static_cast<int>(kAcceptPause.count()) * 2 : 0);
       continue;
     }
     Status st = loop_.addFd(fd, EPOLLIN | EPOLLRDHUP, [this, id](uint32_t ev) { onSocketOnLoop(id, ev); });
@@ -369,7 +373,7 @@ void Agent::acceptOverflowOnLoop(int err) {
       refuseFrameOnLoop(refused,
                         unavailable(std::string("the kolo agent is out of file descriptors (") +
                                     std::strerror(err) + "); try again later"),
-                        "connection", false);
+                        "connection", false, static_cast<int>(kAcceptPause.count()) * 2);
     }
     spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   }
@@ -410,13 +414,14 @@ void Agent::closeLateHandshakesOnLoop() {
 }
 
 void Agent::refuseFrameOnLoop(ClientConn& c, const Status& st, const std::string& frame,
-                              bool close) {
+                              bool close, int retry_after_ms) {
   log::rateLimited(g_refuse_log, *ipcLog(), spdlog::level::warn,
                    "refusing {} from pid {} uid {}: {}", frame, c.pid(), c.uid(), st.message());
   ipc::AgentFrame f;
   f.mutable_refused()->set_code(static_cast<int>(st.code()));
   f.mutable_refused()->set_message(st.message());
   f.mutable_refused()->set_frame(frame);
+  f.mutable_refused()->set_retry_after_ms(retry_after_ms);
   (void)c.send(f);
   if (close && c.id() != 0) dropClientOnLoop(c.id(), "was refused (" + st.message() + ")");
 }

@@ -75,7 +75,10 @@ class Agent {
   void refuseOnLoop(ClientConn& c, const Status& st);
   // Socket bounds (docs/security.md, "Bounds and quotas on the socket"):
   // a Refusal frame naming `frame`, then (close) the connection is dropped.
-  void refuseFrameOnLoop(ClientConn& c, const Status& st, const std::string& frame, bool close);
+  // retry_after_ms > 0 tells libkolo the refusal is momentary (it connects
+  // again within KOLO_START_TIMEOUT).
+  void refuseFrameOnLoop(ClientConn& c, const Status& st, const std::string& frame, bool close,
+                         int retry_after_ms = 0);
   Status trainerTimelineOnLoop(ClientConn& c, const ipc::TimelineControl& t);
   void acceptOverflowOnLoop(int err);
   void pauseAcceptOnLoop();

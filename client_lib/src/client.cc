@@ -87,9 +87,25 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& opts) {
   c->owner_pid_ = ::getpid();
   c->wake_efd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!c->wake_efd_.valid()) return errnoStatus("eventfd", errno);
-  RETURN_IF_ERROR(c->connectSocket());
-  RETURN_IF_ERROR(c->handshake());
-  return c;
+  c->start_deadline_ = Clock::now() + opts.start_timeout;
+  for (bool told = false;;) {
+    RETURN_IF_ERROR(c->connectSocket());
+    Status s = c->handshake();
+    if (s.isOk()) return c;
+    // A momentary refusal (the agent is out of descriptors or at its
+    // connection limit) is retried until KOLO_START_TIMEOUT, as a user would.
+    auto wait = std::chrono::milliseconds(c->retry_after_ms_);
+    if (c->retry_after_ms_ <= 0 || Clock::now() + wait >= c->start_deadline_) return s;
+    if (!told) {
+      logger()->warn("{}; connecting again until KOLO_START_TIMEOUT", s.message());
+      told = true;
+    }
+    c->sock_.reset();
+    c->decoder_ = FrameDecoder();
+    c->stray_fds_.clear();
+    c->retry_after_ms_ = 0;
+    std::this_thread::sleep_for(wait);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -107,7 +123,7 @@ Status Client::connectSocket() {
   std::memcpy(addr.sun_path, path.c_str(), path.size());
 
   auto start = Clock::now();
-  auto deadline = start + opts_.start_timeout;
+  auto deadline = start_deadline_;
   int err = 0;
   for (;;) {
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -172,7 +188,7 @@ Status Client::recvAgentFrame(Clock::time_point deadline, ipc::AgentFrame* frame
 }
 
 Status Client::handshake() {
-  auto deadline = Clock::now() + opts_.start_timeout;
+  auto deadline = start_deadline_;
   ipc::ClientFrame hello_frame;
   ipc::Hello* hello = hello_frame.mutable_hello();
   hello->set_protocol_version(kIpcProtocolVersion);
@@ -204,6 +220,7 @@ Status Client::handshake() {
     return wireStatus(f.job_failed().code(), f.job_failed().message(), Code::kAborted);
   }
   if (f.has_refused()) {  // over one of the agent's limits (docs/security.md)
+    retry_after_ms_ = f.refused().retry_after_ms();
     return wireStatus(f.refused().code(),
                       "the kolo agent refused the connection: " + f.refused().message(),
                       Code::kUnavailable);

@@ -279,6 +279,8 @@ class Client {
   std::unique_ptr<ArenaAllocator> alloc_;
   FrameDecoder decoder_;           // drainer-only after connect()
   std::deque<UniqueFd> stray_fds_; // drainer-only
+  Clock::time_point start_deadline_;  // connect(): KOLO_START_TIMEOUT from the first try
+  int retry_after_ms_ = 0;         // handshake(): the agent's refusal was momentary
   bool sock_eof_ = false;          // drainer-only (and shutdown once no drainer runs)
 
   mutable std::mutex mu_;
