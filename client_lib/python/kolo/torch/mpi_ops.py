@@ -952,6 +952,13 @@ def join(device=-1):
     go on with zeros in its place (Average still divides by the full size,
     as in Horovod); their other collectives (allgather too) fail. Returns, on
     every rank, the rank that joined last. `device` is accepted for
-    Horovod compatibility (CPU tensors only). Waits at most KOLO_OP_TIMEOUT."""
+    Horovod compatibility (CPU tensors only). Waits at most KOLO_OP_TIMEOUT.
+
+    Every rank leaves join() at the same point, so unnamed ops are counted
+    from 0 again after it: ranks that ran different unnamed ops before the
+    join (the ones that failed because a rank had joined) agree on the
+    names of the next ones."""
     _handles.require_init()
-    return _native.join()
+    last = _native.join()
+    _handles.reset_unnamed()
+    return last
