@@ -128,13 +128,28 @@ Status Client::connectSocket() {
   for (;;) {
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return errnoStatus("socket", errno);
+    // connect() blocks while the agent's listen backlog is full: bound it by
+    // the start deadline (SO_SNDTIMEO applies to a Unix socket's connect).
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(std::max<int64_t>(left.count(), 1000) / 1000000);
+    tv.tv_usec = static_cast<suseconds_t>(std::max<int64_t>(left.count(), 1000) % 1000000);
+    (void)::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      timeval none{};
+      (void)::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
       sock_ = std::move(fd);
       logger()->debug("connected to the agent at {}", path);
       return okStatus();
     }
     err = errno;
     if (err == EINTR) continue;
+    if (err == EAGAIN || err == EINPROGRESS) {
+      return unavailable("the kolo agent at " + path + " accepted no connection within " +
+                         fmtSeconds(Clock::now() - start) +
+                         " s (KOLO_START_TIMEOUT): its listen queue is full; the agent is "
+                         "overloaded or has stopped accepting");
+    }
     // Only "nothing there yet" is worth waiting for (kolorun may be starting
     // the agent right now); anything else will not change by retrying.
     if (err != ENOENT && err != ECONNREFUSED) break;

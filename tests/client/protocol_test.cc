@@ -114,6 +114,40 @@ TEST_F(Protocol, RefusedWelcomeCarriesTheAgentsCodeAndMessage) {
   EXPECT_EQ(kolo_is_initialized(), 0);
 }
 
+TEST_F(Protocol, MomentaryRefusalIsRetriedUntilAdmitted) {
+  FakeAgentOptions o;
+  o.refusals = 3;
+  o.refusal_retry_after_ms = 20;
+  start(std::move(o));
+  ASSERT_EQ(kolo_init(), KOLO_OK) << kolo_last_error();
+  EXPECT_EQ(agent_->connectionsAccepted(), 4);
+  EXPECT_EQ(kolo_shutdown(), KOLO_OK);
+}
+
+TEST_F(Protocol, FinalRefusalIsNotRetried) {
+  FakeAgentOptions o;
+  o.refusals = 3;
+  o.refusal_retry_after_ms = 0;  // e.g. the uid's own connection limit
+  start(std::move(o));
+  EXPECT_EQ(kolo_init(), KOLO_ERR_UNAVAILABLE);
+  EXPECT_TRUE(contains(kolo_last_error(), "the kolo agent refused the connection: the kolo agent is out "
+                                          "of file descriptors"))
+      << kolo_last_error();
+  EXPECT_EQ(agent_->connectionsAccepted(), 1);
+}
+
+TEST_F(Protocol, MomentaryRefusalsStopAtTheStartTimeout) {
+  FakeAgentOptions o;
+  o.refusals = 1000000;
+  o.refusal_retry_after_ms = 50;
+  start(std::move(o));
+  env_.set("KOLO_START_TIMEOUT", "1");
+  auto t0 = Clock::now();
+  EXPECT_EQ(kolo_init(), KOLO_ERR_UNAVAILABLE);
+  EXPECT_LT(Clock::now() - t0, 3s);
+  EXPECT_TRUE(contains(kolo_last_error(), "try again later")) << kolo_last_error();
+}
+
 TEST_F(Protocol, JobFailedInsteadOfWorldFailsInit) {
   FakeAgentOptions o;
   o.job_failed_instead_of_world =
