@@ -90,8 +90,7 @@ StatusOr<SlotPlan> planZeroCopy(const SlotRequest& r, const SlotGeometry& g) {
   p.input = absolute(off, r.bytes);
   p.result = p.input;
   p.result_bytes = r.bytes;
-  if (r.collective != CollectiveType::kAllreduce || !r.output_offset ||
-      *r.output_offset == off) {
+  if (r.collective != CollectiveType::kAllreduce || !r.output_offset || *r.output_offset == off) {
     return p;
   }
   const uint64_t out = *r.output_offset;

@@ -37,14 +37,14 @@ struct SlotRequest {
   int root = -1;                   // broadcast only
   double prescale = 1.0;
   double postscale = 1.0;
-  uint64_t bytes = 0;              // the input's bytes (validated)
+  uint64_t bytes = 0;  // the input's bytes (validated)
   // Arena offsets of the input and the output when they lie in the data
   // region (kolo_alloc_shared buffers), else empty.
   std::optional<uint64_t> input_offset;
   std::optional<uint64_t> output_offset;
-  bool has_output = false;         // the caller gave an output buffer
-  bool out_of_place = false;       // never work in place on the input
-  bool compressed = false;         // float32 input converted to `dtype`
+  bool has_output = false;                 // the caller gave an output buffer
+  bool out_of_place = false;               // never work in place on the input
+  bool compressed = false;                 // float32 input converted to `dtype`
   const int64_t* gather_dims = nullptr;    // allgather: int64[size]
   const int64_t* splits_matrix = nullptr;  // alltoall: int64[size][size]
   uint64_t group_id = 0;
@@ -60,10 +60,10 @@ struct SlotGeometry {
 
 // How the input reaches the plan's input piece.
 enum class CopyIn : uint8_t {
-  kNone,         // zero copy (or nothing to copy)
-  kPlain,        // the input's bytes
-  kToFloat16,    // float32 -> float16 (compressed allreduce)
-  kToBFloat16,   // float32 -> bfloat16
+  kNone,        // zero copy (or nothing to copy)
+  kPlain,       // the input's bytes
+  kToFloat16,   // float32 -> float16 (compressed allreduce)
+  kToBFloat16,  // float32 -> bfloat16
 };
 
 // A piece of the data region: `at` is relative to the slot when in_slot,

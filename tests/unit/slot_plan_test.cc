@@ -10,7 +10,8 @@
 namespace kolo {
 namespace {
 
-SlotRequest request(CollectiveType c, const std::vector<int64_t>& shape, DataType dt = DataType::kFloat32) {
+SlotRequest request(CollectiveType c, const std::vector<int64_t>& shape,
+                    DataType dt = DataType::kFloat32) {
   static std::vector<int64_t> keep;  // outlives the request in each test
   keep = shape;
   SlotRequest r;
@@ -56,7 +57,9 @@ TEST(SlotPlan, EmptyTensorNeedsNoSlotAndNoResult) {
   EXPECT_EQ(p->slot_bytes, 0u);
   EXPECT_FALSE(p->result.has_value());
   EXPECT_EQ(p->copy, CopyIn::kNone);
-  EXPECT_EQ(describeSubmit(request(CollectiveType::kJoin, {0}, DataType::kUint8), *p, 999).data_offset, 0u);
+  EXPECT_EQ(
+      describeSubmit(request(CollectiveType::kJoin, {0}, DataType::kUint8), *p, 999).data_offset,
+      0u);
 }
 
 TEST(SlotPlan, BroadcastCarriesItsRootOthersDoNot) {
@@ -131,7 +134,8 @@ TEST(SlotPlan, ZeroCopyOutOfPlaceAllreduceNamesTheOutputRegion) {
   EXPECT_EQ(d.out_bytes, 256u);
   // Overlapping, and running past the output's buffer.
   r.output_offset = 8192 + 32;
-  EXPECT_NE(planSlots(r, g).status().message().find("the output overlaps the input"), std::string::npos);
+  EXPECT_NE(planSlots(r, g).status().message().find("the output overlaps the input"),
+            std::string::npos);
   r.output_offset = 16384 + 128;
   EXPECT_NE(planSlots(r, g).status().message().find("its output's 256 bytes"), std::string::npos);
 }
