@@ -31,6 +31,16 @@ pod must exit 0, the coordinator must list the job FINISHED with all its
 ranks, and the token (the Secret's value) must never be on any process's
 command line while they run.
 
+Each daemon's probes are made once it is ready, as the kubelet makes them:
+httpGet as plain HTTP, grpc as a plain-text gRPC call to the same server
+(the kolo CLI without the container's TLS settings: the kubelet's gRPC
+probe does not speak TLS), exec in the container.
+
+Then everything again for deploy/kubernetes/overlays/tls, rendered with
+kubectl kustomize (skipped, with a note, without kubectl or openssl), with
+a CA and certificate made by openssl as the kolo-tls Secret: TLS between
+the agents and the coordinator, /healthz probes, preStop over TLS.
+
 The second run is the point: a pod that restarts on the same node (the
 init container finds the directory it prepared before, the agent finds its
 old socket) must work as the first did.
@@ -52,6 +62,8 @@ import tempfile
 import time
 import uuid
 import json
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import validate_deploy as vd  # noqa: E402
@@ -84,6 +96,8 @@ class Sandbox:
         self.persistent = {}
         # Secrets by name: one value per cluster, whichever pod mounts them.
         self.secrets = cluster.secrets if cluster is not None else {}
+        # Secrets given as files (the TLS case's kolo-tls), by name.
+        self.secret_files = cluster.secret_files if cluster is not None else {}
 
     def rewrite(self, text, mounts):
         # One pass, whole path components only, longest first (/etc/kolo-admin
@@ -133,12 +147,17 @@ def volume_dirs(sandbox, wid, spec, run, configmaps, fs_group):
             os.chmod(d, 0o755)
             # Created by the operator (the admin token: docs/operations.md; a
             # training job's token: docs/kubernetes.md): one value per Secret.
-            value = sandbox.secrets.setdefault(v["secret"]["secretName"], secrets.token_hex(32))
-            path = os.path.join(d, "token")
-            with open(path, "w") as f:
-                f.write(value + "\n")
-            os.chown(path, 0, fs_group or 0)
-            os.chmod(path, v["secret"].get("defaultMode", 0o644))
+            sname = v["secret"]["secretName"]
+            files = sandbox.secret_files.get(sname)
+            if files is None:
+                value = sandbox.secrets.setdefault(sname, secrets.token_hex(32))
+                files = {"token": value + "\n"}
+            for key, text in files.items():
+                path = os.path.join(d, key)
+                with open(path, "w") as f:
+                    f.write(text)
+                os.chown(path, 0, fs_group or 0)
+                os.chmod(path, v["secret"].get("defaultMode", 0o644))
         dirs[name] = d
     return dirs
 
@@ -170,6 +189,61 @@ def program_argv(c, bins, rewrite):
         command = [bins[IMAGE_ENTRYPOINTS[image]]]
     argv = [rewrite(a) for a in command + list(c.get("args") or [])]
     return [bins.get(os.path.basename(a), a) if a.startswith("/usr/bin/") else a for a in argv]
+
+
+def run_probe(probe, sandbox, bins, priv, env, rewrite):
+    """One probe, as the kubelet makes it: an HTTP GET (plain HTTP), a
+    gRPC health check (plain-text gRPC: the kubelet's does not speak TLS;
+    here a plain-text call to the same server through the kolo CLI, with
+    none of the container's TLS settings), or an exec in the container.
+    None when it passes, else why."""
+    if "httpGet" in probe:
+        g = probe["httpGet"]
+        url = f"http://127.0.0.1:{sandbox.ports.get(g['port'], g['port'])}{g.get('path', '/')}"
+        try:
+            with urllib.request.urlopen(url, timeout=probe.get("timeoutSeconds", 1)) as r:
+                return None if 200 <= r.status < 400 else f"GET {url}: {r.status}"
+        except (OSError, urllib.error.HTTPError) as e:
+            return f"GET {url}: {e}"
+    if "grpc" in probe:
+        port = probe["grpc"]["port"]
+        addr = f"127.0.0.1:{sandbox.ports.get(port, port)}"
+        argv = ([bins["kolo"], "status", "--agent", addr] if port == 7471 else
+                [bins["kolo"], "jobs", "--coordinator", addr])
+        rc, out = vd.run_tool(argv, env={"PATH": "/usr/bin:/bin"})
+        return None if rc == 0 else f"plain-text gRPC to {addr}: exit {rc}: {out.strip()[:300]}"
+    if "exec" in probe:
+        argv = priv + [bins.get(os.path.basename(a), a) if a.startswith("/usr/bin/") else rewrite(a)
+                       for a in probe["exec"]["command"]]
+        rc, out = vd.run_tool(argv, env=env)
+        return None if rc == 0 else f"exec: exit {rc}: {out.strip()[:300]}"
+    return f"unknown probe {probe}"
+
+
+def make_tls(d):
+    """A CA and a certificate for the names the TLS overlay's daemons use:
+    the kolo-tls Secret's files."""
+    def ssl(*args):
+        rc, out = vd.run_tool(["openssl", *args])
+        if rc != 0:
+            raise RuntimeError(f"openssl {args[0]}: {out}")
+    ca_key, ca, key, csr, crt = (os.path.join(d, n) for n in
+                                 ("ca.key", "ca.crt", "tls.key", "tls.csr", "tls.crt"))
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca,
+        "-days", "2", "-subj", "/CN=kolo test CA")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
+        "-subj", "/CN=kolo-coordinator")
+    ext = os.path.join(d, "ext.cnf")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=DNS:kolo-coordinator,DNS:kolo-coordinator.kolo-system.svc,"
+                "DNS:kolo-agent\n")
+    ssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+        "-out", crt, "-days", "2", "-extfile", ext)
+    files = {}
+    for n, path in (("tls.crt", crt), ("tls.key", key), ("ca.crt", ca)):
+        with open(path) as f:
+            files[n] = f.read()
+    return files
 
 
 def wait_ready(proc, c, rewrite):
@@ -255,6 +329,11 @@ def run_pod(w, sandbox, run, bins, configmaps, started, errors, logs, state):
         if why:
             errors.append(f"{name}: {why}; log {log.name}")
             return False
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            if c.get(kind):
+                why = run_probe(c[kind], sandbox, bins, priv, env, rewrite)
+                if why:
+                    errors.append(f"{name}: {kind} fails: {why}")
         pre = (((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command")
         state.append({"proc": proc, "name": name, "priv": priv, "rewrite": rewrite, "env": env,
                       "prestop": pre})
@@ -377,10 +456,13 @@ def run_job(job, sandboxes, run, bins, configmaps, started, errors, logs):
     return job_id
 
 
-def check_job_finished(bins, sandbox, job_id, size, errors):
+def check_job_finished(bins, sandbox, job_id, size, errors, secret_files):
     """The coordinator saw the job: FINISHED, with all its ranks."""
-    rc, out = vd.run_tool([bins["kolo"], "jobs", "--json", "--coordinator",
-                           f"127.0.0.1:{sandbox.ports[7470]}"], env={"PATH": "/usr/bin:/bin"})
+    argv = [bins["kolo"], "jobs", "--json", "--coordinator", f"127.0.0.1:{sandbox.ports[7470]}"]
+    if "kolo-tls" in secret_files:
+        ca = os.path.join(sandbox.root, "ca.crt")  # make_tls's, next to the sandboxes
+        argv += ["--coordinator-ca", ca, "--coordinator-server-name", "kolo-coordinator"]
+    rc, out = vd.run_tool(argv, env={"PATH": "/usr/bin:/bin"})
     if rc != 0:
         errors.append(f"kolo jobs: exit {rc}: {out.strip()}")
         return
@@ -408,6 +490,45 @@ def check_socket_dir(sandbox, errors):
             errors.append(f"{sandbox.node} {path}: {st.st_uid}:{st.st_gid} "
                           f"{oct(st.st_mode & 0o7777)}, "
                           f"want {vd.KOLO_UID}:{vd.KOLO_UID} 0o755")
+
+
+def run_cluster(label, workloads, jobs, configmaps, bins, root, secret_files, started, errors,
+                logs):
+    """Runs the workloads (and then the training Jobs) twice, as pods on
+    NODES stand-in nodes; stops them; checks the node directories."""
+    first = Sandbox(root)
+    first.secret_files.update(secret_files)
+    sandboxes = [first] + [Sandbox(root, f"node-{i}", cluster=first) for i in range(2, NODES + 1)]
+    # Pods of other workloads (the coordinator) have their own network
+    # namespace: their own ports (but the coordinator's, which is the
+    # cluster's), on a node of their own.
+    control = Sandbox(root, "node-0", cluster=first)
+    for run in (1, 2):
+        up = []  # pod states, in start order
+        ok = True
+        for w in workloads:
+            # A DaemonSet's pod on every node; other workloads on the first.
+            for sandbox in sandboxes if w.get("kind") == "DaemonSet" else [control]:
+                state = []
+                ok = run_pod(w, sandbox, run, bins, configmaps, started, errors, logs, state)
+                up.append(state)
+                if not ok:
+                    break
+            if not ok:
+                break
+        for job in jobs if ok and not errors else []:
+            job_id = run_job(job, sandboxes, run, bins, configmaps, started, errors, logs)
+            if job_id and not errors:
+                check_job_finished(bins, first, job_id, job_size(job), errors, secret_files)
+                print(f"{label} run {run}: {vd.object_id(job)}: kolo job {job_id}: "
+                      f"{'ok' if not errors else 'FAILED'}")
+        for state in reversed(up):
+            stop_pod(state, bins, errors)
+        for sandbox in sandboxes + [control]:
+            check_socket_dir(sandbox, errors)
+        print(f"{label} run {run}: {'ok' if not errors else 'FAILED'}")
+        if errors:
+            break
 
 
 def main():
@@ -443,34 +564,23 @@ def main():
     errors, logs, started = [], [], []
     root = tempfile.mkdtemp(prefix="kolo-pods-")
     try:
-        first = Sandbox(root)
-        sandboxes = [first] + [Sandbox(root, f"node-{i}", cluster=first) for i in range(2, NODES + 1)]
-        for run in (1, 2):
-            up = []  # pod states, in start order
-            ok = True
-            for w in workloads:
-                # A DaemonSet's pod on every node; other workloads on the first.
-                for sandbox in sandboxes if w.get("kind") == "DaemonSet" else sandboxes[:1]:
-                    state = []
-                    ok = run_pod(w, sandbox, run, bins, configmaps, started, errors, logs, state)
-                    up.append(state)
-                    if not ok:
-                        break
-                if not ok:
-                    break
-            for job in jobs if ok else []:
-                job_id = run_job(job, sandboxes, run, bins, configmaps, started, errors, logs)
-                if job_id and not errors:
-                    check_job_finished(bins, first, job_id, job_size(job), errors)
-                    print(f"run {run}: {vd.object_id(job)}: kolo job {job_id}: "
-                          f"{'ok' if not errors else 'FAILED'}")
-            for state in reversed(up):
-                stop_pod(state, bins, errors)
-            for sandbox in sandboxes:
-                check_socket_dir(sandbox, errors)
-            print(f"run {run}: {'ok' if not errors else 'FAILED'}")
-            if errors:
-                break
+        run_cluster("base", workloads, jobs, configmaps, bins, root, {}, started, errors, logs)
+        rendered, why = vd.render_kustomization(os.path.join(a.root, "deploy", "kubernetes",
+                                                              "overlays", "tls"))
+        if errors:
+            pass
+        elif rendered is None:
+            print(f"note: overlays/tls not run: {why}")
+        elif shutil.which("openssl") is None:
+            print("note: overlays/tls not run: openssl is not installed")
+        else:
+            tls_root = tempfile.mkdtemp(prefix="tls-", dir=root)
+            tls_cms = dict(configmaps)
+            tls_cms.update({o["metadata"]["name"]: o for o in rendered if o.get("kind") == "ConfigMap"})
+            tls_workloads = sorted((o for o in rendered if o.get("kind") in vd.WORKLOAD_KINDS),
+                                   key=lambda o: order.get(vd.labels_of(o).get(vd.LABEL_COMPONENT), 9))
+            run_cluster("overlays/tls", tls_workloads, jobs, tls_cms, bins, tls_root,
+                        {"kolo-tls": make_tls(tls_root)}, started, errors, logs)
     finally:
         for p in started:
             if p.poll() is None:

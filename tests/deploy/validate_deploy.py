@@ -595,6 +595,39 @@ def check_agent_admin_access(where, cname, active, container, volumes):
     return errors
 
 
+TLS_ENV = ("KOLO_TLS_CERT", "KOLO_RPC_TLS_CERT")
+TLS_KEYS = ("tls-cert", "rpc-tls-cert")
+
+
+def container_conf(c, volumes, configmaps, ns):
+    """The active keys of the daemon config file (--config) a container
+    reads from a ConfigMap, or {}."""
+    args = list(c.get("args") or [])
+    if "--config" not in args[:-1]:
+        return {}
+    cfg = args[args.index("--config") + 1]
+    vname = {m.get("mountPath"): m.get("name")
+             for m in c.get("volumeMounts") or []}.get(os.path.dirname(cfg))
+    cm_ref = ((volumes.get(vname) or {}).get("configMap") or {}).get("name")
+    text = ((configmaps.get((ns, cm_ref)) or {}).get("data") or {}).get(os.path.basename(cfg))
+    if text is None:
+        return {}
+    active, _, _ = parse_conf(text, cm_ref)
+    return active
+
+
+def tls_enabled(c, active):
+    """What turns TLS on for the daemon's gRPC port, or None."""
+    env = {e.get("name"): e.get("value") for e in c.get("env") or []}
+    for k in TLS_ENV:
+        if env.get(k):
+            return f"env {k}"
+    for k in TLS_KEYS:
+        if active.get(k):
+            return f"config {k}"
+    return None
+
+
 def check_objects(objs, where):
     """Semantic checks over one set of objects (a base or a rendered overlay)."""
     errors = []
@@ -674,11 +707,24 @@ def check_objects(objs, where):
             for kind in ("readinessProbe", "livenessProbe"):
                 if kind not in c:
                     errors.append(f"{where}: {cname} has no {kind}")
+            tls = tls_enabled(c, container_conf(c, volumes, configmaps, ns))
             for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
                 probe = c.get(kind)
                 if probe is None:
                     continue
                 grpc = probe.get("grpc")
+                if tls:
+                    # The kubelet's gRPC probes are plain text: with TLS on,
+                    # /healthz on the plain-HTTP metrics port.
+                    http = probe.get("httpGet") or {}
+                    if isinstance(grpc, dict):
+                        errors.append(f"{where}: {cname} {kind} is a grpc probe, but the daemon "
+                                      f"serves TLS ({tls}): the kubelet's gRPC probes do not "
+                                      "speak TLS; probe httpGet /healthz on the metrics port")
+                    elif http.get("path") != "/healthz" or http.get("port") not in port_numbers:
+                        errors.append(f"{where}: {cname} {kind}: with TLS on, want httpGet "
+                                      f"/healthz on a declared port, got {probe}")
+                    continue
                 if not isinstance(grpc, dict):
                     errors.append(f"{where}: {cname} {kind} is not a grpc probe "
                                   "(grpc.health.v1 is the daemons' health check)")
@@ -1366,6 +1412,11 @@ def self_test(root):
         c = containers_of(find(o2, "DaemonSet", "agent"))[0]
         c["livenessProbe"] = {"httpGet": {"path": "/", "port": PORT_AGENT_METRICS}}
     expect("non-grpc probe", mutate(http_probe))
+
+    def tls_grpc_probe(o2):
+        c = containers_of(find(o2, "DaemonSet", "agent"))[0]
+        c.setdefault("env", []).append({"name": "KOLO_RPC_TLS_CERT", "value": "/etc/tls/tls.crt"})
+    expect("TLS on with the kubelet's (plain-text) gRPC probes", mutate(tls_grpc_probe))
 
     def probe_port(o2):
         c = containers_of(find(o2, "Deployment", "coordinator"))[0]
