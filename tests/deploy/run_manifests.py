@@ -329,11 +329,23 @@ def run_pod(w, sandbox, run, bins, configmaps, started, errors, logs, state):
         if why:
             errors.append(f"{name}: {why}; log {log.name}")
             return False
+        # As the kubelet: the startup probe (else the readiness probe) may
+        # fail until failureThreshold x periodSeconds (polled faster here);
+        # then the readiness and liveness probes must pass.
+        first = "startupProbe" if c.get("startupProbe") else "readinessProbe"
         for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
-            if c.get(kind):
-                why = run_probe(c[kind], sandbox, bins, priv, env, rewrite)
-                if why:
-                    errors.append(f"{name}: {kind} fails: {why}")
+            probe = c.get(kind)
+            if not probe:
+                continue
+            bound = probe.get("failureThreshold", 3) * probe.get("periodSeconds", 10)
+            deadline = time.monotonic() + (min(bound, READY_TIMEOUT_S) if kind == first else 0)
+            while True:
+                why = run_probe(probe, sandbox, bins, priv, env, rewrite)
+                if not why or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)  # bounded: the probe's own failure budget
+            if why:
+                errors.append(f"{name}: {kind} fails: {why}")
         pre = (((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command")
         state.append({"proc": proc, "name": name, "priv": priv, "rewrite": rewrite, "env": env,
                       "prestop": pre})
