@@ -102,15 +102,15 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
     for (const AlltoallCopy& x : alltoallLocalCopies(m, n, base, k, row)) {
       copies.push_back(copy(ins[x.src_local] + x.src_off, outs[x.dst_local] + x.dst_off, x.bytes));
     }
-    ++job.executing;
+    InFlight in_flight = job.beginExecuting();
     timeline_->opStart(op.name, CollectiveType::kAlltoall);
     timeline_->activityStart(op.name, "MEMCPY_ALLTOALL");
-    copyAllOnLoop(std::move(copies), [this, job_id, handles = std::move(handles), my_bytes, name = op.name, dtype,
-                                      started = op.first_arrival] {
+    copyAllOnLoop(std::move(copies), [this, in_flight, job_id, handles = std::move(handles),
+                                      my_bytes, name = op.name, dtype,
+                                      started = op.first_arrival]() mutable {
       timeline_->activityEnd(name);
       timeline_->opEnd(name, dtype, {});
-      auto it = jobs_.find(job_id);
-      if (it != jobs_.end()) --it->second->executing;
+      in_flight.end();
       finishOnLoop(job_id, handles, my_bytes, okStatus(), dtype, started, CollectiveType::kAlltoall);
     });
     return;
@@ -191,8 +191,8 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
   w.count = op.error.isOk() ? all_total : 0;
   if (w.count == 0) p.bytes = 0;
   uint64_t gen = job.cross_generation;
+  p.in_flight = job.beginExecuting();
   job.cross_pending.insert_or_assign(op.name, std::move(p));
-  ++job.executing;
   timeline_->opStart(op.name, CollectiveType::kAlltoall);
   timeline_->activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
   copyAllOnLoop(std::move(copies), [this, job_id, gen, w = std::move(w)]() mutable {

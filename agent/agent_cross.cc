@@ -7,6 +7,7 @@
 
 #include "agent/agent.h"
 #include "agent/cross/coord_kv_store.h"
+#include "agent/ops/cross_plan.h"
 #include "common/log.h"
 #include "common/staging_pool.h"
 
@@ -97,31 +98,26 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   p.postscale = r.postscale;
   p.started = op.first_arrival;
   p.collective = static_cast<CollectiveType>(d0.collective);
-  // One local rank whose slot is host memory, with nothing to apply before
-  // the agents reduce: the backend works on the slot itself. That saves a
-  // copy of the whole tensor into a staging buffer and one back (half the
-  // memory traffic around the ring). The slot is written only by the
-  // backend, which is done with it before the op completes, whatever its
-  // status (Backend's contract); a failed op leaves it undefined, as an
-  // in-place MPI or NCCL allreduce does. Out of place (an output slot), the
-  // backend works on the output slot, and the input is first copied into it
-  // (`copy_in`: chunk by chunk ahead of the ring when pipelined).
-  p.in_place = op.error.isOk() && r.count > 0 && r.slots.size() == 1 && r.dsts.size() <= 1 && !r.scratch &&
-               !r.before_finish && r.prescale == 1.0 &&
-               (p.collective == CollectiveType::kAllreduce ||
-                (p.collective == CollectiveType::kBroadcast && r.dsts.empty()));
-  const bool copy_in = p.in_place && r.slots[0] != p.slots[0];
-  // A large allreduce is pipelined: the negotiation thread reduces it into
-  // the staging buffer chunk by chunk as it posts the chunks, and the job's
-  // drain thread writes each reduced chunk back into the slots (CrossWork::
-  // fill, drain). Nothing is left to pipeline when the ring runs in place
-  // and needs no scaling; the device path keeps its own staging.
-  const bool pipelined = op.error.isOk() && p.collective == CollectiveType::kAllreduce && !r.before_finish &&
-                         opts_.cross_pipeline_bytes > 0 && p.bytes >= opts_.cross_pipeline_bytes &&
-                         (!(p.in_place && p.postscale == 1.0) || copy_in);
-  if (pipelined && !p.in_place) {
+  // In place or through a staging buffer, pipelined or not: decided once
+  // (agent/ops/cross_plan.h) and kept on the op for onCrossDoneOnLoop.
+  CrossLegInputs li;
+  li.ok = op.error.isOk();
+  li.collective = p.collective;
+  li.count = r.count;
+  li.bytes = p.bytes;
+  li.sources = r.slots.size();
+  li.outputs = r.dsts.size();
+  li.output_elsewhere = r.slots.size() == 1 && r.dsts.size() == 1 && r.slots[0] != r.dsts[0];
+  li.has_scratch = r.scratch != nullptr;
+  li.has_before_finish = static_cast<bool>(r.before_finish);
+  li.prescale = r.prescale;
+  li.postscale = p.postscale;
+  li.pipeline_bytes = opts_.cross_pipeline_bytes;
+  p.leg = planCrossLeg(li);
+  const CrossLegPlan leg = p.leg;
+  if (leg.pipelined && leg.needsStaging()) {
     p.shared_staging = staging::acquireShared(p.bytes);  // pooled: see common/staging_pool.h
-  } else if (!p.in_place) {
+  } else if (leg.needsStaging()) {
     p.staging = staging::acquire(p.bytes);
   }
   p.report_dtype = static_cast<DataType>(d0.dtype);
@@ -137,10 +133,10 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
   w.req.params.device_event = 0;
   w.req.first_rank = job.globalRank(0);
   if (!op.error.isOk()) w.req.error = op.error.message();
-  w.staging = p.in_place ? p.slots[0] : p.stagingData();
-  if (pipelined) {
-    if (copy_in) w.input = r.slots[0];  // the backend reads the input (no copy) when it goes in chunks
-    if (!p.in_place || copy_in) {
+  w.staging = leg.in_place ? p.slots[0] : p.stagingData();
+  if (leg.pipelined) {
+    if (leg.copy_in) w.input = r.slots[0];  // the backend reads the input (no copy) when it goes in chunks
+    if (leg.fills()) {
       auto in = std::make_shared<LocalReduce>(r);
       in->dsts = {w.staging};
       in->postscale = 1.0;  // applied after the agents' reduction
@@ -148,7 +144,7 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
       // source in `scratch`; the lambda keeps the staging buffer.)
       w.fill = [in, keep = p.shared_staging](size_t b, size_t e) { reduceRange(*in, b, e - b); };
     }
-    if (!(p.in_place && p.postscale == 1.0)) {  // (else the result is where it belongs)
+    if (leg.drains()) {  // (else the result is where it belongs)
       auto out = std::make_shared<LocalReduce>();
       out->dtype = r.dtype;
       out->op = ReduceOp::kSum;
@@ -181,11 +177,10 @@ void Agent::executeCrossOnLoop(Job& job, ReadyOp op, LocalReduce r, std::vector<
 
   std::string job_id = job.id();
   uint64_t gen = job.cross_generation;
-  const bool in_place = p.in_place;
+  p.in_flight = job.beginExecuting();
   job.cross_pending.insert_or_assign(op.name, std::move(p));
-  ++job.executing;
   timeline_->opStart(op.name, w.collective);
-  if (w.count == 0 || (in_place && !copy_in) || pipelined ||
+  if (w.count == 0 || !leg.localStepFirst() ||
       (w.collective == CollectiveType::kBroadcast && bcast_root_local < 0)) {
     timeline_->activityStart(op.name, "NEGOTIATE_ACROSS_AGENTS");
     job.cross->submit(std::move(w));
@@ -226,7 +221,7 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
   if (pit == job.cross_pending.end()) return;
   auto p = std::make_shared<Job::CrossPending>(std::move(pit->second));
   job.cross_pending.erase(pit);
-  --job.executing;
+  p->in_flight.end();
   if (p->collective == CollectiveType::kJoin) {
     timeline_->activityEnd(name);
     timeline_->opEnd(name, p->dtype, {});
@@ -277,12 +272,11 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
       r.keepalive = p->keepalive;
       copies.push_back(std::move(r));
     }
-    ++job.executing;
-    copyAllOnLoop(std::move(copies), [this, job_id, p, name] {
+    InFlight in_flight = job.beginExecuting();
+    copyAllOnLoop(std::move(copies), [this, in_flight, job_id, p, name]() mutable {
       timeline_->activityEnd(name);
       timeline_->opEnd(name, p->report_dtype, {});
-      auto it = jobs_.find(job_id);
-      if (it != jobs_.end()) --it->second->executing;
+      in_flight.end();
       finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
     });
     return;
@@ -293,7 +287,7 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
     return;
   }
   const bool fused = result.data != nullptr && p->collective == CollectiveType::kAllreduce;
-  if (result.drained || (p->in_place && !fused && p->postscale == 1.0)) {  // the result is already in the slots
+  if (p->leg.resultInSlots(result.drained, fused)) {
     timeline_->opEnd(name, p->dtype, {});
     finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
     return;
@@ -315,12 +309,11 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
       c.keepalive = p->keepalive;
       copies.push_back(std::move(c));
     }
-    ++job.executing;
-    copyAllOnLoop(std::move(copies), [this, job_id, p, name] {
+    InFlight in_flight = job.beginExecuting();
+    copyAllOnLoop(std::move(copies), [this, in_flight, job_id, p, name]() mutable {
       timeline_->activityEnd(name);
       timeline_->opEnd(name, p->dtype, {});
-      auto it = jobs_.find(job_id);
-      if (it != jobs_.end()) --it->second->executing;
+      in_flight.end();
       finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
     });
     return;
@@ -331,7 +324,7 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
   r.count = p->count;
   r.prescale = 1.0;
   r.postscale = p->postscale;
-  r.slots = {p->in_place ? p->slots[0] : p->stagingData()};
+  r.slots = {p->leg.in_place ? p->slots[0] : p->stagingData()};
   r.dsts = p->slots;
   r.keepalive = p->keepalive;
   if (fused) {
@@ -340,12 +333,11 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
     r.slots = {const_cast<void*>(result.data)};
     r.scratch = result.keep;
   }
-  ++job.executing;
-  executor_.reduceOnLoop(std::move(r), [this, job_id, p, name] {
+  InFlight in_flight = job.beginExecuting();
+  executor_.reduceOnLoop(std::move(r), [this, in_flight, job_id, p, name]() mutable {
     timeline_->activityEnd(name);
     timeline_->opEnd(name, p->dtype, {});
-    auto it = jobs_.find(job_id);
-    if (it != jobs_.end()) --it->second->executing;
+    in_flight.end();
     Status st = p->before_finish ? p->before_finish() : okStatus();
     finishOnLoop(job_id, p->handles, p->bytes, st, p->report_dtype, p->started, p->collective);
   });

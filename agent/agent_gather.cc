@@ -148,15 +148,14 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
       }
       copies.push_back(piece(ins[i], std::move(dsts), bytes));
     }
-    ++job.executing;
+    InFlight in_flight = job.beginExecuting();
     timeline_->opStart(op.name, CollectiveType::kAllgather);
     timeline_->activityStart(op.name, "MEMCPY_ALLGATHER");
-    copyAllOnLoop(std::move(copies), [this, job_id, handles = std::move(handles), total, name = op.name, dtype,
-                                      started = op.first_arrival] {
+    copyAllOnLoop(std::move(copies), [this, in_flight, job_id, handles = std::move(handles), total,
+                                      name = op.name, dtype, started = op.first_arrival]() mutable {
       timeline_->activityEnd(name);
       timeline_->opEnd(name, dtype, {});
-      auto it = jobs_.find(job_id);
-      if (it != jobs_.end()) --it->second->executing;
+      in_flight.end();
       finishOnLoop(job_id, handles, total, okStatus(), dtype, started, CollectiveType::kAllgather);
     });
     return;
@@ -202,8 +201,8 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
     }
   }
   uint64_t gen = job.cross_generation;
+  p.in_flight = job.beginExecuting();
   job.cross_pending.insert_or_assign(op.name, std::move(p));
-  ++job.executing;
   timeline_->opStart(op.name, CollectiveType::kAllgather);
   timeline_->activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
   copyAllOnLoop(std::move(copies), [this, job_id, gen, w = std::move(w)]() mutable {

@@ -219,21 +219,22 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
           op.error = internalError("out of host memory staging device tensor '" + op.name + "'");
         } else {
           auto sop = std::make_shared<ReadyOp>(std::move(op));
-          ++job.executing;
+          InFlight in_flight = job.beginExecuting();
           std::string job_id = job.id();
           const int k = job.localSize();
-          setup_pool_.submit([this, dop, host, hold, sop, handles, job_id, k]() {
+          setup_pool_.submit([this, in_flight, dop, host, hold, sop, handles, job_id, k]() {
             Status st = deviceRuntime().stageToHost(dop, host.get(), 600'000);
-            loop_.post([this, dop, host, hold, sop, handles, job_id, k, st]() {
+            loop_.post([this, in_flight, dop, host, hold, sop, handles, job_id, k, st]() mutable {
               auto it = jobs_.find(job_id);
               if (it == jobs_.end()) return;
               Job& j = *it->second;
-              --j.executing;
+              in_flight.end();
               if (j.state() == JobState::kFailed || !j.cross) {
                 finishOnLoop(job_id, handles, 0, j.failure().isOk() ? aborted("the job ended") : j.failure());
                 return;
               }
-              if (!st.isOk()) sop->error = st.withContext("device tensor '" + sop->name + "' staged to the host");
+              if (!st.isOk())
+                sop->error = st.withContext("device tensor '" + sop->name + "' staged to the host");
               // Allreduce: one source (the GPU already reduced the k ranks),
               // the postscale after the agents' reduction. Broadcast: a byte
               // copy (as on the host path), slots indexed by local rank.
@@ -337,21 +338,22 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
     executeCrossOnLoop(job, std::move(op), std::move(r), std::move(handles));
     return;
   }
-  ++job.executing;
+  InFlight in_flight = job.beginExecuting();
   uint64_t bytes = d0.data_bytes;
   std::string job_id = job.id();
   timeline_->opStart(op.name, CollectiveType::kAllreduce);
   timeline_->activityStart(op.name, "LOCAL_REDUCE");
   std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
   op_metrics_.negotiation->observe(std::chrono::duration<double>(op.ready_at - op.first_arrival).count());
-  executor_.reduceOnLoop(std::move(r), [this, job_id, handles = std::move(handles), bytes, name = op.name,
-                                        dtype = static_cast<DataType>(d0.dtype), shape, started = op.first_arrival] {
-    timeline_->activityEnd(name);
-    timeline_->opEnd(name, dtype, shape);
-    auto it = jobs_.find(job_id);
-    if (it != jobs_.end()) --it->second->executing;
-    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started);
-  });
+  executor_.reduceOnLoop(
+      std::move(r),
+      [this, in_flight, job_id, handles = std::move(handles), bytes, name = op.name,
+       dtype = static_cast<DataType>(d0.dtype), shape, started = op.first_arrival]() mutable {
+        timeline_->activityEnd(name);
+        timeline_->opEnd(name, dtype, shape);
+        in_flight.end();
+        finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started);
+      });
 }
 
 // Broadcast, in place: the root's slot is copied byte for byte into every
@@ -394,15 +396,15 @@ void Agent::executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
     if (i != root) copy.dsts.push_back(r.slots[i]);
   }
   copy.keepalive = std::move(r.keepalive);
-  ++job.executing;
+  InFlight in_flight = job.beginExecuting();
   timeline_->opStart(op.name, CollectiveType::kBroadcast);
   timeline_->activityStart(op.name, "MEMCPY_BROADCAST");
-  executor_.reduceOnLoop(std::move(copy), [this, job_id, handles = std::move(handles), bytes, name = op.name, dtype,
-                                           shape, started = op.first_arrival] {
+  executor_.reduceOnLoop(std::move(copy), [this, in_flight, job_id, handles = std::move(handles),
+                                           bytes, name = op.name, dtype, shape,
+                                           started = op.first_arrival]() mutable {
     timeline_->activityEnd(name);
     timeline_->opEnd(name, dtype, shape);
-    auto it = jobs_.find(job_id);
-    if (it != jobs_.end()) --it->second->executing;
+    in_flight.end();
     finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started, CollectiveType::kBroadcast);
   });
 }

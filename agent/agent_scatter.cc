@@ -84,15 +84,15 @@ void Agent::executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_
       r.keepalive = keep;
       parts.push_back(std::move(r));
     }
-    ++job.executing;
+    InFlight in_flight = job.beginExecuting();
     timeline_->opStart(op.name, CollectiveType::kReducescatter);
     timeline_->activityStart(op.name, "LOCAL_REDUCE");
-    copyAllOnLoop(std::move(parts), [this, job_id, handles = std::move(handles), bytes = count * es, name = op.name,
-                                     dtype, started = op.first_arrival] {
+    copyAllOnLoop(std::move(parts), [this, in_flight, job_id, handles = std::move(handles),
+                                     bytes = count * es, name = op.name, dtype,
+                                     started = op.first_arrival]() mutable {
       timeline_->activityEnd(name);
       timeline_->opEnd(name, dtype, {});
-      auto it = jobs_.find(job_id);
-      if (it != jobs_.end()) --it->second->executing;
+      in_flight.end();
       finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started, CollectiveType::kReducescatter);
     });
     return;
@@ -146,8 +146,8 @@ void Agent::executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_
     parts.push_back(std::move(r));
   }
   uint64_t gen = job.cross_generation;
+  p.in_flight = job.beginExecuting();
   job.cross_pending.insert_or_assign(op.name, std::move(p));
-  ++job.executing;
   timeline_->opStart(op.name, CollectiveType::kReducescatter);
   timeline_->activityStart(op.name, "LOCAL_REDUCE");
   copyAllOnLoop(std::move(parts), [this, job_id, gen, w = std::move(w)]() mutable {
