@@ -21,13 +21,13 @@ namespace kolo {
 struct CrossLegInputs {
   bool ok = true;  // false: the op carries an error to the other agents
   CollectiveType collective = CollectiveType::kAllreduce;
-  size_t count = 0;           // elements
-  uint64_t bytes = 0;         // the tensor's bytes
-  size_t sources = 0;         // LocalReduce::slots
-  size_t outputs = 0;         // LocalReduce::dsts (out of place, or joined ranks' zeros)
-  bool output_elsewhere = false;  // the one output slot is not the input slot
-  bool has_scratch = false;       // LocalReduce::scratch (zero source, device staging)
-  bool has_before_finish = false; // LocalReduce::before_finish (device staging)
+  size_t count = 0;                // elements
+  uint64_t bytes = 0;              // the tensor's bytes
+  size_t sources = 0;              // LocalReduce::slots
+  size_t outputs = 0;              // LocalReduce::dsts (out of place, or joined ranks' zeros)
+  bool output_elsewhere = false;   // the one output slot is not the input slot
+  bool has_scratch = false;        // LocalReduce::scratch (zero source, device staging)
+  bool has_before_finish = false;  // LocalReduce::before_finish (device staging)
   double prescale = 1.0;
   double postscale = 1.0;
   uint64_t pipeline_bytes = 0;  // --cross-pipeline-kb (0: never pipelined)

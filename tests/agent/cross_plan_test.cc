@@ -1,8 +1,8 @@
 // planCrossLeg (agent/ops/cross_plan.h): in place, staged, pipelined, and
 // where the result is once the agents are done.
-#include <gtest/gtest.h>
-
 #include "agent/ops/cross_plan.h"
+
+#include <gtest/gtest.h>
 
 namespace kolo {
 namespace {

@@ -1,11 +1,12 @@
 // InFlight (agent/core/in_flight.h): a token counts its op once, whichever
 // copy ends it, and a dropped token uncounts it.
+#include "agent/core/in_flight.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <thread>
 
-#include "agent/core/in_flight.h"
 #include "agent/core/job.h"
 
 namespace kolo {

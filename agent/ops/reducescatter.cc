@@ -8,10 +8,29 @@
 // place, and each local rank's block is copied (scaled) into its output.
 #include <cstdlib>
 
-#include "agent/agent.h"
+#include "agent/ipc/client_conn.h"
+#include "agent/ops/op.h"
+#include "agent/timeline/timeline.h"
 #include "common/staging_pool.h"
 
 namespace kolo {
+
+namespace {
+
+class ReducescatterOp final : public CollectiveOp {
+ public:
+  CollectiveType type() const override { return CollectiveType::kReducescatter; }
+  Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
+                        std::vector<int64_t>* meta) const override;
+  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+};
+
+}  // namespace
+
+const CollectiveOp& reducescatterOp() {
+  static const ReducescatterOp op;
+  return op;
+}
 
 namespace {
 
@@ -23,21 +42,27 @@ uint64_t rowElems(const SubmitDesc& d) {
 
 }  // namespace
 
-Status Agent::validateReducescatterOnLoop(Job& job, ClientConn& c, const SubmitDesc& d) {
+Status ReducescatterOp::validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
+                                       std::vector<int64_t>*) const {
   std::string name(d.name, std::min<size_t>(d.name_len, kMaxNameBytes));
-  if (d.ndim < 1) return invalidArgument("reducescatter of tensor '" + name + "': it needs at least one dimension");
+  if (d.ndim < 1)
+    return invalidArgument("reducescatter of tensor '" + name +
+                           "': it needs at least one dimension");
   const int me = job.globalRank(c.local_rank);
-  uint64_t want = static_cast<uint64_t>(reducescatterRows(d.shape[0], job.worldSize(), me)) * rowElems(d) *
-                  dataTypeSize(static_cast<DataType>(d.dtype));
+  uint64_t want = static_cast<uint64_t>(reducescatterRows(d.shape[0], job.worldSize(), me)) *
+                  rowElems(d) * dataTypeSize(static_cast<DataType>(d.dtype));
   if (d.out_bytes != want) {
-    return invalidArgument("reducescatter of tensor '" + name + "': malformed descriptor: output of " +
-                           std::to_string(d.out_bytes) + " bytes, rank " + std::to_string(me) + "'s block is " +
+    return invalidArgument("reducescatter of tensor '" + name +
+                           "': malformed descriptor: output of " + std::to_string(d.out_bytes) +
+                           " bytes, rank " + std::to_string(me) + "'s block is " +
                            std::to_string(want));
   }
   return okStatus();
 }
 
-void Agent::executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles) {
+void ReducescatterOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+                                std::vector<uint64_t> handles) const {
+  OpHost* h = &host;
   const SubmitDesc& d0 = op.descs[0];
   const int world = job.worldSize();
   const int k = job.localSize();
@@ -53,7 +78,7 @@ void Agent::executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_
   for (int i = 0; i < k; ++i) {
     ClientConn* c = job.client(i);
     if (c == nullptr) {
-      finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
+      rankLeft(host, job, handles);
       return;
     }
     ins.push_back(c->slot(op.descs[i].data_offset));
@@ -85,16 +110,17 @@ void Agent::executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_
       parts.push_back(std::move(r));
     }
     InFlight in_flight = job.beginExecuting();
-    timeline_->opStart(op.name, CollectiveType::kReducescatter);
-    timeline_->activityStart(op.name, "LOCAL_REDUCE");
-    copyAllOnLoop(std::move(parts), [this, in_flight, job_id, handles = std::move(handles),
-                                     bytes = count * es, name = op.name, dtype,
-                                     started = op.first_arrival]() mutable {
-      timeline_->activityEnd(name);
-      timeline_->opEnd(name, dtype, {});
-      in_flight.end();
-      finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started, CollectiveType::kReducescatter);
-    });
+    h->opTimeline().opStart(op.name, CollectiveType::kReducescatter);
+    h->opTimeline().activityStart(op.name, "LOCAL_REDUCE");
+    h->copyOpAllOnLoop(std::move(parts),
+                       [h, in_flight, job_id, handles = std::move(handles), bytes = count * es,
+                        name = op.name, dtype, started = op.first_arrival]() mutable {
+                         h->opTimeline().activityEnd(name);
+                         h->opTimeline().opEnd(name, dtype, {});
+                         in_flight.end();
+                         h->finishOpOnLoop(job_id, handles, bytes, okStatus(), dtype, started,
+                                           CollectiveType::kReducescatter);
+                       });
     return;
   }
 
@@ -129,7 +155,8 @@ void Agent::executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_
   const JobWorld& jw = job.world();
   for (int a = 0; a < jw.cross_size; ++a) {
     size_t n = 0;
-    for (int r = jw.rank_offsets[a]; r < jw.rank_offsets[a] + jw.local_sizes[a]; ++r) n += blockOf(r).second;
+    for (int r = jw.rank_offsets[a]; r < jw.rank_offsets[a] + jw.local_sizes[a]; ++r)
+      n += blockOf(r).second;
     w.block_counts.push_back(n);
   }
   std::vector<LocalReduce> parts;
@@ -148,10 +175,10 @@ void Agent::executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_
   uint64_t gen = job.cross_generation;
   p.in_flight = job.beginExecuting();
   job.cross_pending.insert_or_assign(op.name, std::move(p));
-  timeline_->opStart(op.name, CollectiveType::kReducescatter);
-  timeline_->activityStart(op.name, "LOCAL_REDUCE");
-  copyAllOnLoop(std::move(parts), [this, job_id, gen, w = std::move(w)]() mutable {
-    handToNegotiationOnLoop(job_id, gen, std::move(w));
+  h->opTimeline().opStart(op.name, CollectiveType::kReducescatter);
+  h->opTimeline().activityStart(op.name, "LOCAL_REDUCE");
+  h->copyOpAllOnLoop(std::move(parts), [h, job_id, gen, w = std::move(w)]() mutable {
+    h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));
   });
 }
 

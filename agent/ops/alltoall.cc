@@ -9,14 +9,33 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "agent/agent.h"
 #include "agent/core/shm_meta.h"
+#include "agent/ipc/client_conn.h"
+#include "agent/ops/op.h"
+#include "agent/timeline/timeline.h"
 #include "common/staging_pool.h"
 
 namespace kolo {
 
-Status Agent::validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d,
-                                     std::vector<int64_t>* meta) {
+namespace {
+
+class AlltoallOp final : public CollectiveOp {
+ public:
+  CollectiveType type() const override { return CollectiveType::kAlltoall; }
+  Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
+                        std::vector<int64_t>* meta) const override;
+  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+};
+
+}  // namespace
+
+const CollectiveOp& alltoallOp() {
+  static const AlltoallOp op;
+  return op;
+}
+
+Status AlltoallOp::validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
+                                  std::vector<int64_t>* meta) const {
   const int n = job.worldSize();
   // c.validate() put the output region inside the arena: the matrix is read
   // from it once, here, and only this copy is used from now on.
@@ -26,7 +45,9 @@ Status Agent::validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& 
   return checkAlltoallSplits(d, n, job.globalRank(c.local_rank), *meta);
 }
 
-void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles) {
+void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+                           std::vector<uint64_t> handles) const {
+  OpHost* h = &host;
   const SubmitDesc& d0 = op.descs[0];
   const int n = job.worldSize();
   const int k = job.localSize();
@@ -38,7 +59,7 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
   for (int i = 0; i < k; ++i) {
     ClientConn* c = job.client(i);
     if (c == nullptr) {
-      finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
+      rankLeft(host, job, handles);
       return;
     }
     ins.push_back(c->slot(op.descs[i].data_offset));
@@ -66,7 +87,7 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
     if (!op.error.isOk()) std::fill(m.begin(), m.end(), 0);
   }
   if (!op.error.isOk() && job.world().cross_size == 1) {
-    finishOnLoop(job.id(), handles, 0, op.error, dtype, {}, CollectiveType::kAlltoall);
+    h->finishOpOnLoop(job.id(), handles, 0, op.error, dtype, {}, CollectiveType::kAlltoall);
     return;
   }
   auto M = [&](int s, int d) { return static_cast<uint64_t>(m[static_cast<size_t>(s) * n + d]); };
@@ -103,23 +124,26 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
       copies.push_back(copy(ins[x.src_local] + x.src_off, outs[x.dst_local] + x.dst_off, x.bytes));
     }
     InFlight in_flight = job.beginExecuting();
-    timeline_->opStart(op.name, CollectiveType::kAlltoall);
-    timeline_->activityStart(op.name, "MEMCPY_ALLTOALL");
-    copyAllOnLoop(std::move(copies), [this, in_flight, job_id, handles = std::move(handles),
-                                      my_bytes, name = op.name, dtype,
-                                      started = op.first_arrival]() mutable {
-      timeline_->activityEnd(name);
-      timeline_->opEnd(name, dtype, {});
-      in_flight.end();
-      finishOnLoop(job_id, handles, my_bytes, okStatus(), dtype, started, CollectiveType::kAlltoall);
-    });
+    h->opTimeline().opStart(op.name, CollectiveType::kAlltoall);
+    h->opTimeline().activityStart(op.name, "MEMCPY_ALLTOALL");
+    h->copyOpAllOnLoop(std::move(copies),
+                       [h, in_flight, job_id, handles = std::move(handles), my_bytes,
+                        name = op.name, dtype, started = op.first_arrival]() mutable {
+                         h->opTimeline().activityEnd(name);
+                         h->opTimeline().opEnd(name, dtype, {});
+                         in_flight.end();
+                         h->finishOpOnLoop(job_id, handles, my_bytes, okStatus(), dtype, started,
+                                           CollectiveType::kAlltoall);
+                       });
     return;
   }
 
   // Several agents.
   const JobWorld& jw = job.world();
   const int agents = jw.cross_size;
-  auto ranksOf = [&](int a) { return std::pair<int, int>(jw.rank_offsets[a], jw.rank_offsets[a] + jw.local_sizes[a]); };
+  auto ranksOf = [&](int a) {
+    return std::pair<int, int>(jw.rank_offsets[a], jw.rank_offsets[a] + jw.local_sizes[a]);
+  };
   CrossWork w;
   w.req.name = op.name;
   w.req.params = d0;
@@ -169,7 +193,8 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
     for (int s = base; s < base + k; ++s) {
       for (int d = lo; d < hi; ++d) {
         uint64_t bytes = M(s, d) * row;
-        if (bytes > 0 && op.error.isOk()) copies.push_back(copy(ins[s - base] + srcOff(s, d), p.send_staging.get() + off, bytes));
+        if (bytes > 0 && op.error.isOk())
+          copies.push_back(copy(ins[s - base] + srcOff(s, d), p.send_staging.get() + off, bytes));
         off += bytes;
       }
     }
@@ -193,10 +218,10 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
   uint64_t gen = job.cross_generation;
   p.in_flight = job.beginExecuting();
   job.cross_pending.insert_or_assign(op.name, std::move(p));
-  timeline_->opStart(op.name, CollectiveType::kAlltoall);
-  timeline_->activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
-  copyAllOnLoop(std::move(copies), [this, job_id, gen, w = std::move(w)]() mutable {
-    handToNegotiationOnLoop(job_id, gen, std::move(w));
+  h->opTimeline().opStart(op.name, CollectiveType::kAlltoall);
+  h->opTimeline().activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
+  h->copyOpAllOnLoop(std::move(copies), [h, job_id, gen, w = std::move(w)]() mutable {
+    h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));
   });
 }
 

@@ -1,0 +1,92 @@
+// Operations as objects: one type per collective (agent/ops/<collective>.cc),
+// looked up in a table by the collective a trainer submitted, instead of
+// branches on the collective through the agent.
+//
+//   validateOnLoop  per rank, at submission, before the tensor table: what
+//                   the rank left in shared memory (a private copy in *meta)
+//   runOnLoop       once the name is node-ready: the local part on the
+//                   executor; across agents, the staging buffer and the
+//                   CrossWork handed to the job's negotiation thread
+//   (finish)        the completions, through OpHost::finishOnLoop; across
+//                   agents, Agent::onCrossDoneOnLoop copies the agents'
+//                   result out as the op's Job::CrossPending says
+//
+// The op types hold no state between ops: each op's state is in the
+// ReadyOp, the lambdas it hands to the executor and, across agents, its
+// Job::CrossPending. Device tensors take the device path in
+// Agent::executeOnLoop before any op type sees them (docs/gpu.md), and join
+// has its own path (agent_join.cc). Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "agent/core/job.h"
+#include "agent/core/local_executor.h"
+#include "agent/core/tensor_table.h"
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace kolo {
+
+class ClientConn;
+namespace timeline {
+class Timeline;
+}
+
+// What an op needs from the agent (Agent implements it).
+class OpHost {
+ public:
+  virtual ~OpHost() = default;
+  virtual timeline::Timeline& opTimeline() = 0;
+  // Completes the op on every local rank (`handles` by local rank, 0: a
+  // joined rank), counts it, and removes the job if nothing is left.
+  virtual void finishOpOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
+                              uint64_t bytes, const Status& st, DataType dtype, SteadyTime started,
+                              CollectiveType collective) = 0;
+  // The local executor: one reduction or copy, or several (`done` once all
+  // finished); `done` runs on the loop.
+  virtual void reduceOpOnLoop(LocalReduce r, std::function<void()> done) = 0;
+  virtual void copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) = 0;
+  // Across agents: the cross leg of an allreduce or a broadcast after its
+  // LocalReduce is planned (staging, in place, pipelining), and the
+  // hand-over of a prepared CrossWork once its local step is done.
+  virtual void executeCrossOpOnLoop(Job& job, ReadyOp op, LocalReduce r,
+                                    std::vector<uint64_t> handles) = 0;
+  virtual void handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) = 0;
+  // How long the op waited for its last local rank (metrics).
+  virtual void observeNegotiation(double seconds) = 0;
+};
+
+class CollectiveOp {
+ public:
+  virtual ~CollectiveOp() = default;
+  virtual CollectiveType type() const = 0;
+  // A rank's submission, after the descriptor was checked against its arena.
+  virtual Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
+                                std::vector<int64_t>* meta) const;
+  // The node-ready op (op.error set: it fails here and, across agents, is
+  // announced to the other agents so that their ranks are released too).
+  virtual void runOnLoop(OpHost& host, Job& job, ReadyOp op,
+                         std::vector<uint64_t> handles) const = 0;
+
+ protected:
+  // Every local rank's handle fails with the job's failure (or "a rank
+  // left") when a rank's connection is gone.
+  static void rankLeft(OpHost& host, Job& job, const std::vector<uint64_t>& handles);
+};
+
+// The op type of `c`, or null when the agent does not run it as an op (join,
+// barrier: libkolo sends a barrier as an allreduce).
+const CollectiveOp* collectiveOp(CollectiveType c);
+
+// One type per collective (the table's entries).
+const CollectiveOp& allreduceOp();
+const CollectiveOp& broadcastOp();
+const CollectiveOp& allgatherOp();
+const CollectiveOp& reducescatterOp();
+const CollectiveOp& alltoallOp();
+
+}  // namespace kolo
