@@ -1,6 +1,8 @@
 // Jobs that span several agents: backend set-up, and the cross-agent leg of
-// a collective (local reduce into a staging buffer, negotiated allreduce
-// among agents, scaled copy back into every local rank's slot).
+// an allreduce or broadcast (local reduce into a staging buffer or in place,
+// agent/ops/cross_plan.h; negotiated collective among agents); when it comes
+// back, failures here and the copy into the slots by the op type
+// (CollectiveOp::finishCrossOnLoop).
 #include <cctype>
 #include <cstdlib>
 #include <regex>
@@ -8,6 +10,7 @@
 #include "agent/agent.h"
 #include "agent/cross/coord_kv_store.h"
 #include "agent/ops/cross_plan.h"
+#include "agent/ops/op.h"
 #include "common/log.h"
 #include "common/staging_pool.h"
 
@@ -258,89 +261,9 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
                  p->collective);
     return;
   }
-  if (p->collective == CollectiveType::kAlltoall) {  // a rank may receive rows without sending any
-    timeline_->activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
-    std::vector<LocalReduce> copies;
-    for (const auto& c : p->copy_out) {
-      if (c.bytes == 0) continue;
-      LocalReduce r;
-      r.dtype = DataType::kUint8;
-      r.op = ReduceOp::kSum;
-      r.count = c.bytes;
-      r.slots = {p->staging.get() + c.src_off};
-      r.dsts = {static_cast<char*>(p->slots[c.local_rank]) + c.dst_off};
-      r.keepalive = p->keepalive;
-      copies.push_back(std::move(r));
-    }
-    InFlight in_flight = job.beginExecuting();
-    copyAllOnLoop(std::move(copies), [this, in_flight, job_id, p, name]() mutable {
-      timeline_->activityEnd(name);
-      timeline_->opEnd(name, p->report_dtype, {});
-      in_flight.end();
-      finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
-    });
-    return;
-  }
-  if (p->bytes == 0) {
-    timeline_->opEnd(name, p->dtype, {});
-    finishOnLoop(job_id, p->handles, 0, okStatus(), p->report_dtype, {}, p->collective);
-    return;
-  }
-  const bool fused = result.data != nullptr && p->collective == CollectiveType::kAllreduce;
-  if (p->leg.resultInSlots(result.drained, fused)) {
-    timeline_->opEnd(name, p->dtype, {});
-    finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
-    return;
-  }
-  timeline_->activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
-  if (!p->scatter.empty()) {
-    // Reducescatter: each local rank's block, scaled, into its output slot.
-    const size_t es = dataTypeSize(p->dtype);
-    std::vector<LocalReduce> copies;
-    for (size_t i = 0; i < p->scatter.size(); ++i) {
-      if (p->scatter[i].second == 0) continue;
-      LocalReduce c;
-      c.dtype = p->dtype;
-      c.op = ReduceOp::kSum;
-      c.count = p->scatter[i].second;
-      c.postscale = p->postscale;
-      c.slots = {p->staging.get() + p->scatter[i].first * es};
-      c.dsts = {p->slots[i]};
-      c.keepalive = p->keepalive;
-      copies.push_back(std::move(c));
-    }
-    InFlight in_flight = job.beginExecuting();
-    copyAllOnLoop(std::move(copies), [this, in_flight, job_id, p, name]() mutable {
-      timeline_->activityEnd(name);
-      timeline_->opEnd(name, p->dtype, {});
-      in_flight.end();
-      finishOnLoop(job_id, p->handles, p->bytes, okStatus(), p->report_dtype, p->started, p->collective);
-    });
-    return;
-  }
-  LocalReduce r;
-  r.dtype = p->dtype;
-  r.op = ReduceOp::kSum;
-  r.count = p->count;
-  r.prescale = 1.0;
-  r.postscale = p->postscale;
-  r.slots = {p->leg.in_place ? p->slots[0] : p->stagingData()};
-  r.dsts = p->slots;
-  r.keepalive = p->keepalive;
-  if (fused) {
-    // A fused allreduce: the result is read from the fused buffer itself
-    // (no copy back into the staging buffer first).
-    r.slots = {const_cast<void*>(result.data)};
-    r.scratch = result.keep;
-  }
-  InFlight in_flight = job.beginExecuting();
-  executor_.reduceOnLoop(std::move(r), [this, in_flight, job_id, p, name]() mutable {
-    timeline_->activityEnd(name);
-    timeline_->opEnd(name, p->dtype, {});
-    in_flight.end();
-    Status st = p->before_finish ? p->before_finish() : okStatus();
-    finishOnLoop(job_id, p->handles, p->bytes, st, p->report_dtype, p->started, p->collective);
-  });
+  // The result into the ranks' slots, as the op type does it (agent/ops/).
+  const CollectiveOp* kind = collectiveOp(p->collective);
+  (kind != nullptr ? *kind : allreduceOp()).finishCrossOnLoop(*this, job, name, p, result);
 }
 
 }  // namespace kolo

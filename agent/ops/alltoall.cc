@@ -25,6 +25,9 @@ class AlltoallOp final : public CollectiveOp {
   Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
                         std::vector<int64_t>* meta) const override;
   void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+  void finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
+                         std::shared_ptr<Job::CrossPending> p,
+                         const CrossResult& result) const override;
 };
 
 }  // namespace
@@ -223,6 +226,34 @@ void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   h->copyOpAllOnLoop(std::move(copies), [h, job_id, gen, w = std::move(w)]() mutable {
     h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));
   });
+}
+
+// The received blocks to their places in the local outputs (a rank may
+// receive rows without sending any, so even an op of no bytes here).
+void AlltoallOp::finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
+                                   std::shared_ptr<Job::CrossPending> p, const CrossResult&) const {
+  host.opTimeline().activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
+  std::vector<LocalReduce> copies;
+  for (const auto& c : p->copy_out) {
+    if (c.bytes == 0) continue;
+    LocalReduce r;
+    r.dtype = DataType::kUint8;
+    r.op = ReduceOp::kSum;
+    r.count = c.bytes;
+    r.slots = {p->staging.get() + c.src_off};
+    r.dsts = {static_cast<char*>(p->slots[c.local_rank]) + c.dst_off};
+    r.keepalive = p->keepalive;
+    copies.push_back(std::move(r));
+  }
+  InFlight in_flight = job.beginExecuting();
+  host.copyOpAllOnLoop(std::move(copies),
+                       [h = &host, in_flight, job_id = job.id(), p, name]() mutable {
+                         h->opTimeline().activityEnd(name);
+                         h->opTimeline().opEnd(name, p->report_dtype, {});
+                         in_flight.end();
+                         h->finishOpOnLoop(job_id, p->handles, p->bytes, okStatus(),
+                                           p->report_dtype, p->started, p->collective);
+                       });
 }
 
 }  // namespace kolo

@@ -7,9 +7,9 @@
 //   runOnLoop       once the name is node-ready: the local part on the
 //                   executor; across agents, the staging buffer and the
 //                   CrossWork handed to the job's negotiation thread
-//   (finish)        the completions, through OpHost::finishOnLoop; across
-//                   agents, Agent::onCrossDoneOnLoop copies the agents'
-//                   result out as the op's Job::CrossPending says
+//   finishCrossOnLoop  across agents, once the agents' collective succeeded
+//                   (Agent::onCrossDoneOnLoop): the result into the ranks'
+//                   slots, then the completions (OpHost::finishOpOnLoop)
 //
 // The op types hold no state between ops: each op's state is in the
 // ReadyOp, the lambdas it hands to the executor and, across agents, its
@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -71,11 +72,28 @@ class CollectiveOp {
   // announced to the other agents so that their ranks are released too).
   virtual void runOnLoop(OpHost& host, Job& job, ReadyOp op,
                          std::vector<uint64_t> handles) const = 0;
+  // Across agents, once the agents' collective succeeded
+  // (Agent::onCrossDoneOnLoop): the result from the op's staging buffer, or
+  // from the fused buffer (`result`), into the ranks' slots, then the
+  // completions. `p` is the op's state, taken out of Job::cross_pending. The
+  // default copies it (scaled) into every slot: allreduce, broadcast and
+  // allgather.
+  virtual void finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
+                                 std::shared_ptr<Job::CrossPending> p,
+                                 const CrossResult& result) const;
 
  protected:
   // Every local rank's handle fails with the job's failure (or "a rank
   // left") when a rank's connection is gone.
   static void rankLeft(OpHost& host, Job& job, const std::vector<uint64_t>& handles);
+  // finishCrossOnLoop's first steps: completes the op when nothing is left
+  // to copy (no bytes, or the result already in the slots) and says so.
+  static bool finishedInSlotsOnLoop(OpHost& host, Job& job, const std::string& name,
+                                    const std::shared_ptr<Job::CrossPending>& p,
+                                    const CrossResult& result);
+  // The copy (scaled) of the result into every slot, then the completions.
+  static void copyBackOnLoop(OpHost& host, Job& job, const std::string& name,
+                             std::shared_ptr<Job::CrossPending> p, const CrossResult& result);
 };
 
 // The op type of `c`, or null when the agent does not run it as an op (join,

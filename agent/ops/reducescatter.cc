@@ -23,6 +23,9 @@ class ReducescatterOp final : public CollectiveOp {
   Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
                         std::vector<int64_t>* meta) const override;
   void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+  void finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
+                         std::shared_ptr<Job::CrossPending> p,
+                         const CrossResult& result) const override;
 };
 
 }  // namespace
@@ -180,6 +183,38 @@ void ReducescatterOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   h->copyOpAllOnLoop(std::move(parts), [h, job_id, gen, w = std::move(w)]() mutable {
     h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));
   });
+}
+
+// Each local rank's block of the agents' result, scaled, into its output slot.
+void ReducescatterOp::finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
+                                        std::shared_ptr<Job::CrossPending> p,
+                                        const CrossResult& result) const {
+  if (finishedInSlotsOnLoop(host, job, name, p, result)) return;
+  host.opTimeline().activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
+  if (p->scatter.empty()) return copyBackOnLoop(host, job, name, std::move(p), result);
+  const size_t es = dataTypeSize(p->dtype);
+  std::vector<LocalReduce> copies;
+  for (size_t i = 0; i < p->scatter.size(); ++i) {
+    if (p->scatter[i].second == 0) continue;
+    LocalReduce c;
+    c.dtype = p->dtype;
+    c.op = ReduceOp::kSum;
+    c.count = p->scatter[i].second;
+    c.postscale = p->postscale;
+    c.slots = {p->staging.get() + p->scatter[i].first * es};
+    c.dsts = {p->slots[i]};
+    c.keepalive = p->keepalive;
+    copies.push_back(std::move(c));
+  }
+  InFlight in_flight = job.beginExecuting();
+  host.copyOpAllOnLoop(std::move(copies),
+                       [h = &host, in_flight, job_id = job.id(), p, name]() mutable {
+                         h->opTimeline().activityEnd(name);
+                         h->opTimeline().opEnd(name, p->dtype, {});
+                         in_flight.end();
+                         h->finishOpOnLoop(job_id, p->handles, p->bytes, okStatus(),
+                                           p->report_dtype, p->started, p->collective);
+                       });
 }
 
 }  // namespace kolo
