@@ -116,9 +116,8 @@ class Agent : private OpHost {
                       CollectiveType collective) override;
   void reduceOpOnLoop(LocalReduce r, std::function<void()> done) override;
   void copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) override;
-  void executeCrossOpOnLoop(Job& job, ReadyOp op, LocalReduce r,
-                            std::vector<uint64_t> handles) override;
   void handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) override;
+  uint64_t crossPipelineBytes() const override { return opts_.cross_pipeline_bytes; }
   void observeNegotiation(double seconds) override;
   void updateGaugesOnLoop();
   void failJobOnLoop(Job& job, const Status& st, bool tell_coordinator);

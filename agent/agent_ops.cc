@@ -308,11 +308,6 @@ void Agent::copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void(
   copyAllOnLoop(std::move(copies), std::move(done));
 }
 
-void Agent::executeCrossOpOnLoop(Job& job, ReadyOp op, LocalReduce r,
-                                 std::vector<uint64_t> handles) {
-  executeCrossOnLoop(job, std::move(op), std::move(r), std::move(handles));
-}
-
 void Agent::handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) {
   handToNegotiationOnLoop(job_id, gen, std::move(w));
 }

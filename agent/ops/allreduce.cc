@@ -1,8 +1,8 @@
 // Allreduce (and barrier, a zero-byte allreduce): the k local slots are
 // reduced in place, or into the ranks' output slots out of place, on the
-// local executor; across agents, the cross leg (Agent::executeCrossOnLoop,
-// agent/ops/cross_plan.h) reduces them into staging, or works on the one
-// rank's slot, and the agents' result comes back into every slot.
+// local executor; across agents, the cross leg (agent/ops/cross_leg.cc,
+// cross_plan.h) reduces them into staging, or works on the one rank's slot,
+// and the agents' result comes back into every slot (finishCrossOnLoop).
 #include <algorithm>
 #include <cstdlib>
 
@@ -68,7 +68,7 @@ void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
     r.scratch = zeros;
   }
   if (job.world().cross_size > 1) {
-    host.executeCrossOpOnLoop(job, std::move(op), std::move(r), std::move(handles));
+    runCrossLegOnLoop(host, job, std::move(op), std::move(r), std::move(handles));
     return;
   }
   InFlight in_flight = job.beginExecuting();

@@ -1,6 +1,6 @@
 // Broadcast, in place: the root's slot is copied byte for byte into every
 // other rank's slot (on one agent), or through a staging buffer and the
-// backend's broadcast among agents (the cross leg: Agent::executeCrossOnLoop).
+// backend's broadcast among agents (the cross leg: agent/ops/cross_leg.cc).
 #include <algorithm>
 
 #include "agent/ipc/client_conn.h"
@@ -56,7 +56,7 @@ void BroadcastOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
     r.keepalive.push_back(c->arena());
   }
   if (job.world().cross_size > 1) {
-    host.executeCrossOpOnLoop(job, std::move(op), std::move(r), std::move(handles));
+    runCrossLegOnLoop(host, job, std::move(op), std::move(r), std::move(handles));
     return;
   }
   const int root = d0.root - job.world().rank_offset;

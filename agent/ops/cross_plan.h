@@ -1,7 +1,8 @@
 // How the cross-agent leg of an allreduce or a broadcast runs, decided once
-// per op (Agent::executeCrossOnLoop) and kept on the op (Job::CrossPending::
-// leg), so that the code that hands the op to the negotiation thread and
-// the code that finishes it (onCrossDoneOnLoop) read the same answer.
+// per op (runCrossLegOnLoop, agent/ops/cross_leg.cc) and kept on the op
+// (Job::CrossPending::leg), so that the code that hands the op to the
+// negotiation thread and the code that finishes it (CollectiveOp::
+// finishCrossOnLoop) read the same answer.
 //
 // CrossJob::postAllreduces makes one more choice that this one does not
 // replace: whether a pipelined allreduce really goes to the backend in

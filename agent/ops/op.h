@@ -51,12 +51,12 @@ class OpHost {
   // finished); `done` runs on the loop.
   virtual void reduceOpOnLoop(LocalReduce r, std::function<void()> done) = 0;
   virtual void copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) = 0;
-  // Across agents: the cross leg of an allreduce or a broadcast after its
-  // LocalReduce is planned (staging, in place, pipelining), and the
-  // hand-over of a prepared CrossWork once its local step is done.
-  virtual void executeCrossOpOnLoop(Job& job, ReadyOp op, LocalReduce r,
-                                    std::vector<uint64_t> handles) = 0;
+  // Across agents: the hand-over of a prepared CrossWork to the job's
+  // negotiation thread once its local step is done (or its failure, if the
+  // job moved on meanwhile), and the size from which an allreduce is
+  // pipelined (--cross-pipeline-kb).
   virtual void handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) = 0;
+  virtual uint64_t crossPipelineBytes() const = 0;
   // How long the op waited for its last local rank (metrics).
   virtual void observeNegotiation(double seconds) = 0;
 };
@@ -99,6 +99,12 @@ class CollectiveOp {
 // The op type of `c`, or null when the agent does not run it as an op (join,
 // barrier: libkolo sends a barrier as an allreduce).
 const CollectiveOp* collectiveOp(CollectiveType c);
+
+// The cross-agent leg of an allreduce or a broadcast, once its LocalReduce
+// is planned (agent/ops/cross_leg.cc): staging or in place, pipelined or not
+// (agent/ops/cross_plan.h), then the job's negotiation thread.
+void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
+                       std::vector<uint64_t> handles);
 
 // One type per collective (the table's entries).
 const CollectiveOp& allreduceOp();
