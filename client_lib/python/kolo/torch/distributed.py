@@ -21,8 +21,10 @@ submission order and completes the torch Future behind the returned Work
 carries kolo's message. CPU tensors only (as kolo.torch).
 """
 
+import atexit
 import os
 import queue
+import sys
 import threading
 import uuid
 from datetime import timedelta
@@ -78,20 +80,41 @@ class _Completer:
         self._q = queue.Queue()
         self._thread = None
         self._lock = threading.Lock()
+        self._atexit = False
 
     def submit(self, handle, finish, timeout_s, what):
+        """Returns the op's Future: it completes with finish(result), or
+        with an error (a C++-level error: DDP's reducer and fut.wait() see
+        it) carrying kolo's message."""
         fut = Future()
+        out = fut.then(_unwrap)
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="kolo-pg-completion",
                                                 daemon=True)
                 self._thread.start()
+                if not self._atexit:
+                    atexit.register(self.stop)
+                    self._atexit = True
         self._q.put((handle, fut, finish, timeout_s, what))
-        return fut
+        return out, fut
+
+    def stop(self, timeout_s=10.0):
+        """Ends the thread (at exit: a daemon thread still alive while the
+        interpreter finalizes is unwound by force, which aborts the process
+        if torch's C++ frames are on its stack)."""
+        with self._lock:
+            t, self._thread = self._thread, None
+        if t is not None and t.is_alive():
+            self._q.put(None)
+            t.join(timeout_s)
 
     def _loop(self):
         while True:
-            handle, fut, finish, timeout_s, what = self._q.get()
+            item = self._q.get()
+            if item is None:
+                return
+            handle, fut, finish, timeout_s, what = item
             try:
                 if handle is not None:
                     op = _handles._lookup(handle)
@@ -105,24 +128,75 @@ class _Completer:
                 msg = str(e)
                 if "timed out" in msg:
                     msg += " (torch timeout %.0f s)" % timeout_s
-                fut.set_exception(RuntimeError("kolo backend: %s failed: %s" % (what, msg)))
+                fut.set_result((False, RuntimeError("kolo backend: %s failed: %s" % (what, msg))))
             else:
-                fut.set_result(val)
+                fut.set_result((True, val))
+
+
+def _unwrap(base):
+    ok, value = base.value()
+    if not ok:
+        raise value
+    return value
 
 
 _completer = _Completer()
 
 
-def _done_work(value):
+def _failed_future(err):
     fut = Future()
-    fut.set_result(value)
-    return _create_work_from_future(fut)
+    out = fut.then(_unwrap)
+    fut.set_result((False, err))
+    return out, fut
 
 
-def _failed_work(err):
-    fut = Future()
-    fut.set_exception(err)
-    return _create_work_from_future(fut)
+class KoloWork(dist.Work):
+    """The Work handed to Python callers (torch.distributed's functions):
+    wait() raises the collective's error. torch 1.13's future-wrapping Work
+    (what C++ callers such as DDP get) returns from wait() even when its
+    future failed, and C++ cannot call back into a Python Work, so each
+    caller gets the kind it can use (see ProcessGroupKolo._work)."""
+
+    def __init__(self, fut, base):
+        super().__init__()
+        self._fut = fut  # completes with the op's value or fails (torch's error wrapping)
+        self._base = base  # (ok, value or the error itself)
+
+    def wait(self, timeout=None):
+        # The process group's timeout bounds every op (the completion thread
+        # fails it then); `timeout` here is accepted for torch's signature.
+        ok, value = self._base.wait()
+        if not ok:
+            raise value  # kolo's message, without the Future's callback wrapping
+        self._fut.wait()
+        return True
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        if not self._fut.done():
+            raise RuntimeError("kolo backend: is_success() on a work that is not completed")
+        return self.exception() is None
+
+    def exception(self):
+        try:
+            self.wait()
+            return None
+        except RuntimeError as e:
+            return e
+
+    def result(self):
+        return self._fut.wait()
+
+    def get_future(self):
+        return self._fut
+
+    def synchronize(self):
+        pass  # CPU tensors: nothing to order on a stream
+
+
+_C10D_FILE = os.path.normcase(os.path.abspath(dist.distributed_c10d.__file__)).rstrip("co")
 
 
 # ---------------------------------------------------------------------------
@@ -169,6 +243,20 @@ class ProcessGroupKolo(dist.ProcessGroup):
                                % (group_rank, self.size()))
         return group_rank if self._global_ranks is None else self._global_ranks[group_rank]
 
+    @staticmethod
+    def _work(futs):
+        """A KoloWork when torch.distributed's Python functions call (the
+        caller's frame is in distributed_c10d.py), else (DDP's reducer and
+        other C++ callers through the pybind trampoline, whose frames are
+        elsewhere) torch's future-wrapping Work, which C++ can wait on."""
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_filename == __file__:
+            f = f.f_back
+        if f is not None and os.path.normcase(os.path.abspath(f.f_code.co_filename)).rstrip(
+                "co") == _C10D_FILE:
+            return KoloWork(*futs)
+        return _create_work_from_future(futs[0])
+
     def _run(self, what, start, finish):
         """start() submits and returns a kolo handle (or None); finish(result)
         gives the Future's value. Argument errors raise here, at the call,
@@ -178,8 +266,9 @@ class ProcessGroupKolo(dist.ProcessGroup):
         except (ValueError, TypeError) as e:
             raise RuntimeError("kolo backend: %s: %s" % (what, e)) from None
         except Exception as e:
-            return _failed_work(RuntimeError("kolo backend: %s failed: %s" % (what, e)))
-        return _create_work_from_future(_completer.submit(h, finish, self._timeout, what))
+            return self._work(_failed_future(RuntimeError("kolo backend: %s failed: %s"
+                                                          % (what, e))))
+        return self._work(_completer.submit(h, finish, self._timeout, what))
 
     @staticmethod
     def _one(tensors, what):
@@ -484,7 +573,7 @@ def _rendezvous_without_kolorun(store, rank, size):
     os.environ.setdefault("KOLO_LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
-_subgroup_sets = {}  # torch group name -> kolo ProcessSet (None: every rank)
+_subgroup_sets = {}  # sorted global ranks -> kolo ProcessSet (None: every rank)
 
 
 def _create(opts, pg_options=None):
@@ -502,7 +591,7 @@ def _create(opts, pg_options=None):
                 "under kolorun leave RANK/WORLD_SIZE unset or set them to kolo's"
                 % (rank, size, basics.rank(), basics.size()))
         return ProcessGroupKolo(rank, size, timeout)
-    ps = _subgroup_sets.get(opts.group_id)
+    ps = _subgroup_sets.get(tuple(sorted(int(r) for r in global_ranks)))
     if ps is None:
         return ProcessGroupKolo(rank, size, timeout, tag=opts.group_id)  # every rank
     return ProcessGroupKolo(rank, size, timeout, process_set=ps, tag=opts.group_id)
@@ -524,12 +613,10 @@ def _install_new_group_hook():
         except Exception:
             is_kolo = False
         if is_kolo and global_ranks_in_group:
-            group_name = kwargs.get("group_name", args[1] if len(args) > 1 else None)
-            ranks = sorted(int(r) for r in global_ranks_in_group)
-            if ranks == list(range(basics.size())):
-                _subgroup_sets[group_name] = None
-            else:
-                _subgroup_sets[group_name] = _psets.add_process_set(ranks)
+            ranks = tuple(sorted(int(r) for r in global_ranks_in_group))
+            if ranks not in _subgroup_sets:  # a second group of the same ranks shares it
+                _subgroup_sets[ranks] = None if list(ranks) == list(range(basics.size())) \
+                    else _psets.add_process_set(list(ranks))
         return orig(group_size, group_rank, global_ranks_in_group, backend, store, *args,
                     **kwargs)
 
