@@ -24,6 +24,7 @@ carries kolo's message. CPU tensors only (as kolo.torch).
 import atexit
 import os
 import queue
+import secrets
 import sys
 import threading
 import uuid
@@ -565,8 +566,12 @@ def _rendezvous_without_kolorun(store, rank, size):
     and size from torch; the node's agent must be running already."""
     if rank == 0:
         store.set("kolo/job_id", "torch-" + uuid.uuid4().hex[:12])
+        if "KOLO_JOB_TOKEN" not in os.environ:  # what kolorun would generate (docs/kolorun.md)
+            store.set("kolo/job_token", secrets.token_hex(16))
     job = store.get("kolo/job_id").decode()
     os.environ["KOLO_JOB_ID"] = job
+    if "KOLO_JOB_TOKEN" not in os.environ:
+        os.environ["KOLO_JOB_TOKEN"] = store.get("kolo/job_token").decode()
     os.environ["KOLO_RANK"] = str(rank)
     os.environ["KOLO_SIZE"] = str(size)
     os.environ.setdefault("KOLO_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0"))
