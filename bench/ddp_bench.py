@@ -1,0 +1,121 @@
+"""DDP on backend "kolo" vs backend "gloo": same script, same processes.
+
+    kolorun -np 2 /usr/bin/python3 bench/ddp_bench.py [--model resnet18|convnet]
+        [--batch 16] [--image 64] [--steps 10] [--warmup 3] [--rounds 3]
+
+The default group is kolo (init_method="kolo://": kolorun's job, a TCPStore
+for torch's own bookkeeping); a second group over the same ranks uses gloo.
+Each round trains the same synthetic model (random images and labels, SGD)
+once with DDP on each group, alternating which goes first; rank 0 prints
+img/s (all ranks together) per round and the median per backend. Set
+PYTHONPATH=client_lib/python and KOLO_LIBRARY=build/lib/libkolo.so.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import kolo.torch.distributed  # noqa: F401  (backend "kolo", init_method kolo://)
+
+
+class Block(nn.Module):
+    """ResNet's basic block."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        y = self.b2(self.c2(y))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+def resnet18(classes=1000):
+    """torchvision's ResNet-18 layout (torchvision is not installed here)."""
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+              nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
+        layers += [Block(cin, cout, stride), Block(cout, cout, 1)]
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes)]
+    return nn.Sequential(*layers)
+
+
+def convnet(classes=10):
+    return nn.Sequential(nn.Conv2d(3, 32, 3, 1, 1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, 1, 1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.LazyLinear(256), nn.ReLU(), nn.Linear(256, classes))
+
+
+def bench(group, args, classes):
+    torch.manual_seed(0)
+    model = resnet18(classes) if args.model == "resnet18" else convnet(classes)
+    x = torch.randn(args.batch, 3, args.image, args.image)
+    y = torch.randint(0, classes, (args.batch,))
+    model(x)  # materializes lazy layers before DDP
+    ddp = nn.parallel.DistributedDataParallel(model, process_group=group)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+
+    def step():
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
+    for _ in range(args.warmup):
+        step()
+    dist.barrier(group=group)
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    dist.barrier(group=group)
+    dt = time.perf_counter() - t0
+    return args.steps * args.batch * dist.get_world_size() / dt
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", choices=["resnet18", "convnet"], default="resnet18")
+    p.add_argument("--batch", type=int, default=16, help="images per rank per step")
+    p.add_argument("--image", type=int, default=64, help="image side (pixels)")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group(backend="kolo", init_method="kolo://")
+    groups = {"kolo": dist.group.WORLD,
+              "gloo": dist.new_group(list(range(dist.get_world_size())), backend="gloo")}
+    classes = 1000 if args.model == "resnet18" else 10
+    res = {k: [] for k in groups}
+    for r in range(args.rounds):
+        order = ["kolo", "gloo"] if r % 2 == 0 else ["gloo", "kolo"]
+        for name in order:
+            res[name].append(bench(groups[name], args, classes))
+        if dist.get_rank() == 0:
+            print("round %d: %s" % (r, "  ".join("%s %.1f img/s" % (k, res[k][-1])
+                                                 for k in groups)), flush=True)
+    if dist.get_rank() == 0:
+        load = open("/proc/loadavg").read().split()[:3]
+        print("RESULT model=%s np=%d batch/rank=%d image=%d steps=%d: kolo %.1f img/s, "
+              "gloo %.1f img/s (medians of %d rounds; loadavg %s)"
+              % (args.model, dist.get_world_size(), args.batch, args.image, args.steps,
+                 statistics.median(res["kolo"]), statistics.median(res["gloo"]), args.rounds,
+                 " ".join(load)), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,672 @@
+"""kolo as a torch.distributed backend: ``init_process_group(backend="kolo")``.
+
+    import kolo.torch.distributed            # registers the backend "kolo"
+    torch.distributed.init_process_group(backend="kolo")
+    model = torch.nn.parallel.DistributedDataParallel(model)
+
+Launch with ``kolorun -np N python train.py``: kolorun's environment names
+the job, the rank and the size, and init_process_group needs no address
+(``init_method`` defaults to ``kolo://`` here, see below). Without kolorun
+(torchrun, or MASTER_ADDR/RANK/WORLD_SIZE set by hand) a kolo agent must
+already run on every node (KOLO_AGENT_SOCKET, default /run/kolo/agent.sock);
+the job id is then agreed through torch's store. See
+docs/user-guide-python.md, "Using kolo from DDP".
+
+The process group is a Python subclass of torch.distributed.ProcessGroup
+(torch 1.13's pybind trampoline lets C++ callers such as DDP's reducer call
+back into it). Every collective is submitted through kolo.torch's
+asynchronous handles; a completion thread of this process waits for them in
+submission order and completes the torch Future behind the returned Work
+(``_create_work_from_future``), with the op's result or a RuntimeError that
+carries kolo's message. CPU tensors only (as kolo.torch).
+"""
+
+import atexit
+import os
+import queue
+import secrets
+import sys
+import threading
+import uuid
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.futures import Future
+
+from .. import basics
+from . import _handles
+from . import mpi_ops as _ops
+from . import process_sets as _psets
+
+try:
+    from torch._C._distributed_c10d import _create_work_from_future
+except ImportError:  # pragma: no cover - torch without it cannot host a Python backend
+    _create_work_from_future = None
+
+BACKEND_NAME = "kolo"
+
+_REDUCE_OPS = {
+    dist.ReduceOp.SUM: _ops.Sum,
+    dist.ReduceOp.PRODUCT: _ops.Product,
+    dist.ReduceOp.MIN: _ops.Min,
+    dist.ReduceOp.MAX: _ops.Max,
+}
+if hasattr(dist.ReduceOp, "AVG"):
+    _REDUCE_OPS[dist.ReduceOp.AVG] = _ops.Average
+
+
+def _op_name(op):
+    return str(op).split(".")[-1]
+
+
+def _kolo_op(reduce_op, what):
+    for k, v in _REDUCE_OPS.items():
+        if reduce_op == k:
+            return v
+    raise RuntimeError("%s: reduce op %s is not supported by the kolo backend (SUM, AVG, "
+                       "PRODUCT, MIN, MAX are)" % (what, _op_name(reduce_op)))
+
+
+# ---------------------------------------------------------------------------
+# completion thread
+
+
+class _Completer:
+    """One daemon thread that waits for kolo handles in submission order and
+    completes their Futures (callbacks attached with Future.then, such as
+    DDP's, run on this thread)."""
+
+    def __init__(self):
+        self._q = queue.Queue()
+        self._thread = None
+        self._lock = threading.Lock()
+        self._atexit = False
+
+    def submit(self, handle, finish, timeout_s, what):
+        """Returns the op's Future: it completes with finish(result), or
+        with an error (a C++-level error: DDP's reducer and fut.wait() see
+        it) carrying kolo's message."""
+        fut = Future()
+        out = fut.then(_unwrap)
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="kolo-pg-completion",
+                                                daemon=True)
+                self._thread.start()
+                if not self._atexit:
+                    atexit.register(self.stop)
+                    self._atexit = True
+        self._q.put((handle, fut, finish, timeout_s, what))
+        return out, fut
+
+    def stop(self, timeout_s=10.0):
+        """Ends the thread (at exit: a daemon thread still alive while the
+        interpreter finalizes is unwound by force, which aborts the process
+        if torch's C++ frames are on its stack)."""
+        with self._lock:
+            t, self._thread = self._thread, None
+        if t is not None and t.is_alive():
+            self._q.put(None)
+            t.join(timeout_s)
+
+    def _loop(self):
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            handle, fut, finish, timeout_s, what = item
+            try:
+                if handle is not None:
+                    op = _handles._lookup(handle)
+                    with op.lock:
+                        op.progress(block=True, timeout_ms=max(1, int(timeout_s * 1000)))
+                    res = _handles.synchronize(handle)
+                else:
+                    res = None
+                val = finish(res)
+            except BaseException as e:  # handed to whoever waits on the Work
+                msg = str(e)
+                if "timed out" in msg:
+                    msg += " (torch timeout %.0f s)" % timeout_s
+                fut.set_result((False, RuntimeError("kolo backend: %s failed: %s" % (what, msg))))
+            else:
+                fut.set_result((True, val))
+
+
+def _unwrap(base):
+    ok, value = base.value()
+    if not ok:
+        raise value
+    return value
+
+
+_completer = _Completer()
+
+
+def _failed_future(err):
+    fut = Future()
+    out = fut.then(_unwrap)
+    fut.set_result((False, err))
+    return out, fut
+
+
+class KoloWork(dist.Work):
+    """The Work handed to Python callers (torch.distributed's functions):
+    wait() raises the collective's error. torch 1.13's future-wrapping Work
+    (what C++ callers such as DDP get) returns from wait() even when its
+    future failed, and C++ cannot call back into a Python Work, so each
+    caller gets the kind it can use (see ProcessGroupKolo._work)."""
+
+    def __init__(self, fut, base):
+        super().__init__()
+        self._fut = fut  # completes with the op's value or fails (torch's error wrapping)
+        self._base = base  # (ok, value or the error itself)
+
+    def wait(self, timeout=None):
+        # The process group's timeout bounds every op (the completion thread
+        # fails it then); `timeout` here is accepted for torch's signature.
+        ok, value = self._base.wait()
+        if not ok:
+            raise value  # kolo's message, without the Future's callback wrapping
+        self._fut.wait()
+        return True
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        if not self._fut.done():
+            raise RuntimeError("kolo backend: is_success() on a work that is not completed")
+        return self.exception() is None
+
+    def exception(self):
+        try:
+            self.wait()
+            return None
+        except RuntimeError as e:
+            return e
+
+    def result(self):
+        return self._fut.wait()
+
+    def get_future(self):
+        return self._fut
+
+    def synchronize(self):
+        pass  # CPU tensors: nothing to order on a stream
+
+
+_C10D_FILE = os.path.normcase(os.path.abspath(dist.distributed_c10d.__file__)).rstrip("co")
+
+
+# ---------------------------------------------------------------------------
+# the process group
+
+
+def _flat(t):
+    return t.detach().reshape(-1)
+
+
+def _copy_back(dst, src):
+    with torch.no_grad():
+        dst.copy_(src.reshape(dst.shape))
+
+
+class ProcessGroupKolo(dist.ProcessGroup):
+    """A torch.distributed process group over a kolo process set (the whole
+    job for the default group; a kolo process set for dist.new_group)."""
+
+    def __init__(self, rank, size, timeout, process_set=None, tag="0"):
+        super().__init__(rank, size)
+        self._ps = process_set if process_set is not None else _psets.global_process_set
+        self._global_ranks = None if process_set is None else list(process_set.ranks)
+        self._timeout = timeout.total_seconds() if isinstance(timeout, timedelta) else float(
+            timeout or 1800)
+        self._tag = tag
+        self._seq = 0
+        self._seq_lock = threading.Lock()
+
+    # -- helpers ------------------------------------------------------------
+
+    def getBackendName(self):
+        return BACKEND_NAME
+
+    def _name(self):
+        with self._seq_lock:
+            n = self._seq
+            self._seq += 1
+        return "tdist.%s.%d" % (self._tag, n)
+
+    def _global(self, group_rank):
+        if not 0 <= group_rank < self.size():
+            raise RuntimeError("kolo backend: root rank %d out of range [0, %d)"
+                               % (group_rank, self.size()))
+        return group_rank if self._global_ranks is None else self._global_ranks[group_rank]
+
+    @staticmethod
+    def _work(futs):
+        """A KoloWork when torch.distributed's Python functions call (the
+        caller's frame is in distributed_c10d.py), else (DDP's reducer and
+        other C++ callers through the pybind trampoline, whose frames are
+        elsewhere) torch's future-wrapping Work, which C++ can wait on."""
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_filename == __file__:
+            f = f.f_back
+        if f is not None and os.path.normcase(os.path.abspath(f.f_code.co_filename)).rstrip(
+                "co") == _C10D_FILE:
+            return KoloWork(*futs)
+        return _create_work_from_future(futs[0])
+
+    def _run(self, what, start, finish):
+        """start() submits and returns a kolo handle (or None); finish(result)
+        gives the Future's value. Argument errors raise here, at the call,
+        as with torch's backends; collective failures go to the Future."""
+        try:
+            h = start()
+        except (ValueError, TypeError) as e:
+            raise RuntimeError("kolo backend: %s: %s" % (what, e)) from None
+        except Exception as e:
+            return self._work(_failed_future(RuntimeError("kolo backend: %s failed: %s"
+                                                          % (what, e))))
+        return self._work(_completer.submit(h, finish, self._timeout, what))
+
+    @staticmethod
+    def _one(tensors, what):
+        if len(tensors) != 1:
+            raise RuntimeError("kolo backend: %s takes one tensor per process (CPU), got %d"
+                               % (what, len(tensors)))
+        return tensors[0]
+
+    # -- allreduce ------------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        op = _kolo_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
+        return self._allreduce_list(list(tensors), op, "allreduce")
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = _kolo_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                      "allreduce_coalesced")
+        return self._allreduce_list(list(tensors), op, "allreduce_coalesced")
+
+    def _allreduce_list(self, tensors, op, what):
+        bufs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+
+        def start():
+            name = self._name()
+            if len(bufs) == 1:
+                return _ops.allreduce_async_(bufs[0], name=name, op=op, process_set=self._ps)
+            return _ops.grouped_allreduce_async_(bufs, name=name, op=op, process_set=self._ps)
+
+        def finish(_):
+            for t, b in zip(tensors, bufs):
+                if b is not t:
+                    _copy_back(t, b)
+            return tensors
+
+        return self._run(what, start, finish)
+
+    # -- broadcast ------------------------------------------------------------
+
+    def broadcast(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        t = self._one(tensors, "broadcast")
+        buf = t if t.is_contiguous() else t.contiguous()
+
+        def start():
+            return _ops.broadcast_async_(buf, self._global(root), name=self._name(),
+                                         process_set=self._ps)
+
+        def finish(_):
+            if buf is not t:
+                _copy_back(t, buf)
+            return tensors
+
+        return self._run("broadcast", start, finish)
+
+    # -- allgather ------------------------------------------------------------
+
+    def _allgather_flat(self, inp, what, finish_parts):
+        def start():
+            return _ops.allgather_async(_flat(inp), name=self._name(), process_set=self._ps)
+        return self._run(what, start, finish_parts)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        inp = self._one(input_tensors, "allgather")
+        outs = self._one(output_tensors, "allgather")
+        if len(outs) != self.size():
+            raise RuntimeError("kolo backend: allgather needs %d output tensors, got %d"
+                               % (self.size(), len(outs)))
+
+        def finish(res):
+            off = 0
+            for o in outs:
+                n = o.numel()
+                _copy_back(o, res[off:off + n])
+                off += n
+            if off != res.numel():
+                raise RuntimeError("allgather received %d elements, the outputs hold %d"
+                                   % (res.numel(), off))
+            return output_tensors
+
+        return self._allgather_flat(inp, "allgather", finish)
+
+    def _allgather_base(self, output, input, opts=None):
+        if output.numel() != input.numel() * self.size():
+            raise RuntimeError("kolo backend: all_gather_into_tensor: output has %d elements, "
+                               "needs %d x %d" % (output.numel(), self.size(), input.numel()))
+
+        def finish(res):
+            _copy_back(output, res)
+            return [output]
+
+        return self._allgather_flat(input, "all_gather_into_tensor", finish)
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        inputs = list(input_list)
+        cat = torch.cat([_flat(t) for t in inputs]) if inputs else torch.empty(0)
+
+        def finish(res):
+            per = cat.numel()
+            for r, outs in enumerate(output_lists):
+                off = r * per
+                for o in outs:
+                    _copy_back(o, res[off:off + o.numel()])
+                    off += o.numel()
+            return output_lists
+
+        return self._allgather_flat(cat, "allgather_coalesced", finish)
+
+    # -- reduce_scatter -------------------------------------------------------
+
+    def _reduce_scatter_flat(self, flat_in, out, op, what):
+        n, r = self.size(), self.rank()
+        if flat_in.numel() != out.numel() * n:
+            raise RuntimeError("kolo backend: %s: input has %d elements, needs %d x %d"
+                               % (what, flat_in.numel(), n, out.numel()))
+        k = out.numel()
+        if op in (_ops.Sum, _ops.Average):
+            rows = flat_in.reshape(n, k)  # one row per rank: kolo splits dim 0 evenly
+
+            def start():
+                return _ops.reducescatter_async(rows, name=self._name(), op=op,
+                                                process_set=self._ps)
+
+            def finish(res):
+                _copy_back(out, res)
+                return [out]
+        else:  # MIN/MAX/PRODUCT: kolo's reducescatter has Sum/Average only
+            buf = flat_in.clone()
+
+            def start():
+                return _ops.allreduce_async_(buf, name=self._name(), op=op,
+                                             process_set=self._ps)
+
+            def finish(_):
+                _copy_back(out, buf[r * k:(r + 1) * k])
+                return [out]
+        return self._run(what, start, finish)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        out = self._one(output_tensors, "reduce_scatter")
+        ins = self._one(input_tensors, "reduce_scatter")
+        op = _kolo_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
+        if len(ins) != self.size():
+            raise RuntimeError("kolo backend: reduce_scatter needs %d input tensors, got %d"
+                               % (self.size(), len(ins)))
+        flat = torch.cat([_flat(t) for t in ins])
+        work = self._reduce_scatter_flat(flat, out, op, "reduce_scatter")
+        return work
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        op = _kolo_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                      "reduce_scatter_tensor")
+        return self._reduce_scatter_flat(_flat(input), output, op, "reduce_scatter_tensor")
+
+    # -- alltoall -------------------------------------------------------------
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        n = self.size()
+        if input.dim() == 0:
+            raise RuntimeError("kolo backend: all_to_all_single needs at least one dimension")
+        splits = list(input_split_sizes) if len(input_split_sizes) else None
+        if splits is None and input.shape[0] % n:
+            raise RuntimeError("kolo backend: all_to_all_single: dim 0 (%d) does not divide by "
+                               "%d" % (input.shape[0], n))
+        src = input.detach()
+
+        def start():
+            return _ops.alltoall_async(src, splits, name=self._name(), process_set=self._ps)
+
+        def finish(res):
+            got, _ = res
+            _copy_back(output, got)
+            return [output]
+
+        return self._run("all_to_all_single", start, finish)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        n = self.size()
+        if len(input_tensors) != n or len(output_tensors) != n:
+            raise RuntimeError("kolo backend: all_to_all needs %d input and output tensors" % n)
+        src = torch.cat([_flat(t) for t in input_tensors])
+        splits = [t.numel() for t in input_tensors]
+
+        def start():
+            return _ops.alltoall_async(src, splits, name=self._name(), process_set=self._ps)
+
+        def finish(res):
+            got, received = res
+            off = 0
+            for o, k in zip(output_tensors, received.tolist()):
+                if k != o.numel():
+                    raise RuntimeError("all_to_all: received %d elements for an output of %d"
+                                       % (k, o.numel()))
+                _copy_back(o, got[off:off + k])
+                off += k
+            return output_tensors
+
+        return self._run("all_to_all", start, finish)
+
+    # -- barrier --------------------------------------------------------------
+
+    def barrier(self, opts=None):
+        token = torch.zeros(1, dtype=torch.int32)
+
+        def start():
+            return _ops.allreduce_async_(token, name=self._name(), op=_ops.Sum,
+                                         process_set=self._ps)
+
+        return self._run("barrier", start, lambda _: [])
+
+    # -- rooted collectives on top of the symmetric ones ----------------------
+
+    def reduce(self, tensors, opts=None):
+        """allreduce into a copy; only the root's tensor receives the result."""
+        t = self._one(tensors, "reduce")
+        op = _kolo_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce")
+        root = opts.rootRank if opts is not None else 0
+        buf = t.detach().contiguous().clone()
+
+        def start():
+            return _ops.allreduce_async_(buf, name=self._name(), op=op, process_set=self._ps)
+
+        def finish(_):
+            if self.rank() == root:
+                _copy_back(t, buf)
+            return tensors
+
+        return self._run("reduce", start, finish)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        """allgather; the root copies the parts out."""
+        inp = self._one(input_tensors, "gather")
+        root = opts.rootRank if opts is not None else 0
+        if self.rank() == root and len(self._one(output_tensors, "gather")) != self.size():
+            raise RuntimeError("kolo backend: gather needs %d output tensors on the root"
+                               % self.size())
+
+        def finish(res):
+            if self.rank() == root:
+                parts = res.reshape(self.size(), -1)
+                for o, p in zip(output_tensors[0], parts):
+                    _copy_back(o, p)
+            return output_tensors
+
+        return self._allgather_flat(inp, "gather", finish)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        """A broadcast of the root's concatenated inputs; each rank keeps its part."""
+        out = self._one(output_tensors, "scatter")
+        root = opts.rootRank if opts is not None else 0
+        n, k = self.size(), out.numel()
+        if self.rank() == root:
+            ins = self._one(input_tensors, "scatter")
+            if len(ins) != n:
+                raise RuntimeError("kolo backend: scatter needs %d input tensors on the root" % n)
+            buf = torch.cat([_flat(t) for t in ins]).contiguous()
+        else:
+            buf = torch.empty(n * k, dtype=out.dtype)
+
+        def start():
+            return _ops.broadcast_async_(buf, self._global(root), name=self._name(),
+                                         process_set=self._ps)
+
+        def finish(_):
+            _copy_back(out, buf[self.rank() * k:(self.rank() + 1) * k])
+            return output_tensors
+
+        return self._run("scatter", start, finish)
+
+    # -- not served by the agent ------------------------------------------------
+
+    def _unsupported(self, what):
+        raise RuntimeError("%s is not supported by the kolo backend (kolo runs collectives "
+                           "only; use backend='gloo' for point-to-point)" % what)
+
+    def send(self, tensors, dst, tag=0):
+        self._unsupported("send")
+
+    def recv(self, tensors, src, tag=0):
+        self._unsupported("recv")
+
+    def recv_anysource(self, tensors, tag=0):
+        self._unsupported("recv")
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        self.barrier().wait()
+
+
+# ---------------------------------------------------------------------------
+# creation and registration
+
+
+def _rendezvous_without_kolorun(store, rank, size):
+    """No kolorun: name the job through torch's store and take the rank
+    and size from torch; the node's agent must be running already."""
+    if rank == 0:
+        store.set("kolo/job_id", "torch-" + uuid.uuid4().hex[:12])
+        if "KOLO_JOB_TOKEN" not in os.environ:  # what kolorun would generate (docs/kolorun.md)
+            store.set("kolo/job_token", secrets.token_hex(16))
+    job = store.get("kolo/job_id").decode()
+    os.environ["KOLO_JOB_ID"] = job
+    if "KOLO_JOB_TOKEN" not in os.environ:
+        os.environ["KOLO_JOB_TOKEN"] = store.get("kolo/job_token").decode()
+    os.environ["KOLO_RANK"] = str(rank)
+    os.environ["KOLO_SIZE"] = str(size)
+    os.environ.setdefault("KOLO_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0"))
+    os.environ.setdefault("KOLO_LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+_subgroup_sets = {}  # sorted global ranks -> kolo ProcessSet (None: every rank)
+
+
+def _create(opts, pg_options=None):
+    store, rank, size = opts.store, opts.group_rank, opts.group_size
+    timeout = opts.timeout
+    global_ranks = list(opts.global_ranks_in_group or [])
+    if not global_ranks:  # the default group
+        if not basics.is_initialized():
+            if "KOLO_JOB_ID" not in os.environ:
+                _rendezvous_without_kolorun(store, rank, size)
+            basics.init()
+        if basics.rank() != rank or basics.size() != size:
+            raise RuntimeError(
+                "kolo backend: torch's rank/world_size (%d/%d) do not match kolo's (%d/%d); "
+                "under kolorun leave RANK/WORLD_SIZE unset or set them to kolo's"
+                % (rank, size, basics.rank(), basics.size()))
+        return ProcessGroupKolo(rank, size, timeout)
+    ps = _subgroup_sets.get(tuple(sorted(int(r) for r in global_ranks)))
+    if ps is None:
+        return ProcessGroupKolo(rank, size, timeout, tag=opts.group_id)  # every rank
+    return ProcessGroupKolo(rank, size, timeout, process_set=ps, tag=opts.group_id)
+
+
+def _install_new_group_hook():
+    """dist.new_group calls the backend's creator on the members only, but a
+    kolo process set is added by every rank of the job together. Wrap
+    torch's helper (which every rank runs, members or not) so that every
+    rank adds the kolo process set first."""
+    c10d = dist.distributed_c10d
+    orig = c10d._new_process_group_helper
+    if getattr(orig, "_kolo_wrapped", False):
+        return
+
+    def helper(group_size, group_rank, global_ranks_in_group, backend, store, *args, **kwargs):
+        try:
+            is_kolo = dist.Backend(backend) == BACKEND_NAME
+        except Exception:
+            is_kolo = False
+        if is_kolo and global_ranks_in_group:
+            ranks = tuple(sorted(int(r) for r in global_ranks_in_group))
+            if ranks not in _subgroup_sets:  # a second group of the same ranks shares it
+                _subgroup_sets[ranks] = None if list(ranks) == list(range(basics.size())) \
+                    else _psets.add_process_set(list(ranks))
+        return orig(group_size, group_rank, global_ranks_in_group, backend, store, *args,
+                    **kwargs)
+
+    helper._kolo_wrapped = True
+    c10d._new_process_group_helper = helper
+
+
+def _kolo_rendezvous(url, timeout=timedelta(minutes=30), **kwargs):
+    """init_method="kolo://": rank, size and job from kolorun's environment
+    (kolo is initialized here); torch's store is a TCPStore hosted by rank 0
+    on a free port, whose address reaches the others through a kolo
+    broadcast. The host is MASTER_ADDR if set, else rank 0's hostname
+    (127.0.0.1 when the job has one node)."""
+    import socket
+    from .functions import broadcast_object
+    if not basics.is_initialized():
+        basics.init()
+    rank, size = basics.rank(), basics.size()
+    store = None
+    if rank == 0:
+        host = os.environ.get("MASTER_ADDR") or (
+            "127.0.0.1" if basics.local_size() == size else socket.gethostname())
+        store = dist.TCPStore(host, 0, size, True, timeout, wait_for_workers=False)
+        addr = (host, store.port)
+    else:
+        addr = None
+    host, port = broadcast_object(addr, root_rank=0, name="kolo.rendezvous.store")
+    if store is None:
+        store = dist.TCPStore(host, port, size, False, timeout)
+    yield (store, rank, size)
+    raise RuntimeError("kolo:// rendezvous cannot run twice (re-initialization)")
+
+
+def register():
+    """Registers backend "kolo" with torch.distributed (idempotent)."""
+    if _create_work_from_future is None:
+        raise RuntimeError("kolo backend: this torch has no _create_work_from_future; the "
+                           "kolo backend needs torch 1.13's Python ProcessGroup support")
+    if BACKEND_NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True)
+    _install_new_group_hook()
+    import importlib
+    _rdzv = importlib.import_module("torch.distributed.rendezvous")
+    if "kolo" not in _rdzv._rendezvous_handlers:
+        _rdzv.register_rendezvous_handler("kolo", _kolo_rendezvous)
+
+
+register()

@@ -1,0 +1,136 @@
+"""kolo as a torch.distributed backend (kolo.torch.distributed) through
+kolorun with the real coordinator and agent: every collective and dtype
+against references each rank computes (bit-exact), dist.new_group as a kolo
+process set, async work, errors and torch's timeout, and DDP training
+(plain, no_sync, find_unused_parameters, the fp16 compression hook, small
+buckets) against a single-process run on the concatenated batch
+(workers/torch_dist_worker.py)."""
+
+import os
+
+import pytest
+
+from conftest import PYTHON, WORKERS, run_bounded
+
+WORKER = os.path.join(WORKERS, "torch_dist_worker.py")
+
+
+def _torch_has_python_backends():
+    res = run_bounded([PYTHON, "-c", "from torch._C._distributed_c10d import "
+                       "_create_work_from_future; import torch.distributed as d; "
+                       "assert d.is_available()"], 120)
+    return res.rc == 0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _needs_torch_backend_support():
+    if not _torch_has_python_backends():
+        pytest.skip("this torch cannot host a Python process-group backend "
+                    "(no torch.distributed or _create_work_from_future)")
+
+
+def _ok(res, np_, names):
+    assert res.rc == 0, res.describe()
+    for r in range(np_):
+        lines = res.rank_lines(r)
+        for n in names:
+            assert "passed %s" % n in lines, "rank %d: no 'passed %s'\n%s" % (r, n, res.describe())
+        assert "WORKER-OK rank %d" % r in lines, res.describe()
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_collectives(kolorun, np_):
+    res = kolorun(np_, WORKER, "collectives", timeout=240)
+    _ok(res, np_, ["allreduce", "allreduce_avg", "allreduce_shapes", "allreduce_coalesced",
+                   "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "rooted",
+                   "new_group"])
+
+
+def test_async_errors_timeout(kolorun):
+    res = kolorun(2, WORKER, "async_errors", 8, timeout=180)
+    _ok(res, 2, ["async", "error_mismatch", "error_unsupported", "after_errors", "timeout"])
+    assert any(l.startswith("timeout error after") for l in res.rank_lines(0)), res.describe()
+
+
+def test_ddp_matches_single_process(kolorun):
+    res = kolorun(2, WORKER, "ddp", timeout=240)
+    _ok(res, 2, ["ddp_plain", "ddp_no_sync", "ddp_find_unused", "ddp_fp16_hook",
+                 "ddp_small_buckets"])
+
+
+def _wait_file(path, proc, deadline_s=30):
+    import time
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            with open(path) as f:
+                return f.read().split()[0]
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise AssertionError("%s did not appear (process exit %s)" % (path, proc.poll()))
+
+
+def test_env_rendezvous_without_kolorun(stack, tmp_path):
+    """init_process_group("kolo") with torch's env:// and no kolorun: a
+    coordinator and an agent started by hand, the job id and token agreed
+    through torch's store."""
+    import signal
+    import subprocess
+    from conftest import rank_env
+    logs = []
+    procs = []
+
+    def daemon(args, name):
+        log = open(str(tmp_path / (name + ".log")), "w")
+        logs.append(log)
+        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(p)
+        return p
+
+    try:
+        c = daemon([os.path.join(stack, "bin", "kolo-coordinator"), "--listen", "127.0.0.1:0",
+                    "--ready-file", str(tmp_path / "c.ready")], "coordinator")
+        caddr = _wait_file(str(tmp_path / "c.ready"), c)
+        sock = str(tmp_path / "a.sock")
+        a = daemon([os.path.join(stack, "bin", "kolo-agent"), "--socket", sock, "--coordinator",
+                    caddr, "--rpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                    "--ready-file", str(tmp_path / "a.ready")], "agent")
+        _wait_file(str(tmp_path / "a.ready"), a)
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        script = ("import torch, torch.distributed as dist, kolo.torch.distributed, kolo.torch as k\n"
+                  "dist.init_process_group('kolo')\n"
+                  "t = torch.full((3,), float(dist.get_rank() + 1)); dist.all_reduce(t)\n"
+                  "assert dist.get_backend() == 'kolo' and k.rank() == dist.get_rank()\n"
+                  "print('RESULT', dist.get_rank(), t.tolist(), flush=True)\n"
+                  "dist.destroy_process_group()\n")
+        ranks = []
+        for r in range(2):
+            env = rank_env({"KOLO_AGENT_SOCKET": sock, "MASTER_ADDR": "127.0.0.1",
+                            "MASTER_PORT": str(port), "RANK": str(r), "WORLD_SIZE": "2",
+                            "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2"})
+            for k in ("KOLO_JOB_ID", "KOLO_JOB_TOKEN", "KOLO_RANK", "KOLO_SIZE"):
+                env.pop(k, None)
+            ranks.append(subprocess.Popen([PYTHON, "-c", script], env=env, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          start_new_session=True))
+            procs.append(ranks[-1])
+        for r, p in enumerate(ranks):
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, (out, err[-3000:])
+            assert "RESULT %d [3.0, 3.0, 3.0]" % r in out, (out, err[-3000:])
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait(timeout=10)
+        for log in logs:
+            log.close()

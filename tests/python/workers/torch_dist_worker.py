@@ -1,0 +1,352 @@
+"""torch.distributed on backend "kolo" (kolo.torch.distributed), run by
+tests/python/test_torch_distributed.py through kolorun. argv[1] picks the
+part: collectives | async_errors | ddp. Each check prints "passed <name>";
+the last line is "WORKER-OK rank R". Every input is generated on every rank
+from a per-rank seed, so each rank computes the references itself."""
+
+import builtins
+import warnings
+import faulthandler
+import functools
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import kolo.torch.distributed  # noqa: F401  (registers backend "kolo", init_method kolo://)
+
+faulthandler.dump_traceback_later(150, exit=True)
+print = functools.partial(builtins.print, flush=True)  # noqa: A001
+
+warnings.filterwarnings("ignore", message=".*will be deprecated.*")
+MODE = sys.argv[1]
+TIMEOUT = timedelta(seconds=float(sys.argv[2])) if len(sys.argv) > 2 else timedelta(minutes=5)
+dist.init_process_group(backend="kolo", init_method="kolo://", timeout=TIMEOUT)
+R, N = dist.get_rank(), dist.get_world_size()
+assert dist.get_backend() == "kolo", dist.get_backend()
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
+          torch.int8, torch.uint8]
+
+
+def data(rank, dtype, shape=(5, 3), lo=-20, hi=21, seed=0):
+    """Rank `rank`'s input: small integers (every sum, min, max is exact in
+    every dtype; products stay small)."""
+    g = torch.Generator().manual_seed(1000 * seed + rank)
+    if dtype == torch.uint8:
+        lo = max(lo, 0)
+    return torch.randint(lo, hi, shape, generator=g).to(dtype)
+
+
+def check(name, got, want):
+    assert got.dtype == want.dtype, (name, got.dtype, want.dtype)
+    assert torch.equal(got, want), "%s: got\n%s\nwant\n%s" % (name, got, want)
+
+
+def passed(name):
+    print("passed %s" % name)
+
+
+def collectives():
+    ops = {dist.ReduceOp.SUM: lambda xs: functools.reduce(torch.add, xs),
+           dist.ReduceOp.MIN: lambda xs: functools.reduce(torch.minimum, xs),
+           dist.ReduceOp.MAX: lambda xs: functools.reduce(torch.maximum, xs)}
+    for dt in DTYPES:
+        for op, ref in ops.items():
+            t = data(R, dt)
+            dist.all_reduce(t, op=op)
+            check("allreduce %s %s" % (op, dt), t, ref([data(r, dt) for r in range(N)]))
+        t = data(R, dt, lo=1, hi=3)
+        dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+        check("allreduce product %s" % dt, t,
+              functools.reduce(torch.mul, [data(r, dt, lo=1, hi=3) for r in range(N)]))
+    passed("allreduce")
+
+    t = data(R, torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    want = sum(data(r, torch.float64) for r in range(N)) / N
+    assert torch.allclose(t, want, rtol=1e-12, atol=0), (t, want)
+    passed("allreduce_avg")
+
+    # non-contiguous input and a 0-dim tensor
+    t = data(R, torch.float32, shape=(4, 6)).t()
+    dist.all_reduce(t)
+    check("allreduce noncontig", t, sum(data(r, torch.float32, shape=(4, 6)) for r in range(N)).t())
+    t = torch.tensor(float(R + 1))
+    dist.all_reduce(t)
+    assert t.item() == N * (N + 1) / 2
+    passed("allreduce_shapes")
+
+    for dt in (torch.float32, torch.int64):  # torch wants one dtype per call
+        shapes = [(5, 3), (7,), (2, 2, 2)]
+        ts = [data(R, dt, shape=sh, seed=i) for i, sh in enumerate(shapes)]
+        dist.all_reduce_coalesced(ts)
+        for i, (t, sh) in enumerate(zip(ts, shapes)):
+            check("coalesced %d" % i, t, sum(data(r, dt, shape=sh, seed=i) for r in range(N)))
+    passed("allreduce_coalesced")
+
+    for dt in DTYPES:
+        for root in range(N):
+            t = data(R, dt, seed=root)
+            dist.broadcast(t, root)
+            check("broadcast %s root %d" % (dt, root), t, data(root, dt, seed=root))
+    passed("broadcast")
+
+    for dt in DTYPES:
+        outs = [torch.empty((5, 3), dtype=dt) for _ in range(N)]
+        dist.all_gather(outs, data(R, dt))
+        for r in range(N):
+            check("allgather %s from %d" % (dt, r), outs[r], data(r, dt))
+        out = torch.empty((N * 5, 3), dtype=dt)
+        dist.all_gather_into_tensor(out, data(R, dt))
+        check("all_gather_into_tensor %s" % dt, out, torch.cat([data(r, dt) for r in range(N)]))
+        objs = [None] * N
+        dist.all_gather_object(objs, {"rank": R})
+        assert objs == [{"rank": r} for r in range(N)], objs
+    passed("allgather")
+
+    for dt in DTYPES:
+        full = [data(r, dt, shape=(N * 4, 2)) for r in range(N)]
+        total = sum(full[1:], full[0]).to(dt)
+        out = torch.empty((4, 2), dtype=dt)
+        dist.reduce_scatter_tensor(out, full[R])
+        check("reduce_scatter_tensor %s" % dt, out, total[R * 4:(R + 1) * 4])
+        out = torch.empty((4, 2), dtype=dt)
+        dist.reduce_scatter(out, list(full[R].chunk(N)))
+        check("reduce_scatter %s" % dt, out, total[R * 4:(R + 1) * 4])
+        for op, ref in [(dist.ReduceOp.MAX, torch.maximum), (dist.ReduceOp.MIN, torch.minimum)]:
+            out = torch.empty((4, 2), dtype=dt)
+            dist.reduce_scatter_tensor(out, full[R], op=op)
+            check("reduce_scatter %s %s" % (op, dt), out,
+                  functools.reduce(ref, full)[R * 4:(R + 1) * 4])
+    passed("reduce_scatter")
+
+    for dt in DTYPES:
+        # all_to_all_single, even and uneven splits: rank r sends s+1 rows to rank s
+        ins = [data(r, dt, shape=(N * 2, 3)) for r in range(N)]
+        out = torch.empty((N * 2, 3), dtype=dt)
+        dist.all_to_all_single(out, ins[R])
+        check("all_to_all_single %s" % dt, out, torch.cat([ins[r][R * 2:(R + 1) * 2]
+                                                           for r in range(N)]))
+        sends = [s + 1 for s in range(N)]
+        rows = sum(sends)
+        ins = [data(r, dt, shape=(rows, 2), seed=7) for r in range(N)]
+        out = torch.empty((N * (R + 1), 2), dtype=dt)
+        dist.all_to_all_single(out, ins[R], output_split_sizes=[R + 1] * N,
+                               input_split_sizes=sends)
+        off = sum(sends[:R])
+        check("all_to_all_single uneven %s" % dt, out,
+              torch.cat([ins[r][off:off + R + 1] for r in range(N)]))
+        outs = [torch.empty((r + 1, 3), dtype=dt) for r in range(N)]
+        mine = [data(R, dt, shape=(R + 1, 3), seed=10 + d) for d in range(N)]
+        dist.all_to_all(outs, mine)
+        for r in range(N):
+            check("all_to_all %s from %d" % (dt, r), outs[r], data(r, dt, shape=(r + 1, 3),
+                                                                    seed=10 + R))
+    passed("alltoall")
+
+    dist.barrier()
+    passed("barrier")
+
+    # rooted ops built on the symmetric ones
+    for root in range(N):
+        t = data(R, torch.int64, seed=root)
+        dist.reduce(t, root)
+        want = sum(data(r, torch.int64, seed=root) for r in range(N)) if R == root else \
+            data(R, torch.int64, seed=root)
+        check("reduce root %d" % root, t, want)
+        outs = [torch.empty((5, 3), dtype=torch.float32) for _ in range(N)] if R == root else None
+        dist.gather(data(R, torch.float32, seed=root), outs, dst=root)
+        if R == root:
+            for r in range(N):
+                check("gather %d" % r, outs[r], data(r, torch.float32, seed=root))
+        out = torch.empty((5, 3), dtype=torch.float64)
+        ins = [data(root, torch.float64, seed=20 + d) for d in range(N)] if R == root else None
+        dist.scatter(out, ins, src=root)
+        check("scatter root %d" % root, out, data(root, torch.float64, seed=20 + R))
+        objs = [{"from": root}] if R == root else [None]
+        dist.broadcast_object_list(objs, src=root)
+        assert objs == [{"from": root}]
+    passed("rooted")
+
+    # dist.new_group -> a kolo process set (rank 1 is not a member at np >= 3)
+    members = [r for r in range(N) if r != 1] if N >= 3 else [0, 1]
+    g = dist.new_group(members)
+    if R in members:
+        gr = members.index(R)
+        assert dist.get_rank(g) == gr and dist.get_world_size(g) == len(members)
+        t = data(R, torch.int32, seed=3)
+        dist.all_reduce(t, group=g)
+        check("subgroup allreduce", t, sum(data(r, torch.int32, seed=3) for r in members).to(
+            torch.int32))
+        t = data(R, torch.int32, seed=4)
+        dist.broadcast(t, src=members[-1], group=g)  # torch takes the global rank here
+        check("subgroup broadcast", t, data(members[-1], torch.int32, seed=4))
+        outs = [torch.empty((5, 3)) for _ in members]
+        dist.all_gather(outs, data(R, torch.float32), group=g)
+        for i, r in enumerate(members):
+            check("subgroup allgather", outs[i], data(r, torch.float32))
+        dist.barrier(group=g)
+    t = torch.ones(2)
+    dist.all_reduce(t)  # the default group still works beside it
+    assert t.tolist() == [float(N)] * 2
+    passed("new_group")
+
+
+def async_errors():
+    # async work: is_completed / wait / get_future, several in flight at once
+    ts = [torch.full((1000,), float(R + i)) for i in range(8)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    futs = [w.get_future() for w in works]
+    for i, w in enumerate(works):
+        w.wait()
+        assert w.is_completed()
+        assert torch.equal(ts[i], torch.full((1000,), float(sum(r + i for r in range(N)))))
+        assert torch.equal(futs[i].wait()[0], ts[i])
+    chained = dist.all_reduce(torch.ones(3), async_op=True).get_future().then(
+        lambda f: f.value()[0] * 2)
+    assert torch.equal(chained.wait(), torch.full((3,), 2.0 * N))
+    out = torch.empty(N * 2)
+    w = dist.all_gather_into_tensor(out, torch.full((2,), float(R)), async_op=True)
+    w.wait()
+    assert out.tolist() == [float(r) for r in range(N) for _ in range(2)]
+    passed("async")
+
+    # a collective that fails in kolo: shapes differ between ranks
+    t = torch.ones(3 + R)
+    w = dist.all_reduce(t, async_op=True)
+    try:
+        w.wait()
+        raise AssertionError("mismatched allreduce did not fail")
+    except RuntimeError as e:
+        msg = str(e)
+        assert msg.startswith("kolo backend: allreduce failed") and "shape" in msg.lower(), msg
+        try:
+            w.get_future().wait()
+            raise AssertionError("the future of a failed allreduce completed")
+        except RuntimeError as e2:
+            assert "kolo backend: allreduce failed" in str(e2), str(e2)
+        assert not w.is_success() and w.is_completed()
+        print("mismatch error: %s" % msg.splitlines()[0][:300])
+    passed("error_mismatch")
+
+    for fn, text in [
+        (lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND),
+         "not supported by the kolo backend"),
+        (lambda: dist.send(torch.ones(1), (R + 1) % N), "send is not supported by the kolo"),
+        (lambda: dist.recv(torch.ones(1), (R + 1) % N), "recv is not supported by the kolo"),
+        (lambda: dist.all_reduce(torch.ones(2, dtype=torch.bool)), "dtype"),
+    ]:
+        try:
+            fn()
+            raise AssertionError("no error, expected %r" % text)
+        except RuntimeError as e:
+            assert text in str(e), (text, str(e))
+    passed("error_unsupported")
+
+    # the default group still works after the errors
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert t.tolist() == [float(N)] * 4
+    passed("after_errors")
+
+    # torch's timeout: only rank 0 calls; its wait fails after the pg's timeout
+    dist.barrier()
+    if R == 0:
+        import time
+        t0 = time.monotonic()
+        w = dist.all_reduce(torch.ones(2), async_op=True)
+        try:
+            w.wait()
+            raise AssertionError("a collective only rank 0 called completed")
+        except RuntimeError as e:
+            took = time.monotonic() - t0
+            assert "timed out" in str(e), str(e)
+            assert took < TIMEOUT.total_seconds() + 10, took
+            print("timeout error after %.1f s: %s" % (took, str(e).splitlines()[0][:300]))
+    else:
+        import time
+        time.sleep(TIMEOUT.total_seconds() + 4)  # alive, but never calls the collective
+    passed("timeout")
+
+
+class Net(torch.nn.Module):
+    def __init__(self, unused=False):
+        super().__init__()
+        self.a = torch.nn.Linear(6, 16)
+        self.b = torch.nn.Linear(16, 4)
+        self.unused = torch.nn.Linear(16, 4) if unused else None
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+def _batches(steps, per_rank):
+    g = torch.Generator().manual_seed(42)
+    return [(torch.randn(N * per_rank, 6, generator=g), torch.randn(N * per_rank, 4, generator=g))
+            for _ in range(steps)]
+
+
+def _train(model, batches, per_rank, ddp=None, accumulate=1, rank_slice=True):
+    net = ddp if ddp is not None else model
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    for i in range(0, len(batches), accumulate):
+        opt.zero_grad()
+        group = batches[i:i + accumulate]
+        for j, (x, y) in enumerate(group):
+            if rank_slice:
+                x, y = x[R * per_rank:(R + 1) * per_rank], y[R * per_rank:(R + 1) * per_rank]
+            if ddp is not None and j < len(group) - 1:
+                with ddp.no_sync():
+                    torch.nn.functional.mse_loss(net(x), y).backward()
+            else:
+                torch.nn.functional.mse_loss(net(x), y).backward()
+        opt.step()
+    return model
+
+
+def _compare(name, dmodel, ref, tol):
+    worst = max((p - q).abs().max().item() for p, q in zip(dmodel.parameters(),
+                                                           ref.parameters()))
+    assert worst <= tol, "%s: parameters differ by %g (tolerance %g)" % (name, worst, tol)
+    print("%s max |param diff| %.3g" % (name, worst))
+
+
+def ddp():
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    per = 4
+    cases = [("plain", {}, None, 1, 1e-6), ("no_sync", {}, None, 2, 1e-6),
+             ("find_unused", {"find_unused_parameters": True}, None, 1, 1e-6),
+             ("fp16_hook", {}, default_hooks.fp16_compress_hook, 1, 2e-3),
+             ("small_buckets", {"bucket_cap_mb": 0.0005}, None, 1, 1e-6)]
+    for name, kw, hook, acc, tol in cases:
+        unused = name == "find_unused"
+        torch.manual_seed(0)
+        model = Net(unused)
+        # ranks start from different weights: DDP's initial broadcast must fix that
+        if R != 0:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(1.0)
+        torch.manual_seed(0)
+        ref = Net(unused)
+        d = DDP(model, **kw)
+        if hook is not None:
+            d.register_comm_hook(None, hook)
+        batches = _batches(6, per)
+        _train(model, batches, per, ddp=d, accumulate=acc)
+        _train(ref, batches, per, accumulate=acc, rank_slice=False)
+        _compare(name, model, ref, tol)
+        # every rank holds the same parameters
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        outs = [torch.empty_like(flat) for _ in range(N)]
+        dist.all_gather(outs, flat)
+        assert all(torch.equal(o, flat) for o in outs), name
+        passed("ddp_%s" % name)
+
+
+{"collectives": collectives, "async_errors": async_errors, "ddp": ddp}[MODE]()
+dist.destroy_process_group()
+print("WORKER-OK rank %d" % R)
