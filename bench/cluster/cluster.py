@@ -303,13 +303,14 @@ class Run:
             wait_file("%s/node%d.ready" % (d, i), p, "kolo-agent node%d" % i, alog)
         return [c] + [p for p, _ in agents]
 
-    def kolo_job(self, k, name, args):
+    def kolo_job(self, k, name, args, extra_env=None):
         job = "cl-%s-%s" % (self.tag, name)
         ranks = []
         for i, ns in enumerate(self.net.nodes):
             env = {"KOLO_AGENT_SOCKET": "%s/node%d.sock" % (self.dir, i), "KOLO_JOB_ID": job,
                    "KOLO_JOB_TOKEN": "t-" + job, "KOLO_SIZE": str(k), "KOLO_LOCAL_RANK": "0",
                    "KOLO_LOCAL_SIZE": "1", "KOLO_START_TIMEOUT": "60"}
+            env.update(extra_env or {})
             ranks.append(self.procs.start(ns, [self.bin + "/kolo-bench"] + args, env=env,
                                           out="%s/%s-rank%d.log" % (self.dir, name, i)))
         rcs = self.procs.wait_all(ranks, self.a.timeout)
@@ -447,11 +448,47 @@ else:
                         bt = rows(self.mpi_job(k, "mpi-bw-" + rtag, bw))
                         res["peers"]["mpi"] = (lt, bt)
                     self.report(res, only=peer)
+                if a.model:
+                    self.model_step(k, rate, R, rtag, res)
                 self.results.append(res)
         finally:
             self.procs.stop()
             self.net.down()
             self.net = None
+
+    def model_step(self, k, rate, R, rtag, res):
+        """kolo-bench --model-step with compute in the loop: the step's efficiency = compute-only / step."""
+        a = self.a
+        mfile = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", a.model + ".txt")
+        params = sum(int(l.split()[1]) for l in open(mfile) if l.strip() and not l.startswith("#"))
+        ring_ms = 2 * (k - 1) / k * params * 4 * 8 / R * 1e3  # the ring's time for the model's gradients at R
+        compute = 2 * ring_ms if a.compute_ms == "auto" else float(a.compute_ms)
+        res.setdefault("model", {})
+        for be in a.kolo_backends:
+            for fusion, env in a.fusion_modes:
+                self.a.agent_env, saved = (a.agent_env + " " + env).strip(), a.agent_env
+                daemons = self.start_daemons(k, be)
+                self.a.agent_env = saved
+                name = "model-%s-%s-%s-%s" % (a.model, be, fusion, rtag)
+                try:
+                    envs = dict(kv.split("=", 1) for kv in env.split())
+                    out = self.kolo_job(k, name, ["--model-step", mfile, "--compute-ms", "%.1f" % compute, "-w", "1",
+                                                  "-n", str(a.model_iters), "-T", "0", "-c", "1"], extra_env=envs)
+                finally:
+                    self.procs.stop(daemons)
+                m = re.search(r"compute-only step ([\d.]+) us, step with communication ([\d.]+) us: scaling "
+                              r"efficiency ([\d.]+)", out)
+                row = [l.split() for l in out.splitlines() if l.strip().startswith(a.model)]
+                flat_us = float(row[0][9]) if row and len(row[0]) >= 12 else None
+                if m:
+                    res["model"]["%s-%s" % (be, fusion)] = {"compute_ms": compute, "ring_ms": ring_ms,
+                                                           "compute_only_us": float(m.group(1)),
+                                                           "step_us": float(m.group(2)),
+                                                           "efficiency": float(m.group(3)), "flat_us": flat_us}
+                    log("#  model step %s, kolo-%s, fusion %s: compute %.0f ms (2 x the ring's %.0f ms at R), "
+                        "step %.0f ms, flat allreduce alone %s ms: efficiency %.3f" % (
+                            a.model, be, fusion, compute, ring_ms, float(m.group(2)) / 1e3,
+                            "%.0f" % (flat_us / 1e3) if flat_us else "-", float(m.group(3))))
 
     def report(self, res, only=None):
         k, R, rtt = res["k"], res["R"], res["rtt_ms"]
@@ -508,6 +545,13 @@ def main():
     ap.add_argument("--kolo-backends", default="ucx", help='kolo agent backends, "ucx" and/or "tcp" (default ucx)')
     ap.add_argument("--zero-copy", action="store_true",
                     help="kolo-bench --zero-copy: tensors in the agent's arena (as Gloo and MPI use the caller's buffer)")
+    ap.add_argument("--model", help="also run kolo-bench --model-step with bench/models/MODEL.txt (e.g. resnet50)")
+    ap.add_argument("--compute-ms", default="auto",
+                    help="backward compute per step for --model (default auto: 2 x the ring's time for the "
+                         "model at R, so that its allreduce is about 50%% of the compute)")
+    ap.add_argument("--fusion", default="default",
+                    help='fusion settings for --model: "default" (128 MiB) and/or "off" (KOLO_FUSION_THRESHOLD_MB=0)')
+    ap.add_argument("--model-iters", type=int, default=3, help="timed steps for --model (default 3)")
     ap.add_argument("--agent-env", default="", help='extra "K=V ..." for the agents')
     ap.add_argument("-b", "--minbytes", default="16M")
     ap.add_argument("-e", "--maxbytes", default="256M")
@@ -533,9 +577,13 @@ def main():
         parse_size(a.minbytes), parse_size(a.maxbytes)
         a.peers = a.peers.split()
         a.kolo_backends = a.kolo_backends.split()
+        fm = {"default": "", "off": "KOLO_FUSION_THRESHOLD_MB=0"}
+        a.fusion_modes = [(f, fm[f]) for f in a.fusion.split()]
+        if a.compute_ms != "auto":
+            float(a.compute_ms)
         assert all(k >= 2 for k in a.nodes) and max(a.nodes) < 250
         assert set(a.peers) <= {"kolo", "gloo", "mpi"} and set(a.kolo_backends) <= {"ucx", "tcp"}
-    except (argparse.ArgumentTypeError, ValueError, AssertionError) as e:
+    except (argparse.ArgumentTypeError, ValueError, AssertionError, KeyError) as e:
         log("cluster.py: bad arguments: %s" % (e or "see --help"))
         return 2
     if not os.path.exists(os.path.join(a.build_dir, "bin", "kolo-agent")):
