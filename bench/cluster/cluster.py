@@ -479,7 +479,7 @@ else:
                 m = re.search(r"compute-only step ([\d.]+) us, step with communication ([\d.]+) us: scaling "
                               r"efficiency ([\d.]+)", out)
                 row = [l.split() for l in out.splitlines() if l.strip().startswith(a.model)]
-                flat_us = float(row[0][9]) if row and len(row[0]) >= 12 else None
+                flat_us = float(row[0][8]) if row and len(row[0]) >= 12 else None
                 if m:
                     res["model"]["%s-%s" % (be, fusion)] = {"compute_ms": compute, "ring_ms": ring_ms,
                                                            "compute_only_us": float(m.group(1)),
@@ -528,6 +528,15 @@ else:
                     r["k"], r["rate"], "%.0f" % (r["rtt_ms"] * 1000) if r["rtt_ms"] else "-",
                     "%.0f" % r["iperf_mbit"] if r["iperf_mbit"] else "-", p, " | ".join(cells),
                     "%.0f" % l if l else "-", "%.1f" % (l / 1000 / r["rtt_ms"]) if l and r["rtt_ms"] else "-"))
+        if any(r.get("model") for r in self.results):
+            log("\n## Model step (%s): efficiency = compute-only step / step with communication" % self.a.model)
+            log("| K | R | kolo backend-fusion | compute ms | flat allreduce ms | step ms | efficiency |")
+            log("|---|---|---|---|---|---|---|")
+            for r in self.results:
+                for cfg, m in r.get("model", {}).items():
+                    log("| %d | %s | %s | %.0f | %s | %.0f | %.3f |" % (
+                        r["k"], r["rate"], cfg, m["compute_only_us"] / 1e3,
+                        "%.0f" % (m["flat_us"] / 1e3) if m["flat_us"] else "-", m["step_us"] / 1e3, m["efficiency"]))
         with open(os.path.join(self.dir, "results.json"), "w") as f:
             json.dump([{**r, "peers": {p: {"lat": v[0], "bw": v[1]} for p, v in r["peers"].items()}}
                        for r in self.results], f, indent=1)
