@@ -10,6 +10,7 @@ architectures, so no torch is needed:
   bert_large.txt  transformers.BertModel (bert-large: 24 layers, hidden 1024,
                   intermediate 4096, 16 heads, vocab 30522, max position 512,
                   type vocab 2) with its pooler: 391 tensors, 335,141,888 parameters
+  vgg16.txt       torchvision.models.vgg16(): 32 tensors, 138,357,544 parameters
 
   python3 bench/models/gen_models.py            # rewrite the .txt files next to this script
   python3 bench/models/gen_models.py --check    # exit 1 if the committed files differ
@@ -81,10 +82,30 @@ def bert_large(layers=24, hidden=1024, intermediate=4096, vocab=30522, max_pos=5
     return params
 
 
+def vgg16():
+    """torchvision.models.vgg16() (configuration D, no batch norm): features.N are the Sequential's indices
+    (each conv is followed by a ReLU, each 'M' is a max pool), classifier 25088 -> 4096 -> 4096 -> 1000."""
+    params = []
+    idx, cin = 0, 3
+    for v in [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]:
+        if v == "M":
+            idx += 1
+            continue
+        params.append(("features.%d.weight" % idx, (v, cin, 3, 3)))
+        params.append(("features.%d.bias" % idx, (v,)))
+        idx += 2
+        cin = v
+    for i, (a, b) in zip((0, 3, 6), ((512 * 7 * 7, 4096), (4096, 4096), (4096, 1000))):
+        params.append(("classifier.%d.weight" % i, (b, a)))
+        params.append(("classifier.%d.bias" % i, (b,)))
+    return params
+
+
 MODELS = {
     "resnet50": (resnet50, "torchvision.models.resnet50()", 161, 25557032),
     "bert_large": (bert_large, "transformers.BertModel, bert-large (24 x 1024, 4096, vocab 30522)",
                    391, 335141888),
+    "vgg16": (vgg16, "torchvision.models.vgg16()", 32, 138357544),
 }
 
 
