@@ -151,6 +151,10 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
                  "Model-step mode: backward compute per step in ms, slept before each gradient's "
                  "submission in proportion to its parameter count; adds the compute-only step time "
                  "and the scaling efficiency (compute-only / step) to the output (0: none)");
+  app.add_option("--compute-profile", o.compute_profile,
+                 "With --compute-ms: FILE of 'name weight' lines (e.g. bench/models/resnet50.flops); each "
+                 "gradient's compute is its share of --compute-ms by weight (unlisted tensors: 0) instead "
+                 "of by parameter count");
 
   std::vector<const char*> argv = {"kolo-bench"};
   for (auto& a : args) argv.push_back(a.c_str());

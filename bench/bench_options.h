@@ -54,6 +54,10 @@ struct BenchOptions {
   // per step: before each gradient is submitted the rank sleeps its share of
   // X, in proportion to the tensor's parameter count (0: no compute).
   double compute_ms = 0;
+  // --compute-profile FILE: 'name weight' lines (bench/models/*.flops): each
+  // tensor's share of --compute-ms by weight (unlisted: 0) instead of by
+  // parameter count.
+  std::string compute_profile;
 
   bool help = false;  // --help: print help_text and exit 0
   std::string help_text;

@@ -102,16 +102,16 @@ double memcpyProbeGBps() {
 class StepRunner {
  public:
   StepRunner(KoloSession& kolo, const BenchOptions& o, const Model& model, const ModelLayout& layout,
-             char* base)
+             char* base, const std::vector<double>& weights)
       : kolo_(kolo), o_(o), model_(model), layout_(layout), base_(base) {
     for (const ModelTensor& t : model.tensors) names_.push_back("grad." + model.name + "." + t.name);
     handles_.reserve(model.tensors.size());
-    // --compute-ms: tensor i's backward compute, its share of the step's by parameter count.
+    // --compute-ms: tensor i's backward compute, its share of the step's by weight (parameter count, or
+    // --compute-profile).
     if (o.compute_ms > 0) {
-      const double total = static_cast<double>(model.totalCount());
-      for (const ModelTensor& t : model.tensors) {
-        compute_ns_.push_back(static_cast<int64_t>(o.compute_ms * 1e6 * static_cast<double>(t.count) / total));
-      }
+      double total = 0;
+      for (double w : weights) total += w;
+      for (double w : weights) compute_ns_.push_back(static_cast<int64_t>(o.compute_ms * 1e6 * w / total));
     }
   }
 
@@ -248,7 +248,27 @@ int modelStepMain(const BenchOptions& o) {
   }
   KoloSession::Buffer grads = std::move(buf).value();  // freed before the session
   char* base = static_cast<char*>(grads.get());
-  StepRunner runner(kolo, o, *model, layout, base);
+  // Each tensor's share of the compute: its parameter count, or its weight in --compute-profile.
+  std::vector<double> weights;
+  for (const ModelTensor& t : model->tensors) weights.push_back(static_cast<double>(t.count));
+  if (!o.compute_profile.empty()) {
+    auto prof = loadModel(o.compute_profile);  // the same 'name number' format
+    if (!prof.isOk()) {
+      std::fprintf(stderr, "kolo-bench: --compute-profile: %s\n", prof.status().message().c_str());
+      return 2;
+    }
+    std::fill(weights.begin(), weights.end(), 0.0);
+    for (const ModelTensor& p : prof->tensors) {
+      auto it = std::find_if(model->tensors.begin(), model->tensors.end(),
+                             [&](const ModelTensor& t) { return t.name == p.name; });
+      if (it == model->tensors.end()) {
+        std::fprintf(stderr, "kolo-bench: --compute-profile: tensor '%s' is not in the model\n", p.name.c_str());
+        return 2;
+      }
+      weights[static_cast<size_t>(it - model->tensors.begin())] = static_cast<double>(p.count);
+    }
+  }
+  StepRunner runner(kolo, o, *model, layout, base, weights);
   const CheckPattern pattern = CheckPattern::make(o.dtype, o.op, nranks);
 
   StepRow row;
@@ -351,9 +371,11 @@ int modelStepMain(const BenchOptions& o) {
     if (o.compute_ms <= 0) std::printf("%s\n#\n", stepTargetLine(row).c_str());
     if (o.compute_ms > 0) {
       std::printf("# compute: %.1f ms per step (--compute-ms), slept before each gradient in proportion to "
-                  "its parameters\n# compute-only step %.1f us, step with communication %.1f us: scaling "
+                  "%s\n# compute-only step %.1f us, step with communication %.1f us: scaling "
                   "efficiency %.3f\n#\n",
-                  o.compute_ms, compute_only_us, row.step_us, compute_only_us / row.step_us);
+                  o.compute_ms,
+                  o.compute_profile.empty() ? "its parameters" : ("its weight in " + o.compute_profile).c_str(),
+                  compute_only_us, row.step_us, compute_only_us / row.step_us);
     }
     std::fflush(stdout);
     if (!o.json_path.empty()) {

@@ -472,8 +472,11 @@ else:
                 name = "model-%s-%s-%s-%s" % (a.model, be, fusion, rtag)
                 try:
                     envs = dict(kv.split("=", 1) for kv in env.split())
+                    prof = mfile[:-4] + ".flops"
+                    pargs = ["--compute-profile", prof] if a.profile == "flops" and os.path.exists(prof) else []
                     out = self.kolo_job(k, name, ["--model-step", mfile, "--compute-ms", "%.1f" % compute, "-w", "1",
-                                                  "-n", str(a.model_iters), "-T", "0", "-c", "1"], extra_env=envs)
+                                                  "-n", str(a.model_iters), "-T", "0", "-c", "1"] + pargs,
+                                        extra_env=envs)
                 finally:
                     self.procs.stop(daemons)
                 m = re.search(r"compute-only step ([\d.]+) us, step with communication ([\d.]+) us: scaling "
@@ -485,9 +488,10 @@ else:
                                                            "compute_only_us": float(m.group(1)),
                                                            "step_us": float(m.group(2)),
                                                            "efficiency": float(m.group(3)), "flat_us": flat_us}
-                    log("#  model step %s, kolo-%s, fusion %s: compute %.0f ms (2 x the ring's %.0f ms at R), "
+                    res["model"]["%s-%s" % (be, fusion)]["profile"] = "flops" if pargs else "params"
+                    log("#  model step %s (compute by %s), kolo-%s, fusion %s: compute %.0f ms (2 x the ring's %.0f ms at R), "
                         "step %.0f ms, flat allreduce alone %s ms: efficiency %.3f" % (
-                            a.model, be, fusion, compute, ring_ms, float(m.group(2)) / 1e3,
+                            a.model, "flops" if pargs else "params", be, fusion, compute, ring_ms, float(m.group(2)) / 1e3,
                             "%.0f" % (flat_us / 1e3) if flat_us else "-", float(m.group(3))))
 
     def report(self, res, only=None):
@@ -530,12 +534,12 @@ else:
                     "%.0f" % l if l else "-", "%.1f" % (l / 1000 / r["rtt_ms"]) if l and r["rtt_ms"] else "-"))
         if any(r.get("model") for r in self.results):
             log("\n## Model step (%s): efficiency = compute-only step / step with communication" % self.a.model)
-            log("| K | R | kolo backend-fusion | compute ms | flat allreduce ms | step ms | efficiency |")
-            log("|---|---|---|---|---|---|---|")
+            log("| K | R | kolo backend-fusion | compute by | compute ms | flat allreduce ms | step ms | efficiency |")
+            log("|---|---|---|---|---|---|---|---|")
             for r in self.results:
                 for cfg, m in r.get("model", {}).items():
-                    log("| %d | %s | %s | %.0f | %s | %.0f | %.3f |" % (
-                        r["k"], r["rate"], cfg, m["compute_only_us"] / 1e3,
+                    log("| %d | %s | %s | %s | %.0f | %s | %.0f | %.3f |" % (
+                        r["k"], r["rate"], cfg, m["profile"], m["compute_only_us"] / 1e3,
                         "%.0f" % (m["flat_us"] / 1e3) if m["flat_us"] else "-", m["step_us"] / 1e3, m["efficiency"]))
         with open(os.path.join(self.dir, "results.json"), "w") as f:
             json.dump([{**r, "peers": {p: {"lat": v[0], "bw": v[1]} for p, v in r["peers"].items()}}
@@ -560,6 +564,9 @@ def main():
                          "model at R, so that its allreduce is about 50%% of the compute)")
     ap.add_argument("--fusion", default="default",
                     help='fusion settings for --model: "default" (128 MiB) and/or "off" (KOLO_FUSION_THRESHOLD_MB=0)')
+    ap.add_argument("--profile", default="flops", choices=["flops", "params"],
+                    help="--model's compute per gradient: by the layer's forward FLOPs (bench/models/MODEL.flops, "
+                         "default where it exists) or by its parameter count")
     ap.add_argument("--model-iters", type=int, default=3, help="timed steps for --model (default 3)")
     ap.add_argument("--agent-env", default="", help='extra "K=V ..." for the agents')
     ap.add_argument("-b", "--minbytes", default="16M")
