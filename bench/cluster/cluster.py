@@ -6,7 +6,14 @@ Each node is a network namespace with one veth link (device `kc0`,
 created in the caller's namespace. Each node's link is shaped with tc netem
 on both of its ends (rate R each way, half the one-way delay D on each end,
 optional loss on the node's egress), so a node-to-node path costs D one way
-(RTT 2D) and R in each direction, like a node behind a switch port.
+(RTT 2D) and R in each direction, like a node behind a switch port. Where the
+kernel has no netem (the development VM's), tbf shapes the rate alone and
+the run says so: no added delay, no loss.
+
+--model NAME adds kolo-bench --model-step bench/models/NAME.txt with compute
+in the loop (--compute-ms, by default 2 x the ring's time for the model at
+R; split over the gradients by NAME.flops where it exists, else by
+parameters): efficiency = compute-only step / step with communication.
 
 In the nodes, the way docs/operations.md runs a cluster: one kolo-coordinator
 (in node 0, on its link address), one kolo-agent per node (--coordinator
