@@ -147,6 +147,14 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
                  "Model-step mode: FILE lists a model's tensors ('name count' per line, e.g. "
                  "bench/models/resnet50.txt); each step allreduces all of them in reverse order "
                  "(async, then synchronize all), compared with one flat allreduce of the same size");
+  app.add_option("--compute-ms", o.compute_ms,
+                 "Model-step mode: backward compute per step in ms, slept before each gradient's "
+                 "submission in proportion to its parameter count; adds the compute-only step time "
+                 "and the scaling efficiency (compute-only / step) to the output (0: none)");
+  app.add_option("--compute-profile", o.compute_profile,
+                 "With --compute-ms: FILE of 'name weight' lines (e.g. bench/models/resnet50.flops); each "
+                 "gradient's compute is its share of --compute-ms by weight (unlisted tensors: 0) instead "
+                 "of by parameter count");
 
   std::vector<const char*> argv = {"kolo-bench"};
   for (auto& a : args) argv.push_back(a.c_str());
@@ -198,6 +206,9 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
   }
   if (check != 0 && check != 1) return invalidArgument("--check takes 0 or 1");
   o.check = check == 1;
+  if (!(o.compute_ms >= 0) || !std::isfinite(o.compute_ms)) {
+    return invalidArgument("--compute-ms must be >= 0");
+  }
   if (!o.model_step_path.empty() && o.op_kind != OpKind::kAllreduce) {
     return invalidArgument("--model-step replays allreduces only");
   }

@@ -50,6 +50,14 @@ struct BenchOptions {
   // tensor of FILE, reverse order, async, then synchronize all) instead of
   // the size sweep; -b/-e/-f are then unused.
   std::string model_step_path;
+  // --compute-ms X (issue 19): with --model-step, the backward pass's compute
+  // per step: before each gradient is submitted the rank sleeps its share of
+  // X, in proportion to the tensor's parameter count (0: no compute).
+  double compute_ms = 0;
+  // --compute-profile FILE: 'name weight' lines (bench/models/*.flops): each
+  // tensor's share of --compute-ms by weight (unlisted: 0) instead of by
+  // parameter count.
+  std::string compute_profile;
 
   bool help = false;  // --help: print help_text and exit 0
   std::string help_text;

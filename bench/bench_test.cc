@@ -103,6 +103,9 @@ TEST(BenchOptions, RejectsBadInput) {
   EXPECT_FALSE(parseBenchArgs({"-c", "2"}).isOk());
   EXPECT_FALSE(parseBenchArgs({"--no-such-flag"}).isOk());
   EXPECT_FALSE(parseBenchArgs({"--op-kind", "gossip"}).isOk());
+  EXPECT_FALSE(parseBenchArgs({"--compute-ms", "-1"}).isOk());
+  EXPECT_EQ(parseBenchArgs({"--compute-ms", "250.5"}).value().compute_ms, 250.5);
+  EXPECT_EQ(parseBenchArgs({}).value().compute_ms, 0.0);
   auto help = parseBenchArgs({"--help"});
   ASSERT_TRUE(help.isOk());
   EXPECT_TRUE(help->help);

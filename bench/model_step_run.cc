@@ -15,6 +15,7 @@
 #include "bench/model_step_run.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -100,10 +102,32 @@ double memcpyProbeGBps() {
 class StepRunner {
  public:
   StepRunner(KoloSession& kolo, const BenchOptions& o, const Model& model, const ModelLayout& layout,
-             char* base)
+             char* base, const std::vector<double>& weights)
       : kolo_(kolo), o_(o), model_(model), layout_(layout), base_(base) {
     for (const ModelTensor& t : model.tensors) names_.push_back("grad." + model.name + "." + t.name);
     handles_.reserve(model.tensors.size());
+    // --compute-ms: tensor i's backward compute, its share of the step's by weight (parameter count, or
+    // --compute-profile).
+    if (o.compute_ms > 0) {
+      double total = 0;
+      for (double w : weights) total += w;
+      for (double w : weights) compute_ns_.push_back(static_cast<int64_t>(o.compute_ms * 1e6 * w / total));
+    }
+  }
+
+  // Sleeps until tensor i's gradient is "computed": t0 + the compute of every tensor up to i (reverse order).
+  void computeUntil(KoloSession::Clock::time_point t0, size_t i, int64_t* done_ns) const {
+    if (compute_ns_.empty()) return;
+    *done_ns += compute_ns_[i];
+    std::this_thread::sleep_until(t0 + std::chrono::nanoseconds(*done_ns));
+  }
+
+  // The backward pass's compute alone (no communication): the efficiency's numerator.
+  double computeOnlySeconds() const {
+    auto t0 = KoloSession::now();
+    int64_t done = 0;
+    for (size_t i = model_.tensors.size(); i-- > 0;) computeUntil(t0, i, &done);
+    return KoloSession::secondsSince(t0);
   }
 
   void* tensor(size_t i) const { return base_ + layout_.offsets[i]; }
@@ -113,7 +137,10 @@ class StepRunner {
   Status step() {
     handles_.clear();
     Status first = okStatus();
+    const auto t0 = KoloSession::now();
+    int64_t done_ns = 0;
     for (size_t i = model_.tensors.size(); i-- > 0;) {
+      computeUntil(t0, i, &done_ns);
       auto h = kolo_.submitAllreduce(names_[i], tensor(i), tensor(i), model_.tensors[i].count,
                                      o_.dtype, o_.op);
       if (!h.isOk()) {
@@ -151,10 +178,11 @@ class StepRunner {
   char* base_;
   std::vector<std::string> names_;
   std::vector<std::pair<uint64_t, size_t>> handles_;
+  std::vector<int64_t> compute_ns_;  // per tensor; empty without --compute-ms
 };
 
 Status writeJson(const BenchOptions& o, const StepRow& r, int nranks, int agents, double probe_before,
-                 double probe_after) {
+                 double probe_after, double compute_only_us) {
   nlohmann::json j = {{"benchmark", "kolo-bench --model-step"},
                       {"model_file", o.model_step_path},
                       {"model", r.model},
@@ -179,7 +207,10 @@ Status writeJson(const BenchOptions& o, const StepRow& r, int nranks, int agents
                       {"flat_iters", r.flat_iters},
                       {"interleaved", true},
                       {"memcpy_probe_gbps_before", probe_before},
-                      {"memcpy_probe_gbps_after", probe_after}};
+                      {"memcpy_probe_gbps_after", probe_after},
+                      {"compute_ms", o.compute_ms},
+                      {"compute_only_us", compute_only_us},
+                      {"efficiency", compute_only_us > 0 ? compute_only_us / r.step_us : 0.0}};
   j["wrong"] = r.wrong ? nlohmann::json(*r.wrong) : nlohmann::json(nullptr);
   std::ofstream f(o.json_path);
   f << j.dump(2) << "\n";
@@ -217,7 +248,27 @@ int modelStepMain(const BenchOptions& o) {
   }
   KoloSession::Buffer grads = std::move(buf).value();  // freed before the session
   char* base = static_cast<char*>(grads.get());
-  StepRunner runner(kolo, o, *model, layout, base);
+  // Each tensor's share of the compute: its parameter count, or its weight in --compute-profile.
+  std::vector<double> weights;
+  for (const ModelTensor& t : model->tensors) weights.push_back(static_cast<double>(t.count));
+  if (!o.compute_profile.empty()) {
+    auto prof = loadModel(o.compute_profile);  // the same 'name number' format
+    if (!prof.isOk()) {
+      std::fprintf(stderr, "kolo-bench: --compute-profile: %s\n", prof.status().message().c_str());
+      return 2;
+    }
+    std::fill(weights.begin(), weights.end(), 0.0);
+    for (const ModelTensor& p : prof->tensors) {
+      auto it = std::find_if(model->tensors.begin(), model->tensors.end(),
+                             [&](const ModelTensor& t) { return t.name == p.name; });
+      if (it == model->tensors.end()) {
+        std::fprintf(stderr, "kolo-bench: --compute-profile: tensor '%s' is not in the model\n", p.name.c_str());
+        return 2;
+      }
+      weights[static_cast<size_t>(it - model->tensors.begin())] = static_cast<double>(p.count);
+    }
+  }
+  StepRunner runner(kolo, o, *model, layout, base, weights);
   const CheckPattern pattern = CheckPattern::make(o.dtype, o.op, nranks);
 
   StepRow row;
@@ -271,6 +322,12 @@ int modelStepMain(const BenchOptions& o) {
       });
   if (!pair.isOk()) return fail(pair.status(), "model step / flat allreduce");
   if (Status st = probe(&probe_after); !st.isOk()) return fail(st, "memcpy probe");
+  double compute_only_us = 0;
+  if (o.compute_ms > 0) {
+    std::vector<double> c;
+    for (int i = 0; i < 5; ++i) c.push_back(runner.computeOnlySeconds());
+    compute_only_us = median(c) * 1e6;
+  }
   const Measured* step = &pair->first;
   const Measured* flat = &pair->second;
 
@@ -310,10 +367,19 @@ int modelStepMain(const BenchOptions& o) {
                 probe_before, probe_after);
     std::printf("# Out of bounds values : %" PRIu64 " %s\n", row.wrong.value_or(0),
                 row.wrong.value_or(0) == 0 ? "OK" : "FAILED");
-    std::printf("%s\n#\n", stepTargetLine(row).c_str());
+    // With compute in the step, step/flat is no longer issue 4's figure: the efficiency below is.
+    if (o.compute_ms <= 0) std::printf("%s\n#\n", stepTargetLine(row).c_str());
+    if (o.compute_ms > 0) {
+      std::printf("# compute: %.1f ms per step (--compute-ms), slept before each gradient in proportion to "
+                  "%s\n# compute-only step %.1f us, step with communication %.1f us: scaling "
+                  "efficiency %.3f\n#\n",
+                  o.compute_ms,
+                  o.compute_profile.empty() ? "its parameters" : ("its weight in " + o.compute_profile).c_str(),
+                  compute_only_us, row.step_us, compute_only_us / row.step_us);
+    }
     std::fflush(stdout);
     if (!o.json_path.empty()) {
-      Status st = writeJson(o, row, nranks, agents, probe_before, probe_after);
+      Status st = writeJson(o, row, nranks, agents, probe_before, probe_after, compute_only_us);
       if (!st.isOk()) {
         std::fprintf(stderr, "kolo-bench: %s\n", st.message().c_str());
         return 2;

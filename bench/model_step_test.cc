@@ -144,5 +144,17 @@ TEST(ModelFiles, BertLarge) {
   EXPECT_TRUE(names.count("pooler.dense.bias"));
 }
 
+TEST(ModelFiles, Vgg16) {
+  auto m = loadModel(std::string(KOLO_BENCH_MODELS_DIR) + "/vgg16.txt");
+  ASSERT_TRUE(m.isOk()) << m.status().toString();
+  EXPECT_EQ(m->name, "vgg16");
+  EXPECT_EQ(m->tensors.size(), 32u);
+  EXPECT_EQ(m->totalCount(), 138357544u);
+  EXPECT_EQ(m->tensors.front().name, "features.0.weight");
+  EXPECT_EQ(m->tensors[26].name, "classifier.0.weight");
+  EXPECT_EQ(m->tensors[26].count, 4096u * 512 * 7 * 7);
+  EXPECT_EQ(m->tensors.back().name, "classifier.6.bias");
+}
+
 }  // namespace
 }  // namespace kolo::bench
