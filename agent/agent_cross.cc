@@ -6,7 +6,7 @@
 #include <regex>
 
 #include "agent/agent.h"
-#include "agent/cross/coord_kv_store.h"
+#include "agent/coord/coord_kv_store.h"
 #include "common/log.h"
 #include "common/staging_pool.h"
 

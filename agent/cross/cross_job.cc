@@ -6,6 +6,7 @@
 #include <future>
 #include <string_view>
 
+#include "agent/fusion/chunk_planner.h"
 #include "agent/fusion/fusion_planner.h"
 #include "agent/timeline/timeline.h"
 #include "common/log.h"
@@ -610,23 +611,27 @@ void CrossJob::postPipelined(CrossWork w) {
   if (tl != nullptr) {
     tl->activityStart(name, "CROSS_ALLREDUCE", {{"backend", std::string(backend_->name())}, {"pipelined", "1"}});
   }
-  // Chunks of whole 64-byte lines: the agreed fusion chunk, but at least 4
-  // chunks when that leaves each 1 MiB or more (so a 16 MiB tensor overlaps
-  // too), and the whole tensor when chunking is off.
+  // Chunks of whole 64-byte lines (fusion::planChunks): the agreed fusion
+  // chunk, but at least 4 chunks when that leaves each 1 MiB or more (so a
+  // 16 MiB tensor overlaps too), and the whole tensor when chunking is off.
   const size_t es = dataTypeSize(w.dtype);
   const uint64_t bytes = w.count * es;
-  uint64_t chunk = agreed_.fusion_chunk_bytes == 0 ? bytes : agreed_.fusion_chunk_bytes;
-  chunk = std::min(chunk, std::max<uint64_t>(1 << 20, bytes / 4));
-  chunk = std::max<uint64_t>(64, chunk / 64 * 64);
-  const size_t chunk_elems = std::max<size_t>(1, chunk / es);
+  uint64_t limit = agreed_.fusion_chunk_bytes == 0 ? bytes : agreed_.fusion_chunk_bytes;
+  limit = std::max<uint64_t>(64, std::min(limit, std::max<uint64_t>(1 << 20, bytes / 4)));
+  auto chunks = fusion::planChunks(bytes, limit, es);
+  if (!chunks.isOk()) {  // cannot happen: whole elements, and every element size divides 64
+    if (tl != nullptr) tl->activityEnd(name);
+    postDone(name, chunks.status());
+    return;
+  }
   struct State {
     std::mutex mu;
     Status first_error;
     size_t remaining = 0;
   };
   auto state = std::make_shared<State>();
-  std::vector<std::pair<size_t, size_t>> ranges;
-  for (size_t b = 0; b < w.count; b += chunk_elems) ranges.emplace_back(b, std::min(w.count, b + chunk_elems));
+  std::vector<std::pair<size_t, size_t>> ranges;  // in elements
+  for (const fusion::Chunk& c : *chunks) ranges.emplace_back(c.offset / es, (c.offset + c.bytes) / es);
   state->remaining = ranges.size();
   auto drain = std::make_shared<std::function<void(size_t, size_t)>>(std::move(w.drain));
   char* base = static_cast<char*>(w.staging);
@@ -735,11 +740,15 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
       }
     }
     // Chunk bounds: whole 64-byte lines (so whole elements), at most
-    // agreed_.fusion_chunk_bytes each.
-    uint64_t chunk = agreed_.fusion_chunk_bytes == 0 ? buf_bytes
-                                                     : std::max<uint64_t>(64, agreed_.fusion_chunk_bytes / 64 * 64);
+    // agreed_.fusion_chunk_bytes (but 64 or more) each (fusion::planChunks).
+    const uint64_t limit = agreed_.fusion_chunk_bytes == 0 ? 0 : std::max<uint64_t>(64, agreed_.fusion_chunk_bytes);
+    auto planned = fusion::planChunks(buf_bytes, limit, esize);
     std::vector<std::pair<uint64_t, uint64_t>> chunks;  // [begin, end)
-    for (uint64_t b = 0; b < buf_bytes; b += chunk) chunks.emplace_back(b, std::min<uint64_t>(buf_bytes, b + chunk));
+    if (planned.isOk()) {  // cannot fail: the buffer is whole 64-byte lines
+      for (const fusion::Chunk& c : *planned) chunks.emplace_back(c.offset, c.offset + c.bytes);
+    } else {
+      chunks.emplace_back(0, buf_bytes);
+    }
     // Packs the parts' bytes that fall into [b, e), zeroing the alignment
     // gaps (parts are in offset order).
     auto pack = [](Fused& f, uint64_t b, uint64_t e) {
