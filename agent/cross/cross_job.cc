@@ -19,39 +19,6 @@ namespace {
 auto logger() { return log::get("agent.cross"); }
 }  // namespace
 
-void AgreedParams::encode(bool leader, uint8_t* out) const {
-  if (!leader) {
-    std::memset(out, 0xFF, kWireBytes);
-    return;
-  }
-  auto put = [](uint8_t* p, uint64_t v) {
-    v = std::min<uint64_t>(v, 0xFFFFFFFFu);
-    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-  };
-  put(out, (fusion_threshold_bytes + 1023) >> 10);
-  put(out + 4, small_message_bytes);
-  put(out + 8, (fusion_chunk_bytes + 1023) >> 10);
-  put(out + 12, (fusion_max_tensor_bytes + 1023) >> 10);
-  put(out + 16, inline_bytes);
-  put(out + 20, (pipeline_bytes + 1023) >> 10);
-}
-
-AgreedParams AgreedParams::decode(const uint8_t* in) {
-  auto get = [](const uint8_t* p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-    return v;
-  };
-  AgreedParams a;
-  a.fusion_threshold_bytes = get(in) << 10;
-  a.small_message_bytes = get(in + 4);
-  a.fusion_chunk_bytes = get(in + 8) << 10;
-  a.fusion_max_tensor_bytes = get(in + 12) << 10;
-  a.inline_bytes = get(in + 16);
-  a.pipeline_bytes = get(in + 20) << 10;
-  return a;
-}
-
 CrossJob::CrossJob(std::string label, std::unique_ptr<Backend> backend, CrossJobOptions options,
                    EventLoop& loop, DoneOnLoop on_done)
     : label_(std::move(label)),
@@ -241,73 +208,54 @@ void CrossJob::measureForAutotune() {
 }
 
 Status CrossJob::cycle() {
-  // One byte per cache bit, then the leader's parameters for this cycle
-  // (every agent plans fusion and picks algorithms with the same values).
-  std::vector<uint8_t> bits = state_.cacheVector();
-  const size_t nbits = bits.size();
+  // The cache vector, then the leader's parameters for this cycle (every
+  // agent plans fusion and picks algorithms with the same values).
   measureForAutotune();
   AgreedParams proposal = agreed_;
   if (tuner_) {
     proposal.fusion_threshold_bytes = tuner_->params().fusionThresholdBytes();
     proposal.small_message_bytes = tuner_->params().switch_point_bytes;
   }
-  bits.resize(nbits + AgreedParams::kWireBytes);
-  proposal.encode(backend_->rank() == 0, bits.data() + nbits);
   // Small cached allreduces ride along (docs/fusion-and-timeline.md,
   // "Inline allreduces"): the message grows by a payload region laid out
   // from the cache (so alike on every agent) holding this agent's data for
-  // those that are ready here, and is allgathered instead of Min-reduced;
-  // each agent then takes the Min of the bits and reduces the payloads of
-  // the agreed ones itself, in agent order, so one round trip both agrees
-  // and reduces them, with the same bits on every agent. (The parameters
-  // that size the region are the previous cycle's agreed ones.)
+  // those that are ready here, and is allgathered instead of Min-reduced
+  // (CycleMessage); one round trip both agrees and reduces them, with the
+  // same bits on every agent. (The parameters that size the region are the
+  // previous cycle's agreed ones.)
   std::vector<NegotiationState::InlineSlot> slots;
   if (agreed_in_cycle_ && agreed_.inline_bytes > 0) {
     slots = state_.inlineSlots(agreed_.inline_bytes, std::max(kInlineRegionBytes, agreed_.inline_bytes));
   }
   const bool inline_usable = !state_.invertedBits();
-  // The payload region starts 8-byte aligned in the message (messages are
-  // whole multiples of 8 and the buffers are allocated aligned), so every
-  // slot is aligned for its dtype wherever it is read.
-  const size_t head = (bits.size() + 7) / 8 * 8;
+  CycleMessage msg(state_.cacheVector(), proposal, backend_->rank() == 0, std::move(slots));
   const int nagents = backend_->size();
-  std::vector<uint8_t> gathered_msgs;  // every agent's message, agent after agent
-  size_t msg_bytes = bits.size();
-  if (slots.empty()) {
+  if (!msg.gathers()) {
     RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
-      backend_->allreduce(bits.data(), bits.size(), DataType::kUint8, ReduceOp::kMin, std::move(d));
+      backend_->allreduce(msg.data(), msg.size(), DataType::kUint8, ReduceOp::kMin, std::move(d));
     }));
   } else {
-    msg_bytes = (head + slots.back().offset + slots.back().bytes + 7) / 8 * 8;
-    bits.resize(msg_bytes, 0);
-    for (const auto& slot : slots) {
+    for (const auto& slot : msg.slots()) {
       auto it = waiting_.find(slot.name);
       if (it == waiting_.end() || it->second.staging == nullptr) continue;
       fillWhole(it->second);
       const size_t bytes = it->second.count * dataTypeSize(it->second.dtype);
-      if (bytes <= slot.bytes) std::memcpy(bits.data() + head + slot.offset, it->second.staging, bytes);
+      if (bytes <= slot.bytes) std::memcpy(msg.payload(slot), it->second.staging, bytes);
     }
-    gathered_msgs.resize(msg_bytes * nagents);
+    uint8_t* all = msg.gatherBuffer(nagents);
     RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
-      backend_->allgatherv(bits.data(), msg_bytes, gathered_msgs.data(), std::vector<size_t>(nagents, msg_bytes),
-                           std::move(d));
+      backend_->allgatherv(msg.data(), msg.size(), all, std::vector<size_t>(nagents, msg.size()), std::move(d));
     }));
-    for (size_t i = 0; i < nbits + AgreedParams::kWireBytes; ++i) {
-      uint8_t m = gathered_msgs[i];
-      for (int a = 1; a < nagents; ++a) m = std::min(m, gathered_msgs[a * msg_bytes + i]);
-      bits[i] = m;
-    }
+    msg.combineGathered();
   }
-  applyAgreed(AgreedParams::decode(bits.data() + nbits));
+  applyAgreed(msg.agreed());
   // A slot's allreduce completes in this cycle if every agent set its bit
   // (or stands in for joined ranks with zeros: its region stays zero).
   std::unordered_map<std::string_view, const NegotiationState::InlineSlot*> inline_now;
   if (inline_usable) {
-    for (const auto& slot : slots) {
-      if (bits[NegotiationState::kHeaderBytes + slot.bit] == 1) inline_now.emplace(slot.name, &slot);
-    }
+    for (const auto* slot : msg.agreedInline()) inline_now.emplace(slot->name, slot);
   }
-  bits.resize(nbits);
+  const std::vector<uint8_t> bits = msg.reducedCacheVector();
   std::vector<std::string> gathered;
   bool gather = bits[0] == 0;
   if (gather) {
@@ -348,7 +296,7 @@ Status CrossJob::cycle() {
     if (!inline_now.empty() && r.error.isOk()) {
       auto sit = inline_now.find(r.name);
       if (sit != inline_now.end()) {
-        completeInline(r.name, *sit->second, gathered_msgs.data() + head, msg_bytes, nagents);
+        completeInline(r.name, *sit->second, msg);
         continue;
       }
     }
@@ -442,8 +390,8 @@ Status CrossJob::cycle() {
   return okStatus();
 }
 
-void CrossJob::completeInline(const std::string& name, const NegotiationState::InlineSlot& slot,
-                              const uint8_t* region0, size_t msg_bytes, int nagents) {
+void CrossJob::completeInline(const std::string& name, const CycleMessage::InlineSlot& slot,
+                              const CycleMessage& msg) {
   auto it = waiting_.find(name);
   if (it == waiting_.end()) return;  // standing in for joined ranks: their zeros are in the region already
   CrossWork w = std::move(it->second);
@@ -463,8 +411,9 @@ void CrossJob::completeInline(const std::string& name, const NegotiationState::I
   }
   if (bytes > 0) {
     // Agent order on every agent: the same bits everywhere.
+    const int nagents = msg.agents();
     std::vector<const void*> srcs(nagents);
-    for (int a = 0; a < nagents; ++a) srcs[a] = region0 + a * msg_bytes + slot.offset;
+    for (int a = 0; a < nagents; ++a) srcs[a] = msg.gatheredPayload(a, slot);
     void* dst = w.staging;
     reduceBlocks(w.dtype, w.op, srcs.data(), nagents, &dst, 1, w.count, 1.0, 1.0);
     allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
