@@ -6,6 +6,7 @@
 #include <future>
 #include <string_view>
 
+#include "agent/cross/fusion_buffer.h"
 #include "agent/fusion/chunk_planner.h"
 #include "agent/fusion/fusion_planner.h"
 #include "agent/timeline/timeline.h"
@@ -651,28 +652,20 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     // agent copies its result straight into the ranks' slots. The backend
     // runs one job's collectives in order, so every tensor is complete when
     // the last chunk is.
-    struct Part {
-      std::string name;
-      void* staging;
-      uint64_t offset, bytes;
-      std::shared_ptr<void> keep;
-    };
+    using Part = FusionBuffer::Part;
     struct Fused {
-      std::vector<Part> parts;
-      std::shared_ptr<char> buf;
-      uint64_t buf_bytes = 0;
+      Fused(uint64_t bytes, uint64_t alloc_bytes) : buffer(bytes, alloc_bytes) {}
+      FusionBuffer buffer;
       std::mutex mu;
       Status first_error;
       size_t next_part = 0;  // parts before it have been completed
     };
-    auto fused = std::make_shared<Fused>();
-    size_t buf_bytes = fusion::alignUp(std::max<uint64_t>(g.buffer_bytes, 64), 64);
+    const uint64_t buf_bytes = fusion::alignUp(std::max<uint64_t>(g.buffer_bytes, 64), 64);
     // One size for every fused buffer (the threshold), like Horovod's
     // persistent fusion buffer: the pool hands the same blocks back every
     // cycle, already faulted in, whatever each group's size.
-    fused->buf = staging::acquireShared(std::max<uint64_t>(buf_bytes, agreed_.fusion_threshold_bytes));
-    fused->buf_bytes = buf_bytes;
-    char* buf = fused->buf.get();
+    auto fused = std::make_shared<Fused>(buf_bytes, agreed_.fusion_threshold_bytes);
+    char* buf = fused->buffer.data();
     if (options_.fusion_fill != nullptr && agreed_.fusion_threshold_bytes > 0) {
       options_.fusion_fill->set(static_cast<double>(g.buffer_bytes) / agreed_.fusion_threshold_bytes);
     }
@@ -682,7 +675,7 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     for (const fusion::FusedSlot& s : g.slots) {
       CrossWork& w = works[s.index];
       fillWhole(w);
-      fused->parts.push_back({w.req.name, w.staging, s.offset, s.bytes, w.keep});
+      fused->buffer.add({w.req.name, w.staging, s.offset, s.bytes, -1, w.keep});
       if (tl != nullptr) {
         tl->activityStart(w.req.name, "CROSS_ALLREDUCE",
                           {{"backend", std::string(backend_->name())}, {"fused", std::to_string(g.slots.size())}});
@@ -698,21 +691,8 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     } else {
       chunks.emplace_back(0, buf_bytes);
     }
-    // Packs the parts' bytes that fall into [b, e), zeroing the alignment
-    // gaps (parts are in offset order).
-    auto pack = [](Fused& f, uint64_t b, uint64_t e) {
-      uint64_t cursor = b;
-      for (const Part& p : f.parts) {
-        uint64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.bytes);
-        if (lo >= hi) continue;
-        if (lo > cursor) std::memset(f.buf.get() + cursor, 0, lo - cursor);
-        std::memcpy(f.buf.get() + lo, static_cast<char*>(p.staging) + (lo - p.offset), hi - lo);
-        cursor = hi;
-      }
-      if (cursor < e) std::memset(f.buf.get() + cursor, 0, e - cursor);
-    };
     for (auto [b, e] : chunks) {
-      pack(*fused, b, e);
+      fused->buffer.packRange(b, e);  // the parts' bytes in [b, e), alignment gaps zeroed
       const uint64_t bytes = e - b;
       backend_->allreduce(buf + b, bytes / esize, dt, op, [this, fused, tl, b, e, bytes](Status st) {
         if (st.isOk()) allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -724,9 +704,10 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
         {
           std::lock_guard<std::mutex> lk(fused->mu);
           if (!st.isOk() && fused->first_error.isOk()) fused->first_error = st;
-          const bool last = e >= fused->buf_bytes;
-          while (fused->next_part < fused->parts.size()) {
-            const Part& p = fused->parts[fused->next_part];
+          const bool last = e >= fused->buffer.size();
+          const std::vector<Part>& parts = fused->buffer.parts();
+          while (fused->next_part < parts.size()) {
+            const Part& p = parts[fused->next_part];
             if (!last && p.offset + p.bytes > e) break;
             ready.emplace_back(&p, fused->first_error);
             ++fused->next_part;
@@ -735,7 +716,7 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
         for (auto& [part, status] : ready) {
           if (tl != nullptr) tl->activityEnd(part->name);
           CrossResult view;
-          if (status.isOk()) view = {fused->buf.get() + part->offset, fused};
+          if (status.isOk()) view = {fused->buffer.data() + part->offset, fused};
           postDone(part->name, status, std::move(view));
         }
       });
