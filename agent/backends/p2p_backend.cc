@@ -77,7 +77,8 @@ P2pBackend::P2pBackend(BackendOptions options, const std::string& logger, MakeP2
 P2pBackend::~P2pBackend() { stop(); }
 
 StatusOr<std::unique_ptr<Backend>> makeP2pBackend(const BackendOptions& options, KvStore& kv,
-                                                  const std::string& logger, MakeP2pTransport make) {
+                                                  const std::string& logger,
+                                                  MakeP2pTransport make) {
   RETURN_IF_ERROR(validateBackendOptions(options));
   auto backend = std::make_unique<P2pBackend>(options, logger, std::move(make));
   if (options.size > kP2pMaxRanks) {
@@ -638,7 +639,8 @@ void P2pBackend::teardown() {
   reducer_.reset();  // joins: no reduction writes after this
   bool force = !broken_.isOk();
   for (const auto& st : peer_status_) force |= !st.isOk();
-  transport_->teardownTransport(force, Clock::now() + std::min<Clock::duration>(opts_.timeout, kMaxCloseWait));
+  transport_->teardownTransport(
+      force, Clock::now() + std::min<Clock::duration>(opts_.timeout, kMaxCloseWait));
   requests_.clear();
   completed_.clear();
   // Collectives that raced with the shutdown still get their answer.

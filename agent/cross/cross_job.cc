@@ -245,7 +245,8 @@ Status CrossJob::cycle() {
     }
     uint8_t* all = msg.gatherBuffer(nagents);
     RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
-      backend_->allgatherv(msg.data(), msg.size(), all, std::vector<size_t>(nagents, msg.size()), std::move(d));
+      backend_->allgatherv(msg.data(), msg.size(), all, std::vector<size_t>(nagents, msg.size()),
+                           std::move(d));
     }));
     msg.combineGathered();
   }
@@ -581,7 +582,9 @@ void CrossJob::postPipelined(CrossWork w) {
   };
   auto state = std::make_shared<State>();
   std::vector<std::pair<size_t, size_t>> ranges;  // in elements
-  for (const fusion::Chunk& c : *chunks) ranges.emplace_back(c.offset / es, (c.offset + c.bytes) / es);
+  for (const fusion::Chunk& c : *chunks) {
+    ranges.emplace_back(c.offset / es, (c.offset + c.bytes) / es);
+  }
   state->remaining = ranges.size();
   auto drain = std::make_shared<std::function<void(size_t, size_t)>>(std::move(w.drain));
   char* base = static_cast<char*>(w.staging);
@@ -683,7 +686,8 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     }
     // Chunk bounds: whole 64-byte lines (so whole elements), at most
     // agreed_.fusion_chunk_bytes (but 64 or more) each (fusion::planChunks).
-    const uint64_t limit = agreed_.fusion_chunk_bytes == 0 ? 0 : std::max<uint64_t>(64, agreed_.fusion_chunk_bytes);
+    const uint64_t limit =
+        agreed_.fusion_chunk_bytes == 0 ? 0 : std::max<uint64_t>(64, agreed_.fusion_chunk_bytes);
     auto planned = fusion::planChunks(buf_bytes, limit, esize);
     std::vector<std::pair<uint64_t, uint64_t>> chunks;  // [begin, end)
     if (planned.isOk()) {  // cannot fail: the buffer is whole 64-byte lines

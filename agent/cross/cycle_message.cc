@@ -67,7 +67,9 @@ void CycleMessage::combineGathered() {
   }
 }
 
-AgreedParams CycleMessage::agreed() const { return AgreedParams::decode(msg_.data() + cache_bytes_); }
+AgreedParams CycleMessage::agreed() const {
+  return AgreedParams::decode(msg_.data() + cache_bytes_);
+}
 
 std::vector<uint8_t> CycleMessage::reducedCacheVector() const {
   return std::vector<uint8_t>(msg_.begin(), msg_.begin() + static_cast<ptrdiff_t>(cache_bytes_));

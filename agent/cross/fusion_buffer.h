@@ -17,11 +17,11 @@ namespace kolo {
 class FusionBuffer {
  public:
   struct Part {
-    std::string name;         // the tensor's
-    void* data = nullptr;     // the part's bytes in the tensor's own buffer
-    uint64_t offset = 0;      // where the part lies in the fusion buffer
+    std::string name;      // the tensor's
+    void* data = nullptr;  // the part's bytes in the tensor's own buffer
+    uint64_t offset = 0;   // where the part lies in the fusion buffer
     uint64_t bytes = 0;
-    int agent = -1;           // whose block it is (allgather, reducescatter); -1: none
+    int agent = -1;              // whose block it is (allgather, reducescatter); -1: none
     std::shared_ptr<void> keep;  // holds `data` alive while the buffer is in use
   };
 

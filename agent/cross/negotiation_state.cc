@@ -186,7 +186,8 @@ void NegotiationState::assignBit(const std::string& name, const SubmitDesc& para
   // that waited on its bit (a hit, so never announced) is announced now and
   // completes as an uncached name.
   auto it = pending_.find(evicted->name);
-  if (it != pending_.end() && it->second.error.empty() && sameParams(evicted->params, it->second.params)) {
+  if (it != pending_.end() && it->second.error.empty() &&
+      sameParams(evicted->params, it->second.params)) {
     unannounced_.push_back(evicted->name);
   }
 }

@@ -1,5 +1,7 @@
 // The negotiation cycle's message (CycleMessage), without a backend: the
 // collective is done by hand here (a bytewise Min, or an allgather).
+#include "agent/cross/cycle_message.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,7 +9,6 @@
 #include <memory>
 #include <vector>
 
-#include "agent/cross/cycle_message.h"
 #include "tests/agent/negotiation_cycle.h"
 
 namespace kolo {
@@ -66,10 +67,10 @@ TEST(CycleMessage, InlineSlotsAreAllgatheredAndAgreedWhereEveryAgentIsReady) {
   s1.addLocal(request("b", CollectiveType::kAllreduce, 3));  // "a" is not ready on agent 1
 
   std::vector<std::unique_ptr<CycleMessage>> msgs;
-  msgs.push_back(std::make_unique<CycleMessage>(s0.cacheVector(), params(), true,
-                                                s0.inlineSlots(256, 4096)));
-  msgs.push_back(std::make_unique<CycleMessage>(s1.cacheVector(), params(), false,
-                                                s1.inlineSlots(256, 4096)));
+  msgs.push_back(
+      std::make_unique<CycleMessage>(s0.cacheVector(), params(), true, s0.inlineSlots(256, 4096)));
+  msgs.push_back(
+      std::make_unique<CycleMessage>(s1.cacheVector(), params(), false, s1.inlineSlots(256, 4096)));
   ASSERT_TRUE(msgs[0]->gathers());
   ASSERT_EQ(msgs[0]->slots().size(), 2u);
   ASSERT_EQ(msgs[0]->size(), msgs[1]->size());

@@ -1,12 +1,12 @@
 // FusionBuffer: what CrossJob's fused allreduces and fused allgathers /
 // reducescatters pack into one staging block and read back.
+#include "agent/cross/fusion_buffer.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
 #include <vector>
-
-#include "agent/cross/fusion_buffer.h"
 
 namespace kolo {
 namespace {
@@ -20,7 +20,7 @@ TEST(FusionBuffer, PackRangeCopiesThePartsAndZeroesTheGaps) {
   std::memset(f.data(), 0x77, 256);
   f.add({"a", a.data(), 0, a.size(), -1, nullptr});
   f.add({"b", b.data(), 64, b.size(), -1, nullptr});
-  f.packRange(0, 128);  // a, a's gap, b's first 64 bytes
+  f.packRange(0, 128);    // a, a's gap, b's first 64 bytes
   f.packRange(128, 256);  // b's last 36 bytes and the tail
   for (size_t i = 0; i < 256; ++i) {
     const uint8_t want = i < 40 ? 0xAA : i < 64 ? 0 : i < 164 ? 0xBB : 0;
@@ -50,8 +50,8 @@ TEST(FusionBuffer, PacksAndUnpacksTheSelectedAgentsParts) {
   std::memset(f.data(), 0xFF, 16);
   f.packParts([](const FusionBuffer::Part& p) { return p.agent == 1; });
   const std::vector<uint8_t> packed(f.data(), f.data() + 16);
-  EXPECT_EQ(packed, (std::vector<uint8_t>{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
-                                          1, 1, 1, 1, 11, 11, 11, 11}));
+  EXPECT_EQ(packed, (std::vector<uint8_t>{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 1, 1, 1,
+                                          1, 11, 11, 11, 11}));
   // The collective's result lands in the buffer; only agent 0's parts are read back.
   std::memset(f.data(), 42, 16);
   f.unpackParts([](const FusionBuffer::Part& p) { return p.agent == 0; });

@@ -15,7 +15,8 @@
 
 namespace kolo::testing_negotiation {
 
-inline CrossRequest request(const std::string& name, CollectiveType coll = CollectiveType::kAllreduce, int64_t n = 4) {
+inline CrossRequest request(const std::string& name,
+                            CollectiveType coll = CollectiveType::kAllreduce, int64_t n = 4) {
   CrossRequest r;
   r.name = name;
   r.params.collective = static_cast<uint8_t>(coll);
@@ -40,7 +41,8 @@ inline std::vector<std::vector<CrossResponse>> cycle(std::vector<NegotiationStat
   std::vector<uint8_t> reduced = vecs[0];
   for (auto& v : vecs) {
     EXPECT_EQ(v.size(), reduced.size());
-    for (size_t i = 0; i < reduced.size() && i < v.size(); ++i) reduced[i] = std::min(reduced[i], v[i]);
+    for (size_t i = 0; i < reduced.size() && i < v.size(); ++i)
+      reduced[i] = std::min(reduced[i], v[i]);
   }
   std::vector<std::string> gathered;
   bool gather = reduced[0] == 0;

@@ -1,12 +1,13 @@
 // The response cache behind NegotiationState (agent/negotiation/), with
 // the live parameter rule (NegotiationState::sameParams).
+#include "agent/negotiation/response_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <random>
 
 #include "agent/cross/negotiation_state.h"
-#include "agent/negotiation/response_cache.h"
 
 namespace kolo::negotiation {
 namespace {
@@ -23,7 +24,9 @@ SubmitDesc params(std::vector<int64_t> shape = {4, 4}) {
   return p;
 }
 
-ResponseCache makeCache(size_t capacity) { return ResponseCache(capacity, &NegotiationState::sameParams); }
+ResponseCache makeCache(size_t capacity) {
+  return ResponseCache(capacity, &NegotiationState::sameParams);
+}
 
 TEST(ResponseCache, MissHitAndInvalidOnEveryParameter) {
   ResponseCache cache = makeCache(8);

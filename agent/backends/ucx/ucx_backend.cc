@@ -65,8 +65,9 @@ class UcxTransport final : public P2pTransport {
     const std::string tls_list = tls == nullptr ? "" : tls;
     const bool tcp_possible = tls_list.empty() || tls_list == "all" || tls_list[0] == '^' ||
                               tls_list.find("tcp") != std::string::npos;
-    for (auto [key, bytes] : {std::pair<const char*, size_t>{"TX_SEG_SIZE", ucx_.tcp_tx_seg_bytes},
-                              std::pair<const char*, size_t>{"RX_SEG_SIZE", ucx_.tcp_rx_seg_bytes}}) {
+    using Seg = std::pair<const char*, size_t>;
+    for (auto [key, bytes] :
+         {Seg{"TX_SEG_SIZE", ucx_.tcp_tx_seg_bytes}, Seg{"RX_SEG_SIZE", ucx_.tcp_rx_seg_bytes}}) {
       if (!tcp_possible || bytes == 0 || std::getenv((std::string("UCX_TCP_") + key).c_str()) != nullptr) continue;
       s = ucp_config_modify(config, key, std::to_string(bytes).c_str());
       if (s != UCS_OK) log()->warn("{}cannot set UCX {}={}: {}", prefix(), key, bytes, ucs_status_string(s));
