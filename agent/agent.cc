@@ -722,7 +722,7 @@ void Agent::maybeRemoveJobOnLoop(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
-  if (job.connectedClients() > 0 || job.executing > 0) return;
+  if (job.connectedClients() > 0 || job.executing() > 0) return;
   if (!job.coordinator_left) {
     bool failed = job.state() == JobState::kFailed;
     coord_->leave(job_id, failed, failed ? job.failure().message() : "");

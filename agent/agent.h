@@ -16,6 +16,7 @@
 #include "agent/coord/coord_client.h"
 #include "agent/core/job.h"
 #include "agent/core/local_executor.h"
+#include "agent/ops/op.h"
 #include "agent/stall/stall_inspector.h"
 #include "agent/timeline/timeline.h"
 
@@ -33,7 +34,7 @@ using timeline::Timeline;
 
 namespace kolo {
 
-class Agent {
+class Agent : private OpHost {
  public:
   explicit Agent(AgentOptions opts);
   ~Agent();
@@ -103,22 +104,21 @@ class Agent {
   void onJoinOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
   void finishJoinOnLoop(Job& job, const Status& st, int64_t last_joined_rank);
   void onCrossJoinDoneOnLoop(Job& job, const Job::CrossPending& p, const Status& st);
-  void executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
-  void executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
-  // Allgather and alltoall read the metadata at the head of the output region
-  // once, into *meta (agent memory), and check that copy; the op uses only it.
-  Status validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d,
-                                 std::vector<int64_t>* meta);
-  void executeReducescatterOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
-  Status validateReducescatterOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
-  void executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles);
-  Status validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d,
-                                std::vector<int64_t>* meta);
   // Runs every copy (or reduction) on the executor; `done` once all finished.
   void copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done);
   void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
                     uint64_t bytes, const Status& st, DataType dtype = DataType::kFloat32,
                     SteadyTime started = {}, CollectiveType collective = CollectiveType::kAllreduce);
+  // OpHost (agent/ops/op.h): what the op types use of the agent.
+  timeline::Timeline& opTimeline() override;
+  void finishOpOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
+                      uint64_t bytes, const Status& st, DataType dtype, SteadyTime started,
+                      CollectiveType collective) override;
+  void reduceOpOnLoop(LocalReduce r, std::function<void()> done) override;
+  void copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) override;
+  void handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) override;
+  uint64_t crossPipelineBytes() const override { return opts_.cross_pipeline_bytes; }
+  void observeNegotiation(double seconds) override;
   void updateGaugesOnLoop();
   void failJobOnLoop(Job& job, const Status& st, bool tell_coordinator);
   void endJobForRankOnLoop(Job& job, int local_rank);

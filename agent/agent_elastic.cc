@@ -85,8 +85,7 @@ void Agent::suspendOnLoop(Job& job, const Status& why) {
 bool Agent::retiredDoneOnLoop(Job& job, uint64_t generation, const std::string& name) {
   auto it = job.retired.find({generation, name});
   if (it == job.retired.end()) return false;
-  job.retired.erase(it);
-  --job.executing;
+  job.retired.erase(it);  // (its InFlight token ends with it)
   maybeRemoveJobOnLoop(job.id());
   return true;
 }

@@ -98,8 +98,8 @@ void Agent::onJoinOnLoop(Job& job, ClientConn& c, const SubmitDesc& d) {
   w.dtype = DataType::kInt64;
   w.op = ReduceOp::kSum;
   w.collective = CollectiveType::kAllreduce;
+  p.in_flight = job.beginExecuting();
   job.cross_pending.insert_or_assign(name, std::move(p));
-  ++job.executing;
   timeline_->opStart(name, CollectiveType::kJoin);
   timeline_->activityStart(name, "NEGOTIATE_ACROSS_AGENTS");
   job.cross->submitJoin(std::move(w));

@@ -6,6 +6,7 @@
 #include "agent/core/device_runtime.h"
 #include "agent/gpu/device_ipc.h"
 #include "agent/ipc/limits.h"
+#include "agent/ops/op.h"
 #include "common/log.h"
 
 namespace kolo {
@@ -74,9 +75,9 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
     return completeOnLoop(c, d.handle, v);
   }
   auto coll = static_cast<CollectiveType>(d.collective);
-  if (coll != CollectiveType::kAllreduce && coll != CollectiveType::kBroadcast &&
-      coll != CollectiveType::kAllgather && coll != CollectiveType::kReducescatter &&
-      coll != CollectiveType::kAlltoall && coll != CollectiveType::kJoin) {
+  // The collective's op type (agent/ops/op.h); join has its own path.
+  const CollectiveOp* kind = collectiveOp(coll);
+  if (kind == nullptr && coll != CollectiveType::kJoin) {
     return completeOnLoop(c, d.handle,
                           invalidArgument(std::string(collectiveName(coll)) + " is not supported by this agent yet"));
   }
@@ -101,26 +102,10 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
     auto f = job.failed_groups.find(d.group_id);
     if (f != job.failed_groups.end()) return completeOnLoop(c, d.handle, f->second);
   }
-  if (coll == CollectiveType::kBroadcast && (d.root < 0 || d.root >= job.worldSize())) {
-    return completeOnLoop(c, d.handle,
-                          invalidArgument("broadcast of tensor '" + std::string(d.name, std::min<size_t>(d.name_len, kMaxNameBytes)) +
-                                          "': root rank " + std::to_string(d.root) + " is not a rank of this job (size " +
-                                          std::to_string(job.worldSize()) + ")"));
-  }
   // The private copy of what the trainer left in shared memory, if anything.
   std::vector<int64_t> meta;
-  if (coll == CollectiveType::kAllgather) {
-    Status g = validateAllgatherOnLoop(job, c, d, &meta);
-    if (!g.isOk()) return completeOnLoop(c, d.handle, g);
-  }
-  if (coll == CollectiveType::kReducescatter) {
-    Status g = validateReducescatterOnLoop(job, c, d);
-    if (!g.isOk()) return completeOnLoop(c, d.handle, g);
-  }
-  if (coll == CollectiveType::kAlltoall) {
-    Status g = validateAlltoallOnLoop(job, c, d, &meta);
-    if (!g.isOk()) return completeOnLoop(c, d.handle, g);
-  }
+  if (Status g = kind->validateOnLoop(job, c, d, &meta); !g.isOk())
+    return completeOnLoop(c, d.handle, g);
   // Quotas (agent/ipc/limits.h): what one rank may hold in flight here.
   if (c.in_flight.count(d.handle) != 0) {
     c.complete(d.handle,
@@ -219,21 +204,22 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
           op.error = internalError("out of host memory staging device tensor '" + op.name + "'");
         } else {
           auto sop = std::make_shared<ReadyOp>(std::move(op));
-          ++job.executing;
+          InFlight in_flight = job.beginExecuting();
           std::string job_id = job.id();
           const int k = job.localSize();
-          setup_pool_.submit([this, dop, host, hold, sop, handles, job_id, k]() {
+          setup_pool_.submit([this, in_flight, dop, host, hold, sop, handles, job_id, k]() {
             Status st = deviceRuntime().stageToHost(dop, host.get(), 600'000);
-            loop_.post([this, dop, host, hold, sop, handles, job_id, k, st]() {
+            loop_.post([this, in_flight, dop, host, hold, sop, handles, job_id, k, st]() mutable {
               auto it = jobs_.find(job_id);
               if (it == jobs_.end()) return;
               Job& j = *it->second;
-              --j.executing;
+              in_flight.end();
               if (j.state() == JobState::kFailed || !j.cross) {
                 finishOnLoop(job_id, handles, 0, j.failure().isOk() ? aborted("the job ended") : j.failure());
                 return;
               }
-              if (!st.isOk()) sop->error = st.withContext("device tensor '" + sop->name + "' staged to the host");
+              if (!st.isOk())
+                sop->error = st.withContext("device tensor '" + sop->name + "' staged to the host");
               // Allreduce: one source (the GPU already reduced the k ranks),
               // the postscale after the agents' reduction. Broadcast: a byte
               // copy (as on the host path), slots indexed by local rank.
@@ -277,135 +263,56 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
       return;
     }
   }
-  const SubmitDesc& d0 = op.descs[0];
-  const auto coll = static_cast<CollectiveType>(d0.collective);
-  if (coll == CollectiveType::kAllgather) {  // local rank 0 may contribute nothing, the others something
-    executeAllgatherOnLoop(job, std::move(op), std::move(handles));
+  // The host path: the collective's op type (agent/ops/<collective>.cc).
+  // onSubmitOnLoop admitted only collectives that have one.
+  const auto coll = static_cast<CollectiveType>(op.descs[0].collective);
+  const CollectiveOp* kind = collectiveOp(coll);
+  if (kind == nullptr) {
+    finishOnLoop(job.id(), handles, 0,
+                 internalError(std::string(collectiveName(coll)) + " has no op type in this agent"),
+                 static_cast<DataType>(op.descs[0].dtype), {}, coll);
     return;
   }
-  if (coll == CollectiveType::kReducescatter) {
-    executeReducescatterOnLoop(job, std::move(op), std::move(handles));
-    return;
-  }
-  if (coll == CollectiveType::kAlltoall) {
-    executeAlltoallOnLoop(job, std::move(op), std::move(handles));
-    return;
-  }
-  if (d0.data_bytes == 0 && job.world().cross_size == 1) {
-    finishOnLoop(job.id(), handles, 0, okStatus(), static_cast<DataType>(d0.dtype), {}, coll);
-    return;
-  }
-  if (coll == CollectiveType::kBroadcast) {
-    executeBroadcastOnLoop(job, std::move(op), std::move(handles));
-    return;
-  }
-  LocalReduce r;
-  r.dtype = static_cast<DataType>(d0.dtype);
-  auto rop = static_cast<ReduceOp>(d0.reduce_op);
-  r.op = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
-  r.count = d0.data_bytes / dataTypeSize(r.dtype);
-  r.prescale = d0.prescale;
-  r.postscale = (rop == ReduceOp::kAverage ? d0.postscale / job.world().world_size : d0.postscale);
-  // Out of place with both tensors in the shared arena: the result goes to
-  // the rank's output slot and its input is left as it was.
-  std::vector<void*> outs;
-  bool out_of_place = false;
-  for (size_t i = 0; i < op.descs.size(); ++i) {
-    if (!op.absent.empty() && op.absent[i]) continue;  // joined: contributes zeros
-    ClientConn* c = job.client(static_cast<int>(i));
-    if (c == nullptr) {
-      finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
-      return;
-    }
-    const SubmitDesc& d = op.descs[i];
-    r.slots.push_back(c->slot(d.data_offset));
-    r.keepalive.push_back(c->arena());
-    const bool oop = d.out_bytes > 0 && d.out_offset != d.data_offset;
-    outs.push_back(oop ? c->slot(d.out_offset) : r.slots.back());
-    out_of_place |= oop;
-  }
-  if (out_of_place) r.dsts = outs;
-  if (op.anyAbsent() && r.op != ReduceOp::kSum && d0.data_bytes > 0) {
-    // Min, Max, Product: the joined ranks' zeros change the result, so one
-    // zero source stands for them (Sum and Average need none).
-    if (r.dsts.empty()) r.dsts = r.slots;
-    auto zeros = std::shared_ptr<char>(static_cast<char*>(std::calloc(d0.data_bytes + 64, 1)), std::free);
-    r.slots.push_back(zeros.get());
-    r.scratch = zeros;
-  }
-  if (job.world().cross_size > 1) {
-    executeCrossOnLoop(job, std::move(op), std::move(r), std::move(handles));
-    return;
-  }
-  ++job.executing;
-  uint64_t bytes = d0.data_bytes;
-  std::string job_id = job.id();
-  timeline_->opStart(op.name, CollectiveType::kAllreduce);
-  timeline_->activityStart(op.name, "LOCAL_REDUCE");
-  std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
-  op_metrics_.negotiation->observe(std::chrono::duration<double>(op.ready_at - op.first_arrival).count());
-  executor_.reduceOnLoop(std::move(r), [this, job_id, handles = std::move(handles), bytes, name = op.name,
-                                        dtype = static_cast<DataType>(d0.dtype), shape, started = op.first_arrival] {
-    timeline_->activityEnd(name);
-    timeline_->opEnd(name, dtype, shape);
-    auto it = jobs_.find(job_id);
-    if (it != jobs_.end()) --it->second->executing;
-    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started);
-  });
+  kind->runOnLoop(*this, job, std::move(op), std::move(handles));
 }
 
-// Broadcast, in place: the root's slot is copied byte for byte into every
-// other rank's slot (on one agent), or through a staging buffer and the
-// backend's broadcast among agents (see executeCrossOnLoop).
-void Agent::executeBroadcastOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles) {
-  const SubmitDesc& d0 = op.descs[0];
-  LocalReduce r;
-  r.dtype = DataType::kUint8;  // a byte copy, whatever the dtype
-  r.op = ReduceOp::kSum;
-  r.count = d0.data_bytes;
-  for (size_t i = 0; i < op.descs.size(); ++i) {
-    ClientConn* c = job.client(static_cast<int>(i));
-    if (c == nullptr) {
-      finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
-      return;
-    }
-    r.slots.push_back(c->slot(op.descs[i].data_offset));
-    r.keepalive.push_back(c->arena());
-  }
-  if (job.world().cross_size > 1) {
-    executeCrossOnLoop(job, std::move(op), std::move(r), std::move(handles));
+void Agent::copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) {
+  auto left = std::make_shared<size_t>(copies.size());
+  if (copies.empty()) {
+    done();
     return;
   }
-  const int root = d0.root - job.world().rank_offset;
-  uint64_t bytes = d0.data_bytes;
-  std::string job_id = job.id();
-  auto dtype = static_cast<DataType>(d0.dtype);
-  std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
-  if (job.localSize() == 1 || root < 0 || root >= job.localSize()) {
-    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, op.first_arrival, CollectiveType::kBroadcast);
-    return;
+  auto shared_done = std::make_shared<std::function<void()>>(std::move(done));
+  for (LocalReduce& c : copies) {
+    // Callbacks run on the loop thread: a plain counter suffices.
+    executor_.reduceOnLoop(std::move(c), [left, shared_done] {
+      if (--*left == 0) (*shared_done)();
+    });
   }
-  LocalReduce copy;
-  copy.dtype = r.dtype;
-  copy.op = r.op;
-  copy.count = r.count;
-  copy.slots = {r.slots[root]};
-  for (int i = 0; i < job.localSize(); ++i) {
-    if (i != root) copy.dsts.push_back(r.slots[i]);
-  }
-  copy.keepalive = std::move(r.keepalive);
-  ++job.executing;
-  timeline_->opStart(op.name, CollectiveType::kBroadcast);
-  timeline_->activityStart(op.name, "MEMCPY_BROADCAST");
-  executor_.reduceOnLoop(std::move(copy), [this, job_id, handles = std::move(handles), bytes, name = op.name, dtype,
-                                           shape, started = op.first_arrival] {
-    timeline_->activityEnd(name);
-    timeline_->opEnd(name, dtype, shape);
-    auto it = jobs_.find(job_id);
-    if (it != jobs_.end()) --it->second->executing;
-    finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started, CollectiveType::kBroadcast);
-  });
 }
+
+// OpHost (agent/ops/op.h): what the op types use of the agent.
+timeline::Timeline& Agent::opTimeline() { return *timeline_; }
+
+void Agent::finishOpOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
+                           uint64_t bytes, const Status& st, DataType dtype, SteadyTime started,
+                           CollectiveType collective) {
+  finishOnLoop(job_id, handles, bytes, st, dtype, started, collective);
+}
+
+void Agent::reduceOpOnLoop(LocalReduce r, std::function<void()> done) {
+  executor_.reduceOnLoop(std::move(r), std::move(done));
+}
+
+void Agent::copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) {
+  copyAllOnLoop(std::move(copies), std::move(done));
+}
+
+void Agent::handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) {
+  handToNegotiationOnLoop(job_id, gen, std::move(w));
+}
+
+void Agent::observeNegotiation(double seconds) { op_metrics_.negotiation->observe(seconds); }
 
 void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
                          uint64_t bytes, const Status& st, DataType dtype, SteadyTime started,

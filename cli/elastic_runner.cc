@@ -113,6 +113,7 @@ void ElasticRunner::spawnRank(Rank& r) {
   spec.name = "rank " + std::to_string(r.id) + " (host " + r.host + ", local rank " + std::to_string(r.local_rank) + ")";
   spec.argv = opts_.command;
   spec.env = rankEnv(p, 0);
+  spec.cwd = plan_.wdir;
   // The world size the job had when this rank started: the coordinator
   // gives the rank its real rank and size with each generation.
   for (auto& [k, v] : spec.env) {
@@ -309,6 +310,9 @@ int ElasticRunner::run() {
   plan_.start_timeout_s = opts_.start_timeout_s;
   plan_.command = opts_.command;
   for (auto& [k, v] : tuningEnv(opts_)) plan_.extra_env[k] = v;
+  plan_.user_env = userEnv(opts_, processEnvironment());
+  plan_.wdir = opts_.wdir;
+  plan_.ssh_options = sshOptions(opts_);
   for (auto& [k, v] : privateClientEnv()) plan_.extra_env[k] = v;
   plan_.extra_env["KOLO_AGENT_TOKEN_FILE"] =
       daemons_->adminTokenFile();  // `kolo drain` on a private agent

@@ -1,5 +1,7 @@
 #include "cli/job_runner.h"
 
+#include <sys/stat.h>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -75,6 +77,9 @@ int JobRunner::run() {
   plan_.start_timeout_s = opts_.start_timeout_s;
   plan_.command = opts_.command;
   for (auto& [k, v] : tuningEnv(opts_)) plan_.extra_env[k] = v;
+  plan_.user_env = userEnv(opts_, processEnvironment());
+  plan_.wdir = opts_.wdir;
+  plan_.ssh_options = sshOptions(opts_);
 
   if (opts_.verbose) {
     say("job " + plan_.job.job_id + ": " + std::to_string(plan_.size()) + " rank(s) on " +
@@ -225,6 +230,13 @@ Status JobRunner::startEmbedded(int num_agents) {
 }
 
 Status JobRunner::spawnRanks() {
+  for (const RankPlacement& p : plan_.ranks) {
+    struct stat st{};
+    if (!plan_.wdir.empty() && plan_.nodes[static_cast<size_t>(p.node)].local &&
+        (::stat(plan_.wdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+      return invalidArgument("--wdir " + plan_.wdir + ": no such directory on this machine");
+    }
+  }
   ranks_.resize(static_cast<size_t>(plan_.size()));
   if (!opts_.output_filename.empty()) {
     RETURN_IF_ERROR(makeDirs(opts_.output_filename, 0755));
@@ -253,6 +265,7 @@ Status JobRunner::spawnRanks() {
     spec.argv = rankArgv(plan_, r);
     if (plan_.nodes[static_cast<size_t>(plan_.ranks[static_cast<size_t>(r)].node)].local) {
       spec.env = rankEnv(plan_, r);
+      spec.cwd = plan_.wdir;
     } else {
       spec.stdin_data = rankStdin(plan_, r);  // the job token: never on ssh's command line
     }

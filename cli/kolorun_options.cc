@@ -1,5 +1,7 @@
 #include "cli/kolorun_options.h"
 
+#include <algorithm>
+
 #include <CLI/CLI.hpp>
 #include <filesystem>
 
@@ -29,11 +31,6 @@ struct Refused {
 constexpr Refused kRefused[] = {
     {"--config-file", "kolorun reads no horovodrun YAML config; give the settings as kolorun flags or "
                       "HOROVOD_*/KOLO_* environment variables"},
-    {"-p", "kolorun runs plain `ssh HOST`: set the port in ~/.ssh/config (Host HOST / Port N)"},
-    {"--ssh-port", "kolorun runs plain `ssh HOST`: set the port in ~/.ssh/config (Host HOST / Port N)"},
-    {"-i", "kolorun runs plain `ssh HOST`: set the key in ~/.ssh/config (Host HOST / IdentityFile FILE)"},
-    {"--ssh-identity-file", "kolorun runs plain `ssh HOST`: set the key in ~/.ssh/config "
-                            "(Host HOST / IdentityFile FILE)"},
     {"--network-interface", "kolo's cross-node traffic goes between the agents: choose the interface "
                             "with the agents' --rpc-listen address (kolo-agent --help)"},
     {"--nics", "kolo's cross-node traffic goes between the agents: choose the interface with the "
@@ -60,6 +57,35 @@ const Refused* findRefused(const std::string& name) {
   return nullptr;
 }
 
+bool validEnvName(const std::string& n) {
+  if (n.empty() || (n[0] >= '0' && n[0] <= '9')) return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+// What kolorun sets per rank (launch_plan.cc rankEnv): -x may not change it.
+bool isJobVariable(const std::string& n) {
+  static const char* const kNames[] = {
+      "KOLO_AGENT_SOCKET", "KOLO_JOB_ID",     "KOLO_JOB_TOKEN",   "KOLO_RANK",       "KOLO_SIZE",
+      "KOLO_LOCAL_RANK",   "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK",  "KOLO_CROSS_SIZE", "HOROVOD_RANK",
+      "HOROVOD_SIZE",      "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
+      "HOROVOD_CROSS_SIZE", "KOLO_COORDINATOR", "KOLO_AGENT_RPC"};
+  return std::any_of(std::begin(kNames), std::end(kNames), [&](const char* k) { return n == k; });
+}
+
+// The last -x of a name wins.
+void setVarLater(std::vector<std::pair<std::string, std::string>>& env, const std::string& k,
+                 const std::string& v) {
+  for (auto& kv : env) {
+    if (kv.first == k) {
+      kv.second = v;
+      return;
+    }
+  }
+  env.emplace_back(k, v);
+}
+
 std::string versionText() { return std::string("kolorun (kolo) ") + KOLO_VERSION_STRING + "\n"; }
 
 std::string checkBuildText() {
@@ -82,6 +108,18 @@ void defineOptions(CLI::App& app, KolorunOptions& o) {
       ->check(CLI::PositiveNumber);
   app.add_option("-H,--hosts", o.hosts, "Hosts and slots, e.g. \"h1:2,h2:2\" (ranks start over ssh)");
   app.add_option("--hostfile", o.hostfile, "File of \"host slots=N\" lines")->check(CLI::ExistingFile);
+  app.add_option("-x,--env", o.env_vars,
+                 "Set VAR for every rank, local or remote: -x VAR=VALUE, or -x VAR for kolorun's own "
+                 "value (mpirun's -x; repeat it)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--wdir", o.wdir,
+                 "Working directory of every rank (default: kolorun's; on remote hosts: ssh's)");
+  app.add_option("-p,--ssh-port", o.ssh_port, "ssh port for -H/--hostfile hosts")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("-i,--ssh-identity-file", o.ssh_identity_file,
+                 "ssh identity file (private key) for -H/--hostfile hosts")
+      ->check(CLI::ExistingFile);
   app.add_option("--agent-socket", o.agent_socket,
                  "The node agent's socket (default $KOLO_AGENT_SOCKET or /run/kolo/agent.sock)");
   app.add_option("--start-timeout", o.start_timeout_s,
@@ -259,11 +297,51 @@ StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
   } else if (o.max_np != 0) {
     return invalidArgument("--max-np needs an elastic job: give --min-np or --host-discovery-script");
   }
+  if (!o.wdir.empty() && o.hosts.empty() && o.hostfile.empty() && !std::filesystem::is_directory(o.wdir)) {
+    return invalidArgument("--wdir " + o.wdir + ": no such directory");
+  }
+  for (const std::string& e : o.env_vars) {
+    std::string name = e.substr(0, e.find('='));
+    if (!validEnvName(name)) {
+      return invalidArgument("-x " + e + ": \"" + name + "\" is not a variable name (-x VAR or -x VAR=VALUE)");
+    }
+    if (isJobVariable(name)) {
+      return invalidArgument("-x " + e + ": kolorun sets " + name + " itself for each rank");
+    }
+    if (e.find('=') == std::string::npos && env.count(name) == 0) {
+      return invalidArgument("-x " + name + ": " + name + " is not set in kolorun's environment; give -x " + name +
+                             "=VALUE");
+    }
+  }
   if (o.agents > o.np) {
     return invalidArgument("--agents " + std::to_string(o.agents) + " is more than -np " +
                            std::to_string(o.np) + ": every agent needs at least one rank");
   }
   return o;
+}
+
+std::vector<std::pair<std::string, std::string>> userEnv(const KolorunOptions& o,
+                                                          const std::map<std::string, std::string>& env) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& e : o.env_vars) {
+    size_t eq = e.find('=');
+    std::string name = e.substr(0, eq);
+    std::string value;
+    if (eq != std::string::npos) {
+      value = e.substr(eq + 1);
+    } else if (auto it = env.find(name); it != env.end()) {
+      value = it->second;
+    }
+    setVarLater(out, name, value);
+  }
+  return out;
+}
+
+std::vector<std::string> sshOptions(const KolorunOptions& o) {
+  std::vector<std::string> out;
+  if (o.ssh_port > 0) out.insert(out.end(), {"-p", std::to_string(o.ssh_port)});
+  if (!o.ssh_identity_file.empty()) out.insert(out.end(), {"-i", o.ssh_identity_file});
+  return out;
 }
 
 std::vector<std::pair<std::string, std::string>> tuningEnv(const KolorunOptions& o) {

@@ -37,6 +37,10 @@ struct KolorunOptions {
   double elastic_timeout_s = 600;
   int max_restarts = 3;               // per rank slot
   bool elastic() const { return min_np > 0 || !host_discovery_script.empty(); }
+  std::vector<std::string> env_vars;  // -x/--env "VAR" or "VAR=VALUE", in order
+  std::string wdir;                   // --wdir: the ranks' working directory
+  int ssh_port = 0;                   // -p/--ssh-port (0: ssh's default)
+  std::string ssh_identity_file;      // -i/--ssh-identity-file
   std::vector<std::string> command;
   // horovodrun's knobs with no kolorun option of their own (autotune
   // details, stall check, timeline cycles), as the HOROVOD_* variables the
@@ -53,6 +57,14 @@ struct KolorunOptions {
 // `args` excludes the program name; `env` supplies KOLO_AGENT_SOCKET.
 StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
                                           const std::map<std::string, std::string>& env);
+
+// The -x/--env variables with their values (-x VAR takes VAR's value from
+// `env`, kolorun's environment), for every rank; the last of a name wins.
+std::vector<std::pair<std::string, std::string>> userEnv(const KolorunOptions& o,
+                                                          const std::map<std::string, std::string>& env);
+
+// -p/--ssh-port and -i/--ssh-identity-file as ssh arguments.
+std::vector<std::string> sshOptions(const KolorunOptions& o);
 
 // The tuning flags (and --log-level) as KOLO_* variables, for the embedded
 // agents and the ranks.

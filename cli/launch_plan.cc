@@ -180,6 +180,14 @@ std::vector<std::pair<std::string, std::string>> rankEnv(const LaunchPlan& plan,
   if (!node.agent_rpc.empty()) put("KOLO_AGENT_RPC", node.agent_rpc);
   if (!plan.coordinator.empty()) put("KOLO_COORDINATOR", plan.coordinator);
   for (auto& [k, v] : plan.extra_env) put(k, v);
+  for (auto& [k, v] : plan.user_env) {
+    auto same = std::find_if(env.begin(), env.end(), [&k = k](const auto& kv) { return kv.first == k; });
+    if (same != env.end()) {
+      same->second = v;
+    } else {
+      put(k, v);
+    }
+  }
   return env;
 }
 
@@ -200,13 +208,17 @@ std::vector<std::string> rankArgv(const LaunchPlan& plan, int rank) {
   // command under the other variables. ssh joins its arguments with spaces
   // into one remote shell command line, so the script is one quoted word
   // and every word inside it is quoted for the shell that runs it.
-  std::string script =
-      "while IFS= read -r kolo_kv; do export \"$kolo_kv\"; done; unset kolo_kv; exec env";
+  std::string script = "while IFS= read -r kolo_kv; do export \"$kolo_kv\"; done; unset kolo_kv; ";
+  if (!plan.wdir.empty()) script += "cd " + shellQuote(plan.wdir) + " || exit 127; ";
+  script += "exec env";
   for (auto& [k, v] : rankEnv(plan, rank)) {
     if (!isSecretVariable(k)) script += " " + shellQuote(k + "=" + v);
   }
   for (const std::string& word : plan.command) script += " " + shellQuote(word);
-  return {"ssh", "-o", "BatchMode=yes", node.host, "sh", "-c", shellQuote(script)};
+  std::vector<std::string> argv = {"ssh", "-o", "BatchMode=yes"};
+  argv.insert(argv.end(), plan.ssh_options.begin(), plan.ssh_options.end());
+  argv.insert(argv.end(), {node.host, "sh", "-c", shellQuote(script)});
+  return argv;
 }
 
 std::string rankStdin(const LaunchPlan& plan, int rank) {

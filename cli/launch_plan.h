@@ -72,6 +72,10 @@ struct LaunchPlan {
   int start_timeout_s = 30;
   // Extra variables for every rank (the tuning knobs as KOLO_*).
   std::map<std::string, std::string> extra_env;
+  // -x/--env variables, set last (they win over extra_env), in order.
+  std::vector<std::pair<std::string, std::string>> user_env;
+  std::string wdir;                      // --wdir (empty: kolorun's / ssh's own)
+  std::vector<std::string> ssh_options;  // e.g. {"-p", "2222", "-i", "key"}
   std::vector<std::string> command;
 
   int size() const { return static_cast<int>(ranks.size()); }
@@ -84,7 +88,7 @@ std::vector<std::pair<std::string, std::string>> rankEnv(const LaunchPlan& plan,
 bool isSecretVariable(std::string_view name);
 // The argv kolorun executes for `rank`: the command itself on a local node
 // (its environment is rankEnv on top of kolorun's own), or on a remote node
-//   ssh -o BatchMode=yes HOST sh -c '<read secrets>; exec env K=V... command...'
+//   ssh -o BatchMode=yes [ssh_options] HOST sh -c '<read secrets>; [cd WDIR &&] exec env K=V... command...'
 // (quoted for the remote shell) where K=V are rankEnv's variables except
 // the secret ones: those come on ssh's stdin (rankStdin), and the remote
 // shell reads and exports them before it runs the command.

@@ -275,6 +275,7 @@ StatusOr<int> Supervisor::spawn(SpawnSpec spec) {
   const int out_fd = out_w.get();
   const int err_fd = err_w.valid() ? err_w.get() : out_w.get();
   const int report_fd = status_w.get();
+  const char* cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
 
   pid_t pid = ::fork();
   if (pid < 0) return errnoStatus("fork", errno);
@@ -288,7 +289,7 @@ StatusOr<int> Supervisor::spawn(SpawnSpec spec) {
     ::dup2(err_fd, STDERR_FILENO);
     ::signal(SIGPIPE, SIG_DFL);
     ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
-    ::execve(im.path.c_str(), im.argv.data(), im.envp.data());
+    if (cwd == nullptr || ::chdir(cwd) == 0) ::execve(im.path.c_str(), im.argv.data(), im.envp.data());
     int e = errno;
     ssize_t ignored = ::write(report_fd, &e, sizeof e);
     (void)ignored;

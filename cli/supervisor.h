@@ -70,6 +70,9 @@ struct SpawnSpec {
   // e.g. secrets for a remote rank, which must not be on a command line).
   // Empty: stdin is /dev/null.
   std::string stdin_data;
+  // The child's working directory (empty: kolorun's). A relative argv[0]
+  // with a '/' is then found from there, as after mpirun's -wdir.
+  std::string cwd;
   // Either a file that receives stdout and stderr directly (appended)...
   std::string log_path;
   // ...or pipes: each complete line goes to these (partial last lines at EOF).

@@ -46,11 +46,12 @@ kolo::Status writeReadyFile(const std::string& path, const std::string& address)
 
 // Publishes agent and job counts for Prometheus. It reads them through the
 // coordinator's own public ListAgents/ListJobs calls every few seconds, so it
-// never touches the loop's state.
+// never touches the loop's state; over an in-process channel, so that they
+// work whatever the listening port asks for (TLS, client certificates).
 class CoordinatorMetrics {
  public:
-  CoordinatorMetrics(const std::string& listen, const std::string& self_address) {
-    channel_ = grpc::CreateChannel(self_address, grpc::InsecureChannelCredentials());
+  CoordinatorMetrics(const std::string& listen, std::shared_ptr<grpc::Channel> self) {
+    channel_ = std::move(self);
     stub_ = kolo::coord::Coordinator::NewStub(channel_);
     http_ = std::make_unique<kolo::metrics::MetricsHttpServer>(registry_, listen);
   }
@@ -171,9 +172,8 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<CoordinatorMetrics> metrics;
   if (!config.getString("metrics-listen").empty()) {
-    std::string self = (*server)->address();
-    if (self.rfind("0.0.0.0:", 0) == 0) self = "127.0.0.1:" + self.substr(8);
-    metrics = std::make_unique<CoordinatorMetrics>(config.getString("metrics-listen"), self);
+    metrics = std::make_unique<CoordinatorMetrics>(config.getString("metrics-listen"),
+                                                   (*server)->inProcessChannel());
     st = metrics->start();
     if (!st.isOk()) {
       logger->critical("--metrics-listen {}: {}", config.getString("metrics-listen"), st.message());

@@ -202,6 +202,10 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
 
 CoordinatorServer::~CoordinatorServer() { shutdown(std::chrono::milliseconds(500)); }
 
+std::shared_ptr<grpc::Channel> CoordinatorServer::inProcessChannel() const {
+  return server_->InProcessChannel(grpc::ChannelArguments());
+}
+
 void CoordinatorServer::shutdown(std::chrono::milliseconds grace) {
   if (shut_down_.exchange(true)) return;
   shutting_down_.store(true);

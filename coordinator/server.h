@@ -16,6 +16,7 @@
 #include "coordinator/watch_hub.h"
 
 namespace grpc {
+class Channel;
 class Server;
 }
 
@@ -65,6 +66,9 @@ class CoordinatorServer {
   // host becomes 127.0.0.1) and the actual port.
   const std::string& address() const { return address_; }
   int port() const { return port_; }
+  // A channel to this server inside the process (no socket, no TLS): for
+  // the coordinator's own read-only calls, e.g. the /metrics snapshots.
+  std::shared_ptr<grpc::Channel> inProcessChannel() const;
 
   // Ends watch streams and KV waits, stops accepting RPCs, cancels what is
   // still running after `grace`, stops the loop. Idempotent; thread-safe.

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "agent/coord/elastic_params.h"
+#include "agent/core/in_flight.h"
 #include "agent/core/tensor_table.h"
 #include "agent/cross/cross_job.h"
+#include "agent/ops/cross_plan.h"
 #include "common/dtype.h"
 #include "common/shm.h"
 #include "common/status.h"
@@ -108,9 +110,10 @@ class Job {
     // and drain threads, which fill and drain it chunk by chunk).
     std::shared_ptr<char> shared_staging;
     char* stagingData() const { return staging ? staging.get() : shared_staging.get(); }
-    // No staging buffer: the agents reduce the one local rank's slot in
-    // place (allreduce and broadcast with one local rank in host memory).
-    bool in_place = false;
+    // Allreduce and broadcast: in place (no staging buffer: the agents
+    // reduce the one local rank's host slot) or staged, pipelined or not;
+    // decided once by executeCrossOnLoop (agent/ops/cross_plan.h).
+    CrossLegPlan leg;
     DataType dtype = DataType::kFloat32;
     size_t count = 0;
     uint64_t bytes = 0;
@@ -135,6 +138,7 @@ class Job {
     std::function<Status()> before_finish;
     CollectiveType collective = CollectiveType::kAllreduce;  // for metrics
     DataType report_dtype = DataType::kFloat32;               // the tensor's dtype, for metrics
+    InFlight in_flight;  // counts the op in Job::executing() until it comes back
   };
   std::unique_ptr<CrossJob> cross;
   uint64_t cross_generation = 0;  // generation whose backend is being built or runs
@@ -165,7 +169,11 @@ class Job {
   int waiting_agents = 0;         // agents waiting to join at the next commit
   uint64_t admit_asked_gen = 0;   // the generation whose commit already asked to admit them
 
-  int executing = 0;       // collectives handed to executors, not yet complete
+  // Collectives handed to executors, the negotiation thread or a worker,
+  // not yet complete (agent/core/in_flight.h): each holds a token from
+  // beginExecuting() until it ends.
+  int executing() const { return executing_.value(); }
+  [[nodiscard]] InFlight beginExecuting() { return executing_.begin(); }
   bool coordinator_joined = false;
   bool coordinator_left = false;
   int64_t created_ms = 0;
@@ -180,6 +188,7 @@ class Job {
   JobWorld world_;
   TensorTable table_;
   JobCounters counters_;
+  InFlightCount executing_;
   std::vector<ClientConn*> clients_;
   std::vector<bool> ever_connected_;
 };

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "client_text.h"
 #include "common/half.h"
 #include "common/log.h"
 #include "common/stream_copy.h"
@@ -42,14 +43,8 @@ uint64_t nextHandle() {
   return counter.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
-std::string fmtSeconds(Client::Clock::duration d) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.1f",
-                std::chrono::duration_cast<std::chrono::duration<double>>(d).count());
-  return b;
-}
-
-std::string fmtSeconds(milliseconds d) { return fmtSeconds(Client::Clock::duration(d)); }
+using client_text::fmtSeconds;
+using client_text::quoteName;
 
 // A status code received from the agent. 0 and values outside the enum become
 // `fallback` (the agent is another program: do not trust it blindly).
@@ -59,22 +54,7 @@ Status wireStatus(int32_t code, std::string message, Code fallback) {
   return Status(c, std::move(message));
 }
 
-std::string quoteName(std::string_view name) {
-  constexpr size_t kShown = 64;
-  std::string q = "'";
-  q.append(name.substr(0, kShown));
-  q.append(name.size() > kShown ? "...'" : "'");
-  return q;
-}
-
 bool isPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
-
-// The KOLO_ARENA_MB whose data region holds a tensor of `bytes`: the rings
-// and the header come first.
-uint64_t arenaMbFor(uint64_t bytes) {
-  uint64_t overhead = ArenaLayout::compute(0).data_offset;
-  return (bytes + overhead + (1u << 20) - 1) >> 20;
-}
 
 }  // namespace
 
@@ -128,13 +108,28 @@ Status Client::connectSocket() {
   for (;;) {
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return errnoStatus("socket", errno);
+    // connect() blocks while the agent's listen backlog is full: bound it by
+    // the start deadline (SO_SNDTIMEO applies to a Unix socket's connect).
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(std::max<int64_t>(left.count(), 1000) / 1000000);
+    tv.tv_usec = static_cast<suseconds_t>(std::max<int64_t>(left.count(), 1000) % 1000000);
+    (void)::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      timeval none{};
+      (void)::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
       sock_ = std::move(fd);
       logger()->debug("connected to the agent at {}", path);
       return okStatus();
     }
     err = errno;
     if (err == EINTR) continue;
+    if (err == EAGAIN || err == EINPROGRESS) {
+      return unavailable("the kolo agent at " + path + " accepted no connection within " +
+                         fmtSeconds(Clock::now() - start) +
+                         " s (KOLO_START_TIMEOUT): its listen queue is full; the agent is "
+                         "overloaded or has stopped accepting");
+    }
     // Only "nothing there yet" is worth waiting for (kolorun may be starting
     // the agent right now); anything else will not change by retrying.
     if (err != ENOENT && err != ECONNREFUSED) break;
@@ -329,93 +324,8 @@ WorldView Client::world() const {
 }
 
 // ---------------------------------------------------------------------------
-// Submission
-
-Status Client::validate(const AllreduceArgs& a, uint64_t* bytes) const {
-  if (a.name == nullptr || a.name[0] == '\0') {
-    return invalidArgument(std::string(collectiveName(static_cast<CollectiveType>(a.collective))) +
-                           ": the tensor name is empty; every collective needs a name "
-                           "that is the same on all ranks");
-  }
-  size_t name_len = std::strlen(a.name);
-  std::string_view name(a.name, name_len);
-  if (name_len > kMaxNameBytes) {
-    return invalidArgument(std::string(collectiveName(static_cast<CollectiveType>(a.collective))) +
-                           ": tensor name " + quoteName(name) + " is " +
-                           std::to_string(name_len) + " bytes; the limit is " +
-                           std::to_string(kMaxNameBytes));
-  }
-  const std::string tensor =
-      std::string(collectiveName(static_cast<CollectiveType>(a.collective))) + " of tensor " + quoteName(name) + ": ";
-  if (a.collective != static_cast<int>(CollectiveType::kAllreduce) &&
-      a.collective != static_cast<int>(CollectiveType::kBroadcast) &&
-      a.collective != static_cast<int>(CollectiveType::kAllgather) &&
-      a.collective != static_cast<int>(CollectiveType::kReducescatter) &&
-      a.collective != static_cast<int>(CollectiveType::kAlltoall) &&
-      a.collective != static_cast<int>(CollectiveType::kJoin)) {
-    return invalidArgument(tensor + "this collective cannot be submitted this way");
-  }
-  if ((a.collective == static_cast<int>(CollectiveType::kAllgather) ||
-       a.collective == static_cast<int>(CollectiveType::kAlltoall) ||
-       a.collective == static_cast<int>(CollectiveType::kReducescatter)) &&
-      a.ndim < 1) {
-    return invalidArgument(tensor + "ndim is " + std::to_string(a.ndim) +
-                           "; it works along the first dimension, so it needs at least one");
-  }
-  if (a.collective == static_cast<int>(CollectiveType::kBroadcast)) {
-    int size = world().size;
-    if (a.root < 0 || a.root >= size) {
-      return invalidArgument(tensor + "root rank " + std::to_string(a.root) + " is not a rank of this job (size " +
-                             std::to_string(size) + ")");
-    }
-  }
-  if (a.ndim < 0 || a.ndim > kMaxDims) {
-    return invalidArgument(tensor + "ndim is " + std::to_string(a.ndim) + "; it must be 0 (scalar) to " +
-                           std::to_string(kMaxDims));
-  }
-  if (a.ndim > 0 && a.shape == nullptr) return invalidArgument(tensor + "shape is NULL");
-  if (!isValidDataType(a.dtype)) {
-    return invalidArgument(tensor + "unknown dtype " + std::to_string(a.dtype));
-  }
-  if (!isValidReduceOp(a.op)) {
-    return invalidArgument(tensor + "unknown reduce op " + std::to_string(a.op) +
-                           (a.op == 2 ? " (Adasum is not supported)" : ""));
-  }
-  if (!std::isfinite(a.prescale) || !std::isfinite(a.postscale)) {
-    return invalidArgument(tensor + "prescale and postscale must be finite");
-  }
-  uint64_t elems = 1;
-  for (int i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] < 0) {
-      return invalidArgument(tensor + "dimension " + std::to_string(i) + " is " +
-                             std::to_string(a.shape[i]));
-    }
-    if (__builtin_mul_overflow(elems, static_cast<uint64_t>(a.shape[i]), &elems)) {
-      return invalidArgument(tensor + "the shape's element count overflows");
-    }
-  }
-  uint64_t n = 0;
-  if (__builtin_mul_overflow(elems, dataTypeSize(static_cast<DataType>(a.dtype)), &n)) {
-    return invalidArgument(tensor + "the tensor's byte size overflows");
-  }
-  const bool needs_output = a.collective != static_cast<int>(CollectiveType::kReducescatter);  // checked later
-  if (n > 0 && (a.input == nullptr || (needs_output && a.output == nullptr))) {
-    return invalidArgument(tensor + (a.input == nullptr ? "input" : "output") + " is NULL");
-  }
-  const char* in = static_cast<const char*>(a.input);
-  bool in_arena = in >= data_begin_ && in < data_end_;
-  if (!in_arena && n > alloc_->capacity() && a.device != 1 && !wantsDevice(a)) {  // (device: its own arena)
-    return invalidArgument(tensor + "it is " + std::to_string(n) +
-                           " bytes, larger than this process's whole shared arena (" +
-                           std::to_string(alloc_->capacity()) +
-                           " bytes of data). Raise KOLO_ARENA_MB (now " +
-                           (opts_.arena_bytes == 0 ? std::string("unset: the agent's default")
-                                                   : std::to_string(opts_.arena_bytes >> 20)) +
-                           ") to at least " + std::to_string(arenaMbFor(n)) + ".");
-  }
-  *bytes = n;
-  return okStatus();
-}
+// Submission: client_submit.cc (the submit path), client_collectives.cc (the
+// public entries), client_device.cc (device memory).
 
 uint64_t Client::freshHandle() { return nextHandle(); }
 
@@ -428,618 +338,6 @@ Status Client::usableLocked() const {
   if (!failed_.isOk()) return failed_;
   if (shutdown_) return aborted("kolo was shut down (kolo_shutdown)");
   return okStatus();
-}
-
-StatusOr<uint64_t> Client::allocateSlot(uint64_t bytes, const std::string& name,
-                                        Clock::time_point deadline) {
-  auto start = Clock::now();
-  for (;;) {
-    uint64_t epoch;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      RETURN_IF_ERROR(usableLocked());
-      if (auto off = alloc_->allocate(bytes)) {
-        ++unpublished_slots_;
-        return *off;
-      }
-      // Space comes back when an op in flight completes; a slot another
-      // thread has taken but not yet published becomes such an op.
-      bool in_flight = unpublished_slots_ > 0 || std::any_of(ops_.begin(), ops_.end(), [](const auto& kv) {
-                         return kv.second.state != OpState::kDone && kv.second.slot.has_value();
-                       });
-      if (!in_flight) {
-        uint64_t shared = 0;
-        for (const auto& [off, n] : shared_) shared += ArenaAllocator::roundUp(n);
-        return invalidArgument(
-            "allreduce of tensor " + quoteName(name) + ": its " + std::to_string(bytes) +
-            " bytes do not fit in the shared arena (" + std::to_string(alloc_->capacity()) +
-            " bytes of data, " + std::to_string(shared) +
-            " held by kolo_alloc_shared buffers) and nothing is in flight to free space. "
-            "Free some shared buffers or raise KOLO_ARENA_MB.");
-      }
-      epoch = space_epoch_;
-    }
-    // The arena is temporarily full: let completions free slots.
-    bool more = progressUntil(
-        [&] { return space_epoch_ != epoch || !failed_.isOk(); }, deadline, kDrainerBlockMax);
-    if (!more) {
-      std::lock_guard<std::mutex> lock(mu_);
-      RETURN_IF_ERROR(usableLocked());
-      if (Clock::now() >= deadline) {
-        return timedOut("allreduce of tensor " + quoteName(name) + ": waited " +
-                        fmtSeconds(Clock::now() - start) + " s for " + std::to_string(bytes) +
-                        " bytes of the shared arena (" + std::to_string(alloc_->usedBytes()) +
-                        " of " + std::to_string(alloc_->capacity()) +
-                        " in use) but the collectives in flight did not complete "
-                        "(KOLO_OP_TIMEOUT). Raise KOLO_ARENA_MB or wait on handles sooner.");
-      }
-    }
-  }
-}
-
-StatusOr<uint64_t> Client::allreduceAsync(const AllreduceArgs& a) {
-  if (wantsDevice(a)) return deviceAllreduceAsync(a);
-  uint64_t bytes = 0;
-  RETURN_IF_ERROR(validate(a, &bytes));
-  std::string name(a.name);
-  auto deadline = Clock::now() + opts_.op_timeout;
-
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    RETURN_IF_ERROR(usableLocked());
-    if (names_in_flight_.count(name) != 0) {
-      // Its completion may be waiting in the ring: one non-blocking pass.
-      lock.unlock();
-      progressUntil([&] { return names_in_flight_.count(name) == 0; }, Clock::now(),
-                    milliseconds(0));
-      lock.lock();
-      RETURN_IF_ERROR(usableLocked());
-    }
-    if (names_in_flight_.count(name) != 0) {
-      return invalidArgument(
-          "Requested to " + std::string(collectiveName(static_cast<CollectiveType>(a.collective))) +
-          " a tensor with the same name as another tensor that is "
-          "currently being processed: " + quoteName(name) +
-          ". If you want to request another tensor, use a different tensor name.");
-    }
-    names_in_flight_.insert(name);
-  }
-
-  const char* in = static_cast<const char*>(a.input);
-  std::optional<uint64_t> slot;
-  uint64_t data_offset = 0;
-  const char* result = nullptr;
-  Status st;
-  // Allgather: one slot holds [first dims | output | input]; see ipc_layout.h.
-  const bool gather = a.collective == static_cast<int>(CollectiveType::kAllgather) ||
-                      a.collective == static_cast<int>(CollectiveType::kAlltoall);
-  uint64_t out_offset = 0, out_bytes = 0, result_bytes = bytes;
-  const char* shared_input = nullptr;
-  int64_t gather_dim0 = 0;
-  if (gather) {
-    const WorldView wv = world();
-    const int world_size = wv.size;
-    uint64_t row = dataTypeSize(static_cast<DataType>(a.dtype));
-    for (int i = 1; i < a.ndim; ++i) row *= static_cast<uint64_t>(a.shape[i]);
-    const bool a2a = a.splits_matrix != nullptr;
-    const int64_t* header = a2a ? a.splits_matrix : a.gather_dims;
-    const size_t header_elems = a2a ? static_cast<size_t>(world_size) * world_size : static_cast<size_t>(world_size);
-    for (int r = 0; r < world_size; ++r) {
-      gather_dim0 += a2a ? a.splits_matrix[static_cast<size_t>(r) * world_size + wv.rank] : a.gather_dims[r];
-    }
-    const uint64_t prefix = a2a ? alltoallSplitsBytes(world_size) : allgatherSizesBytes(world_size);
-    const uint64_t total = static_cast<uint64_t>(gather_dim0) * row;
-    const uint64_t out_padded = (total + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
-    auto s = allocateSlot(prefix + out_padded + bytes, name, deadline);
-    if (s.isOk()) {
-      slot = *s;
-      out_offset = *s;
-      out_bytes = prefix + total;
-      data_offset = *s + prefix + out_padded;
-      result = arena_.data() + *s + prefix;
-      result_bytes = total;
-      std::memcpy(arena_.data() + *s, header, sizeof(int64_t) * header_elems);
-      if (bytes > 0) streamCopy(arena_.data() + data_offset, in, bytes);
-    } else {
-      st = s.status();
-    }
-  } else if (a.collective == static_cast<int>(CollectiveType::kReducescatter)) {
-    // One slot holds [input, padded | this rank's block of the output].
-    WorldView w = world();
-    uint64_t row = dataTypeSize(static_cast<DataType>(a.dtype));
-    for (int i = 1; i < a.ndim; ++i) row *= static_cast<uint64_t>(a.shape[i]);
-    out_bytes = static_cast<uint64_t>(reducescatterRows(a.shape[0], w.size, w.rank)) * row;
-    const uint64_t in_padded = (bytes + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
-    if (out_bytes > 0 && a.output == nullptr) {
-      st = invalidArgument("reducescatter of tensor " + quoteName(name) + ": output is NULL");
-    } else if (bytes > 0 || out_bytes > 0) {
-      auto s = allocateSlot(in_padded + out_bytes, name, deadline);
-      if (s.isOk()) {
-        slot = *s;
-        data_offset = *s;
-        out_offset = *s + in_padded;
-        result = arena_.data() + out_offset;
-        result_bytes = out_bytes;
-        if (bytes > 0) streamCopy(arena_.data() + *s, in, bytes);
-      } else {
-        st = s.status();
-      }
-    }
-  } else if (a.compressed && bytes > 0) {
-    // float32 in the caller's buffer -> float16/bfloat16 in a slot.
-    auto s = allocateSlot(bytes, name, deadline);
-    if (s.isOk()) {
-      slot = *s;
-      data_offset = *s;
-      result = arena_.data() + *s;
-      const auto* src = static_cast<const float*>(a.input);
-      auto* dst = reinterpret_cast<uint16_t*>(arena_.data() + *s);
-      const size_t count = bytes / sizeof(uint16_t);
-      if (a.dtype == static_cast<int>(DataType::kFloat16)) {
-        for (size_t i = 0; i < count; ++i) dst[i] = floatToHalf(src[i]);
-      } else {
-        for (size_t i = 0; i < count; ++i) dst[i] = floatToBf16(src[i]);
-      }
-    } else {
-      st = s.status();
-    }
-  } else if (bytes > 0 && in >= data_begin_ && in < data_end_ && !a.out_of_place) {
-    // Zero copy: the tensor already lives in a shared buffer.
-    uint64_t off = static_cast<uint64_t>(in - arena_.data());
-    std::lock_guard<std::mutex> lock(mu_);
-    auto within_one = [&](uint64_t o) {
-      auto it = shared_.upper_bound(o);
-      return it != shared_.begin() && (--it, o + bytes <= it->first + it->second);
-    };
-    if (!within_one(off)) {
-      st = invalidArgument(std::string(collectiveName(static_cast<CollectiveType>(a.collective))) + " of tensor " +
-                           quoteName(name) + ": its " +
-                           std::to_string(bytes) +
-                           " bytes start inside the shared arena but do not lie within one "
-                           "buffer from kolo_alloc_shared");
-    }
-    data_offset = off;
-    result = in;
-    // Out of place into another shared region: the agent writes the result
-    // there and leaves the input as it was (no copy in the caller).
-    const char* outp = static_cast<const char*>(a.output);
-    if (st.isOk() && a.collective == static_cast<int>(CollectiveType::kAllreduce) && outp != nullptr &&
-        outp != in && outp >= data_begin_ && outp < data_end_) {
-      const uint64_t out_off = static_cast<uint64_t>(outp - arena_.data());
-      if (!within_one(out_off)) {
-        st = invalidArgument("allreduce of tensor " + quoteName(name) + ": its output's " + std::to_string(bytes) +
-                             " bytes start inside the shared arena but do not lie within one buffer from "
-                             "kolo_alloc_shared");
-      } else if (outp < in + bytes && in < outp + bytes) {
-        st = invalidArgument("allreduce of tensor " + quoteName(name) +
-                             ": the output overlaps the input without being the same buffer");
-      } else {
-        out_offset = out_off;
-        out_bytes = bytes;
-        result = outp;
-        shared_input = in;
-      }
-    }
-  } else if (bytes > 0) {
-    auto s = allocateSlot(bytes, name, deadline);
-    if (s.isOk()) {
-      slot = *s;
-      data_offset = *s;
-      result = arena_.data() + *s;
-      streamCopy(arena_.data() + *s, in, bytes);
-    } else {
-      st = s.status();
-    }
-  }
-
-  SubmitDesc d{};
-  uint64_t handle = nextHandle();
-  if (st.isOk()) {
-    d.handle = handle;
-    d.collective = static_cast<uint8_t>(a.collective);
-    d.dtype = static_cast<uint8_t>(a.dtype);
-    d.reduce_op = static_cast<uint8_t>(a.op);
-    d.ndim = static_cast<uint8_t>(a.ndim);
-    d.root = a.collective == static_cast<int>(CollectiveType::kBroadcast) ? a.root : -1;
-    d.name_len = static_cast<uint32_t>(name.size());
-    d.prescale = a.prescale;
-    d.postscale = a.postscale;
-    d.data_offset = data_offset;
-    d.data_bytes = bytes;
-    d.out_offset = out_offset;
-    d.out_bytes = out_bytes;
-    for (int i = 0; i < a.ndim; ++i) d.shape[i] = a.shape[i];
-    std::memcpy(d.name, name.data(), name.size());
-    d.group_id = a.group_id;
-    d.group_hash = a.group_hash;
-    d.group_size = a.group_size;
-  }
-
-  // Publish: the op enters the table and the ring in one critical section,
-  // so its completion always finds it. At most maxInFlight() ops are in
-  // flight, so neither ring can ever be full: the agent never has to wait
-  // for this client to make room for a completion.
-  while (st.isOk()) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      st = usableLocked();
-      if (!st.isOk()) break;
-      if (generation_notice_ != 0) {
-        st = Status(Code::kMembershipChanged,
-                    "the job's membership changed: generation " + std::to_string(generation_notice_) + " (" +
-                        std::to_string(world_.size) + " ranks, this one rank " + std::to_string(world_.rank) +
-                        ") replaced the one this process used; reset and sync the training state before "
-                        "the next collective (kolo.torch.elastic does it)");
-        generation_notice_ = 0;
-        break;
-      }
-      if (in_flight_ < maxInFlight()) {
-        Op op;
-        op.name = name;
-        op.output = a.output;
-        op.result = result;
-        op.shared_input = shared_input;
-        op.bytes = result_bytes;
-        op.slot = slot;
-        op.gather = gather;
-        op.gather_dim0 = gather_dim0;
-        if (a.compressed) op.decompress = a.dtype;
-        ops_.emplace(handle, std::move(op));
-        if (slot) --unpublished_slots_;
-        ++in_flight_;
-        d.generation = world_.generation;
-        bool pushed = submit_ring_.tryPush(d);  // we are the only producer
-        assert(pushed);
-        (void)pushed;
-        break;
-      }
-    }
-    bool room = progressUntil([&] { return in_flight_ < maxInFlight() || !failed_.isOk(); },
-                              deadline, kDrainerBlockMax);
-    if (!room && Clock::now() >= deadline) {
-      st = timedOut("allreduce of tensor " + quoteName(name) + ": none of the " +
-                    std::to_string(maxInFlight()) +
-                    " collectives this process has in flight completed within " +
-                    fmtSeconds(opts_.op_timeout) + " s (KOLO_OP_TIMEOUT)");
-    }
-  }
-  if (!st.isOk()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (slot) {
-      --unpublished_slots_;
-      if (alloc_->free(*slot)) ++space_epoch_;
-    }
-    names_in_flight_.erase(name);
-    cv_.notify_all();
-    return st;
-  }
-  ringDoorbell();
-  return handle;
-}
-
-StatusOr<uint64_t> Client::broadcastAsync(const char* name, void* buf, int ndim, const int64_t* shape,
-                                          int dtype, int root) {
-  AllreduceArgs a;
-  a.name = name;
-  a.input = buf;
-  a.output = buf;
-  a.ndim = ndim;
-  a.shape = shape;
-  a.dtype = dtype;
-  a.op = static_cast<int>(ReduceOp::kSum);  // unused; the same on every rank
-  a.collective = static_cast<int>(CollectiveType::kBroadcast);
-  a.root = root;
-  return allreduceAsync(a);
-}
-
-StatusOr<uint64_t> Client::broadcastOopAsync(const char* name, const void* input, void* output, int ndim,
-                                             const int64_t* shape, int dtype, int root) {
-  AllreduceArgs a;
-  a.name = name;
-  // The other ranks' input is not read: without one, the output's memory
-  // stands in (its bytes are overwritten by the root's anyway).
-  a.input = input != nullptr || world().rank == root ? input : output;
-  a.output = output;
-  a.ndim = ndim;
-  a.shape = shape;
-  a.dtype = dtype;
-  a.op = static_cast<int>(ReduceOp::kSum);  // unused; the same on every rank
-  a.collective = static_cast<int>(CollectiveType::kBroadcast);
-  a.root = root;
-  a.out_of_place = true;
-  return allreduceAsync(a);
-}
-
-StatusOr<uint64_t> Client::compressedAllreduceAsync(AllreduceArgs a, DataType wire) {
-  const std::string what = "compressed allreduce of tensor " + quoteName(a.name != nullptr ? a.name : "");
-  if (wire != DataType::kFloat16 && wire != DataType::kBFloat16) {
-    return invalidArgument(what + ": compression must be KOLO_COMPRESS_FP16 or KOLO_COMPRESS_BF16");
-  }
-  if (a.dtype != static_cast<int>(DataType::kFloat32)) {
-    return invalidArgument(what + ": the tensor must be float32 (it is " +
-                           (isValidDataType(a.dtype) ? std::string(dataTypeName(static_cast<DataType>(a.dtype)))
-                                                     : std::to_string(a.dtype)) +
-                           ")");
-  }
-  a.dtype = static_cast<int>(wire);
-  a.compressed = true;
-  a.collective = static_cast<int>(CollectiveType::kAllreduce);
-  return allreduceAsync(a);
-}
-
-Status Client::barrier(milliseconds timeout) {
-  std::string name = "__kolo.barrier." + std::to_string(barriers_.fetch_add(1) + 1);
-  int64_t shape[1] = {0};
-  AllreduceArgs a;
-  a.name = name.c_str();
-  a.ndim = 1;
-  a.shape = shape;
-  a.dtype = static_cast<int>(DataType::kUint8);
-  a.op = static_cast<int>(ReduceOp::kSum);
-  ASSIGN_OR_RETURN(uint64_t h, allreduceAsync(a));
-  Status st = wait(h, timeout);
-  if (st.code() == Code::kTimedOut) {
-    release(h);
-    return timedOut("kolo_barrier: not every rank reached barrier " + name.substr(15) + " within " +
-                    fmtSeconds(timeout.count() < 0 ? opts_.op_timeout : timeout) + " s");
-  }
-  return st;
-}
-
-StatusOr<std::vector<uint64_t>> Client::groupedAllreduceAsync(std::vector<AllreduceArgs> members) {
-  return groupedAsync(std::move(members), "grouped allreduce");
-}
-
-StatusOr<std::vector<uint64_t>> Client::groupedAsync(std::vector<AllreduceArgs> members, const char* what) {
-  const std::string kind(what);
-  if (members.empty()) return invalidArgument(kind + ": the group has no tensors");
-  if (members.size() > 1024) {
-    return invalidArgument(kind + ": " + std::to_string(members.size()) +
-                           " tensors; a group holds at most 1024 (the in-flight limit)");
-  }
-  // Check every member first: a group that is half submitted would leave
-  // the other ranks waiting for the rest.
-  std::set<std::string, std::less<>> seen;
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the names, in order
-  for (const AllreduceArgs& a : members) {
-    uint64_t bytes = 0;
-    RETURN_IF_ERROR(validate(a, &bytes).withContext(kind));
-    if (a.collective != members[0].collective) {
-      return internalError(kind + ": the members are not all the same collective");
-    }
-    if (!seen.insert(a.name).second) {
-      return invalidArgument(kind + ": tensor " + quoteName(a.name) + " appears twice in the group");
-    }
-    for (const char* p = a.name; *p != '\0'; ++p) hash = (hash ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
-    hash = (hash ^ 0xffu) * 1099511628211ull;  // separator
-  }
-  hash = (hash ^ static_cast<uint64_t>(members[0].collective)) * 1099511628211ull;
-  {
-    // A member already in flight would be refused after the others went out.
-    progressUntil([] { return false; }, Clock::now(), milliseconds(0));  // collect finished completions
-    std::lock_guard<std::mutex> lock(mu_);
-    RETURN_IF_ERROR(usableLocked());
-    for (const AllreduceArgs& a : members) {
-      if (names_in_flight_.count(std::string_view(a.name)) != 0) {
-        return invalidArgument(kind + ": tensor " + quoteName(a.name) +
-                               " is still in flight from an earlier call; wait for it first (nothing of this group "
-                               "was submitted)");
-      }
-    }
-  }
-  const uint64_t gid = groups_.fetch_add(1) + 1;
-  std::vector<uint64_t> handles;
-  handles.reserve(members.size());
-  for (AllreduceArgs& a : members) {
-    a.group_id = gid;
-    a.group_hash = hash;
-    a.group_size = static_cast<uint32_t>(members.size());
-    auto h = allreduceAsync(a);
-    if (!h.isOk()) {
-      for (uint64_t done : handles) release(done);
-      return Status(h.status().code(), kind + " #" + std::to_string(gid) + ": submitting tensor " +
-                                           quoteName(a.name) + " failed after " + std::to_string(handles.size()) +
-                                           " of its " + std::to_string(members.size()) +
-                                           " tensors were submitted (the others will wait for it): " +
-                                           h.status().message());
-    }
-    handles.push_back(*h);
-  }
-  return handles;
-}
-
-StatusOr<std::vector<uint64_t>> Client::groupedReducescatterAsync(std::vector<AllreduceArgs> members) {
-  for (AllreduceArgs& a : members) a.collective = static_cast<int>(CollectiveType::kReducescatter);
-  return groupedAsync(std::move(members), "grouped reducescatter");
-}
-
-StatusOr<std::vector<uint64_t>> Client::groupedAllgatherAsync(std::vector<AllreduceArgs> members) {
-  const WorldView w = world();
-  for (AllreduceArgs& a : members) {
-    a.output = const_cast<void*>(a.input);  // unused: the result is library-owned
-    a.op = static_cast<int>(ReduceOp::kSum);
-    a.collective = static_cast<int>(CollectiveType::kAllgather);
-    uint64_t bytes = 0;
-    RETURN_IF_ERROR(validate(a, &bytes).withContext("grouped allgather"));
-    if (std::strlen(a.name) + kAllgatherSizesSuffix.size() > kMaxNameBytes) {
-      return invalidArgument("grouped allgather: tensor name " + quoteName(a.name) + " is longer than " +
-                             std::to_string(kMaxNameBytes - kAllgatherSizesSuffix.size()) + " bytes");
-    }
-  }
-  if (members.empty()) return invalidArgument("grouped allgather: the group has no tensors");
-  // Phase 1, one grouped allreduce: every member's first dimension on every
-  // rank (Sum of vectors that are zero but for one's own slot).
-  const size_t n = static_cast<size_t>(w.size);
-  std::vector<std::vector<int64_t>> dims(members.size(), std::vector<int64_t>(n, 0));
-  std::vector<std::string> sizes_names(members.size());
-  int64_t dims_shape[1] = {w.size};
-  std::vector<AllreduceArgs> sizes(members.size());
-  for (size_t i = 0; i < members.size(); ++i) {
-    dims[i][static_cast<size_t>(w.rank)] = members[i].shape[0];
-    sizes_names[i] = std::string(members[i].name) + std::string(kAllgatherSizesSuffix);
-    AllreduceArgs& s = sizes[i];
-    s.name = sizes_names[i].c_str();
-    s.input = dims[i].data();
-    s.output = dims[i].data();
-    s.ndim = 1;
-    s.shape = dims_shape;
-    s.dtype = static_cast<int>(DataType::kInt64);
-    s.op = static_cast<int>(ReduceOp::kSum);
-  }
-  ASSIGN_OR_RETURN(std::vector<uint64_t> hs, groupedAsync(std::move(sizes), "grouped allgather"));
-  Status first;
-  for (uint64_t h : hs) {
-    Status st = wait(h, milliseconds(-1));
-    if (st.code() == Code::kTimedOut) release(h);
-    if (first.isOk() && !st.isOk()) first = st;
-  }
-  if (!first.isOk()) {
-    return Status(first.code(), "grouped allgather of " + std::to_string(members.size()) + " tensors (first " +
-                                    quoteName(members[0].name) +
-                                    "): exchanging the ranks' first dimensions failed: " + first.message());
-  }
-  // Phase 2: the gathers, as one group.
-  for (size_t i = 0; i < members.size(); ++i) members[i].gather_dims = dims[i].data();
-  return groupedAsync(std::move(members), "grouped allgather");
-}
-
-StatusOr<int> Client::join(milliseconds timeout) {
-  int64_t shape[1] = {0};
-  AllreduceArgs a;
-  a.name = "__kolo.join";
-  a.ndim = 1;
-  a.shape = shape;
-  a.dtype = static_cast<int>(DataType::kUint8);
-  a.op = static_cast<int>(ReduceOp::kSum);
-  a.collective = static_cast<int>(CollectiveType::kJoin);
-  ASSIGN_OR_RETURN(uint64_t h, allreduceAsync(a));
-  int64_t last = -1;
-  Status st = wait(h, timeout, &last);
-  if (st.code() == Code::kTimedOut) {
-    release(h);
-    return timedOut("kolo_join: not every rank joined within " +
-                    fmtSeconds(timeout.count() < 0 ? opts_.op_timeout : timeout) +
-                    " s; this rank stays joined, so treat the job as broken");
-  }
-  RETURN_IF_ERROR(st);
-  return static_cast<int>(last);
-}
-
-StatusOr<uint64_t> Client::allgatherAsync(const char* name, const void* input, int ndim, const int64_t* shape,
-                                          int dtype) {
-  AllreduceArgs a;
-  a.name = name;
-  a.input = input;
-  a.output = const_cast<void*>(input);  // unused: the result is library-owned
-  a.ndim = ndim;
-  a.shape = shape;
-  a.dtype = dtype;
-  a.op = static_cast<int>(ReduceOp::kSum);
-  a.collective = static_cast<int>(CollectiveType::kAllgather);
-  uint64_t bytes = 0;
-  RETURN_IF_ERROR(validate(a, &bytes));
-  std::string sizes_name = std::string(name) + std::string(kAllgatherSizesSuffix);
-  if (sizes_name.size() > kMaxNameBytes) {
-    return invalidArgument("allgather: tensor name " + quoteName(name) + " is longer than " +
-                           std::to_string(kMaxNameBytes - kAllgatherSizesSuffix.size()) + " bytes");
-  }
-  WorldView w = world();
-  // Phase 1: every rank's first dimension (Sum of vectors that are zero but
-  // for one's own slot).
-  std::vector<int64_t> dims(static_cast<size_t>(w.size), 0);
-  dims[static_cast<size_t>(w.rank)] = shape[0];
-  int64_t dims_shape[1] = {w.size};
-  AllreduceArgs s;
-  s.name = sizes_name.c_str();
-  s.input = dims.data();
-  s.output = dims.data();
-  s.ndim = 1;
-  s.shape = dims_shape;
-  s.dtype = static_cast<int>(DataType::kInt64);
-  s.op = static_cast<int>(ReduceOp::kSum);
-  ASSIGN_OR_RETURN(uint64_t h, allreduceAsync(s));
-  Status st = wait(h, milliseconds(-1));
-  if (st.code() == Code::kTimedOut) release(h);
-  if (!st.isOk()) {
-    return Status(st.code(), "allgather of tensor " + quoteName(name) +
-                                 ": exchanging the ranks' first dimensions failed: " + st.message());
-  }
-  for (int64_t d : dims) {
-    if (d < 0) return internalError("allgather of tensor " + quoteName(name) + ": a rank reported first dimension " + std::to_string(d));
-  }
-  // Phase 2: the gather itself.
-  a.gather_dims = dims.data();
-  return allreduceAsync(a);
-}
-
-StatusOr<uint64_t> Client::reducescatterAsync(const char* name, const void* input, void* output, int ndim,
-                                              const int64_t* shape, int dtype, int op) {
-  AllreduceArgs a;
-  a.name = name;
-  a.input = input;
-  a.output = output;
-  a.ndim = ndim;
-  a.shape = shape;
-  a.dtype = dtype;
-  a.op = op;
-  a.collective = static_cast<int>(CollectiveType::kReducescatter);
-  return allreduceAsync(a);
-}
-
-StatusOr<uint64_t> Client::alltoallAsync(const char* name, const void* input, int ndim, const int64_t* shape,
-                                         int dtype, const int64_t* splits) {
-  AllreduceArgs a;
-  a.name = name;
-  a.input = input;
-  a.output = const_cast<void*>(input);  // unused: the result is library-owned
-  a.ndim = ndim;
-  a.shape = shape;
-  a.dtype = dtype;
-  a.op = static_cast<int>(ReduceOp::kSum);
-  a.collective = static_cast<int>(CollectiveType::kAlltoall);
-  uint64_t bytes = 0;
-  RETURN_IF_ERROR(validate(a, &bytes));
-  static constexpr std::string_view kSuffix = ".__splits";
-  std::string splits_name = std::string(name) + std::string(kSuffix);
-  if (splits_name.size() > kMaxNameBytes) {
-    return invalidArgument("alltoall: tensor name " + quoteName(name) + " is longer than " +
-                           std::to_string(kMaxNameBytes - kSuffix.size()) + " bytes");
-  }
-  const WorldView w = world();
-  const size_t n = static_cast<size_t>(w.size);
-  std::vector<int64_t> m(n * n, 0);
-  int64_t sum = 0;
-  for (size_t d = 0; d < n; ++d) {
-    int64_t v = splits != nullptr ? splits[d] : shape[0] / w.size;
-    if (v < 0) return invalidArgument("alltoall of tensor " + quoteName(name) + ": splits[" + std::to_string(d) + "] is negative");
-    m[static_cast<size_t>(w.rank) * n + d] = v;
-    sum += v;
-  }
-  if (sum != shape[0]) {
-    return invalidArgument("alltoall of tensor " + quoteName(name) + ": " +
-                           (splits != nullptr ? "the splits add up to " + std::to_string(sum) + " rows"
-                                              : "without splits the first dimension must divide by the job size " +
-                                                    std::to_string(w.size)) +
-                           ", but the first dimension is " + std::to_string(shape[0]));
-  }
-  int64_t m_shape[1] = {static_cast<int64_t>(n * n)};
-  AllreduceArgs s;
-  s.name = splits_name.c_str();
-  s.input = m.data();
-  s.output = m.data();
-  s.ndim = 1;
-  s.shape = m_shape;
-  s.dtype = static_cast<int>(DataType::kInt64);
-  s.op = static_cast<int>(ReduceOp::kSum);
-  ASSIGN_OR_RETURN(uint64_t h, allreduceAsync(s));
-  Status st = wait(h, milliseconds(-1));
-  if (st.code() == Code::kTimedOut) release(h);
-  if (!st.isOk()) {
-    return Status(st.code(), "alltoall of tensor " + quoteName(name) +
-                                 ": exchanging the ranks' splits failed: " + st.message());
-  }
-  a.splits_matrix = m.data();
-  return allreduceAsync(a);
 }
 
 StatusOr<const Client::GatherResult*> Client::result(uint64_t handle) const {
@@ -1311,7 +609,7 @@ Status Client::wait(uint64_t handle, milliseconds timeout, int64_t* aux) {
   }
   if (it->second.state != OpState::kDone) {
     if (shutdown_) return usableLocked();
-    return timedOut("allreduce of tensor " + quoteName(it->second.name) + " (handle " +
+    return timedOut(describeTensor(it->second.collective, it->second.name) + " (handle " +
                     std::to_string(handle) + ") did not complete within " + fmtSeconds(limit) +
                     " s; it is still pending (wait again, or see `kolo job " + opts_.job_id +
                     "` for the ranks it waits for)");
@@ -1382,8 +680,8 @@ Status Client::freeShared(void* ptr) {
   for (const auto& [h, op] : ops_) {
     auto inside = [&](const char* q) { return q != nullptr && q >= b && q < e; };
     if (op.state != OpState::kDone && !op.slot && (inside(op.result) || inside(op.shared_input))) {
-      return invalidArgument("kolo_free_shared: the buffer is in use by the allreduce of tensor " +
-                             quoteName(op.name) + ", still in flight");
+      return invalidArgument("kolo_free_shared: the buffer is in use by the " +
+                             describeTensor(op.collective, op.name) + ", still in flight");
     }
   }
   alloc_->free(it->first);

@@ -1,9 +1,12 @@
 // Client: one process's connection to its node's kolo-agent.
 //
 // connect() does the handshake (Hello -> Welcome + arena/doorbell/completion
-// descriptors -> WorldInfo). Submissions copy a tensor into a slot of the
-// shared arena (or use it in place when it already lives there), push a
-// SubmitDesc into the submission ring and ring the doorbell. Completions come
+// descriptors -> WorldInfo). Every collective goes through submit()
+// (client_submit.cc; docs/architecture.md, "One submission in libkolo"):
+// the slot plan (common/slot_plan.h) says where the tensor goes in the
+// shared arena (or that it is used in place when it already lives there),
+// the bytes are copied in, a SubmitDesc is pushed into the submission ring
+// and the doorbell rung. Completions come
 // back through the completion ring; whichever thread is waiting drains them,
 // copies results out and frees the slots.
 //
@@ -45,6 +48,7 @@
 #include "common/frame.h"
 #include "common/ipc_layout.h"
 #include "common/shm.h"
+#include "common/slot_plan.h"
 #include "common/status.h"
 
 namespace kolo {
@@ -63,7 +67,10 @@ struct WorldView {
   int cross_size = -1;
 };
 
-struct AllreduceArgs {
+// One collective as submitted: every public entry (allreduce, broadcast,
+// allgather, alltoall, reducescatter, grouped calls, barrier, join) fills
+// one and hands it to Client::submit().
+struct OpArgs {
   const char* name = nullptr;
   const void* input = nullptr;
   void* output = nullptr;
@@ -73,7 +80,7 @@ struct AllreduceArgs {
   int op = 0;         // ReduceOp value (checked)
   double prescale = 1.0;
   double postscale = 1.0;
-  int collective = 0;  // CollectiveType: kAllreduce or kBroadcast (in place)
+  int collective = 0;  // CollectiveType (kAllreduce by default)
   int root = -1;       // broadcast: the root's global rank
   // Allgather (internal): every rank's first dimension, int64[world size].
   const int64_t* gather_dims = nullptr;
@@ -96,6 +103,8 @@ struct AllreduceArgs {
   int device = -1;
   void* stream = nullptr;
 };
+// The name OpArgs had when every collective went through allreduceAsync.
+using AllreduceArgs = OpArgs;
 
 class Client {
  public:
@@ -111,7 +120,12 @@ class Client {
   const ClientOptions& options() const { return opts_; }
   pid_t ownerPid() const { return owner_pid_; }  // the process that connected
 
-  // Validates and submits; returns a fresh nonzero handle.
+  // The one submit path (client_submit.cc): validates `args`, plans where
+  // its pieces go in the arena (common/slot_plan.h) or stages it in the
+  // device arena, copies in and publishes the descriptor; returns a fresh
+  // nonzero handle. Errors name the collective ("broadcast of tensor 'x'").
+  StatusOr<uint64_t> submit(const OpArgs& args);
+  // submit() with args.collective as given (kAllreduce unless set).
   StatusOr<uint64_t> allreduceAsync(const AllreduceArgs& args);
   // Grouped allreduce: the members (allreduces) are negotiated as one
   // atomic unit (none runs before every member is ready on every rank) and
@@ -207,6 +221,7 @@ class Client {
   enum class OpState { kSubmitted, kCompleting, kDone };
   struct Op {
     std::string name;
+    CollectiveType collective = CollectiveType::kAllreduce;  // for errors
     void* output = nullptr;
     const char* result = nullptr;  // where the agent leaves the result (in the arena)
     const char* shared_input = nullptr;  // zero copy out of place: the input, in the arena too
@@ -251,18 +266,33 @@ class Client {
   uint64_t maxInFlight() const;
   void ringDoorbell();
 
-  Status validate(const AllreduceArgs& a, uint64_t* bytes) const;
+  // The submit path (client_submit.cc), in the order submit() runs it.
+  Status validate(const OpArgs& a, uint64_t* bytes) const;
+  // Claims `name` for this op (refused while another op of that name is in
+  // flight) / gives it back when the submission fails.
+  Status reserveName(CollectiveType collective, const std::string& name);
+  void releaseName(const std::string& name);
+  // Host memory: plans the slot, allocates it, copies in; fills the
+  // descriptor and the op. `what` names the op in errors.
+  Status prepareHost(const OpArgs& a, uint64_t bytes, const std::string& what,
+                     Clock::time_point deadline, SubmitDesc* d, Op* op);
+  void copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot);
+  StatusOr<uint64_t> allocateSlot(uint64_t bytes, const std::string& what,
+                                  Clock::time_point deadline);
+  // Device memory (client_device.cc): whether the op goes there, whether
+  // this rank can take it, and the staging copy into the device arena.
+  bool wantsDevice(const OpArgs& a) const;
+  Status deviceAdmits(const OpArgs& a, const std::string& what) const;
+  Status prepareDevice(const OpArgs& a, uint64_t bytes, const std::string& what,
+                       Clock::time_point deadline, SubmitDesc* d, Op* op);
+  // Publishes a prepared op and its descriptor (ring + table), waiting for
+  // in-flight room until `deadline`. On success `op` is moved into the
+  // table; on failure it is left for abandon(), which frees what it holds.
+  Status publish(SubmitDesc d, Op& op, Clock::time_point deadline, const std::string& what);
+  void abandon(Op& op);
   // Submits `members` (all the same collective) as one group; `what` names
   // the call in errors.
-  StatusOr<std::vector<uint64_t>> groupedAsync(std::vector<AllreduceArgs> members, const char* what);
-  StatusOr<uint64_t> allocateSlot(uint64_t bytes, const std::string& name,
-                                  Clock::time_point deadline);
-  // The device path (client_device.cc).
-  bool wantsDevice(const AllreduceArgs& a) const;
-  StatusOr<uint64_t> deviceAllreduceAsync(AllreduceArgs a);
-  // Publishes a prepared op and its descriptor (ring + table), waiting for
-  // in-flight room until `deadline`.
-  Status publishDevice(const SubmitDesc& d, Op op, Clock::time_point deadline);
+  StatusOr<std::vector<uint64_t>> groupedAsync(std::vector<OpArgs> members, const char* what);
   static uint64_t freshHandle();
 
   ClientOptions opts_;

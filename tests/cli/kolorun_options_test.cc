@@ -211,6 +211,26 @@ TEST(KolorunOptions, VersionAndCheckBuildNeedNoNp) {
   EXPECT_NE(b->version_text.find("[X] PyTorch"), std::string::npos) << b->version_text;
 }
 
+TEST(KolorunOptions, EnvForwardingWorkingDirectoryAndSshOptions) {
+  auto o = parse({"-np", "2", "-x", "A=1", "-x", "HOME", "--env", "B=x=y", "-x", "A=2", "--wdir", "/tmp", "-p",
+                  "2222", "-i", "/dev/null", "-H", "h1:1,h2:1", "cmd", "-x", "C=3"},
+                 {{"HOME", "/home/alice"}});
+  ASSERT_TRUE(o.isOk()) << o.status().toString();
+  EXPECT_EQ(o->command, (std::vector<std::string>{"cmd", "-x", "C=3"}));
+  EXPECT_EQ(o->wdir, "/tmp");
+  auto env = userEnv(*o, {{"HOME", "/home/alice"}});
+  EXPECT_EQ(env, (std::vector<std::pair<std::string, std::string>>{
+                     {"A", "2"}, {"HOME", "/home/alice"}, {"B", "x=y"}}));
+  EXPECT_EQ(sshOptions(*o), (std::vector<std::string>{"-p", "2222", "-i", "/dev/null"}));
+  auto mpirun = parse({"-np", "2", "-x", "A=1", "-wdir", "/tmp", "cmd"});  // mpirun's spelling
+  ASSERT_TRUE(mpirun.isOk()) << mpirun.status().toString();
+  EXPECT_EQ(mpirun->wdir, "/tmp");
+  auto plain = parse({"-np", "2", "cmd"});
+  ASSERT_TRUE(plain.isOk());
+  EXPECT_TRUE(userEnv(*plain, {}).empty());
+  EXPECT_TRUE(sshOptions(*plain).empty());
+}
+
 TEST(KolorunOptions, RefusedHorovodrunFlagsSayWhatToUse) {
   struct Case {
     std::vector<std::string> args;
@@ -218,10 +238,14 @@ TEST(KolorunOptions, RefusedHorovodrunFlagsSayWhatToUse) {
   };
   const Case cases[] = {
       {{"-np", "2", "--config-file", "c.yaml", "cmd"}, "--config-file: kolorun reads no horovodrun YAML"},
-      {{"-np", "2", "-p", "2222", "cmd"}, "-p: kolorun runs plain `ssh HOST`: set the port in ~/.ssh/config"},
-      {{"-np", "2", "--ssh-port=2222", "cmd"}, "Port N"},
-      {{"-np", "2", "-i", "key", "cmd"}, "IdentityFile FILE"},
-      {{"-np", "2", "--ssh-identity-file", "key", "cmd"}, "IdentityFile FILE"},
+      {{"-np", "2", "-p", "0", "cmd"}, "--ssh-port"},
+      {{"-np", "2", "-i", "/no/such/key", "cmd"}, "/no/such/key"},
+      {{"-np", "2", "-x", "1BAD=x", "cmd"}, "-x 1BAD=x: \"1BAD\" is not a variable name"},
+      {{"-np", "2", "-x", "KOLO_RANK=3", "cmd"}, "-x KOLO_RANK=3: kolorun sets KOLO_RANK itself"},
+      {{"-np", "2", "-x", "KOLO_TEST_UNSET_VAR", "cmd"},
+       "-x KOLO_TEST_UNSET_VAR: KOLO_TEST_UNSET_VAR is not set in kolorun's environment; give -x "
+       "KOLO_TEST_UNSET_VAR=VALUE"},
+      {{"-np", "2", "--wdir", "/no/such/dir", "cmd"}, "--wdir /no/such/dir: no such directory"},
       {{"-np", "2", "--network-interface", "eth0", "cmd"}, "--rpc-listen"},
       {{"-np", "2", "--slots-per-host", "2", "cmd"}, "host:N"},
       {{"-np", "2", "--blacklist-cooldown-range", "1", "2", "cmd"}, "--max-restarts"},

@@ -509,5 +509,49 @@ TEST_F(KolorunTest, RemoteRanksGetTheJobTokenOnStdinNeverOnTheSshCommandLine) {
   EXPECT_EQ(argv_log.find("KOLO_JOB_TOKEN="), std::string::npos) << argv_log;
 }
 
+TEST_F(KolorunTest, EnvWdirAndSshOptionsReachLocalAndRemoteRanks) {
+  const std::string log = tmp_.path() + "/ssh-argv.log";
+  const std::string wdir = tmp_.path() + "/work dir";
+  ASSERT_EQ(::mkdir(wdir.c_str(), 0755), 0);
+  const std::string standins = standinDaemon().substr(0, standinDaemon().rfind('/'));
+  const char* path = std::getenv("PATH");
+  const std::string script = "echo \"rank=$KOLO_RANK pwd=$(pwd) a=$KOLO_TEST_A b=$KOLO_TEST_B s=$MY_SECRET\"";
+  const std::vector<std::string> opts = {"-x", "KOLO_TEST_A=1 2", "-x", "KOLO_TEST_B", "-x", "MY_SECRET=hush-7f3a",
+                                         "--wdir", wdir};
+  auto args = [&](std::vector<std::string> head) {
+    head.insert(head.end(), opts.begin(), opts.end());
+    head.insert(head.end(), {"--", "sh", "-c", script});
+    return head;
+  };
+  // Remote ranks (through the stand-in ssh), then a local one (embedded agent).
+  auto r = runCommand(kolorun(args({"-np", "2", "-H", "kolo-fake-host-a:1,kolo-fake-host-b:1", "-p", "2222",
+                                    "-i", "/dev/null"})),
+                      env({{"PATH", standins + ":" + (path != nullptr ? path : "/usr/bin:/bin")},
+                           {"FAKE_SSH_LOG", log},
+                           {"KOLO_TEST_B", "from-kolorun"}}),
+                      60s, unset());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  auto local = runCommand(kolorun(args({"-np", "1"})), env({{"KOLO_TEST_B", "from-kolorun"}}), 60s, unset());
+  ASSERT_EQ(local.code, 0) << local.out << local.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(r.out.find("[" + std::to_string(rank) + "]<stdout>:rank=" + std::to_string(rank) + " pwd=" + wdir +
+                         " a=1 2 b=from-kolorun s=hush-7f3a\n"),
+              std::string::npos)
+        << r.out << r.err;
+  }
+  EXPECT_NE(local.out.find("[0]<stdout>:rank=0 pwd=" + wdir + " a=1 2 b=from-kolorun s=hush-7f3a\n"),
+            std::string::npos)
+      << local.out << local.err;
+  std::ifstream f(log);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string argv_log = ss.str();
+  EXPECT_NE(argv_log.find("BatchMode=yes\n-p\n2222\n-i\n/dev/null\nkolo-fake-host-a\nsh\n-c\n"),
+            std::string::npos)
+      << argv_log;
+  EXPECT_EQ(argv_log.find("hush-7f3a"), std::string::npos) << "a secret -x variable is on ssh's command line:\n"
+                                                          << argv_log;
+}
+
 }  // namespace
 }  // namespace kolo::clitest

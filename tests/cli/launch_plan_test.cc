@@ -211,6 +211,52 @@ TEST(RankArgv, TheRemoteShellGetsTheSecretsAndEveryWordIntact) {
   EXPECT_EQ(out, "[" + plan.job.token + "] [2] [it's a $word] [x  y]\n");
 }
 
+TEST(RankEnv, UserVariablesComeLastAndReplaceTheSameName) {
+  LaunchPlan plan = twoNodePlan(false);
+  plan.user_env = {{"KOLO_FUSION_THRESHOLD_MB", "8"}, {"MY_VAR", "a b"}};
+  auto list = rankEnv(plan, 0);
+  auto env = asMap(list);
+  EXPECT_EQ(env["KOLO_FUSION_THRESHOLD_MB"], "8");
+  EXPECT_EQ(env["MY_VAR"], "a b");
+  size_t n = 0;
+  for (auto& kv : list) n += kv.first == "KOLO_FUSION_THRESHOLD_MB";
+  EXPECT_EQ(n, 1u) << "one entry per name";
+}
+
+TEST(RankArgv, RemoteRanksGetSshOptionsTheWorkingDirectoryAndUserVariables) {
+  LaunchPlan plan = twoNodePlan(true);
+  plan.ssh_options = {"-p", "2222", "-i", "/keys/id"};
+  plan.wdir = "/data/my run";
+  plan.user_env = {{"MY_VAR", "v"}};
+  auto argv = rankArgv(plan, 2);
+  ASSERT_EQ(argv.size(), 11u);
+  EXPECT_EQ(std::vector<std::string>(argv.begin(), argv.begin() + 10),
+            (std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "/keys/id", "h2",
+                                      "sh", "-c"}));
+  EXPECT_NE(argv[10].find("cd '\\''/data/my run'\\'' || exit 127; exec env "), std::string::npos)
+      << argv[10];
+  EXPECT_NE(argv[10].find("MY_VAR=v"), std::string::npos) << argv[10];
+  // Run what the remote shell runs (as in the test above): the command
+  // starts in the working directory with the variable set.
+  char dir[] = "/tmp/kolo-wdir-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  plan.wdir = dir;
+  plan.command = {"sh", "-c", "echo \"$(pwd) $MY_VAR\""};
+  argv = rankArgv(plan, 2);
+  std::string remote;
+  for (size_t i = 8; i < argv.size(); ++i) remote += (remote.empty() ? "" : " ") + argv[i];
+  const std::string cmd = "sh -c " + shellQuote(remote) + " < /dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[256];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0);
+  ::rmdir(dir);
+  EXPECT_EQ(out, std::string(dir) + " v\n");
+}
+
 TEST(ShellQuote, QuotesOnlyWhatNeedsIt) {
   EXPECT_EQ(shellQuote("abc-1.2/x=y:z"), "abc-1.2/x=y:z");
   EXPECT_EQ(shellQuote("a b"), "'a b'");

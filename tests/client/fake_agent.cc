@@ -105,6 +105,17 @@ void FakeAgent::serveReadable() {
     cv_.notify_all();
 
     ipc::AgentFrame reply;
+    if (refused_ < opts_.refusals) {
+      ++refused_;
+      reply.mutable_refused()->set_code(static_cast<int>(Code::kUnavailable));
+      reply.mutable_refused()->set_message(
+          "the kolo agent is out of file descriptors (Too many open files); try again later");
+      reply.mutable_refused()->set_frame("connection");
+      reply.mutable_refused()->set_retry_after_ms(opts_.refusal_retry_after_ms);
+      (void)sendFrame(conn_->sock.get(), reply);
+      closeConnLocked();
+      return;
+    }
     ipc::Welcome* w = reply.mutable_welcome();
     if (opts_.welcome_code != 0) {
       w->set_code(opts_.welcome_code);

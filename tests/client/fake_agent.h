@@ -33,6 +33,10 @@ struct FakeAgentOptions {
   bool consume_submissions = true;    // false: never pop the submission ring
   int32_t welcome_code = 0;           // != 0: refuse the client
   std::string welcome_message;
+  // The first `refusals` Hellos get a Refusal (as the real agent's when it is
+  // out of descriptors) with this retry_after_ms, and the connection closes.
+  int refusals = 0;
+  int32_t refusal_retry_after_ms = 0;
   bool send_world = true;
   std::optional<std::pair<int32_t, std::string>> job_failed_instead_of_world;
   uint64_t default_arena_bytes = 16ull << 20;
@@ -104,6 +108,7 @@ class FakeAgent {
   std::optional<ipc::Hello> hello_;
   int goodbyes_ = 0;
   int accepted_ = 0;
+  int refused_ = 0;
 };
 
 }  // namespace kolo::testing

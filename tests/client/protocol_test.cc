@@ -114,6 +114,40 @@ TEST_F(Protocol, RefusedWelcomeCarriesTheAgentsCodeAndMessage) {
   EXPECT_EQ(kolo_is_initialized(), 0);
 }
 
+TEST_F(Protocol, MomentaryRefusalIsRetriedUntilAdmitted) {
+  FakeAgentOptions o;
+  o.refusals = 3;
+  o.refusal_retry_after_ms = 20;
+  start(std::move(o));
+  ASSERT_EQ(kolo_init(), KOLO_OK) << kolo_last_error();
+  EXPECT_EQ(agent_->connectionsAccepted(), 4);
+  EXPECT_EQ(kolo_shutdown(), KOLO_OK);
+}
+
+TEST_F(Protocol, FinalRefusalIsNotRetried) {
+  FakeAgentOptions o;
+  o.refusals = 3;
+  o.refusal_retry_after_ms = 0;  // e.g. the uid's own connection limit
+  start(std::move(o));
+  EXPECT_EQ(kolo_init(), KOLO_ERR_UNAVAILABLE);
+  EXPECT_TRUE(contains(kolo_last_error(), "the kolo agent refused the connection: the kolo agent is out "
+                                          "of file descriptors"))
+      << kolo_last_error();
+  EXPECT_EQ(agent_->connectionsAccepted(), 1);
+}
+
+TEST_F(Protocol, MomentaryRefusalsStopAtTheStartTimeout) {
+  FakeAgentOptions o;
+  o.refusals = 1000000;
+  o.refusal_retry_after_ms = 50;
+  start(std::move(o));
+  env_.set("KOLO_START_TIMEOUT", "1");
+  auto t0 = Clock::now();
+  EXPECT_EQ(kolo_init(), KOLO_ERR_UNAVAILABLE);
+  EXPECT_LT(Clock::now() - t0, 3s);
+  EXPECT_TRUE(contains(kolo_last_error(), "try again later")) << kolo_last_error();
+}
+
 TEST_F(Protocol, JobFailedInsteadOfWorldFailsInit) {
   FakeAgentOptions o;
   o.job_failed_instead_of_world =
@@ -511,6 +545,79 @@ TEST_F(Protocol, TensorLargerThanTheArenaNamesKoloArenaMb) {
   // The advice is right: that arena size holds the tensor.
   EXPECT_TRUE(contains(kolo_last_error(), "at least 5.")) << kolo_last_error();
   EXPECT_GE(ArenaLayout::compute(5ull << 20).data_bytes, big.size() * sizeof(float));
+}
+
+// Every collective goes through one submit path; its errors name the
+// collective that was asked for, not "allreduce".
+TEST_F(Protocol, SynchronizeTimeoutsNameTheCollective) {
+  ASSERT_NO_FATAL_FAILURE(startHolding());
+  ASSERT_EQ(kolo_init(), KOLO_OK) << kolo_last_error();
+  float x[4] = {1, 2, 3, 4};
+  int64_t shape[1] = {4};
+  kolo_handle_t h;
+  ASSERT_EQ(kolo_broadcast_async("bc", x, 1, shape, KOLO_FLOAT32, 0, &h), KOLO_OK)
+      << kolo_last_error();
+  EXPECT_EQ(kolo_synchronize(h, 50), KOLO_ERR_TIMED_OUT);
+  EXPECT_TRUE(contains(kolo_last_error(), "broadcast of tensor 'bc' (handle ")) << kolo_last_error();
+  ASSERT_TRUE(agent_->waitForSubmissions(1, kWait));
+  agent_->completeAll();
+  ASSERT_EQ(kolo_synchronize(h, -1), KOLO_OK) << kolo_last_error();
+  // Allgather and alltoall: the first phase (an allreduce of the first
+  // dimensions / split matrix) completes, the collective itself is held.
+  size_t seen = 1;
+  auto twoPhase = [&](const char* name, auto call) {
+    auto started = std::async(std::launch::async, [&] {
+      kolo_handle_t hh = 0;
+      kolo_status_t st = call(&hh);
+      return std::make_pair(st, hh);
+    });
+    EXPECT_TRUE(agent_->waitForSubmissions(++seen, kWait)) << name;
+    agent_->completeAll();
+    EXPECT_EQ(started.wait_for(kWait), std::future_status::ready) << name;
+    auto [st, hh] = started.get();
+    EXPECT_EQ(st, KOLO_OK) << name << ": " << kolo_last_error();
+    EXPECT_EQ(kolo_synchronize(hh, 50), KOLO_ERR_TIMED_OUT) << name;
+    const std::string said = kolo_last_error();
+    EXPECT_TRUE(agent_->waitForSubmissions(++seen, kWait)) << name;
+    agent_->completeAll();
+    EXPECT_EQ(kolo_synchronize(hh, -1), KOLO_OK) << name << ": " << kolo_last_error();
+    return said;
+  };
+  std::string ag = twoPhase("ag", [&](kolo_handle_t* hh) {
+    return kolo_allgather_async("ag", x, 1, shape, KOLO_FLOAT32, hh);
+  });
+  EXPECT_TRUE(contains(ag.c_str(), "allgather of tensor 'ag' (handle ")) << ag;
+  std::string a2a = twoPhase("a2a", [&](kolo_handle_t* hh) {
+    return kolo_alltoall_async("a2a", x, 1, shape, KOLO_FLOAT32, nullptr, hh);
+  });
+  EXPECT_TRUE(contains(a2a.c_str(), "alltoall of tensor 'a2a' (handle ")) << a2a;
+}
+
+TEST_F(Protocol, FullArenaErrorsNameTheCollective) {
+  start();
+  env_.set("KOLO_ARENA_MB", "2");
+  ASSERT_EQ(kolo_init(), KOLO_OK) << kolo_last_error();
+  const uint64_t cap = ArenaLayout::compute(2ull << 20).data_bytes;
+  void* hog = kolo_alloc_shared(cap * 3 / 4);
+  ASSERT_NE(hog, nullptr) << kolo_last_error();
+  std::vector<float> t(cap / 2 / sizeof(float));
+  int64_t shape[1] = {static_cast<int64_t>(t.size())};
+  kolo_handle_t h;
+  EXPECT_EQ(kolo_broadcast_async("bc", t.data(), 1, shape, KOLO_FLOAT32, 0, &h),
+            KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(kolo_last_error(), "broadcast of tensor 'bc': its ")) << kolo_last_error();
+  EXPECT_TRUE(contains(kolo_last_error(), "do not fit in the shared arena")) << kolo_last_error();
+  EXPECT_EQ(kolo_allgather_async("ag", t.data(), 1, shape, KOLO_FLOAT32, &h),
+            KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(kolo_last_error(), "allgather of tensor 'ag': its ")) << kolo_last_error();
+  EXPECT_EQ(kolo_alltoall_async("a2a", t.data(), 1, shape, KOLO_FLOAT32, nullptr, &h),
+            KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(kolo_last_error(), "alltoall of tensor 'a2a': its ")) << kolo_last_error();
+  EXPECT_EQ(kolo_reducescatter_async("rs", t.data(), t.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM,
+                                     &h),
+            KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(kolo_last_error(), "reducescatter of tensor 'rs': its ")) << kolo_last_error();
+  kolo_free_shared(hog);
 }
 
 TEST_F(Protocol, FullArenaWaitsForCompletionsToFreeSpace) {

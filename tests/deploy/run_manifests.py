@@ -13,12 +13,33 @@ then the agent DaemonSet), in a sandbox per pod:
     across the two runs (the node's /run/kolo, the coordinator's state), an
     emptyDir is fresh each run, a ConfigMap's keys and the admin token
     Secret are files (the Secret's defaultMode, group fsGroup);
-  * mount paths, ports (7470-7472) and the coordinator's Service name are
+  * mount paths, ports (7470-7472, per node but for the coordinator's) and the coordinator's Service name are
     rewritten to the sandbox, free loopback ports and 127.0.0.1, in the
     commands, the environment and the ConfigMap files;
   * a daemon must become ready (its socket or port) within 30 s, its
     preStop hook must succeed, and SIGTERM must stop it within 1 s with
     exit code 0.
+
+Then the training Job of deploy/kubernetes/training: the agent DaemonSet
+has a pod on each of two stand-in nodes (each its own /run/kolo hostPath),
+and the Job's pods (one per node, as its anti-affinity places them) run
+their container's command -- the kolo-launch ConfigMap script, then the
+image's /usr/bin/kolo-demo, mapped to the built one -- as the manifest runs
+it: user, groups, fsGroup-owned token Secret file, downward-API fields
+(the Job's name and uid). Every rank must report a correct allreduce, every
+pod must exit 0, the coordinator must list the job FINISHED with all its
+ranks, and the token (the Secret's value) must never be on any process's
+command line while they run.
+
+Each daemon's probes are made once it is ready, as the kubelet makes them:
+httpGet as plain HTTP, grpc as a plain-text gRPC call to the same server
+(the kolo CLI without the container's TLS settings: the kubelet's gRPC
+probe does not speak TLS), exec in the container.
+
+Then everything again for deploy/kubernetes/overlays/tls, rendered with
+kubectl kustomize (skipped, with a note, without kubectl or openssl), with
+a CA and certificate made by openssl as the kolo-tls Secret: TLS between
+the agents and the coordinator, /healthz probes, preStop over TLS.
 
 The second run is the point: a pod that restarts on the same node (the
 init container finds the directory it prepared before, the agent finds its
@@ -39,6 +60,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+import json
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import validate_deploy as vd  # noqa: E402
@@ -47,6 +72,8 @@ IMAGE_ENTRYPOINTS = {"kolo-agent": "kolo-agent", "kolo-coordinator": "kolo-coord
 PORTS = (7470, 7471, 7472)
 READY_TIMEOUT_S = 30
 STOP_BOUND_S = 1.0
+TRAIN_TIMEOUT_S = 60
+NODES = 2  # agents (DaemonSet pods) on as many stand-in nodes, for the training Job
 
 
 def free_port():
@@ -58,11 +85,19 @@ def free_port():
 class Sandbox:
     """Directories standing for the pods' volumes and the rewrites into them."""
 
-    def __init__(self, root):
+    def __init__(self, root, node="node-1", cluster=None):
         self.root = root
+        self.node = node
         os.chmod(root, 0o755)
         self.ports = {p: free_port() for p in PORTS}
-        self.persistent = {}  # (workload, volume) -> dir, across runs
+        if cluster is not None:  # another node: the same coordinator Service
+            self.ports[7470] = cluster.ports[7470]
+        # hostPath: ("hostPath", path), per node; PVC: (workload, volume); across runs.
+        self.persistent = {}
+        # Secrets by name: one value per cluster, whichever pod mounts them.
+        self.secrets = cluster.secrets if cluster is not None else {}
+        # Secrets given as files (the TLS case's kolo-tls), by name.
+        self.secret_files = cluster.secret_files if cluster is not None else {}
 
     def rewrite(self, text, mounts):
         # One pass, whole path components only, longest first (/etc/kolo-admin
@@ -82,7 +117,9 @@ def volume_dirs(sandbox, wid, spec, run, configmaps, fs_group):
     for v in spec.get("volumes") or []:
         name = v["name"]
         if "hostPath" in v or "persistentVolumeClaim" in v:
-            key = (wid, name)
+            # The node's directory, whichever pod mounts it (the agent's
+            # /run/kolo is the trainers' /run/kolo).
+            key = ("hostPath", v["hostPath"]["path"]) if "hostPath" in v else (wid, name)
             if key not in sandbox.persistent:
                 d = tempfile.mkdtemp(prefix=f"{name}-", dir=sandbox.root)
                 if "hostPath" in v:  # DirectoryOrCreate: root:root 0755, made by the kubelet
@@ -108,12 +145,19 @@ def volume_dirs(sandbox, wid, spec, run, configmaps, fs_group):
             continue
         elif "secret" in v:
             os.chmod(d, 0o755)
-            # The admin token Secret: created by the operator (docs/operations.md).
-            path = os.path.join(d, "token")
-            with open(path, "w") as f:
-                f.write(secrets.token_hex(32) + "\n")
-            os.chown(path, 0, fs_group or 0)
-            os.chmod(path, v["secret"].get("defaultMode", 0o644))
+            # Created by the operator (the admin token: docs/operations.md; a
+            # training job's token: docs/kubernetes.md): one value per Secret.
+            sname = v["secret"]["secretName"]
+            files = sandbox.secret_files.get(sname)
+            if files is None:
+                value = sandbox.secrets.setdefault(sname, secrets.token_hex(32))
+                files = {"token": value + "\n"}
+            for key, text in files.items():
+                path = os.path.join(d, key)
+                with open(path, "w") as f:
+                    f.write(text)
+                os.chown(path, 0, fs_group or 0)
+                os.chmod(path, v["secret"].get("defaultMode", 0o644))
         dirs[name] = d
     return dirs
 
@@ -147,6 +191,61 @@ def program_argv(c, bins, rewrite):
     return [bins.get(os.path.basename(a), a) if a.startswith("/usr/bin/") else a for a in argv]
 
 
+def run_probe(probe, sandbox, bins, priv, env, rewrite):
+    """One probe, as the kubelet makes it: an HTTP GET (plain HTTP), a
+    gRPC health check (plain-text gRPC: the kubelet's does not speak TLS;
+    here a plain-text call to the same server through the kolo CLI, with
+    none of the container's TLS settings), or an exec in the container.
+    None when it passes, else why."""
+    if "httpGet" in probe:
+        g = probe["httpGet"]
+        url = f"http://127.0.0.1:{sandbox.ports.get(g['port'], g['port'])}{g.get('path', '/')}"
+        try:
+            with urllib.request.urlopen(url, timeout=probe.get("timeoutSeconds", 1)) as r:
+                return None if 200 <= r.status < 400 else f"GET {url}: {r.status}"
+        except (OSError, urllib.error.HTTPError) as e:
+            return f"GET {url}: {e}"
+    if "grpc" in probe:
+        port = probe["grpc"]["port"]
+        addr = f"127.0.0.1:{sandbox.ports.get(port, port)}"
+        argv = ([bins["kolo"], "status", "--agent", addr] if port == 7471 else
+                [bins["kolo"], "jobs", "--coordinator", addr])
+        rc, out = vd.run_tool(argv, env={"PATH": "/usr/bin:/bin"})
+        return None if rc == 0 else f"plain-text gRPC to {addr}: exit {rc}: {out.strip()[:300]}"
+    if "exec" in probe:
+        argv = priv + [bins.get(os.path.basename(a), a) if a.startswith("/usr/bin/") else rewrite(a)
+                       for a in probe["exec"]["command"]]
+        rc, out = vd.run_tool(argv, env=env)
+        return None if rc == 0 else f"exec: exit {rc}: {out.strip()[:300]}"
+    return f"unknown probe {probe}"
+
+
+def make_tls(d):
+    """A CA and a certificate for the names the TLS overlay's daemons use:
+    the kolo-tls Secret's files."""
+    def ssl(*args):
+        rc, out = vd.run_tool(["openssl", *args])
+        if rc != 0:
+            raise RuntimeError(f"openssl {args[0]}: {out}")
+    ca_key, ca, key, csr, crt = (os.path.join(d, n) for n in
+                                 ("ca.key", "ca.crt", "tls.key", "tls.csr", "tls.crt"))
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca,
+        "-days", "2", "-subj", "/CN=kolo test CA")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
+        "-subj", "/CN=kolo-coordinator")
+    ext = os.path.join(d, "ext.cnf")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=DNS:kolo-coordinator,DNS:kolo-coordinator.kolo-system.svc,"
+                "DNS:kolo-agent\n")
+    ssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+        "-out", crt, "-days", "2", "-extfile", ext)
+    files = {}
+    for n, path in (("tls.crt", crt), ("tls.key", key), ("ca.crt", ca)):
+        with open(path) as f:
+            files[n] = f.read()
+    return files
+
+
 def wait_ready(proc, c, rewrite):
     """The daemon's socket (agent) or TCP port (coordinator) answers."""
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -163,28 +262,51 @@ def wait_ready(proc, c, rewrite):
     return f"not ready within {READY_TIMEOUT_S} s"
 
 
-def run_pod(w, sandbox, run, bins, configmaps, started, errors, logs):
+def pod_env(c, rewrite, env_base, sandbox, fields):
+    env = dict(env_base)
+    for e in c.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = rewrite(str(e["value"]))
+        elif e["name"] == "KOLO_HOSTNAME":
+            env[e["name"]] = sandbox.node
+        else:
+            path = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+            if path not in fields:
+                raise ValueError(f"{c['name']}: no stand-in for {e['name']} ({path})")
+            env[e["name"]] = fields[path]
+    return env
+
+
+def prepare_pod(w, sandbox, run, configmaps):
+    """The pod's volumes (and its ConfigMap files) for this run."""
     wid = vd.object_id(w)
     spec = vd.pod_spec(w)
     pod_sc = spec.get("securityContext") or {}
-    fs_group = pod_sc.get("fsGroup")
-    dirs = volume_dirs(sandbox, wid, spec, run, configmaps, fs_group)
-    env_base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "KOLO_LOG_LEVEL": "warn"}
+    dirs = volume_dirs(sandbox, wid, spec, run, configmaps, pod_sc.get("fsGroup"))
 
     def mounts_of(c):
         return {m["mountPath"]: dirs[m["name"]] for m in c.get("volumeMounts") or []}
 
+    all_mounts = {}
+    for c in vd.containers_of(w, init=True):
+        all_mounts.update(mounts_of(c))
     for path, text in dirs.get("__configmap_files__", []):
         # Every container of the pod mounts the ConfigMap at the same place.
-        all_mounts = {}
-        for c in vd.containers_of(w, init=True):
-            all_mounts.update(mounts_of(c))
         with open(path, "w") as f:
             f.write(sandbox.rewrite(text, all_mounts))
         os.chmod(path, 0o644)
+    return dirs, mounts_of
+
+
+def run_pod(w, sandbox, run, bins, configmaps, started, errors, logs, state):
+    wid = vd.object_id(w)
+    spec = vd.pod_spec(w)
+    pod_sc = spec.get("securityContext") or {}
+    env_base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "KOLO_LOG_LEVEL": "warn"}
+    dirs, mounts_of = prepare_pod(w, sandbox, run, configmaps)
 
     for c in spec.get("initContainers") or []:
-        name = f"{wid}[{c['name']}] run {run}"
+        name = f"{wid}[{c['name']}] on {sandbox.node} run {run}"
         rewrite = lambda t, m=mounts_of(c): sandbox.rewrite(t, m)  # noqa: E731
         argv = setpriv_argv(pod_sc, c.get("securityContext") or {}) + program_argv(c, bins, rewrite)
         rc, out = vd.run_tool(argv, env=env_base)
@@ -193,17 +315,12 @@ def run_pod(w, sandbox, run, bins, configmaps, started, errors, logs):
             return False
 
     for c in spec.get("containers") or []:
-        name = f"{wid}[{c['name']}] run {run}"
+        name = f"{wid}[{c['name']}] on {sandbox.node} run {run}"
         mounts = mounts_of(c)
         rewrite = lambda t, m=mounts: sandbox.rewrite(t, m)  # noqa: E731
         priv = setpriv_argv(pod_sc, c.get("securityContext") or {})
-        env = dict(env_base)
-        for e in c.get("env") or []:
-            if "value" in e:
-                env[e["name"]] = rewrite(str(e["value"]))
-            elif e["name"] == "KOLO_HOSTNAME":
-                env[e["name"]] = "node-1"
-        log = open(os.path.join(sandbox.root, f"{c['name']}-{run}.log"), "w")
+        env = pod_env(c, rewrite, env_base, sandbox, {})
+        log = open(os.path.join(sandbox.root, f"{c['name']}-{sandbox.node}-{run}.log"), "w")
         logs.append(log.name)
         proc = subprocess.Popen(priv + program_argv(c, bins, rewrite), env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -212,27 +329,36 @@ def run_pod(w, sandbox, run, bins, configmaps, started, errors, logs):
         if why:
             errors.append(f"{name}: {why}; log {log.name}")
             return False
+        # As the kubelet: the startup probe (else the readiness probe) may
+        # fail until failureThreshold x periodSeconds (polled faster here);
+        # then the readiness and liveness probes must pass.
+        first = "startupProbe" if c.get("startupProbe") else "readinessProbe"
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            probe = c.get(kind)
+            if not probe:
+                continue
+            bound = probe.get("failureThreshold", 3) * probe.get("periodSeconds", 10)
+            deadline = time.monotonic() + (min(bound, READY_TIMEOUT_S) if kind == first else 0)
+            while True:
+                why = run_probe(probe, sandbox, bins, priv, env, rewrite)
+                if not why or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)  # bounded: the probe's own failure budget
+            if why:
+                errors.append(f"{name}: {kind} fails: {why}")
         pre = (((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command")
-        c.setdefault("__prestop__", pre)
-        c["__proc__"] = proc
-        c["__name__"] = name
-        c["__priv__"] = priv
-        c["__rewrite__"] = rewrite
-        c["__env__"] = env
+        state.append({"proc": proc, "name": name, "priv": priv, "rewrite": rewrite, "env": env,
+                      "prestop": pre})
     return True
 
 
-def stop_pod(w, bins, errors):
-    for c in reversed(vd.pod_spec(w).get("containers") or []):
-        proc = c.pop("__proc__", None)
-        if proc is None:
-            continue
-        name, rewrite = c.pop("__name__"), c.pop("__rewrite__")
-        pre = c.get("__prestop__")
+def stop_pod(state, bins, errors):
+    for st in reversed(state):
+        proc, name, rewrite, pre = st["proc"], st["name"], st["rewrite"], st["prestop"]
         if pre:
-            argv = c["__priv__"] + [bins.get(os.path.basename(a), a) if a.startswith("/usr/bin/")
-                                    else rewrite(a) for a in pre]
-            rc, out = vd.run_tool(argv, env=c["__env__"])
+            argv = st["priv"] + [bins.get(os.path.basename(a), a) if a.startswith("/usr/bin/")
+                                 else rewrite(a) for a in pre]
+            rc, out = vd.run_tool(argv, env=st["env"])
             if rc != 0:
                 errors.append(f"{name}: preStop exit {rc}: {out.strip()}")
         t0 = time.monotonic()
@@ -251,14 +377,170 @@ def stop_pod(w, bins, errors):
             errors.append(f"{name}: exit code {rc} after SIGTERM")
 
 
+def cmdlines():
+    """pid -> command line of every process on the machine."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    out[int(pid)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                pass  # gone meanwhile
+    return out
+
+
+def job_size(job):
+    """Ranks of a training Job: its pods x KOLO_SLOTS."""
+    slots = next((e["value"] for c in vd.pod_spec(job)["containers"] for e in c.get("env") or []
+                  if e["name"] == "KOLO_SLOTS"), "1")
+    return int(job["spec"].get("parallelism", 1)) * int(slots)
+
+
+def run_job(job, sandboxes, run, bins, configmaps, started, errors, logs):
+    """A training Job: its pods (one per node, as its anti-affinity places
+    them), each container run as the manifest runs it, all at once, against
+    the nodes' agents. Every pod must exit 0 within TRAIN_TIMEOUT_S; the job
+    token must be on no command line meanwhile. Returns the kolo job id."""
+    wid = vd.object_id(job)
+    spec = vd.pod_spec(job)
+    pods = int(job["spec"].get("parallelism", 1))
+    if pods != int(job["spec"].get("completions", pods)):
+        errors.append(f"{wid}: parallelism != completions: the ranks of a kolo job start together")
+        return None
+    if pods > len(sandboxes):
+        errors.append(f"{wid}: {pods} pods, the test has {len(sandboxes)} nodes")
+        return None
+    pod_sc = spec.get("securityContext") or {}
+    env_base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "KOLO_LOG_LEVEL": "warn"}
+    job_uid = str(uuid.uuid4())
+    procs, token = [], None
+    for index in range(pods):
+        sandbox = sandboxes[index]
+        dirs, mounts_of = prepare_pod(job, sandbox, run, configmaps)
+        for v in spec.get("volumes") or []:
+            if "secret" in v:
+                token = sandbox.secrets[v["secret"]["secretName"]]
+        fields = {"metadata.labels['batch.kubernetes.io/job-name']": job["metadata"]["name"],
+                  "metadata.labels['batch.kubernetes.io/controller-uid']": job_uid,
+                  "metadata.annotations['batch.kubernetes.io/job-completion-index']": str(index)}
+        for c in spec.get("containers") or []:
+            name = f"{wid}[{c['name']}] pod {index} on {sandbox.node} run {run}"
+            rewrite = lambda t, m=mounts_of(c): sandbox.rewrite(t, m)  # noqa: E731
+            argv = setpriv_argv(pod_sc, c.get("securityContext") or {}) + \
+                program_argv(c, bins, rewrite)
+            env = pod_env(c, rewrite, env_base, sandbox, fields)
+            env["KOLO_START_TIMEOUT"] = str(TRAIN_TIMEOUT_S)  # fail within the test's bound
+            log = open(os.path.join(sandbox.root, f"{c['name']}-{index}-{run}.log"), "w")
+            logs.append(log.name)
+            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            started.append(proc)
+            procs.append((name, proc, log.name))
+    if not token:
+        errors.append(f"{wid}: mounts no Secret (the job token)")
+    deadline = time.monotonic() + TRAIN_TIMEOUT_S
+    leaked = set()
+    while time.monotonic() < deadline and any(p.poll() is None for _, p, _ in procs):
+        if token:
+            leaked |= {f"pid {pid}: {line.replace(token, '<the token>')}"
+                       for pid, line in cmdlines().items() if token in line}
+        time.sleep(0.02)  # bounded poll: sampling command lines while the ranks run
+    for name, proc, log in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            errors.append(f"{name}: still running after {TRAIN_TIMEOUT_S} s; log {log}")
+        elif proc.returncode != 0:
+            errors.append(f"{name}: exit {proc.returncode}; log {log}")
+    for line in sorted(leaked):
+        errors.append(f"{wid}: the job token is on a command line: {line}")
+    job_id = f"{job['metadata']['name']}-{job_uid}"
+    ranks = 0
+    for _, _, log in procs:
+        with open(log) as f:
+            text = f.read()
+        ranks += len(re.findall(r"^rank \d+/\d+: result check passed ", text, re.M))
+        if token and token in text:
+            errors.append(f"{wid}: the job token is in a pod's output ({log})")
+    if not errors and ranks != job_size(job):
+        errors.append(f"{wid}: {ranks} ranks reported a correct allreduce, want {job_size(job)}")
+    return job_id
+
+
+def check_job_finished(bins, sandbox, job_id, size, errors, secret_files):
+    """The coordinator saw the job: FINISHED, with all its ranks."""
+    argv = [bins["kolo"], "jobs", "--json", "--coordinator", f"127.0.0.1:{sandbox.ports[7470]}"]
+    if "kolo-tls" in secret_files:
+        ca = os.path.join(sandbox.root, "ca.crt")  # make_tls's, next to the sandboxes
+        argv += ["--coordinator-ca", ca, "--coordinator-server-name", "kolo-coordinator"]
+    rc, out = vd.run_tool(argv, env={"PATH": "/usr/bin:/bin"})
+    if rc != 0:
+        errors.append(f"kolo jobs: exit {rc}: {out.strip()}")
+        return
+    try:
+        jobs = json.loads(out)
+    except ValueError:
+        errors.append(f"kolo jobs --json: not JSON: {out[:500]}")
+        return
+    jobs = jobs.get("jobs", jobs) if isinstance(jobs, dict) else jobs
+    mine = [j for j in jobs if j.get("job_id") == job_id]
+    if not mine:
+        errors.append(f"the coordinator has no job {job_id}: {out[:1000]}")
+        return
+    j = mine[0]
+    if j.get("state") not in ("FINISHED", "finished") or int(j.get("world_size", 0)) != size:
+        errors.append(f"job {job_id}: {j}, want FINISHED with world size {size}")
+
+
 def check_socket_dir(sandbox, errors):
-    for (wid, vname), d in sandbox.persistent.items():
-        if vname != "run-kolo":
+    for (kind, path), d in sandbox.persistent.items():
+        if (kind, path) != ("hostPath", "/run/kolo"):
             continue
         st = os.stat(d)
         if (st.st_uid, st.st_gid, st.st_mode & 0o7777) != (vd.KOLO_UID, vd.KOLO_UID, 0o755):
-            errors.append(f"{wid} {vname}: {st.st_uid}:{st.st_gid} {oct(st.st_mode & 0o7777)}, "
+            errors.append(f"{sandbox.node} {path}: {st.st_uid}:{st.st_gid} "
+                          f"{oct(st.st_mode & 0o7777)}, "
                           f"want {vd.KOLO_UID}:{vd.KOLO_UID} 0o755")
+
+
+def run_cluster(label, workloads, jobs, configmaps, bins, root, secret_files, started, errors,
+                logs):
+    """Runs the workloads (and then the training Jobs) twice, as pods on
+    NODES stand-in nodes; stops them; checks the node directories."""
+    first = Sandbox(root)
+    first.secret_files.update(secret_files)
+    sandboxes = [first] + [Sandbox(root, f"node-{i}", cluster=first) for i in range(2, NODES + 1)]
+    # Pods of other workloads (the coordinator) have their own network
+    # namespace: their own ports (but the coordinator's, which is the
+    # cluster's), on a node of their own.
+    control = Sandbox(root, "node-0", cluster=first)
+    for run in (1, 2):
+        up = []  # pod states, in start order
+        ok = True
+        for w in workloads:
+            # A DaemonSet's pod on every node; other workloads on the first.
+            for sandbox in sandboxes if w.get("kind") == "DaemonSet" else [control]:
+                state = []
+                ok = run_pod(w, sandbox, run, bins, configmaps, started, errors, logs, state)
+                up.append(state)
+                if not ok:
+                    break
+            if not ok:
+                break
+        for job in jobs if ok and not errors else []:
+            job_id = run_job(job, sandboxes, run, bins, configmaps, started, errors, logs)
+            if job_id and not errors:
+                check_job_finished(bins, first, job_id, job_size(job), errors, secret_files)
+                print(f"{label} run {run}: {vd.object_id(job)}: kolo job {job_id}: "
+                      f"{'ok' if not errors else 'FAILED'}")
+        for state in reversed(up):
+            stop_pod(state, bins, errors)
+        for sandbox in sandboxes + [control]:
+            check_socket_dir(sandbox, errors)
+        print(f"{label} run {run}: {'ok' if not errors else 'FAILED'}")
+        if errors:
+            break
 
 
 def main():
@@ -283,22 +565,34 @@ def main():
     order = {"coordinator": 0, "agent": 1}
     workloads = sorted((o for o in objs if o.get("kind") in vd.WORKLOAD_KINDS),
                        key=lambda o: order.get(vd.labels_of(o).get(vd.LABEL_COMPONENT), 9))
+    jobs = [o for o in objs if o.get("kind") == "Job"]
+    # The trainers' program (an image's /usr/bin/...) must be built to run them.
+    programs = {os.path.basename(a) for j in jobs for c in vd.pod_spec(j).get("containers") or []
+                for a in (c.get("command") or []) + (c.get("args") or []) if a.startswith("/usr/bin/")}
+    unbuilt = sorted(p for p in programs if not os.access(bins.get(p, ""), os.X_OK))
+    if jobs and unbuilt:
+        print(f"note: training Job not run: not built: {unbuilt}")
+        jobs = []
     errors, logs, started = [], [], []
     root = tempfile.mkdtemp(prefix="kolo-pods-")
     try:
-        sandbox = Sandbox(root)
-        for run in (1, 2):
-            up = []
-            for w in workloads:
-                if not run_pod(w, sandbox, run, bins, configmaps, started, errors, logs):
-                    break
-                up.append(w)
-            for w in reversed(up):
-                stop_pod(w, bins, errors)
-            check_socket_dir(sandbox, errors)
-            print(f"run {run}: {'ok' if not errors else 'FAILED'}")
-            if errors:
-                break
+        run_cluster("base", workloads, jobs, configmaps, bins, root, {}, started, errors, logs)
+        rendered, why = vd.render_kustomization(os.path.join(a.root, "deploy", "kubernetes",
+                                                              "overlays", "tls"))
+        if errors:
+            pass
+        elif rendered is None:
+            print(f"note: overlays/tls not run: {why}")
+        elif shutil.which("openssl") is None:
+            print("note: overlays/tls not run: openssl is not installed")
+        else:
+            tls_root = tempfile.mkdtemp(prefix="tls-", dir=root)
+            tls_cms = dict(configmaps)
+            tls_cms.update({o["metadata"]["name"]: o for o in rendered if o.get("kind") == "ConfigMap"})
+            tls_workloads = sorted((o for o in rendered if o.get("kind") in vd.WORKLOAD_KINDS),
+                                   key=lambda o: order.get(vd.labels_of(o).get(vd.LABEL_COMPONENT), 9))
+            run_cluster("overlays/tls", tls_workloads, jobs, tls_cms, bins, tls_root,
+                        {"kolo-tls": make_tls(tls_root)}, started, errors, logs)
     finally:
         for p in started:
             if p.poll() is None:

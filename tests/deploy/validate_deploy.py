@@ -595,6 +595,39 @@ def check_agent_admin_access(where, cname, active, container, volumes):
     return errors
 
 
+TLS_ENV = ("KOLO_TLS_CERT", "KOLO_RPC_TLS_CERT")
+TLS_KEYS = ("tls-cert", "rpc-tls-cert")
+
+
+def container_conf(c, volumes, configmaps, ns):
+    """The active keys of the daemon config file (--config) a container
+    reads from a ConfigMap, or {}."""
+    args = list(c.get("args") or [])
+    if "--config" not in args[:-1]:
+        return {}
+    cfg = args[args.index("--config") + 1]
+    vname = {m.get("mountPath"): m.get("name")
+             for m in c.get("volumeMounts") or []}.get(os.path.dirname(cfg))
+    cm_ref = ((volumes.get(vname) or {}).get("configMap") or {}).get("name")
+    text = ((configmaps.get((ns, cm_ref)) or {}).get("data") or {}).get(os.path.basename(cfg))
+    if text is None:
+        return {}
+    active, _, _ = parse_conf(text, cm_ref)
+    return active
+
+
+def tls_enabled(c, active):
+    """What turns TLS on for the daemon's gRPC port, or None."""
+    env = {e.get("name"): e.get("value") for e in c.get("env") or []}
+    for k in TLS_ENV:
+        if env.get(k):
+            return f"env {k}"
+    for k in TLS_KEYS:
+        if active.get(k):
+            return f"config {k}"
+    return None
+
+
 def check_objects(objs, where):
     """Semantic checks over one set of objects (a base or a rendered overlay)."""
     errors = []
@@ -674,11 +707,24 @@ def check_objects(objs, where):
             for kind in ("readinessProbe", "livenessProbe"):
                 if kind not in c:
                     errors.append(f"{where}: {cname} has no {kind}")
+            tls = tls_enabled(c, container_conf(c, volumes, configmaps, ns))
             for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
                 probe = c.get(kind)
                 if probe is None:
                     continue
                 grpc = probe.get("grpc")
+                if tls:
+                    # The kubelet's gRPC probes are plain text: with TLS on,
+                    # /healthz on the plain-HTTP metrics port.
+                    http = probe.get("httpGet") or {}
+                    if isinstance(grpc, dict):
+                        errors.append(f"{where}: {cname} {kind} is a grpc probe, but the daemon "
+                                      f"serves TLS ({tls}): the kubelet's gRPC probes do not "
+                                      "speak TLS; probe httpGet /healthz on the metrics port")
+                    elif http.get("path") != "/healthz" or http.get("port") not in port_numbers:
+                        errors.append(f"{where}: {cname} {kind}: with TLS on, want httpGet "
+                                      f"/healthz on a declared port, got {probe}")
+                    continue
                 if not isinstance(grpc, dict):
                     errors.append(f"{where}: {cname} {kind} is not a grpc probe "
                                   "(grpc.health.v1 is the daemons' health check)")
@@ -920,25 +966,86 @@ def render_kustomization(dirpath):
         return None, f"rendered output does not parse: {e}"
 
 
+MPS_PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
+
+
+def gpu_request(c):
+    res = c.get("resources") or {}
+    return (res.get("limits") or {}).get("nvidia.com/gpu") or \
+        (res.get("requests") or {}).get("nvidia.com/gpu")
+
+
+def mps_host_dir(spec, c):
+    """The hostPath behind the container's CUDA_MPS_PIPE_DIRECTORY, or None."""
+    env = {e.get("name"): e.get("value") for e in c.get("env") or []}
+    pipe = env.get(MPS_PIPE_ENV)
+    mounts = {m.get("mountPath"): m.get("name") for m in c.get("volumeMounts") or []}
+    vols = {v.get("name"): v for v in spec.get("volumes") or []}
+    vol = vols.get(mounts.get(pipe)) or {}
+    return (vol.get("hostPath") or {}).get("path")
+
+
+def check_gpu_containers(w, want_hostpid=True):
+    """GPU pods: the nvidia runtime, a GPU request for every container that
+    sees GPUs (never NVIDIA_VISIBLE_DEVICES=all without one), the node's MPS
+    pipe directory shared through a hostPath, hostPID/hostIPC."""
+    errors = []
+    spec = pod_spec(w)
+    if spec.get("runtimeClassName") != "nvidia":
+        errors.append(f"{object_id(w)}: GPU pods need runtimeClassName: nvidia")
+    for k in ("hostPID", "hostIPC"):
+        if want_hostpid and spec.get(k) is not True:
+            errors.append(f"{object_id(w)}: {k}: true missing (CUDA IPC events / MPS)")
+    for c in containers_of(w, init=True):
+        env = {e.get("name"): e.get("value") for e in c.get("env") or []}
+        if env.get("NVIDIA_VISIBLE_DEVICES") == "all" and not gpu_request(c):
+            errors.append(f"{object_id(w)}[{c.get('name')}]: NVIDIA_VISIBLE_DEVICES=all without "
+                          "a nvidia.com/gpu request (every GPU, unaccounted; refused on "
+                          "hardened clusters)")
+    for c in containers_of(w):
+        if not gpu_request(c):
+            errors.append(f"{object_id(w)}[{c.get('name')}]: no nvidia.com/gpu request")
+        host = mps_host_dir(spec, c)
+        if host != "/run/kolo-mps":
+            errors.append(f"{object_id(w)}[{c.get('name')}]: {MPS_PIPE_ENV} is not the node's "
+                          f"/run/kolo-mps (hostPath), got {host}")
+    return errors
+
+
 def check_gpu_overlay(objs):
     errors = []
     ds = [o for o in objs if o.get("kind") == "DaemonSet"]
     if not ds:
         return ["gpu overlay renders no DaemonSet"]
     for d in ds:
-        spec = pod_spec(d)
-        if spec.get("runtimeClassName") != "nvidia":
-            errors.append(f"{object_id(d)}: gpu overlay must set runtimeClassName: nvidia")
+        errors += check_gpu_containers(d)
         for c in containers_of(d):
-            res = c.get("resources") or {}
-            for part in ("requests", "limits"):
-                if "nvidia.com/gpu" in (res.get(part) or {}):
-                    errors.append(f"{object_id(d)}[{c.get('name')}] requests nvidia.com/gpu: "
-                                  "the agent would take GPUs away from trainers")
+            if "nvidia-cuda-mps-control" not in " ".join(c.get("command") or []):
+                errors.append(f"{object_id(d)}[{c.get('name')}]: does not start "
+                              "nvidia-cuda-mps-control (the node's MPS daemon)")
+            if not (c.get("image") or "").startswith("kolo-agent-cuda"):
+                errors.append(f"{object_id(d)}[{c.get('name')}]: image {c.get('image')} is not "
+                              "the CUDA agent image (kolo-agent-cuda)")
+    return errors
+
+
+def check_gpu_training_overlay(objs):
+    errors = []
+    jobs = [o for o in objs if o.get("kind") == "Job"]
+    if not jobs:
+        return ["gpu-training overlay renders no Job"]
+    for j in jobs:
+        errors += check_gpu_containers(j)
+        spec = pod_spec(j)
+        uid = (spec.get("securityContext") or {}).get("runAsUser")
+        if uid != KOLO_UID:
+            errors.append(f"{object_id(j)}: trainers run as {uid}: CUDA MPS serves one uid at a "
+                          f"time, the agent's is {KOLO_UID}")
+        for c in containers_of(j):
             env = {e.get("name"): e.get("value") for e in c.get("env") or []}
-            if env.get("NVIDIA_VISIBLE_DEVICES") != "all":
-                errors.append(f"{object_id(d)}[{c.get('name')}]: NVIDIA_VISIBLE_DEVICES=all "
-                              "missing")
+            if str(gpu_request(c)) != str(env.get("KOLO_SLOTS", "1")):
+                errors.append(f"{object_id(j)}[{c.get('name')}]: KOLO_SLOTS "
+                              f"{env.get('KOLO_SLOTS')} != GPUs requested {gpu_request(c)}")
     return errors
 
 
@@ -1081,6 +1188,43 @@ def check_dockerfile(root, text):
     return errors
 
 
+def check_dockerfile_cuda(cpu_text, text):
+    """Dockerfile.cuda (not built here: no docker): NVIDIA's devel image to
+    build, its runtime image to run, CUDA and NCCL on, the CPU Dockerfile's
+    build packages, the same kolo user, no GPU unless requested."""
+    errors = []
+    ins = dockerfile_instructions(text)
+    froms = [rest for op, rest in ins if op == "FROM"]
+    names = [re.split(r"\s+AS\s+", f, flags=re.I)[-1] for f in froms]
+    for want in ("build", "runtime", "agent"):
+        if want not in names:
+            errors.append(f"Dockerfile.cuda has no '{want}' stage")
+    if not any(f.startswith("nvidia/cuda:") and "-devel-" in f for f in froms):
+        errors.append("Dockerfile.cuda: the build stage must be FROM nvidia/cuda:*-devel-*")
+    if not any(f.startswith("nvidia/cuda:") and "-runtime-" in f for f in froms):
+        errors.append("Dockerfile.cuda: the runtime stage must be FROM nvidia/cuda:*-runtime-*")
+    runs = " ".join(rest for op, rest in ins if op == "RUN")
+    for flag in ("-DKOLO_WITH_CUDA=ON", "-DKOLO_WITH_NCCL=ON", "runtime-deps.sh"):
+        if flag not in runs:
+            errors.append(f"Dockerfile.cuda: {flag} missing")
+
+    def apt(t):
+        pk = set()
+        for op, rest in dockerfile_instructions(t):
+            if op == "RUN" and "apt-get install" in rest:
+                pk |= {w for w in rest.split() if re.match(r"^[a-z0-9][a-z0-9+.-]+$", w)}
+        return pk
+    missing = sorted(p for p in apt(cpu_text) - apt(text) if p.startswith("lib") or "-dev" in p)
+    if missing:
+        errors.append(f"Dockerfile.cuda: build packages of the CPU Dockerfile missing: {missing}")
+    if not any(op == "USER" and rest.strip() == f"{KOLO_UID}:{KOLO_UID}" for op, rest in ins):
+        errors.append(f"Dockerfile.cuda: USER {KOLO_UID}:{KOLO_UID} missing")
+    if not any(op == "ENV" and "NVIDIA_VISIBLE_DEVICES=void" in rest for op, rest in ins):
+        errors.append("Dockerfile.cuda: ENV NVIDIA_VISIBLE_DEVICES=void missing (NVIDIA's images "
+                      "say all: every GPU to every container)")
+    return errors
+
+
 def check_runtime_deps(root):
     script = os.path.join(root, "deploy", "container", "runtime-deps.sh")
     if not os.path.isfile(script):
@@ -1194,6 +1338,8 @@ def validate(root, bins, report):
         errs += check_objects(rendered, f"{rel} (rendered)")
         if os.path.basename(dirpath) == "gpu":
             errs += check_gpu_overlay(rendered)
+        if os.path.basename(dirpath) == "gpu-training":
+            errs += check_gpu_training_overlay(rendered)
         report.section(f"kustomize {rel} (rendered)", errs)
 
     print("container")
@@ -1203,6 +1349,13 @@ def validate(root, bins, report):
             report.section("Dockerfile", check_dockerfile(root, f.read()))
     else:
         report.section("Dockerfile", ["deploy/container/Dockerfile missing"])
+    cuda = os.path.join(root, "deploy", "container", "Dockerfile.cuda")
+    if os.path.isfile(cuda) and os.path.isfile(dockerfile):
+        with open(dockerfile) as f, open(cuda) as g:
+            report.section("Dockerfile.cuda (structure; not built)",
+                           check_dockerfile_cuda(f.read(), g.read()))
+    else:
+        report.section("Dockerfile.cuda", ["deploy/container/Dockerfile.cuda missing"])
     errs = check_runtime_deps(root)
     if errs is None:
         report.skip("runtime-deps.sh", "dpkg-query or ldd is not installed")
@@ -1259,6 +1412,11 @@ def self_test(root):
         c = containers_of(find(o2, "DaemonSet", "agent"))[0]
         c["livenessProbe"] = {"httpGet": {"path": "/", "port": PORT_AGENT_METRICS}}
     expect("non-grpc probe", mutate(http_probe))
+
+    def tls_grpc_probe(o2):
+        c = containers_of(find(o2, "DaemonSet", "agent"))[0]
+        c.setdefault("env", []).append({"name": "KOLO_RPC_TLS_CERT", "value": "/etc/tls/tls.crt"})
+    expect("TLS on with the kubelet's (plain-text) gRPC probes", mutate(tls_grpc_probe))
 
     def probe_port(o2):
         c = containers_of(find(o2, "Deployment", "coordinator"))[0]
@@ -1427,6 +1585,61 @@ def self_test(root):
         expect("kustomization listing a missing file", [e for e in errs if "missing.yaml" in e])
         expect("manifest not listed in its kustomization", [e for e in errs if "orphan" in e])
 
+    # GPU overlays, rendered (kubectl or kustomize needed).
+    kdir = os.path.join(root, "deploy", "kubernetes", "overlays")
+    gpu, why = render_kustomization(os.path.join(kdir, "gpu"))
+    train, why2 = render_kustomization(os.path.join(kdir, "gpu-training"))
+    if gpu is None or train is None:
+        print(f"  (GPU overlay breakages not tried: {why or why2})")
+    else:
+        if check_gpu_overlay(gpu) or check_gpu_training_overlay(train):
+            print("self-test needs clean GPU overlays:", check_gpu_overlay(gpu),
+                  check_gpu_training_overlay(train))
+            return 1
+
+        def gpu_mutate(objs_, kind, fn):
+            o2 = copy.deepcopy(objs_)
+            for o in o2:
+                if o.get("kind") == kind:
+                    fn(pod_spec(o), pod_spec(o)["containers"][0])
+            return o2
+
+        def visible_all(spec, c):
+            c["resources"]["limits"].pop("nvidia.com/gpu")
+            c["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
+
+        def no_mps_mount(spec, c):
+            c["volumeMounts"] = [m for m in c["volumeMounts"] if m["mountPath"] != "/run/kolo-mps"]
+
+        def other_uid(spec, c):
+            spec["securityContext"]["runAsUser"] = 10002
+
+        def slots_mismatch(spec, c):
+            c["resources"]["limits"]["nvidia.com/gpu"] = "2"
+
+        expect("GPU agent with NVIDIA_VISIBLE_DEVICES=all and no GPU request",
+               check_gpu_overlay(gpu_mutate(gpu, "DaemonSet", visible_all)))
+        expect("GPU agent without the MPS pipe directory",
+               check_gpu_overlay(gpu_mutate(gpu, "DaemonSet", no_mps_mount)))
+        expect("GPU trainers without a GPU request",
+               check_gpu_training_overlay(gpu_mutate(train, "Job", visible_all)))
+        expect("GPU trainers under MPS with another uid than the agent's",
+               check_gpu_training_overlay(gpu_mutate(train, "Job", other_uid)))
+        expect("GPU trainers with KOLO_SLOTS != GPUs requested",
+               check_gpu_training_overlay(gpu_mutate(train, "Job", slots_mismatch)))
+    with open(os.path.join(root, "deploy", "container", "Dockerfile")) as f:
+        cpu_df = f.read()
+    with open(os.path.join(root, "deploy", "container", "Dockerfile.cuda")) as f:
+        cuda_df = f.read()
+    if check_dockerfile_cuda(cpu_df, cuda_df):
+        print("self-test needs a clean Dockerfile.cuda:", check_dockerfile_cuda(cpu_df, cuda_df))
+        return 1
+    expect("Dockerfile.cuda without NCCL",
+           check_dockerfile_cuda(cpu_df, cuda_df.replace("-DKOLO_WITH_NCCL=ON", "-DKOLO_WITH_NCCL=OFF")))
+    expect("Dockerfile.cuda missing a build package of the CPU image",
+           check_dockerfile_cuda(cpu_df, cuda_df.replace("libgrpc++-dev", "")))
+    expect("Dockerfile.cuda keeping NVIDIA_VISIBLE_DEVICES=all",
+           check_dockerfile_cuda(cpu_df, cuda_df.replace("NVIDIA_VISIBLE_DEVICES=void", "X=1")))
     if failures:
         print(f"self-test: {len(failures)} breakage(s) went unnoticed: {failures}")
         return 1

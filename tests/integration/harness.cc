@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -337,6 +340,28 @@ std::map<std::string, std::string> timelineArgs(const std::string& bin, const st
     fused[name + " " + tensor_of[e.value("pid", int64_t{0})]] = e["args"].value(arg, missing);
   }
   return fused;
+}
+
+std::string httpGet(const std::string& addr, const std::string& path) {
+  auto colon = addr.rfind(':');
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))));
+  ::inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  (void)::write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, n);
+  ::close(fd);
+  return out;
 }
 
 }  // namespace kolo::testing

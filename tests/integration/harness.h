@@ -91,6 +91,9 @@ std::string binDir();  // where kolo-agent etc. are (KOLO_BIN_DIR compile defini
 std::string layoutName(const std::vector<int>& sizes);
 // Every agent's log, each under a "--- agent i" header (failure messages).
 std::string allLogs(Cluster& c, int agents);
+// GET http://addr/path over a plain socket (bounded by a receive timeout):
+// the whole response, headers included; empty if nothing answered.
+std::string httpGet(const std::string& addr, const std::string& path);
 // Runs `bin args...` on every rank of a job laid out as `sizes` (ranks per
 // agent) on a fresh cluster and expects every rank to exit 0 printing
 // `needle` (gtest expectations; the logs go into the failure messages).

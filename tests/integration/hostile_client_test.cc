@@ -467,22 +467,19 @@ TEST(HostileClient, OutOfDescriptorsAcceptBacksOffWithBoundedLogs) {
   EXPECT_NE(log.find("accept failed: Too many open files"), std::string::npos) << log;
   EXPECT_LT(count(log, "accept failed"), 20u) << log;
   EXPECT_FALSE(waitProcess(c.agent(0), std::chrono::milliseconds(0))) << "the agent died\n" << log;
-  // An honest job started while the storm holds the descriptors is refused
-  // with retry_after_ms, connects again, and runs once they are freed.
+  // An honest job started while the storm holds the descriptors (its ranks
+  // wait in the listen queue, or are refused with retry_after_ms and connect
+  // again: libkolo waits either way within KOLO_START_TIMEOUT) runs once
+  // they are freed; the agent may not have seen every close yet.
   auto ranks = c.launchJob("honest", 2, {checkBin(), "loop", "20"});
   std::this_thread::sleep_for(std::chrono::seconds(1));
   storm.clear();
   ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60))) << c.agentLog(0);
-  bool retried = false;
   for (size_t r = 0; r < ranks.size(); ++r) {
     EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output() << c.agentLog(0);
     EXPECT_NE(ranks[r].output().find("OK 20 loop allreduces"), std::string::npos)
         << ranks[r].output();
-    retried |= ranks[r].output().find("connecting again until KOLO_START_TIMEOUT") !=
-               std::string::npos;
   }
-  EXPECT_TRUE(retried) << "no rank was refused while the storm held the descriptors\n"
-                       << c.agentLog(0);
   expectAgentUpAndStatusWorks(c);
 }
 

@@ -224,29 +224,6 @@ TEST(Integration, MalformedTruncatedAndOversizeFramesDropOnlyThatConnection) {
   EXPECT_NE(log.find("undecodable"), std::string::npos) << log;
 }
 
-// GET http://addr/path over a plain socket (bounded by a receive timeout).
-std::string httpGet(const std::string& addr, const std::string& path) {
-  auto colon = addr.rfind(':');
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))));
-  ::inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-  (void)::write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, n);
-  ::close(fd);
-  return out;
-}
-
 TEST(Integration, PrometheusEndpointCountsCollectives) {
   Cluster c;
   ASSERT_TRUE(c.ok()) << c.error();

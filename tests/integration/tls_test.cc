@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <regex>
 
 #include "harness.h"
 
@@ -214,12 +216,33 @@ TEST_F(Tls, MutualTlsWithClientCertificatesRunsAJobAcrossTwoAgents) {
   o.coordinator_args = serverTls();
   o.coordinator_args.push_back("--tls-client-ca");
   o.coordinator_args.push_back(pem("ca.pem"));
+  o.coordinator_args.push_back("--metrics-listen");
+  o.coordinator_args.push_back("127.0.0.1:0");
   o.agent_env = {{"KOLO_COORDINATOR_CA", pem("ca.pem")},
                  {"KOLO_COORDINATOR_CERT", pem("client.pem")},
                  {"KOLO_COORDINATOR_KEY", pem("client.key")}};
   Cluster c(o);
   ASSERT_TRUE(c.ok()) << c.error();
   runJobOk(c, "mtls", {1, 1});
+  // The coordinator's own gauges on /metrics work under mutual TLS (it reads
+  // them over an in-process channel, not through its TLS port).
+  {
+    std::smatch m;
+    std::string log = c.coordinator().output();
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://([0-9.]+:[0-9]+)/metrics"))) << log;
+    std::string addr = m[1];
+    std::string text;
+    auto deadline = std::chrono::steady_clock::now() + seconds(12);
+    while (std::chrono::steady_clock::now() < deadline) {
+      text = httpGet(addr, "/metrics");
+      if (text.find("kolo_coordinator_agents 2") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a gauge refreshed every 5 s
+    }
+    EXPECT_NE(text.find("kolo_coordinator_agents 2"), std::string::npos) << text;
+    EXPECT_NE(text.find("kolo_coordinator_jobs{state=\"FINISHED\"} 1"), std::string::npos) << text;
+    EXPECT_EQ(c.coordinator().output().find("wrong version number"), std::string::npos)
+        << c.coordinator().output();
+  }
   Proc list = runKolo(c, {"agents", "--coordinator", c.coordinatorAddress(), "--coordinator-ca", pem("ca.pem"),
                           "--coordinator-cert", pem("client.pem"), "--coordinator-key", pem("client.key")});
   EXPECT_EQ(list.exit_code, 0) << list.output();

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not SRC, reason="%s is not set (a Horovod source
                                 % horovod_suite.ENV_VAR)
 
 
-@pytest.mark.parametrize("np_", [2])
+@pytest.mark.parametrize("np_", [2, 4])
 def test_horovods_torch_suite_passes_in_one_job(stack, np_):
     res, merged, outcomes, messages = horovod_suite.run_suite(SRC, np_, build=stack, timeout=1500)
     failed = {n: messages.get(n, "") for n, v in merged.items() if v == "failed"}

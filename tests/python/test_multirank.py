@@ -71,3 +71,10 @@ def test_init_after_shutdown_any_number_of_times(kolorun, np_, agents, mode):
 def test_sync_batch_norm_matches_batch_norm_on_the_whole_batch(kolorun, np_, agents):
     res = kolorun(np_, os.path.join(WORKERS, "sync_bn_worker.py"), timeout=120, agents=agents)
     assert_ok(res, np_)
+
+
+# 3 ranks: the block without a partner passes up a level; (4, 2): across agents.
+@pytest.mark.parametrize("np_,agents", [(2, 1), (3, 1), (4, 2)])
+def test_adasum_matches_the_reference_tree_and_the_delta_optimizer(kolorun, np_, agents):
+    res = kolorun(np_, os.path.join(WORKERS, "adasum_worker.py"), timeout=180, agents=agents)
+    assert_ok(res, np_)

@@ -351,14 +351,20 @@ def release(handle):
                 op._fail(KoloInternalError("released", None))
 
 
+def reset_unnamed():
+    """Unnamed ops are counted from 0 again (after a point every rank passes
+    together: join(), shutdown())."""
+    with _noname_lock:
+        _noname.clear()
+
+
 def fail_all_pending():
     """Called as shutdown() starts: every operation still in progress fails
     (its C handle is released); synchronize() on it raises KoloInternalError."""
     with _table_lock:
         ops = list(_table.values())
         _busy.clear()  # a new session starts with no name in use
-    with _noname_lock:
-        _noname.clear()  # ... and counts its unnamed ops from 0 on every rank
+    reset_unnamed()  # ... and counts its unnamed ops from 0 on every rank
     for op in ops:
         with op.lock:
             if not op.done:

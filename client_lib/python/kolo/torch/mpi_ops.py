@@ -45,6 +45,7 @@ import torch
 from .. import basics
 from ..errors import KoloInternalError, KoloNotImplementedError
 from . import _dtypes, _handles, _native, shared
+from . import adasum as _adasum
 from .compression import Compression
 from .process_sets import global_process_set
 from .process_sets import resolve as _resolve_set
@@ -64,7 +65,7 @@ poll = _handles.poll
 synchronize = _handles.synchronize
 
 
-def _resolve_op(op, average, op_name):
+def _resolve_op(op, average, op_name, adasum=False):
     if op is not None and average is not None:
         raise ValueError("kolo %s: give either op or the older average argument, not both" % op_name)
     if op is None:
@@ -74,8 +75,9 @@ def _resolve_op(op, average, op_name):
             op = Average if average else Sum
         else:
             op = Average
-    if op == Adasum:
-        raise KoloNotImplementedError("Adasum", "use op=Average or op=Sum")
+    if op == Adasum and not adasum:
+        raise KoloNotImplementedError("Adasum in %s" % op_name,
+                                      "use allreduce(op=Adasum), op=Average or op=Sum")
     if op not in _OP_NAMES:
         raise ValueError("kolo %s: unknown reduction op %r (Average, Sum, Min, Max or Product)"
                          % (op_name, op))
@@ -168,13 +170,38 @@ def _compressed_allreduce_gen(tensor, in_place, name, op, prescale, postscale, c
     return result
 
 
+def _adasum_gen(tensor, in_place, name, prescale, postscale, compression, ps):
+    """Adasum (see adasum.py): every rank's tensor gathered over the set,
+    then the same tree evaluated on every rank."""
+    compressed, ctx = compression.compress(tensor)
+    _adasum.check_dtype(compressed, "allreduce")
+    src = compressed.detach().reshape(1, -1)
+    if prescale != 1.0:
+        src = _scaled(src, prescale)
+    rows = yield from _allgather_gen(src, name, ps)
+    out = _adasum.tree(rows).reshape(tensor.shape)
+    if postscale != 1.0:
+        out = _scaled(out, postscale)
+    result = compression.decompress(out, ctx)
+    if in_place:
+        with torch.no_grad():
+            tensor.copy_(result)
+        return tensor
+    return result
+
+
 def _allreduce_start(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
                      process_set, compression, kind="allreduce"):
     pset = _prologue(kind, process_set)
-    op = _resolve_op(op, average, kind)
+    op = _resolve_op(op, average, kind, adasum=True)
     _dtypes.check_tensor(tensor, kind)
     pre = _check_scale(prescale_factor, "prescale_factor")
     post = _check_scale(postscale_factor, "postscale_factor")
+    if op == Adasum:
+        wire = _handles.op_name("allreduce", name, _GATHER_NAME_BYTES, ps=pset.id)
+        return _handles.start(_adasum_gen(tensor, in_place, wire, pre, post,
+                                          compression or Compression.none, pset.id),
+                              _named(name, [wire]), pset.id)
     wire = _handles.op_name("allreduce", name, ps=pset.id)
     return _handles.start(_compressed_allreduce_gen(tensor, in_place, wire, op, pre, post,
                                                     compression or Compression.none, pset.id),
@@ -225,7 +252,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     allreduced the same way)."""
     if torch.is_grad_enabled() and torch.is_tensor(tensor) and tensor.requires_grad:
         _prologue("allreduce", process_set)
-        op = _resolve_op(op, average, "allreduce")
+        op = _resolve_op(op, average, "allreduce", adasum=True)
         return _AllreduceFn.apply(tensor, name, op, prescale_factor, postscale_factor,
                                   compression or Compression.none, process_set)
     return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
@@ -952,6 +979,13 @@ def join(device=-1):
     go on with zeros in its place (Average still divides by the full size,
     as in Horovod); their other collectives (allgather too) fail. Returns, on
     every rank, the rank that joined last. `device` is accepted for
-    Horovod compatibility (CPU tensors only). Waits at most KOLO_OP_TIMEOUT."""
+    Horovod compatibility (CPU tensors only). Waits at most KOLO_OP_TIMEOUT.
+
+    Every rank leaves join() at the same point, so unnamed ops are counted
+    from 0 again after it: ranks that ran different unnamed ops before the
+    join (the ones that failed because a rank had joined) agree on the
+    names of the next ones."""
     _handles.require_init()
-    return _native.join()
+    last = _native.join()
+    _handles.reset_unnamed()
+    return last

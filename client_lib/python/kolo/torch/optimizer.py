@@ -17,13 +17,40 @@ from contextlib import contextmanager
 import torch
 
 from .. import basics as _basics
-from ..errors import KoloNotImplementedError
 from . import mpi_ops
+from .adasum_optimizer import _DistributedAdasumOptimizer
 from .compression import Compression
 from .mpi_ops import Adasum, Average, synchronize
 from .process_sets import global_process_set
 from .process_sets import resolve as _resolve_set
 from .shared import SharedBuffer, align_up
+
+
+def _parameter_names(param_groups, named_parameters):
+    """id(parameter) -> its name, checked as Horovod checks it (unique names,
+    every parameter of the optimizer named); unnamed parameters get
+    noname.<group>.<index>."""
+    all_params = [p for g in param_groups for p in g["params"]]
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        named_parameters = [("noname.%d.%d" % (i, j), v)
+                            for i, g in enumerate(param_groups)
+                            for j, v in enumerate(g["params"])]
+    if any(not isinstance(p, tuple) or len(p) != 2 for p in named_parameters):
+        raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
+                         "usually model.named_parameters()")
+    names = [k for k, _ in named_parameters]
+    dups = sorted({k for k in names if names.count(k) > 1})
+    if dups:
+        raise ValueError("parameter names in named_parameters must be unique; duplicates: %s"
+                         % ", ".join(dups))
+    named_ids = {id(v) for _, v in named_parameters}
+    unnamed = [id(p) for p in all_params if id(p) not in named_ids]
+    if unnamed:
+        raise ValueError("named_parameters was given but %d parameter(s) of the optimizer are "
+                         "not in it (python ids %s)" % (len(unnamed), unnamed[:5]))
+    return {id(v): k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -49,27 +76,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.backward_passes_per_step = backward_passes_per_step
 
         all_params = [p for g in self.param_groups for p in g["params"]]
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [("noname.%d.%d" % (i, j), v)
-                                for i, g in enumerate(self.param_groups)
-                                for j, v in enumerate(g["params"])]
-        if any(not isinstance(p, tuple) or len(p) != 2 for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
-                             "usually model.named_parameters()")
-        names = [k for k, _ in named_parameters]
-        dups = sorted({k for k in names if names.count(k) > 1})
-        if dups:
-            raise ValueError("parameter names in named_parameters must be unique; duplicates: %s"
-                             % ", ".join(dups))
-        named_ids = {id(v) for _, v in named_parameters}
-        unnamed = [id(p) for p in all_params if id(p) not in named_ids]
-        if unnamed:
-            raise ValueError("named_parameters was given but %d parameter(s) of the optimizer are "
-                             "not in it (python ids %s)" % (len(unnamed), unnamed[:5]))
-        self._parameter_names = {id(v): k for k, v in sorted(named_parameters,
-                                                             key=lambda kv: kv[0])}
+        self._parameter_names = _parameter_names(self.param_groups, named_parameters)
 
         self._requires_update = [p for p in all_params if p.requires_grad]
         self._allreduce_delay = {p: backward_passes_per_step for p in self._requires_update}
@@ -361,7 +368,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     named_parameters: model.named_parameters(), naming each allreduce.
     compression: Compression.none or Compression.fp16.
     backward_passes_per_step: local accumulation passes before a reduction.
-    op: Average (default), Sum, Min, Max or Product.
+    op: Average (default), Sum, Min, Max, Product, or Adasum (Horovod's
+        delta optimizer: each rank's step on a parameter, combined with
+        Adasum; global process set only; see adasum_optimizer.py).
     gradient_predivide_factor: with Average, divide by this before the sum
         and multiply after it.
     groups / num_groups: an int (that many groups of parameters, in order) or
@@ -376,8 +385,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     members = getattr(process_set, "ranks", None)
     if members is None or _basics.rank() in members:  # (outside the set: nothing to check)
         _resolve_set(process_set, "DistributedOptimizer")  # ValueError: not registered
-    if op == Adasum:
-        raise KoloNotImplementedError("Adasum", "use op=Average")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor is only supported with op=Average")
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
@@ -395,6 +402,20 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         if not ok:
             raise ValueError("groups should be a non-negative int or a list of lists of "
                              "torch.Tensor")
+    if op == Adasum and _basics.size() > 1:
+        if process_set is not global_process_set:
+            raise NotImplementedError("Adasum does not support non-global process sets yet.")
+        if sparse_as_dense or groups or gradient_as_bucket_view:
+            raise ValueError("DistributedOptimizer(op=Adasum) combines each parameter's step "
+                             "on its own: groups, sparse_as_dense and gradient_as_bucket_view "
+                             "do not apply")
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+                   dict(_DistributedAdasumOptimizer.__dict__))
+        dist = cls(optimizer.param_groups,
+                   _parameter_names(optimizer.param_groups, named_parameters), compression,
+                   backward_passes_per_step)
+        dist.state = optimizer.state
+        return dist
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     dist = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,

@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "agent/agent.h"
 #include "agent/core/shm_meta.h"
+#include "agent/ipc/client_conn.h"
+#include "agent/ops/op.h"
+#include "agent/timeline/timeline.h"
 #include "common/log.h"
 #include "common/staging_pool.h"
 
@@ -17,12 +19,29 @@ namespace kolo {
 
 namespace {
 
+class AllgatherOp final : public CollectiveOp {
+ public:
+  CollectiveType type() const override { return CollectiveType::kAllgather; }
+  Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
+                        std::vector<int64_t>* meta) const override;
+  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+};
+
+}  // namespace
+
+const CollectiveOp& allgatherOp() {
+  static const AllgatherOp op;
+  return op;
+}
+
+namespace {
+
 auto gatherLog() { return log::get("agent.ops"); }
 
 }  // namespace
 
-Status Agent::validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc& d,
-                                      std::vector<int64_t>* meta) {
+Status AllgatherOp::validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
+                                   std::vector<int64_t>* meta) const {
   const int world = job.worldSize();
   // c.validate() put the output region inside the arena: the sizes are read
   // from it once, here, and only this copy is used from now on.
@@ -32,22 +51,9 @@ Status Agent::validateAllgatherOnLoop(Job& job, ClientConn& c, const SubmitDesc&
   return checkAllgatherSizes(d, world, job.globalRank(c.local_rank), *meta);
 }
 
-void Agent::copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) {
-  auto left = std::make_shared<size_t>(copies.size());
-  if (copies.empty()) {
-    done();
-    return;
-  }
-  auto shared_done = std::make_shared<std::function<void()>>(std::move(done));
-  for (LocalReduce& c : copies) {
-    // Callbacks run on the loop thread: a plain counter suffices.
-    executor_.reduceOnLoop(std::move(c), [left, shared_done] {
-      if (--*left == 0) (*shared_done)();
-    });
-  }
-}
-
-void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles) {
+void AllgatherOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+                            std::vector<uint64_t> handles) const {
+  OpHost* h = &host;
   const SubmitDesc& d0 = op.descs[0];
   const int world = job.worldSize();
   const int k = job.localSize();
@@ -67,7 +73,7 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
     }
     ClientConn* c = job.client(i);
     if (c == nullptr) {
-      finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
+      rankLeft(host, job, handles);
       return;
     }
     if (lead < 0) lead = i;
@@ -119,7 +125,8 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
   }
   if (!op.error.isOk() && job.world().cross_size == 1) {
     gatherLog()->warn("job {}: {}", job.id(), op.error.message());
-    finishOnLoop(job.id(), handles, 0, op.error, static_cast<DataType>(d0.dtype), {}, CollectiveType::kAllgather);
+    h->finishOpOnLoop(job.id(), handles, 0, op.error, static_cast<DataType>(d0.dtype), {},
+                      CollectiveType::kAllgather);
     return;
   }
   const uint64_t total = offsets[world];
@@ -148,17 +155,18 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
       }
       copies.push_back(piece(ins[i], std::move(dsts), bytes));
     }
-    ++job.executing;
-    timeline_->opStart(op.name, CollectiveType::kAllgather);
-    timeline_->activityStart(op.name, "MEMCPY_ALLGATHER");
-    copyAllOnLoop(std::move(copies), [this, job_id, handles = std::move(handles), total, name = op.name, dtype,
-                                      started = op.first_arrival] {
-      timeline_->activityEnd(name);
-      timeline_->opEnd(name, dtype, {});
-      auto it = jobs_.find(job_id);
-      if (it != jobs_.end()) --it->second->executing;
-      finishOnLoop(job_id, handles, total, okStatus(), dtype, started, CollectiveType::kAllgather);
-    });
+    InFlight in_flight = job.beginExecuting();
+    h->opTimeline().opStart(op.name, CollectiveType::kAllgather);
+    h->opTimeline().activityStart(op.name, "MEMCPY_ALLGATHER");
+    h->copyOpAllOnLoop(std::move(copies),
+                       [h, in_flight, job_id, handles = std::move(handles), total, name = op.name,
+                        dtype, started = op.first_arrival]() mutable {
+                         h->opTimeline().activityEnd(name);
+                         h->opTimeline().opEnd(name, dtype, {});
+                         in_flight.end();
+                         h->finishOpOnLoop(job_id, handles, total, okStatus(), dtype, started,
+                                           CollectiveType::kAllgather);
+                       });
     return;
   }
 
@@ -198,16 +206,17 @@ void Agent::executeAllgatherOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> h
   if (w.count > 0) {
     for (int i = 0; i < k; ++i) {
       uint64_t bytes = offsets[base + i + 1] - offsets[base + i];
-      if (bytes > 0 && !absent(i)) copies.push_back(piece(ins[i], {p.staging.get() + offsets[base + i]}, bytes));
+      if (bytes > 0 && !absent(i))
+        copies.push_back(piece(ins[i], {p.staging.get() + offsets[base + i]}, bytes));
     }
   }
   uint64_t gen = job.cross_generation;
+  p.in_flight = job.beginExecuting();
   job.cross_pending.insert_or_assign(op.name, std::move(p));
-  ++job.executing;
-  timeline_->opStart(op.name, CollectiveType::kAllgather);
-  timeline_->activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
-  copyAllOnLoop(std::move(copies), [this, job_id, gen, w = std::move(w)]() mutable {
-    handToNegotiationOnLoop(job_id, gen, std::move(w));
+  h->opTimeline().opStart(op.name, CollectiveType::kAllgather);
+  h->opTimeline().activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
+  h->copyOpAllOnLoop(std::move(copies), [h, job_id, gen, w = std::move(w)]() mutable {
+    h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));
   });
 }
 

@@ -9,14 +9,36 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "agent/agent.h"
 #include "agent/core/shm_meta.h"
+#include "agent/ipc/client_conn.h"
+#include "agent/ops/op.h"
+#include "agent/timeline/timeline.h"
 #include "common/staging_pool.h"
 
 namespace kolo {
 
-Status Agent::validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& d,
-                                     std::vector<int64_t>* meta) {
+namespace {
+
+class AlltoallOp final : public CollectiveOp {
+ public:
+  CollectiveType type() const override { return CollectiveType::kAlltoall; }
+  Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
+                        std::vector<int64_t>* meta) const override;
+  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+  void finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
+                         std::shared_ptr<Job::CrossPending> p,
+                         const CrossResult& result) const override;
+};
+
+}  // namespace
+
+const CollectiveOp& alltoallOp() {
+  static const AlltoallOp op;
+  return op;
+}
+
+Status AlltoallOp::validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
+                                  std::vector<int64_t>* meta) const {
   const int n = job.worldSize();
   // c.validate() put the output region inside the arena: the matrix is read
   // from it once, here, and only this copy is used from now on.
@@ -26,7 +48,9 @@ Status Agent::validateAlltoallOnLoop(Job& job, ClientConn& c, const SubmitDesc& 
   return checkAlltoallSplits(d, n, job.globalRank(c.local_rank), *meta);
 }
 
-void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> handles) {
+void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+                           std::vector<uint64_t> handles) const {
+  OpHost* h = &host;
   const SubmitDesc& d0 = op.descs[0];
   const int n = job.worldSize();
   const int k = job.localSize();
@@ -38,7 +62,7 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
   for (int i = 0; i < k; ++i) {
     ClientConn* c = job.client(i);
     if (c == nullptr) {
-      finishOnLoop(job.id(), handles, 0, job.failure().isOk() ? aborted("a rank left") : job.failure());
+      rankLeft(host, job, handles);
       return;
     }
     ins.push_back(c->slot(op.descs[i].data_offset));
@@ -66,7 +90,7 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
     if (!op.error.isOk()) std::fill(m.begin(), m.end(), 0);
   }
   if (!op.error.isOk() && job.world().cross_size == 1) {
-    finishOnLoop(job.id(), handles, 0, op.error, dtype, {}, CollectiveType::kAlltoall);
+    h->finishOpOnLoop(job.id(), handles, 0, op.error, dtype, {}, CollectiveType::kAlltoall);
     return;
   }
   auto M = [&](int s, int d) { return static_cast<uint64_t>(m[static_cast<size_t>(s) * n + d]); };
@@ -102,24 +126,27 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
     for (const AlltoallCopy& x : alltoallLocalCopies(m, n, base, k, row)) {
       copies.push_back(copy(ins[x.src_local] + x.src_off, outs[x.dst_local] + x.dst_off, x.bytes));
     }
-    ++job.executing;
-    timeline_->opStart(op.name, CollectiveType::kAlltoall);
-    timeline_->activityStart(op.name, "MEMCPY_ALLTOALL");
-    copyAllOnLoop(std::move(copies), [this, job_id, handles = std::move(handles), my_bytes, name = op.name, dtype,
-                                      started = op.first_arrival] {
-      timeline_->activityEnd(name);
-      timeline_->opEnd(name, dtype, {});
-      auto it = jobs_.find(job_id);
-      if (it != jobs_.end()) --it->second->executing;
-      finishOnLoop(job_id, handles, my_bytes, okStatus(), dtype, started, CollectiveType::kAlltoall);
-    });
+    InFlight in_flight = job.beginExecuting();
+    h->opTimeline().opStart(op.name, CollectiveType::kAlltoall);
+    h->opTimeline().activityStart(op.name, "MEMCPY_ALLTOALL");
+    h->copyOpAllOnLoop(std::move(copies),
+                       [h, in_flight, job_id, handles = std::move(handles), my_bytes,
+                        name = op.name, dtype, started = op.first_arrival]() mutable {
+                         h->opTimeline().activityEnd(name);
+                         h->opTimeline().opEnd(name, dtype, {});
+                         in_flight.end();
+                         h->finishOpOnLoop(job_id, handles, my_bytes, okStatus(), dtype, started,
+                                           CollectiveType::kAlltoall);
+                       });
     return;
   }
 
   // Several agents.
   const JobWorld& jw = job.world();
   const int agents = jw.cross_size;
-  auto ranksOf = [&](int a) { return std::pair<int, int>(jw.rank_offsets[a], jw.rank_offsets[a] + jw.local_sizes[a]); };
+  auto ranksOf = [&](int a) {
+    return std::pair<int, int>(jw.rank_offsets[a], jw.rank_offsets[a] + jw.local_sizes[a]);
+  };
   CrossWork w;
   w.req.name = op.name;
   w.req.params = d0;
@@ -169,7 +196,8 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
     for (int s = base; s < base + k; ++s) {
       for (int d = lo; d < hi; ++d) {
         uint64_t bytes = M(s, d) * row;
-        if (bytes > 0 && op.error.isOk()) copies.push_back(copy(ins[s - base] + srcOff(s, d), p.send_staging.get() + off, bytes));
+        if (bytes > 0 && op.error.isOk())
+          copies.push_back(copy(ins[s - base] + srcOff(s, d), p.send_staging.get() + off, bytes));
         off += bytes;
       }
     }
@@ -191,13 +219,41 @@ void Agent::executeAlltoallOnLoop(Job& job, ReadyOp op, std::vector<uint64_t> ha
   w.count = op.error.isOk() ? all_total : 0;
   if (w.count == 0) p.bytes = 0;
   uint64_t gen = job.cross_generation;
+  p.in_flight = job.beginExecuting();
   job.cross_pending.insert_or_assign(op.name, std::move(p));
-  ++job.executing;
-  timeline_->opStart(op.name, CollectiveType::kAlltoall);
-  timeline_->activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
-  copyAllOnLoop(std::move(copies), [this, job_id, gen, w = std::move(w)]() mutable {
-    handToNegotiationOnLoop(job_id, gen, std::move(w));
+  h->opTimeline().opStart(op.name, CollectiveType::kAlltoall);
+  h->opTimeline().activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
+  h->copyOpAllOnLoop(std::move(copies), [h, job_id, gen, w = std::move(w)]() mutable {
+    h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));
   });
+}
+
+// The received blocks to their places in the local outputs (a rank may
+// receive rows without sending any, so even an op of no bytes here).
+void AlltoallOp::finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
+                                   std::shared_ptr<Job::CrossPending> p, const CrossResult&) const {
+  host.opTimeline().activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
+  std::vector<LocalReduce> copies;
+  for (const auto& c : p->copy_out) {
+    if (c.bytes == 0) continue;
+    LocalReduce r;
+    r.dtype = DataType::kUint8;
+    r.op = ReduceOp::kSum;
+    r.count = c.bytes;
+    r.slots = {p->staging.get() + c.src_off};
+    r.dsts = {static_cast<char*>(p->slots[c.local_rank]) + c.dst_off};
+    r.keepalive = p->keepalive;
+    copies.push_back(std::move(r));
+  }
+  InFlight in_flight = job.beginExecuting();
+  host.copyOpAllOnLoop(std::move(copies),
+                       [h = &host, in_flight, job_id = job.id(), p, name]() mutable {
+                         h->opTimeline().activityEnd(name);
+                         h->opTimeline().opEnd(name, p->report_dtype, {});
+                         in_flight.end();
+                         h->finishOpOnLoop(job_id, p->handles, p->bytes, okStatus(),
+                                           p->report_dtype, p->started, p->collective);
+                       });
 }
 
 }  // namespace kolo

@@ -1,0 +1,92 @@
+// Allreduce (and barrier, a zero-byte allreduce): the k local slots are
+// reduced in place, or into the ranks' output slots out of place, on the
+// local executor; across agents, the cross leg (agent/ops/cross_leg.cc,
+// cross_plan.h) reduces them into staging, or works on the one rank's slot,
+// and the agents' result comes back into every slot (finishCrossOnLoop).
+#include <algorithm>
+#include <cstdlib>
+
+#include "agent/ipc/client_conn.h"
+#include "agent/ops/op.h"
+#include "agent/timeline/timeline.h"
+
+namespace kolo {
+
+namespace {
+
+class AllreduceOp final : public CollectiveOp {
+ public:
+  CollectiveType type() const override { return CollectiveType::kAllreduce; }
+  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+};
+
+}  // namespace
+
+const CollectiveOp& allreduceOp() {
+  static const AllreduceOp op;
+  return op;
+}
+
+void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+                            std::vector<uint64_t> handles) const {
+  const SubmitDesc& d0 = op.descs[0];
+  if (d0.data_bytes == 0 && job.world().cross_size == 1) {
+    host.finishOpOnLoop(job.id(), handles, 0, okStatus(), static_cast<DataType>(d0.dtype), {},
+                        CollectiveType::kAllreduce);
+    return;
+  }
+  LocalReduce r;
+  r.dtype = static_cast<DataType>(d0.dtype);
+  auto rop = static_cast<ReduceOp>(d0.reduce_op);
+  r.op = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
+  r.count = d0.data_bytes / dataTypeSize(r.dtype);
+  r.prescale = d0.prescale;
+  r.postscale = (rop == ReduceOp::kAverage ? d0.postscale / job.world().world_size : d0.postscale);
+  // Out of place with both tensors in the shared arena: the result goes to
+  // the rank's output slot and its input is left as it was.
+  std::vector<void*> outs;
+  bool out_of_place = false;
+  for (size_t i = 0; i < op.descs.size(); ++i) {
+    if (!op.absent.empty() && op.absent[i]) continue;  // joined: contributes zeros
+    ClientConn* c = job.client(static_cast<int>(i));
+    if (c == nullptr) return rankLeft(host, job, handles);
+    const SubmitDesc& d = op.descs[i];
+    r.slots.push_back(c->slot(d.data_offset));
+    r.keepalive.push_back(c->arena());
+    const bool oop = d.out_bytes > 0 && d.out_offset != d.data_offset;
+    outs.push_back(oop ? c->slot(d.out_offset) : r.slots.back());
+    out_of_place |= oop;
+  }
+  if (out_of_place) r.dsts = outs;
+  if (op.anyAbsent() && r.op != ReduceOp::kSum && d0.data_bytes > 0) {
+    // Min, Max, Product: the joined ranks' zeros change the result, so one
+    // zero source stands for them (Sum and Average need none).
+    if (r.dsts.empty()) r.dsts = r.slots;
+    auto zeros =
+        std::shared_ptr<char>(static_cast<char*>(std::calloc(d0.data_bytes + 64, 1)), std::free);
+    r.slots.push_back(zeros.get());
+    r.scratch = zeros;
+  }
+  if (job.world().cross_size > 1) {
+    runCrossLegOnLoop(host, job, std::move(op), std::move(r), std::move(handles));
+    return;
+  }
+  InFlight in_flight = job.beginExecuting();
+  uint64_t bytes = d0.data_bytes;
+  std::string job_id = job.id();
+  host.opTimeline().opStart(op.name, CollectiveType::kAllreduce);
+  host.opTimeline().activityStart(op.name, "LOCAL_REDUCE");
+  std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
+  host.observeNegotiation(std::chrono::duration<double>(op.ready_at - op.first_arrival).count());
+  host.reduceOpOnLoop(std::move(r), [h = &host, in_flight, job_id, handles = std::move(handles),
+                                     bytes, name = op.name, dtype = static_cast<DataType>(d0.dtype),
+                                     shape, started = op.first_arrival]() mutable {
+    h->opTimeline().activityEnd(name);
+    h->opTimeline().opEnd(name, dtype, shape);
+    in_flight.end();
+    h->finishOpOnLoop(job_id, handles, bytes, okStatus(), dtype, started,
+                      CollectiveType::kAllreduce);
+  });
+}
+
+}  // namespace kolo

@@ -1,0 +1,128 @@
+// The cross-agent leg of an allreduce or a broadcast: the op's
+// Job::CrossPending (buffers, InFlight token, the CrossLegPlan decided once
+// here) and its CrossWork; the local step on the executor first unless the
+// op runs in place or is pipelined; then the job's negotiation thread
+// (CrossJob). Agent::onCrossDoneOnLoop and the op type's finishCrossOnLoop
+// take it from there.
+#include "agent/ops/cross_plan.h"
+#include "agent/ops/op.h"
+#include "agent/timeline/timeline.h"
+#include "common/staging_pool.h"
+
+namespace kolo {
+
+void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
+                       std::vector<uint64_t> handles) {
+  const SubmitDesc& d0 = op.descs[0];
+  Job::CrossPending p;
+  p.handles = std::move(handles);
+  // Where the results go (dsts: the output slots of out-of-place ranks, and
+  // the joined ranks' zero source is not written back).
+  p.slots = r.dsts.empty() ? r.slots : r.dsts;
+  p.keepalive = r.keepalive;
+  p.dtype = r.dtype;
+  p.count = r.count;
+  p.bytes = d0.data_bytes;
+  p.postscale = r.postscale;
+  p.started = op.first_arrival;
+  p.collective = static_cast<CollectiveType>(d0.collective);
+  // In place or through a staging buffer, pipelined or not: decided once
+  // (agent/ops/cross_plan.h) and kept on the op for onCrossDoneOnLoop.
+  CrossLegInputs li;
+  li.ok = op.error.isOk();
+  li.collective = p.collective;
+  li.count = r.count;
+  li.bytes = p.bytes;
+  li.sources = r.slots.size();
+  li.outputs = r.dsts.size();
+  li.output_elsewhere = r.slots.size() == 1 && r.dsts.size() == 1 && r.slots[0] != r.dsts[0];
+  li.has_scratch = r.scratch != nullptr;
+  li.has_before_finish = static_cast<bool>(r.before_finish);
+  li.prescale = r.prescale;
+  li.postscale = p.postscale;
+  li.pipeline_bytes = host.crossPipelineBytes();
+  p.leg = planCrossLeg(li);
+  const CrossLegPlan leg = p.leg;
+  if (leg.pipelined && leg.needsStaging()) {
+    p.shared_staging = staging::acquireShared(p.bytes);  // pooled: see common/staging_pool.h
+  } else if (leg.needsStaging()) {
+    p.staging = staging::acquire(p.bytes);
+  }
+  p.report_dtype = static_cast<DataType>(d0.dtype);
+  p.scratch = r.scratch;
+  p.before_finish = r.before_finish;
+
+  CrossWork w;
+  w.req.name = op.name;
+  w.req.params = d0;
+  w.req.params.handle = 0;
+  w.req.params.data_offset = w.req.params.out_offset = 0;
+  w.req.params.flags =
+      0;  // device tensors staged through host look like host ones to the other agents
+  w.req.params.device_event = 0;
+  w.req.first_rank = job.globalRank(0);
+  if (!op.error.isOk()) w.req.error = op.error.message();
+  w.staging = leg.in_place ? p.slots[0] : p.stagingData();
+  if (leg.pipelined) {
+    if (leg.copy_in)
+      w.input = r.slots[0];  // the backend reads the input (no copy) when it goes in chunks
+    if (leg.fills()) {
+      auto in = std::make_shared<LocalReduce>(r);
+      in->dsts = {w.staging};
+      in->postscale = 1.0;  // applied after the agents' reduction
+      // (`in` keeps the sources alive: the arenas, and a joined ranks' zero
+      // source in `scratch`; the lambda keeps the staging buffer.)
+      w.fill = [in, keep = p.shared_staging](size_t b, size_t e) { reduceRange(*in, b, e - b); };
+    }
+    if (leg.drains()) {  // (else the result is where it belongs)
+      auto out = std::make_shared<LocalReduce>();
+      out->dtype = r.dtype;
+      out->op = ReduceOp::kSum;
+      out->count = r.count;
+      out->postscale = p.postscale;
+      out->slots = {w.staging};
+      out->dsts = p.slots;
+      out->keepalive = p.keepalive;
+      out->scratch = p.shared_staging;  // (null when in place)
+      w.drain = [out](size_t b, size_t e) { reduceRange(*out, b, e - b); };
+    }
+  }
+  w.count = op.error.isOk() ? r.count : 0;
+  w.dtype = r.dtype;
+  w.op = r.op;
+  w.collective = static_cast<CollectiveType>(d0.collective);
+  // Broadcast: the agent that hosts the root fills the staging buffer with
+  // the root's slot; the others receive into it.
+  int bcast_root_local = -1;
+  if (w.collective == CollectiveType::kBroadcast) {
+    w.root = job.world().crossRankOf(d0.root);
+    bcast_root_local = d0.root - job.world().rank_offset;
+    if (bcast_root_local < 0 || bcast_root_local >= job.localSize()) bcast_root_local = -1;
+    if (w.count > 0 && w.root < 0) {
+      w.count = 0;
+      w.req.error = "broadcast of tensor '" + op.name + "': root rank " + std::to_string(d0.root) +
+                    " is on no agent of this job";
+    }
+  }
+
+  std::string job_id = job.id();
+  uint64_t gen = job.cross_generation;
+  p.in_flight = job.beginExecuting();
+  job.cross_pending.insert_or_assign(op.name, std::move(p));
+  host.opTimeline().opStart(op.name, w.collective);
+  if (w.count == 0 || !leg.localStepFirst() ||
+      (w.collective == CollectiveType::kBroadcast && bcast_root_local < 0)) {
+    host.opTimeline().activityStart(op.name, "NEGOTIATE_ACROSS_AGENTS");
+    job.cross->submit(std::move(w));
+    return;
+  }
+  if (w.collective == CollectiveType::kBroadcast) r.slots = {r.slots[bcast_root_local]};
+  r.dsts = {w.staging};
+  r.postscale = 1.0;  // applied after the agents' reduction
+  host.opTimeline().activityStart(op.name, "LOCAL_REDUCE");
+  host.reduceOpOnLoop(std::move(r), [h = &host, job_id, gen, w]() mutable {
+    h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));
+  });
+}
+
+}  // namespace kolo

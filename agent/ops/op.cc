@@ -1,0 +1,91 @@
+#include "agent/ops/op.h"
+
+#include "agent/timeline/timeline.h"
+
+namespace kolo {
+
+Status CollectiveOp::validateOnLoop(const Job&, ClientConn&, const SubmitDesc&,
+                                    std::vector<int64_t>*) const {
+  return okStatus();
+}
+
+void CollectiveOp::rankLeft(OpHost& host, Job& job, const std::vector<uint64_t>& handles) {
+  host.finishOpOnLoop(job.id(), handles, 0,
+                      job.failure().isOk() ? aborted("a rank left") : job.failure(),
+                      DataType::kFloat32, {}, CollectiveType::kAllreduce);
+}
+
+void CollectiveOp::finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
+                                     std::shared_ptr<Job::CrossPending> p,
+                                     const CrossResult& result) const {
+  if (finishedInSlotsOnLoop(host, job, name, p, result)) return;
+  host.opTimeline().activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
+  copyBackOnLoop(host, job, name, std::move(p), result);
+}
+
+bool CollectiveOp::finishedInSlotsOnLoop(OpHost& host, Job& job, const std::string& name,
+                                         const std::shared_ptr<Job::CrossPending>& p,
+                                         const CrossResult& result) {
+  if (p->bytes == 0) {
+    host.opTimeline().opEnd(name, p->dtype, {});
+    host.finishOpOnLoop(job.id(), p->handles, 0, okStatus(), p->report_dtype, {}, p->collective);
+    return true;
+  }
+  const bool fused = result.data != nullptr && p->collective == CollectiveType::kAllreduce;
+  if (p->leg.resultInSlots(result.drained, fused)) {
+    host.opTimeline().opEnd(name, p->dtype, {});
+    host.finishOpOnLoop(job.id(), p->handles, p->bytes, okStatus(), p->report_dtype, p->started,
+                        p->collective);
+    return true;
+  }
+  return false;
+}
+
+void CollectiveOp::copyBackOnLoop(OpHost& host, Job& job, const std::string& name,
+                                  std::shared_ptr<Job::CrossPending> p, const CrossResult& result) {
+  const bool fused = result.data != nullptr && p->collective == CollectiveType::kAllreduce;
+  LocalReduce r;
+  r.dtype = p->dtype;
+  r.op = ReduceOp::kSum;
+  r.count = p->count;
+  r.prescale = 1.0;
+  r.postscale = p->postscale;
+  r.slots = {p->leg.in_place ? p->slots[0] : p->stagingData()};
+  r.dsts = p->slots;
+  r.keepalive = p->keepalive;
+  if (fused) {
+    // A fused allreduce: the result is read from the fused buffer itself
+    // (no copy back into the staging buffer first).
+    r.slots = {const_cast<void*>(result.data)};
+    r.scratch = result.keep;
+  }
+  InFlight in_flight = job.beginExecuting();
+  host.reduceOpOnLoop(std::move(r), [h = &host, in_flight, job_id = job.id(), p, name]() mutable {
+    h->opTimeline().activityEnd(name);
+    h->opTimeline().opEnd(name, p->dtype, {});
+    in_flight.end();
+    Status st = p->before_finish ? p->before_finish() : okStatus();
+    h->finishOpOnLoop(job_id, p->handles, p->bytes, st, p->report_dtype, p->started, p->collective);
+  });
+}
+
+const CollectiveOp* collectiveOp(CollectiveType c) {
+  switch (c) {
+    case CollectiveType::kAllreduce:
+      return &allreduceOp();
+    case CollectiveType::kBroadcast:
+      return &broadcastOp();
+    case CollectiveType::kAllgather:
+      return &allgatherOp();
+    case CollectiveType::kReducescatter:
+      return &reducescatterOp();
+    case CollectiveType::kAlltoall:
+      return &alltoallOp();
+    case CollectiveType::kBarrier:
+    case CollectiveType::kJoin:
+      break;
+  }
+  return nullptr;
+}
+
+}  // namespace kolo

@@ -1,0 +1,116 @@
+// Operations as objects: one type per collective (agent/ops/<collective>.cc),
+// looked up in a table by the collective a trainer submitted, instead of
+// branches on the collective through the agent.
+//
+//   validateOnLoop  per rank, at submission, before the tensor table: what
+//                   the rank left in shared memory (a private copy in *meta)
+//   runOnLoop       once the name is node-ready: the local part on the
+//                   executor; across agents, the staging buffer and the
+//                   CrossWork handed to the job's negotiation thread
+//   finishCrossOnLoop  across agents, once the agents' collective succeeded
+//                   (Agent::onCrossDoneOnLoop): the result into the ranks'
+//                   slots, then the completions (OpHost::finishOpOnLoop)
+//
+// The op types hold no state between ops: each op's state is in the
+// ReadyOp, the lambdas it hands to the executor and, across agents, its
+// Job::CrossPending. Device tensors take the device path in
+// Agent::executeOnLoop before any op type sees them (docs/gpu.md), and join
+// has its own path (agent_join.cc). Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/core/job.h"
+#include "agent/core/local_executor.h"
+#include "agent/core/tensor_table.h"
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace kolo {
+
+class ClientConn;
+namespace timeline {
+class Timeline;
+}
+
+// What an op needs from the agent (Agent implements it).
+class OpHost {
+ public:
+  virtual ~OpHost() = default;
+  virtual timeline::Timeline& opTimeline() = 0;
+  // Completes the op on every local rank (`handles` by local rank, 0: a
+  // joined rank), counts it, and removes the job if nothing is left.
+  virtual void finishOpOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
+                              uint64_t bytes, const Status& st, DataType dtype, SteadyTime started,
+                              CollectiveType collective) = 0;
+  // The local executor: one reduction or copy, or several (`done` once all
+  // finished); `done` runs on the loop.
+  virtual void reduceOpOnLoop(LocalReduce r, std::function<void()> done) = 0;
+  virtual void copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) = 0;
+  // Across agents: the hand-over of a prepared CrossWork to the job's
+  // negotiation thread once its local step is done (or its failure, if the
+  // job moved on meanwhile), and the size from which an allreduce is
+  // pipelined (--cross-pipeline-kb).
+  virtual void handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) = 0;
+  virtual uint64_t crossPipelineBytes() const = 0;
+  // How long the op waited for its last local rank (metrics).
+  virtual void observeNegotiation(double seconds) = 0;
+};
+
+class CollectiveOp {
+ public:
+  virtual ~CollectiveOp() = default;
+  virtual CollectiveType type() const = 0;
+  // A rank's submission, after the descriptor was checked against its arena.
+  virtual Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
+                                std::vector<int64_t>* meta) const;
+  // The node-ready op (op.error set: it fails here and, across agents, is
+  // announced to the other agents so that their ranks are released too).
+  virtual void runOnLoop(OpHost& host, Job& job, ReadyOp op,
+                         std::vector<uint64_t> handles) const = 0;
+  // Across agents, once the agents' collective succeeded
+  // (Agent::onCrossDoneOnLoop): the result from the op's staging buffer, or
+  // from the fused buffer (`result`), into the ranks' slots, then the
+  // completions. `p` is the op's state, taken out of Job::cross_pending. The
+  // default copies it (scaled) into every slot: allreduce, broadcast and
+  // allgather.
+  virtual void finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
+                                 std::shared_ptr<Job::CrossPending> p,
+                                 const CrossResult& result) const;
+
+ protected:
+  // Every local rank's handle fails with the job's failure (or "a rank
+  // left") when a rank's connection is gone.
+  static void rankLeft(OpHost& host, Job& job, const std::vector<uint64_t>& handles);
+  // finishCrossOnLoop's first steps: completes the op when nothing is left
+  // to copy (no bytes, or the result already in the slots) and says so.
+  static bool finishedInSlotsOnLoop(OpHost& host, Job& job, const std::string& name,
+                                    const std::shared_ptr<Job::CrossPending>& p,
+                                    const CrossResult& result);
+  // The copy (scaled) of the result into every slot, then the completions.
+  static void copyBackOnLoop(OpHost& host, Job& job, const std::string& name,
+                             std::shared_ptr<Job::CrossPending> p, const CrossResult& result);
+};
+
+// The op type of `c`, or null when the agent does not run it as an op (join,
+// barrier: libkolo sends a barrier as an allreduce).
+const CollectiveOp* collectiveOp(CollectiveType c);
+
+// The cross-agent leg of an allreduce or a broadcast, once its LocalReduce
+// is planned (agent/ops/cross_leg.cc): staging or in place, pipelined or not
+// (agent/ops/cross_plan.h), then the job's negotiation thread.
+void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
+                       std::vector<uint64_t> handles);
+
+// One type per collective (the table's entries).
+const CollectiveOp& allreduceOp();
+const CollectiveOp& broadcastOp();
+const CollectiveOp& allgatherOp();
+const CollectiveOp& reducescatterOp();
+const CollectiveOp& alltoallOp();
+
+}  // namespace kolo

@@ -1,0 +1,220 @@
+// Reducescatter on the agent loop (Sum/Average/Min/Max/Product over the
+// first dimension's row blocks, see reducescatterRows() in ipc_layout.h).
+// Each rank's input is its slot (data_offset), its block of the result goes
+// to its output slot (out_offset). One agent: each local rank's block is
+// reduced across the local inputs straight into its output. Several agents:
+// the local inputs are reduced into a staging buffer, the backend's
+// reducescatter (per-agent element counts) leaves each agent's block in
+// place, and each local rank's block is copied (scaled) into its output.
+#include <cstdlib>
+
+#include "agent/ipc/client_conn.h"
+#include "agent/ops/op.h"
+#include "agent/timeline/timeline.h"
+#include "common/staging_pool.h"
+
+namespace kolo {
+
+namespace {
+
+class ReducescatterOp final : public CollectiveOp {
+ public:
+  CollectiveType type() const override { return CollectiveType::kReducescatter; }
+  Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
+                        std::vector<int64_t>* meta) const override;
+  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+  void finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
+                         std::shared_ptr<Job::CrossPending> p,
+                         const CrossResult& result) const override;
+};
+
+}  // namespace
+
+const CollectiveOp& reducescatterOp() {
+  static const ReducescatterOp op;
+  return op;
+}
+
+namespace {
+
+uint64_t rowElems(const SubmitDesc& d) {
+  uint64_t row = 1;
+  for (int i = 1; i < d.ndim && i < kMaxDims; ++i) row *= static_cast<uint64_t>(d.shape[i]);
+  return row;
+}
+
+}  // namespace
+
+Status ReducescatterOp::validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
+                                       std::vector<int64_t>*) const {
+  std::string name(d.name, std::min<size_t>(d.name_len, kMaxNameBytes));
+  if (d.ndim < 1)
+    return invalidArgument("reducescatter of tensor '" + name +
+                           "': it needs at least one dimension");
+  const int me = job.globalRank(c.local_rank);
+  uint64_t want = static_cast<uint64_t>(reducescatterRows(d.shape[0], job.worldSize(), me)) *
+                  rowElems(d) * dataTypeSize(static_cast<DataType>(d.dtype));
+  if (d.out_bytes != want) {
+    return invalidArgument("reducescatter of tensor '" + name +
+                           "': malformed descriptor: output of " + std::to_string(d.out_bytes) +
+                           " bytes, rank " + std::to_string(me) + "'s block is " +
+                           std::to_string(want));
+  }
+  return okStatus();
+}
+
+void ReducescatterOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+                                std::vector<uint64_t> handles) const {
+  OpHost* h = &host;
+  const SubmitDesc& d0 = op.descs[0];
+  const int world = job.worldSize();
+  const int k = job.localSize();
+  const auto dtype = static_cast<DataType>(d0.dtype);
+  const size_t es = dataTypeSize(dtype);
+  const uint64_t row = rowElems(d0);
+  const int64_t dim0 = d0.ndim >= 1 ? d0.shape[0] : 0;
+  auto rop = static_cast<ReduceOp>(d0.reduce_op);
+  const ReduceOp op_kind = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
+  const double post = (rop == ReduceOp::kAverage ? d0.postscale / world : d0.postscale);
+  std::vector<char*> ins, outs;
+  std::vector<std::shared_ptr<SharedRegion>> keep;
+  for (int i = 0; i < k; ++i) {
+    ClientConn* c = job.client(i);
+    if (c == nullptr) {
+      rankLeft(host, job, handles);
+      return;
+    }
+    ins.push_back(c->slot(op.descs[i].data_offset));
+    outs.push_back(c->slot(op.descs[i].out_offset));
+    keep.push_back(c->arena());
+  }
+  auto blockOf = [&](int global_rank) {
+    return std::pair<size_t, size_t>(reducescatterRowOffset(dim0, world, global_rank) * row,
+                                     reducescatterRows(dim0, world, global_rank) * row);
+  };
+  const int base = job.world().rank_offset;
+  std::string job_id = job.id();
+  const uint64_t count = static_cast<uint64_t>(dim0) * row;
+
+  if (job.world().cross_size == 1) {
+    std::vector<LocalReduce> parts;
+    for (int i = 0; i < k; ++i) {
+      auto [off, n] = blockOf(base + i);
+      if (n == 0) continue;
+      LocalReduce r;
+      r.dtype = dtype;
+      r.op = op_kind;
+      r.count = n;
+      r.prescale = d0.prescale;
+      r.postscale = post;
+      for (int j = 0; j < k; ++j) r.slots.push_back(ins[j] + off * es);
+      r.dsts = {outs[i]};
+      r.keepalive = keep;
+      parts.push_back(std::move(r));
+    }
+    InFlight in_flight = job.beginExecuting();
+    h->opTimeline().opStart(op.name, CollectiveType::kReducescatter);
+    h->opTimeline().activityStart(op.name, "LOCAL_REDUCE");
+    h->copyOpAllOnLoop(std::move(parts),
+                       [h, in_flight, job_id, handles = std::move(handles), bytes = count * es,
+                        name = op.name, dtype, started = op.first_arrival]() mutable {
+                         h->opTimeline().activityEnd(name);
+                         h->opTimeline().opEnd(name, dtype, {});
+                         in_flight.end();
+                         h->finishOpOnLoop(job_id, handles, bytes, okStatus(), dtype, started,
+                                           CollectiveType::kReducescatter);
+                       });
+    return;
+  }
+
+  // Several agents.
+  Job::CrossPending p;
+  p.handles = std::move(handles);
+  p.slots.assign(outs.begin(), outs.end());
+  p.keepalive = keep;
+  p.dtype = dtype;
+  p.count = count;
+  p.bytes = count * es;
+  p.postscale = post;
+  p.started = op.first_arrival;
+  p.collective = CollectiveType::kReducescatter;
+  p.report_dtype = dtype;
+  for (int i = 0; i < k; ++i) p.scatter.push_back(blockOf(base + i));
+  p.staging = staging::acquire(count * es);
+
+  CrossWork w;
+  w.req.name = op.name;
+  w.req.params = d0;
+  w.req.params.handle = 0;
+  w.req.params.data_offset = w.req.params.out_offset = 0;
+  w.req.params.out_bytes = 0;  // differs per rank
+  w.req.first_rank = job.globalRank(0);
+  if (!op.error.isOk()) w.req.error = op.error.message();
+  w.staging = p.staging.get();
+  w.count = op.error.isOk() ? count : 0;
+  w.dtype = dtype;
+  w.op = op_kind;
+  w.collective = CollectiveType::kReducescatter;
+  const JobWorld& jw = job.world();
+  for (int a = 0; a < jw.cross_size; ++a) {
+    size_t n = 0;
+    for (int r = jw.rank_offsets[a]; r < jw.rank_offsets[a] + jw.local_sizes[a]; ++r)
+      n += blockOf(r).second;
+    w.block_counts.push_back(n);
+  }
+  std::vector<LocalReduce> parts;
+  if (w.count > 0) {
+    LocalReduce r;
+    r.dtype = dtype;
+    r.op = op_kind;
+    r.count = count;
+    r.prescale = d0.prescale;
+    r.postscale = 1.0;  // applied after the agents' reduction
+    r.slots.assign(ins.begin(), ins.end());
+    r.dsts = {p.staging.get()};
+    r.keepalive = keep;
+    parts.push_back(std::move(r));
+  }
+  uint64_t gen = job.cross_generation;
+  p.in_flight = job.beginExecuting();
+  job.cross_pending.insert_or_assign(op.name, std::move(p));
+  h->opTimeline().opStart(op.name, CollectiveType::kReducescatter);
+  h->opTimeline().activityStart(op.name, "LOCAL_REDUCE");
+  h->copyOpAllOnLoop(std::move(parts), [h, job_id, gen, w = std::move(w)]() mutable {
+    h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));
+  });
+}
+
+// Each local rank's block of the agents' result, scaled, into its output slot.
+void ReducescatterOp::finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
+                                        std::shared_ptr<Job::CrossPending> p,
+                                        const CrossResult& result) const {
+  if (finishedInSlotsOnLoop(host, job, name, p, result)) return;
+  host.opTimeline().activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
+  if (p->scatter.empty()) return copyBackOnLoop(host, job, name, std::move(p), result);
+  const size_t es = dataTypeSize(p->dtype);
+  std::vector<LocalReduce> copies;
+  for (size_t i = 0; i < p->scatter.size(); ++i) {
+    if (p->scatter[i].second == 0) continue;
+    LocalReduce c;
+    c.dtype = p->dtype;
+    c.op = ReduceOp::kSum;
+    c.count = p->scatter[i].second;
+    c.postscale = p->postscale;
+    c.slots = {p->staging.get() + p->scatter[i].first * es};
+    c.dsts = {p->slots[i]};
+    c.keepalive = p->keepalive;
+    copies.push_back(std::move(c));
+  }
+  InFlight in_flight = job.beginExecuting();
+  host.copyOpAllOnLoop(std::move(copies),
+                       [h = &host, in_flight, job_id = job.id(), p, name]() mutable {
+                         h->opTimeline().activityEnd(name);
+                         h->opTimeline().opEnd(name, p->dtype, {});
+                         in_flight.end();
+                         h->finishOpOnLoop(job_id, p->handles, p->bytes, okStatus(),
+                                           p->report_dtype, p->started, p->collective);
+                       });
+}
+
+}  // namespace kolo

@@ -1,0 +1,359 @@
+// Client: the one submit path. submit() validates the op, claims its name,
+// prepares it (host memory: the slot plan of common/slot_plan.h, a slot of
+// the arena, the copy in; device memory: client_device.cc) and publishes
+// the descriptor. Every public collective (client_collectives.cc) ends here.
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+#include "client.h"
+#include "client_text.h"
+#include "common/half.h"
+#include "common/stream_copy.h"
+
+namespace kolo {
+
+namespace {
+
+using client_text::fmtSeconds;
+using client_text::quoteName;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kDrainerBlockMax{1000};
+
+// The KOLO_ARENA_MB whose data region holds a tensor of `bytes`: the rings
+// and the header come first.
+uint64_t arenaMbFor(uint64_t bytes) {
+  uint64_t overhead = ArenaLayout::compute(0).data_offset;
+  return (bytes + overhead + (1u << 20) - 1) >> 20;
+}
+
+}  // namespace
+
+StatusOr<uint64_t> Client::submit(const OpArgs& args) {
+  OpArgs a = args;
+  const bool device = wantsDevice(a);
+  if (device) a.device = 1;
+  uint64_t bytes = 0;
+  RETURN_IF_ERROR(validate(a, &bytes));
+  const std::string name(a.name);
+  const auto collective = static_cast<CollectiveType>(a.collective);
+  const std::string what =
+      device ? std::string(collectiveName(collective)) + " of device tensor " + quoteName(name)
+             : describeTensor(collective, name);
+  if (device) RETURN_IF_ERROR(deviceAdmits(a, what));
+  RETURN_IF_ERROR(reserveName(collective, name));
+  const auto deadline = Clock::now() + opts_.op_timeout;
+  SubmitDesc d{};
+  Op op;
+  op.name = name;
+  op.collective = collective;
+  op.output = a.output;
+  Status st = device ? prepareDevice(a, bytes, what, deadline, &d, &op)
+                     : prepareHost(a, bytes, what, deadline, &d, &op);
+  d.handle = freshHandle();
+  if (st.isOk()) st = publish(d, op, deadline, what);
+  if (!st.isOk()) {
+    abandon(op);
+    releaseName(name);
+    return st;
+  }
+  return d.handle;
+}
+
+Status Client::validate(const OpArgs& a, uint64_t* bytes) const {
+  if (a.name == nullptr || a.name[0] == '\0') {
+    return invalidArgument(std::string(collectiveName(static_cast<CollectiveType>(a.collective))) +
+                           ": the tensor name is empty; every collective needs a name "
+                           "that is the same on all ranks");
+  }
+  size_t name_len = std::strlen(a.name);
+  std::string_view name(a.name, name_len);
+  if (name_len > kMaxNameBytes) {
+    return invalidArgument(std::string(collectiveName(static_cast<CollectiveType>(a.collective))) +
+                           ": tensor name " + quoteName(name) + " is " + std::to_string(name_len) +
+                           " bytes; the limit is " + std::to_string(kMaxNameBytes));
+  }
+  const std::string tensor = describeTensor(static_cast<CollectiveType>(a.collective), name) + ": ";
+  if (a.collective != static_cast<int>(CollectiveType::kAllreduce) &&
+      a.collective != static_cast<int>(CollectiveType::kBroadcast) &&
+      a.collective != static_cast<int>(CollectiveType::kAllgather) &&
+      a.collective != static_cast<int>(CollectiveType::kReducescatter) &&
+      a.collective != static_cast<int>(CollectiveType::kAlltoall) &&
+      a.collective != static_cast<int>(CollectiveType::kJoin)) {
+    return invalidArgument(tensor + "this collective cannot be submitted this way");
+  }
+  if ((a.collective == static_cast<int>(CollectiveType::kAllgather) ||
+       a.collective == static_cast<int>(CollectiveType::kAlltoall) ||
+       a.collective == static_cast<int>(CollectiveType::kReducescatter)) &&
+      a.ndim < 1) {
+    return invalidArgument(tensor + "ndim is " + std::to_string(a.ndim) +
+                           "; it works along the first dimension, so it needs at least one");
+  }
+  if (a.collective == static_cast<int>(CollectiveType::kBroadcast)) {
+    int size = world().size;
+    if (a.root < 0 || a.root >= size) {
+      return invalidArgument(tensor + "root rank " + std::to_string(a.root) +
+                             " is not a rank of this job (size " + std::to_string(size) + ")");
+    }
+  }
+  if (a.ndim < 0 || a.ndim > kMaxDims) {
+    return invalidArgument(tensor + "ndim is " + std::to_string(a.ndim) +
+                           "; it must be 0 (scalar) to " + std::to_string(kMaxDims));
+  }
+  if (a.ndim > 0 && a.shape == nullptr) return invalidArgument(tensor + "shape is NULL");
+  if (!isValidDataType(a.dtype)) {
+    return invalidArgument(tensor + "unknown dtype " + std::to_string(a.dtype));
+  }
+  if (!isValidReduceOp(a.op)) {
+    return invalidArgument(tensor + "unknown reduce op " + std::to_string(a.op) +
+                           (a.op == 2 ? " (Adasum is not supported)" : ""));
+  }
+  if (!std::isfinite(a.prescale) || !std::isfinite(a.postscale)) {
+    return invalidArgument(tensor + "prescale and postscale must be finite");
+  }
+  uint64_t elems = 1;
+  for (int i = 0; i < a.ndim; ++i) {
+    if (a.shape[i] < 0) {
+      return invalidArgument(tensor + "dimension " + std::to_string(i) + " is " +
+                             std::to_string(a.shape[i]));
+    }
+    if (__builtin_mul_overflow(elems, static_cast<uint64_t>(a.shape[i]), &elems)) {
+      return invalidArgument(tensor + "the shape's element count overflows");
+    }
+  }
+  uint64_t n = 0;
+  if (__builtin_mul_overflow(elems, dataTypeSize(static_cast<DataType>(a.dtype)), &n)) {
+    return invalidArgument(tensor + "the tensor's byte size overflows");
+  }
+  const bool needs_output =
+      a.collective != static_cast<int>(CollectiveType::kReducescatter);  // checked later
+  if (n > 0 && (a.input == nullptr || (needs_output && a.output == nullptr))) {
+    return invalidArgument(tensor + (a.input == nullptr ? "input" : "output") + " is NULL");
+  }
+  const char* in = static_cast<const char*>(a.input);
+  bool in_arena = in >= data_begin_ && in < data_end_;
+  if (!in_arena && n > alloc_->capacity() && a.device != 1 &&
+      !wantsDevice(a)) {  // (device: its own arena)
+    return invalidArgument(tensor + "it is " + std::to_string(n) +
+                           " bytes, larger than this process's whole shared arena (" +
+                           std::to_string(alloc_->capacity()) +
+                           " bytes of data). Raise KOLO_ARENA_MB (now " +
+                           (opts_.arena_bytes == 0 ? std::string("unset: the agent's default")
+                                                   : std::to_string(opts_.arena_bytes >> 20)) +
+                           ") to at least " + std::to_string(arenaMbFor(n)) + ".");
+  }
+  *bytes = n;
+  return okStatus();
+}
+
+StatusOr<uint64_t> Client::allocateSlot(uint64_t bytes, const std::string& what,
+                                        Clock::time_point deadline) {
+  auto start = Clock::now();
+  for (;;) {
+    uint64_t epoch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      RETURN_IF_ERROR(usableLocked());
+      if (auto off = alloc_->allocate(bytes)) {
+        ++unpublished_slots_;
+        return *off;
+      }
+      // Space comes back when an op in flight completes; a slot another
+      // thread has taken but not yet published becomes such an op.
+      bool in_flight =
+          unpublished_slots_ > 0 || std::any_of(ops_.begin(), ops_.end(), [](const auto& kv) {
+            return kv.second.state != OpState::kDone && kv.second.slot.has_value();
+          });
+      if (!in_flight) {
+        uint64_t shared = 0;
+        for (const auto& [off, n] : shared_) shared += ArenaAllocator::roundUp(n);
+        return invalidArgument(
+            what + ": its " + std::to_string(bytes) + " bytes do not fit in the shared arena (" +
+            std::to_string(alloc_->capacity()) + " bytes of data, " + std::to_string(shared) +
+            " held by kolo_alloc_shared buffers) and nothing is in flight to free space. "
+            "Free some shared buffers or raise KOLO_ARENA_MB.");
+      }
+      epoch = space_epoch_;
+    }
+    // The arena is temporarily full: let completions free slots.
+    bool more = progressUntil([&] { return space_epoch_ != epoch || !failed_.isOk(); }, deadline,
+                              kDrainerBlockMax);
+    if (!more) {
+      std::lock_guard<std::mutex> lock(mu_);
+      RETURN_IF_ERROR(usableLocked());
+      if (Clock::now() >= deadline) {
+        return timedOut(what + ": waited " + fmtSeconds(Clock::now() - start) + " s for " +
+                        std::to_string(bytes) + " bytes of the shared arena (" +
+                        std::to_string(alloc_->usedBytes()) + " of " +
+                        std::to_string(alloc_->capacity()) +
+                        " in use) but the collectives in flight did not complete "
+                        "(KOLO_OP_TIMEOUT). Raise KOLO_ARENA_MB or wait on handles sooner.");
+      }
+    }
+  }
+}
+
+Status Client::reserveName(CollectiveType collective, const std::string& name) {
+  std::unique_lock<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(usableLocked());
+  if (names_in_flight_.count(name) != 0) {
+    // Its completion may be waiting in the ring: one non-blocking pass.
+    lock.unlock();
+    progressUntil([&] { return names_in_flight_.count(name) == 0; }, Clock::now(), milliseconds(0));
+    lock.lock();
+    RETURN_IF_ERROR(usableLocked());
+  }
+  if (names_in_flight_.count(name) != 0) {
+    return invalidArgument("Requested to " + std::string(collectiveName(collective)) +
+                           " a tensor with the same name as another tensor that is "
+                           "currently being processed: " +
+                           quoteName(name) +
+                           ". If you want to request another tensor, use a different tensor "
+                           "name.");
+  }
+  names_in_flight_.insert(name);
+  return okStatus();
+}
+
+void Client::releaseName(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  names_in_flight_.erase(name);
+  cv_.notify_all();
+}
+
+Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& what,
+                           Clock::time_point deadline, SubmitDesc* d, Op* op) {
+  SlotRequest r;
+  r.collective = static_cast<CollectiveType>(a.collective);
+  r.name = a.name;
+  r.dtype = static_cast<DataType>(a.dtype);
+  r.op = static_cast<ReduceOp>(a.op);
+  r.ndim = a.ndim;
+  r.shape = a.shape;
+  r.root = a.root;
+  r.prescale = a.prescale;
+  r.postscale = a.postscale;
+  r.bytes = bytes;
+  auto arenaOffset = [&](const void* p) -> std::optional<uint64_t> {
+    const char* c = static_cast<const char*>(p);
+    if (c == nullptr || c < data_begin_ || c >= data_end_) return std::nullopt;
+    return static_cast<uint64_t>(c - arena_.data());
+  };
+  r.input_offset = arenaOffset(a.input);
+  r.output_offset = arenaOffset(a.output);
+  r.has_output = a.output != nullptr;
+  r.out_of_place = a.out_of_place;
+  r.compressed = a.compressed;
+  r.gather_dims = a.gather_dims;
+  r.splits_matrix = a.splits_matrix;
+  r.group_id = a.group_id;
+  r.group_hash = a.group_hash;
+  r.group_size = a.group_size;
+  StatusOr<SlotPlan> planned = internalError("not planned");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    planned = planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size});
+  }
+  RETURN_IF_ERROR(planned.status());
+  const SlotPlan& plan = *planned;
+  uint64_t slot = 0;
+  if (plan.slot_bytes > 0) {
+    ASSIGN_OR_RETURN(slot, allocateSlot(plan.slot_bytes, what, deadline));
+    op->slot = slot;
+  }
+  copyIn(a, plan, slot);
+  *d = describeSubmit(r, plan, slot);
+  op->result = plan.result ? arena_.data() + plan.result->offset(slot) : nullptr;
+  op->shared_input = plan.shared_input ? arena_.data() + plan.input.offset(slot) : nullptr;
+  op->bytes = plan.result_bytes;
+  op->gather = plan.gather;
+  op->gather_dim0 = plan.gather_dim0;
+  if (a.compressed) op->decompress = a.dtype;
+  return okStatus();
+}
+
+void Client::copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot) {
+  if (plan.header.bytes > 0) {
+    std::memcpy(arena_.data() + plan.header.offset(slot), plan.header_src, plan.header.bytes);
+  }
+  char* dst = arena_.data() + plan.input.offset(slot);
+  const uint64_t bytes = plan.input.bytes;
+  switch (plan.copy) {
+    case CopyIn::kNone:
+      break;
+    case CopyIn::kPlain:
+      streamCopy(dst, a.input, bytes);
+      break;
+    case CopyIn::kToFloat16:
+    case CopyIn::kToBFloat16: {
+      const auto* src = static_cast<const float*>(a.input);
+      auto* out = reinterpret_cast<uint16_t*>(dst);
+      const size_t count = bytes / sizeof(uint16_t);
+      if (plan.copy == CopyIn::kToFloat16) {
+        for (size_t i = 0; i < count; ++i) out[i] = floatToHalf(src[i]);
+      } else {
+        for (size_t i = 0; i < count; ++i) out[i] = floatToBf16(src[i]);
+      }
+      break;
+    }
+  }
+}
+
+// The op enters the table and the ring in one critical section, so its
+// completion always finds it. At most maxInFlight() ops are in flight, so
+// neither ring can ever be full: the agent never has to wait for this
+// client to make room for a completion.
+Status Client::publish(SubmitDesc d, Op& op, Clock::time_point deadline, const std::string& what) {
+  // Device descriptors carry no generation and do not take the membership
+  // notice (as before the submit paths were one).
+  const bool device_desc = (d.flags & kSubmitFlagDevice) != 0;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      RETURN_IF_ERROR(usableLocked());
+      if (!device_desc && generation_notice_ != 0) {
+        Status changed(Code::kMembershipChanged,
+                       "the job's membership changed: generation " +
+                           std::to_string(generation_notice_) + " (" + std::to_string(world_.size) +
+                           " ranks, this one rank " + std::to_string(world_.rank) +
+                           ") replaced the one this process used; reset and sync the training "
+                           "state before the next collective (kolo.torch.elastic does it)");
+        generation_notice_ = 0;
+        return changed;
+      }
+      if (in_flight_ < maxInFlight()) {
+        if (!device_desc) d.generation = world_.generation;
+        if (op.slot) --unpublished_slots_;
+        ops_.emplace(d.handle, std::move(op));
+        ++in_flight_;
+        bool pushed = submit_ring_.tryPush(d);  // we are the only producer
+        assert(pushed);
+        (void)pushed;
+        break;
+      }
+    }
+    bool room = progressUntil([&] { return in_flight_ < maxInFlight() || !failed_.isOk(); },
+                              deadline, kDrainerBlockMax);
+    if (!room && Clock::now() >= deadline) {
+      return timedOut(what + ": none of the " + std::to_string(maxInFlight()) +
+                      " collectives this process has in flight completed within " +
+                      fmtSeconds(opts_.op_timeout) + " s (KOLO_OP_TIMEOUT)");
+    }
+  }
+  ringDoorbell();
+  return okStatus();
+}
+
+void Client::abandon(Op& op) {
+  if (op.device) (void)device_->finish(op.staged, nullptr, 0, op.stream, false);
+  if (!op.slot) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  --unpublished_slots_;
+  if (alloc_->free(*op.slot)) ++space_epoch_;
+  op.slot.reset();
+  cv_.notify_all();
+}
+
+}  // namespace kolo
