@@ -8,7 +8,7 @@
 #include <regex>
 
 #include "agent/agent.h"
-#include "agent/cross/coord_kv_store.h"
+#include "agent/coord/coord_kv_store.h"
 #include "agent/ops/cross_plan.h"
 #include "agent/ops/op.h"
 #include "common/log.h"

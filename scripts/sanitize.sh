@@ -40,6 +40,7 @@ cxx=${SAN_CXX:-g++}
 # Targets: the tests' executables and what they start.
 asan_targets=(kolo-agent kolo-coordinator kolo_check
   kolo_unit_tests kolo_agent_tests kolo_client_tests kolo_client_abi_tests kolo_fusion_tests
+  kolo_timeline_tests kolo_stall_tests kolo_autotuner_tests
   kolo_backend_tests kolo_backend_test_peer kolo_coordinator_tests
   kolo_integration_tests kolo_shm_attack_tests kolo_multi_agent_tests kolo_autotune_tests
   kolo_collectives_tests)

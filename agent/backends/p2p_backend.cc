@@ -66,17 +66,28 @@ std::byte* P2pBackend::ScratchArena::get(size_t bytes) {
   return b.first.get();
 }
 
-P2pBackend::P2pBackend(BackendOptions options, const std::string& logger)
+P2pBackend::P2pBackend(BackendOptions options, const std::string& logger, MakeP2pTransport make)
     : opts_(std::move(options)),
       log_(log::get(logger)),
+      transport_(make(*this)),
       wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
-P2pBackend::~P2pBackend() {
-  // The subclass called stop(); this only catches a subclass that did not.
-  if (thread_.joinable()) {
-    log_->critical("a backend was destroyed without stop()");
-    std::abort();
+// The progress thread tears the transport down as it ends; the transport
+// object goes after it (members are destroyed after this body).
+P2pBackend::~P2pBackend() { stop(); }
+
+StatusOr<std::unique_ptr<Backend>> makeP2pBackend(const BackendOptions& options, KvStore& kv,
+                                                  const std::string& logger,
+                                                  MakeP2pTransport make) {
+  RETURN_IF_ERROR(validateBackendOptions(options));
+  auto backend = std::make_unique<P2pBackend>(options, logger, std::move(make));
+  if (options.size > kP2pMaxRanks) {
+    return invalidArgument("the " + std::string(backend->name()) + " backend supports at most " +
+                           std::to_string(kP2pMaxRanks) + " agents, got " +
+                           std::to_string(options.size));
   }
+  RETURN_IF_ERROR(backend->start(kv));
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 void P2pBackend::stop() {
@@ -339,8 +350,8 @@ Status P2pBackend::connect(KvStore& kv) {
   peer_status_.assign(opts_.size, okStatus());
   epoll_fd_.reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_fd_.valid()) return errnoStatus("epoll_create1", errno);
-  RETURN_IF_ERROR(connectTransport(kv, deadline));
-  for (int fd : {transportFd(), wake_fd_.get()}) {
+  RETURN_IF_ERROR(transport_->connectTransport(kv, deadline));
+  for (int fd : {transport_->transportFd(), wake_fd_.get()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -364,7 +375,7 @@ void P2pBackend::runLoop(Until until) {
     peer_check_needed_ = false;
     bool moved = takeIncoming();
     moved |= startNext();
-    while (progressTransport()) moved = true;
+    while (transport_->progressTransport()) moved = true;
     moved |= processEvents();
     if (check_peers) checkPeers();
     moved |= peer_check_needed_;
@@ -388,7 +399,7 @@ void P2pBackend::runLoop(Until until) {
     }
     spin_since_.reset();
     int wait_ms = waitMs();
-    if (!armTransport(wait_ms)) continue;
+    if (!transport_->armTransport(wait_ms)) continue;
     int n = ::epoll_wait(epoll_fd_.get(), evs, 4, wait_ms);
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.fd == wake_fd_.get()) {
@@ -612,7 +623,7 @@ void P2pBackend::failActive(Status st) {
   active_->failed = st;
   active_->drain_deadline = Clock::now() + kDrainGrace;
   if (broken_.isOk()) broken_ = st;
-  closeTransportForcefully();
+  transport_->closeTransportForcefully();
 }
 
 void P2pBackend::abortAll(Status why) {
@@ -620,7 +631,7 @@ void P2pBackend::abortAll(Status why) {
   if (active_ && active_->failed.isOk()) {
     failActive(std::move(why));
   } else {
-    closeTransportForcefully();
+    transport_->closeTransportForcefully();
   }
 }
 
@@ -628,7 +639,8 @@ void P2pBackend::teardown() {
   reducer_.reset();  // joins: no reduction writes after this
   bool force = !broken_.isOk();
   for (const auto& st : peer_status_) force |= !st.isOk();
-  teardownTransport(force, Clock::now() + std::min<Clock::duration>(opts_.timeout, kMaxCloseWait));
+  transport_->teardownTransport(
+      force, Clock::now() + std::min<Clock::duration>(opts_.timeout, kMaxCloseWait));
   requests_.clear();
   completed_.clear();
   // Collectives that raced with the shutdown still get their answer.
@@ -647,7 +659,7 @@ void P2pBackend::teardown() {
 
 P2pRequest* P2pBackend::newRequest(bool is_recv, int peer, uint32_t step, uint32_t chunk, size_t bytes) {
   auto req = std::make_unique<P2pRequest>();
-  req->owner = this;
+  req->transport = transport_.get();
   req->seq = active_->seq;
   req->is_recv = is_recv;
   req->peer = peer;
@@ -668,13 +680,13 @@ bool P2pBackend::badTag(uint32_t step, uint32_t chunk) {
 
 void P2pBackend::send(int peer, uint32_t step, uint32_t chunk, const void* buf, size_t bytes) {
   if (!active_ || badTag(step, chunk)) return;
-  postSend(newRequest(false, peer, step, chunk, bytes), buf, bytes);
+  transport_->postSend(newRequest(false, peer, step, chunk, bytes), buf, bytes);
 }
 
 void P2pBackend::recv(int peer, uint32_t step, uint32_t chunk, void* buf, size_t bytes) {
   if (!active_ || badTag(step, chunk)) return;
   P2pRequest* r = newRequest(true, peer, step, chunk, bytes);
-  postRecv(r, buf, bytes);
+  transport_->postRecv(r, buf, bytes);
   if (r->result == P2pRequest::Result::kPending && peerFailed(peer)) peer_check_needed_ = true;
 }
 

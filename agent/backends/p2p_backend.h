@@ -2,9 +2,11 @@
 // everything the ucx and tcp backends share: argument checks, the queue of
 // collectives (run one at a time in posting order), the progress thread and
 // its loop, reductions (inline or on a helper thread), deadlines, peer
-// failures and shutdown. The algorithms are in collective.h. A transport
-// subclass only moves messages: it connects to the peers, posts sends and
-// receives, drives its I/O when asked and reports completions.
+// failures and shutdown. The algorithms are in collective.h. It owns a
+// P2pTransport (tcp/, ucx/; gloo's transport::Pair, tensorpipe's
+// connection), which only moves messages: it connects to the peers, posts
+// sends and receives, drives its I/O when asked and reports completions to
+// its P2pHost (the backend).
 //
 // Progress thread loop: take new collectives and finished reductions, drive
 // the transport until it has nothing more, hand completions to the running
@@ -43,7 +45,7 @@ class WorkerPool;
 // Ranks, steps and chunks travel in 16 bits (the ring has 2N - 2 steps).
 constexpr int kP2pMaxRanks = 1 << 15;
 
-class P2pBackend;
+class P2pTransport;
 
 // One posted message. The backend owns it; the transport fills the result.
 struct P2pRequest {
@@ -58,47 +60,39 @@ struct P2pRequest {
   size_t received = 0;  // a completed receive: the bytes the peer sent
   std::string error;    // kError: the transport's words ("Connection reset by peer")
   void* handle = nullptr;  // the transport's own, while in flight
-  P2pBackend* owner = nullptr;
+  P2pTransport* transport = nullptr;  // the transport it was posted on
 };
 
-// Checks the options (and the rank limit), makes a `T` (a P2pBackend with
-// a public `start`) and starts it: the factories' common body.
-template <typename T>
-StatusOr<std::unique_ptr<Backend>> makeP2pBackend(const BackendOptions& options, KvStore& kv);
-
-class P2pBackend : public Backend, private coll::CollectiveContext {
+// What a transport may ask of the backend that owns it (progress thread).
+class P2pHost {
  public:
-  using Clock = std::chrono::steady_clock;
-
-  ~P2pBackend() override;
-
-  // --- Backend (thread-safe) -----------------------------------------------
-  int rank() const override { return opts_.rank; }
-  int size() const override { return opts_.size; }
-  void setSmallMessageBytes(size_t bytes) override { small_message_bytes_ = bytes; }
-  void allreduceOutOfPlace(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
-                           Done done) override;
-  void broadcast(void* buf, size_t bytes, int root, Done done) override;
-  void allgatherv(const void* in, size_t in_bytes, void* out, std::vector<size_t> recv_bytes,
-                  Done done) override;
-  void reducescatter(const void* in, void* out, std::vector<size_t> recv_counts, DataType dtype,
-                     ReduceOp op, Done done) override;
-  void alltoallv(const void* in, std::vector<size_t> send_bytes, void* out,
-                 std::vector<size_t> recv_bytes, Done done) override;
-  void barrier(Done done) override;
-  void abort(Status why) override;
+  // The request is done with (sent, received, or failed).
+  virtual void completed(P2pRequest* r) = 0;
+  // A peer went away (the transport saw its connection end).
+  virtual void peerGone(int peer, const std::string& why) = 0;
+  // Bytes of a message moved without the message completing yet: counts as
+  // progress for the running collective's deadline (a large message on a
+  // slow link is not a silent peer).
+  virtual void noteProgress() = 0;
+  virtual bool peerFailed(int peer) const = 0;
+  virtual void forEachRequest(const std::function<void(P2pRequest&)>& fn) = 0;
+  // The job's rank, size, key prefix and timeout (BackendOptions).
+  virtual const BackendOptions& opts() const = 0;
+  virtual const std::shared_ptr<spdlog::logger>& log() const = 0;
 
  protected:
-  P2pBackend(BackendOptions options, const std::string& logger);
+  ~P2pHost() = default;
+};
 
-  // Spawns the progress thread, which connects the transport and runs one
-  // barrier; returns its verdict. For the subclass's factory.
-  Status start(KvStore& kv);
-  // The subclass's destructor must call this first: it stops the progress
-  // thread, which tears the transport down while the subclass still exists.
-  void stop();
+// A transport: moves tagged messages between the ranks, on the owning
+// backend's progress thread only. Each transport has its own options
+// struct, given at construction with the host.
+class P2pTransport {
+ public:
+  using Clock = std::chrono::steady_clock;
+  virtual ~P2pTransport() = default;
+  virtual std::string_view name() const = 0;
 
-  // --- the transport (progress thread) --------------------------------------
   // Publishes this rank's address in `kv`, reads the peers' and connects, by
   // `deadline`: PeerFailure naming a peer that does not show up, Unavailable
   // "not viable: ..." when the transport cannot run here.
@@ -124,22 +118,72 @@ class P2pBackend : public Backend, private coll::CollectiveContext {
   // release everything; no request is completed afterwards.
   virtual void teardownTransport(bool force, Clock::time_point deadline) = 0;
 
-  // --- for the transport (progress thread) ----------------------------------
-  void completed(P2pRequest* r) { completed_.push_back(r); }
-  // A peer went away (the transport saw its connection end).
-  void peerGone(int peer, const std::string& why);
-  // Bytes of a message moved without the message completing yet: counts as
-  // progress for the running collective's deadline (a large message on a
-  // slow link is not a silent peer).
-  void noteProgress();
-  bool peerFailed(int peer) const { return !peer_status_[peer].isOk(); }
-  void forEachRequest(const std::function<void(P2pRequest&)>& fn);
-  const BackendOptions& opts() const { return opts_; }
-  const std::shared_ptr<spdlog::logger>& log() const { return log_; }
-  std::string prefix() const { return opts_.name.empty() ? "" : opts_.name + ": "; }
-  std::string key(int rank) const { return opts_.key_prefix + "/" + std::to_string(rank); }
+ protected:
+  explicit P2pTransport(P2pHost& host) : host_(host) {}
+  void completed(P2pRequest* r) { host_.completed(r); }
+  void peerGone(int peer, const std::string& why) { host_.peerGone(peer, why); }
+  void noteProgress() { host_.noteProgress(); }
+  bool peerFailed(int peer) const { return host_.peerFailed(peer); }
+  void forEachRequest(const std::function<void(P2pRequest&)>& fn) { host_.forEachRequest(fn); }
+  const BackendOptions& opts() const { return host_.opts(); }
+  const std::shared_ptr<spdlog::logger>& log() const { return host_.log(); }
+  std::string prefix() const { return opts().name.empty() ? "" : opts().name + ": "; }
+  std::string key(int rank) const { return opts().key_prefix + "/" + std::to_string(rank); }
 
  private:
+  P2pHost& host_;
+};
+
+using MakeP2pTransport = std::function<std::unique_ptr<P2pTransport>(P2pHost& host)>;
+
+// Checks the options (and the rank limit), makes a P2pBackend over the
+// transport `make` builds and starts it: the factories' common body.
+StatusOr<std::unique_ptr<Backend>> makeP2pBackend(const BackendOptions& options, KvStore& kv,
+                                                  const std::string& logger, MakeP2pTransport make);
+
+class P2pBackend final : public Backend, private coll::CollectiveContext, private P2pHost {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  P2pBackend(BackendOptions options, const std::string& logger, MakeP2pTransport make);
+  // Stops the progress thread, which tears the transport down, then drops it.
+  ~P2pBackend() override;
+
+  // Spawns the progress thread, which connects the transport and runs one
+  // barrier; returns its verdict.
+  Status start(KvStore& kv);
+
+  std::string_view name() const override { return transport_->name(); }
+
+  // --- Backend (thread-safe) -----------------------------------------------
+  int rank() const override { return opts_.rank; }
+  int size() const override { return opts_.size; }
+  void setSmallMessageBytes(size_t bytes) override { small_message_bytes_ = bytes; }
+  void allreduceOutOfPlace(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                           Done done) override;
+  void broadcast(void* buf, size_t bytes, int root, Done done) override;
+  void allgatherv(const void* in, size_t in_bytes, void* out, std::vector<size_t> recv_bytes,
+                  Done done) override;
+  void reducescatter(const void* in, void* out, std::vector<size_t> recv_counts, DataType dtype,
+                     ReduceOp op, Done done) override;
+  void alltoallv(const void* in, std::vector<size_t> send_bytes, void* out,
+                 std::vector<size_t> recv_bytes, Done done) override;
+  void barrier(Done done) override;
+  void abort(Status why) override;
+
+ private:
+  void stop();
+
+  // --- P2pHost (progress thread) -------------------------------------------
+  void completed(P2pRequest* r) override { completed_.push_back(r); }
+  void peerGone(int peer, const std::string& why) override;
+  void noteProgress() override;
+  bool peerFailed(int peer) const override { return !peer_status_[peer].isOk(); }
+  void forEachRequest(const std::function<void(P2pRequest&)>& fn) override;
+  const BackendOptions& opts() const override { return opts_; }
+  const std::shared_ptr<spdlog::logger>& log() const override { return log_; }
+  std::string prefix() const { return opts_.name.empty() ? "" : opts_.name + ": "; }
+
   struct Queued;
   struct Active;
   struct ReduceDone {
@@ -194,6 +238,7 @@ class P2pBackend : public Backend, private coll::CollectiveContext {
   // Read and written only on the posting thread (see Backend::setSmallMessageBytes).
   size_t small_message_bytes_ = opts_.small_message_bytes;
   std::shared_ptr<spdlog::logger> log_;
+  std::unique_ptr<P2pTransport> transport_;
   UniqueFd wake_fd_;
   std::thread thread_;
 
@@ -221,17 +266,5 @@ class P2pBackend : public Backend, private coll::CollectiveContext {
   ScratchArena scratch_;
   std::unique_ptr<WorkerPool> reducer_;
 };
-
-template <typename T>
-StatusOr<std::unique_ptr<Backend>> makeP2pBackend(const BackendOptions& options, KvStore& kv) {
-  RETURN_IF_ERROR(validateBackendOptions(options));
-  auto backend = std::make_unique<T>(options);
-  if (options.size > kP2pMaxRanks) {
-    return invalidArgument("the " + std::string(backend->name()) + " backend supports at most " +
-                           std::to_string(kP2pMaxRanks) + " agents, got " + std::to_string(options.size));
-  }
-  RETURN_IF_ERROR(backend->start(kv));
-  return std::unique_ptr<Backend>(std::move(backend));
-}
 
 }  // namespace kolo

@@ -12,8 +12,8 @@
 #include <cstring>
 
 #include "agent/cross/cross_job.h"
+#include "agent/cross/fusion_buffer.h"
 #include "agent/timeline/timeline.h"
-#include "common/staging_pool.h"
 
 namespace kolo {
 
@@ -65,9 +65,10 @@ void CrossJob::postBlocks(std::vector<CrossWork> works) {
       i = j;
       continue;
     }
+    // The fused buffer: one part per tensor and agent, agent-major.
     struct Batch {
       std::vector<CrossWork> works;
-      std::shared_ptr<char> buf;
+      std::unique_ptr<FusionBuffer> buffer;
       std::vector<size_t> seg_bytes;  // by agent
       std::vector<size_t> seg_off;    // by agent
     };
@@ -81,21 +82,24 @@ void CrossJob::postBlocks(std::vector<CrossWork> works) {
       if (a > 0) b->seg_off[a] = b->seg_off[a - 1] + b->seg_bytes[a - 1];
     }
     const size_t bytes = b->seg_off[agents - 1] + b->seg_bytes[agents - 1];
-    b->buf = staging::acquireShared(std::max<size_t>(bytes, 64));
-    char* buf = b->buf.get();
+    b->buffer = std::make_unique<FusionBuffer>(bytes, 64);
+    for (size_t a = 0; a < agents; ++a) {
+      size_t off = b->seg_off[a];
+      for (CrossWork& w : b->works) {
+        const size_t n = blockBytes(w, a);
+        char* data = n > 0 ? static_cast<char*>(w.staging) + blockOffset(w, a) : nullptr;
+        b->buffer->add({w.req.name, data, off, n, static_cast<int>(a), nullptr});
+        off += n;
+      }
+    }
+    char* buf = b->buffer->data();
     const size_t me = static_cast<size_t>(backend_->rank());
     const bool gather = b->works[0].collective == CollectiveType::kAllgather;
     // Pack: allgather, this agent's block of each tensor; reducescatter,
     // every agent's block of each tensor (all of them get reduced).
-    for (size_t a = 0; a < agents; ++a) {
-      if (gather && a != me) continue;
-      size_t off = b->seg_off[a];
-      for (const CrossWork& w : b->works) {
-        size_t n = blockBytes(w, a);
-        if (n > 0) std::memcpy(buf + off, static_cast<const char*>(w.staging) + blockOffset(w, a), n);
-        off += n;
-      }
-    }
+    b->buffer->packParts([gather, me](const FusionBuffer::Part& p) {
+      return !gather || p.agent == static_cast<int>(me);
+    });
     Timeline* tl = options_.timeline;
     const char* activity = gather ? "CROSS_ALLGATHER" : "CROSS_REDUCESCATTER";
     for (const CrossWork& w : b->works) {
@@ -104,19 +108,13 @@ void CrossJob::postBlocks(std::vector<CrossWork> works) {
                           {{"backend", std::string(backend_->name())}, {"fused", std::to_string(b->works.size())}});
       }
     }
-    auto done = [this, b, tl, me, gather, agents](Status st) {
+    auto done = [this, b, tl, me, gather](Status st) {
       if (st.isOk()) {
         // Unpack: allgather, every agent's blocks; reducescatter, this
         // agent's reduced blocks.
-        for (size_t a = 0; a < agents; ++a) {
-          if (!gather && a != me) continue;
-          size_t off = b->seg_off[a];
-          for (const CrossWork& w : b->works) {
-            size_t n = blockBytes(w, a);
-            if (n > 0) std::memcpy(static_cast<char*>(w.staging) + blockOffset(w, a), b->buf.get() + off, n);
-            off += n;
-          }
-        }
+        b->buffer->unpackParts([gather, me](const FusionBuffer::Part& p) {
+          return gather || p.agent == static_cast<int>(me);
+        });
       }
       for (const CrossWork& w : b->works) {
         if (tl != nullptr) tl->activityEnd(w.req.name);

@@ -6,6 +6,8 @@
 #include <future>
 #include <string_view>
 
+#include "agent/cross/fusion_buffer.h"
+#include "agent/fusion/chunk_planner.h"
 #include "agent/fusion/fusion_planner.h"
 #include "agent/timeline/timeline.h"
 #include "common/log.h"
@@ -17,39 +19,6 @@ namespace kolo {
 namespace {
 auto logger() { return log::get("agent.cross"); }
 }  // namespace
-
-void AgreedParams::encode(bool leader, uint8_t* out) const {
-  if (!leader) {
-    std::memset(out, 0xFF, kWireBytes);
-    return;
-  }
-  auto put = [](uint8_t* p, uint64_t v) {
-    v = std::min<uint64_t>(v, 0xFFFFFFFFu);
-    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-  };
-  put(out, (fusion_threshold_bytes + 1023) >> 10);
-  put(out + 4, small_message_bytes);
-  put(out + 8, (fusion_chunk_bytes + 1023) >> 10);
-  put(out + 12, (fusion_max_tensor_bytes + 1023) >> 10);
-  put(out + 16, inline_bytes);
-  put(out + 20, (pipeline_bytes + 1023) >> 10);
-}
-
-AgreedParams AgreedParams::decode(const uint8_t* in) {
-  auto get = [](const uint8_t* p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-    return v;
-  };
-  AgreedParams a;
-  a.fusion_threshold_bytes = get(in) << 10;
-  a.small_message_bytes = get(in + 4);
-  a.fusion_chunk_bytes = get(in + 8) << 10;
-  a.fusion_max_tensor_bytes = get(in + 12) << 10;
-  a.inline_bytes = get(in + 16);
-  a.pipeline_bytes = get(in + 20) << 10;
-  return a;
-}
 
 CrossJob::CrossJob(std::string label, std::unique_ptr<Backend> backend, CrossJobOptions options,
                    EventLoop& loop, DoneOnLoop on_done)
@@ -240,73 +209,55 @@ void CrossJob::measureForAutotune() {
 }
 
 Status CrossJob::cycle() {
-  // One byte per cache bit, then the leader's parameters for this cycle
-  // (every agent plans fusion and picks algorithms with the same values).
-  std::vector<uint8_t> bits = state_.cacheVector();
-  const size_t nbits = bits.size();
+  // The cache vector, then the leader's parameters for this cycle (every
+  // agent plans fusion and picks algorithms with the same values).
   measureForAutotune();
   AgreedParams proposal = agreed_;
   if (tuner_) {
     proposal.fusion_threshold_bytes = tuner_->params().fusionThresholdBytes();
     proposal.small_message_bytes = tuner_->params().switch_point_bytes;
   }
-  bits.resize(nbits + AgreedParams::kWireBytes);
-  proposal.encode(backend_->rank() == 0, bits.data() + nbits);
   // Small cached allreduces ride along (docs/fusion-and-timeline.md,
   // "Inline allreduces"): the message grows by a payload region laid out
   // from the cache (so alike on every agent) holding this agent's data for
-  // those that are ready here, and is allgathered instead of Min-reduced;
-  // each agent then takes the Min of the bits and reduces the payloads of
-  // the agreed ones itself, in agent order, so one round trip both agrees
-  // and reduces them, with the same bits on every agent. (The parameters
-  // that size the region are the previous cycle's agreed ones.)
+  // those that are ready here, and is allgathered instead of Min-reduced
+  // (CycleMessage); one round trip both agrees and reduces them, with the
+  // same bits on every agent. (The parameters that size the region are the
+  // previous cycle's agreed ones.)
   std::vector<NegotiationState::InlineSlot> slots;
   if (agreed_in_cycle_ && agreed_.inline_bytes > 0) {
     slots = state_.inlineSlots(agreed_.inline_bytes, std::max(kInlineRegionBytes, agreed_.inline_bytes));
   }
   const bool inline_usable = !state_.invertedBits();
-  // The payload region starts 8-byte aligned in the message (messages are
-  // whole multiples of 8 and the buffers are allocated aligned), so every
-  // slot is aligned for its dtype wherever it is read.
-  const size_t head = (bits.size() + 7) / 8 * 8;
+  CycleMessage msg(state_.cacheVector(), proposal, backend_->rank() == 0, std::move(slots));
   const int nagents = backend_->size();
-  std::vector<uint8_t> gathered_msgs;  // every agent's message, agent after agent
-  size_t msg_bytes = bits.size();
-  if (slots.empty()) {
+  if (!msg.gathers()) {
     RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
-      backend_->allreduce(bits.data(), bits.size(), DataType::kUint8, ReduceOp::kMin, std::move(d));
+      backend_->allreduce(msg.data(), msg.size(), DataType::kUint8, ReduceOp::kMin, std::move(d));
     }));
   } else {
-    msg_bytes = (head + slots.back().offset + slots.back().bytes + 7) / 8 * 8;
-    bits.resize(msg_bytes, 0);
-    for (const auto& slot : slots) {
+    for (const auto& slot : msg.slots()) {
       auto it = waiting_.find(slot.name);
       if (it == waiting_.end() || it->second.staging == nullptr) continue;
       fillWhole(it->second);
       const size_t bytes = it->second.count * dataTypeSize(it->second.dtype);
-      if (bytes <= slot.bytes) std::memcpy(bits.data() + head + slot.offset, it->second.staging, bytes);
+      if (bytes <= slot.bytes) std::memcpy(msg.payload(slot), it->second.staging, bytes);
     }
-    gathered_msgs.resize(msg_bytes * nagents);
+    uint8_t* all = msg.gatherBuffer(nagents);
     RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
-      backend_->allgatherv(bits.data(), msg_bytes, gathered_msgs.data(), std::vector<size_t>(nagents, msg_bytes),
+      backend_->allgatherv(msg.data(), msg.size(), all, std::vector<size_t>(nagents, msg.size()),
                            std::move(d));
     }));
-    for (size_t i = 0; i < nbits + AgreedParams::kWireBytes; ++i) {
-      uint8_t m = gathered_msgs[i];
-      for (int a = 1; a < nagents; ++a) m = std::min(m, gathered_msgs[a * msg_bytes + i]);
-      bits[i] = m;
-    }
+    msg.combineGathered();
   }
-  applyAgreed(AgreedParams::decode(bits.data() + nbits));
+  applyAgreed(msg.agreed());
   // A slot's allreduce completes in this cycle if every agent set its bit
   // (or stands in for joined ranks with zeros: its region stays zero).
   std::unordered_map<std::string_view, const NegotiationState::InlineSlot*> inline_now;
   if (inline_usable) {
-    for (const auto& slot : slots) {
-      if (bits[NegotiationState::kHeaderBytes + slot.bit] == 1) inline_now.emplace(slot.name, &slot);
-    }
+    for (const auto* slot : msg.agreedInline()) inline_now.emplace(slot->name, slot);
   }
-  bits.resize(nbits);
+  const std::vector<uint8_t> bits = msg.reducedCacheVector();
   std::vector<std::string> gathered;
   bool gather = bits[0] == 0;
   if (gather) {
@@ -347,7 +298,7 @@ Status CrossJob::cycle() {
     if (!inline_now.empty() && r.error.isOk()) {
       auto sit = inline_now.find(r.name);
       if (sit != inline_now.end()) {
-        completeInline(r.name, *sit->second, gathered_msgs.data() + head, msg_bytes, nagents);
+        completeInline(r.name, *sit->second, msg);
         continue;
       }
     }
@@ -441,8 +392,8 @@ Status CrossJob::cycle() {
   return okStatus();
 }
 
-void CrossJob::completeInline(const std::string& name, const NegotiationState::InlineSlot& slot,
-                              const uint8_t* region0, size_t msg_bytes, int nagents) {
+void CrossJob::completeInline(const std::string& name, const CycleMessage::InlineSlot& slot,
+                              const CycleMessage& msg) {
   auto it = waiting_.find(name);
   if (it == waiting_.end()) return;  // standing in for joined ranks: their zeros are in the region already
   CrossWork w = std::move(it->second);
@@ -462,8 +413,9 @@ void CrossJob::completeInline(const std::string& name, const NegotiationState::I
   }
   if (bytes > 0) {
     // Agent order on every agent: the same bits everywhere.
+    const int nagents = msg.agents();
     std::vector<const void*> srcs(nagents);
-    for (int a = 0; a < nagents; ++a) srcs[a] = region0 + a * msg_bytes + slot.offset;
+    for (int a = 0; a < nagents; ++a) srcs[a] = msg.gatheredPayload(a, slot);
     void* dst = w.staging;
     reduceBlocks(w.dtype, w.op, srcs.data(), nagents, &dst, 1, w.count, 1.0, 1.0);
     allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -610,23 +562,29 @@ void CrossJob::postPipelined(CrossWork w) {
   if (tl != nullptr) {
     tl->activityStart(name, "CROSS_ALLREDUCE", {{"backend", std::string(backend_->name())}, {"pipelined", "1"}});
   }
-  // Chunks of whole 64-byte lines: the agreed fusion chunk, but at least 4
-  // chunks when that leaves each 1 MiB or more (so a 16 MiB tensor overlaps
-  // too), and the whole tensor when chunking is off.
+  // Chunks of whole 64-byte lines (fusion::planChunks): the agreed fusion
+  // chunk, but at least 4 chunks when that leaves each 1 MiB or more (so a
+  // 16 MiB tensor overlaps too), and the whole tensor when chunking is off.
   const size_t es = dataTypeSize(w.dtype);
   const uint64_t bytes = w.count * es;
-  uint64_t chunk = agreed_.fusion_chunk_bytes == 0 ? bytes : agreed_.fusion_chunk_bytes;
-  chunk = std::min(chunk, std::max<uint64_t>(1 << 20, bytes / 4));
-  chunk = std::max<uint64_t>(64, chunk / 64 * 64);
-  const size_t chunk_elems = std::max<size_t>(1, chunk / es);
+  uint64_t limit = agreed_.fusion_chunk_bytes == 0 ? bytes : agreed_.fusion_chunk_bytes;
+  limit = std::max<uint64_t>(64, std::min(limit, std::max<uint64_t>(1 << 20, bytes / 4)));
+  auto chunks = fusion::planChunks(bytes, limit, es);
+  if (!chunks.isOk()) {  // cannot happen: whole elements, and every element size divides 64
+    if (tl != nullptr) tl->activityEnd(name);
+    postDone(name, chunks.status());
+    return;
+  }
   struct State {
     std::mutex mu;
     Status first_error;
     size_t remaining = 0;
   };
   auto state = std::make_shared<State>();
-  std::vector<std::pair<size_t, size_t>> ranges;
-  for (size_t b = 0; b < w.count; b += chunk_elems) ranges.emplace_back(b, std::min(w.count, b + chunk_elems));
+  std::vector<std::pair<size_t, size_t>> ranges;  // in elements
+  for (const fusion::Chunk& c : *chunks) {
+    ranges.emplace_back(c.offset / es, (c.offset + c.bytes) / es);
+  }
   state->remaining = ranges.size();
   auto drain = std::make_shared<std::function<void(size_t, size_t)>>(std::move(w.drain));
   char* base = static_cast<char*>(w.staging);
@@ -697,28 +655,20 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     // agent copies its result straight into the ranks' slots. The backend
     // runs one job's collectives in order, so every tensor is complete when
     // the last chunk is.
-    struct Part {
-      std::string name;
-      void* staging;
-      uint64_t offset, bytes;
-      std::shared_ptr<void> keep;
-    };
+    using Part = FusionBuffer::Part;
     struct Fused {
-      std::vector<Part> parts;
-      std::shared_ptr<char> buf;
-      uint64_t buf_bytes = 0;
+      Fused(uint64_t bytes, uint64_t alloc_bytes) : buffer(bytes, alloc_bytes) {}
+      FusionBuffer buffer;
       std::mutex mu;
       Status first_error;
       size_t next_part = 0;  // parts before it have been completed
     };
-    auto fused = std::make_shared<Fused>();
-    size_t buf_bytes = fusion::alignUp(std::max<uint64_t>(g.buffer_bytes, 64), 64);
+    const uint64_t buf_bytes = fusion::alignUp(std::max<uint64_t>(g.buffer_bytes, 64), 64);
     // One size for every fused buffer (the threshold), like Horovod's
     // persistent fusion buffer: the pool hands the same blocks back every
     // cycle, already faulted in, whatever each group's size.
-    fused->buf = staging::acquireShared(std::max<uint64_t>(buf_bytes, agreed_.fusion_threshold_bytes));
-    fused->buf_bytes = buf_bytes;
-    char* buf = fused->buf.get();
+    auto fused = std::make_shared<Fused>(buf_bytes, agreed_.fusion_threshold_bytes);
+    char* buf = fused->buffer.data();
     if (options_.fusion_fill != nullptr && agreed_.fusion_threshold_bytes > 0) {
       options_.fusion_fill->set(static_cast<double>(g.buffer_bytes) / agreed_.fusion_threshold_bytes);
     }
@@ -728,33 +678,25 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
     for (const fusion::FusedSlot& s : g.slots) {
       CrossWork& w = works[s.index];
       fillWhole(w);
-      fused->parts.push_back({w.req.name, w.staging, s.offset, s.bytes, w.keep});
+      fused->buffer.add({w.req.name, w.staging, s.offset, s.bytes, -1, w.keep});
       if (tl != nullptr) {
         tl->activityStart(w.req.name, "CROSS_ALLREDUCE",
                           {{"backend", std::string(backend_->name())}, {"fused", std::to_string(g.slots.size())}});
       }
     }
     // Chunk bounds: whole 64-byte lines (so whole elements), at most
-    // agreed_.fusion_chunk_bytes each.
-    uint64_t chunk = agreed_.fusion_chunk_bytes == 0 ? buf_bytes
-                                                     : std::max<uint64_t>(64, agreed_.fusion_chunk_bytes / 64 * 64);
+    // agreed_.fusion_chunk_bytes (but 64 or more) each (fusion::planChunks).
+    const uint64_t limit =
+        agreed_.fusion_chunk_bytes == 0 ? 0 : std::max<uint64_t>(64, agreed_.fusion_chunk_bytes);
+    auto planned = fusion::planChunks(buf_bytes, limit, esize);
     std::vector<std::pair<uint64_t, uint64_t>> chunks;  // [begin, end)
-    for (uint64_t b = 0; b < buf_bytes; b += chunk) chunks.emplace_back(b, std::min<uint64_t>(buf_bytes, b + chunk));
-    // Packs the parts' bytes that fall into [b, e), zeroing the alignment
-    // gaps (parts are in offset order).
-    auto pack = [](Fused& f, uint64_t b, uint64_t e) {
-      uint64_t cursor = b;
-      for (const Part& p : f.parts) {
-        uint64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.bytes);
-        if (lo >= hi) continue;
-        if (lo > cursor) std::memset(f.buf.get() + cursor, 0, lo - cursor);
-        std::memcpy(f.buf.get() + lo, static_cast<char*>(p.staging) + (lo - p.offset), hi - lo);
-        cursor = hi;
-      }
-      if (cursor < e) std::memset(f.buf.get() + cursor, 0, e - cursor);
-    };
+    if (planned.isOk()) {  // cannot fail: the buffer is whole 64-byte lines
+      for (const fusion::Chunk& c : *planned) chunks.emplace_back(c.offset, c.offset + c.bytes);
+    } else {
+      chunks.emplace_back(0, buf_bytes);
+    }
     for (auto [b, e] : chunks) {
-      pack(*fused, b, e);
+      fused->buffer.packRange(b, e);  // the parts' bytes in [b, e), alignment gaps zeroed
       const uint64_t bytes = e - b;
       backend_->allreduce(buf + b, bytes / esize, dt, op, [this, fused, tl, b, e, bytes](Status st) {
         if (st.isOk()) allreduced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -766,9 +708,10 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
         {
           std::lock_guard<std::mutex> lk(fused->mu);
           if (!st.isOk() && fused->first_error.isOk()) fused->first_error = st;
-          const bool last = e >= fused->buf_bytes;
-          while (fused->next_part < fused->parts.size()) {
-            const Part& p = fused->parts[fused->next_part];
+          const bool last = e >= fused->buffer.size();
+          const std::vector<Part>& parts = fused->buffer.parts();
+          while (fused->next_part < parts.size()) {
+            const Part& p = parts[fused->next_part];
             if (!last && p.offset + p.bytes > e) break;
             ready.emplace_back(&p, fused->first_error);
             ++fused->next_part;
@@ -777,7 +720,7 @@ void CrossJob::postAllreduces(std::vector<CrossWork> works) {
         for (auto& [part, status] : ready) {
           if (tl != nullptr) tl->activityEnd(part->name);
           CrossResult view;
-          if (status.isOk()) view = {fused->buf.get() + part->offset, fused};
+          if (status.isOk()) view = {fused->buffer.data() + part->offset, fused};
           postDone(part->name, status, std::move(view));
         }
       });

@@ -19,6 +19,7 @@
 
 #include "agent/autotune/autotuner.h"
 #include "agent/backends/backend.h"
+#include "agent/cross/cycle_message.h"
 #include "agent/cross/negotiation_state.h"
 #include "common/event_loop.h"
 #include "common/metrics.h"
@@ -102,25 +103,6 @@ struct CrossJobOptions {
   std::vector<int> rank_offsets, local_sizes;
 };
 
-// The parameters every agent of a job must agree on, carried in each
-// negotiation cycle: the leader's values win (see CrossJob::cycle).
-struct AgreedParams {
-  uint64_t fusion_threshold_bytes = 0;
-  uint64_t small_message_bytes = 0;
-  uint64_t fusion_chunk_bytes = 0;  // 0: a fused buffer is one collective
-  uint64_t fusion_max_tensor_bytes = 0;  // 0: any tensor may be fused
-  uint64_t inline_bytes = 0;             // 0: no allreduce travels inside the cycle's message
-  uint64_t pipeline_bytes = 0;           // 0: no unfused allreduce is posted in chunks
-  static constexpr size_t kWireBytes = 24;
-  // Leader: the values (fusion threshold in KiB, switch point in bytes,
-  // fusion chunk and largest fused tensor in KiB, largest inline
-  // allreduce in bytes, smallest pipelined allreduce in KiB; each 4 bytes
-  // little-endian, saturated). Others:
-  // all 0xFF, so that a bytewise Min yields the leader's bytes.
-  void encode(bool leader, uint8_t* out) const;
-  static AgreedParams decode(const uint8_t* in);
-};
-
 // Where a completed collective's result is, when it is not in the work's
 // own staging buffer: `data` (a fused allreduce's bytes of this tensor, in
 // the fused buffer) stays valid while `keep` is held.
@@ -177,10 +159,10 @@ class CrossJob {
   // allreduce it stood in for before). An empty status or an error.
   StatusOr<CrossWork> zeroContribution(const CrossResponse& r);
   // An inline allreduce agreed in this cycle: reduces every agent's payload
-  // (`region0` is agent 0's payload region, agents `msg_bytes` apart) into
-  // this agent's staging buffer and completes it.
-  void completeInline(const std::string& name, const NegotiationState::InlineSlot& slot, const uint8_t* region0,
-                      size_t msg_bytes, int nagents);
+  // of `slot` in the gathered `msg` into this agent's staging buffer and
+  // completes it.
+  void completeInline(const std::string& name, const CycleMessage::InlineSlot& slot,
+                      const CycleMessage& msg);
 
   std::string label_;
   std::unique_ptr<Backend> backend_;

@@ -74,12 +74,13 @@ bool NegotiationState::sameParams(const SubmitDesc& a, const SubmitDesc& b) {
   return TensorTable::describeMismatch("", a, 0, b, 0).empty();
 }
 
+bool NegotiationState::isHit(const CrossRequest& req) const {
+  return req.error.empty() && cache_.lookup(req.name, req.params) == negotiation::CacheState::kHit;
+}
+
 void NegotiationState::addLocal(const CrossRequest& req) {
   pending_[req.name] = req;
-  auto it = name_bits_.find(req.name);
-  if (req.error.empty() && it != name_bits_.end() && sameParams(bit_params_[it->second], req.params)) {
-    return;  // cache hit
-  }
+  if (isHit(req)) return;
   unannounced_.push_back(req.name);
 }
 
@@ -90,17 +91,14 @@ std::vector<uint8_t> NegotiationState::cacheVector() const {
   v[2] = joined_ ? 1 : 0;
   const bool inv = inverted();
   if (joined_ && joined_cycles_ > 0 && !inv) {  // standing in: ready for every cached name
-    for (size_t b = 0; b < bit_names_.size(); ++b) v[kHeaderBytes + b] = bit_names_[b].empty() ? 0 : 1;
+    for (uint32_t b = 0; b < cache_.numBits(); ++b) v[kHeaderBytes + b] = cache_.peek(b) ? 1 : 0;
     return v;
   }
   if (inv) {
-    for (size_t b = 0; b < bit_names_.size(); ++b) v[kHeaderBytes + b] = 1;
+    for (uint32_t b = 0; b < cache_.numBits(); ++b) v[kHeaderBytes + b] = 1;
   }
   for (const auto& [name, req] : pending_) {
-    auto it = name_bits_.find(name);
-    if (req.error.empty() && it != name_bits_.end() && sameParams(bit_params_[it->second], req.params)) {
-      v[kHeaderBytes + it->second] = inv ? 0 : 1;
-    }
+    if (isHit(req)) v[kHeaderBytes + *cache_.bitOf(name)] = inv ? 0 : 1;
   }
   return v;
 }
@@ -109,19 +107,20 @@ std::vector<NegotiationState::InlineSlot> NegotiationState::inlineSlots(uint64_t
                                                                        uint64_t max_total_bytes) const {
   std::vector<InlineSlot> out;
   size_t end = 0;
-  for (size_t b = 0; b < bit_names_.size(); ++b) {
+  for (uint32_t b = 0; b < cache_.numBits(); ++b) {
+    const negotiation::CacheEntry* e = cache_.peek(b);
     // An allgather's "<name>.__sizes" allreduce never goes inline: an agent
     // standing in for joined ranks keeps its result to size the zero rows
     // of the gather that follows (CrossJob::zeroContribution).
-    if (bit_names_[b].empty() || isAllgatherSizesName(bit_names_[b])) continue;
-    const SubmitDesc& p = bit_params_[b];
+    if (e == nullptr || isAllgatherSizesName(e->name)) continue;
+    const SubmitDesc& p = e->params;
     if (static_cast<CollectiveType>(p.collective) != CollectiveType::kAllreduce || p.group_id != 0 ||
         p.data_bytes == 0 || p.data_bytes > max_tensor_bytes) {
       continue;
     }
     const size_t offset = (end + 7) / 8 * 8;
     if (offset + p.data_bytes > max_total_bytes) break;
-    out.push_back({b, bit_names_[b], offset, static_cast<size_t>(p.data_bytes)});
+    out.push_back({b, e->name, offset, static_cast<size_t>(p.data_bytes)});
     end = offset + p.data_bytes;
   }
   return out;
@@ -180,28 +179,21 @@ std::string NegotiationState::takeAnnouncements() {
 }
 
 void NegotiationState::assignBit(const std::string& name, const SubmitDesc& params) {
-  if (capacity_ == 0 || name_bits_.size() >= capacity_) return;
-  uint32_t bit = 0;
-  while (bit < bit_names_.size() && !bit_names_[bit].empty()) ++bit;
-  if (bit == bit_names_.size()) {
-    bit_names_.emplace_back();
-    bit_params_.emplace_back();
+  std::optional<negotiation::CacheEntry> evicted;
+  cache_.put(name, params, &evicted);
+  if (!evicted) return;
+  // Every agent evicts the same entry at the same point. A copy pending here
+  // that waited on its bit (a hit, so never announced) is announced now and
+  // completes as an uncached name.
+  auto it = pending_.find(evicted->name);
+  if (it != pending_.end() && it->second.error.empty() &&
+      sameParams(evicted->params, it->second.params)) {
+    unannounced_.push_back(evicted->name);
   }
-  bit_names_[bit] = name;
-  bit_params_[bit] = params;
-  name_bits_[name] = bit;
 }
 
 void NegotiationState::eraseBit(const std::string& name) {
-  auto it = name_bits_.find(name);
-  if (it == name_bits_.end()) return;
-  bit_names_[it->second].clear();
-  name_bits_.erase(it);
-  // Trailing free bits shrink the vector (identically on every agent).
-  while (!bit_names_.empty() && bit_names_.back().empty()) {
-    bit_names_.pop_back();
-    bit_params_.pop_back();
-  }
+  if (auto bit = cache_.bitOf(name)) cache_.erase(*bit);
 }
 
 std::vector<CrossResponse> NegotiationState::complete(const std::vector<uint8_t>& reduced,
@@ -211,10 +203,11 @@ std::vector<CrossResponse> NegotiationState::complete(const std::vector<uint8_t>
   const uint8_t hit = inverted() ? 0 : 1;
   if (joined_) ++joined_cycles_;
   all_joined_last_ = reduced.size() > 2 && reduced[2] == 1;
-  for (size_t b = 0; b + kHeaderBytes < reduced.size() && b < bit_names_.size(); ++b) {
-    if (reduced[kHeaderBytes + b] != hit || bit_names_[b].empty()) continue;
-    const std::string name = bit_names_[b];
-    CrossResponse resp{name, okStatus(), bit_params_[b]};
+  for (uint32_t b = 0; b + kHeaderBytes < reduced.size() && b < cache_.numBits(); ++b) {
+    if (reduced[kHeaderBytes + b] != hit || cache_.peek(b) == nullptr) continue;
+    const negotiation::CacheEntry* e = cache_.get(b);  // a common hit: most recently used
+    const std::string name = e->name;
+    CrossResponse resp{name, okStatus(), e->params};
     if (someone_joined) refuseWhileJoined(resp);
     out.push_back(std::move(resp));
     pending_.erase(name);
@@ -224,7 +217,7 @@ std::vector<CrossResponse> NegotiationState::complete(const std::vector<uint8_t>
     auto reqs = decodeRequests((*gathered)[a]);
     if (!reqs.isOk()) continue;  // cannot happen between agents of one build
     for (CrossRequest& req : *reqs) {
-      if (name_bits_.count(req.name)) {
+      if (cache_.bitOf(req.name)) {
         // Someone announced a cached name: its parameters changed somewhere.
         // Every agent drops the bit, and re-announces its own pending copy.
         eraseBit(req.name);

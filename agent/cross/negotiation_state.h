@@ -9,7 +9,9 @@
 // and, when some agent has one, (2) its unannounced requests, allgathered.
 // Responses = common cache bits in ascending order, then names whose
 // requests are now complete, in (agent, announcement) order. Cache bits are
-// assigned in response order, so every agent's cache stays identical.
+// assigned in response order and common hits touch the cache's LRU in bit
+// order, so every agent's cache (negotiation::ResponseCache) stays
+// identical, evictions included.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/negotiation/response_cache.h"
 #include "common/ipc_layout.h"
 #include "common/status.h"
 
@@ -49,7 +52,11 @@ StatusOr<std::vector<CrossRequest>> decodeRequests(const std::string& bytes);
 class NegotiationState {
  public:
   NegotiationState(int rank, int size, size_t cache_capacity)
-      : rank_(rank), size_(size), capacity_(cache_capacity) {}
+      : rank_(rank), size_(size), cache_(cache_capacity, &NegotiationState::sameParams) {}
+
+  // Whether two requests for one name agree on everything every rank must
+  // agree on (TensorTable::describeMismatch finds no difference).
+  static bool sameParams(const SubmitDesc& a, const SubmitDesc& b);
 
   // A node-ready name arrives from the loop.
   void addLocal(const CrossRequest& req);
@@ -82,7 +89,7 @@ class NegotiationState {
 
   // Cycle step 1: the bytes to AND-reduce.
   std::vector<uint8_t> cacheVector() const;
-  size_t cacheVectorSize() const { return kHeaderBytes + bit_names_.size(); }
+  size_t cacheVectorSize() const { return kHeaderBytes + cache_.numBits(); }
   static constexpr size_t kHeaderBytes = 3;
   // Cycle step 2 (only if the reduced byte 0 is 0): what to allgather.
   std::string takeAnnouncements();
@@ -91,7 +98,7 @@ class NegotiationState {
   std::vector<CrossResponse> complete(const std::vector<uint8_t>& reduced,
                                       const std::vector<std::string>* gathered);
 
-  size_t cachedNames() const { return name_bits_.size(); }
+  size_t cachedNames() const { return cache_.size(); }
 
   // The cached allreduces small enough to travel inside a cycle's message
   // (CrossJob::cycle): in ascending cache bit order while they fit
@@ -114,13 +121,14 @@ class NegotiationState {
     std::vector<std::optional<CrossRequest>> by_agent;
     int count = 0;
   };
+  // Caches a completed name; a pending hit on the entry this evicts is
+  // announced again (it no longer has a bit to wait on).
   void assignBit(const std::string& name, const SubmitDesc& params);
   void eraseBit(const std::string& name);
-  static bool sameParams(const SubmitDesc& a, const SubmitDesc& b);
+  bool isHit(const CrossRequest& req) const;
 
   int rank_;
   int size_;
-  size_t capacity_;
   bool joined_ = false;
   int joined_cycles_ = 0;         // cycles completed while joined
   bool all_joined_last_ = false;  // the previous cycle's byte 2: every node had joined
@@ -128,9 +136,7 @@ class NegotiationState {
   std::map<std::string, CrossRequest> pending_;      // node-ready here, not yet responded
   std::vector<std::string> unannounced_;             // uncached, not yet gathered
   std::map<std::string, Remote> remote_;             // uncached requests seen so far
-  std::map<std::string, uint32_t> name_bits_;
-  std::vector<std::string> bit_names_;               // bit -> name ("" = free)
-  std::vector<SubmitDesc> bit_params_;
+  negotiation::ResponseCache cache_;
 };
 
 }  // namespace kolo

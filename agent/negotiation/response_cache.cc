@@ -6,10 +6,10 @@ bool ResponseCache::isCacheable(CollectiveType c) {
   return c != CollectiveType::kBarrier && c != CollectiveType::kJoin;
 }
 
-CacheState ResponseCache::lookup(std::string_view name, const CacheParams& params) const {
+CacheState ResponseCache::lookup(std::string_view name, const SubmitDesc& params) const {
   auto bit = bitOf(name);
   if (!bit) return CacheState::kMiss;
-  return (*by_bit_[*bit])->params == params ? CacheState::kHit : CacheState::kInvalid;
+  return same_((*by_bit_[*bit])->params, params) ? CacheState::kHit : CacheState::kInvalid;
 }
 
 std::optional<uint32_t> ResponseCache::bitOf(std::string_view name) const {
@@ -18,8 +18,11 @@ std::optional<uint32_t> ResponseCache::bitOf(std::string_view name) const {
   return it->second;
 }
 
-std::optional<uint32_t> ResponseCache::put(const std::string& name, const CacheParams& params) {
-  if (!enabled() || !isCacheable(params.collective)) return std::nullopt;
+std::optional<uint32_t> ResponseCache::put(const std::string& name, const SubmitDesc& params,
+                                           std::optional<CacheEntry>* evicted) {
+  if (!enabled() || !isCacheable(static_cast<CollectiveType>(params.collective))) {
+    return std::nullopt;
+  }
   if (auto known = name_to_bit_.find(name); known != name_to_bit_.end()) {
     auto it = *by_bit_[known->second];
     it->params = params;
@@ -37,6 +40,7 @@ std::optional<uint32_t> ResponseCache::put(const std::string& name, const CacheP
     CacheEntry& victim = lru_.back();
     bit = victim.bit;
     name_to_bit_.erase(victim.name);
+    if (evicted != nullptr) *evicted = std::move(victim);
     lru_.pop_back();
   }
   lru_.push_front(CacheEntry{name, params, bit});
@@ -64,6 +68,11 @@ bool ResponseCache::erase(uint32_t bit) {
   lru_.erase(it);
   by_bit_[bit].reset();
   free_bits_.insert(bit);
+  // Trailing free bits shrink the bit space (identically on every agent).
+  while (!by_bit_.empty() && !by_bit_.back()) {
+    free_bits_.erase(static_cast<uint32_t>(by_bit_.size() - 1));
+    by_bit_.pop_back();
+  }
   return true;
 }
 

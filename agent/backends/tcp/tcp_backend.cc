@@ -85,7 +85,7 @@ Key frameKey(uint64_t seq, uint32_t step, uint32_t chunk) {
 std::string errnoText(int err) { return std::strerror(err); }
 
 // Reads or writes exactly n bytes of a non-blocking socket by the deadline.
-Status ioFull(int fd, void* buf, size_t n, bool write, P2pBackend::Clock::time_point deadline,
+Status ioFull(int fd, void* buf, size_t n, bool write, P2pTransport::Clock::time_point deadline,
               const std::string& what) {
   auto* p = static_cast<char*>(buf);
   size_t done = 0;
@@ -99,7 +99,7 @@ Status ioFull(int fd, void* buf, size_t n, bool write, P2pBackend::Clock::time_p
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return peerFailure(what + ": " + errnoText(errno));
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - P2pBackend::Clock::now());
+        deadline - P2pTransport::Clock::now());
     if (left.count() <= 0) return peerFailure(what + ": timed out");
     pollfd pfd{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
     ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
@@ -197,12 +197,18 @@ StatusOr<Published> parsePublished(const std::string& text) {
   return p;
 }
 
-class TcpBackend final : public P2pBackend {
- public:
-  explicit TcpBackend(BackendOptions options) : P2pBackend(std::move(options), "agent.backend.tcp") {}
-  ~TcpBackend() override { stop(); }
+// The tcp transport's own options.
+struct TcpTransportOptions {
+  // Listen on this address (IPv4 or host name) and give peers only it;
+  // empty: every interface, all of its IPv4 addresses given.
+  std::string address;
+};
 
-  using P2pBackend::start;
+class TcpTransport final : public P2pTransport {
+ public:
+  TcpTransport(P2pHost& host, TcpTransportOptions options)
+      : P2pTransport(host), tcp_(std::move(options)) {}
+
   std::string_view name() const override { return "tcp"; }
 
  private:
@@ -262,18 +268,18 @@ class TcpBackend final : public P2pBackend {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     std::vector<std::string> addresses;
-    if (opts().tcp_address.empty()) {
+    if (tcp_.address.empty()) {
       addr.sin_addr.s_addr = htonl(INADDR_ANY);
       addresses = localAddresses();
     } else {
-      ASSIGN_OR_RETURN(addr.sin_addr, resolveIpv4(opts().tcp_address));
+      ASSIGN_OR_RETURN(addr.sin_addr, resolveIpv4(tcp_.address));
       char text[INET_ADDRSTRLEN];
       ::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof text);
       addresses = {text};
     }
     if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
       return unavailable("not viable: cannot listen on " +
-                         (opts().tcp_address.empty() ? std::string("any address") : opts().tcp_address) +
+                         (tcp_.address.empty() ? std::string("any address") : tcp_.address) +
                          ": " + errnoText(errno));
     }
     if (::listen(listener.get(), std::max(n, 16)) != 0) return errnoStatus("listen", errno);
@@ -748,6 +754,7 @@ class TcpBackend final : public P2pBackend {
     epoll_.reset();
   }
 
+  const TcpTransportOptions tcp_;
   UniqueFd epoll_;
   uint64_t nonce_ = 0;
   uint64_t unexpected_late_ = 0;  // stalled frames read aside after kStallMax
@@ -758,7 +765,10 @@ class TcpBackend final : public P2pBackend {
 }  // namespace
 
 StatusOr<std::unique_ptr<Backend>> createTcpBackend(const BackendOptions& options, KvStore& kv) {
-  return makeP2pBackend<TcpBackend>(options, kv);
+  TcpTransportOptions tcp{options.tcp_address};
+  return makeP2pBackend(options, kv, "agent.backend.tcp", [tcp](P2pHost& host) {
+    return std::make_unique<TcpTransport>(host, tcp);
+  });
 }
 
 }  // namespace kolo

@@ -29,19 +29,26 @@ Status notViable(const std::string& what, ucs_status_t s) {
   return unavailable("not viable: " + what + ": " + ucsText(s));
 }
 
-class UcxBackend;
+class UcxTransport;
 
 struct PeerArg {
-  UcxBackend* owner;
+  UcxTransport* owner;
   int rank;
 };
 
-class UcxBackend final : public P2pBackend {
- public:
-  explicit UcxBackend(BackendOptions options) : P2pBackend(std::move(options), "agent.backend.ucx") {}
-  ~UcxBackend() override { stop(); }
+// The ucx transport's own options: UCX over TCP, the size of the segments
+// UCX sends and receives (bytes; 0 keeps UCX's own default). A UCX_TCP_
+// TX/RX_SEG_SIZE variable in the agent's environment wins over these.
+struct UcxTransportOptions {
+  size_t tcp_tx_seg_bytes = 0;
+  size_t tcp_rx_seg_bytes = 0;
+};
 
-  using P2pBackend::start;
+class UcxTransport final : public P2pTransport {
+ public:
+  UcxTransport(P2pHost& host, UcxTransportOptions options)
+      : P2pTransport(host), ucx_(options) {}
+
   std::string_view name() const override { return "ucx"; }
 
  private:
@@ -58,8 +65,9 @@ class UcxBackend final : public P2pBackend {
     const std::string tls_list = tls == nullptr ? "" : tls;
     const bool tcp_possible = tls_list.empty() || tls_list == "all" || tls_list[0] == '^' ||
                               tls_list.find("tcp") != std::string::npos;
-    for (auto [key, bytes] : {std::pair<const char*, size_t>{"TX_SEG_SIZE", opts().ucx_tcp_tx_seg_bytes},
-                              std::pair<const char*, size_t>{"RX_SEG_SIZE", opts().ucx_tcp_rx_seg_bytes}}) {
+    using Seg = std::pair<const char*, size_t>;
+    for (auto [key, bytes] :
+         {Seg{"TX_SEG_SIZE", ucx_.tcp_tx_seg_bytes}, Seg{"RX_SEG_SIZE", ucx_.tcp_rx_seg_bytes}}) {
       if (!tcp_possible || bytes == 0 || std::getenv((std::string("UCX_TCP_") + key).c_str()) != nullptr) continue;
       s = ucp_config_modify(config, key, std::to_string(bytes).c_str());
       if (s != UCS_OK) log()->warn("{}cannot set UCX {}={}: {}", prefix(), key, bytes, ucs_status_string(s));
@@ -109,7 +117,7 @@ class UcxBackend final : public P2pBackend {
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
       ep.address = reinterpret_cast<const ucp_address_t*>(remote->data());
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-      ep.err_handler.cb = &UcxBackend::onEndpointError;
+      ep.err_handler.cb = &UcxTransport::onEndpointError;
       ep.err_handler.arg = peer_args_[p].get();
       s = ucp_ep_create(worker_, &ep, &eps_[p]);
       if (s != UCS_OK) {
@@ -135,7 +143,7 @@ class UcxBackend final : public P2pBackend {
     if (eps_[r->peer] == nullptr) return fail(r, UCS_ERR_NOT_CONNECTED);
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    prm.cb.send = &UcxBackend::onSendDone;
+    prm.cb.send = &UcxTransport::onSendDone;
     prm.user_data = r;
     track(r, ucp_tag_send_nbx(eps_[r->peer], buf, bytes,
                               makeTag(r->seq, opts().rank, r->step, r->chunk), &prm));
@@ -147,7 +155,7 @@ class UcxBackend final : public P2pBackend {
     // the unexpected queue, so always take the callback: it carries the length.
     prm.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    prm.cb.recv = &UcxBackend::onRecvDone;
+    prm.cb.recv = &UcxTransport::onRecvDone;
     prm.user_data = r;
     track(r, ucp_tag_recv_nbx(worker_, buf, bytes, makeTag(r->seq, r->peer, r->step, r->chunk),
                               kFullMask, &prm));
@@ -255,8 +263,9 @@ class UcxBackend final : public P2pBackend {
     pa->owner->peerGone(pa->rank, ucsText(status));
   }
 
-  static UcxBackend* owner(P2pRequest* r) { return static_cast<UcxBackend*>(r->owner); }
+  static UcxTransport* owner(P2pRequest* r) { return static_cast<UcxTransport*>(r->transport); }
 
+  const UcxTransportOptions ucx_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int worker_efd_ = -1;
@@ -267,7 +276,10 @@ class UcxBackend final : public P2pBackend {
 }  // namespace
 
 StatusOr<std::unique_ptr<Backend>> createUcxBackend(const BackendOptions& options, KvStore& kv) {
-  return makeP2pBackend<UcxBackend>(options, kv);
+  UcxTransportOptions ucx{options.ucx_tcp_tx_seg_bytes, options.ucx_tcp_rx_seg_bytes};
+  return makeP2pBackend(options, kv, "agent.backend.ucx", [ucx](P2pHost& host) {
+    return std::make_unique<UcxTransport>(host, ucx);
+  });
 }
 
 }  // namespace kolo

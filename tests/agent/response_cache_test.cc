@@ -1,22 +1,35 @@
+// The response cache behind NegotiationState (agent/negotiation/), with
+// the live parameter rule (NegotiationState::sameParams).
+#include "agent/negotiation/response_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <random>
 
-#include "agent/negotiation/cache_bits.h"
-#include "agent/negotiation/response_cache.h"
+#include "agent/cross/negotiation_state.h"
 
 namespace kolo::negotiation {
 namespace {
 
-CacheParams params(std::vector<int64_t> shape = {4, 4}) {
-  CacheParams p;
-  p.shape = std::move(shape);
+SubmitDesc params(std::vector<int64_t> shape = {4, 4}) {
+  SubmitDesc p{};
+  p.collective = static_cast<uint8_t>(CollectiveType::kAllreduce);
+  p.dtype = static_cast<uint8_t>(DataType::kFloat32);
+  p.reduce_op = static_cast<uint8_t>(ReduceOp::kSum);
+  p.prescale = p.postscale = 1.0;
+  p.root = -1;
+  p.ndim = static_cast<uint8_t>(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) p.shape[i] = shape[i];
   return p;
 }
 
+ResponseCache makeCache(size_t capacity) {
+  return ResponseCache(capacity, &NegotiationState::sameParams);
+}
+
 TEST(ResponseCache, MissHitAndInvalidOnEveryParameter) {
-  ResponseCache cache(8);
+  ResponseCache cache = makeCache(8);
   EXPECT_EQ(cache.lookup("g", params()), CacheState::kMiss);
   auto bit = cache.put("g", params());
   ASSERT_TRUE(bit.has_value());
@@ -24,36 +37,45 @@ TEST(ResponseCache, MissHitAndInvalidOnEveryParameter) {
   EXPECT_EQ(cache.lookup("g", params()), CacheState::kHit);
   EXPECT_EQ(cache.bitOf("g"), bit);
 
-  std::vector<std::function<void(CacheParams&)>> changes = {
-      [](CacheParams& p) { p.dtype = DataType::kFloat16; },
-      [](CacheParams& p) { p.shape = {4, 5}; },
-      [](CacheParams& p) { p.reduce_op = ReduceOp::kAverage; },
-      [](CacheParams& p) { p.prescale = 2; },
-      [](CacheParams& p) { p.postscale = 0.5; },
-      [](CacheParams& p) { p.collective = CollectiveType::kAllgather; },
-      [](CacheParams& p) { p.root = 1; },
-      [](CacheParams& p) { p.device = 0; },
+  std::vector<std::function<void(SubmitDesc&)>> changes = {
+      [](SubmitDesc& p) { p.dtype = static_cast<uint8_t>(DataType::kFloat16); },
+      [](SubmitDesc& p) { p.shape[1] = 5; },
+      [](SubmitDesc& p) { p.reduce_op = static_cast<uint8_t>(ReduceOp::kAverage); },
+      [](SubmitDesc& p) { p.prescale = 2; },
+      [](SubmitDesc& p) { p.postscale = 0.5; },
+      [](SubmitDesc& p) { p.collective = static_cast<uint8_t>(CollectiveType::kBroadcast); },
+      [](SubmitDesc& p) { p.root = 1; },
+      [](SubmitDesc& p) { p.group_id = 3; },
   };
   for (size_t i = 0; i < changes.size(); ++i) {
-    CacheParams p = params();
+    SubmitDesc p = params();
     changes[i](p);
     EXPECT_EQ(cache.lookup("g", p), CacheState::kInvalid) << "change " << i;
   }
+  // What differs between ranks anyway (their arena offsets, handles) is no change.
+  SubmitDesc same = params();
+  same.handle = 99;
+  same.data_offset = 4096;
+  EXPECT_EQ(cache.lookup("g", same), CacheState::kHit);
   // Putting the new params updates the entry in place and keeps its bit.
-  CacheParams p = params({8});
+  SubmitDesc p = params({8});
   EXPECT_EQ(cache.put("g", p), bit);
   EXPECT_EQ(cache.lookup("g", p), CacheState::kHit);
   EXPECT_EQ(cache.size(), 1u);
 }
 
 TEST(ResponseCache, EvictsLeastRecentlyUsedAndReusesItsBit) {
-  ResponseCache cache(3);
+  ResponseCache cache = makeCache(3);
   EXPECT_EQ(cache.put("a", params()), 0u);
   EXPECT_EQ(cache.put("b", params()), 1u);
   EXPECT_EQ(cache.put("c", params()), 2u);
   ASSERT_NE(cache.get(0), nullptr);  // touch "a": "b" is now the oldest
   EXPECT_EQ(cache.get(0)->name, "a");
-  EXPECT_EQ(cache.put("d", params()), 1u);
+  std::optional<CacheEntry> evicted;
+  EXPECT_EQ(cache.put("d", params(), &evicted), 1u);
+  ASSERT_TRUE(evicted.has_value());
+  EXPECT_EQ(evicted->name, "b");
+  EXPECT_EQ(evicted->bit, 1u);
   EXPECT_EQ(cache.lookup("b", params()), CacheState::kMiss);
   EXPECT_EQ(cache.peek(1)->name, "d");
   EXPECT_EQ(cache.numBits(), 3u);
@@ -65,7 +87,7 @@ TEST(ResponseCache, EvictsLeastRecentlyUsedAndReusesItsBit) {
 }
 
 TEST(ResponseCache, EraseFreesTheBitForReuseLowestFirst) {
-  ResponseCache cache(10);
+  ResponseCache cache = makeCache(10);
   for (int i = 0; i < 5; ++i) cache.put("t" + std::to_string(i), params());
   EXPECT_TRUE(cache.erase(3));
   EXPECT_TRUE(cache.erase(1));
@@ -80,8 +102,23 @@ TEST(ResponseCache, EraseFreesTheBitForReuseLowestFirst) {
   EXPECT_EQ(cache.numBits(), 6u);
 }
 
+// The bit space shrinks while its highest bits are free, so every agent
+// sends a shorter vector once the last names are dropped.
+TEST(ResponseCache, ErasingTheHighestBitsShrinksTheBitSpace) {
+  ResponseCache cache = makeCache(10);
+  for (int i = 0; i < 4; ++i) cache.put("t" + std::to_string(i), params());
+  EXPECT_TRUE(cache.erase(1));
+  EXPECT_EQ(cache.numBits(), 4u);
+  EXPECT_TRUE(cache.erase(3));
+  EXPECT_EQ(cache.numBits(), 3u);
+  EXPECT_TRUE(cache.erase(2));
+  EXPECT_EQ(cache.numBits(), 1u);  // bit 1 was free too
+  EXPECT_EQ(cache.put("x", params()), 1u);
+  EXPECT_EQ(cache.numBits(), 2u);
+}
+
 TEST(ResponseCache, CapacityZeroDisables) {
-  ResponseCache cache(0);
+  ResponseCache cache = makeCache(0);
   EXPECT_FALSE(cache.enabled());
   EXPECT_FALSE(cache.put("g", params()).has_value());
   EXPECT_EQ(cache.lookup("g", params()), CacheState::kMiss);
@@ -89,24 +126,24 @@ TEST(ResponseCache, CapacityZeroDisables) {
 }
 
 TEST(ResponseCache, BarrierAndJoinAreNotCached) {
-  ResponseCache cache(4);
-  CacheParams p = params();
-  p.collective = CollectiveType::kBarrier;
+  ResponseCache cache = makeCache(4);
+  SubmitDesc p = params();
+  p.collective = static_cast<uint8_t>(CollectiveType::kBarrier);
   EXPECT_FALSE(cache.put("b", p).has_value());
-  p.collective = CollectiveType::kJoin;
+  p.collective = static_cast<uint8_t>(CollectiveType::kJoin);
   EXPECT_FALSE(cache.put("j", p).has_value());
-  p.collective = CollectiveType::kBroadcast;
+  p.collective = static_cast<uint8_t>(CollectiveType::kBroadcast);
   p.root = 2;
   EXPECT_TRUE(cache.put("bc", p).has_value());
 }
 
 // Two agents that perform the same sequence agree on every bit at every step.
 TEST(ResponseCache, SameSequenceGivesSameBits) {
-  ResponseCache a(16), b(16);
+  ResponseCache a = makeCache(16), b = makeCache(16);
   std::mt19937_64 rng(1234);
   for (int step = 0; step < 5000; ++step) {
     std::string name = "t" + std::to_string(rng() % 40);
-    CacheParams p = params({static_cast<int64_t>(rng() % 3)});
+    SubmitDesc p = params({static_cast<int64_t>(rng() % 3)});
     switch (rng() % 5) {
       case 0:
       case 1: {
@@ -147,84 +184,6 @@ TEST(ResponseCache, SameSequenceGivesSameBits) {
         ASSERT_EQ(a.bitOf(ea->name), bit);
       }
     }
-  }
-}
-
-TEST(CacheBits, SetTestAndOr) {
-  CacheBits v;
-  setBit(v, 0);
-  setBit(v, 64);
-  setBit(v, 130);
-  EXPECT_EQ(v.size(), 3u);
-  EXPECT_TRUE(testBit(v, 64));
-  EXPECT_FALSE(testBit(v, 65));
-  EXPECT_FALSE(testBit(v, 1000));
-  EXPECT_EQ(setBits(v), (std::vector<uint32_t>{0, 64, 130}));
-  CacheBits w;
-  setBit(w, 64);
-  setBit(w, 5);
-  CacheBits a = v;
-  andInto(a, w);
-  EXPECT_EQ(setBits(a), (std::vector<uint32_t>{64}));
-  CacheBits o = w;
-  orInto(o, v);
-  EXPECT_EQ(setBits(o), (std::vector<uint32_t>{0, 5, 64, 130}));
-  clearBit(o, 64);
-  EXPECT_FALSE(testBit(o, 64));
-  EXPECT_EQ(wordsFor(0), 0u);
-  EXPECT_EQ(wordsFor(64), 1u);
-  EXPECT_EQ(wordsFor(65), 2u);
-}
-
-// Three agents run one cycle of the agreement, the allreduces done by hand.
-TEST(CacheSync, StatusBitsActAsOrAndHitsAsAnd) {
-  const uint32_t nbits = 100;
-  std::vector<CacheSync> agents(3);
-  for (auto& a : agents) {
-    a.addHit(1);
-    a.addHit(70);
-  }
-  agents[0].addHit(5);
-  agents[2].addHit(99);
-  agents[1].setUncachedInQueue();
-
-  CacheBits reduced = agents[0].encodeAnd(nbits);
-  EXPECT_EQ(reduced.size(), wordsFor(kNumStatusBits + nbits));
-  for (size_t i = 1; i < agents.size(); ++i) andInto(reduced, agents[i].encodeAnd(nbits));
-  for (auto& a : agents) {
-    a.decodeAnd(reduced);
-    EXPECT_FALSE(a.shutdown());
-    EXPECT_TRUE(a.uncachedInQueue());
-    EXPECT_FALSE(a.invalidInQueue());
-    EXPECT_FALSE(a.needsInvalidRound());
-    EXPECT_EQ(a.hits(), (std::set<uint32_t>{1, 70}));
-  }
-}
-
-TEST(CacheSync, ShutdownAndInvalidRound) {
-  const uint32_t nbits = 10;
-  std::vector<CacheSync> agents(2);
-  agents[0].addHit(2);
-  agents[0].addHit(4);
-  agents[1].addHit(2);
-  agents[1].addHit(4);
-  agents[1].addInvalid(4);
-  agents[0].setShutdown();
-
-  CacheBits reduced = agents[0].encodeAnd(nbits);
-  andInto(reduced, agents[1].encodeAnd(nbits));
-  for (auto& a : agents) a.decodeAnd(reduced);
-  CacheBits inv = agents[0].encodeInvalidOr(nbits);
-  for (auto& a : agents) {
-    EXPECT_TRUE(a.shutdown());
-    EXPECT_TRUE(a.needsInvalidRound());
-  }
-  orInto(inv, agents[1].encodeInvalidOr(nbits));
-  EXPECT_EQ(inv.size(), wordsFor(nbits));
-  for (auto& a : agents) {
-    a.decodeInvalidOr(inv);
-    EXPECT_EQ(a.invalid(), (std::set<uint32_t>{4}));
-    EXPECT_EQ(a.hits(), (std::set<uint32_t>{2}));  // the erased entry is no longer a hit
   }
 }
 
