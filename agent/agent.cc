@@ -22,6 +22,7 @@
 #include "agent/ipc/limits.h"
 #include "agent/rpc/status_service.h"
 #include "common/log.h"
+#include "common/job_settings.h"
 #include "common/sd_notify.h"
 #include "common/unix_socket.h"
 
@@ -556,6 +557,12 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
     return refuseOnLoop(c, invalidArgument("world size " + std::to_string(h.world_size()) +
                                           " is smaller than local size " + std::to_string(h.local_size())));
   }
+  if (h.job_settings_size() > 64) {
+    return refuseOnLoop(c, invalidArgument("a Hello with " + std::to_string(h.job_settings_size()) +
+                                          " job settings (at most 64)"));
+  }
+  auto settings = parseJobSettings({h.job_settings().begin(), h.job_settings().end()});
+  if (!settings.isOk()) return refuseOnLoop(c, settings.status().withContext("job " + h.job_id()));
   Job* job = nullptr;
   bool created = false;
   if (auto it = jobs_.find(h.job_id()); it != jobs_.end()) {
@@ -566,6 +573,13 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
           "job " + h.job_id() + " has local size " + std::to_string(job->localSize()) + " and world size " +
           std::to_string(job->worldSize()) + " on this agent, but this trainer says " +
           std::to_string(h.local_size()) + " and " + std::to_string(h.world_size())));
+    }
+    if (job->settings != *settings) {
+      return refuseOnLoop(c, invalidArgument(
+          "job " + h.job_id() + " runs with per-job settings (" + job->settings.describe() +
+          ") from its first trainer on this agent, but this trainer's environment gives (" +
+          settings->describe() +
+          "): every rank of a job must set the same KOLO_*/HOROVOD_* tuning variables"));
     }
     if (job->state() == JobState::kFailed || job->state() == JobState::kEnding) {
       return refuseOnLoop(c, Status(job->failure().code(), "job " + h.job_id() + " can no longer be joined: " +
@@ -585,6 +599,11 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
     }
     auto j = std::make_unique<Job>(h.job_id(), h.token(), h.world_size(), h.local_size());
     j->elastic = ElasticParams{h.min_size(), h.max_size(), h.elastic_timeout_ms()};
+    j->settings = *settings;
+    if (!settings->empty()) {
+      ipcLog()->info("job {}: per-job settings from the trainers' environment: {}", h.job_id(),
+                     settings->describe());
+    }
     job = j.get();
     jobs_[h.job_id()] = std::move(j);
     created = true;

@@ -61,16 +61,23 @@ void Agent::startCrossOnLoop(Job& job) {
       }
       if (job.state() == JobState::kFailed) return;
       CrossJobOptions co;
-      co.cache_capacity = opts_.cache_capacity;
+      // The job's own settings (its trainers' environment) over the agent's.
+      const JobSettings& js = job.settings;
+      co.cache_capacity = js.cache_capacity.value_or(opts_.cache_capacity);
       co.idle_cycle = std::chrono::milliseconds(opts_.idle_cycle_ms);
       co.collective_timeout = opts_.backend.timeout;
-      co.fusion_threshold_bytes = opts_.fusion_threshold_bytes;
+      co.fusion_threshold_bytes = js.fusion_threshold_bytes.value_or(opts_.fusion_threshold_bytes);
       co.small_message_bytes = opts_.backend.small_message_bytes;
       co.fusion_chunk_bytes = opts_.fusion_chunk_bytes;
       co.fusion_max_tensor_bytes = opts_.fusion_max_tensor_bytes;
       co.inline_bytes = opts_.cross_inline_bytes;
       co.pipeline_bytes = opts_.cross_pipeline_bytes;
-      if (opts_.autotune) co.autotune = autotuneOptionsFor(opts_, job_id);
+      if (js.autotune.value_or(opts_.autotune)) {
+        co.autotune = autotuneOptionsFor(opts_, job_id);
+        if (js.fusion_threshold_bytes && co.autotune->fixed_fusion_threshold_mb) {
+          co.autotune->fixed_fusion_threshold_mb = static_cast<double>(*js.fusion_threshold_bytes) / (1 << 20);
+        }
+      }
       co.timeline = timeline_.get();
       co.rank_offsets = job.world().rank_offsets;
       co.local_sizes = job.world().local_sizes;

@@ -13,6 +13,7 @@
 #include "agent/coord/elastic_params.h"
 #include "agent/core/in_flight.h"
 #include "agent/core/tensor_table.h"
+#include "common/job_settings.h"
 #include "agent/cross/cross_job.h"
 #include "agent/ops/cross_plan.h"
 #include "common/dtype.h"
@@ -164,6 +165,9 @@ class Job {
   // holds cross-agent ops of ended generations whose buffers may still be in
   // use (by (generation, name)), dropped when they come back.
   ElasticParams elastic;
+  // The job's own tuning from its trainers' environment (fusion threshold,
+  // cache capacity, autotune): over the agent's configuration.
+  JobSettings settings;
   Status suspended;
   std::map<std::pair<uint64_t, std::string>, CrossPending> retired;
   int waiting_agents = 0;         // agents waiting to join at the next commit

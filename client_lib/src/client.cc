@@ -15,6 +15,7 @@
 
 #include "client_text.h"
 #include "common/half.h"
+#include "common/job_settings.h"
 #include "common/log.h"
 #include "common/stream_copy.h"
 #include "common/unix_socket.h"
@@ -201,6 +202,12 @@ Status Client::handshake() {
   device_->prepareHello(hello);
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) hello->set_hostname(host);
+  // This job's tuning, as the trainer's environment sets it (Horovod's
+  // variables included); the agent applies it to this job only.
+  for (const std::string& name : jobSettingVariables()) {
+    const char* v = std::getenv(name.c_str());
+    if (v != nullptr && *v != '\0') (*hello->mutable_job_settings())[name] = v;
+  }
   RETURN_IF_ERROR(sendFrame(sock_.get(), hello_frame)
                       .withContext("sending Hello to the kolo agent at " + opts_.socket_path));
 

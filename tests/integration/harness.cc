@@ -284,7 +284,7 @@ std::map<std::string, std::string> timelineArgs(const std::string& bin, const st
                                                 const std::string& job, const std::vector<std::string>& activities,
                                                 const std::string& arg, const std::string& missing,
                                                 const std::map<std::string, std::string>& agent_env,
-                                                std::string* trace) {
+                                                std::string* trace, std::map<std::string, std::string> rank_env) {
   std::map<std::string, std::string> fused;
   char dir[] = "/tmp/kolo-fuse-XXXXXX";
   if (::mkdtemp(dir) == nullptr) {
@@ -303,7 +303,7 @@ std::map<std::string, std::string> timelineArgs(const std::string& bin, const st
     } else {
       std::vector<std::string> argv = {bin};
       argv.insert(argv.end(), args.begin(), args.end());
-      auto ranks = c.launchMultiJob(job, {1, 1}, argv);
+      auto ranks = c.launchMultiJob(job, {1, 1}, argv, rank_env);
       ran = c.waitJob(ranks, std::chrono::seconds(120));
       if (!ran) ADD_FAILURE() << allLogs(c, 2);
       for (auto& r : ranks) {

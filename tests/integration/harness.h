@@ -112,11 +112,12 @@ std::map<std::string, std::string> fusedInTimeline(const std::string& bin, const
                                                    const std::vector<std::string>& activities,
                                                    std::string* trace = nullptr);
 // The same for any argument `arg` of the events (`missing` when an event
-// has none), with extra environment for the agents (their configuration).
+// has none), with extra environment for the agents (their configuration)
+// and for the job's two ranks (rank_env).
 std::map<std::string, std::string> timelineArgs(const std::string& bin, const std::vector<std::string>& args,
                                                 const std::string& job, const std::vector<std::string>& activities,
                                                 const std::string& arg, const std::string& missing,
                                                 const std::map<std::string, std::string>& agent_env,
-                                                std::string* trace = nullptr);
+                                                std::string* trace = nullptr, std::map<std::string, std::string> rank_env = {});
 
 }  // namespace kolo::testing

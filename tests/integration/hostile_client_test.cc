@@ -211,6 +211,44 @@ size_t count(const std::string& text, const std::string& needle) {
   return n;
 }
 
+TEST(HostileClient, JobSettingsAreCheckedAndEveryRankMustAgree) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  RawConn bad(c.socket());
+  ASSERT_TRUE(bad.ok());
+  ipc::ClientFrame f0 = hello("tuned", 0, 2, 2);
+  (*f0.mutable_hello()->mutable_job_settings())["HOROVOD_FUSION_THRESHOLD"] = "lots";
+  ASSERT_TRUE(bad.send(f0).isOk());
+  auto f = bad.recv();
+  ASSERT_TRUE(f.isOk()) << f.status().toString() << c.agentLog(0);
+  EXPECT_EQ(f->welcome().message(),
+            "job tuned: HOROVOD_FUSION_THRESHOLD=lots in the trainer's environment: expected an "
+            "integer from 0 to 1073741824");
+  // Rank 0 sets 64 KiB; rank 1 of the same job another value: refused.
+  RawConn r0(c.socket()), r1(c.socket());
+  ASSERT_TRUE(r0.ok() && r1.ok());
+  ipc::ClientFrame h0 = hello("tuned", 0, 2, 2);
+  (*h0.mutable_hello()->mutable_job_settings())["HOROVOD_FUSION_THRESHOLD"] = "65536";
+  ASSERT_TRUE(r0.send(h0).isOk());
+  f = r0.recv();
+  ASSERT_TRUE(f.isOk()) << f.status().toString();
+  EXPECT_EQ(f->welcome().code(), 0) << f->DebugString();
+  ipc::ClientFrame h1 = hello("tuned", 1, 2, 2);
+  (*h1.mutable_hello()->mutable_job_settings())["HOROVOD_FUSION_THRESHOLD"] = "1048576";
+  ASSERT_TRUE(r1.send(h1).isOk());
+  f = r1.recv();
+  ASSERT_TRUE(f.isOk()) << f.status().toString();
+  EXPECT_EQ(f->welcome().message(),
+            "job tuned runs with per-job settings (fusion threshold 65536 bytes) from its first "
+            "trainer on this agent, but this trainer's environment gives (fusion threshold 1048576 "
+            "bytes): every rank of a job must set the same KOLO_*/HOROVOD_* tuning variables");
+  EXPECT_NE(c.agentLog(0).find("job tuned: per-job settings from the trainers' environment: "
+                               "fusion threshold 65536 bytes"),
+            std::string::npos)
+      << c.agentLog(0);
+  expectHonestJobFinishes(c, "honest");
+}
+
 TEST(HostileClient, HugeLocalSizeHelloIsRefusedNamingTheLimit) {
   Cluster c;
   ASSERT_TRUE(c.ok()) << c.error();

@@ -53,6 +53,18 @@ TEST(OpsTimeline, GroupMembersFuseAcrossAgents) {
   EXPECT_EQ(fused["CROSS_ALLREDUCE grp.cpp.b"], "2");
 }
 
+// Horovod's variables in the trainers' environment tune their job on
+// system agents that were started without them: HOROVOD_FUSION_THRESHOLD=0
+// turns fusion off for this job, so the group's members cross unfused.
+TEST(OpsTimeline, TrainersEnvironmentSetsTheJobsFusionThreshold) {
+  std::string trace;
+  auto fused = timelineArgs(checkBin(), {"grouped"}, "grpnofuse", {"CROSS_ALLREDUCE"}, "fused", "1",
+                            {}, &trace, {{"HOROVOD_FUSION_THRESHOLD", "0"}});
+  ASSERT_FALSE(fused.empty()) << trace.substr(0, 3000);
+  EXPECT_EQ(fused["CROSS_ALLREDUCE grp.cpp.a"], "1") << trace.substr(0, 3000);
+  EXPECT_EQ(fused["CROSS_ALLREDUCE grp.cpp.b"], "1");
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, Ops,
                          ::testing::Values(std::vector<int>{1}, std::vector<int>{2}, std::vector<int>{4},
                                            std::vector<int>{1, 1}, std::vector<int>{2, 1},
