@@ -44,15 +44,13 @@ kolo::Status writeReadyFile(const std::string& path, const std::string& address)
   return kolo::okStatus();
 }
 
-// Publishes agent and job counts for Prometheus. It reads them through the
-// coordinator's own public ListAgents/ListJobs calls every few seconds, so it
-// never touches the loop's state; over an in-process channel, so that they
-// work whatever the listening port asks for (TLS, client certificates).
+// Publishes agent and job counts for Prometheus: every few seconds it asks
+// the loop for what ListAgents/ListJobs return (no RPC to itself, so it works
+// whatever the listening port asks for: TLS, client certificates).
 class CoordinatorMetrics {
  public:
-  CoordinatorMetrics(const std::string& listen, std::shared_ptr<grpc::Channel> self) {
-    channel_ = std::move(self);
-    stub_ = kolo::coord::Coordinator::NewStub(channel_);
+  CoordinatorMetrics(const std::string& listen, kolo::coordinator::CoordinatorServer* server)
+      : server_(server) {
     http_ = std::make_unique<kolo::metrics::MetricsHttpServer>(registry_, listen);
   }
   ~CoordinatorMetrics() {
@@ -80,16 +78,11 @@ class CoordinatorMetrics {
 
  private:
   void poll() {
-    grpc::ClientContext c1, c2;
-    c1.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    c2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    kolo::coord::ListAgentsReply agents;
-    if (stub_->ListAgents(&c1, kolo::coord::ListAgentsRequest(), &agents).ok()) {
+    auto lists = server_->listAgentsAndJobs(std::chrono::seconds(2));
+    if (lists.isOk()) {
+      const auto& [agents, jobs] = *lists;
       registry_.gauge("kolo_coordinator_agents", "Agents holding a lease")
           .set(agents.agents_size());
-    }
-    kolo::coord::ListJobsReply jobs;
-    if (stub_->ListJobs(&c2, kolo::coord::ListJobsRequest(), &jobs).ok()) {
       std::map<std::string, int> by_state = {
           {"FORMING", 0}, {"RUNNING", 0}, {"FAILED", 0}, {"FINISHED", 0}};
       for (const auto& j : jobs.jobs()) by_state[kolo::coord::JobState_Name(j.state())]++;
@@ -104,8 +97,7 @@ class CoordinatorMetrics {
   }
 
   kolo::metrics::Registry registry_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<kolo::coord::Coordinator::Stub> stub_;
+  kolo::coordinator::CoordinatorServer* server_;  // outlives this (main)
   std::unique_ptr<kolo::metrics::MetricsHttpServer> http_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -173,7 +165,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<CoordinatorMetrics> metrics;
   if (!config.getString("metrics-listen").empty()) {
     metrics = std::make_unique<CoordinatorMetrics>(config.getString("metrics-listen"),
-                                                   (*server)->inProcessChannel());
+                                                   (*server).get());
     st = metrics->start();
     if (!st.isOk()) {
       logger->critical("--metrics-listen {}: {}", config.getString("metrics-listen"), st.message());

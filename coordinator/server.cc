@@ -202,8 +202,11 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
 
 CoordinatorServer::~CoordinatorServer() { shutdown(std::chrono::milliseconds(500)); }
 
-std::shared_ptr<grpc::Channel> CoordinatorServer::inProcessChannel() const {
-  return server_->InProcessChannel(grpc::ChannelArguments());
+StatusOr<std::pair<coord::ListAgentsReply, coord::ListJobsReply>>
+CoordinatorServer::listAgentsAndJobs(std::chrono::milliseconds timeout) {
+  Core* core = core_.get();
+  return loop_.call<std::pair<coord::ListAgentsReply, coord::ListJobsReply>>(
+      [core] { return std::make_pair(core->listAgentsOnLoop(), core->listJobsOnLoop()); }, timeout);
 }
 
 void CoordinatorServer::shutdown(std::chrono::milliseconds grace) {

@@ -16,7 +16,6 @@
 #include "coordinator/watch_hub.h"
 
 namespace grpc {
-class Channel;
 class Server;
 }
 
@@ -66,9 +65,11 @@ class CoordinatorServer {
   // host becomes 127.0.0.1) and the actual port.
   const std::string& address() const { return address_; }
   int port() const { return port_; }
-  // A channel to this server inside the process (no socket, no TLS): for
-  // the coordinator's own read-only calls, e.g. the /metrics snapshots.
-  std::shared_ptr<grpc::Channel> inProcessChannel() const;
+  // What ListAgents and ListJobs return, read on the loop (bounded wait):
+  // the coordinator's own /metrics gauges, whatever its port asks for (TLS,
+  // client certificates).
+  StatusOr<std::pair<coord::ListAgentsReply, coord::ListJobsReply>> listAgentsAndJobs(
+      std::chrono::milliseconds timeout);
 
   // Ends watch streams and KV waits, stops accepting RPCs, cancels what is
   // still running after `grace`, stops the loop. Idempotent; thread-safe.
