@@ -12,7 +12,9 @@ PYTHONPATH=client_lib/python and KOLO_LIBRARY=build/lib/libkolo.so.
 """
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -21,37 +23,15 @@ import torch.nn as nn
 
 import kolo.torch.distributed  # noqa: F401  (backend "kolo", init_method kolo://)
 
-
-class Block(nn.Module):
-    """ResNet's basic block."""
-
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.b1 = nn.BatchNorm2d(cout)
-        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.b2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = torch.relu(self.b1(self.c1(x)))
-        y = self.b2(self.c2(y))
-        return torch.relu(y + (x if self.down is None else self.down(x)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import synthetic_models  # noqa: E402
 
 
 def resnet18(classes=1000):
-    """torchvision's ResNet-18 layout (torchvision is not installed here)."""
-    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-              nn.MaxPool2d(3, 2, 1)]
-    cin = 64
-    for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
-        layers += [Block(cin, cout, stride), Block(cout, cout, 1)]
-        cin = cout
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes)]
-    return nn.Sequential(*layers)
+    """torchvision's ResNet-18 layout (stem, 2 basic blocks per stage at 64,
+    128, 256, 512 channels): the examples' ConvNet at width 64, defined
+    there once (torchvision is not installed here)."""
+    return synthetic_models.ConvNet(classes, width=64)
 
 
 def convnet(classes=10):

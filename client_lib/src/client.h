@@ -103,6 +103,10 @@ struct OpArgs {
   int device = -1;
   void* stream = nullptr;
 };
+
+// The slot planner's view of `a` (common/slot_plan.h): its parameters and
+// `bytes`; the arena offsets, if any, are the caller's to add.
+SlotRequest slotRequest(const OpArgs& a, uint64_t bytes);
 // The name OpArgs had when every collective went through allreduceAsync.
 using AllreduceArgs = OpArgs;
 

@@ -66,20 +66,7 @@ Status Client::prepareDevice(const OpArgs& a, uint64_t bytes, const std::string&
     return Status(staged.status().code(), what + ": " + staged.status().message());
   // The descriptor as the slot plan describes one: the input at its
   // device-arena offset, in place.
-  SlotRequest r;
-  r.collective = static_cast<CollectiveType>(a.collective);
-  r.name = a.name;
-  r.dtype = static_cast<DataType>(a.dtype);
-  r.op = static_cast<ReduceOp>(a.op);
-  r.ndim = a.ndim;
-  r.shape = a.shape;
-  r.root = a.root;
-  r.prescale = a.prescale;
-  r.postscale = a.postscale;
-  r.bytes = bytes;
-  r.group_id = a.group_id;
-  r.group_hash = a.group_hash;
-  r.group_size = a.group_size;
+  SlotRequest r = slotRequest(a, bytes);
   SlotPlan plan;
   plan.input = SlotPiece{staged->offset, bytes, false};
   *d = describeSubmit(r, plan, 0);

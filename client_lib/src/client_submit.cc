@@ -223,8 +223,7 @@ void Client::releaseName(const std::string& name) {
   cv_.notify_all();
 }
 
-Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& what,
-                           Clock::time_point deadline, SubmitDesc* d, Op* op) {
+SlotRequest slotRequest(const OpArgs& a, uint64_t bytes) {
   SlotRequest r;
   r.collective = static_cast<CollectiveType>(a.collective);
   r.name = a.name;
@@ -236,6 +235,17 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   r.prescale = a.prescale;
   r.postscale = a.postscale;
   r.bytes = bytes;
+  r.gather_dims = a.gather_dims;
+  r.splits_matrix = a.splits_matrix;
+  r.group_id = a.group_id;
+  r.group_hash = a.group_hash;
+  r.group_size = a.group_size;
+  return r;
+}
+
+Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& what,
+                           Clock::time_point deadline, SubmitDesc* d, Op* op) {
+  SlotRequest r = slotRequest(a, bytes);
   auto arenaOffset = [&](const void* p) -> std::optional<uint64_t> {
     const char* c = static_cast<const char*>(p);
     if (c == nullptr || c < data_begin_ || c >= data_end_) return std::nullopt;
@@ -246,11 +256,6 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   r.has_output = a.output != nullptr;
   r.out_of_place = a.out_of_place;
   r.compressed = a.compressed;
-  r.gather_dims = a.gather_dims;
-  r.splits_matrix = a.splits_matrix;
-  r.group_id = a.group_id;
-  r.group_hash = a.group_hash;
-  r.group_size = a.group_size;
   StatusOr<SlotPlan> planned = internalError("not planned");
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -179,6 +179,27 @@ TEST(RankArgv, RemoteRanksGoThroughSshWithTheirEnvironmentButNoSecret) {
   EXPECT_EQ(rankStdin(plan, 0), "") << "a local rank gets its token in its environment";
 }
 
+// What ssh does on the remote host with argv: join the words from
+// argv[first] on with spaces and hand them to a shell (sh) whose stdin is
+// `stdin_path`. Returns the output; *status is pclose's.
+std::string runAsRemoteShell(const std::vector<std::string>& argv, size_t first,
+                             const std::string& stdin_path, int* status) {
+  std::string remote;
+  for (size_t i = first; i < argv.size(); ++i) remote += (remote.empty() ? "" : " ") + argv[i];
+  const std::string cmd = "sh -c " + shellQuote(remote) + " < " + stdin_path;
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) {
+    *status = -1;
+    return out;
+  }
+  char buf[256];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *status = ::pclose(p);
+  return out;
+}
+
 TEST(RankArgv, TheRemoteShellGetsTheSecretsAndEveryWordIntact) {
   // What ssh does on the remote host: join the words after the host with
   // spaces and hand them to the login shell, here sh, with our stdin.
@@ -190,23 +211,15 @@ TEST(RankArgv, TheRemoteShellGetsTheSecretsAndEveryWordIntact) {
       "arg0",
       "it's a $word",
       "x  y"};
-  auto argv = rankArgv(plan, 2);
-  std::string remote;
-  for (size_t i = 4; i < argv.size(); ++i) remote += (remote.empty() ? "" : " ") + argv[i];
   char tmpl[] = "/tmp/kolo-ssh-stdin-XXXXXX";
   int fd = ::mkstemp(tmpl);
   ASSERT_GE(fd, 0);
   const std::string in = rankStdin(plan, 2);
   ASSERT_EQ(::write(fd, in.data(), in.size()), static_cast<ssize_t>(in.size()));
   ::close(fd);
-  const std::string cmd = "sh -c " + shellQuote(remote) + " < " + tmpl;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[256];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(::pclose(p), 0);
+  int status = -1;
+  std::string out = runAsRemoteShell(rankArgv(plan, 2), 4, tmpl, &status);
+  EXPECT_EQ(status, 0);
   ::unlink(tmpl);
   EXPECT_EQ(out, "[" + plan.job.token + "] [2] [it's a $word] [x  y]\n");
 }
@@ -242,17 +255,9 @@ TEST(RankArgv, RemoteRanksGetSshOptionsTheWorkingDirectoryAndUserVariables) {
   ASSERT_NE(::mkdtemp(dir), nullptr);
   plan.wdir = dir;
   plan.command = {"sh", "-c", "echo \"$(pwd) $MY_VAR\""};
-  argv = rankArgv(plan, 2);
-  std::string remote;
-  for (size_t i = 8; i < argv.size(); ++i) remote += (remote.empty() ? "" : " ") + argv[i];
-  const std::string cmd = "sh -c " + shellQuote(remote) + " < /dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[256];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(::pclose(p), 0);
+  int status = -1;
+  std::string out = runAsRemoteShell(rankArgv(plan, 2), 8, "/dev/null", &status);
+  EXPECT_EQ(status, 0);
   ::rmdir(dir);
   EXPECT_EQ(out, std::string(dir) + " v\n");
 }

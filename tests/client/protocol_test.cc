@@ -17,6 +17,9 @@
 
 #include "common/ipc_layout.h"
 #include "fake_agent.h"
+#include <sys/socket.h>
+#include <sys/un.h>
+#include "common/fd.h"
 #include "kolo/kolo_c.h"
 #include "test_env.h"
 
@@ -146,6 +149,37 @@ TEST_F(Protocol, MomentaryRefusalsStopAtTheStartTimeout) {
   EXPECT_EQ(kolo_init(), KOLO_ERR_UNAVAILABLE);
   EXPECT_LT(Clock::now() - t0, 3s);
   EXPECT_TRUE(contains(kolo_last_error(), "try again later")) << kolo_last_error();
+}
+
+// A socket whose listen queue is full (an agent that stopped accepting):
+// connect() would block for good; init fails within KOLO_START_TIMEOUT.
+TEST_F(Protocol, FullListenQueueFailsWithinTheStartTimeout) {
+  char dir[] = "/tmp/kolo-full-queue-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/agent.sock";
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener.get(), 0), 0);
+  std::vector<UniqueFd> fillers;  // never accepted: they fill the queue
+  for (int i = 0; i < 8; ++i) {
+    UniqueFd f(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (::connect(f.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) break;
+    fillers.push_back(std::move(f));
+  }
+  env_.setJob(path);
+  env_.set("KOLO_START_TIMEOUT", "1");
+  auto t0 = Clock::now();
+  EXPECT_EQ(kolo_init(), KOLO_ERR_UNAVAILABLE);
+  EXPECT_LT(Clock::now() - t0, 3s);
+  EXPECT_TRUE(contains(kolo_last_error(), "accepted no connection within")) << kolo_last_error();
+  EXPECT_TRUE(contains(kolo_last_error(), "its listen queue is full")) << kolo_last_error();
+  fillers.clear();
+  listener.reset();
+  ::unlink(path.c_str());
+  ::rmdir(dir);
 }
 
 TEST_F(Protocol, JobFailedInsteadOfWorldFailsInit) {
