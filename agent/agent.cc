@@ -1,6 +1,8 @@
 // Agent lifecycle and the local IPC server (accept, Hello, disconnects).
 #include "agent/agent.h"
 
+#include "agent/core/cross_memory.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -19,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/core/cross_memory.h"
 #include "agent/ipc/limits.h"
 #include "agent/rpc/status_service.h"
 #include "common/log.h"
@@ -542,6 +545,29 @@ void grantDeviceOnLoop(ClientConn& c, const ipc::Hello& h, ipc::Welcome* w, Uniq
 
 }  // namespace
 
+// The direct user-memory path (docs/architecture.md): the agent reads the
+// trainer's probe through process_vm_readv; if the kernel lets it and the
+// bytes match, the trainer's large host allreduces skip the arena. A read
+// that fails (another user without CAP_SYS_PTRACE, a pid the agent's
+// namespace cannot see, a non-dumpable trainer) leaves it on the arena.
+void Agent::grantDirectOnLoop(ClientConn& c, const ipc::Hello& h, ipc::Welcome* w) {
+  auto refuse = [&](const std::string& why) {
+    w->set_direct_error(why);
+    ipcLog()->info("pid {} (job {}): direct user-memory path off: {}", c.pid(), h.job_id(), why);
+  };
+  if (opts_.direct_min_bytes == 0) return refuse("the agent runs with --direct-min-kb 0");
+  if (h.direct_probe().size() != 16) return refuse("a malformed probe");
+  if (c.pid() <= 0) return refuse("the trainer's pid is not visible in the agent's pid namespace");
+  char got[16];
+  Status st = readRemote(c.pid(), h.direct_probe_addr(), got, sizeof got);
+  if (!st.isOk()) return refuse(st.message());
+  if (std::memcmp(got, h.direct_probe().data(), sizeof got) != 0) {
+    return refuse("the probe read from pid " + std::to_string(c.pid()) + " does not match what it sent");
+  }
+  c.direct_min_bytes = opts_.direct_min_bytes;
+  w->set_direct_min_bytes(opts_.direct_min_bytes);
+}
+
 void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
   if (h.protocol_version() != kIpcProtocolVersion) {
     return refuseOnLoop(c, invalidArgument("protocol version " + std::to_string(h.protocol_version()) +
@@ -623,6 +649,7 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
   std::vector<int> fds = {c.arena()->fd(), c.doorbellFd(), c.completionFd()};
   UniqueFd device_fd;
   if (h.device_arena_bytes() > 0) grantDeviceOnLoop(c, h, f.mutable_welcome(), &device_fd);
+  if (!h.direct_probe().empty()) grantDirectOnLoop(c, h, f.mutable_welcome());
   if (device_fd.valid()) fds.push_back(device_fd.get());
   st = c.send(f, fds);
   if (!st.isOk()) {
@@ -772,6 +799,10 @@ void Agent::initMetrics() {
     op_metrics_.latency[c] = &metrics_.histogram("kolo_collective_latency_seconds",
                                                  "From the first rank's submission to completion", {{"op", op}});
   }
+  op_metrics_.direct_bytes = &metrics_.counter(
+      "kolo_direct_bytes_total",
+      "Payload bytes of allreduces the agent read in the trainers' own memory (direct user-memory path; "
+      "one rank's tensor per op)");
   op_metrics_.negotiation = &metrics_.histogram("kolo_negotiation_seconds",
                                                 "From a name's first local submission to node-ready");
 }

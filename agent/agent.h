@@ -73,6 +73,7 @@ class Agent : private OpHost {
   void onDoorbellOnLoop(uint64_t conn_id);
   void handleFrameOnLoop(ClientConn& c, const std::string& payload);
   void handleHelloOnLoop(ClientConn& c, const ipc::Hello& h);
+  void grantDirectOnLoop(ClientConn& c, const ipc::Hello& h, ipc::Welcome* w);
   void refuseOnLoop(ClientConn& c, const Status& st);
   // Socket bounds (docs/security.md, "Bounds and quotas on the socket"):
   // a Refusal frame naming `frame`, then (close) the connection is dropped.
@@ -119,6 +120,7 @@ class Agent : private OpHost {
   void handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) override;
   uint64_t crossPipelineBytes() const override { return opts_.cross_pipeline_bytes; }
   void observeNegotiation(double seconds) override;
+  void observeDirect(uint64_t bytes) override;
   void updateGaugesOnLoop();
   void failJobOnLoop(Job& job, const Status& st, bool tell_coordinator);
   void endJobForRankOnLoop(Job& job, int local_rank);
@@ -170,6 +172,7 @@ class Agent : private OpHost {
     metrics::Counter* bytes[kCollectives][kNumDataTypes];
     metrics::Histogram* latency[kCollectives];
     metrics::Histogram* negotiation;
+    metrics::Counter* direct_bytes;
   } op_metrics_{};
   void initMetrics();
   std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;

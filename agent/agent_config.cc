@@ -30,6 +30,11 @@ void defineAgentKnobs(Config& c) {
               "Threads for large local reductions (0 = number of cores)")
       .define("inline-reduce-kb", KnobType::kInt, "256",
               "Reductions up to this size run on the loop thread (no thread hop)")
+      .define("direct-min-kb", KnobType::kInt, "256",
+              "Host allreduces of at least this many KiB in a trainer's own memory (not kolo_alloc_shared) are "
+              "read and written by the agent in place with process_vm_readv/writev instead of being copied "
+              "through the arena, where the kernel lets the agent (same user, or CAP_SYS_PTRACE) and the job "
+              "is on this agent alone; 0 = never (docs/architecture.md, \"Direct user memory\")")
       .define("spin-us", KnobType::kInt, "50",
               "Microseconds the loop polls the trainers' rings and work posted by its other threads (the "
               "backends' completions) before it sleeps (0 = never spin)")
@@ -203,6 +208,10 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.reduce_threads = static_cast<int>(c.getInt("reduce-threads"));
   if (o.reduce_threads <= 0) o.reduce_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   o.inline_reduce_bytes = static_cast<uint64_t>(c.getInt("inline-reduce-kb")) << 10;
+  if (c.getInt("direct-min-kb") < 0 || c.getInt("direct-min-kb") > (int64_t{1} << 30)) {
+    return invalidArgument("--direct-min-kb must be between 0 (off) and 1073741824");
+  }
+  o.direct_min_bytes = static_cast<uint64_t>(c.getInt("direct-min-kb")) << 10;
   o.register_timeout_s = static_cast<int>(c.getInt("register-timeout-s"));
   o.spin_us = std::clamp<int64_t>(c.getInt("spin-us"), 0, 1'000'000);
   o.stall_check_time_s = c.getInt("stall-check-time-s");

@@ -313,6 +313,7 @@ void Agent::handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, C
 }
 
 void Agent::observeNegotiation(double seconds) { op_metrics_.negotiation->observe(seconds); }
+void Agent::observeDirect(uint64_t bytes) { op_metrics_.direct_bytes->inc(bytes); }
 
 void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
                          uint64_t bytes, const Status& st, DataType dtype, SteadyTime started,

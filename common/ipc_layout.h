@@ -78,6 +78,13 @@ struct SubmitDesc {
 constexpr uint32_t kSubmitFlagDevice = 1u << 0;
 // Interprocess events per client and direction (device ops in flight).
 constexpr uint32_t kMaxDeviceEvents = 64;
+// kSubmitFlagUserMemory ("direct", docs/architecture.md): an allreduce whose
+// data_offset and out_offset are addresses in the submitting process's own
+// memory, not arena offsets. The agent reads the input and writes the
+// result there with process_vm_readv/writev (cross-memory attach), so the
+// tensor is never copied into or out of the arena. Only for a client the
+// agent admitted to it (Welcome.direct_min_bytes > 0 after its probe).
+constexpr uint32_t kSubmitFlagUserMemory = 1u << 1;
 
 // Allgather (additive): the output region [out_offset, +out_bytes) starts
 // with every rank's first dimension (int64_t[world size], written by the

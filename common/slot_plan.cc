@@ -108,6 +108,14 @@ StatusOr<SlotPlan> planZeroCopy(const SlotRequest& r, const SlotGeometry& g) {
   return p;
 }
 
+// The direct path takes a plain host allreduce whose input and output both
+// lie outside the arena (kolo_alloc_shared buffers are zero copy already).
+bool isDirect(const SlotRequest& r, const SlotGeometry& g) {
+  return g.direct_min_bytes > 0 && r.collective == CollectiveType::kAllreduce && !r.compressed &&
+         r.bytes >= g.direct_min_bytes && r.has_output && r.input_addr != 0 && r.output_addr != 0 &&
+         !r.input_offset && !r.output_offset;
+}
+
 }  // namespace
 
 std::string describeTensor(CollectiveType collective, std::string_view name) {
@@ -131,6 +139,17 @@ StatusOr<SlotPlan> planSlots(const SlotRequest& r, const SlotGeometry& g) {
     p.copy = r.dtype == DataType::kFloat16 ? CopyIn::kToFloat16 : CopyIn::kToBFloat16;
   } else if (r.input_offset && !r.out_of_place) {
     return planZeroCopy(r, g);
+  } else if (isDirect(r, g)) {
+    p.direct = true;
+    p.input = absolute(r.input_addr, r.bytes);
+    if (r.output_addr != r.input_addr) {
+      if (r.output_addr < r.input_addr + r.bytes && r.input_addr < r.output_addr + r.bytes) {
+        return invalidArgument(describeTensor(r.collective, r.name) +
+                               ": the output overlaps the input without being the same buffer");
+      }
+      p.out = absolute(r.output_addr, r.bytes);
+    }
+    return p;
   } else {
     p.copy = CopyIn::kPlain;
   }
@@ -150,6 +169,7 @@ SubmitDesc describeSubmit(const SlotRequest& r, const SlotPlan& plan, uint64_t s
   d.name_len = static_cast<uint32_t>(r.name.size());
   d.prescale = r.prescale;
   d.postscale = r.postscale;
+  if (plan.direct) d.flags |= kSubmitFlagUserMemory;
   d.data_offset = plan.input.offset(slot_offset);
   d.data_bytes = r.bytes;
   d.out_offset = plan.out.offset(slot_offset);

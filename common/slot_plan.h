@@ -45,6 +45,10 @@ struct SlotRequest {
   bool has_output = false;                 // the caller gave an output buffer
   bool out_of_place = false;               // never work in place on the input
   bool compressed = false;                 // float32 input converted to `dtype`
+  // The input's and the output's addresses in this process (the direct
+  // path, see SlotGeometry::direct_min_bytes); 0: unknown.
+  uint64_t input_addr = 0;
+  uint64_t output_addr = 0;
   const int64_t* gather_dims = nullptr;    // allgather: int64[size]
   const int64_t* splits_matrix = nullptr;  // alltoall: int64[size][size]
   uint64_t group_id = 0;
@@ -56,6 +60,10 @@ struct SlotGeometry {
   const std::map<uint64_t, uint64_t>* shared = nullptr;  // kolo_alloc_shared: offset -> bytes
   int rank = 0;
   int size = 1;
+  // Direct user memory (ipc_layout.h kSubmitFlagUserMemory): > 0 when the
+  // agent reads and writes this process's tensors in place; an allreduce
+  // of at least this many bytes outside the arena then takes no slot.
+  uint64_t direct_min_bytes = 0;
 };
 
 // How the input reaches the plan's input piece.
@@ -87,6 +95,9 @@ struct SlotPlan {
   bool gather = false;        // allgather / alltoall: the result is library-owned
   int64_t gather_dim0 = 0;    // the result's first dimension
   bool shared_input = false;  // zero copy out of place: the input stays busy too
+  // Direct: input and out are addresses in this process (absolute pieces),
+  // the agent writes the result into the output itself (no result piece).
+  bool direct = false;
 };
 
 // Errors: InvalidArgument naming the op (describeTensor) when the buffers

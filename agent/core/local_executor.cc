@@ -1,13 +1,80 @@
 #include "agent/core/local_executor.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 
 #include "common/reduce.h"
 
 namespace kolo {
 
+namespace {
+
+bool isRemote(const std::vector<RemoteSpan>& v, size_t j) { return j < v.size() && v[j].pid != 0; }
+
+// The direct path: per chunk, every remote source is read into its own
+// buffer, the chunk is reduced into `acc` (and the local destinations), and
+// `acc` is written to every remote destination. Sources are read before
+// any destination of the same chunk is written, so in place is fine.
+void reduceRangeDirect(const LocalReduce& r, size_t begin, size_t n) {
+  const size_t es = dataTypeSize(r.dtype);
+  const std::vector<void*>& dsts = r.dsts.empty() ? r.slots : r.dsts;
+  const size_t nsrc = r.slots.size();
+  const size_t chunk = std::max<size_t>(1, kDirectChunkBytes / es);
+  // One 64-byte aligned block per source and one for the result.
+  thread_local std::vector<char> scratch;
+  const size_t stride = (chunk * es + 63) / 64 * 64;
+  if (scratch.size() < stride * (nsrc + 1) + 64) scratch.resize(stride * (nsrc + 1) + 64);
+  char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
+  char* acc = base + stride * nsrc;
+  std::vector<const void*> s(nsrc);
+  std::vector<void*> d;
+  d.reserve(dsts.size() + 1);
+  for (size_t b = begin; b < begin + n; b += chunk) {
+    if (r.error && r.error->failed()) return;  // another part failed: the op is lost anyway
+    const size_t m = std::min(chunk, begin + n - b);
+    const size_t off = b * es;
+    for (size_t j = 0; j < nsrc; ++j) {
+      if (isRemote(r.remote_slots, j)) {
+        char* buf = base + stride * j;
+        Status st = readRemote(r.remote_slots[j].pid, r.remote_slots[j].addr + off, buf, m * es);
+        if (!st.isOk()) {
+          if (r.error) r.error->set(std::move(st));
+          return;
+        }
+        s[j] = buf;
+      } else {
+        s[j] = static_cast<const char*>(r.slots[j]) + off;
+      }
+    }
+    d.clear();
+    bool any_remote = false;
+    for (size_t k = 0; k < dsts.size(); ++k) {
+      if (isRemote(r.remote_dsts, k)) {
+        any_remote = true;
+      } else {
+        d.push_back(static_cast<char*>(dsts[k]) + off);
+      }
+    }
+    if (any_remote) d.push_back(acc);
+    reduceBlocks(r.dtype, r.op, s.data(), static_cast<int>(nsrc), d.data(), static_cast<int>(d.size()), m,
+                 r.prescale, r.postscale);
+    for (size_t k = 0; k < dsts.size(); ++k) {
+      if (!isRemote(r.remote_dsts, k)) continue;
+      Status st = writeRemote(r.remote_dsts[k].pid, r.remote_dsts[k].addr + off, acc, m * es);
+      if (!st.isOk()) {
+        if (r.error) r.error->set(std::move(st));
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void reduceRange(const LocalReduce& r, size_t begin, size_t n) {
   if (n == 0) return;
+  if (!r.remote_slots.empty() || !r.remote_dsts.empty()) return reduceRangeDirect(r, begin, n);
   const size_t es = dataTypeSize(r.dtype);
   const std::vector<void*>& dsts = r.dsts.empty() ? r.slots : r.dsts;
   std::vector<const void*> s(r.slots.size());

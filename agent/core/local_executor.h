@@ -6,7 +6,10 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
+
+#include "agent/core/cross_memory.h"
 
 #include "common/dtype.h"
 #include "common/event_loop.h"
@@ -15,6 +18,26 @@
 #include "common/worker_pool.h"
 
 namespace kolo {
+
+// The first error of a reduction whose parts run on several threads (the
+// direct path's cross-memory reads and writes can fail: a trainer's bad
+// address, a trainer that died).
+class FirstError {
+ public:
+  void set(Status st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (st_.isOk()) st_ = std::move(st);
+  }
+  Status get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return st_;
+  }
+  bool failed() const { return !get().isOk(); }
+
+ private:
+  mutable std::mutex mu_;
+  Status st_;
+};
 
 struct LocalReduce {
   DataType dtype;
@@ -26,6 +49,15 @@ struct LocalReduce {
   std::vector<void*> dsts;                               // destinations; empty = the slots (in place)
   std::vector<std::shared_ptr<SharedRegion>> keepalive;  // arenas stay mapped while we work
   std::shared_ptr<void> scratch;                         // e.g. a zero source for joined ranks
+  // Direct user memory (agent/core/cross_memory.h): where remote_slots[j]
+  // names a process, source j is read from that process's memory (slots[j]
+  // is unused); where remote_dsts[d] does, destination d (of dsts, or of
+  // slots when dsts is empty) is written there. Empty: all local. The
+  // ranges are then reduced chunk by chunk through buffers that stay in
+  // this core's cache. Errors land in `error` (set it to see them).
+  std::vector<RemoteSpan> remote_slots;
+  std::vector<RemoteSpan> remote_dsts;
+  std::shared_ptr<FirstError> error;
   // Cross-agent path only: runs on the loop once the agents' result is in
   // the slots, before the completions; its status is the op's (the device
   // path copies the staged result back to the GPU here).
@@ -33,8 +65,13 @@ struct LocalReduce {
 };
 
 // Elements [begin, begin + n) of `r`, on the calling thread (dsts empty =
-// the slots, in place).
+// the slots, in place). A failed cross-memory transfer stops the range and
+// is recorded in r.error.
 void reduceRange(const LocalReduce& r, size_t begin, size_t n);
+
+// Bytes per chunk of a direct reduction: each source's chunk and the
+// result fit a core's L2 together for a few local ranks.
+inline constexpr size_t kDirectChunkBytes = size_t{256} << 10;
 
 class LocalExecutor {
  public:

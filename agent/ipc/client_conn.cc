@@ -71,6 +71,7 @@ Status ClientConn::validate(const SubmitDesc& d) const {
   if (d.prescale != d.prescale || d.postscale != d.postscale) {
     return invalidArgument("scale factors must not be NaN");
   }
+  if ((d.flags & kSubmitFlagUserMemory) != 0) return validateDirect(d);
   if (gpu::isDevice(d)) {
     return gpu::validateDeviceDesc(d, device ? device->bytes() : 0, device ? device->events() : 0,
                                    device_error);
@@ -99,6 +100,35 @@ Status ClientConn::validate(const SubmitDesc& d) const {
   }
   if (d.prescale != d.prescale || d.postscale != d.postscale) {
     return invalidArgument("scale factors must not be NaN");
+  }
+  return okStatus();
+}
+
+Status ClientConn::validateDirect(const SubmitDesc& d) const {
+  if (direct_min_bytes == 0) {
+    return invalidArgument("malformed descriptor: a direct user-memory op from a trainer the agent did not admit "
+                           "to the direct path");
+  }
+  if (d.collective != static_cast<uint8_t>(CollectiveType::kAllreduce) || (d.flags & kSubmitFlagDevice) != 0) {
+    return invalidArgument("malformed descriptor: only a host allreduce may name user memory");
+  }
+  // The bounds of a tensor in a 64-bit address space (and of the limits'
+  // payload quota, checked separately).
+  constexpr uint64_t kMaxDirectBytes = uint64_t{1} << 40;
+  auto range_ok = [](uint64_t addr, uint64_t len) { return addr != 0 && len <= kMaxDirectBytes && addr + len > addr; };
+  if (d.data_bytes == 0 || !range_ok(d.data_offset, d.data_bytes)) {
+    return invalidArgument("malformed descriptor: user memory [" + std::to_string(d.data_offset) + ", +" +
+                           std::to_string(d.data_bytes) + ") is not a valid range");
+  }
+  if (d.out_bytes > 0 && d.out_offset != d.data_offset) {
+    if (d.out_bytes != d.data_bytes || !range_ok(d.out_offset, d.out_bytes)) {
+      return invalidArgument("malformed descriptor: user-memory output [" + std::to_string(d.out_offset) + ", +" +
+                             std::to_string(d.out_bytes) + ") for " + std::to_string(d.data_bytes) +
+                             " bytes of input");
+    }
+    if (d.out_offset < d.data_offset + d.data_bytes && d.data_offset < d.out_offset + d.out_bytes) {
+      return invalidArgument("malformed descriptor: allreduce output region overlaps its input");
+    }
   }
   return okStatus();
 }

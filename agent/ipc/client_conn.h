@@ -48,6 +48,8 @@ class ClientConn {
 
   // Validates a descriptor read from the ring against this arena.
   Status validate(const SubmitDesc& d) const;
+  // The direct path's part of validate() (kSubmitFlagUserMemory).
+  Status validateDirect(const SubmitDesc& d) const;
   // Pointer to a slot inside the arena (validated first).
   char* slot(uint64_t offset) const { return arena_->data() + offset; }
 
@@ -83,6 +85,10 @@ class ClientConn {
   // trainer asked for one (device_error; empty: it did not ask).
   std::shared_ptr<DeviceGrant> device;
   std::string device_error;
+  // Direct user memory (docs/architecture.md): > 0 once the agent read the
+  // trainer's probe with process_vm_readv at admission; descriptors with
+  // kSubmitFlagUserMemory are refused otherwise.
+  uint64_t direct_min_bytes = 0;
   // Bounds (agent/ipc/limits.h): when the connection was accepted (the
   // handshake timeout), and the collectives this rank has in flight
   // (handle -> payload bytes), counted against its quotas.

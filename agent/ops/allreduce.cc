@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "agent/core/local_executor.h"
 #include "agent/ipc/client_conn.h"
 #include "agent/ops/op.h"
 #include "agent/timeline/timeline.h"
@@ -46,18 +47,44 @@ void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   // the rank's output slot and its input is left as it was.
   std::vector<void*> outs;
   bool out_of_place = false;
+  bool direct = false;
   for (size_t i = 0; i < op.descs.size(); ++i) {
     if (!op.absent.empty() && op.absent[i]) continue;  // joined: contributes zeros
     ClientConn* c = job.client(static_cast<int>(i));
     if (c == nullptr) return rankLeft(host, job, handles);
     const SubmitDesc& d = op.descs[i];
-    r.slots.push_back(c->slot(d.data_offset));
-    r.keepalive.push_back(c->arena());
     const bool oop = d.out_bytes > 0 && d.out_offset != d.data_offset;
-    outs.push_back(oop ? c->slot(d.out_offset) : r.slots.back());
     out_of_place |= oop;
+    r.keepalive.push_back(c->arena());
+    if ((d.flags & kSubmitFlagUserMemory) != 0) {
+      // Direct: the rank's tensor stays in its own memory (validated by
+      // ClientConn::validateDirect; the pid is the connection's).
+      direct = true;
+      r.remote_slots.resize(r.slots.size());
+      r.remote_dsts.resize(outs.size());
+      r.slots.push_back(nullptr);
+      outs.push_back(nullptr);
+      r.remote_slots.push_back({c->pid(), d.data_offset});
+      r.remote_dsts.push_back({c->pid(), oop ? d.out_offset : d.data_offset});
+      continue;
+    }
+    r.slots.push_back(c->slot(d.data_offset));
+    outs.push_back(oop ? c->slot(d.out_offset) : r.slots.back());
   }
   if (out_of_place) r.dsts = outs;
+  if (direct) {
+    r.error = std::make_shared<FirstError>();
+    if (job.world().cross_size > 1) {
+      // libkolo uses the direct path only while its job is on one agent.
+      host.finishOpOnLoop(job.id(), handles, 0,
+                          invalidArgument("allreduce of tensor '" + op.name +
+                                          "': a direct user-memory op in a job that spans " +
+                                          std::to_string(job.world().cross_size) +
+                                          " agents (the direct path is for jobs on one agent)"),
+                          static_cast<DataType>(d0.dtype), {}, CollectiveType::kAllreduce);
+      return;
+    }
+  }
   if (op.anyAbsent() && r.op != ReduceOp::kSum && d0.data_bytes > 0) {
     // Min, Max, Product: the joined ranks' zeros change the result, so one
     // zero source stands for them (Sum and Average need none).
@@ -75,16 +102,20 @@ void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   uint64_t bytes = d0.data_bytes;
   std::string job_id = job.id();
   host.opTimeline().opStart(op.name, CollectiveType::kAllreduce);
-  host.opTimeline().activityStart(op.name, "LOCAL_REDUCE");
+  host.opTimeline().activityStart(op.name, direct ? "DIRECT_REDUCE" : "LOCAL_REDUCE");
   std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
   host.observeNegotiation(std::chrono::duration<double>(op.ready_at - op.first_arrival).count());
+  std::shared_ptr<FirstError> error = r.error;
   host.reduceOpOnLoop(std::move(r), [h = &host, in_flight, job_id, handles = std::move(handles),
                                      bytes, name = op.name, dtype = static_cast<DataType>(d0.dtype),
-                                     shape, started = op.first_arrival]() mutable {
+                                     shape, started = op.first_arrival, error]() mutable {
     h->opTimeline().activityEnd(name);
     h->opTimeline().opEnd(name, dtype, shape);
     in_flight.end();
-    h->finishOpOnLoop(job_id, handles, bytes, okStatus(), dtype, started,
+    Status st = error ? error->get() : okStatus();
+    if (error && st.isOk()) h->observeDirect(bytes);
+    if (!st.isOk()) st = st.withContext("allreduce of tensor '" + name + "' (direct user memory)");
+    h->finishOpOnLoop(job_id, handles, st.isOk() ? bytes : 0, st, dtype, started,
                       CollectiveType::kAllreduce);
   });
 }

@@ -59,6 +59,8 @@ class OpHost {
   virtual uint64_t crossPipelineBytes() const = 0;
   // How long the op waited for its last local rank (metrics).
   virtual void observeNegotiation(double seconds) = 0;
+  // The direct user-memory path moved `bytes` of one rank's tensor in place.
+  virtual void observeDirect(uint64_t bytes) = 0;
 };
 
 class CollectiveOp {

@@ -1,6 +1,8 @@
 #include "client.h"
 
 #include <poll.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -11,6 +13,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "client_text.h"
@@ -183,6 +186,24 @@ Status Client::recvAgentFrame(Clock::time_point deadline, ipc::AgentFrame* frame
   }
 }
 
+// The direct path's probe: 16 random bytes whose address goes in the
+// Hello; the agent reads them from this process with process_vm_readv.
+// Under Yama's ptrace_scope 1 (Ubuntu's default) only a declared process
+// may read another's memory, so this process names the agent (its pid from
+// the connection) first; without Yama the call is refused and harmless.
+void Client::prepareDirectProbe(ipc::Hello* hello) {
+  if (::getrandom(direct_probe_, sizeof direct_probe_, 0) != static_cast<ssize_t>(sizeof direct_probe_)) return;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(sock_.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0) {
+    std::ifstream scope("/proc/sys/kernel/yama/ptrace_scope");
+    int level = 0;
+    if (scope >> level && level == 1) (void)::prctl(PR_SET_PTRACER, static_cast<unsigned long>(cred.pid), 0, 0, 0);
+  }
+  hello->set_direct_probe_addr(reinterpret_cast<uint64_t>(direct_probe_));
+  hello->set_direct_probe(std::string(direct_probe_, sizeof direct_probe_));
+}
+
 Status Client::handshake() {
   auto deadline = start_deadline_;
   ipc::ClientFrame hello_frame;
@@ -202,6 +223,7 @@ Status Client::handshake() {
   device_->prepareHello(hello);
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) hello->set_hostname(host);
+  if (opts_.direct) prepareDirectProbe(hello);
   // This job's tuning, as the trainer's environment sets it (Horovod's
   // variables included); the agent applies it to this job only.
   for (const std::string& name : jobSettingVariables()) {
@@ -236,6 +258,11 @@ Status Client::handshake() {
   if (stray_fds_.size() < 3) {
     return internalError("the kolo agent's Welcome came with " + std::to_string(stray_fds_.size()) +
                          " descriptors, expected 3 (arena, doorbell, completion)");
+  }
+  direct_min_bytes_ = opts_.direct ? w.direct_min_bytes() : 0;
+  direct_error_ = w.direct_error();
+  if (opts_.direct && direct_min_bytes_ == 0 && !direct_error_.empty()) {
+    logger()->debug("direct user-memory path off: {}", direct_error_);
   }
   UniqueFd arena = std::move(stray_fds_[0]);
   UniqueFd doorbell = std::move(stray_fds_[1]);

@@ -55,6 +55,7 @@ namespace kolo {
 
 namespace ipc {
 class AgentFrame;
+class Hello;
 }
 
 struct WorldView {
@@ -246,6 +247,7 @@ class Client {
   explicit Client(ClientOptions opts);
   Status connectSocket();
   Status handshake();
+  void prepareDirectProbe(ipc::Hello* hello);
   Status waitForWorld(Clock::time_point deadline);
   Status attachArena(UniqueFd arena, UniqueFd doorbell, UniqueFd completion);
   // Receives one AgentFrame during the handshake (before any ops exist).
@@ -315,6 +317,12 @@ class Client {
   std::deque<UniqueFd> stray_fds_; // drainer-only
   Clock::time_point start_deadline_;  // connect(): KOLO_START_TIMEOUT from the first try
   int retry_after_ms_ = 0;         // handshake(): the agent's refusal was momentary
+  // Direct user memory (docs/architecture.md): the bytes the agent reads
+  // from this process at admission, and the size from which an allreduce
+  // takes the direct path (0: off, or the agent may not).
+  char direct_probe_[16] = {};
+  uint64_t direct_min_bytes_ = 0;
+  std::string direct_error_;
   bool sock_eof_ = false;          // drainer-only (and shutdown once no drainer runs)
 
   mutable std::mutex mu_;

@@ -42,6 +42,10 @@ Config ClientOptions::makeConfig() {
   c.define("max-np", KnobType::kInt, "0", "elastic jobs: the most ranks the job admits (0 = no limit)");
   c.define("elastic-timeout", KnobType::kDouble, "0",
            "elastic jobs: seconds the job waits below KOLO_MIN_NP before it fails (0 = 600)");
+  c.define("direct", KnobType::kBool, "true",
+           "let the agent read and write large allreduce tensors in this process's memory in place "
+           "(process_vm_readv/writev) instead of copying them through the shared arena; the agent "
+           "decides (--direct-min-kb) and falls back to the arena where the kernel refuses it");
   c.alias("size", "HOROVOD_SIZE");
   c.alias("local-rank", "HOROVOD_LOCAL_RANK");
   c.alias("local-size", "HOROVOD_LOCAL_SIZE");
@@ -128,6 +132,7 @@ StatusOr<ClientOptions> ClientOptions::fromEnv(const std::map<std::string, std::
   o.min_np = static_cast<int>(min_np);
   o.max_np = static_cast<int>(max_np);
   o.elastic_timeout = seconds(et);
+  o.direct = c.getBool("direct");
   return o;
 }
 

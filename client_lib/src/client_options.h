@@ -28,6 +28,8 @@ struct ClientOptions {
   int min_np = 0;
   int max_np = 0;  // 0: no limit
   std::chrono::milliseconds elastic_timeout{0};  // 0: the coordinator's default (600 s)
+  // KOLO_DIRECT: offer the agent the direct user-memory path (it decides).
+  bool direct = true;
 
   // The knobs libkolo reads (for --dump-config style listings and docs).
   static Config makeConfig();

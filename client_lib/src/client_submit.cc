@@ -254,12 +254,17 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   r.input_offset = arenaOffset(a.input);
   r.output_offset = arenaOffset(a.output);
   r.has_output = a.output != nullptr;
+  r.input_addr = reinterpret_cast<uint64_t>(a.input);
+  r.output_addr = reinterpret_cast<uint64_t>(a.output);
   r.out_of_place = a.out_of_place;
   r.compressed = a.compressed;
   StatusOr<SlotPlan> planned = internalError("not planned");
   {
     std::lock_guard<std::mutex> lock(mu_);
-    planned = planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size});
+    // The direct path only while the job is on this agent alone (the agent
+    // refuses it across agents).
+    const uint64_t direct = world_.cross_size == 1 ? direct_min_bytes_ : 0;
+    planned = planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size, direct});
   }
   RETURN_IF_ERROR(planned.status());
   const SlotPlan& plan = *planned;
@@ -270,7 +275,9 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   }
   copyIn(a, plan, slot);
   *d = describeSubmit(r, plan, slot);
-  op->result = plan.result ? arena_.data() + plan.result->offset(slot) : nullptr;
+  // Direct: the agent writes the result into the output itself.
+  op->result = plan.direct ? static_cast<const char*>(a.output)
+                           : plan.result ? arena_.data() + plan.result->offset(slot) : nullptr;
   op->shared_input = plan.shared_input ? arena_.data() + plan.input.offset(slot) : nullptr;
   op->bytes = plan.result_bytes;
   op->gather = plan.gather;

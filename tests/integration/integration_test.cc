@@ -45,6 +45,65 @@ TEST_P(Allreduce, EveryDtypeOpAndSizeMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Allreduce, ::testing::Values(1, 2, 4));
 
+// kolo_direct_bytes_total on agent 0's /metrics (-1: not found).
+double directBytes(Cluster& c) {
+  std::string body = httpGet(c.agentMetrics(0), "/metrics");
+  const std::string key = "\nkolo_direct_bytes_total ";
+  auto at = body.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtod(body.c_str() + at + key.size(), nullptr);
+}
+
+// The direct user-memory path (the agent reads and writes the trainers'
+// tensors in place): exact around its threshold for every dtype and op,
+// and the agent's counter shows it was taken; with one rank opting out
+// (KOLO_DIRECT=0) the job mixes direct and arena ranks, still exact.
+TEST(Integration, DirectUserMemoryIsExactAndTaken) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("direct3", 3, {checkBin(), "direct"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(120))) << "ranks did not finish; agent log:\n" << c.agentLog(0);
+  expectAllOk(ranks, "direct checks passed");
+  const double after_first = directBytes(c);
+  EXPECT_GT(after_first, 0) << c.agentLog(0);
+  auto mixed = c.launchJob("direct-mixed", 2, {checkBin(), "direct"}, {{"KOLO_CHECK_NO_DIRECT_RANK", "1"}});
+  ASSERT_TRUE(c.waitJob(mixed, std::chrono::seconds(120))) << "ranks did not finish; agent log:\n" << c.agentLog(0);
+  expectAllOk(mixed, "direct checks passed");
+  EXPECT_GT(directBytes(c), after_first);
+}
+
+// An agent with --direct-min-kb 0 keeps every tensor on the arena path:
+// the same checks pass and nothing moved directly.
+TEST(Integration, DirectPathOffKeepsTheArena) {
+  Cluster c(1, {{"KOLO_DIRECT_MIN_KB", "0"}});
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("nodirect", 2, {checkBin(), "direct"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(120))) << "ranks did not finish; agent log:\n" << c.agentLog(0);
+  expectAllOk(ranks, "direct checks passed");
+  EXPECT_EQ(directBytes(c), 0) << c.agentLog(0);
+  EXPECT_NE(c.agentLog(0).find("direct user-memory path off: the agent runs with --direct-min-kb 0"),
+            std::string::npos)
+      << c.agentLog(0);
+}
+
+// A rank whose tensor the agent cannot read (unmapped) or write
+// (read-only): every rank's op fails with the agent's text, the agent
+// stays up and the job's next allreduce is exact.
+TEST(Integration, DirectPathBadAddressesFailTheOpWithTheirText) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("directbad", 2, {checkBin(), "direct-bad"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60))) << "ranks did not finish; agent log:\n" << c.agentLog(0);
+  expectAllOk(ranks, "OK direct errors checked");
+  for (auto& r : ranks) {
+    std::string out = r.output();
+    EXPECT_NE(out.find("bad.input: KOLO_ERR_INVALID_ARGUMENT"), std::string::npos) << out;
+    EXPECT_NE(out.find("Bad address (not mapped or not readable in that process)"), std::string::npos) << out;
+    EXPECT_NE(out.find("(not mapped or not writable in that process)"), std::string::npos) << out;
+  }
+  EXPECT_EQ(c.agent(0).exit_code, -1) << "the agent exited:\n" << c.agentLog(0);
+}
+
 TEST(Integration, MismatchedRanksGetErrorsNamingBothSidesAndJobRecovers) {
   Cluster c;
   ASSERT_TRUE(c.ok()) << c.error();

@@ -4,6 +4,7 @@
 // rank's input, because inputs are a pure function of (rank, element).
 //
 //   kolo_check allreduce [--big]   every dtype x op x awkward size
+//   kolo_check direct              the direct user-memory path around its threshold (every dtype x op)
 //   kolo_check mismatch            ranks disagree on dtype / shape / op, then recover
 //   kolo_check duplicate           a name submitted twice while in flight
 //   kolo_check die VICTIM          VICTIM kills itself mid-collective; others must fail fast
@@ -16,8 +17,10 @@
 //   kolo_check barrier             ranks arrive at different times; none leaves before the last arrives
 //   kolo_check coll-mismatch       broadcast root mismatch and bad roots, then recover
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -292,6 +295,121 @@ int runAllreduce(bool big) {
     ++checks;
   }
   std::printf("rank %d/%d: OK %d allreduce checks passed\n", g_rank, g_size, checks);
+  return 0;
+}
+
+// The direct user-memory path (an allreduce of at least the agent's
+// --direct-min-kb in the trainer's own memory, read and written in place by
+// the agent): sizes just below, at and above the threshold (256 KiB), every
+// dtype and op, buffers at odd addresses, in place and out of place (the
+// input must come back unchanged), scale factors, and several large ones in
+// flight at once completed in reverse order. Every element is checked.
+int runDirect() {
+  int checks = 0;
+  const kolo_op_t ops[] = {KOLO_SUM, KOLO_AVERAGE, KOLO_MIN, KOLO_MAX, KOLO_PRODUCT};
+  const size_t threshold = 256 << 10;
+  for (int d = 0; d < 8; ++d) {
+    auto dt = static_cast<kolo_dtype_t>(d);
+    const size_t es = kolo_dtype_size(dt);
+    const size_t counts[] = {threshold / es - 1, threshold / es, threshold / es + 3, (3 * threshold) / es + 1};
+    for (kolo_op_t op : ops) {
+      for (size_t count : counts) {
+        std::string name = std::string("direct.") + dtypeName(dt) + "." + opName(op) + "." + std::to_string(count);
+        if (checkOne(name, dt, op, count, false, (count & 1) != 0)) return 1;
+        ++checks;
+      }
+    }
+  }
+  // Odd addresses (1..7 bytes past an aligned start), in place and out of place.
+  for (size_t shift = 1; shift < 8; shift += 3) {
+    const size_t count = (1u << 18) + 5;
+    std::vector<char> in_store(count * 4 + 16), out_store(count * 4 + 16);
+    float* in = reinterpret_cast<float*>(in_store.data() + shift);
+    float* out = reinterpret_cast<float*>(out_store.data() + 8 - shift);
+    for (int oop = 0; oop < 2; ++oop) {
+      for (size_t i = 0; i < count; ++i) store(KOLO_FLOAT32, in, i, inputValue(g_rank, i, KOLO_SUM, KOLO_FLOAT32));
+      float* dst = oop ? out : in;
+      int64_t shape[1] = {static_cast<int64_t>(count)};
+      std::string name = "direct.unaligned." + std::to_string(shift) + "." + std::to_string(oop);
+      kolo_status_t st = kolo_allreduce(name.c_str(), in, dst, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1.0, 1.0);
+      if (st != KOLO_OK) FAIL("%s: %s", name.c_str(), kolo_last_error());
+      for (size_t i = 0; i < count; ++i) {
+        double want = expected(g_size, i, KOLO_SUM, KOLO_FLOAT32);
+        if (load(KOLO_FLOAT32, dst, i) != want) FAIL("%s element %zu: got %g want %g", name.c_str(), i, load(KOLO_FLOAT32, dst, i), want);
+      }
+      ++checks;
+    }
+  }
+  {
+    std::vector<double> v((1u << 16) + 9);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(g_rank + 1) * (i + 1);
+    int64_t shape[1] = {static_cast<int64_t>(v.size())};
+    kolo_status_t st = kolo_allreduce("direct.scaled", v.data(), v.data(), 1, shape, KOLO_FLOAT64, KOLO_SUM, 0.5, 3.0);
+    if (st != KOLO_OK) FAIL("direct.scaled: %s", kolo_last_error());
+    double ranksum = g_size * (g_size + 1) / 2.0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      double want = 3.0 * (0.5 * ranksum * (i + 1));
+      if (v[i] != want) FAIL("direct.scaled element %zu: got %g want %g", i, v[i], want);
+    }
+    ++checks;
+  }
+  {
+    const int kN = 12;
+    std::vector<std::vector<float>> bufs(kN, std::vector<float>((1u << 17) + 31 * kN));
+    std::vector<kolo_handle_t> hs(kN);
+    for (int k = 0; k < kN; ++k) {
+      bufs[k].resize((1u << 17) + 31 * k);
+      for (size_t i = 0; i < bufs[k].size(); ++i) bufs[k][i] = static_cast<float>(k + g_rank + static_cast<int>(i % 7));
+      int64_t shape[1] = {static_cast<int64_t>(bufs[k].size())};
+      std::string name = "direct.async." + std::to_string(k);
+      kolo_status_t st = kolo_allreduce_async(name.c_str(), bufs[k].data(), bufs[k].data(), 1, shape, KOLO_FLOAT32,
+                                              KOLO_SUM, 1.0, 1.0, &hs[k]);
+      if (st != KOLO_OK) FAIL("%s: %s", name.c_str(), kolo_last_error());
+    }
+    for (int k = kN - 1; k >= 0; --k) {
+      if (kolo_synchronize(hs[k], 30000) != KOLO_OK) FAIL("sync direct.async.%d: %s", k, kolo_last_error());
+      for (size_t i = 0; i < bufs[k].size(); ++i) {
+        float want = static_cast<float>(g_size * (k + static_cast<int>(i % 7)) + g_size * (g_size - 1) / 2);
+        if (bufs[k][i] != want) FAIL("direct.async.%d element %zu: got %g want %g", k, i, bufs[k][i], want);
+      }
+    }
+    ++checks;
+  }
+  std::printf("rank %d/%d: OK %d direct checks passed\n", g_rank, g_size, checks);
+  return 0;
+}
+
+// A rank whose direct-path tensor the agent cannot use: rank 1's input is
+// inaccessible (PROT_NONE), then rank 0's output is read-only. Every rank's op fails with
+// the agent's text; the job goes on (the next allreduce is exact).
+int runDirectBad() {
+  const size_t count = (1u << 18) + 1;  // 1 MiB of float32: the direct path
+  const size_t bytes = count * sizeof(float);
+  int64_t shape[1] = {static_cast<int64_t>(count)};
+  std::vector<float> good(count, 1.0f), out(count, 0.0f);
+  // Reserved but inaccessible (PROT_NONE), so nothing else lands there.
+  void* gone = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (gone == MAP_FAILED) FAIL("mmap: %s", std::strerror(errno));
+  const void* in = g_rank == 1 ? gone : good.data();
+  kolo_status_t st = kolo_allreduce("bad.input", in, out.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM, 1.0, 1.0);
+  if (st == KOLO_OK) FAIL("bad.input: succeeded with rank 1's input unmapped");
+  std::printf("rank %d: bad.input: %s: %s\n", g_rank, kolo_status_string(st), kolo_last_error());
+  void* ro = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (ro == MAP_FAILED) FAIL("mmap: %s", std::strerror(errno));
+  void* dst = g_rank == 0 ? ro : out.data();
+  st = kolo_allreduce("bad.output", good.data(), dst, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1.0, 1.0);
+  if (st == KOLO_OK) FAIL("bad.output: succeeded with rank 0's output read-only");
+  std::printf("rank %d: bad.output: %s: %s\n", g_rank, kolo_status_string(st), kolo_last_error());
+  ::munmap(ro, bytes);
+  ::munmap(gone, bytes);
+  for (size_t i = 0; i < count; ++i) good[i] = static_cast<float>(g_rank + (i % 3));
+  st = kolo_allreduce("after.bad", good.data(), good.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM, 1.0, 1.0);
+  if (st != KOLO_OK) FAIL("after.bad: %s", kolo_last_error());
+  for (size_t i = 0; i < count; ++i) {
+    float want = static_cast<float>(g_size * (g_size - 1) / 2 + g_size * static_cast<int>(i % 3));
+    if (good[i] != want) FAIL("after.bad element %zu: got %g want %g", i, good[i], want);
+  }
+  std::printf("rank %d: OK direct errors checked\n", g_rank);
   return 0;
 }
 
@@ -904,6 +1022,13 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string mode = argc > 1 ? argv[1] : "allreduce";
   auto t0 = Clock::now();
+  // KOLO_CHECK_NO_DIRECT_RANK=L: local rank L keeps the direct path off
+  // (a job that mixes direct and arena ranks).
+  const char* no_direct = std::getenv("KOLO_CHECK_NO_DIRECT_RANK");
+  const char* local_rank = std::getenv("KOLO_LOCAL_RANK");
+  if (no_direct != nullptr && local_rank != nullptr && std::string(no_direct) == local_rank) {
+    ::setenv("KOLO_DIRECT", "0", 1);
+  }
   kolo_status_t st = kolo_init();
   if (st != KOLO_OK) {
     std::printf("init failed after %.3f s: %s: %s\n", std::chrono::duration<double>(Clock::now() - t0).count(),
@@ -915,6 +1040,8 @@ int main(int argc, char** argv) {
   int rc = 0;
   if (mode == "allreduce") rc = runAllreduce(argc > 2 && std::string(argv[2]) == "--big");
   else if (mode == "mismatch") rc = runMismatch();
+  else if (mode == "direct") rc = runDirect();
+  else if (mode == "direct-bad") rc = runDirectBad();
   else if (mode == "duplicate") rc = runDuplicate();
   else if (mode == "die") rc = runDie(argc > 2 ? std::atoi(argv[2]) : 1);
   else if (mode == "stall") rc = runStall(argc > 2 ? std::atoi(argv[2]) : 3);

@@ -51,6 +51,62 @@ TEST(SlotPlan, PlainCopyTakesOneSlotOfTheTensorsBytes) {
   EXPECT_EQ(std::string(d.name, d.name_len), "t");
 }
 
+// The direct path (agent reads and writes the process's own memory): a
+// host allreduce of at least direct_min_bytes outside the arena takes no
+// slot, and the descriptor carries the addresses with the flag.
+TEST(SlotPlan, DirectAllreduceTakesNoSlotAndNamesTheAddresses) {
+  SlotRequest r = request(CollectiveType::kAllreduce, {1024});  // 4096 bytes
+  r.input_addr = 0x10000;
+  r.output_addr = 0x10000;  // in place
+  SlotGeometry g;
+  g.direct_min_bytes = 4096;
+  auto p = planSlots(r, g);
+  ASSERT_TRUE(p.isOk()) << p.status().toString();
+  EXPECT_TRUE(p->direct);
+  EXPECT_EQ(p->slot_bytes, 0u);
+  EXPECT_EQ(p->copy, CopyIn::kNone);
+  EXPECT_FALSE(p->result.has_value());
+  SubmitDesc d = describeSubmit(r, *p, 777);
+  EXPECT_EQ(d.flags & kSubmitFlagUserMemory, kSubmitFlagUserMemory);
+  EXPECT_EQ(d.data_offset, 0x10000u);
+  EXPECT_EQ(d.data_bytes, 4096u);
+  EXPECT_EQ(d.out_bytes, 0u);  // in place
+
+  r.output_addr = 0x20000;  // out of place
+  p = planSlots(r, g);
+  ASSERT_TRUE(p.isOk());
+  d = describeSubmit(r, *p, 0);
+  EXPECT_EQ(d.out_offset, 0x20000u);
+  EXPECT_EQ(d.out_bytes, 4096u);
+
+  r.output_addr = 0x10800;  // overlaps the input
+  p = planSlots(r, g);
+  ASSERT_FALSE(p.isOk());
+  EXPECT_NE(p.status().message().find("overlaps the input"), std::string::npos);
+}
+
+TEST(SlotPlan, DirectPathOnlyForLargePlainHostAllreduces) {
+  SlotGeometry g;
+  g.direct_min_bytes = 4096;
+  auto plan = [&](SlotRequest r) {
+    r.input_addr = r.output_addr = 0x10000;
+    auto p = planSlots(r, g);
+    EXPECT_TRUE(p.isOk()) << p.status().toString();
+    return p.isOk() && p->direct;
+  };
+  EXPECT_TRUE(plan(request(CollectiveType::kAllreduce, {1024})));
+  EXPECT_FALSE(plan(request(CollectiveType::kAllreduce, {1023})));  // below the threshold
+  EXPECT_FALSE(plan(request(CollectiveType::kBroadcast, {4096})));
+  SlotRequest c = request(CollectiveType::kAllreduce, {4096}, DataType::kFloat16);
+  c.compressed = true;  // float32 -> float16 in the slot
+  EXPECT_FALSE(plan(c));
+  SlotRequest z = request(CollectiveType::kAllreduce, {1024});
+  z.output_offset = 8192;  // the output is a kolo_alloc_shared buffer
+  EXPECT_FALSE(plan(z));
+  g.direct_min_bytes = 0;  // off (not granted, or a job across agents)
+  EXPECT_FALSE(plan(request(CollectiveType::kAllreduce, {1 << 20})));
+}
+
 TEST(SlotPlan, EmptyTensorNeedsNoSlotAndNoResult) {
   auto p = planSlots(request(CollectiveType::kJoin, {0}, DataType::kUint8), SlotGeometry{});
   ASSERT_TRUE(p.isOk());
