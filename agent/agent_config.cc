@@ -30,7 +30,7 @@ void defineAgentKnobs(Config& c) {
               "Threads for large local reductions (0 = number of cores)")
       .define("inline-reduce-kb", KnobType::kInt, "256",
               "Reductions up to this size run on the loop thread (no thread hop)")
-      .define("direct-min-kb", KnobType::kInt, "256",
+      .define("direct-min-kb", KnobType::kInt, "1024",
               "Host allreduces of at least this many KiB in a trainer's own memory (not kolo_alloc_shared) are "
               "read and written by the agent in place with process_vm_readv/writev instead of being copied "
               "through the arena, where the kernel lets the agent (same user, or CAP_SYS_PTRACE) and the job "

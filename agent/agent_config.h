@@ -41,7 +41,7 @@ struct AgentOptions {
   uint64_t arena_bytes = 0;
   int reduce_threads = 0;
   uint64_t inline_reduce_bytes = 0;
-  uint64_t direct_min_bytes = 256 << 10;  // 0: the direct user-memory path is off
+  uint64_t direct_min_bytes = 1 << 20;  // 0: the direct user-memory path is off
   int64_t spin_us = 50;
   int register_timeout_s = 30;
   int64_t stall_check_time_s = 60;

@@ -59,7 +59,7 @@ double directBytes(Cluster& c) {
 // and the agent's counter shows it was taken; with one rank opting out
 // (KOLO_DIRECT=0) the job mixes direct and arena ranks, still exact.
 TEST(Integration, DirectUserMemoryIsExactAndTaken) {
-  Cluster c;
+  Cluster c(1, {{"KOLO_DIRECT_MIN_KB", "256"}});  // kolo_check direct's threshold
   ASSERT_TRUE(c.ok()) << c.error();
   auto ranks = c.launchJob("direct3", 3, {checkBin(), "direct"});
   ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(120))) << "ranks did not finish; agent log:\n" << c.agentLog(0);

@@ -300,7 +300,8 @@ int runAllreduce(bool big) {
 
 // The direct user-memory path (an allreduce of at least the agent's
 // --direct-min-kb in the trainer's own memory, read and written in place by
-// the agent): sizes just below, at and above the threshold (256 KiB), every
+// the agent): sizes just below, at and above the threshold (run it on an
+// agent with --direct-min-kb 256; the default is 1024), every
 // dtype and op, buffers at odd addresses, in place and out of place (the
 // input must come back unchanged), scale factors, and several large ones in
 // flight at once completed in reverse order. Every element is checked.
