@@ -147,7 +147,7 @@ def route(tensors, op_name, device_capable=True):
                 "cuda:%d (the GPU kolo.torch.init() chose: the current device, or local_rank %% "
                 "device_count when CUDA was not in use yet); call torch.cuda.set_device(%d) "
                 "before kolo.torch.init(), or move the tensor to cuda:%d"
-                % (op_name, t.device.index, arena, arena, t.device.index, arena))
+                % (op_name, t.device.index, arena, arena, arena))
     if len(cuda) != len(tensors):
         return STAGED  # host and device tensors in one grouped op
     return DEVICE
