@@ -5,7 +5,7 @@
 # command of about 8 minutes (KOLO_GPU16_BUDGET_S, default 480 s: a phase
 # that would start with too little of it left is skipped and says so):
 #
-#   1. env        the GPU, torch, and a private CUDA MPS daemon for phases 2-4
+#   1. env        the GPU, torch, and a private CUDA MPS daemon for phases 2-5
 #   2. cxx-stream the device path tests through the real daemons, under MPS
 #                 (kolo_gpu_device_path_tests DevicePath*: the C ABI's
 #                 kolo_set_stream on device tensors included)
@@ -18,7 +18,10 @@
 #                 with kolo (k = 2, 4; with k = 1 kolo installs no hooks, so
 #                 it is the ceiling); torch DDP over gloo on CUDA tensors
 #                 (examples/ddp_synthetic_benchmark.py) with 2 and 4 ranks
-#   5. gpu-check  bench/gpu_check.sh: every GPU test, kolo-gpu-bench, the
+#   5. collectives per-op time and busbw of allreduce, broadcast, allgather,
+#                 reducescatter and alltoall on CUDA tensors, 4 B to 256 MiB, 2
+#                 and 4 trainers (bench/gpu/torch_collectives_bench.py)
+#   6. gpu-check  bench/gpu_check.sh: every GPU test, kolo-gpu-bench, the
 #                 device allreduce timings under its own MPS daemon (the
 #                 timings without MPS skipped: KOLO_GPU_CHECK_PLAIN_BENCH=0)
 #
@@ -151,10 +154,10 @@ if [[ $LIST == 0 ]] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
     echo "CUDA MPS: private daemon, pipe directory $CUDA_MPS_PIPE_DIRECTORY"
   else
-    echo "warning: nvidia-cuda-mps-control -d failed: phases 2-4 run without MPS" >&2
+    echo "warning: nvidia-cuda-mps-control -d failed: phases 2-5 run without MPS" >&2
   fi
 elif [[ $LIST == 0 ]]; then
-  echo "warning: no nvidia-cuda-mps-control: phases 2-4 run without MPS" >&2
+  echo "warning: no nvidia-cuda-mps-control: phases 2-5 run without MPS" >&2
 fi
 
 # --- 2. the device path through the daemons (C ABI stream included) --------
@@ -175,13 +178,19 @@ for k in 2 4; do
     "${SYNTH_ARGS[@]}"
 done
 
+# --- 5. per-op time and busbw of every collective on CUDA tensors -----------
+for k in 2 4; do
+  phase "collectives-$k" 40 90 "$BIN/kolorun" -np "$k" -- "$PY" \
+    "$REPO/bench/gpu/torch_collectives_bench.py" --time-per-size 0.1
+done
+
 if [[ $mps_up == 1 ]]; then
   echo quit | nvidia-cuda-mps-control
   trap - EXIT
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 fi
 
-# --- 5. the existing GPU check (its own MPS daemon) -------------------------
+# --- 6. the existing GPU check (its own MPS daemon) -------------------------
 phase gpu-check 90 400 env KOLO_GPU_CHECK_PLAIN_BENCH=0 "$REPO/bench/gpu_check.sh" "$DIR"
 
 if [[ $LIST == 1 ]]; then
@@ -210,6 +219,13 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "" && b > 0) prin
     printf '%-3s %14s %14s %10s %14s %10s\n' "$k" "${c:--}" "${kv:--}" "$(ratio "$kv" "$c")" "${d:--}" "$(ratio "$d" "$c")"
   done
   echo "(target: kolo/ceil >= 0.90 at k = 2 and 4, default settings)"
+  for k in 2 4; do
+    if [[ -f "$log_dir/collectives-$k.log" ]]; then
+      echo
+      echo "collectives on CUDA tensors, $k trainers (rank 0's table):"
+      grep -E '^\[0\]<stdout>:' "$log_dir/collectives-$k.log" | sed 's/^\[0\]<stdout>://' | grep -v '^COLLECTIVES'
+    fi
+  done
   if [[ -f "$log_dir/py-ops.log" ]]; then
     echo
     echo "kolo.torch op tests on CUDA: $(grep -E '[0-9]+ (passed|failed|skipped)' "$log_dir/py-ops.log" | tail -n 1)"
