@@ -506,7 +506,7 @@ void kolo_free_shared(void* ptr) {
 
 // kolo_stream_t as ABI 2 defines it: the size a caller must pass at least.
 static constexpr size_t kStreamV2Size = offsetof(kolo_stream_t, stream) + sizeof(void*);
-static_assert(sizeof(kolo_stream_t) == kStreamV2Size || sizeof(kolo_stream_t) > kStreamV2Size);
+static_assert(sizeof(kolo_stream_t) >= kStreamV2Size);
 
 kolo_status_t kolo_set_stream(const kolo_stream_t* s) {
   KOLO_C_GUARD("kolo_set_stream", {

@@ -30,17 +30,20 @@ Status Client::deviceAdmits(const OpArgs& a, const std::string& what) const {
   // kolo_init; the stream (kolo_set_stream) and the tensors must be there.
   const int arena = device_->device();
   const ThreadStream& ts = threadStream();
-  const std::string where = "this rank's device arena is on CUDA device " + std::to_string(arena) +
-                            " (the current device when kolo_init ran)";
+  auto where = [arena] {  // built only for a refusal
+    return "this rank's device arena is on CUDA device " + std::to_string(arena) +
+           " (the current device when kolo_init ran)";
+  };
   if (a.stream == nullptr && ts.device >= 0 && ts.device != arena) {
     return invalidArgument(what + ": its stream is on CUDA device " + std::to_string(ts.device) +
-                           " (kolo_set_stream), but " + where +
+                           " (kolo_set_stream), but " + where() +
                            "; name a stream of that device, or make the tensors' device current before kolo_init");
   }
-  for (const void* p : {a.input, static_cast<const void*>(a.output)}) {
+  const void* ptrs[2] = {a.input, a.output != a.input ? a.output : nullptr};  // in place: asked once
+  for (const void* p : ptrs) {
     const int d = p != nullptr ? device_->pointerDevice(p) : -1;
     if (d >= 0 && d != arena) {
-      return invalidArgument(what + ": the tensor is on CUDA device " + std::to_string(d) + ", but " + where +
+      return invalidArgument(what + ": the tensor is on CUDA device " + std::to_string(d) + ", but " + where() +
                              "; make that device current before kolo_init (torch.cuda.set_device), or copy the "
                              "tensor to CUDA device " + std::to_string(arena));
     }
