@@ -101,6 +101,20 @@ if [[ -f "$DIR/origin_bin_dir" ]]; then
     mkdir -p "$(dirname "$origin")" && ln -s "$BIN" "$origin"
   fi
 fi
+# kolo-agent links libnccl.so.2, which the bundle leaves out (208 MiB): the
+# machine's, or the nvidia-nccl-cu13 wheel's (as gpu_check.sh finds it).
+if [[ $LIST == 0 ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+  nccl_dir=$(LD_LIBRARY_PATH='' "$PY" -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
+  if [[ -n $nccl_dir && -e $nccl_dir/libnccl.so.2 ]]; then
+    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nccl_dir"
+    echo "libnccl from $nccl_dir"
+  fi
+fi
+if [[ $LIST == 0 ]] && ldd "$BIN/kolo-agent" 2>/dev/null | grep -q 'not found'; then
+  echo "kolo-agent: shared libraries missing on this machine:" >&2
+  ldd "$BIN/kolo-agent" | grep 'not found' >&2
+  exit 1
+fi
 export PYTHONPATH="$REPO/client_lib/python${PYTHONPATH:+:$PYTHONPATH}"
 export KOLO_LIBRARY="$DIR/lib/libkolo.so" KOLO_BUILD_DIR="$DIR"
 export KOLO_GPU_TEST_PEER="$BIN/kolo_gpu_test_peer" KOLO_GPU_DEVICE_RANK="$BIN/kolo_gpu_device_rank"
