@@ -5,23 +5,28 @@
 # bench/gpu_check.sh needs into BUNDLE_DIR (default build-gpubundle, ignored
 # by git through /build*), so that it can be carried to a GPU machine that has
 # no package registry:
-#   bin/  the GPU test binaries, the daemons and kolo-gpu-bench, stripped
-#   lib/  every shared library they load that is not part of the C library
-#         (ldd), except libcuda (the driver's) and libnccl (208 MiB; the GPU
-#         image has it in the nvidia-nccl-cu13 wheel, which gpu_check.sh finds)
+#   bin/  the GPU test binaries, the daemons, kolorun and kolo-gpu-bench, stripped
+#   lib/  libkolo.so (for the Python package: kolo.torch on CUDA, issue 16)
+#         and every shared library they load that is not part of the C
+#         library (ldd), except libcuda (the driver's) and libnccl (208 MiB;
+#         the GPU image has it in the nvidia-nccl-cu13 wheel, which
+#         gpu_check.sh finds)
+# The Python package, tests and examples travel with the working tree.
 #   origin_bin_dir  BUILD_DIR/bin as an absolute path: the integration
 #         harness has it compiled in, and gpu_check.sh links it to bin/.
 # Build first (CUDA and NCCL on, tests on):
 #   ninja -C build kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer \
-#     kolo-gpu-bench kolo_gpu_device_path_tests kolo_gpu_device_rank kolo-agent kolo-coordinator
-# Then, with the device tool: run(command="bench/gpu_check.sh build-gpubundle",
-# carry=["build-gpubundle"]). The bundle must stay under the tool's 64 MiB.
+#     kolo-gpu-bench kolo_gpu_device_path_tests kolo_gpu_device_rank kolo-agent kolo-coordinator \
+#     kolorun kolo_client
+# Then, with the device tool: run(command="bench/gpu_issue16.sh build-gpubundle",
+# carry=["build-gpubundle"]) (or bench/gpu_check.sh for the C++ part only).
+# The bundle must stay under the tool's 64 MiB.
 set -euo pipefail
 
 BUILD_DIR=$(cd "${1:-build}" && pwd)
 BUNDLE=${2:-build-gpubundle}
 BINS=(kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer kolo-gpu-bench kolo_gpu_device_path_tests
-      kolo_gpu_device_rank kolo-agent kolo-coordinator)
+      kolo_gpu_device_rank kolo-agent kolo-coordinator kolorun)
 
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
@@ -30,12 +35,15 @@ for b in "${BINS[@]}"; do
   cp "$BUILD_DIR/bin/$b" "$BUNDLE/bin/"
   strip --strip-unneeded "$BUNDLE/bin/$b"
 done
+[[ -e "$BUILD_DIR/lib/libkolo.so" ]] || { echo "missing $BUILD_DIR/lib/libkolo.so: build kolo_client" >&2; exit 1; }
+cp -L "$BUILD_DIR/lib/libkolo.so" "$BUNDLE/lib/libkolo.so"
+strip --strip-unneeded "$BUNDLE/lib/libkolo.so"
 # Libraries, resolved here; the C library's own stay behind (the GPU
 # machine's are newer), libstdc++ and libgcc_s travel (older is never wrong
 # for these binaries, newer is the machine's business).
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|librt|libdl|libutil|libresolv|libcuda\.so|libnccl\.so)'
-for b in "${BINS[@]}"; do
-  ldd "$BUILD_DIR/bin/$b" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+for b in "${BINS[@]/#/bin/}" lib/libkolo.so; do
+  ldd "$BUILD_DIR/$b" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
   [[ $name =~ $skip ]] && continue
   cp -L "$path" "$BUNDLE/lib/$name"

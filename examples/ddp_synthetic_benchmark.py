@@ -9,7 +9,9 @@ Launch it with torchrun, or with its own launcher on 127.0.0.1:
 
 Options and output match pytorch_synthetic_benchmark.py (the model, data,
 optimizer and timing are the same code paths); the last line is
-"RESULT framework=ddp ...".
+"RESULT framework=ddp ...". Like it, it trains on the GPU when CUDA is
+available (rank r on GPU r % device_count; --no-cuda: CPU): DDP over gloo on
+CUDA tensors, the multi-process peer one GPU allows.
 """
 
 import argparse
@@ -47,6 +49,8 @@ def parse_args():
     parser.add_argument("--fp16-allreduce", action="store_true", default=False,
                         help="fp16 compression hook on the DDP buckets")
     parser.add_argument("--timeout-s", type=int, default=300)
+    parser.add_argument("--no-cuda", action="store_true", default=False,
+                        help="disables CUDA training")
     return parser.parse_args()
 
 
@@ -58,8 +62,16 @@ def run(rank, size, args):
     torch.set_num_threads(threads)
     torch.manual_seed(1234)
 
+    cuda = not args.no_cuda and torch.cuda.is_available()
     model, model_name = make_model(args.model, args.num_classes)
-    model = DDP(model)  # broadcasts rank 0's parameters
+    if cuda:
+        dev = rank % torch.cuda.device_count()
+        torch.cuda.set_device(dev)
+        torch.backends.cudnn.benchmark = True
+        model.cuda()
+        model = DDP(model, device_ids=[dev])  # broadcasts rank 0's parameters
+    else:
+        model = DDP(model)
     if args.fp16_allreduce:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -67,12 +79,20 @@ def run(rank, size, args):
 
     data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
     target = torch.LongTensor(args.batch_size).random_() % args.num_classes
+    if cuda:
+        data, target = data.cuda(), target.cuda()
 
     def benchmark_step():
         optimizer.zero_grad()
         loss = F.cross_entropy(model(data), target)
         loss.backward()
         optimizer.step()
+
+    def timed_batches(n):
+        for _ in range(n):
+            benchmark_step()
+        if cuda:
+            torch.cuda.synchronize()
 
     def log(s):
         if rank == 0:
@@ -81,27 +101,28 @@ def run(rank, size, args):
     log("Model: %s" % model_name)
     log("Batch size: %d" % args.batch_size)
     log("Image size: %d, threads per rank: %d" % (args.image_size, threads))
-    log("Number of CPUs: %d" % size)
+    device = "GPU" if cuda else "CPU"
+    log("Number of %ss: %d" % (device, size))
     log("Running warmup...")
-    timeit.timeit(benchmark_step, number=args.num_warmup_batches)
+    timeit.timeit(lambda: timed_batches(args.num_warmup_batches), number=1)
     log("Running benchmark...")
     img_secs = []
     for x in range(args.num_iters):
-        t = timeit.timeit(benchmark_step, number=args.num_batches_per_iter)
+        t = timeit.timeit(lambda: timed_batches(args.num_batches_per_iter), number=1)
         img_sec = args.batch_size * args.num_batches_per_iter / t
-        log("Iter #%d: %.1f img/sec per CPU" % (x, img_sec))
+        log("Iter #%d: %.1f img/sec per %s" % (x, img_sec, device))
         img_secs.append(img_sec)
     img_sec_mean = float(np.mean(img_secs))
     img_sec_conf = float(1.96 * np.std(img_secs))
     total = torch.tensor(img_sec_mean, dtype=torch.float64)
     dist.all_reduce(total)
     total = total.item()
-    log("Img/sec per CPU: %.1f +-%.1f" % (img_sec_mean, img_sec_conf))
-    log("Total img/sec on %d CPU(s): %.1f +-%.1f (measured sum over ranks: %.1f)"
-        % (size, size * img_sec_mean, size * img_sec_conf, total))
+    log("Img/sec per %s: %.1f +-%.1f" % (device, img_sec_mean, img_sec_conf))
+    log("Total img/sec on %d %s(s): %.1f +-%.1f (measured sum over ranks: %.1f)"
+        % (size, device, size * img_sec_mean, size * img_sec_conf, total))
     log("RESULT framework=ddp model=%s np=%d batch=%d image=%d img_sec_per_rank=%.2f "
-        "img_sec_total=%.2f" % (model_name, size, args.batch_size, args.image_size,
-                                img_sec_mean, total))
+        "img_sec_total=%.2f device=%s" % (model_name, size, args.batch_size, args.image_size,
+                                          img_sec_mean, total, "cuda" if cuda else "cpu"))
     dist.barrier()
     # Leave without tearing the gloo group down: with torch 1.13 a rank can
     # block forever in the teardown once its peer is gone.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -499,6 +500,71 @@ void kolo_free_shared(void* ptr) {
   } catch (...) {
     internal("kolo_free_shared", nullptr);
   }
+}
+
+// --- CUDA streams (ABI 2) ----------------------------------------------------
+
+// kolo_stream_t as ABI 2 defines it: the size a caller must pass at least.
+static constexpr size_t kStreamV2Size = offsetof(kolo_stream_t, stream) + sizeof(void*);
+static_assert(sizeof(kolo_stream_t) >= kStreamV2Size);
+
+kolo_status_t kolo_set_stream(const kolo_stream_t* s) {
+  KOLO_C_GUARD("kolo_set_stream", {
+    if (s == nullptr) {
+      kolo::threadStream() = kolo::ThreadStream{};
+      return KOLO_OK;
+    }
+    if (s->struct_size < kStreamV2Size) {
+      return fail(Code::kInvalidArgument, "kolo_set_stream: struct_size is " + std::to_string(s->struct_size) +
+                                              "; a kolo_stream_t has at least " + std::to_string(kStreamV2Size) +
+                                              " bytes (initialize it with KOLO_STREAM_INIT)");
+    }
+    // Fields of a later ABI revision this libkolo does not know: refused
+    // unless zero (their default), never silently ignored.
+    const auto* bytes = reinterpret_cast<const unsigned char*>(s);
+    for (size_t i = sizeof(kolo_stream_t); i < s->struct_size && i < 4096; ++i) {
+      if (bytes[i] != 0) {
+        return fail(Code::kInvalidArgument,
+                    "kolo_set_stream: the kolo_stream_t has " + std::to_string(s->struct_size) +
+                        " bytes with fields after byte " + std::to_string(sizeof(kolo_stream_t)) +
+                        " set, which this libkolo (ABI " + std::to_string(KOLO_ABI_VERSION) + ") does not know");
+      }
+    }
+    if (s->device < KOLO_DEVICE_ANY) {
+      return fail(Code::kInvalidArgument, "kolo_set_stream: device is " + std::to_string(s->device) +
+                                              "; it must be a CUDA device ordinal or KOLO_DEVICE_ANY (-1)");
+    }
+    kolo::threadStream() = kolo::ThreadStream{s->device, s->stream};
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_get_stream(kolo_stream_t* s) {
+  KOLO_C_GUARD("kolo_get_stream", {
+    if (s == nullptr) return fail(Code::kInvalidArgument, "kolo_get_stream: s is NULL");
+    if (s->struct_size < kStreamV2Size) {
+      return fail(Code::kInvalidArgument, "kolo_get_stream: struct_size is " + std::to_string(s->struct_size) +
+                                              "; a kolo_stream_t has at least " + std::to_string(kStreamV2Size) +
+                                              " bytes (initialize it with KOLO_STREAM_INIT)");
+    }
+    const kolo::ThreadStream& t = kolo::threadStream();
+    s->device = t.device;
+    s->stream = t.stream;
+    return KOLO_OK;
+  })
+}
+
+kolo_status_t kolo_device_path(int* device) {
+  KOLO_C_GUARD("kolo_device_path", {
+    if (device != nullptr) *device = -1;
+    auto c = current();
+    if (!c) return notInitialized();
+    if (!c->deviceReady()) {
+      return fail(Code::kUnavailable, "this rank has no device arena: " + c->deviceWhy());
+    }
+    if (device != nullptr) *device = c->deviceOrdinal();
+    return KOLO_OK;
+  })
 }
 
 const char* kolo_status_string(kolo_status_t status) {

@@ -100,7 +100,8 @@ struct OpArgs {
   // Device path (docs/gpu.md): -1 = detect (device memory is recognised once
   // the process asked for a device arena with KOLO_DEVICE_ARENA_MB), 0 =
   // host, 1 = device. `stream`: the caller's cudaStream_t; the copies in and
-  // out are ordered on it (NULL: the legacy default stream).
+  // out are ordered on it (NULL: the calling thread's kolo_set_stream
+  // stream, by default the legacy default stream).
   int device = -1;
   void* stream = nullptr;
 };
@@ -217,6 +218,8 @@ class Client {
   // Device path: whether this process holds a device arena, and why not.
   bool deviceReady() const { return device_ && device_->ready(); }
   std::string deviceWhy() const { return device_ ? device_->why() : std::string(); }
+  // The CUDA device of this process's device arena (-1: none).
+  int deviceOrdinal() const { return deviceReady() ? device_->device() : -1; }
   // Tests only: submits a descriptor flagged as a device tensor of `bytes`
   // uint8 at device offset 0, event 0, without any copy (the agent's checks
   // of device descriptors, on machines without a GPU).

@@ -26,12 +26,39 @@ Status Client::deviceAdmits(const OpArgs& a, const std::string& what) const {
         what + ": device tensors are wired for allreduce and broadcast only so far" +
         (a.compressed ? " (not compressed)" : "") + "; copy the tensor to the host for this");
   }
+  // The GPU: the device arena is on the device that was current at
+  // kolo_init; the stream (kolo_set_stream) and the tensors must be there.
+  const int arena = device_->device();
+  const ThreadStream& ts = threadStream();
+  auto where = [arena] {  // built only for a refusal
+    return "this rank's device arena is on CUDA device " + std::to_string(arena) +
+           " (the current device when kolo_init ran)";
+  };
+  if (a.stream == nullptr && ts.device >= 0 && ts.device != arena) {
+    return invalidArgument(what + ": its stream is on CUDA device " + std::to_string(ts.device) +
+                           " (kolo_set_stream), but " + where() +
+                           "; name a stream of that device, or make the tensors' device current before kolo_init");
+  }
+  const void* ptrs[2] = {a.input, a.output != a.input ? a.output : nullptr};  // in place: asked once
+  for (const void* p : ptrs) {
+    const int d = p != nullptr ? device_->pointerDevice(p) : -1;
+    if (d >= 0 && d != arena) {
+      return invalidArgument(what + ": the tensor is on CUDA device " + std::to_string(d) + ", but " + where() +
+                             "; make that device current before kolo_init (torch.cuda.set_device), or copy the "
+                             "tensor to CUDA device " + std::to_string(arena));
+    }
+  }
   return okStatus();
 }
 
+// The stream of a device op: the one in OpArgs, else the calling thread's
+// (kolo_set_stream), else NULL (the legacy default stream).
+static void* deviceStream(const OpArgs& a) { return a.stream != nullptr ? a.stream : threadStream().stream; }
+
 Status Client::prepareDevice(const OpArgs& a, uint64_t bytes, const std::string& what,
                              Clock::time_point deadline, SubmitDesc* d, Op* op) {
-  auto staged = device_->stageIn(a.input, bytes, a.stream, deadline);
+  void* const stream = deviceStream(a);
+  auto staged = device_->stageIn(a.input, bytes, stream, deadline);
   while (!staged.isOk() && staged.status().code() == Code::kInProgress) {
     // Ops in flight hold the device arena space or the event pairs: let
     // their completions free them (bounded by the op timeout).
@@ -60,7 +87,7 @@ Status Client::prepareDevice(const OpArgs& a, uint64_t bytes, const std::string&
         break;
       }
     }
-    staged = device_->stageIn(a.input, bytes, a.stream, deadline);
+    staged = device_->stageIn(a.input, bytes, stream, deadline);
   }
   if (!staged.isOk())
     return Status(staged.status().code(), what + ": " + staged.status().message());
@@ -74,7 +101,7 @@ Status Client::prepareDevice(const OpArgs& a, uint64_t bytes, const std::string&
   op->bytes = bytes;
   op->device = true;
   op->staged = *staged;
-  op->stream = a.stream;
+  op->stream = stream;
   return okStatus();
 }
 

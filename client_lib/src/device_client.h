@@ -35,6 +35,16 @@ class Welcome;
 // KOLO_DEVICE_ARENA_MB: 0/unset = no device arena (pure; tested).
 StatusOr<uint64_t> parseDeviceArenaMb(const char* value);
 
+// The calling thread's CUDA stream for device collectives (kolo_set_stream
+// in the C ABI, docs/gpu.md): used by a device op whose OpArgs.stream is
+// NULL. device -1: any (the device arena's). Thread-local, so it needs no
+// lock and no connection.
+struct ThreadStream {
+  int device = -1;
+  void* stream = nullptr;
+};
+ThreadStream& threadStream();
+
 class DeviceClient {
  public:
   using Clock = std::chrono::steady_clock;
@@ -59,6 +69,11 @@ class DeviceClient {
   virtual std::string why() const = 0;
   // Whether `p` is device (or managed) memory; only called when asked().
   virtual bool isDevicePointer(const void* p) = 0;
+  // The CUDA device ordinal of device memory `p` (-1: host, managed or
+  // unknown); only called for a pointer isDevicePointer() accepted.
+  virtual int pointerDevice(const void* p) = 0;
+  // The CUDA device of the device arena (-1 when not ready()).
+  virtual int device() const = 0;
 
   // Takes a slot of `bytes` and an event pair (waiting for retiring ones
   // until `deadline`), enqueues the copy from `src` on `stream` and records

@@ -5,6 +5,11 @@
 
 namespace kolo {
 
+ThreadStream& threadStream() {
+  thread_local ThreadStream s;
+  return s;
+}
+
 StatusOr<uint64_t> parseDeviceArenaMb(const char* value) {
   if (value == nullptr || value[0] == '\0') return uint64_t{0};
   errno = 0;

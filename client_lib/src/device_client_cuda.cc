@@ -114,6 +114,18 @@ class CudaDeviceClient final : public DeviceClient {
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
   }
 
+  int pointerDevice(const void* p) override {
+    cudaPointerAttributes a{};
+    if (p == nullptr || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    // Managed memory migrates: any device may read it.
+    return a.type == cudaMemoryTypeDevice ? a.device : -1;
+  }
+
+  int device() const override { return ready() ? device_ : -1; }
+
   StatusOr<Staged> stageIn(const void* src, uint64_t bytes, void* stream, Clock::time_point deadline) override {
     if (!ready()) return unavailable(why_);
     DeviceScope scope(device_);

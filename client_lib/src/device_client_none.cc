@@ -19,6 +19,8 @@ class NoDeviceClient final : public DeviceClient {
   bool ready() const override { return false; }
   std::string why() const override { return "this libkolo was built without CUDA (KOLO_WITH_CUDA=OFF)"; }
   bool isDevicePointer(const void*) override { return false; }
+  int pointerDevice(const void*) override { return -1; }
+  int device() const override { return -1; }
   StatusOr<Staged> stageIn(const void*, uint64_t, void*, Clock::time_point) override { return unavailable(why()); }
   Status finish(const Staged&, void*, uint64_t, void*, bool) override { return unavailable(why()); }
 

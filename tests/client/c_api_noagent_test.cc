@@ -175,3 +175,89 @@ TEST(CApi, StaleSocketFileIsRetriedThenUnavailable) {
 }
 
 }  // namespace
+
+namespace {
+
+// C ABI revision 2: the calling thread's CUDA stream (kolo_c.h). No GPU
+// needed: the stream is only recorded here, and used by device collectives.
+TEST(CApiStream, DefaultIsTheLegacyStreamOnAnyDevice) {
+  EXPECT_GE(KOLO_ABI_VERSION, 2);
+  kolo_stream_t s = KOLO_STREAM_INIT;
+  s.device = 7;
+  s.stream = &s;
+  ASSERT_EQ(kolo_get_stream(&s), KOLO_OK) << kolo_last_error();
+  EXPECT_EQ(s.device, KOLO_DEVICE_ANY);
+  EXPECT_EQ(s.stream, nullptr);
+}
+
+TEST(CApiStream, SetGetAndResetArePerThread) {
+  int fake_stream = 0;  // never dereferenced
+  kolo_stream_t s = KOLO_STREAM_INIT;
+  s.device = 0;
+  s.stream = &fake_stream;
+  ASSERT_EQ(kolo_set_stream(&s), KOLO_OK) << kolo_last_error();
+  kolo_stream_t got = KOLO_STREAM_INIT;
+  ASSERT_EQ(kolo_get_stream(&got), KOLO_OK);
+  EXPECT_EQ(got.device, 0);
+  EXPECT_EQ(got.stream, &fake_stream);
+  // Another thread still has the default.
+  kolo_stream_t other = KOLO_STREAM_INIT;
+  other.device = 3;
+  kolo_status_t other_st = KOLO_ERR_INTERNAL;
+  std::thread([&] { other_st = kolo_get_stream(&other); }).join();
+  EXPECT_EQ(other_st, KOLO_OK);
+  EXPECT_EQ(other.device, KOLO_DEVICE_ANY);
+  EXPECT_EQ(other.stream, nullptr);
+  // NULL resets this thread's.
+  ASSERT_EQ(kolo_set_stream(nullptr), KOLO_OK);
+  ASSERT_EQ(kolo_get_stream(&got), KOLO_OK);
+  EXPECT_EQ(got.device, KOLO_DEVICE_ANY);
+  EXPECT_EQ(got.stream, nullptr);
+}
+
+TEST(CApiStream, BadArgumentsAreRefusedWithTheirText) {
+  kolo_stream_t s = KOLO_STREAM_INIT;
+  s.struct_size = 4;
+  EXPECT_EQ(kolo_set_stream(&s), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(kolo_last_error(), "kolo_set_stream: struct_size is 4; a kolo_stream_t has at least"))
+      << kolo_last_error();
+  EXPECT_TRUE(contains(kolo_last_error(), "KOLO_STREAM_INIT")) << kolo_last_error();
+  EXPECT_EQ(kolo_get_stream(&s), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kolo_get_stream(nullptr), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(kolo_last_error(), "kolo_get_stream: s is NULL")) << kolo_last_error();
+
+  s = KOLO_STREAM_INIT;
+  s.device = -2;
+  EXPECT_EQ(kolo_set_stream(&s), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(kolo_last_error(), "device is -2; it must be a CUDA device ordinal or KOLO_DEVICE_ANY"))
+      << kolo_last_error();
+
+  // A struct from a later revision: larger, with its unknown fields zero,
+  // is accepted; with one set, refused (never silently ignored).
+  struct Later {
+    kolo_stream_t v2;
+    int64_t future;
+  } later{};
+  later.v2 = KOLO_STREAM_INIT;
+  later.v2.struct_size = sizeof later;
+  later.v2.device = 1;
+  EXPECT_EQ(kolo_set_stream(&later.v2), KOLO_OK) << kolo_last_error();
+  later.future = 5;
+  EXPECT_EQ(kolo_set_stream(&later.v2), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(kolo_last_error(), "does not know")) << kolo_last_error();
+  // A refused call leaves the thread's stream as it was.
+  kolo_stream_t got = KOLO_STREAM_INIT;
+  ASSERT_EQ(kolo_get_stream(&got), KOLO_OK);
+  EXPECT_EQ(got.device, 1);
+  EXPECT_EQ(kolo_set_stream(nullptr), KOLO_OK);
+}
+
+TEST(CApiStream, DevicePathNeedsInit) {
+  int device = 5;
+  EXPECT_EQ(kolo_device_path(&device), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(device, -1);
+  EXPECT_TRUE(contains(kolo_last_error(), "kolo_init")) << kolo_last_error();
+  EXPECT_EQ(kolo_device_path(nullptr), KOLO_ERR_INVALID_ARGUMENT);
+}
+
+}  // namespace

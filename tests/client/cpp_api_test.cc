@@ -156,3 +156,38 @@ TEST_F(CppApi, SharedBufferIsRaiiAndZeroCopy) {
 }
 
 }  // namespace
+
+namespace {
+
+// C ABI revision 2 through the C++ layer: ScopedStream names the thread's
+// stream and restores the previous one; a refused one leaves it as it was.
+TEST(CppApiStream, ScopedStreamSetsAndRestores) {
+  int a = 0, b = 0;  // stand-ins for cudaStream_t values (never dereferenced)
+  {
+    kolo::ScopedStream outer(&a, 0);
+    ASSERT_TRUE(outer.result().ok()) << outer.result().toString();
+    {
+      kolo::ScopedStream inner(&b);
+      ASSERT_TRUE(inner.result().ok());
+      kolo_stream_t s = KOLO_STREAM_INIT;
+      ASSERT_EQ(kolo_get_stream(&s), KOLO_OK);
+      EXPECT_EQ(s.stream, &b);
+      EXPECT_EQ(s.device, KOLO_DEVICE_ANY);
+    }
+    kolo_stream_t s = KOLO_STREAM_INIT;
+    ASSERT_EQ(kolo_get_stream(&s), KOLO_OK);
+    EXPECT_EQ(s.stream, &a);
+    EXPECT_EQ(s.device, 0);
+    kolo::ScopedStream bad(&b, -5);
+    EXPECT_EQ(bad.result().code, KOLO_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(bad.result().message.find("device is -5"), std::string::npos) << bad.result().message;
+  }
+  kolo_stream_t s = KOLO_STREAM_INIT;
+  ASSERT_EQ(kolo_get_stream(&s), KOLO_OK);
+  EXPECT_EQ(s.stream, nullptr);
+  auto d = kolo::devicePath();  // not initialized
+  EXPECT_FALSE(d.ok());
+  EXPECT_EQ(d.result().code, KOLO_ERR_INVALID_ARGUMENT);
+}
+
+}  // namespace

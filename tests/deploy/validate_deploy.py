@@ -502,10 +502,76 @@ def check_sysusers(root, units):
         return errors, True
 
 
+MPS_UNIT = "kolo-mps.service"
+MPS_PIPE_DIR = "/run/kolo-mps"
+
+
+def unit_env(unit):
+    """[Service] Environment= assignments as a dict."""
+    env = {}
+    for line in unit.get("Service", {}).get("Environment", []):
+        for item in shlex.split(line):
+            if "=" in item:
+                k, v = item.split("=", 1)
+                env[k] = v
+    return env
+
+
+def check_mps_unit(text, agent_text):
+    """kolo-mps.service: the node's CUDA MPS control daemon in the
+    foreground, its pipe directory a RuntimeDirectory the agent also points
+    CUDA at, before the agent, as the agent's user (MPS serves one uid),
+    skipped without a GPU, restarted like the daemons."""
+    errors = []
+    unit = parse_unit(text)
+    agent = parse_unit(agent_text or "")
+    name = MPS_UNIT
+    argv = shlex.split(unit_get(unit, "Service", "ExecStart") or "")
+    if argv[:1] != ["/usr/bin/nvidia-cuda-mps-control"] or "-f" not in argv:
+        errors.append(f"{name}: ExecStart must run /usr/bin/nvidia-cuda-mps-control -f "
+                      f"(foreground), got {' '.join(argv)}")
+    if unit_get(unit, "Service", "Type") not in (None, "simple", "exec"):
+        errors.append(f"{name}: Type={unit_get(unit, 'Service', 'Type')} with a foreground "
+                      "daemon (want simple or exec)")
+    if "quit" not in (unit_get(unit, "Service", "ExecStop") or ""):
+        errors.append(f"{name}: ExecStop must send `quit` to nvidia-cuda-mps-control")
+    pipe = unit_env(unit).get(MPS_PIPE_ENV)
+    if pipe != MPS_PIPE_DIR:
+        errors.append(f"{name}: {MPS_PIPE_ENV}={pipe} (want {MPS_PIPE_DIR})")
+    rd = unit_get(unit, "Service", "RuntimeDirectory")
+    if pipe and f"/run/{rd}" != pipe:
+        errors.append(f"{name}: the pipe directory {pipe} is not its RuntimeDirectory (/run/{rd})")
+    if unit_get(unit, "Service", "RuntimeDirectoryMode") not in ("0755", "0750"):
+        errors.append(f"{name}: RuntimeDirectoryMode must let the trainers reach the pipes")
+    if not unit_env(unit).get("CUDA_MPS_LOG_DIRECTORY"):
+        errors.append(f"{name}: CUDA_MPS_LOG_DIRECTORY is not set")
+    if "kolo-agent.service" not in " ".join(unit.get("Unit", {}).get("Before", [])):
+        errors.append(f"{name}: must start Before=kolo-agent.service")
+    if "/dev/nvidiactl" not in " ".join(unit.get("Unit", {}).get("ConditionPathExists", [])):
+        errors.append(f"{name}: ConditionPathExists=/dev/nvidiactl missing (GPU nodes only)")
+    agent_pipe = unit_env(agent).get(MPS_PIPE_ENV)
+    if agent_pipe != pipe:
+        errors.append(f"kolo-agent.service: {MPS_PIPE_ENV}={agent_pipe}, but kolo-mps.service's "
+                      f"pipe directory is {pipe}: the agent would run without MPS")
+    if not any(MPS_UNIT in v for v in agent.get("Unit", {}).get("After", [])):
+        errors.append(f"kolo-agent.service: After={MPS_UNIT} missing")
+    for key in ("User", "Group"):
+        if unit_get(unit, "Service", key) != unit_get(agent, "Service", key):
+            errors.append(f"{name}: {key}={unit_get(unit, 'Service', key)} differs from the "
+                          f"agent's ({unit_get(agent, 'Service', key)}): MPS serves one uid")
+    for k, v in COMMON_HARDENING.items():
+        if unit_get(unit, "Service", k) != v:
+            errors.append(f"{name}: [Service] {k}={unit_get(unit, 'Service', k)} (want {v})")
+    errors += check_restart_policy(name, unit)
+    if not unit.get("Install", {}).get("WantedBy"):
+        errors.append(f"{name}: [Install] WantedBy= missing")
+    return errors
+
+
 def load_units(root):
     d = os.path.join(root, "deploy", "systemd")
     units = {}
-    for name in ("kolo-agent.service", "kolo-coordinator.service"):
+    for name in ("kolo-agent.service", "kolo-coordinator.service", MPS_UNIT):
         p = os.path.join(d, name)
         if os.path.isfile(p):
             with open(p) as f:
@@ -1268,16 +1334,20 @@ def validate(root, bins, report):
     print("systemd")
     report.section("unit files present",
                    [f"missing deploy/systemd/{n}" for n in
-                    ("kolo-agent.service", "kolo-coordinator.service") if n not in units])
+                    ("kolo-agent.service", "kolo-coordinator.service", MPS_UNIT)
+                    if n not in units])
     for name, text in units.items():
-        report.section(f"{name} properties", check_unit_static(name, text))
+        if name == MPS_UNIT:
+            report.section(f"{name} properties", check_mps_unit(text, units.get("kolo-agent.service")))
+        else:
+            report.section(f"{name} properties", check_unit_static(name, text))
     with tempfile.TemporaryDirectory(prefix="kolo-units-") as tmp:
         errs = verify_units(units, tmp)
         if errs is None:
             report.skip("systemd-analyze verify", "systemd-analyze is not installed")
         else:
             report.section("systemd-analyze verify", errs)
-            errs = security_units(units, tmp)
+            errs = security_units({n: t for n, t in units.items() if n != MPS_UNIT}, tmp)
             if errs is None:
                 report.skip("systemd-analyze security", "this systemd has no --offline mode")
             else:
@@ -1505,7 +1575,29 @@ def self_test(root):
     _, _, perrs = parse_conf("socket = a\nsocket = b\n", "t.conf")
     expect("knob set twice", perrs)
 
-    for name, text in load_units(root).items():
+    units = load_units(root)
+    mps, agent_unit = units.get(MPS_UNIT, ""), units.get("kolo-agent.service", "")
+    if check_mps_unit(mps, agent_unit):
+        failures.append("kolo-mps.service is not clean to start with")
+    for what, m, a in [
+            ("kolo-mps.service daemonizing (-d)", mps.replace("control -f", "control -d"), agent_unit),
+            ("kolo-mps.service with another pipe directory than the agent's",
+             mps.replace("CUDA_MPS_PIPE_DIRECTORY=/run/kolo-mps", "CUDA_MPS_PIPE_DIRECTORY=/tmp/x"),
+             agent_unit),
+            ("kolo-agent.service without the MPS pipe directory", mps,
+             agent_unit.replace("Environment=CUDA_MPS_PIPE_DIRECTORY=/run/kolo-mps\n", "")),
+            ("kolo-mps.service as another user than the agent (MPS serves one uid)",
+             mps.replace("User=kolo", "User=root"), agent_unit),
+            ("kolo-mps.service after the agent", mps.replace("Before=kolo-agent.service", ""),
+             agent_unit),
+            ("kolo-mps.service on nodes without a GPU",
+             mps.replace("ConditionPathExists=/dev/nvidiactl", ""), agent_unit),
+            ("kolo-mps.service without ExecStop quit",
+             re.sub(r"^ExecStop=.*\n", "", mps, flags=re.M), agent_unit)]:
+        expect(what, check_mps_unit(m, a))
+    for name, text in units.items():
+        if name == MPS_UNIT:
+            continue
         broken = text.replace("Type=notify", "Type=simple")
         expect(f"{name} with Type=simple", check_unit_static(name, broken))
         broken = re.sub(r"^RestrictAddressFamilies=.*$", "RestrictAddressFamilies=AF_UNIX",

@@ -118,6 +118,25 @@ TEST(DevicePath, NotAskedForIsRefusedClearlyEvenWithAGpu) {
   }
 }
 
+// C ABI revision 2: the thread's kolo_set_stream stream. A host tensor
+// ignores it (bit-exact, the bogus stream never reaches CUDA); with a GPU
+// the device allreduce that names no stream is ordered on it, and a stream
+// on another device is refused naming both devices.
+TEST(DevicePath, ThreadStreamLeavesHostTensorsAloneAndOrdersDeviceOnes) {
+  Cluster c(1);
+  ASSERT_TRUE(c.ok()) << c.error();
+  bool skipped = false;
+  std::vector<std::string> outs;
+  runMode(c, "devstream", 2, "stream", "STREAM OK", {{"KOLO_DEVICE_ARENA_MB", "64"}}, &skipped, &outs);
+  ASSERT_FALSE(skipped);
+  std::string why;
+  if (gpuPresent(&why)) {
+    for (const std::string& out : outs) EXPECT_TRUE(has(out, "refusal: allreduce of device tensor")) << out;
+  } else {
+    for (const std::string& out : outs) EXPECT_TRUE(has(out, "no device arena: ")) << out;
+  }
+}
+
 TEST(DevicePath, InvalidArenaSizeIsNamed) {
   Cluster c(1);
   ASSERT_TRUE(c.ok()) << c.error();

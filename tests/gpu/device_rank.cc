@@ -1,6 +1,6 @@
 // A rank of the device path tests (device_path_test.cc): links the client
 // library's internals (kolo_client_static) and talks to a real kolo-agent.
-// Usage: kolo_gpu_device_rank refuse|allreduce|ordering|die|bench
+// Usage: kolo_gpu_device_rank refuse|stream|allreduce|ordering|die|bench
 // Prints "<MODE> OK" and exits 0 on success; "SKIP: <why>" and exits 0 when
 // the mode cannot run here (no GPU, or a GPU where a refusal was expected).
 #include <unistd.h>
@@ -15,6 +15,7 @@
 
 #include "client.h"
 #include "common/dtype.h"
+#include "kolo/kolo_c.h"
 
 #ifdef KOLO_TEST_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -106,6 +107,51 @@ int refuse(Client& c) {
   if (!h.isOk() || !c.wait(*h, milliseconds(30'000)).isOk()) FAIL("host allreduce after the refusals");
   std::printf("REFUSE OK\n");
   return 0;
+}
+
+// The C ABI's thread stream (kolo_set_stream, ABI 2) on a host tensor: it
+// is ignored, the host allreduce stays bit-exact (the "stream" is a bogus
+// pointer that must never reach CUDA). The device half is streamDevice().
+#ifdef KOLO_TEST_HAVE_CUDA
+int streamDevice(Client& c);
+#endif
+int stream(Client& c) {
+  const auto w = c.world();
+  int bogus = 0;
+  kolo_stream_t ks = KOLO_STREAM_INIT;
+  ks.device = 0;
+  ks.stream = &bogus;
+  if (kolo_set_stream(&ks) != KOLO_OK) FAIL("kolo_set_stream: %s", kolo_last_error());
+  std::vector<int64_t> in(777), out(777);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int64_t>(i) * 3 + w.rank;
+  int64_t shape[1] = {777};
+  AllreduceArgs a;
+  a.name = "stream.host";
+  a.input = in.data();
+  a.output = out.data();
+  a.ndim = 1;
+  a.shape = shape;
+  a.dtype = static_cast<int>(DataType::kInt64);
+  a.op = static_cast<int>(ReduceOp::kSum);
+  auto h = c.allreduceAsync(a);
+  if (!h.isOk()) FAIL("host allreduce with a thread stream: %s", h.status().toString().c_str());
+  auto st = c.wait(*h, milliseconds(30'000));
+  if (!st.isOk()) FAIL("host allreduce with a thread stream: %s", st.toString().c_str());
+  const int64_t rank_sum = static_cast<int64_t>(w.size) * (w.size - 1) / 2;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] != static_cast<int64_t>(i) * 3 * w.size + rank_sum) FAIL("host allreduce: out[%zu] = %ld", i, static_cast<long>(out[i]));
+  }
+  (void)kolo_set_stream(nullptr);
+  if (!c.deviceReady()) {
+    std::printf("rank %d no device arena: %s\n", rank_, c.deviceWhy().c_str());
+    std::printf("STREAM OK\n");
+    return 0;
+  }
+#ifdef KOLO_TEST_HAVE_CUDA
+  return streamDevice(c);
+#else
+  FAIL("a device arena was granted to a libkolo built without CUDA");
+#endif
 }
 
 #ifdef KOLO_TEST_HAVE_CUDA
@@ -420,13 +466,71 @@ int bench(Client& c) {
   std::printf("BENCH OK\n");
   return 0;
 }
+// The device half of "stream": the allreduce names no stream (OpArgs.stream
+// NULL), the thread's kolo_set_stream stream orders it: the tensor is
+// produced by a long kernel on that (non-blocking) stream right before the
+// submission, so a copy on any other stream would read stale values. Then a
+// stream named on another device is refused with both devices named.
+int streamDevice(Client& c) {
+  const auto w = c.world();
+  int dev = -1;
+  CUDA_OK(cudaGetDevice(&dev));
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  kolo_stream_t ks = KOLO_STREAM_INIT;
+  ks.device = dev;
+  ks.stream = s;
+  if (kolo_set_stream(&ks) != KOLO_OK) FAIL("kolo_set_stream: %s", kolo_last_error());
+  const size_t n = 1 << 20;
+  float* buf = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&buf), n * sizeof(float)));
+  // ~0.3 s of spinning on s, then buf[i] = rank + 1 + i % 1024.
+  kolo::gpu::testing::launchSpinThenFill(s, buf, n, static_cast<float>(w.rank + 1), 500'000'000ull);
+  int64_t shape[1] = {static_cast<int64_t>(n)};
+  AllreduceArgs a;
+  a.name = "stream.device";
+  a.input = buf;
+  a.output = buf;
+  a.ndim = 1;
+  a.shape = shape;
+  a.dtype = static_cast<int>(DataType::kFloat32);
+  a.op = static_cast<int>(ReduceOp::kSum);
+  auto h = c.allreduceAsync(a);
+  if (!h.isOk()) FAIL("device allreduce on the thread stream: %s", h.status().toString().c_str());
+  auto st = c.wait(*h, milliseconds(60'000));
+  if (!st.isOk()) FAIL("device allreduce on the thread stream: %s", st.toString().c_str());
+  std::vector<float> got(n);
+  CUDA_OK(cudaMemcpyAsync(got.data(), buf, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  for (size_t i = 0; i < n; ++i) {
+    const float want = static_cast<float>(w.size * (w.size + 1) / 2 + w.size * static_cast<int>(i % 1024));
+    if (got[i] != want) FAIL("stream.device: element %zu is %g, want %g", i, static_cast<double>(got[i]), static_cast<double>(want));
+  }
+  // A stream said to be on another device: refused at submission, naming both.
+  ks.device = dev + 1;
+  if (kolo_set_stream(&ks) != KOLO_OK) FAIL("kolo_set_stream: %s", kolo_last_error());
+  a.name = "stream.otherdevice";
+  auto bad = c.allreduceAsync(a);
+  if (bad.isOk() || bad.status().code() != kolo::Code::kInvalidArgument ||
+      !contains(bad.status().message(), ("its stream is on CUDA device " + std::to_string(dev + 1)).c_str()) ||
+      !contains(bad.status().message(), "this rank's device arena is on CUDA device")) {
+    FAIL("a stream on another device: %s", bad.isOk() ? "accepted" : bad.status().toString().c_str());
+  }
+  std::printf("rank %d refusal: %s\n", rank_, bad.status().message().c_str());
+  (void)kolo_set_stream(nullptr);
+  CUDA_OK(cudaFree(buf));
+  CUDA_OK(cudaStreamDestroy(s));
+  std::printf("STREAM OK\n");
+  return 0;
+}
+
 #endif  // KOLO_TEST_HAVE_CUDA
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s refuse|allreduce|ordering|die|bench\n", argv[0]);
+    std::fprintf(stderr, "usage: %s refuse|stream|allreduce|ordering|die|bench\n", argv[0]);
     return 2;
   }
   auto opts = kolo::ClientOptions::fromEnvironment();
@@ -438,6 +542,7 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   int rc = 2;
   if (mode == "refuse") rc = refuse(c);
+  else if (mode == "stream") rc = stream(c);
 #ifdef KOLO_TEST_HAVE_CUDA
   else if (mode == "allreduce") rc = allreduce(c);
   else if (mode == "ordering") rc = ordering(c);

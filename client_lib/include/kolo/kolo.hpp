@@ -484,5 +484,38 @@ class SharedBuffer {
   size_t bytes_ = 0;
 };
 
+// --- CUDA streams (C ABI revision 2) ---------------------------------------
+// The calling thread's stream for device collectives while this object
+// lives (kolo_set_stream; `stream` a cudaStream_t of `device`, nullptr: the
+// legacy default stream); the thread's previous stream is restored after.
+// result() says whether the stream was accepted.
+class ScopedStream {
+ public:
+  explicit ScopedStream(void* stream, int device = KOLO_DEVICE_ANY) {
+    saved_ok_ = kolo_get_stream(&saved_) == KOLO_OK;
+    kolo_stream_t s = KOLO_STREAM_INIT;
+    s.device = device;
+    s.stream = stream;
+    result_ = Result::fromC(kolo_set_stream(&s));
+  }
+  ~ScopedStream() { (void)kolo_set_stream(saved_ok_ ? &saved_ : nullptr); }
+  ScopedStream(const ScopedStream&) = delete;
+  ScopedStream& operator=(const ScopedStream&) = delete;
+  const Result& result() const { return result_; }
+
+ private:
+  kolo_stream_t saved_ = KOLO_STREAM_INIT;
+  bool saved_ok_ = false;
+  Result result_;
+};
+
+// The CUDA device of this rank's device arena, or why it has none.
+inline Expected<int> devicePath() {
+  int device = -1;
+  kolo_status_t st = kolo_device_path(&device);
+  if (st != KOLO_OK) return Result::fromC(st);
+  return device;
+}
+
 }  // namespace api_v1
 }  // namespace kolo

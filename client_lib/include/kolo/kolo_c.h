@@ -17,7 +17,14 @@
 extern "C" {
 #endif
 
-#define KOLO_ABI_VERSION 1
+/* The C ABI's revision. It only grows by additions (new functions, types
+ * and constants; no signature changes), so a program built against an
+ * older revision runs against a newer libkolo.so.1 (the SONAME stays 1).
+ * 1: everything marked "added in ABI 1". 2: CUDA streams (kolo_stream_t,
+ * kolo_set_stream, kolo_get_stream, kolo_device_path); the symbols added
+ * in 2 carry the version KOLO_2, so an older libkolo refuses to load a
+ * program that uses them instead of failing at the call. */
+#define KOLO_ABI_VERSION 2
 
 typedef enum {
   KOLO_OK = 0,
@@ -315,6 +322,63 @@ void kolo_free_shared(void* ptr);
  * whether the request reached the agent. */
 kolo_status_t kolo_start_timeline(const char* path, int mark_cycles);
 kolo_status_t kolo_stop_timeline(void);
+
+/* --- CUDA streams (added in ABI 2, additive) ---------------------------- */
+/* Device tensors (CUDA device or managed memory) take libkolo's device path
+ * once the process asked for it: KOLO_DEVICE_ARENA_MB > 0 in the environment
+ * at kolo_init, which gives the process a device arena on its current CUDA
+ * device (docs/gpu.md). Each device collective then runs on a CUDA stream:
+ * its input is copied into the arena on that stream (after the work already
+ * queued there: nothing blocks the host), and when kolo_synchronize (or
+ * kolo_poll) sees it complete, the stream waits on the agent's event and the
+ * result is copied into the output on that stream. The result is therefore
+ * ready *on that stream*: later work on the same stream sees it; another
+ * stream must wait on it (cudaStreamWaitEvent), and the host must
+ * synchronize the stream before reading it.
+ *
+ * Which stream: the calling thread's kolo stream, named with kolo_set_stream
+ * before the submission (as cudaSetDevice names a thread's device, and as
+ * PyTorch's current stream is per thread): it applies to every asynchronous
+ * collective the thread submits afterwards (kolo_allreduce_async,
+ * kolo_grouped_*, kolo_broadcast*, kolo_ps_*: one call covers them all,
+ * including the process-set forms), until the thread names another. A
+ * thread that never called it uses the legacy default stream (NULL), as
+ * before ABI 2. Host tensors ignore the stream: they behave exactly as
+ * before. The stream must stay valid until the op's handle is synchronized
+ * or released.
+ *
+ * kolo_stream_t is versioned by its size: set struct_size to
+ * sizeof(kolo_stream_t) (KOLO_STREAM_INIT does), so that later revisions can
+ * append fields; a libkolo accepts a larger struct as long as the fields it
+ * does not know are zero. */
+#define KOLO_DEVICE_ANY (-1)
+
+typedef struct kolo_stream {
+  size_t struct_size; /* sizeof(kolo_stream_t) as the caller compiled it */
+  int device;         /* the CUDA device ordinal of `stream` (and of the tensors),
+                         or KOLO_DEVICE_ANY: the device of this rank's device arena */
+  void* stream;       /* a cudaStream_t of that device; NULL: the legacy default stream */
+} kolo_stream_t;
+
+#define KOLO_STREAM_INIT {sizeof(kolo_stream_t), KOLO_DEVICE_ANY, NULL}
+
+/* Names the calling thread's stream (NULL `s`: back to the legacy default
+ * stream on any device). Needs no kolo_init. KOLO_ERR_INVALID_ARGUMENT for
+ * a struct_size smaller than ABI 2's kolo_stream_t, unknown trailing fields
+ * that are not zero, or a device below KOLO_DEVICE_ANY. A device tensor
+ * submitted later with a `device` other than the one of the rank's device
+ * arena (or a tensor that lives on another GPU than the arena) fails its
+ * submission with KOLO_ERR_INVALID_ARGUMENT naming both devices. */
+kolo_status_t kolo_set_stream(const kolo_stream_t* s);
+/* The calling thread's stream (s->struct_size must be set; fields beyond
+ * it are not written). */
+kolo_status_t kolo_get_stream(kolo_stream_t* s);
+/* Whether this rank can hand kolo device tensors: KOLO_OK with *device (may
+ * be NULL) the CUDA device ordinal of its device arena, or
+ * KOLO_ERR_UNAVAILABLE (and *device = -1) with the reason in kolo_last_error
+ * (KOLO_DEVICE_ARENA_MB not set, no GPU, the agent granted none, a libkolo
+ * built without CUDA, ...). KOLO_ERR_INVALID_ARGUMENT before kolo_init. */
+kolo_status_t kolo_device_path(int* device);
 
 /* --- errors ------------------------------------------------------------- */
 const char* kolo_status_string(kolo_status_t status);  /* "KOLO_ERR_TIMED_OUT" */

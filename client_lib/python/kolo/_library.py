@@ -138,6 +138,19 @@ _PROTOTYPES = {
     "kolo_dtype_size": (ctypes.c_size_t, [ctypes.c_int]),
 }
 
+# Functions added in C ABI revision 2 (CUDA streams): bound when the loaded
+# libkolo has them (has_symbol() tells callers); an older libkolo still loads.
+class kolo_stream_t(ctypes.Structure):  # noqa: N801 (the C name)
+    _fields_ = [("struct_size", ctypes.c_size_t), ("device", ctypes.c_int),
+                ("stream", ctypes.c_void_p)]
+
+
+_PROTOTYPES_ABI2 = {
+    "kolo_set_stream": (kolo_status_t, [ctypes.POINTER(kolo_stream_t)]),
+    "kolo_get_stream": (kolo_status_t, [ctypes.POINTER(kolo_stream_t)]),
+    "kolo_device_path": (kolo_status_t, [ctypes.POINTER(ctypes.c_int)]),
+}
+
 
 def _repo_build_lib():
     # client_lib/python/kolo -> repository root
@@ -204,6 +217,11 @@ def _bind(lib):
                 % (_lib_path, name))
         fn.restype = restype
         fn.argtypes = argtypes
+    for name, (restype, argtypes) in _PROTOTYPES_ABI2.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = restype
+            fn.argtypes = argtypes
 
 
 def lib():

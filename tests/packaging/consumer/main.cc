@@ -22,7 +22,9 @@ int main() {
   check(kolo_dtype_size(KOLO_FLOAT64) == 8, "size of float64");
   check(kolo_dtype_size(KOLO_INT64) == 8, "size of int64");
   check(static_cast<int>(kolo::DataType::kFloat32) == KOLO_FLOAT32, "C++ enum matches the C one");
-  check(KOLO_ABI_VERSION == 1, "ABI version 1");
+  check(KOLO_ABI_VERSION == 2, "ABI version 2");
+  kolo_stream_t stream = KOLO_STREAM_INIT;
+  check(kolo_get_stream(&stream) == KOLO_OK && stream.stream == nullptr, "kolo_get_stream (ABI 2): the legacy default stream");
 
   kolo_status_t st = kolo_init();
   const char* msg = kolo_last_error();

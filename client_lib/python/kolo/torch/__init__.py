@@ -7,8 +7,10 @@
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
-Run the script with ``kolorun -np N python train.py``. CPU tensors only for
-now. Every collective takes ``process_set=`` (see process_sets.py). See
+Run the script with ``kolorun -np N python train.py``. CPU and CUDA tensors
+(a Horovod GPU script -- ``torch.cuda.set_device(hvd.local_rank())``,
+``model.cuda()`` -- runs with only its import changed; see _cuda.py and
+docs/gpu.md, "kolo.torch on CUDA"). Every collective takes ``process_set=`` (see process_sets.py). See
 docs/user-guide-python.md.
 """
 
@@ -46,7 +48,7 @@ from ..errors import (  # noqa: F401
     KoloLibraryNotFound,
     KoloNotImplementedError,
 )
-from . import _handles, shared as _shared
+from . import _cuda, _handles, shared as _shared
 from .compression import Compression  # noqa: F401
 from .functions import (  # noqa: F401
     allgather_object,
@@ -106,6 +108,7 @@ release = _handles.release
 def _forget_session():
     _handles.fail_all_pending()
     _shared.invalidate_all()
+    _cuda.forget_session()
 
 
 _basics.add_shutdown_hook(_forget_session)
@@ -117,12 +120,20 @@ def init(comm=None, process_sets=None):
     in list order, on every rank (each is an add_process_set, so every rank
     must pass the same list); "dynamic" (Horovod's switch for sets added
     later) is accepted -- add_process_set always works after init. Calling
-    init again while initialized registers nothing."""
+    init again while initialized registers nothing.
+
+    With CUDA available, the rank asks its agent for a device arena
+    (KOLO_DEVICE_ARENA_MB, default 512; 0: none, CUDA tensors then go
+    through host memory) on its GPU: the current device if the script
+    already set one, else local_rank % device_count (Horovod's convention:
+    the script's torch.cuda.set_device(hvd.local_rank()) after init then
+    names the same GPU)."""
     if isinstance(process_sets, str) and process_sets != "dynamic":
         raise ValueError('kolo init: process_sets must be a list of ProcessSets or '
                          '"dynamic", got %r' % (process_sets,))
     was_initialized = _basics.is_initialized()
-    _basics_init(comm)
+    with _cuda.init_context():
+        _basics_init(comm)
     if process_sets is None or isinstance(process_sets, str) or was_initialized:
         return
     for ps in process_sets:

@@ -39,9 +39,9 @@ def check_tensor(tensor, op_name, any_dtype=False):
     """Validates a tensor argument; returns its kolo dtype code (None with any_dtype)."""
     if not torch.is_tensor(tensor):
         raise ValueError("kolo %s expects a torch.Tensor, got %s" % (op_name, type(tensor).__name__))
-    if tensor.device.type != "cpu":
-        raise ValueError("kolo %s supports CPU tensors only for now; got a tensor on %s "
-                         "(move it with .cpu())" % (op_name, tensor.device))
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError("kolo %s supports CPU and CUDA tensors; got a tensor on %s "
+                         "(move it with .cpu() or .cuda())" % (op_name, tensor.device))
     if tensor.layout != torch.strided:
         raise ValueError("kolo %s expects a dense tensor, got layout %s (sparse gradients go "
                          "through sparse_allreduce_async or sparse_as_dense=True)"

@@ -81,7 +81,7 @@ def _shape_for_abi(shape):
 
 
 def submit_allreduce(name, inp, out, kdtype, op, prescale=1.0, postscale=1.0, ps=0):
-    """Submits one libkolo allreduce of contiguous CPU tensor `inp` into `out`
+    """Submits one libkolo allreduce of contiguous tensor `inp` into `out`
     (may be the same tensor) on process set `ps` (0: every rank). Returns
     the C handle. Submission errors raise:
     ValueError for bad arguments (including a name already in flight),
@@ -162,7 +162,9 @@ class Deferred:
 def _release_all(h):
     lib = _library.lib()
     for c in (h if isinstance(h, (list, tuple)) else [h]):
-        if c:
+        if isinstance(c, Deferred):  # a staged op's first stage (_cuda.staged)
+            c.abandon()
+        elif c:
             lib.kolo_release(c)
 
 

@@ -161,8 +161,10 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
         groups = [{k: v for k, v in g.items() if k != "params"} for g in sd["param_groups"]]
         state = {}
         for pid, st in sd["state"].items():
-            state[pid] = {k: (("tensor", tuple(v.shape), v.dtype) if torch.is_tensor(v)
-                              else ("value", v)) for k, v in st.items()}
+            # Tensors on a GPU are created on the parameter's device on the
+            # other ranks (each rank's own GPU), CPU ones on the CPU.
+            state[pid] = {k: (("tensor", tuple(v.shape), v.dtype, v.device.type != "cpu")
+                              if torch.is_tensor(v) else ("value", v)) for k, v in st.items()}
         layout = {"groups": groups, "state": state, "nparams": len(params)}
     layout = broadcast_object(layout, root_rank, name="optimizer_state.layout",
                               process_set=process_set)
@@ -181,11 +183,12 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
         st = {}  # rebuilt in the root's key order
         for k, kind in layout["state"][pid].items():
             if kind[0] == "tensor":
-                _, shape, dtype = kind
+                shape, dtype = kind[1], kind[2]
+                device = p.device if len(kind) > 3 and kind[3] else torch.device("cpu")
                 cur = old.get(k)
                 if not (torch.is_tensor(cur) and tuple(cur.shape) == shape and cur.dtype == dtype
-                        and cur.device.type == "cpu"):
-                    cur = torch.zeros(shape, dtype=dtype)
+                        and cur.device == device):
+                    cur = torch.zeros(shape, dtype=dtype, device=device)
                 st[k] = cur
                 to_send.append(("opt.%d.%s" % (pid, k), cur))
             else:

@@ -32,8 +32,12 @@ every rank has called them (libkolo exchanges sizes/splits first), so they
 are submitted from a thread of their own (_handles.Deferred): the *_async
 calls here return at once and ranks may issue them in any order.
 
-All tensors must be CPU tensors. Inputs that are not contiguous are staged
-through a contiguous copy. Asynchronous calls return an int handle for
+Tensors may be CPU or CUDA tensors (_cuda.py): allreduce, grouped_allreduce
+and broadcast of CUDA tensors take libkolo's device path, ordered on the
+tensor device's current stream; the other collectives (and every one when
+this rank has no device arena) stage CUDA tensors through pinned host
+memory, ordered on that stream too. Inputs that are not contiguous are
+staged through a contiguous copy. Asynchronous calls return an int handle for
 poll() / synchronize(); the tensors passed in must not be modified until
 then.
 """
@@ -44,7 +48,7 @@ import torch
 
 from .. import basics
 from ..errors import KoloInternalError, KoloNotImplementedError
-from . import _dtypes, _handles, _native, shared
+from . import _cuda, _dtypes, _handles, _native, shared
 from . import adasum as _adasum
 from .compression import Compression
 from .process_sets import global_process_set
@@ -123,8 +127,10 @@ def _prologue(op_name, process_set):
 
 
 def _allreduce_gen(tensor, output, name, kdtype, op, prescale, postscale, ps=0):
-    """One allreduce of `tensor` into `output` (both CPU, same shape/dtype;
-    output may be tensor). Stages through contiguous copies as needed."""
+    """One allreduce of `tensor` into `output` (same device, shape and dtype;
+    output may be tensor). Stages through contiguous copies as needed. CUDA
+    tensors (the device route) are copied on the current stream of their
+    device, which the current stream at synchronize() then waits for."""
     src = tensor if tensor.is_contiguous() else tensor.contiguous()
     if output is tensor:
         dst = src
@@ -134,8 +140,10 @@ def _allreduce_gen(tensor, output, name, kdtype, op, prescale, postscale, ps=0):
         if shared.is_shared(src):
             # libkolo reduces arena-resident inputs in place; keep the input intact.
             src = src.clone()
+    stream = _cuda.set_stream(src.device) if src.is_cuda else None
     h = _handles.submit_allreduce(name, src, dst, kdtype, op, prescale, postscale, ps)
     yield [h]
+    _cuda.join_stream(stream)
     if output is tensor:
         if src is not tensor:
             with torch.no_grad():
@@ -156,7 +164,7 @@ def _compressed_allreduce_gen(tensor, in_place, name, op, prescale, postscale, c
                                            ps)
         return result
     if compressed is tensor:
-        out = torch.empty(tensor.shape, dtype=tensor.dtype)
+        out = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
         result = yield from _allreduce_gen(tensor, out, name, kdtype, op, prescale, postscale, ps)
         return result
     # compressed is a fresh tensor: reduce it in place, then decompress.
@@ -197,15 +205,28 @@ def _allreduce_start(tensor, in_place, average, name, op, prescale_factor, posts
     _dtypes.check_tensor(tensor, kind)
     pre = _check_scale(prescale_factor, "prescale_factor")
     post = _check_scale(postscale_factor, "postscale_factor")
+    compression = compression or Compression.none
+    route = _cuda.route([tensor], kind, device_capable=op != Adasum)
     if op == Adasum:
         wire = _handles.op_name("allreduce", name, _GATHER_NAME_BYTES, ps=pset.id)
-        return _handles.start(_adasum_gen(tensor, in_place, wire, pre, post,
-                                          compression or Compression.none, pset.id),
-                              _named(name, [wire]), pset.id)
-    wire = _handles.op_name("allreduce", name, ps=pset.id)
-    return _handles.start(_compressed_allreduce_gen(tensor, in_place, wire, op, pre, post,
-                                                    compression or Compression.none, pset.id),
-                          _named(name, [wire]), pset.id)
+
+        def make(t, ip):
+            return _adasum_gen(t, ip, wire, pre, post, compression, pset.id)
+    else:
+        wire = _handles.op_name("allreduce", name, ps=pset.id)
+
+        def make(t, ip):
+            return _compressed_allreduce_gen(t, ip, wire, op, pre, post, compression, pset.id)
+    if route == _cuda.STAGED:
+        gen = _cuda.staged(lambda hosts: make(hosts[0], in_place), [tensor],
+                           _staged_finish([tensor], in_place), _handles)
+    else:
+        gen = make(tensor, in_place)
+    return _handles.start(gen, _named(name, [wire]), pset.id)
+
+
+def _staged_finish(tensors, in_place):
+    return _cuda.finish_in_place(tensors) if in_place else _cuda.finish_new(tensors)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -281,9 +302,16 @@ def _grouped_start(tensors, in_place, average, name, op, prescale_factor, postsc
     base = _handles.op_name("allreduce" if name is not None else "grouped_allreduce", name,
                             _handles.MAX_NAME_BYTES - 4, ps=pset.id)
     names = [_handles.fit_name("%s.%d" % (base, i)) for i in range(len(tensors))]
-    return _handles.start(_grouped_allreduce_gen(list(tensors), in_place, names, op, pre, post,
-                                                 compression or Compression.none, pset.id),
-                          _named(name, names), pset.id)
+    compression = compression or Compression.none
+    tensors = list(tensors)
+    if _cuda.route(tensors, "grouped_allreduce") == _cuda.STAGED:
+        gen = _cuda.staged(lambda hosts: _grouped_allreduce_gen(hosts, in_place, names, op, pre,
+                                                                post, compression, pset.id),
+                           tensors, _staged_finish(tensors, in_place), _handles)
+    else:
+        gen = _grouped_allreduce_gen(tensors, in_place, names, op, pre, post, compression,
+                                     pset.id)
+    return _handles.start(gen, _named(name, names), pset.id)
 
 
 def _grouped_allreduce_gen(tensors, in_place, names, op, prescale, postscale, compression, ps):
@@ -300,15 +328,17 @@ def _grouped_allreduce_gen(tensors, in_place, names, op, prescale, postscale, co
         if c is not t or in_place:
             dst = src  # a fresh (compressed or staged) tensor, or in place: reduce in place
         else:
-            dst = torch.empty(t.shape, dtype=t.dtype)
+            dst = torch.empty(t.shape, dtype=t.dtype, device=t.device)
             if shared.is_shared(src):
                 # libkolo reduces arena-resident inputs in place; keep the input intact.
                 src = src.clone()
         members.append((t, c, cctx, src, dst))
         srcs.append(src)
         dsts.append(dst)
+    stream = _cuda.set_stream(srcs[0].device) if srcs[0].is_cuda else None
     handles = _native.submit_grouped_allreduce(names, srcs, dsts, op, prescale, postscale, ps)
     yield handles
+    _cuda.join_stream(stream)
     results = []
     for t, c, cctx, src, dst in members:
         out = dst if c is t else compression.decompress(dst, cctx)
@@ -413,8 +443,10 @@ def _check_dim0(tensor, op_name):
 def _broadcast_gen(tensor, root_rank, name, ps=0):
     """In place: every rank ends with the root's tensor, bit for bit."""
     work = _contiguous(tensor)
+    stream = _cuda.set_stream(work.device) if work.is_cuda else None
     h = _native.submit_broadcast(name, work, root_rank, ps)
     yield [h]
+    _cuda.join_stream(stream)
     if work is not tensor:
         with torch.no_grad():
             tensor.copy_(work)
@@ -432,9 +464,13 @@ def _broadcast_start(tensor, root_rank, name, process_set, in_place):
     elif basics.rank() == root_rank:
         target = tensor.detach().clone(memory_format=torch.contiguous_format)
     else:
-        target = torch.empty(tensor.shape, dtype=tensor.dtype)
-    return _handles.start(_broadcast_gen(target, root_rank, wire, pset.id), _named(name, [wire]),
-                          pset.id)
+        target = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+    if _cuda.route([target], "broadcast") == _cuda.STAGED:
+        gen = _cuda.staged(lambda hosts: _broadcast_gen(hosts[0], root_rank, wire, pset.id),
+                           [target], _cuda.finish_in_place([target]), _handles)
+    else:
+        gen = _broadcast_gen(target, root_rank, wire, pset.id)
+    return _handles.start(gen, _named(name, [wire]), pset.id)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -509,8 +545,13 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     pset = _prologue("allgather", process_set)
     _check_allgather(tensor, "allgather")
     wire = _handles.op_name("allgather", name, _GATHER_NAME_BYTES, ps=pset.id)
-    return _handles.start(_allgather_gen(tensor.detach(), wire, pset.id), _named(name, [wire]),
-                          pset.id)
+    t = tensor.detach()
+    if _cuda.route([t], "allgather", device_capable=False) == _cuda.STAGED:
+        gen = _cuda.staged(lambda hosts: _allgather_gen(hosts[0], wire, pset.id), [t],
+                           _cuda.finish_new([t]), _handles)
+    else:
+        gen = _allgather_gen(t, wire, pset.id)
+    return _handles.start(gen, _named(name, [wire]), pset.id)
 
 
 class _AllgatherFn(torch.autograd.Function):
@@ -555,8 +596,13 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
                             ps=pset.id)
     names = [_handles.fit_name("%s.%d" % (base, i), _GATHER_NAME_BYTES)
              for i in range(len(tensors))]
-    return _handles.start(_grouped_allgather_gen([t.detach() for t in tensors], names, pset.id),
-                          _named(name, names), pset.id)
+    ts = [t.detach() for t in tensors]
+    if _cuda.route(ts, "grouped_allgather", device_capable=False) == _cuda.STAGED:
+        gen = _cuda.staged(lambda hosts: _grouped_allgather_gen(hosts, names, pset.id), ts,
+                           _cuda.finish_new(ts), _handles)
+    else:
+        gen = _grouped_allgather_gen(ts, names, pset.id)
+    return _handles.start(gen, _named(name, names), pset.id)
 
 
 def _grouped_allgather_gen(tensors, names, ps):
@@ -688,8 +734,14 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     pset = _prologue("alltoall", process_set)
     sp = _alltoall_prepare(tensor, splits, "alltoall", pset)
     wire = _handles.op_name("alltoall", name, _ALLTOALL_NAME_BYTES, ps=pset.id)
-    return _handles.start(_alltoall_gen(tensor.detach(), sp, wire, pset), _named(name, [wire]),
-                          pset.id)
+    t = tensor.detach()
+    if _cuda.route([t], "alltoall", device_capable=False) == _cuda.STAGED:
+        # The received splits stay a CPU tensor (as Horovod's).
+        gen = _cuda.staged(lambda hosts: _alltoall_gen(hosts[0], sp, wire, pset), [t],
+                           lambda res: (_cuda.to_device(res[0], t), res[1]), _handles)
+    else:
+        gen = _alltoall_gen(t, sp, wire, pset)
+    return _handles.start(gen, _named(name, [wire]), pset.id)
 
 
 class _AlltoallFn(torch.autograd.Function):
@@ -796,8 +848,13 @@ def _reducescatter_start(tensor, name, op, prescale_factor, postscale_factor, pr
     pre = _check_scale(prescale_factor, "prescale_factor")
     post = _check_scale(postscale_factor, "postscale_factor")
     wire = _handles.op_name("reducescatter", name, ps=pset.id)
-    return _handles.start(_reducescatter_gen(tensor.detach(), wire, op, pre, post, pset),
-                          _named(name, [wire]), pset.id)
+    t = tensor.detach()
+    if _cuda.route([t], "reducescatter", device_capable=False) == _cuda.STAGED:
+        gen = _cuda.staged(lambda hosts: _reducescatter_gen(hosts[0], wire, op, pre, post, pset),
+                           [t], _cuda.finish_new([t]), _handles)
+    else:
+        gen = _reducescatter_gen(t, wire, op, pre, post, pset)
+    return _handles.start(gen, _named(name, [wire]), pset.id)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -864,8 +921,14 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     base = _handles.op_name("reducescatter" if name is not None else "grouped_reducescatter", name,
                             ps=pset.id)
     names = [_handles.fit_name("%s.%d" % (base, i)) for i in range(len(tensors))]
-    return _handles.start(_grouped_reducescatter_gen([t.detach() for t in tensors], names, op,
-                                                     pre, post, pset), _named(name, names), pset.id)
+    ts = [t.detach() for t in tensors]
+    if _cuda.route(ts, "grouped_reducescatter", device_capable=False) == _cuda.STAGED:
+        gen = _cuda.staged(lambda hosts: _grouped_reducescatter_gen(hosts, names, op, pre, post,
+                                                                    pset),
+                           ts, _cuda.finish_new(ts), _handles)
+    else:
+        gen = _grouped_reducescatter_gen(ts, names, op, pre, post, pset)
+    return _handles.start(gen, _named(name, names), pset.id)
 
 
 def _grouped_reducescatter_gen(tensors, names, op, prescale, postscale, pset):
@@ -949,8 +1012,18 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
     if op not in (Average, Sum):
         raise ValueError("kolo sparse_allreduce supports op=Average or op=Sum only")
     wire = _handles.op_name("sparse_allreduce", name, _GATHER_NAME_BYTES - 8, ps=pset.id)
-    return _SparseHandle(_handles.start(_sparse_gen(tensor.detach(), wire, op, pset),
-                                        _named(name, [wire]), pset.id))
+    t = tensor.detach()
+    if t.is_cuda:
+        # Through host memory (the copy to the host waits for the GPU here).
+        gen = _then(_sparse_gen(t.cpu(), wire, op, pset), lambda r, d=t.device: r.to(d))
+    else:
+        gen = _sparse_gen(t, wire, op, pset)
+    return _SparseHandle(_handles.start(gen, _named(name, [wire]), pset.id))
+
+
+def _then(gen, fn):
+    result = yield from gen
+    return fn(result)
 
 
 class _SparseHandle(int):
@@ -979,7 +1052,8 @@ def join(device=-1):
     go on with zeros in its place (Average still divides by the full size,
     as in Horovod); their other collectives (allgather too) fail. Returns, on
     every rank, the rank that joined last. `device` is accepted for
-    Horovod compatibility (CPU tensors only). Waits at most KOLO_OP_TIMEOUT.
+    Horovod compatibility (device tensors of joined ranks are refused by the
+    agent for now: docs/gpu.md). Waits at most KOLO_OP_TIMEOUT.
 
     Every rank leaves join() at the same point, so unnamed ops are counted
     from 0 again after it: ranks that ran different unnamed ops before the

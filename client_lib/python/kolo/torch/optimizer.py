@@ -120,6 +120,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # ---- zero-copy gradient storage -------------------------------------
 
     def _setup_bucket(self):
+        for p in self._requires_update:
+            if p.device.type != "cpu":
+                raise ValueError(
+                    "DistributedOptimizer(gradient_as_bucket_view=True) keeps gradients in "
+                    "agent-shared host memory; parameter on %s: on CUDA it is not available yet "
+                    "(the device arena twin is issue 16, part 5); leave it False" % p.device)
         layout, total = [], 0
         for p in self._requires_update:
             nbytes = p.numel() * p.element_size()

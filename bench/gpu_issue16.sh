@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# bench/gpu_issue16.sh [BUNDLE_OR_BUILD_DIR] [--list]
+#
+# Issue 16 (GPU training through kolo.torch) on a GPU machine, in one
+# command of about 8 minutes (KOLO_GPU16_BUDGET_S, default 480 s: a phase
+# that would start with too little of it left is skipped and says so):
+#
+#   1. env        the GPU, torch, and a private CUDA MPS daemon for phases 2-5
+#   2. cxx-stream the device path tests through the real daemons, under MPS
+#                 (kolo_gpu_device_path_tests DevicePath*: the C ABI's
+#                 kolo_set_stream on device tensors included)
+#   3. py-ops     every kolo.torch op on CUDA tensors (tests/python/
+#                 test_device_ops.py: 2 and 4 trainers sharing the GPU on the
+#                 device path, and 2 with every op staged through host memory)
+#   4. synth      examples/pytorch_synthetic_benchmark.py on CUDA (ResNet-50,
+#                 batch 64, 224 px, fp32) with 1, 2 and 4 trainers sharing
+#                 the GPU: without allreduce (the compute-only ceiling) and
+#                 with kolo (k = 2, 4; with k = 1 kolo installs no hooks, so
+#                 it is the ceiling); torch DDP over gloo on CUDA tensors
+#                 (examples/ddp_synthetic_benchmark.py) with 2 and 4 ranks
+#   5. collectives per-op time and busbw of allreduce, broadcast, allgather,
+#                 reducescatter and alltoall on CUDA tensors, 4 B to 256 MiB, 2
+#                 and 4 trainers (bench/gpu/torch_collectives_bench.py)
+#   6. gpu-check  bench/gpu_check.sh: every GPU test, kolo-gpu-bench, the
+#                 device allreduce timings under its own MPS daemon (the
+#                 timings without MPS skipped: KOLO_GPU_CHECK_PLAIN_BENCH=0)
+#
+# and ends with a summary table (also $OUT/summary.txt). Logs go to $OUT
+# (the device tool brings them back) or a temporary directory. Exit status
+# 0 when every phase that ran passed.
+#
+# The argument is a bundle made here by bench/gpu_bundle.sh (bin/, lib/ with
+# libkolo.so, origin_bin_dir) or a build tree; the Python package, tests and
+# examples come from this checkout. On the build machine:
+#   ninja -C build-cuda kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer kolo-gpu-bench \
+#     kolo_gpu_device_path_tests kolo_gpu_device_rank kolo-agent kolo-coordinator kolorun kolo_client
+#   bench/gpu_bundle.sh build-cuda build-gpubundle
+# With the device tool: run(command="bench/gpu_issue16.sh build-gpubundle",
+#                           carry=["build-gpubundle"], timeout_s=600)
+# --list prints the phases and their commands, checks the inputs, runs nothing.
+# Knobs: KOLO_GPU16_BUDGET_S, KOLO_GPU16_PYTHON (default python3),
+# KOLO_GPU16_SYNTH_ARGS (the benchmarks' options).
+set -uo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(dirname "$HERE")
+DIR=build-gpubundle
+LIST=0
+for a in "$@"; do
+  case $a in
+    --list | --dry-run) LIST=1 ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "unknown option $a (see --help)" >&2; exit 2 ;;
+    *) DIR=$a ;;
+  esac
+done
+DIR=$(cd "$DIR" 2>/dev/null && pwd) || { echo "no such directory: $DIR" >&2; exit 2; }
+BIN="$DIR/bin"
+BUDGET=${KOLO_GPU16_BUDGET_S:-480}
+PY=${KOLO_GPU16_PYTHON:-$(command -v python3 || echo python3)}
+SYNTH_ARGS=(--model resnet50 --batch-size 64 --image-size 224 --num-warmup-batches 5
+            --num-batches-per-iter 5 --num-iters 4)
+# KOLO_GPU16_SYNTH_ARGS replaces them (e.g. a small model for a smoke run of
+# this script on a machine without a GPU).
+if [[ -n ${KOLO_GPU16_SYNTH_ARGS:-} ]]; then
+  read -r -a SYNTH_ARGS <<< "$KOLO_GPU16_SYNTH_ARGS"
+fi
+if [[ $LIST == 1 ]]; then
+  log_dir=${OUT:-/tmp/kolo-gpu16.XXXXXX}
+else
+  log_dir=${OUT:-$(mktemp -d /tmp/kolo-gpu16.XXXXXX)}
+  mkdir -p "$log_dir"
+fi
+status=0
+declare -a summary phases
+
+# Inputs: the binaries, libkolo, the Python package and the examples.
+missing=()
+for f in bin/kolorun bin/kolo-agent bin/kolo-coordinator bin/kolo_gpu_device_path_tests \
+         bin/kolo_gpu_device_rank lib/libkolo.so; do
+  [[ -e "$DIR/$f" ]] || missing+=("$DIR/$f")
+done
+for f in client_lib/python/kolo/torch/_cuda.py tests/python/test_device_ops.py \
+         examples/pytorch_synthetic_benchmark.py examples/ddp_synthetic_benchmark.py \
+         bench/gpu_check.sh; do
+  [[ -e "$REPO/$f" ]] || missing+=("$REPO/$f")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  printf 'missing: %s\n' "${missing[@]}" >&2
+  echo "build and bundle first (see the top of $0)" >&2
+  exit 1
+fi
+
+# Environment for everything below: the bundle's libraries (and the
+# wheel's NCCL), the daemons where the test harness looks for them, the
+# Python package of this checkout and its libkolo.
+if [[ -f "$DIR/origin_bin_dir" ]]; then
+  export LD_LIBRARY_PATH="$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  origin=$(cat "$DIR/origin_bin_dir")
+  if [[ $LIST == 0 && ! -x "$origin/kolo-agent" && ! -e "$origin" ]]; then
+    mkdir -p "$(dirname "$origin")" && ln -s "$BIN" "$origin"
+  fi
+fi
+# kolo-agent links libnccl.so.2, which the bundle leaves out (208 MiB): the
+# machine's, or the nvidia-nccl-cu13 wheel's (as gpu_check.sh finds it).
+if [[ $LIST == 0 ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+  nccl_dir=$(LD_LIBRARY_PATH='' "$PY" -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
+  if [[ -n $nccl_dir && -e $nccl_dir/libnccl.so.2 ]]; then
+    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nccl_dir"
+    echo "libnccl from $nccl_dir"
+  fi
+fi
+if [[ $LIST == 0 ]] && ldd "$BIN/kolo-agent" 2>/dev/null | grep -q 'not found'; then
+  echo "kolo-agent: shared libraries missing on this machine:" >&2
+  ldd "$BIN/kolo-agent" | grep 'not found' >&2
+  exit 1
+fi
+export PYTHONPATH="$REPO/client_lib/python${PYTHONPATH:+:$PYTHONPATH}"
+export KOLO_LIBRARY="$DIR/lib/libkolo.so" KOLO_BUILD_DIR="$DIR"
+export KOLO_GPU_TEST_PEER="$BIN/kolo_gpu_test_peer" KOLO_GPU_DEVICE_RANK="$BIN/kolo_gpu_device_rank"
+export KOLO_PYTHON_TESTS_REQUIRE_BUILD=1 OMP_NUM_THREADS=4
+
+# phase NAME MIN_S MAX_S COMMAND...: runs COMMAND (bounded by MAX_S and
+# what is left of the budget), logged to $log_dir/NAME.log; skipped when
+# less than MIN_S is left.
+phase() {
+  local name=$1 min=$2 max=$3
+  shift 3
+  phases+=("$(printf '%-22s %s' "$name" "$*")")
+  if [[ $LIST == 1 ]]; then
+    return 0
+  fi
+  local left=$((BUDGET - SECONDS))
+  if ((left < min)); then
+    summary+=("$(printf '%-22s skipped (%d s of the budget left, needs %d)' "$name" "$left" "$min")")
+    return 0
+  fi
+  local t=$((left < max ? left : max))
+  echo "== $name (up to ${t}s): $*"
+  local start=$SECONDS
+  timeout -k 10 "$t" "$@" > "$log_dir/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$log_dir/$name.log"
+  summary+=("$(printf '%-22s rc=%-3s %4ds' "$name" "$rc" $((SECONDS - start)))")
+  if [[ $rc -ne 0 ]]; then
+    status=1
+    echo "$name FAILED (rc $rc; $log_dir/$name.log)" >&2
+  fi
+  return 0
+}
+
+# --- 1. the machine, torch, MPS ----------------------------------------------
+# (phase runs one program: `timeout` cannot run shell functions.)
+phase env 5 30 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+phase torch 5 60 "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "devices", torch.cuda.device_count())'
+if [[ "$PY" != /usr/bin/python3 && -x /usr/bin/python3 ]]; then
+  # The Python tests start their workers with /usr/bin/python3.
+  phase torch-usr-bin 5 60 /usr/bin/python3 -c 'import torch; print("/usr/bin/python3: torch", torch.__version__, torch.cuda.is_available())'
+fi
+
+mps_up=0
+if [[ $LIST == 0 ]] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+  CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d /tmp/kolo-mps-pipe.XXXXXX)
+  CUDA_MPS_LOG_DIRECTORY=$(mktemp -d /tmp/kolo-mps-log.XXXXXX)
+  export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  if nvidia-cuda-mps-control -d; then
+    mps_up=1
+    trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
+    echo "CUDA MPS: private daemon, pipe directory $CUDA_MPS_PIPE_DIRECTORY"
+  else
+    echo "warning: nvidia-cuda-mps-control -d failed: phases 2-5 run without MPS" >&2
+  fi
+elif [[ $LIST == 0 ]]; then
+  echo "warning: no nvidia-cuda-mps-control: phases 2-5 run without MPS" >&2
+fi
+
+# --- 2. the device path through the daemons (C ABI stream included) --------
+phase cxx-stream 60 150 "$BIN/kolo_gpu_device_path_tests" --gtest_brief=1 --gtest_filter='DevicePath.*'
+
+# --- 3. every kolo.torch op on CUDA tensors ----------------------------------
+phase py-ops 90 200 "$PY" -m pytest -q -p no:cacheprovider -rs "$REPO/tests/python/test_device_ops.py" -k cuda
+
+# --- 4. synthetic ResNet-50 on CUDA: ceiling, kolo, torch DDP/gloo ----------
+SYNTH=("$REPO/examples/pytorch_synthetic_benchmark.py" "${SYNTH_ARGS[@]}")
+for k in 1 2 4; do
+  phase "synth-ceiling-$k" 40 120 "$BIN/kolorun" -np "$k" -- "$PY" "${SYNTH[@]}" --no-allreduce
+  [[ $k == 1 ]] && continue
+  phase "synth-kolo-$k" 40 120 "$BIN/kolorun" -np "$k" -- "$PY" "${SYNTH[@]}"
+done
+for k in 2 4; do
+  phase "synth-ddp-gloo-$k" 40 120 "$PY" "$REPO/examples/ddp_synthetic_benchmark.py" --np "$k" \
+    "${SYNTH_ARGS[@]}"
+done
+
+# --- 5. per-op time and busbw of every collective on CUDA tensors -----------
+for k in 2 4; do
+  phase "collectives-$k" 40 90 "$BIN/kolorun" -np "$k" -- "$PY" \
+    "$REPO/bench/gpu/torch_collectives_bench.py" --time-per-size 0.1
+done
+
+if [[ $mps_up == 1 ]]; then
+  echo quit | nvidia-cuda-mps-control
+  trap - EXIT
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
+
+# --- 6. the existing GPU check (its own MPS daemon) -------------------------
+phase gpu-check 90 400 env KOLO_GPU_CHECK_PLAIN_BENCH=0 "$REPO/bench/gpu_check.sh" "$DIR"
+
+if [[ $LIST == 1 ]]; then
+  echo "bench/gpu_issue16.sh: inputs present; budget ${BUDGET}s; logs would go to $log_dir; phases:"
+  printf '  %s\n' "${phases[@]}"
+  exit 0
+fi
+
+# --- summary -------------------------------------------------------------------
+field() {  # field LOG KEY: KEY=value of the last RESULT line in LOG
+  [[ -f "$1" ]] || return 0
+  grep -o 'RESULT .*' "$1" | tail -n 1 | tr ' ' '\n' | sed -n "s/^$2=//p"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "" && b > 0) printf "%.2f", a / b; else printf "-" }'; }
+{
+  echo "== summary (logs in $log_dir)"
+  printf '%s\n' "${summary[@]}"
+  echo
+  echo "synthetic training, k trainers sharing one GPU$([[ $mps_up == 1 ]] && echo ', under CUDA MPS'), aggregate img/s:"
+  echo "(${SYNTH_ARGS[*]})"
+  printf '%-3s %14s %14s %10s %14s %10s\n' k "ceiling img/s" "kolo img/s" kolo/ceil "ddp-gloo img/s" ddp/ceil
+  for k in 1 2 4; do
+    c=$(field "$log_dir/synth-ceiling-$k.log" img_sec_total)
+    if [[ $k == 1 ]]; then kv=$c; else kv=$(field "$log_dir/synth-kolo-$k.log" img_sec_total); fi
+    d=$([[ $k == 1 ]] || field "$log_dir/synth-ddp-gloo-$k.log" img_sec_total)
+    printf '%-3s %14s %14s %10s %14s %10s\n' "$k" "${c:--}" "${kv:--}" "$(ratio "$kv" "$c")" "${d:--}" "$(ratio "$d" "$c")"
+  done
+  echo "(target: kolo/ceil >= 0.90 at k = 2 and 4, default settings)"
+  for k in 2 4; do
+    if [[ -f "$log_dir/collectives-$k.log" ]]; then
+      echo
+      echo "collectives on CUDA tensors, $k trainers (rank 0's table):"
+      grep -E '^\[0\]<stdout>:' "$log_dir/collectives-$k.log" | sed 's/^\[0\]<stdout>://' | grep -v '^COLLECTIVES'
+    fi
+  done
+  if [[ -f "$log_dir/py-ops.log" ]]; then
+    echo
+    echo "kolo.torch op tests on CUDA: $(grep -E '[0-9]+ (passed|failed|skipped)' "$log_dir/py-ops.log" | tail -n 1)"
+  fi
+} | tee "$log_dir/summary.txt"
+exit $status

@@ -1,0 +1,110 @@
+"""kolo.torch's CUDA routing (_cuda.py) without a GPU and without an agent:
+which route an op takes, the texts of its refusals, the C ABI revision 2
+bindings (kolo_set_stream & co.) and kolo_stream_t's layout."""
+
+import ctypes
+import os
+import warnings
+
+import pytest
+import torch
+
+from conftest import REPO, build_dir
+
+import kolo.torch as hvd  # noqa: E402,F401  (conftest put the checkout on sys.path)
+from kolo import _library  # noqa: E402
+from kolo.torch import _cuda, _dtypes  # noqa: E402
+
+
+class FakeCuda:
+    """Stands in for a CUDA tensor where route() looks (is_cuda, device)."""
+
+    def __init__(self, index):
+        self.is_cuda = True
+        self.device = torch.device("cuda", index)
+
+
+@pytest.fixture
+def arena(monkeypatch):
+    """Sets what kolo_device_path answers: arena(device, why)."""
+    def set_arena(device, why=""):
+        monkeypatch.setattr(_cuda, "arena_device", lambda: (device, why))
+        monkeypatch.setattr(_cuda, "_warned", False)
+    return set_arena
+
+
+def test_host_tensors_take_the_host_route(arena):
+    arena(0)
+    assert _cuda.route([torch.ones(2), torch.ones(3)], "allreduce") == _cuda.HOST
+    assert _cuda.route([], "grouped_allreduce") == _cuda.HOST
+
+
+def test_cuda_tensors_on_the_arena_gpu_take_the_device_path(arena):
+    arena(1)
+    assert _cuda.route([FakeCuda(1), FakeCuda(1)], "grouped_allreduce") == _cuda.DEVICE
+    # Collectives the agent does not run on device memory: staged.
+    assert _cuda.route([FakeCuda(1)], "allgather", device_capable=False) == _cuda.STAGED
+    # Host and device tensors in one group: staged.
+    assert _cuda.route([FakeCuda(1), torch.ones(1)], "grouped_allreduce") == _cuda.STAGED
+
+
+def test_a_tensor_on_another_gpu_is_refused_naming_both(arena):
+    arena(0)
+    with pytest.raises(ValueError) as e:
+        _cuda.route([FakeCuda(2)], "allreduce")
+    msg = str(e.value)
+    assert "kolo allreduce: the tensor is on cuda:2, but this rank's kolo device arena is on cuda:0" in msg
+    assert "torch.cuda.set_device(0) before kolo.torch.init()" in msg
+
+
+def test_without_a_device_arena_cuda_tensors_are_staged_with_one_warning(arena):
+    arena(-1, "this rank has no device arena: this process asked for none")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert _cuda.route([FakeCuda(0)], "allreduce") == _cuda.STAGED
+        assert _cuda.route([FakeCuda(0)], "broadcast") == _cuda.STAGED
+    texts = [str(x.message) for x in w if issubclass(x.category, RuntimeWarning)]
+    assert texts == ["kolo: CUDA tensors go through host memory (slower), because this rank "
+                     "has no device arena: this process asked for none"], texts
+
+
+def test_devices_other_than_cpu_and_cuda_are_refused():
+    t = torch.empty(2, device="meta")
+    with pytest.raises(ValueError, match="kolo allreduce supports CPU and CUDA tensors; got a "
+                                         "tensor on meta"):
+        _dtypes.check_tensor(t, "allreduce")
+
+
+def test_init_context_leaves_everything_alone_without_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("KOLO_DEVICE_ARENA_MB", raising=False)
+    with _cuda.init_context():
+        assert "KOLO_DEVICE_ARENA_MB" not in os.environ
+
+
+def test_stream_struct_matches_the_header():
+    # size_t struct_size; int device; void* stream (x86-64: 8 + 4 (+4) + 8).
+    assert ctypes.sizeof(_library.kolo_stream_t) == 24
+    assert _library.kolo_stream_t.stream.offset == 16
+    text = open(os.path.join(REPO, "client_lib", "include", "kolo", "kolo_c.h")).read()
+    assert "#define KOLO_ABI_VERSION 2" in text
+    assert "#define KOLO_DEVICE_ANY (-1)" in text
+
+
+def test_revision_2_functions_through_ctypes(stack):
+    os.environ.setdefault("KOLO_LIBRARY", os.path.join(build_dir(), "lib", "libkolo.so"))
+    lib = _library.lib()
+    for name in ("kolo_set_stream", "kolo_get_stream", "kolo_device_path"):
+        assert _library.has_symbol(name), name
+    s = _library.kolo_stream_t(ctypes.sizeof(_library.kolo_stream_t), 0, ctypes.c_void_p(0x1234))
+    assert lib.kolo_set_stream(ctypes.byref(s)) == 0, _library.last_error()
+    got = _library.kolo_stream_t(ctypes.sizeof(_library.kolo_stream_t), 9, None)
+    assert lib.kolo_get_stream(ctypes.byref(got)) == 0
+    assert (got.device, got.stream) == (0, 0x1234)
+    assert lib.kolo_set_stream(None) == 0
+    bad = _library.kolo_stream_t(4, 0, None)
+    assert lib.kolo_set_stream(ctypes.byref(bad)) == 2  # KOLO_ERR_INVALID_ARGUMENT
+    assert "struct_size is 4" in _library.last_error()
+    dev = ctypes.c_int(7)
+    assert lib.kolo_device_path(ctypes.byref(dev)) == 2  # not initialized
+    assert dev.value == -1 and "kolo_init" in _library.last_error()
