@@ -33,8 +33,7 @@ void defineAgentKnobs(Config& c) {
       .define("direct-min-kb", KnobType::kInt, "1024",
               "Host allreduces of at least this many KiB in a trainer's own memory (not kolo_alloc_shared) are "
               "read and written by the agent in place with process_vm_readv/writev instead of being copied "
-              "through the arena, where the kernel lets the agent (same user, or CAP_SYS_PTRACE) and the job "
-              "is on this agent alone; 0 = never (docs/architecture.md, \"Direct user memory\")")
+              "through the arena, where the kernel lets the agent (same user, or CAP_SYS_PTRACE); 0 = never (docs/architecture.md, \"Direct user memory\")")
       .define("spin-us", KnobType::kInt, "50",
               "Microseconds the loop polls the trainers' rings and work posted by its other threads (the "
               "backends' completions) before it sleeps (0 = never spin)")

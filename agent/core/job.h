@@ -12,6 +12,7 @@
 
 #include "agent/coord/elastic_params.h"
 #include "agent/core/in_flight.h"
+#include "agent/core/local_executor.h"
 #include "agent/core/tensor_table.h"
 #include "common/job_settings.h"
 #include "agent/cross/cross_job.h"
@@ -105,6 +106,10 @@ class Job {
   struct CrossPending {
     std::vector<uint64_t> handles;
     std::vector<void*> slots;
+    // Direct user memory: where the result goes in a rank's own process
+    // (parallel to slots; empty: all slots), and the first failed transfer.
+    std::vector<RemoteSpan> remote_slots;
+    std::shared_ptr<FirstError> error;
     std::vector<std::shared_ptr<SharedRegion>> keepalive;
     std::unique_ptr<char[], void (*)(char*)> staging{nullptr, [](char*) {}};
     // A pipelined allreduce's staging buffer (shared with the negotiation

@@ -72,19 +72,7 @@ void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
     outs.push_back(oop ? c->slot(d.out_offset) : r.slots.back());
   }
   if (out_of_place) r.dsts = outs;
-  if (direct) {
-    r.error = std::make_shared<FirstError>();
-    if (job.world().cross_size > 1) {
-      // libkolo uses the direct path only while its job is on one agent.
-      host.finishOpOnLoop(job.id(), handles, 0,
-                          invalidArgument("allreduce of tensor '" + op.name +
-                                          "': a direct user-memory op in a job that spans " +
-                                          std::to_string(job.world().cross_size) +
-                                          " agents (the direct path is for jobs on one agent)"),
-                          static_cast<DataType>(d0.dtype), {}, CollectiveType::kAllreduce);
-      return;
-    }
-  }
+  if (direct) r.error = std::make_shared<FirstError>();
   if (op.anyAbsent() && r.op != ReduceOp::kSum && d0.data_bytes > 0) {
     // Min, Max, Product: the joined ranks' zeros change the result, so one
     // zero source stands for them (Sum and Average need none).

@@ -19,6 +19,8 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
   // Where the results go (dsts: the output slots of out-of-place ranks, and
   // the joined ranks' zero source is not written back).
   p.slots = r.dsts.empty() ? r.slots : r.dsts;
+  p.remote_slots = r.remote_dsts;  // (parallel to p.slots)
+  p.error = r.error;
   p.keepalive = r.keepalive;
   p.dtype = r.dtype;
   p.count = r.count;
@@ -38,6 +40,7 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
   li.output_elsewhere = r.slots.size() == 1 && r.dsts.size() == 1 && r.slots[0] != r.dsts[0];
   li.has_scratch = r.scratch != nullptr;
   li.has_before_finish = static_cast<bool>(r.before_finish);
+  li.direct = !r.remote_slots.empty();
   li.prescale = r.prescale;
   li.postscale = p.postscale;
   li.pipeline_bytes = host.crossPipelineBytes();
@@ -118,9 +121,17 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
   }
   if (w.collective == CollectiveType::kBroadcast) r.slots = {r.slots[bcast_root_local]};
   r.dsts = {w.staging};
+  r.remote_dsts.clear();  // the staging buffer is the agent's
   r.postscale = 1.0;  // applied after the agents' reduction
-  host.opTimeline().activityStart(op.name, "LOCAL_REDUCE");
-  host.reduceOpOnLoop(std::move(r), [h = &host, job_id, gen, w]() mutable {
+  host.opTimeline().activityStart(op.name, li.direct ? "DIRECT_REDUCE" : "LOCAL_REDUCE");
+  std::shared_ptr<FirstError> error = r.error;
+  host.reduceOpOnLoop(std::move(r), [h = &host, job_id, gen, w, error]() mutable {
+    if (error && error->failed()) {
+      // A rank's tensor could not be read: every agent fails the op with
+      // this text (no ring over a half-filled buffer).
+      w.req.error = error->get().message();
+      w.count = 0;
+    }
     h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));
   });
 }

@@ -12,7 +12,7 @@ CrossLegPlan planCrossLeg(const CrossLegInputs& in) {
   // status (Backend's contract); a failed op leaves it undefined, as an
   // in-place MPI or NCCL allreduce does. Out of place (an output slot), the
   // backend works on the output slot, and the input is first copied into it.
-  p.in_place = in.ok && in.count > 0 && in.sources == 1 && in.outputs <= 1 && !in.has_scratch &&
+  p.in_place = in.ok && in.count > 0 && !in.direct && in.sources == 1 && in.outputs <= 1 && !in.has_scratch &&
                !in.has_before_finish && in.prescale == 1.0 &&
                (in.collective == CollectiveType::kAllreduce ||
                 (in.collective == CollectiveType::kBroadcast && in.outputs == 0));
@@ -23,7 +23,10 @@ CrossLegPlan planCrossLeg(const CrossLegInputs& in) {
   // drain thread writes each reduced chunk back into the slots. Nothing is
   // left to pipeline when the ring runs in place and needs no scaling; the
   // device path keeps its own staging.
-  p.pipelined = in.ok && in.collective == CollectiveType::kAllreduce && !in.has_before_finish &&
+  // A direct op (the ranks' tensors read from their processes) is not: a
+  // read that fails must reach the other agents as the op's error before
+  // the ring runs, which the local step first does.
+  p.pipelined = in.ok && in.collective == CollectiveType::kAllreduce && !in.has_before_finish && !in.direct &&
                 in.pipeline_bytes > 0 && in.bytes >= in.pipeline_bytes &&
                 (!p.in_place_final || p.copy_in);
   return p;

@@ -29,6 +29,7 @@ struct CrossLegInputs {
   bool output_elsewhere = false;   // the one output slot is not the input slot
   bool has_scratch = false;        // LocalReduce::scratch (zero source, device staging)
   bool has_before_finish = false;  // LocalReduce::before_finish (device staging)
+  bool direct = false;             // a rank's tensor is in its own memory (LocalReduce::remote_slots)
   double prescale = 1.0;
   double postscale = 1.0;
   uint64_t pipeline_bytes = 0;  // --cross-pipeline-kb (0: never pipelined)

@@ -34,7 +34,8 @@ bool CollectiveOp::finishedInSlotsOnLoop(OpHost& host, Job& job, const std::stri
   const bool fused = result.data != nullptr && p->collective == CollectiveType::kAllreduce;
   if (p->leg.resultInSlots(result.drained, fused)) {
     host.opTimeline().opEnd(name, p->dtype, {});
-    host.finishOpOnLoop(job.id(), p->handles, p->bytes, okStatus(), p->report_dtype, p->started,
+    Status st = p->error ? p->error->get() : okStatus();
+    host.finishOpOnLoop(job.id(), p->handles, st.isOk() ? p->bytes : 0, st, p->report_dtype, p->started,
                         p->collective);
     return true;
   }
@@ -52,6 +53,8 @@ void CollectiveOp::copyBackOnLoop(OpHost& host, Job& job, const std::string& nam
   r.postscale = p->postscale;
   r.slots = {p->leg.in_place ? p->slots[0] : p->stagingData()};
   r.dsts = p->slots;
+  r.remote_dsts = p->remote_slots;  // direct: into the ranks' own memory
+  r.error = p->error;
   r.keepalive = p->keepalive;
   if (fused) {
     // A fused allreduce: the result is read from the fused buffer itself
@@ -64,8 +67,15 @@ void CollectiveOp::copyBackOnLoop(OpHost& host, Job& job, const std::string& nam
     h->opTimeline().activityEnd(name);
     h->opTimeline().opEnd(name, p->dtype, {});
     in_flight.end();
-    Status st = p->before_finish ? p->before_finish() : okStatus();
-    h->finishOpOnLoop(job_id, p->handles, p->bytes, st, p->report_dtype, p->started, p->collective);
+    Status st = p->error ? p->error->get() : okStatus();
+    if (!st.isOk()) {
+      st = st.withContext(std::string(collectiveName(p->collective)) + " of tensor '" + name + "' (direct user memory)");
+    } else if (p->before_finish) {
+      st = p->before_finish();
+    }
+    if (st.isOk() && p->error) h->observeDirect(p->bytes);
+    h->finishOpOnLoop(job_id, p->handles, st.isOk() ? p->bytes : 0, st, p->report_dtype, p->started,
+                      p->collective);
   });
 }
 

@@ -261,10 +261,12 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   StatusOr<SlotPlan> planned = internalError("not planned");
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // The direct path only while the job is on this agent alone (the agent
-    // refuses it across agents).
-    const uint64_t direct = world_.cross_size == 1 ? direct_min_bytes_ : 0;
-    planned = planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size, direct});
+    // Across agents with this rank alone on its agent, the arena path runs
+    // the agents' ring in place on this rank's slot: as few copies as the
+    // direct path, and they happen here, at submission. The direct path
+    // saves copies wherever the agent reduces several ranks.
+    const bool direct_pays = world_.cross_size <= 1 || world_.local_size >= 2;
+    planned = planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size, direct_pays ? direct_min_bytes_ : 0});
   }
   RETURN_IF_ERROR(planned.status());
   const SlotPlan& plan = *planned;

@@ -382,8 +382,10 @@ int runDirect() {
 
 // A rank whose direct-path tensor the agent cannot use: rank 1's input is
 // inaccessible (PROT_NONE), then rank 0's output is read-only. Every rank's op fails with
-// the agent's text; the job goes on (the next allreduce is exact).
-int runDirectBad() {
+// the agent's text (--across, ranks 0 and 1 on one agent: the other
+// agents' ranks get the good result of bad.output); the job goes on (the next
+// allreduce is exact).
+int runDirectBad(bool across) {
   const size_t count = (1u << 18) + 1;  // 1 MiB of float32: the direct path
   const size_t bytes = count * sizeof(float);
   int64_t shape[1] = {static_cast<int64_t>(count)};
@@ -399,8 +401,17 @@ int runDirectBad() {
   if (ro == MAP_FAILED) FAIL("mmap: %s", std::strerror(errno));
   void* dst = g_rank == 0 ? ro : out.data();
   st = kolo_allreduce("bad.output", good.data(), dst, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1.0, 1.0);
-  if (st == KOLO_OK) FAIL("bad.output: succeeded with rank 0's output read-only");
-  std::printf("rank %d: bad.output: %s: %s\n", g_rank, kolo_status_string(st), kolo_last_error());
+  if (across && kolo_cross_rank() != 0) {
+    // Across agents the agents' result is good; only rank 0's agent fails
+    // the op (its write into rank 0 failed).
+    if (st != KOLO_OK) FAIL("bad.output on rank %d (another agent than rank 0): %s", g_rank, kolo_last_error());
+    for (size_t i = 0; i < count; ++i) {
+      if (out[i] != static_cast<float>(g_size)) FAIL("bad.output element %zu: got %g want %d", i, out[i], g_size);
+    }
+  } else {
+    if (st == KOLO_OK) FAIL("bad.output: succeeded with rank 0's output read-only");
+    std::printf("rank %d: bad.output: %s: %s\n", g_rank, kolo_status_string(st), kolo_last_error());
+  }
   ::munmap(ro, bytes);
   ::munmap(gone, bytes);
   for (size_t i = 0; i < count; ++i) good[i] = static_cast<float>(g_rank + (i % 3));
@@ -1042,7 +1053,7 @@ int main(int argc, char** argv) {
   if (mode == "allreduce") rc = runAllreduce(argc > 2 && std::string(argv[2]) == "--big");
   else if (mode == "mismatch") rc = runMismatch();
   else if (mode == "direct") rc = runDirect();
-  else if (mode == "direct-bad") rc = runDirectBad();
+  else if (mode == "direct-bad") rc = runDirectBad(argc > 2 && std::string(argv[2]) == "--across");
   else if (mode == "duplicate") rc = runDuplicate();
   else if (mode == "die") rc = runDie(argc > 2 ? std::atoi(argv[2]) : 1);
   else if (mode == "stall") rc = runStall(argc > 2 ? std::atoi(argv[2]) : 3);

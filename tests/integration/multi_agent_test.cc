@@ -41,6 +41,34 @@ TEST_P(MultiAgent, EveryDtypeOpAndSizeMatchesReference) {
   }
 }
 
+// The direct user-memory path across agents (two ranks on an agent: the
+// local step reads them from their processes into staging, the agents
+// reduce it, the result is written back into each rank): exact around the
+// threshold next to an agent whose one rank uses the arena; a rank the
+// agent cannot read fails the op on every agent with its text, a read-only
+// output fails it only on that rank's agent; the job goes on.
+TEST(MultiAgentDirect, ExactAcrossAgentsAndErrorsReachEveryAgent) {
+  Cluster c(2, {{"KOLO_DIRECT_MIN_KB", "256"}});
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("xdirect", {2, 1}, {checkBin(), "direct"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 2);
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
+    EXPECT_NE(r.output().find("direct checks passed"), std::string::npos) << r.output();
+  }
+  std::string metrics = httpGet(c.agentMetrics(0), "/metrics");
+  EXPECT_NE(metrics.find("\nkolo_direct_bytes_total "), std::string::npos);
+  EXPECT_EQ(metrics.find("\nkolo_direct_bytes_total 0\n"), std::string::npos) << "agent 0 moved nothing directly";
+  auto bad = c.launchMultiJob("xdirectbad", {2, 1}, {checkBin(), "direct-bad", "--across"});
+  ASSERT_TRUE(c.waitJob(bad, std::chrono::seconds(60))) << allLogs(c, 2);
+  for (size_t i = 0; i < bad.size(); ++i) {
+    std::string out = bad[i].output();
+    EXPECT_EQ(bad[i].exit_code, 0) << out << allLogs(c, 2);
+    EXPECT_NE(out.find("OK direct errors checked"), std::string::npos) << out;
+    EXPECT_NE(out.find("Bad address (not mapped or not readable in that process)"), std::string::npos) << out;
+  }
+}
+
 // Small cached allreduces travel inside the negotiation message
 // (--cross-inline-bytes): every dtype and op, many at once next to larger
 // ones, round after round, exact on every rank.

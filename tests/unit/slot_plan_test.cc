@@ -103,7 +103,7 @@ TEST(SlotPlan, DirectPathOnlyForLargePlainHostAllreduces) {
   SlotRequest z = request(CollectiveType::kAllreduce, {1024});
   z.output_offset = 8192;  // the output is a kolo_alloc_shared buffer
   EXPECT_FALSE(plan(z));
-  g.direct_min_bytes = 0;  // off (not granted, or a job across agents)
+  g.direct_min_bytes = 0;  // off (not granted, or alone on its agent across agents)
   EXPECT_FALSE(plan(request(CollectiveType::kAllreduce, {1 << 20})));
 }
 
