@@ -115,7 +115,7 @@ fi
 # Rank 0's lines of a log, without kolorun's "[0]<stdout>:" prefix.
 rank0() { sed -n 's/^\[0\]<stdout>://p' "$1"; }
 # "size time busbw" for each table row.
-rows() { awk '$1 ~ /^[0-9]+$/ && NF == 8 {print $1, $5, $7}' "$1"; }
+rows() { awk '$1 ~ /^[0-9]+$/ && NF >= 8 {print $1, $5, $7}' "$1"; }
 latency() { awk -F' : ' '/^# Latency/ {split($2, a, " "); print a[1]; exit}' "$1"; }
 avgbus() { awk -F' : ' '/^# Avg bus bandwidth/ {print $2; exit}' "$1"; }
 

@@ -213,13 +213,13 @@ in_ns_exec() {
 # Rank 0's lines of a log, without a "[0]<stdout>:" prefix (kolorun, multi_agent_run.sh).
 rank0() { sed -n 's/^\[0\]<stdout>://p' "$1"; }
 # "size time busbw" for each table row.
-rows() { awk '$1 ~ /^[0-9]+$/ && NF == 8 {print $1, $5, $7}' "$1"; }
+rows() { awk '$1 ~ /^[0-9]+$/ && NF >= 8 {print $1, $5, $7}' "$1"; }
 latency() { awk -F' : ' '/^# Latency/ {split($2, a, " "); print a[1]; exit}' "$1"; }
 # A size's time (us) in a table file, and its busbw in GB/s computed from the time
 # (tables print busbw with 2 decimals only), for N ranks ("" if absent).
-time_at() { awk -v s="$2" '$1 == s && NF == 8 {print $5; exit}' "$1"; }
+time_at() { awk -v s="$2" '$1 == s && NF >= 8 {print $5; exit}' "$1"; }
 busbw_at() {
-  awk -v s="$2" -v n="$3" '$1 == s && NF == 8 && $5 > 0 {printf "%.4f", $1 / ($5 * 1e3) * 2 * (n - 1) / n; exit}' "$1"
+  awk -v s="$2" -v n="$3" '$1 == s && NF >= 8 && $5 > 0 {printf "%.4f", $1 / ($5 * 1e3) * 2 * (n - 1) / n; exit}' "$1"
 }
 
 status=0

@@ -252,11 +252,11 @@ def wait_file(path, proc, what, logf, timeout=30):
 
 # --- tables ---------------------------------------------------------------------
 def rows(text):
-    """size -> time (us) from a kolo-bench / gloo / mpi table (8 columns)."""
+    """size -> time (us) from a kolo-bench / gloo / mpi table (8 columns, 9 with cpu-s/GB)."""
     out = {}
     for line in text.splitlines():
         f = line.split()
-        if len(f) == 8 and f[0].isdigit():
+        if len(f) >= 8 and f[0].isdigit():
             try:
                 out[int(f[0])] = (float(f[4]), int(f[7]))
             except ValueError:
