@@ -16,7 +16,8 @@ constexpr const char* kUsage =
     "Rank 0 prints one row per message size: the median over iterations of the\n"
     "slowest rank's time per operation, algbw = size / time and busbw = algbw *\n"
     "factor (nccl-tests: allreduce 2(n-1)/n; allgather, reducescatter, alltoall\n"
-    "(n-1)/n; broadcast 1). See docs/benchmarks.md.";
+    "(n-1)/n; broadcast 1), and cpu-s/GB = CPU seconds of every rank and agent over\n"
+    "the timed iterations / (size x iterations / 1e9). See docs/bench-tools.md.";
 
 std::string lower(std::string_view s) {
   std::string out(s);

@@ -8,7 +8,7 @@
 #                    [-b 4] [-e 256M] [--tcp]
 #
 # Exit status: 0 when every run succeeded (and verified), 1 otherwise, 2 for
-# bad usage or missing programs. See docs/benchmarks.md.
+# bad usage or missing programs. See docs/bench-tools.md.
 set -u -o pipefail
 export LC_ALL=C
 

@@ -14,7 +14,7 @@
 # Exit status: 0 when every run succeeded and verified (targets missed are
 # reported, not failures), 1 if a run failed or found wrong elements, 2 for
 # bad usage or missing programs, 77 when --veth cannot run here (not root,
-# no CAP_NET_ADMIN). See docs/benchmarks.md.
+# no CAP_NET_ADMIN). See docs/bench-tools.md.
 set -u -o pipefail
 export LC_ALL=C
 
