@@ -11,10 +11,12 @@ a=$root/docs/data/across-agents
 if [ -d "$a" ]; then
   s=()
   for k in 2 4; do
-    s+=(-s "K=$k agents x 1 rank|kolo, user memory=$a/kolo-k$k-r1.table"
-        -s "K=$k agents x 1 rank|kolo, kolo_alloc_shared=$a/kolo-zc-k$k-r1.table"
-        -s "K=$k agents x 1 rank|Gloo ring (tcp), in place=$a/gloo-$k.table"
-        -s "K=$k agents x 1 rank|Open MPI (tcp), in place=$a/mpi-$k.table")
+    # Every run kept (-a, -b, ...): each size takes its best run.
+    runs() { ls "$a"/"$1"-*.table | paste -sd, -; }
+    s+=(-s "K=$k agents x 1 rank|kolo, user memory=$(runs kolo-k$k-r1)"
+        -s "K=$k agents x 1 rank|kolo, kolo_alloc_shared=$(runs kolo-zc-k$k-r1)"
+        -s "K=$k agents x 1 rank|Gloo ring (tcp), in place=$(runs gloo-$k)"
+        -s "K=$k agents x 1 rank|Open MPI (tcp), in place=$(runs mpi-$k)")
   done
   "${plot[@]}" "${s[@]}" --out "$root/docs/img/across_agents_busbw.png" --markdown "$a/headline.md" \
     --title "Across agents over TCP on loopback, allreduce float32 in place ($(cat "$a/DATE"))"
