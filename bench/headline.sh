@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     --png) png=$2; shift 2 ;;
     --doc) doc=$2; shift 2 ;;
     --timeout) run_timeout=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "headline.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
