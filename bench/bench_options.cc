@@ -16,7 +16,8 @@ constexpr const char* kUsage =
     "Rank 0 prints one row per message size: the median over iterations of the\n"
     "slowest rank's time per operation, algbw = size / time and busbw = algbw *\n"
     "factor (nccl-tests: allreduce 2(n-1)/n; allgather, reducescatter, alltoall\n"
-    "(n-1)/n; broadcast 1). See docs/benchmarks.md.";
+    "(n-1)/n; broadcast 1), and cpu-s/GB = CPU seconds of every rank and agent over\n"
+    "the timed iterations / (size x iterations / 1e9). See docs/bench-tools.md.";
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -143,6 +144,10 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
   app.add_flag("--inplace", o.in_place,
                "Allreduce in place (output == input) instead of out of place");
   app.add_option("--json", o.json_path, "Also write rank 0's rows to this JSON file");
+  app.add_option("--idle-check", o.idle_check_s,
+                 "After the sizes, sleep S seconds with no collective in flight and print the CPU "
+                 "the agents and ranks used meanwhile (0: skip)")
+      ->capture_default_str();
   app.add_option("--model-step", o.model_step_path,
                  "Model-step mode: FILE lists a model's tensors ('name count' per line, e.g. "
                  "bench/models/resnet50.txt); each step allreduces all of them in reverse order "
@@ -203,6 +208,9 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
   if (o.iters < 1) return invalidArgument("--iters must be >= 1");
   if (!(o.max_time_s >= 0) || !std::isfinite(o.max_time_s)) {
     return invalidArgument("--max-time must be >= 0 seconds");
+  }
+  if (!(o.idle_check_s >= 0) || !std::isfinite(o.idle_check_s)) {
+    return invalidArgument("--idle-check must be >= 0 seconds");
   }
   if (check != 0 && check != 1) return invalidArgument("--check takes 0 or 1");
   o.check = check == 1;

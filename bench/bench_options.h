@@ -46,6 +46,10 @@ struct BenchOptions {
   bool in_place = false;                // allreduce only
   OpKind op_kind = OpKind::kAllreduce;  // --op (alias --op-kind)
   std::string json_path;
+  // --idle-check S: after the sizes, every rank sleeps S seconds with no
+  // collective in flight and rank 0 prints the CPU the agents and the ranks
+  // used meanwhile (a daemon must not busy-poll when idle); 0: skipped.
+  double idle_check_s = 0;
   // --model-step FILE (issue 4): replay one training step's gradients (every
   // tensor of FILE, reverse order, async, then synchronize all) instead of
   // the size sweep; -b/-e/-f are then unused.

@@ -8,7 +8,8 @@
 namespace kolo::bench {
 
 const char* const kTableHeader =
-    "#       size         count      type   redop    time(us)   algbw(GB/s)   busbw(GB/s)  #wrong";
+    "#       size         count      type   redop    time(us)   algbw(GB/s)   busbw(GB/s)  #wrong"
+    "    cpu-s/GB";
 
 std::string formatRow(const Row& r) {
   char wrong[32];
@@ -17,10 +18,16 @@ std::string formatRow(const Row& r) {
   } else {
     std::snprintf(wrong, sizeof(wrong), "%8s", "N/A");
   }
+  char cpu[32];
+  if (r.cpu_per_gb) {
+    std::snprintf(cpu, sizeof(cpu), "%12.4g", *r.cpu_per_gb);
+  } else {
+    std::snprintf(cpu, sizeof(cpu), "%12s", "N/A");
+  }
   char line[256];
-  std::snprintf(line, sizeof(line), "%12" PRIu64 "%14" PRIu64 "%10s%8s%12.2f%14.2f%14.2f%s",
+  std::snprintf(line, sizeof(line), "%12" PRIu64 "%14" PRIu64 "%10s%8s%12.2f%14.2f%14.2f%s%s",
                 r.bytes, r.count, r.type.c_str(), r.redop.c_str(), r.time_us, r.algbw, r.busbw,
-                wrong);
+                wrong, cpu);
   return line;
 }
 

@@ -12,7 +12,8 @@
 
 namespace kolo::bench {
 
-// Exactly nccl-tests' column names (one line; widths 12 14 10 8 12 14 14 8).
+// nccl-tests' column names (one line; widths 12 14 10 8 12 14 14 8) and
+// one more, cpu-s/GB (width 12): kCpuColumnDefinition in cpu_usage.h.
 extern const char* const kTableHeader;
 
 struct Row {
@@ -24,6 +25,9 @@ struct Row {
   double algbw = 0;               // GB/s (1e9 bytes per second)
   double busbw = 0;               // GB/s
   std::optional<uint64_t> wrong;  // nullopt: not checked (printed N/A)
+  // CPU seconds of every rank and agent over the timed iterations per GB
+  // (bytes x iters / 1e9); nullopt: not measured (printed N/A).
+  std::optional<double> cpu_per_gb;
   int warmup = 0;
   int iters = 0;
 };

@@ -1,6 +1,9 @@
 // Unit tests of kolo-bench's pure parts: options, sizes, table, iteration
 // plan and check data (the latter reduced with the agent's own kernels).
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -12,6 +15,7 @@
 #include "bench/bench_options.h"
 #include "bench/bench_table.h"
 #include "bench/coord_load_stats.h"
+#include "bench/cpu_usage.h"
 #include "common/reduce.h"
 
 namespace kolo::bench {
@@ -181,7 +185,7 @@ TEST(BenchTable, RowsLineUpWithTheHeader) {
   std::string header = kTableHeader;
   EXPECT_EQ(header,
             "#       size         count      type   redop    time(us)   algbw(GB/s)   busbw(GB/s)  "
-            "#wrong");
+            "#wrong    cpu-s/GB");
   auto ends = [](const std::string& s) {
     std::vector<size_t> out;
     for (size_t i = 0; i < s.size(); ++i) {
@@ -200,12 +204,54 @@ TEST(BenchTable, RowsLineUpWithTheHeader) {
   r.algbw = 2.17;
   r.busbw = 3.26;
   r.wrong = 0;
+  r.cpu_per_gb = 12345.678;
+  EXPECT_EQ(ends(formatRow(r)), want);
+  EXPECT_NE(formatRow(r).find(" 1.235e+04"), std::string::npos);
+  r.cpu_per_gb = 0.5;
   EXPECT_EQ(ends(formatRow(r)), want);
   r.wrong.reset();
+  r.cpu_per_gb.reset();
   std::string na = formatRow(r);
   EXPECT_EQ(ends(na), want);
   EXPECT_NE(na.find("N/A"), std::string::npos);
   EXPECT_EQ(formatRow(r).substr(0, 12), "   268435456");
+}
+
+TEST(CpuUsage, PerGigabyte) {
+  EXPECT_DOUBLE_EQ(cpuSecondsPerGB(2.0, 1000000000, 1), 2.0);
+  EXPECT_DOUBLE_EQ(cpuSecondsPerGB(1.0, 16 << 20, 20), 1.0 / (16.0 * (1 << 20) * 20 / 1e9));
+  EXPECT_DOUBLE_EQ(cpuSecondsPerGB(1.0, 0, 20), 0.0);
+}
+
+TEST(CpuUsage, OwnAndOtherProcessesClocks) {
+  double self0 = selfCpuSeconds();
+  volatile double x = 0;
+  for (int i = 0; i < 20000000; ++i) x = x + i * 1e-9;
+  EXPECT_GT(selfCpuSeconds(), self0);
+  auto mine = processCpuSeconds(::getpid());
+  ASSERT_TRUE(mine.has_value());
+  EXPECT_GT(*mine, 0.0);
+  // A pid that cannot exist (above pid_max's ceiling).
+  EXPECT_FALSE(processCpuSeconds(1 << 23).has_value());
+}
+
+// The agent is found as the process holding its listening socket.
+TEST(CpuUsage, FindsTheSocketOwner) {
+  std::string path = "/tmp/kolo-bench-test-" + std::to_string(::getpid()) + ".sock";
+  ::unlink(path.c_str());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  auto owner = socketOwnerPid(path);
+  ::close(fd);
+  ::unlink(path.c_str());
+  ASSERT_TRUE(owner.has_value());
+  EXPECT_EQ(*owner, ::getpid());
+  EXPECT_FALSE(socketOwnerPid(path + ".none").has_value());
 }
 
 TEST(BenchTable, Bandwidth) {

@@ -8,7 +8,7 @@
 #                    [-b 4] [-e 256M] [--tcp]
 #
 # Exit status: 0 when every run succeeded (and verified), 1 otherwise, 2 for
-# bad usage or missing programs. See docs/benchmarks.md.
+# bad usage or missing programs. See docs/bench-tools.md.
 set -u -o pipefail
 export LC_ALL=C
 
@@ -28,6 +28,8 @@ Usage: compare.sh [options]
   -T, --max-time S    cut each size's timed loop to ~S seconds (default 0.5)
   -c, --check 0|1     verify results (default 1)
   --zero-copy         kolo-bench allocates its buffers with kolo_alloc_shared
+  --out-of-place      allreduce with separate input and output buffers on both sides (default:
+                      in place, kolo-bench --inplace against MPI_IN_PLACE, MPI's strongest form)
   --tcp               MPI over TCP on loopback (--mca btl self,tcp --mca btl_tcp_if_include lo)
                       and kolo with one agent per rank talking over TCP (UCX_TLS=tcp)
   --kolorun-args "A"  extra kolorun options (default: none; with --tcp: "--agents N")
@@ -43,7 +45,7 @@ all_ops="allreduce allgather broadcast alltoall reducescatter barrier"
 ops=allreduce
 nps="2 4"
 minb=4 maxb=256M step=2 warmup=5 iters=20 maxtime=0.5 check=1
-zero_copy=0 tcp=0 kolorun_args="" kolorun_args_set=0 mpirun_args="" run_timeout=600
+zero_copy=0 inplace=1 tcp=0 kolorun_args="" kolorun_args_set=0 mpirun_args="" run_timeout=600
 out_dir="" skip_kolo=0 skip_mpi=0
 
 while [ $# -gt 0 ]; do
@@ -59,6 +61,8 @@ while [ $# -gt 0 ]; do
     -T|--max-time) maxtime=$2; shift 2 ;;
     -c|--check) check=$2; shift 2 ;;
     --zero-copy) zero_copy=1; shift ;;
+    --out-of-place) inplace=0; shift ;;
+    --inplace) inplace=1; shift ;;
     --tcp) tcp=1; shift ;;
     --kolorun-args) kolorun_args=$2; kolorun_args_set=1; shift 2 ;;
     --mpirun-args) mpirun_args=$2; shift 2 ;;
@@ -114,15 +118,17 @@ fi
 
 # Rank 0's lines of a log, without kolorun's "[0]<stdout>:" prefix.
 rank0() { sed -n 's/^\[0\]<stdout>://p' "$1"; }
-# "size time busbw" for each table row.
-rows() { awk '$1 ~ /^[0-9]+$/ && NF == 8 {print $1, $5, $7}' "$1"; }
+# "size time busbw cpu-s/GB" for each table row ("-": no cpu-s/GB column).
+rows() { awk '$1 ~ /^[0-9]+$/ && NF >= 8 {print $1, $5, $7, (NF >= 9 ? $9 : "-")}' "$1"; }
 latency() { awk -F' : ' '/^# Latency/ {split($2, a, " "); print a[1]; exit}' "$1"; }
 avgbus() { awk -F' : ' '/^# Avg bus bandwidth/ {print $2; exit}' "$1"; }
 
 status=0
 summary=()
 echo "# compare.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cores,"\
-  "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), transport: $mode"
+  "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo),"\
+  "$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg),"\
+  "transport: $mode, allreduce $([ "$inplace" = 1 ] && echo "in place" || echo "out of place")"
 # One pair of runs per collective and N (the two loops share one body).
 for op in $ops; do
 for np in $nps; do
@@ -140,6 +146,7 @@ for np in $nps; do
     fi
     bargs=(--op "$op" "${common_args[@]}" -d float32 -o sum --json "$out_dir/kolo-$op-$np.json")
     [ "$zero_copy" = 1 ] && bargs+=(--zero-copy)
+    [ "$inplace" = 1 ] && [ "$op" = allreduce ] && bargs+=(--inplace)
     cmd=("$bin/kolorun" -np "$np" "${kargs[@]}" -- "$bin/kolo-bench" "${bargs[@]}")
     echo
     echo "## kolo $op, N=$np: ${kenv[*]} ${cmd[*]}"
@@ -156,8 +163,10 @@ for np in $nps; do
 
   if [ "$skip_mpi" = 0 ]; then
     margs=($mpirun_args)
+    inplace_arg=()
+    [ "$inplace" = 1 ] && [ "$op" = allreduce ] && inplace_arg=(--inplace)
     cmd=(mpirun --oversubscribe --allow-run-as-root -np "$np" "${mpi_transport[@]}" "${margs[@]}"
-         "$bin/mpi-allreduce-bench" --op "$op" "${common_args[@]}" --json "$out_dir/mpi-$op-$np.json")
+         "$bin/mpi-allreduce-bench" --op "$op" "${inplace_arg[@]}" "${common_args[@]}" --json "$out_dir/mpi-$op-$np.json")
     echo
     echo "## MPI $op, N=$np: ${cmd[*]}"
     timeout -k 15 "$run_timeout" "${cmd[@]}" >"$out_dir/mpi-$op-$np.log" 2>&1
@@ -178,11 +187,13 @@ for np in $nps; do
       summary+=("$op N=$np: no comparison (a benchmark failed)")
       continue
     fi
-    echo "## Comparison, $op N=$np ($mode): busbw ratio = kolo busbw / MPI busbw = MPI time / kolo time"
-    printf '#%11s%16s%16s%14s%14s%12s\n' size "kolo time(us)" "mpi time(us)" "kolo busbw" "mpi busbw" "kolo/mpi"
+    echo "## Comparison, $op N=$np ($mode): busbw ratio = kolo busbw / MPI busbw = MPI time / kolo time;"
+    echo "# cpu-s/GB: CPU seconds of every rank (and kolo's agent) over the timed iterations / (size x iterations / 1e9)"
+    printf '#%11s%16s%16s%14s%14s%12s%14s%14s\n' size "kolo time(us)" "mpi time(us)" "kolo busbw" "mpi busbw" \
+      "kolo/mpi" "kolo cpu-s/GB" "mpi cpu-s/GB"
     join <(rows "$kolo_table" | sort -k1,1) <(rows "$mpi_table" | sort -k1,1) | sort -n -k1,1 |
-      awk '{ ratio = ($2 > 0) ? sprintf("%.2f", $4 / $2) : "-";
-             printf "%12s%16.2f%16.2f%14.2f%14.2f%12s\n", $1, $2, $4, $3, $5, ratio }'
+      awk '{ ratio = ($2 > 0) ? sprintf("%.2f", $5 / $2) : "-";
+             printf "%12s%16.2f%16.2f%14.2f%14.2f%12s%14s%14s\n", $1, $2, $5, $3, $6, ratio, $4, $7 }'
     small=$(rows "$kolo_table" | head -n 1 | cut -d' ' -f1)
     target=""
     if [ "$op" = allreduce ]; then

@@ -14,7 +14,7 @@
 # Exit status: 0 when every run succeeded and verified (targets missed are
 # reported, not failures), 1 if a run failed or found wrong elements, 2 for
 # bad usage or missing programs, 77 when --veth cannot run here (not root,
-# no CAP_NET_ADMIN). See docs/benchmarks.md.
+# no CAP_NET_ADMIN). See docs/bench-tools.md.
 set -u -o pipefail
 export LC_ALL=C
 
@@ -33,8 +33,9 @@ Usage: compare_multi.sh [options]
   -n, --iters N            timed iterations (default 20)
   -T, --max-time S         cut each size's timed loop to ~S seconds (default 0.5)
   -c, --check 0|1          verify results (default 1)
-  --inplace                every allreduce in place (output = input) instead of out of place:
-                           kolo-bench --inplace, Gloo without an input, MPI_IN_PLACE
+  --inplace                every allreduce in place (output = input), the default: kolo-bench
+                           --inplace, Gloo without an input, MPI_IN_PLACE (each one's strongest form)
+  --out-of-place           every allreduce out of place (separate input and output) instead
   --veth                   run on a veth pair between two network namespaces (kolo-bench-a,
                            10.200.0.1 and kolo-bench-b, 10.200.0.2; removed at exit; needs root);
                            K must be even (agents and ranks split in two blocks)
@@ -63,7 +64,7 @@ minb=4 maxb=256M step=2 warmup=5 iters=20 maxtime=0.5 check=1
 agent_env=""
 kolo_memory="user"
 veth=0 launcher=script iperf_time=3 run_timeout=600 out_dir="" from_dir=""
-skip_kolo=0 skip_mpi=0 skip_gloo=0 skip_iperf=0 inplace=0
+skip_kolo=0 skip_mpi=0 skip_gloo=0 skip_iperf=0 inplace=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
@@ -77,6 +78,7 @@ while [ $# -gt 0 ]; do
     -T|--max-time) maxtime=$2; shift 2 ;;
     -c|--check) check=$2; shift 2 ;;
     --inplace) inplace=1; shift ;;
+    --out-of-place) inplace=0; shift ;;
     --veth) veth=1; shift ;;
     --launcher) launcher=$2; shift 2 ;;
     --agent-env) agent_env=$2; shift 2 ;;
@@ -213,13 +215,15 @@ in_ns_exec() {
 # Rank 0's lines of a log, without a "[0]<stdout>:" prefix (kolorun, multi_agent_run.sh).
 rank0() { sed -n 's/^\[0\]<stdout>://p' "$1"; }
 # "size time busbw" for each table row.
-rows() { awk '$1 ~ /^[0-9]+$/ && NF == 8 {print $1, $5, $7}' "$1"; }
+rows() { awk '$1 ~ /^[0-9]+$/ && NF >= 8 {print $1, $5, $7}' "$1"; }
 latency() { awk -F' : ' '/^# Latency/ {split($2, a, " "); print a[1]; exit}' "$1"; }
 # A size's time (us) in a table file, and its busbw in GB/s computed from the time
 # (tables print busbw with 2 decimals only), for N ranks ("" if absent).
-time_at() { awk -v s="$2" '$1 == s && NF == 8 {print $5; exit}' "$1"; }
+time_at() { awk -v s="$2" '$1 == s && NF >= 8 {print $5; exit}' "$1"; }
+# A size's cpu-s/GB (the 9th column; "" if absent or N/A).
+cpu_at() { awk -v s="$2" '$1 == s && NF >= 9 && $9 != "N/A" {print $9; exit}' "$1"; }
 busbw_at() {
-  awk -v s="$2" -v n="$3" '$1 == s && NF == 8 && $5 > 0 {printf "%.4f", $1 / ($5 * 1e3) * 2 * (n - 1) / n; exit}' "$1"
+  awk -v s="$2" -v n="$3" '$1 == s && NF >= 8 && $5 > 0 {printf "%.4f", $1 / ($5 * 1e3) * 2 * (n - 1) / n; exit}' "$1"
 }
 
 status=0
@@ -227,7 +231,8 @@ common_args=(-b "$minb" -e "$maxb" -f "$step" -w "$warmup" -n "$iters" -T "$maxt
 [ "$inplace" = 1 ] && common_args+=(--inplace)
 echo "# compare_multi.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cores," \
   "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)," \
-  "$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg)"
+  "$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg)," \
+  "allreduce $([ "$inplace" = 1 ] && echo "in place" || echo "out of place")"
 echo "# path: $path; kolo: UCX_TLS=tcp UCX_NET_DEVICES=$dev; agents: $agent_counts; ranks per agent: $rpas"
 [ -z "$agent_env" ] || echo "# kolo agent environment (--agent-env): $agent_env"
 [ "$replay" = 1 ] && echo "# replay of the tables in $out_dir (nothing run)"
@@ -503,15 +508,17 @@ for cfg in "${kolo_cfgs[@]}"; do
   echo
   echo "## Comparison, kolo with $mem memory, K=$k agents x $r rank(s) (N=$n), $path; iperf3 ${iperf_gbs:-n/a} GB/s"
   echo "# busbw in GB/s from the median times; kolo/iperf = kolo busbw / iperf3 bandwidth;"
-  echo "# kolo/gloo, kolo/mpi = busbw ratios = their time / kolo's time (> 1: kolo faster)"
-  printf '#%11s%15s%12s%12s%12s%12s%12s%12s\n' size "kolo time(us)" "kolo busbw" "gloo busbw" "mpi busbw" \
-    "kolo/iperf" "kolo/gloo" "kolo/mpi"
+  echo "# kolo/gloo, kolo/mpi = busbw ratios = their time / kolo's time (> 1: kolo faster);"
+  echo "# cpu-s/GB: CPU seconds of every rank (and kolo's agents) over the timed iterations / (size x iterations / 1e9)"
+  printf '#%11s%15s%12s%12s%12s%12s%12s%12s%10s%10s%10s\n' size "kolo time(us)" "kolo busbw" "gloo busbw" \
+    "mpi busbw" "kolo/iperf" "kolo/gloo" "kolo/mpi" "kolo cpu" "gloo cpu" "mpi cpu"
   rows "$kt" | while read -r size t _; do
     kb=$(busbw_at "$kt" "$size" "$n") gb=$(busbw_at "$gt" "$size" "$n") mb=$(busbw_at "$mt" "$size" "$n")
     # Same N: busbw ratio = the other's time / kolo's time.
-    printf '%12s%15.2f%12s%12s%12s%12s%12s%12s\n' "$size" "$t" "${kb:--}" "${gb:--}" "${mb:--}" \
+    printf '%12s%15.2f%12s%12s%12s%12s%12s%12s%10s%10s%10s\n' "$size" "$t" "${kb:--}" "${gb:--}" "${mb:--}" \
       "$(ratio "$kb" "$iperf_gbs" | sed 's/^$/-/')" "$(ratio "$(time_at "$gt" "$size")" "$t" | sed 's/^$/-/')" \
-      "$(ratio "$(time_at "$mt" "$size")" "$t" | sed 's/^$/-/')"
+      "$(ratio "$(time_at "$mt" "$size")" "$t" | sed 's/^$/-/')" "$(cpu_at "$kt" "$size" | sed 's/^$/-/')" \
+      "$(cpu_at "$gt" "$size" | sed 's/^$/-/')" "$(cpu_at "$mt" "$size" | sed 's/^$/-/')"
   done
   for s in $s16 $s64; do
     label=$((s >> 20))MiB

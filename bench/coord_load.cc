@@ -1,7 +1,7 @@
 // kolo-coord-load: simulates N agents against a real kolo-coordinator over
 // gRPC on loopback, from one process with one connection per agent, and
-// prints one table row per (agents, jobs) case (docs/benchmarks.md,
-// "Control plane at scale").
+// prints one table row per (agents, jobs) case (docs/bench-tools.md and
+// docs/benchmarks.md, "Control plane at scale").
 //
 // Each case starts a fresh coordinator (--coordinator-bin, with a --state-dir
 // in a temp dir, as a user would), then: every agent registers and

@@ -36,6 +36,7 @@
 #include "bench/bench_check.h"
 #include "bench/bench_options.h"
 #include "bench/bench_table.h"
+#include "bench/cpu_usage.h"
 
 namespace kolo::bench {
 namespace {
@@ -138,12 +139,15 @@ Row runSize(const std::shared_ptr<gloo::Context>& ctx, const BenchOptions& o,
   IterationPlan plan = planIterations(o.warmup_iters, o.iters, o.max_time_s, first[0]);
   for (int i = 1; i < plan.warmup; ++i) once();
   std::vector<double> times(static_cast<size_t>(plan.iters));
+  const double cpu0 = selfCpuSeconds();
   for (double& t : times) {
     auto t1 = std::chrono::steady_clock::now();
     once();
     t = secondsSince(t1);
   }
+  std::vector<int64_t> cpu_ns = {static_cast<int64_t>((selfCpuSeconds() - cpu0) * 1e9)};
   maxAcrossRanks(ctx, times);
+  sumAcrossRanks(ctx, cpu_ns);
 
   Row row;
   row.bytes = bytes;
@@ -156,6 +160,7 @@ Row runSize(const std::shared_ptr<gloo::Context>& ctx, const BenchOptions& o,
   row.busbw = row.algbw * busBandwidthFactor(OpKind::kAllreduce, ctx->size);
   row.warmup = plan.warmup;
   row.iters = plan.iters;
+  row.cpu_per_gb = cpuSecondsPerGB(static_cast<double>(cpu_ns[0]) * 1e-9, bytes, plan.iters);
   if (o.check && pattern.feasible) {
     fillInput(pattern, ctx->rank, send, count);
     if (recv != send) fillValue(DataType::kFloat32, recv, count, 0.0);
@@ -182,6 +187,7 @@ Status writeJson(const GlooOptions& g, const std::vector<Row>& rows, double avg)
                          {"redop", r.redop},      {"time_us", r.time_us}, {"algbw_gbps", r.algbw},
                          {"busbw_gbps", r.busbw}, {"warmup", r.warmup},   {"iters", r.iters}};
     jr["wrong"] = r.wrong ? nlohmann::json(*r.wrong) : nlohmann::json(nullptr);
+    jr["cpu_s_per_gb"] = r.cpu_per_gb ? nlohmann::json(*r.cpu_per_gb) : nlohmann::json(nullptr);
     j["rows"].push_back(jr);
   }
   std::ofstream f(g.bench.json_path);
@@ -220,8 +226,8 @@ int run(const GlooOptions& g) {
                 " step: %g(factor) warmup iters: %d iters: %d (cut to ~%g s per size) validation: %d\n",
                 sizes.front(), sizes.back(), o.step_factor, o.warmup_iters, o.iters, o.max_time_s,
                 o.check ? 1 : 0);
-    std::printf("# time = median over iterations of the slowest rank's time per operation\n#\n%s\n",
-                kTableHeader);
+    std::printf("# time = median over iterations of the slowest rank's time per operation\n");
+    std::printf("# %s (Gloo has no agent: its ranks)\n#\n%s\n", kCpuColumnDefinition, kTableHeader);
     std::fflush(stdout);
   }
   std::vector<Row> rows;

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -35,6 +36,7 @@
 #include "bench/bench_check.h"
 #include "bench/bench_options.h"
 #include "bench/bench_table.h"
+#include "bench/cpu_usage.h"
 #include "bench/kolo_session.h"
 #include "bench/model_step_run.h"
 #include "common/dtype.h"
@@ -53,7 +55,41 @@ struct Run {
   CheckPattern pattern;  // reducing ops
   void* send = nullptr;
   void* recv = nullptr;  // == send in place
+  // Local rank 0 measures its agent's CPU (the others leave it unset); a
+  // local rank 0 whose agent was not found makes the CPU column N/A.
+  bool measures_agent = false;
+  std::optional<pid_t> agent_pid;
 };
+
+// CPU seconds so far of this rank and (local rank 0) of its agent, in ns,
+// and 1 in the second slot when this rank should have read its agent and
+// could not.
+std::vector<int64_t> cpuNow(const Run& run) {
+  double cpu = selfCpuSeconds();
+  int64_t missing = 0;
+  if (run.measures_agent) {
+    std::optional<double> agent =
+        run.agent_pid ? processCpuSeconds(*run.agent_pid) : std::optional<double>();
+    if (agent) {
+      cpu += *agent;
+    } else {
+      missing = 1;
+    }
+  }
+  return {static_cast<int64_t>(cpu * 1e9), missing};
+}
+
+// Every rank's and agent's CPU seconds between two cpuNow() readings, summed
+// across ranks (a small kolo allreduce: call it outside timed regions);
+// nullopt when an agent could not be read.
+StatusOr<std::optional<double>> cpuAcrossRanks(Run& run, const std::string& name,
+                                               const std::vector<int64_t>& before,
+                                               const std::vector<int64_t>& after) {
+  std::vector<int64_t> v = {after[0] - before[0], after[1] + before[1]};
+  RETURN_IF_ERROR(run.kolo->sumAcrossRanks(name, v));
+  if (v[1] != 0) return std::optional<double>();
+  return std::optional<double>(static_cast<double>(v[0]) * 1e-9);
+}
 
 // Tensor names: one per purpose and size, the same on every rank.
 std::string opName(std::string_view what, uint64_t bytes) {
@@ -188,12 +224,16 @@ StatusOr<Row> runSize(Run& run, const OpSize& s) {
   for (int i = 1; i < plan.warmup; ++i) RETURN_IF_ERROR(once());
 
   std::vector<double> times(static_cast<size_t>(plan.iters));
+  const std::vector<int64_t> cpu0 = cpuNow(run);
   for (double& t : times) {
     auto t0 = KoloSession::now();
     RETURN_IF_ERROR(once());
     t = KoloSession::secondsSince(t0);
   }
+  const std::vector<int64_t> cpu1 = cpuNow(run);
   RETURN_IF_ERROR(run.kolo->maxAcrossRanks(opName("times", s.bytes), times));
+  ASSIGN_OR_RETURN(std::optional<double> cpu_s,
+                   cpuAcrossRanks(run, opName("cpu", s.bytes), cpu0, cpu1));
 
   Row row;
   row.bytes = s.bytes;
@@ -206,6 +246,7 @@ StatusOr<Row> runSize(Run& run, const OpSize& s) {
   row.busbw = row.algbw * busBandwidthFactor(o.op_kind, run.size);
   row.warmup = plan.warmup;
   row.iters = plan.iters;
+  if (cpu_s) row.cpu_per_gb = cpuSecondsPerGB(*cpu_s, s.bytes, plan.iters);
 
   if (o.check && (run.pattern.feasible || !opKindReduces(o.op_kind))) {
     std::vector<int64_t> wrong(1);
@@ -266,7 +307,10 @@ void printHeader(const Run& run, KoloSession& kolo, const std::vector<OpSize>& s
     std::printf("# check skipped: %d ranks overflow %s exactly representable values\n", run.size,
                 std::string(dataTypeName(o.dtype)).c_str());
   }
-  std::printf("# time = median over iterations of the slowest rank's time per operation\n#\n%s\n",
+  std::printf("# time = median over iterations of the slowest rank's time per operation\n");
+  std::printf("# %s; agent CPU: %s\n#\n%s\n", kCpuColumnDefinition,
+              run.agent_pid ? ("pid " + std::to_string(*run.agent_pid) + " (rank 0's)").c_str()
+                            : "agent not found (column N/A)",
               kTableHeader);
   std::fflush(stdout);
 }
@@ -289,6 +333,7 @@ Status writeJson(const Run& run, const std::vector<Row>& rows, double avg_busbw)
                          {"redop", r.redop},      {"time_us", r.time_us}, {"algbw_gbps", r.algbw},
                          {"busbw_gbps", r.busbw}, {"warmup", r.warmup},   {"iters", r.iters}};
     jr["wrong"] = r.wrong ? nlohmann::json(*r.wrong) : nlohmann::json(nullptr);
+    jr["cpu_s_per_gb"] = r.cpu_per_gb ? nlohmann::json(*r.cpu_per_gb) : nlohmann::json(nullptr);
     j["rows"].push_back(jr);
   }
   std::ofstream f(run.opts.json_path);
@@ -333,6 +378,8 @@ int benchMain(int argc, char** argv) {
   run.rank = kolo.rank();
   run.size = kolo.size();
   run.pattern = CheckPattern::make(o.dtype, o.op, run.size);
+  run.measures_agent = kolo.localRank() == 0;
+  if (run.measures_agent) run.agent_pid = socketOwnerPid(agentSocketPath());
   if (o.op_kind == OpKind::kBroadcast && o.root >= run.size) {
     std::fprintf(stderr, "kolo-bench: --root %d is not a rank of this job (size %d)\n", o.root,
                  run.size);
@@ -377,6 +424,26 @@ int benchMain(int argc, char** argv) {
     }
   }
 
+  std::optional<double> idle_cpu;
+  if (o.idle_check_s > 0) {
+    Status st = kolo.barrier();
+    if (!st.isOk()) {
+      std::fprintf(stderr, "kolo-bench: rank %d: idle check: %s\n", run.rank,
+                   st.toString().c_str());
+      return 3;
+    }
+    const std::vector<int64_t> cpu0 = cpuNow(run);
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.idle_check_s));
+    const std::vector<int64_t> cpu1 = cpuNow(run);
+    auto idle = cpuAcrossRanks(run, opName("idle-cpu", 0), cpu0, cpu1);
+    if (!idle.isOk()) {
+      std::fprintf(stderr, "kolo-bench: rank %d: idle check: %s\n", run.rank,
+                   idle.status().toString().c_str());
+      return 3;
+    }
+    idle_cpu = *idle;
+  }
+
   if (run.rank == 0) {
     double avg = averageBusBandwidth(rows);
     std::printf("# Out of bounds values : %" PRIu64 " %s\n", total_wrong,
@@ -393,7 +460,15 @@ int benchMain(int argc, char** argv) {
     } else if (targets) {
       std::printf("  [target <= 30 us at N=2, <= 60 us at N=4]");
     }
-    std::printf("\n#\n");
+    std::printf("\n");
+    if (o.idle_check_s > 0 && idle_cpu) {
+      std::printf("# Idle CPU (no collective in flight for %g s, every rank and agent) : %.4f s"
+                  " = %.2f%% of one core\n",
+                  o.idle_check_s, *idle_cpu, *idle_cpu / o.idle_check_s * 100);
+    } else if (o.idle_check_s > 0) {
+      std::printf("# Idle CPU : N/A (an agent was not found)\n");
+    }
+    std::printf("#\n");
     std::fflush(stdout);
     if (!o.json_path.empty()) {
       Status st = writeJson(run, rows, avg);

@@ -38,6 +38,7 @@ KoloSession::~KoloSession() { kolo_shutdown(); }
 
 int KoloSession::rank() const { return kolo_rank(); }
 int KoloSession::size() const { return kolo_size(); }
+int KoloSession::localRank() const { return kolo_local_rank(); }
 int KoloSession::localSize() const { return kolo_local_size(); }
 int KoloSession::crossSize() const { return kolo_cross_size(); }
 

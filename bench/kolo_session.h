@@ -34,6 +34,7 @@ class KoloSession {
 
   int rank() const;
   int size() const;
+  int localRank() const;
   int localSize() const;
   int crossSize() const;  // on rank 0 (local rank 0): the number of agents
   // "2 agent(s), 1 local rank(s) on rank 0's agent, embedded by kolorun (SOCKET)".

@@ -28,10 +28,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 
-#define HEADER \
-  "#       size         count      type   redop    time(us)   algbw(GB/s)   busbw(GB/s)  #wrong"
+#define HEADER                                                                                    \
+  "#       size         count      type   redop    time(us)   algbw(GB/s)   busbw(GB/s)  #wrong" \
+  "    cpu-s/GB"
+#define CPU_DEFINITION                                                                    \
+  "cpu-s/GB = CPU seconds (user + system) of every rank over the timed iterations / (size " \
+  "x iterations / 1e9)"
+
+/* CPU seconds (user + system, every thread) of this process so far. */
+static double self_cpu_seconds(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0.0;
+  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+         ru.ru_stime.tv_usec * 1e-6;
+}
 
 enum {
   OP_ALLREDUCE,
@@ -73,6 +86,7 @@ typedef struct {
   double time_us, algbw, busbw;
   long long wrong; /* -1: not checked */
   int warmup, iters;
+  double cpu_per_gb; /* every rank's CPU seconds over the timed loop per GB */
 } Row;
 
 static int parse_size(const char* s, uint64_t* out) {
@@ -402,9 +416,9 @@ static void print_row(const Options* o, const Row* r) {
     snprintf(wrong, sizeof(wrong), "%8lld", r->wrong);
   else
     snprintf(wrong, sizeof(wrong), "%8s", "N/A");
-  printf("%12" PRIu64 "%14" PRIu64 "%10s%8s%12.2f%14.2f%14.2f%s\n", r->bytes, r->count,
+  printf("%12" PRIu64 "%14" PRIu64 "%10s%8s%12.2f%14.2f%14.2f%s%12.4g\n", r->bytes, r->count,
          o->op == OP_BARRIER ? "none" : "float32", op_reduces(o->op) ? "sum" : "none", r->time_us,
-         r->algbw, r->busbw, wrong);
+         r->algbw, r->busbw, wrong, r->cpu_per_gb);
   fflush(stdout);
 }
 
@@ -427,8 +441,9 @@ static void write_json(const Options* o, int nranks, const Row* rows, int nrows,
             "    {\"size\": %" PRIu64 ", \"count\": %" PRIu64
             ", \"type\": \"%s\", \"redop\": \"%s\", "
             "\"time_us\": %.6g, \"algbw_gbps\": %.6g, \"busbw_gbps\": %.6g, \"warmup\": %d, "
-            "\"iters\": %d, ",
-            r->bytes, r->count, type, redop, r->time_us, r->algbw, r->busbw, r->warmup, r->iters);
+            "\"iters\": %d, \"cpu_s_per_gb\": %.6g, ",
+            r->bytes, r->count, type, redop, r->time_us, r->algbw, r->busbw, r->warmup, r->iters,
+            r->cpu_per_gb);
     if (r->wrong >= 0)
       fprintf(f, "\"wrong\": %lld}%s\n", r->wrong, i + 1 < nrows ? "," : "");
     else
@@ -520,8 +535,8 @@ int main(int argc, char** argv) {
            " step: %g(factor) warmup iters: %d iters: %d "
            "(cut to ~%g s per size) validation: %d\n",
            sizes[0], max_bytes, o.step_factor, o.warmup_iters, o.iters, o.max_time_s, o.check);
-    printf("# time = median over iterations of the slowest rank's time per operation\n#\n%s\n",
-           HEADER);
+    printf("# time = median over iterations of the slowest rank's time per operation\n");
+    printf("# %s\n#\n%s\n", CPU_DEFINITION, HEADER);
     fflush(stdout);
   }
 
@@ -538,12 +553,15 @@ int main(int argc, char** argv) {
     int warmup, iters;
     plan_iterations(&o, first, &warmup, &iters);
     for (int i = 1; i < warmup; ++i) run_once(&o, nranks, send, recv, count);
+    double cpu = self_cpu_seconds();
     for (int i = 0; i < iters; ++i) {
       t0 = MPI_Wtime();
       run_once(&o, nranks, send, recv, count);
       times[i] = MPI_Wtime() - t0;
     }
+    cpu = self_cpu_seconds() - cpu;
     MPI_Allreduce(MPI_IN_PLACE, times, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &cpu, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 
     Row* r = &rows[si];
     double sec = median(times, iters);
@@ -554,6 +572,7 @@ int main(int argc, char** argv) {
     r->busbw = r->algbw * bus_factor(o.op, nranks);
     r->warmup = warmup;
     r->iters = iters;
+    r->cpu_per_gb = bytes > 0 ? cpu / ((double)bytes * iters / 1e9) : 0.0;
     r->wrong = -1;
     if (o.check) {
       long long wrong;

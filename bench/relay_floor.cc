@@ -1,6 +1,6 @@
 // kolo-relay-floor: what one blocking wake-up costs on this machine, the
 // floor under any small collective that crosses processes which sleep while
-// they wait (docs/benchmarks.md, "What this machine allows").
+// they wait (docs/bench-tools.md, compare_multi.sh, "What the machine allows").
 //
 // P processes form a ring of Unix socket pairs; a 4-byte token goes round it
 // R times, each process blocked in read() until the token reaches it. With P

@@ -252,11 +252,11 @@ def wait_file(path, proc, what, logf, timeout=30):
 
 # --- tables ---------------------------------------------------------------------
 def rows(text):
-    """size -> time (us) from a kolo-bench / gloo / mpi table (8 columns)."""
+    """size -> time (us) from a kolo-bench / gloo / mpi table (8 columns, 9 with cpu-s/GB)."""
     out = {}
     for line in text.splitlines():
         f = line.split()
-        if len(f) == 8 and f[0].isdigit():
+        if len(f) >= 8 and f[0].isdigit():
             try:
                 out[int(f[0])] = (float(f[4]), int(f[7]))
             except ValueError:
@@ -429,7 +429,7 @@ else:
                 res = {"k": k, "rate": rate, "R": R, "rtt_ms": rtt, "iperf_mbit": ip, "peers": {},
                        "load": open("/proc/loadavg").read().split()[0]}
                 bw = ["-b", a.minbytes, "-e", a.maxbytes, "-f", "2", "-w", "1", "-n", str(a.iters), "-T",
-                      str(a.max_time), "-c", "1"]
+                      str(a.max_time), "-c", "1"] + ([] if a.out_of_place else ["--inplace"])
                 lat = ["-b", "4", "-e", "4", "-w", "5", "-n", str(a.lat_iters), "-T", "2", "-c", "1"]
                 rtag = "k%d-%s" % (k, rate)
                 zc = ["--zero-copy"] if a.zero_copy else []
@@ -565,6 +565,9 @@ def main():
     ap.add_argument("--kolo-backends", default="ucx", help='kolo agent backends, "ucx" and/or "tcp" (default ucx)')
     ap.add_argument("--zero-copy", action="store_true",
                     help="kolo-bench --zero-copy: tensors in the agent's arena (as Gloo and MPI use the caller's buffer)")
+    ap.add_argument("--out-of-place", action="store_true",
+                    help="bandwidth runs out of place (separate input and output); default: in place on every "
+                         "side (kolo-bench --inplace, Gloo without an input, MPI_IN_PLACE)")
     ap.add_argument("--model", help="also run kolo-bench --model-step with bench/models/MODEL.txt (e.g. resnet50)")
     ap.add_argument("--compute-ms", default="auto",
                     help="backward compute per step for --model (default auto: 2 x the ring's time for the "
@@ -621,8 +624,9 @@ def main():
         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.uname().nodename, os.cpu_count(), cpu,
         " ".join(open("/proc/loadavg").read().split()[:3]), run.tag, run.dir))
     log("# nodes %s; links %s, %.3f ms one way, loss %g%%; kolo: coordinator in node0, one agent per node "
-        "(backends %s, UCX_TLS=tcp UCX_NET_DEVICES=%s), one rank per node%s" % (
-            a.nodes, a.rates, a.delay, a.loss, a.kolo_backends, DEV, ", --zero-copy" if a.zero_copy else ""))
+        "(backends %s, UCX_TLS=tcp UCX_NET_DEVICES=%s), one rank per node%s; allreduce %s" % (
+            a.nodes, a.rates, a.delay, a.loss, a.kolo_backends, DEV, ", --zero-copy" if a.zero_copy else "",
+            "out of place" if a.out_of_place else "in place"))
     try:
         for k in a.nodes:
             run.run_k(k)
