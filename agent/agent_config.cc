@@ -5,6 +5,8 @@
 #include <cctype>
 #include <thread>
 
+#include "common/coord_endpoints.h"
+
 namespace kolo {
 
 void defineAgentKnobs(Config& c) {
@@ -13,7 +15,7 @@ void defineAgentKnobs(Config& c) {
       .define("socket-mode", KnobType::kString, "0660", "File mode of the socket (octal)")
       .define("socket-group", KnobType::kString, "",
               "Group owning the socket (members may connect); empty keeps the agent's group")
-      .define("coordinator", KnobType::kString, "127.0.0.1:7470", "kolo-coordinator address host:port")
+      .define("coordinator", KnobType::kString, "127.0.0.1:7470", "kolo-coordinator address host:port, or several: host:port,host:port (one leads, the others stand by; see docs/coordinator.md)")
       .define("rpc-listen", KnobType::kString, "127.0.0.1:7471",
               "gRPC status service address (port 0 picks a free port); loopback by default: to serve other "
               "hosts, set an address and --rpc-auth-token-file (Drain and Timeline need the token, or, without "
@@ -189,6 +191,7 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   if (end == nullptr || *end != '\0') return invalidArgument("--socket-mode must be octal, e.g. 0660");
   o.socket_group = c.getString("socket-group");
   o.coordinator = c.getString("coordinator");
+  RETURN_IF_ERROR(parseCoordinatorList(o.coordinator, "--coordinator").status());
   o.rpc_listen = c.getString("rpc-listen");
   o.metrics_listen = c.getString("metrics-listen");
   o.ready_file = c.getString("ready-file");
