@@ -145,6 +145,14 @@ CoordEndpoints::Next CoordClient::failOver(const std::string& from, const std::s
   return next;
 }
 
+void CoordClient::answered(const std::string& address) {
+  endpoints_.succeeded(address);
+  std::lock_guard<std::mutex> lock(answered_mu_);
+  if (answered_ == address) return;
+  if (!answered_.empty()) logger()->info("now using the coordinator at {} (was {})", address, answered_);
+  answered_ = address;
+}
+
 bool CoordClient::pause(std::chrono::milliseconds d) {
   if (d.count() <= 0) return !stop_.load();
   std::unique_lock<std::mutex> lock(hb_mu_);
@@ -187,7 +195,7 @@ CoordClient::Outcome CoordClient::callWithFailover(Clock::time_point deadline, s
       *track = nullptr;
     }
     if (out.status.ok()) {
-      endpoints_.succeeded(out.address);
+      answered(out.address);
       return out;
     }
     const auto code = out.status.error_code();
@@ -255,7 +263,7 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
     }
     if (register_cancelled_.load()) break;
     if (s.ok()) {
-      endpoints_.succeeded(address);
+      answered(address);
       {
         std::lock_guard<std::mutex> lock(secret_mu_);
         agent_secret_ = rep.agent_secret();
@@ -456,7 +464,7 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
       coord::World world;
       bool got = false, terminal = false;
       while (reader->Read(&world)) {
-        if (!got) endpoints_.succeeded(address);
+        if (!got) answered(address);
         got = true;
         post(world);
         if (world.state() == coord::FAILED || world.state() == coord::FINISHED) {

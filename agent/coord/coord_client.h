@@ -135,6 +135,9 @@ class CoordClient {
                            const Rpc& rpc, grpc::ClientContext** track = nullptr);
   // After a failure at `from`: where to go next; logs the switch (rate-limited).
   CoordEndpoints::Next failOver(const std::string& from, const std::string& why);
+  // A call to `address` worked: tells CoordEndpoints, and logs once when
+  // the agent now talks to another coordinator than before.
+  void answered(const std::string& address);
   // Waits up to `d` unless stopping; false if stopping.
   bool pause(std::chrono::milliseconds d);
   // "at A" with one address, else "at A, B (A: why; B: why)" for errors.
@@ -152,6 +155,8 @@ class CoordClient {
   uint64_t heartbeat_failures_ = 0;            // in a row; heartbeat thread only
   log::RateLimiter heartbeat_log_{std::chrono::seconds(30), 1};
   log::RateLimiter switch_log_{std::chrono::seconds(10), 3};
+  std::mutex answered_mu_;
+  std::string answered_;  // the address that answered last, under answered_mu_
   std::atomic<bool> register_cancelled_{false};
   std::mutex register_mu_;
   grpc::ClientContext* register_ctx_ = nullptr;   // the RegisterAgent in flight, under register_mu_
