@@ -37,6 +37,9 @@ void defineAgentKnobs(Config& c) {
               "backends' completions) before it sleeps (0 = never spin)")
       .define("register-timeout-s", KnobType::kInt, "30",
               "How long to retry registering with the coordinator at start")
+      .define("coordinator-watch-retry-s", KnobType::kInt, "30",
+              "How long a job's broken watch on the coordinator is opened again (at every --coordinator "
+              "address) before the agent fails the job")
       .define("fusion-threshold-mb", KnobType::kInt, "128",
               "Tensor Fusion buffer size in MiB (0 disables fusion)")
       .define("fusion-chunk-mb", KnobType::kInt, "8",
@@ -207,6 +210,10 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   if (o.reduce_threads <= 0) o.reduce_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   o.inline_reduce_bytes = static_cast<uint64_t>(c.getInt("inline-reduce-kb")) << 10;
   o.register_timeout_s = static_cast<int>(c.getInt("register-timeout-s"));
+  o.coordinator_watch_retry_s = static_cast<int>(c.getInt("coordinator-watch-retry-s"));
+  if (o.coordinator_watch_retry_s < 1 || o.coordinator_watch_retry_s > 3600) {
+    return invalidArgument("--coordinator-watch-retry-s must be between 1 and 3600");
+  }
   o.spin_us = std::clamp<int64_t>(c.getInt("spin-us"), 0, 1'000'000);
   o.stall_check_time_s = c.getInt("stall-check-time-s");
   o.backend = backendOptionsFromConfig(c);

@@ -501,10 +501,12 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
       cancelled = w->cancelled;
     }
     if (!stop_.load() && !cancelled) {
-      const std::string where = endpoints_.size() == 1 ? "at coordinator " + endpoints_.all()[0]
-                                                       : "at coordinators " + triedText(errors).substr(3);
-      post(fromGrpc(last.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended") : last,
-                    "lost the watch on job " + job_id + " " + where));
+      Status st = fromGrpc(last.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended") : last,
+                           "lost the watch on job " + job_id + " at coordinator " + endpoints_.all()[0]);
+      if (endpoints_.size() > 1) {  // each address with why it failed
+        st = Status(st.code(), "lost the watch on job " + job_id + " at coordinators " + triedText(errors).substr(3));
+      }
+      post(st);
     }
   });
 }

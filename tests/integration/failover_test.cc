@@ -154,6 +154,37 @@ TEST(CoordinatorFailover, RunningJobSurvivesTheLeaderChange) {
   std::filesystem::remove_all(tmpl);
 }
 
+// No coordinator comes back: the job fails once the watch is not opened
+// again within --coordinator-watch-retry-s (30 s by default; 3 s here),
+// naming every address and why each failed.
+TEST(CoordinatorFailover, NoCoordinatorBackFailsTheJobNamingEveryAddress) {
+  const std::string b = "127.0.0.1:" + std::to_string(freePort());
+  ClusterOptions o;
+  o.agents = 2;
+  o.agent_coordinator_suffix = "," + b;
+  o.agent_env = {{"KOLO_COORDINATOR_WATCH_RETRY_S", "3"}};
+  Cluster c(o);
+  ASSERT_TRUE(c.ok()) << c.error();
+  const std::string a = c.coordinatorAddress();
+  auto job = c.launchMultiJob("job-fo3", {1, 1}, {binDir() + "/kolo_check", "until", c.dir() + "/never"});
+  ASSERT_TRUE(waitForText(job[0], "training", 30s)) << job[0].output() << allLogs(c, 2);
+  killProcess(c.coordinator(), SIGKILL);
+  ASSERT_TRUE(waitProcess(c.coordinator(), 5s));
+  const auto killed = Clock::now();
+  ASSERT_TRUE(c.waitJob(job, 20s)) << allLogs(c, 2);
+  const double took = std::chrono::duration<double>(Clock::now() - killed).count();
+  std::printf("[failover] no coordinator: the job failed %.2f s after the kill (watch retry 3 s)\n", took);
+  EXPECT_GE(took, 2.5);
+  for (auto& r : job) EXPECT_NE(r.exit_code, 0) << r.output();
+  const std::string want = "lost the watch on job job-fo3 at coordinators " + a + ", " + b + " (" + a + ": ";
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NE(c.agentLog(i).find(want), std::string::npos) << c.agentLog(i);
+    EXPECT_NE(c.agentLog(i).find("; " + b + ": "), std::string::npos) << c.agentLog(i);
+  }
+  EXPECT_NE(job[0].output().find("lost the watch on job job-fo3 at coordinators"), std::string::npos)
+      << job[0].output();
+}
+
 TEST(CoordinatorFailover, EveryAddressDownNamesThemAll) {
   const std::string a = "127.0.0.1:" + std::to_string(freePort());
   const std::string b = "127.0.0.1:" + std::to_string(freePort());
