@@ -5,6 +5,8 @@
 // coordinator take it over), a job formed after the switch forms, `kolo`
 // and kolorun given `A,B` with A dead work; every address down and a bad
 // entry in the list give clear errors naming the addresses.
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -71,6 +74,68 @@ bool startCoordinator(Owned& c, const std::string& dir, const std::string& name,
                       "--state-dir", state_dir},
                      {}, dir + "/" + name + ".log");
   return waitForFile(dir + "/" + name + ".ready", c.p, 20s, address);
+}
+
+// A stand-in for a standby kolo-coordinator (the real one lives in
+// coordinator/ with the etcd election): a gRPC server that answers every
+// call with the standby's answer, UNAVAILABLE `standby: ... the leader is at
+// LEADER`, as docs/coordinator.md specifies.
+class StandbyStandIn final : public grpc::CallbackGenericService {
+ public:
+  explicit StandbyStandIn(const std::string& leader)
+      : answer_("standby: this kolo-coordinator is not the leader; the leader is at " + leader) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    b.RegisterCallbackGenericService(this);
+    server_ = b.BuildAndStart();
+  }
+  ~StandbyStandIn() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
+    class Answer : public grpc::ServerGenericBidiReactor {
+     public:
+      explicit Answer(const std::string& msg) { Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, msg)); }
+      void OnDone() override { delete this; }
+    };
+    return new Answer(answer_);
+  }
+
+ private:
+  std::string answer_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// Agents given `STANDBY,DEAD,LEADER` go from the standby straight to the
+// leader it names (not to the dead address next in the list); `kolo` too.
+TEST(CoordinatorFailover, AStandbysLeaderHintIsFollowed) {
+  const std::string a = "127.0.0.1:" + std::to_string(freePort());
+  const std::string dead = "127.0.0.1:" + std::to_string(freePort());
+  StandbyStandIn standby(a);
+  const std::string s = standby.address();
+  ClusterOptions o;
+  o.agents = 2;
+  o.coordinator_listen = a;
+  o.agent_coordinator_prefix = s + "," + dead + ",";
+  Cluster c(o);
+  ASSERT_TRUE(c.ok()) << c.error();
+  for (int i = 0; i < 2; ++i) {
+    const std::string log = c.agentLog(i);
+    EXPECT_NE(log.find("coordinator at " + s + " unavailable (standby: "), std::string::npos) << log;
+    EXPECT_NE(log.find("trying " + a + " (the leader it named)"), std::string::npos) << log;
+    EXPECT_EQ(log.find("trying " + dead), std::string::npos) << log;
+    EXPECT_NE(log.find("registered with coordinator " + a), std::string::npos) << log;
+  }
+  auto job = c.launchMultiJob("job-fo4", {1, 1}, {binDir() + "/kolo_check", "loop", "20"});
+  ASSERT_TRUE(c.waitJob(job, 30s)) << allLogs(c, 2);
+  for (auto& r : job) EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
+  Proc jobs = spawnProcess({binDir() + "/kolo", "jobs", "--coordinator", s + "," + dead + "," + a}, {},
+                           c.dir() + "/kolo-jobs.log");
+  ASSERT_TRUE(waitProcess(jobs, 15s));
+  EXPECT_EQ(jobs.exit_code, 0) << jobs.output();
+  EXPECT_NE(jobs.output().find("job-fo4"), std::string::npos) << jobs.output();
 }
 
 TEST(CoordinatorFailover, RunningJobSurvivesTheLeaderChange) {

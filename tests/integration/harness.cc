@@ -157,7 +157,7 @@ Cluster::Cluster(const ClusterOptions& o) {
                                                                                     : std::vector<std::string>{};
     agents_.push_back(spawnProcess(
         prefixed(prefix, {binDir() + "/kolo-agent", "--socket", socket(i), "--coordinator",
-                          coord_addr_ + o.agent_coordinator_suffix,
+                          o.agent_coordinator_prefix + coord_addr_ + o.agent_coordinator_suffix,
                           "--rpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--ready-file", dir_ + "/" + id + ".ready", "--agent-id",
                           id, "--hostname", id}),
         env, dir_ + "/agent-" + std::to_string(i) + ".log"));

@@ -47,6 +47,7 @@ struct ClusterOptions {
   // Appended to the coordinator's address in the agents' --coordinator,
   // e.g. ",127.0.0.1:PORT" for a second coordinator started later.
   std::string agent_coordinator_suffix;
+  std::string agent_coordinator_prefix;  // prepended, e.g. "STANDBY:PORT,"
 };
 
 class Cluster {
