@@ -39,13 +39,14 @@ std::string checkEntry(std::string_view e) {
 
 }  // namespace
 
-StatusOr<std::vector<std::string>> parseCoordinatorList(std::string_view list, std::string_view what) {
+StatusOr<std::vector<std::string>> parseCoordinatorList(std::string_view list,
+                                                        std::string_view what) {
   std::vector<std::string> out;
   size_t start = 0, index = 1;
   while (true) {
     size_t comma = list.find(',', start);
-    std::string_view entry = trim(list.substr(start, comma == std::string_view::npos ? std::string_view::npos
-                                                                                       : comma - start));
+    std::string_view entry = trim(list.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
     std::string why = checkEntry(entry);
     if (!why.empty()) {
       return invalidArgument(std::string(what) + " \"" + std::string(list) + "\": entry " +
@@ -71,8 +72,8 @@ std::optional<std::string> leaderHint(std::string_view message) {
   if (at == std::string_view::npos) return std::nullopt;
   std::string_view rest = message.substr(at + kMarker.size());
   size_t end = 0;
-  while (end < rest.size() && !std::isspace(static_cast<unsigned char>(rest[end])) && rest[end] != ',' &&
-         rest[end] != ';' && rest[end] != ')') {
+  while (end < rest.size() && !std::isspace(static_cast<unsigned char>(rest[end])) &&
+         rest[end] != ',' && rest[end] != ';' && rest[end] != ')') {
     ++end;
   }
   std::string_view addr = rest.substr(0, end);
@@ -84,7 +85,8 @@ std::optional<std::string> leaderHint(std::string_view message) {
 bool neverReachedLeader(std::string_view message) {
   if (message.rfind("standby:", 0) == 0) return true;
   // gRPC's texts for a connection that did not open.
-  for (std::string_view s : {"failed to connect to all addresses", "Connection refused", "Failed to connect"}) {
+  for (std::string_view s :
+       {"failed to connect to all addresses", "Connection refused", "Failed to connect"}) {
     if (message.find(s) != std::string_view::npos) return true;
   }
   return false;
@@ -124,8 +126,9 @@ CoordEndpoints::Next CoordEndpoints::failed(const std::string& address, std::str
   }
   current_ = to;
   next.address = addresses_[to];
-  next.switched = to != static_cast<size_t>(std::find(addresses_.begin(), addresses_.end(), address) -
-                                            addresses_.begin());
+  next.switched =
+      to != static_cast<size_t>(std::find(addresses_.begin(), addresses_.end(), address) -
+                                addresses_.begin());
   if (failures_ % n == 0) {
     // A full round failed: wait before the next one, longer each round.
     uint64_t rounds = failures_ / n;

@@ -28,7 +28,8 @@ namespace kolo {
 // Splits and checks a `host:port[,host:port...]` list ("[v6]:port" too).
 // `what` names the setting in the error ("--coordinator"), which names the
 // bad entry: `--coordinator "a:1,b": entry 2 ("b") is not host:port`.
-StatusOr<std::vector<std::string>> parseCoordinatorList(std::string_view list, std::string_view what);
+StatusOr<std::vector<std::string>> parseCoordinatorList(std::string_view list,
+                                                        std::string_view what);
 
 // The HOST:PORT after "leader is at " in a standby's answer, if any.
 std::optional<std::string> leaderHint(std::string_view message);
@@ -76,8 +77,8 @@ class CoordEndpoints {
   const std::vector<std::string> addresses_;
   const Backoff backoff_;
   mutable std::mutex mu_;
-  size_t current_ = 0;      // under mu_
-  uint64_t failures_ = 0;   // in a row since the last success, under mu_
+  size_t current_ = 0;     // under mu_
+  uint64_t failures_ = 0;  // in a row since the last success, under mu_
 };
 
 }  // namespace kolo

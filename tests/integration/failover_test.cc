@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <memory>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,11 +67,12 @@ struct Owned {
 };
 
 // Starts kolo-coordinator at `listen` on `state_dir` (the harness's lease).
-bool startCoordinator(Owned& c, const std::string& dir, const std::string& name, const std::string& listen,
-                      const std::string& state_dir, std::string* address) {
+bool startCoordinator(Owned& c, const std::string& dir, const std::string& name,
+                      const std::string& listen, const std::string& state_dir,
+                      std::string* address) {
   c.p = spawnProcess({binDir() + "/kolo-coordinator", "--listen", listen, "--ready-file",
-                      dir + "/" + name + ".ready", "--lease-ms", "3000", "--heartbeat-interval-ms", "500",
-                      "--state-dir", state_dir},
+                      dir + "/" + name + ".ready", "--lease-ms", "3000", "--heartbeat-interval-ms",
+                      "500", "--state-dir", state_dir},
                      {}, dir + "/" + name + ".log");
   return waitForFile(dir + "/" + name + ".ready", c.p, 20s, address);
 }
@@ -96,7 +97,9 @@ class StandbyStandIn final : public grpc::CallbackGenericService {
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
     class Answer : public grpc::ServerGenericBidiReactor {
      public:
-      explicit Answer(const std::string& msg) { Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, msg)); }
+      explicit Answer(const std::string& msg) {
+        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, msg));
+      }
       void OnDone() override { delete this; }
     };
     return new Answer(answer_);
@@ -123,7 +126,8 @@ TEST(CoordinatorFailover, AStandbysLeaderHintIsFollowed) {
   ASSERT_TRUE(c.ok()) << c.error();
   for (int i = 0; i < 2; ++i) {
     const std::string log = c.agentLog(i);
-    EXPECT_NE(log.find("coordinator at " + s + " unavailable (standby: "), std::string::npos) << log;
+    EXPECT_NE(log.find("coordinator at " + s + " unavailable (standby: "), std::string::npos)
+        << log;
     EXPECT_NE(log.find("trying " + a + " (the leader it named)"), std::string::npos) << log;
     EXPECT_EQ(log.find("trying " + dead), std::string::npos) << log;
     EXPECT_NE(log.find("registered with coordinator " + a), std::string::npos) << log;
@@ -131,8 +135,8 @@ TEST(CoordinatorFailover, AStandbysLeaderHintIsFollowed) {
   auto job = c.launchMultiJob("job-fo4", {1, 1}, {binDir() + "/kolo_check", "loop", "20"});
   ASSERT_TRUE(c.waitJob(job, 30s)) << allLogs(c, 2);
   for (auto& r : job) EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
-  Proc jobs = spawnProcess({binDir() + "/kolo", "jobs", "--coordinator", s + "," + dead + "," + a}, {},
-                           c.dir() + "/kolo-jobs.log");
+  Proc jobs = spawnProcess({binDir() + "/kolo", "jobs", "--coordinator", s + "," + dead + "," + a},
+                           {}, c.dir() + "/kolo-jobs.log");
   ASSERT_TRUE(waitProcess(jobs, 15s));
   EXPECT_EQ(jobs.exit_code, 0) << jobs.output();
   EXPECT_NE(jobs.output().find("job-fo4"), std::string::npos) << jobs.output();
@@ -165,16 +169,21 @@ TEST(CoordinatorFailover, RunningJobSurvivesTheLeaderChange) {
   Owned coord_b;
   std::string b_ready;
   const auto killed = Clock::now();
-  ASSERT_TRUE(startCoordinator(coord_b, c.dir(), "coord-b", b, state, &b_ready)) << coord_b.p.output();
+  ASSERT_TRUE(startCoordinator(coord_b, c.dir(), "coord-b", b, state, &b_ready))
+      << coord_b.p.output();
   const auto b_up = Clock::now();
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(waitForText(c.agent(i), "now using the coordinator at " + b, 10s))
-        << "agent " << i << " did not reach B\n" << allLogs(c, 2) << coord_b.p.output();
+        << "agent " << i << " did not reach B\n"
+        << allLogs(c, 2) << coord_b.p.output();
   }
   const double reached = std::chrono::duration<double>(Clock::now() - b_up).count();
-  std::printf("[failover] B ready %.2f s after kill -9 of A; both agents heartbeat to B %.2f s after B was ready\n",
-              std::chrono::duration<double>(b_up - killed).count(), reached);
-  EXPECT_NE(c.agentLog(0).find("coordinator at " + a + " unavailable"), std::string::npos) << c.agentLog(0);
+  std::printf(
+      "[failover] B ready %.2f s after kill -9 of A; both agents heartbeat to B %.2f s after B was "
+      "ready\n",
+      std::chrono::duration<double>(b_up - killed).count(), reached);
+  EXPECT_NE(c.agentLog(0).find("coordinator at " + a + " unavailable"), std::string::npos)
+      << c.agentLog(0);
 
   // A job formed right after the switch forms (JoinJob, KV and watch on B).
   auto job2 = c.launchMultiJob("job-fo2", {1, 1}, {binDir() + "/kolo_check", "loop", "20"});
@@ -231,22 +240,26 @@ TEST(CoordinatorFailover, NoCoordinatorBackFailsTheJobNamingEveryAddress) {
   Cluster c(o);
   ASSERT_TRUE(c.ok()) << c.error();
   const std::string a = c.coordinatorAddress();
-  auto job = c.launchMultiJob("job-fo3", {1, 1}, {binDir() + "/kolo_check", "until", c.dir() + "/never"});
+  auto job =
+      c.launchMultiJob("job-fo3", {1, 1}, {binDir() + "/kolo_check", "until", c.dir() + "/never"});
   ASSERT_TRUE(waitForText(job[0], "training", 30s)) << job[0].output() << allLogs(c, 2);
   killProcess(c.coordinator(), SIGKILL);
   ASSERT_TRUE(waitProcess(c.coordinator(), 5s));
   const auto killed = Clock::now();
   ASSERT_TRUE(c.waitJob(job, 20s)) << allLogs(c, 2);
   const double took = std::chrono::duration<double>(Clock::now() - killed).count();
-  std::printf("[failover] no coordinator: the job failed %.2f s after the kill (watch retry 3 s)\n", took);
+  std::printf("[failover] no coordinator: the job failed %.2f s after the kill (watch retry 3 s)\n",
+              took);
   EXPECT_GE(took, 2.5);
   for (auto& r : job) EXPECT_NE(r.exit_code, 0) << r.output();
-  const std::string want = "lost the watch on job job-fo3 at coordinators " + a + ", " + b + " (" + a + ": ";
+  const std::string want =
+      "lost the watch on job job-fo3 at coordinators " + a + ", " + b + " (" + a + ": ";
   for (int i = 0; i < 2; ++i) {
     EXPECT_NE(c.agentLog(i).find(want), std::string::npos) << c.agentLog(i);
     EXPECT_NE(c.agentLog(i).find("; " + b + ": "), std::string::npos) << c.agentLog(i);
   }
-  EXPECT_NE(job[0].output().find("lost the watch on job job-fo3 at coordinators"), std::string::npos)
+  EXPECT_NE(job[0].output().find("lost the watch on job job-fo3 at coordinators"),
+            std::string::npos)
       << job[0].output();
 }
 
@@ -258,26 +271,31 @@ TEST(CoordinatorFailover, EveryAddressDownNamesThemAll) {
   const std::string dir = tmpl;
   // The agent gives up registering after --register-timeout-s as before.
   const auto t0 = Clock::now();
-  Proc agent = spawnProcess({binDir() + "/kolo-agent", "--socket", dir + "/agent.sock", "--coordinator", a + "," + b,
-                             "--rpc-listen", "127.0.0.1:0", "--register-timeout-s", "2"},
-                            {}, dir + "/agent.log");
+  Proc agent =
+      spawnProcess({binDir() + "/kolo-agent", "--socket", dir + "/agent.sock", "--coordinator",
+                    a + "," + b, "--rpc-listen", "127.0.0.1:0", "--register-timeout-s", "2"},
+                   {}, dir + "/agent.log");
   ASSERT_TRUE(waitProcess(agent, 15s)) << agent.output();
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(agent.exit_code, 1) << agent.output();
   EXPECT_LT(took, 6.0) << agent.output();
   const std::string out = agent.output();
-  EXPECT_NE(out.find("cannot register with the coordinator at any of " + a + ", " + b), std::string::npos) << out;
+  EXPECT_NE(out.find("cannot register with the coordinator at any of " + a + ", " + b),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find(a + ": "), std::string::npos) << out;
   EXPECT_NE(out.find(b + ": "), std::string::npos) << out;
   EXPECT_NE(out.find("nothing is listening at " + b), std::string::npos) << out;
 
   // kolo: within its 5 s deadline, naming both.
   const auto t1 = Clock::now();
-  Proc jobs = spawnProcess({binDir() + "/kolo", "jobs", "--coordinator", a + "," + b}, {}, dir + "/kolo.log");
+  Proc jobs = spawnProcess({binDir() + "/kolo", "jobs", "--coordinator", a + "," + b}, {},
+                           dir + "/kolo.log");
   ASSERT_TRUE(waitProcess(jobs, 15s));
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t1).count(), 6.0);
   EXPECT_EQ(jobs.exit_code, 1) << jobs.output();
-  EXPECT_NE(jobs.output().find("cannot reach a kolo coordinator at any of " + a + ", " + b), std::string::npos)
+  EXPECT_NE(jobs.output().find("cannot reach a kolo coordinator at any of " + a + ", " + b),
+            std::string::npos)
       << jobs.output();
   std::filesystem::remove_all(dir);
 }
@@ -286,28 +304,33 @@ TEST(CoordinatorFailover, ABadEntryIsNamed) {
   char tmpl[] = "/tmp/kolo-failover-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
-  Proc agent = spawnProcess({binDir() + "/kolo-agent", "--socket", dir + "/agent.sock", "--coordinator",
-                             "127.0.0.1:7470,node-b"},
+  Proc agent = spawnProcess({binDir() + "/kolo-agent", "--socket", dir + "/agent.sock",
+                             "--coordinator", "127.0.0.1:7470,node-b"},
                             {}, dir + "/agent.log");
   ASSERT_TRUE(waitProcess(agent, 15s)) << agent.output();
   EXPECT_EQ(agent.exit_code, 2) << agent.output();
-  EXPECT_NE(agent.output().find("--coordinator \"127.0.0.1:7470,node-b\": entry 2 (\"node-b\") is not host:port"),
+  EXPECT_NE(agent.output().find(
+                "--coordinator \"127.0.0.1:7470,node-b\": entry 2 (\"node-b\") is not host:port"),
             std::string::npos)
       << agent.output();
 
-  Proc jobs = spawnProcess({binDir() + "/kolo", "agents", "--coordinator", "a:1,b:99999"}, {}, dir + "/kolo.log");
+  Proc jobs = spawnProcess({binDir() + "/kolo", "agents", "--coordinator", "a:1,b:99999"}, {},
+                           dir + "/kolo.log");
   ASSERT_TRUE(waitProcess(jobs, 15s));
   EXPECT_EQ(jobs.exit_code, 2) << jobs.output();
-  EXPECT_NE(jobs.output().find("entry 2 (\"b:99999\") has port 99999"), std::string::npos) << jobs.output();
+  EXPECT_NE(jobs.output().find("entry 2 (\"b:99999\") has port 99999"), std::string::npos)
+      << jobs.output();
 
   // kolorun hands KOLO_COORDINATOR to the ranks of a job on a running agent.
   Cluster c(1);
   ASSERT_TRUE(c.ok()) << c.error();
-  Proc run = spawnProcess({binDir() + "/kolorun", "-np", "1", "--agent-socket", c.socket(0), "true"},
-                          {{"KOLO_COORDINATOR", "a:1, :2"}}, dir + "/kolorun.log");
+  Proc run =
+      spawnProcess({binDir() + "/kolorun", "-np", "1", "--agent-socket", c.socket(0), "true"},
+                   {{"KOLO_COORDINATOR", "a:1, :2"}}, dir + "/kolorun.log");
   ASSERT_TRUE(waitProcess(run, 30s));
   EXPECT_NE(run.exit_code, 0) << run.output();
-  EXPECT_NE(run.output().find("KOLO_COORDINATOR \"a:1, :2\": entry 2 (\":2\") has no host"), std::string::npos)
+  EXPECT_NE(run.output().find("KOLO_COORDINATOR \"a:1, :2\": entry 2 (\":2\") has no host"),
+            std::string::npos)
       << run.output();
   std::filesystem::remove_all(dir);
 }

@@ -23,33 +23,36 @@ TEST(CoordEndpoints, NamesTheBadEntry) {
     const char* list;
     const char* says;
   };
-  for (const Case& c : {Case{"a:1,b", "entry 2 (\"b\") is not host:port"},
-                        Case{"a:1,,b:2", "entry 2 (\"\") is empty"},
-                        Case{"a:1,", "entry 2 (\"\") is empty"},
-                        Case{"a:0", "entry 1 (\"a:0\") has port 0, not 1..65535"},
-                        Case{"a:1,b:70000", "entry 2 (\"b:70000\") has port 70000"},
-                        Case{":5", "entry 1 (\":5\") has no host"},
-                        Case{"a:x", "entry 1 (\"a:x\") has no port number"},
-                        Case{"::1:5", "write an IPv6 address as [v6]:port"},
-                        Case{"a:1,a:1", "entry 2 (\"a:1\") is listed twice"}}) {
+  for (const Case& c :
+       {Case{"a:1,b", "entry 2 (\"b\") is not host:port"},
+        Case{"a:1,,b:2", "entry 2 (\"\") is empty"}, Case{"a:1,", "entry 2 (\"\") is empty"},
+        Case{"a:0", "entry 1 (\"a:0\") has port 0, not 1..65535"},
+        Case{"a:1,b:70000", "entry 2 (\"b:70000\") has port 70000"},
+        Case{":5", "entry 1 (\":5\") has no host"},
+        Case{"a:x", "entry 1 (\"a:x\") has no port number"},
+        Case{"::1:5", "write an IPv6 address as [v6]:port"},
+        Case{"a:1,a:1", "entry 2 (\"a:1\") is listed twice"}}) {
     auto r = parseCoordinatorList(c.list, "--coordinator");
     ASSERT_FALSE(r.isOk()) << c.list;
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
     EXPECT_NE(r.status().message().find(c.says), std::string::npos) << r.status().message();
-    EXPECT_NE(r.status().message().find(std::string("--coordinator \"") + c.list + "\""), std::string::npos)
+    EXPECT_NE(r.status().message().find(std::string("--coordinator \"") + c.list + "\""),
+              std::string::npos)
         << r.status().message();
   }
 }
 
 TEST(CoordEndpoints, ReadsTheLeaderHint) {
-  EXPECT_EQ(leaderHint("standby: this kolo-coordinator is not the leader; the leader is at 10.0.0.2:7470"),
+  EXPECT_EQ(leaderHint(
+                "standby: this kolo-coordinator is not the leader; the leader is at 10.0.0.2:7470"),
             "10.0.0.2:7470");
   EXPECT_EQ(leaderHint("standby: the leader is at [fe80::1]:7470."), "[fe80::1]:7470");
   EXPECT_EQ(leaderHint("standby: the leader is at b:2 (elected 3 s ago)"), "b:2");
   EXPECT_EQ(leaderHint("standby: no leader elected yet"), std::nullopt);
   EXPECT_EQ(leaderHint("standby: the leader is at nowhere"), std::nullopt);
   EXPECT_TRUE(neverReachedLeader("standby: no leader"));
-  EXPECT_TRUE(neverReachedLeader("failed to connect to all addresses; last error: Connection refused"));
+  EXPECT_TRUE(
+      neverReachedLeader("failed to connect to all addresses; last error: Connection refused"));
   EXPECT_FALSE(neverReachedLeader("Socket closed"));
   EXPECT_FALSE(neverReachedLeader("could not persist: disk full"));
 }
@@ -69,7 +72,8 @@ TEST(CoordEndpoints, RoundRobinWithoutAHint) {
 
 TEST(CoordEndpoints, FollowsTheHintWhenListed) {
   CoordEndpoints e({"a:1", "b:2", "c:3"});
-  auto n = e.failed("a:1", "standby: this kolo-coordinator is not the leader; the leader is at c:3");
+  auto n =
+      e.failed("a:1", "standby: this kolo-coordinator is not the leader; the leader is at c:3");
   EXPECT_EQ(n.address, "c:3");
   EXPECT_TRUE(n.hinted);
   // A leader outside the list: round robin.
@@ -96,9 +100,10 @@ TEST(CoordEndpoints, BackoffPerRoundIsBoundedAndResets) {
   std::vector<milliseconds> waits;
   for (int i = 0; i < 12; ++i) waits.push_back(e.failed(e.current(), "refused").wait);
   // Nothing mid-round; 50, 100, 200, then 300 at most after each full round.
-  std::vector<milliseconds> want = {milliseconds(0), milliseconds(50),  milliseconds(0), milliseconds(100),
-                                    milliseconds(0), milliseconds(200), milliseconds(0), milliseconds(300),
-                                    milliseconds(0), milliseconds(300), milliseconds(0), milliseconds(300)};
+  std::vector<milliseconds> want = {milliseconds(0),   milliseconds(50),  milliseconds(0),
+                                    milliseconds(100), milliseconds(0),   milliseconds(200),
+                                    milliseconds(0),   milliseconds(300), milliseconds(0),
+                                    milliseconds(300), milliseconds(0),   milliseconds(300)};
   EXPECT_EQ(waits, want);
   e.succeeded(e.current());
   EXPECT_EQ(e.failed(e.current(), "refused").wait, milliseconds(0));
