@@ -178,8 +178,7 @@ CoordClient::Outcome CoordClient::callWithFailover(Clock::time_point deadline, s
   while (true) {
     out.address = endpoints_.current();
     grpc::ClientContext ctx;
-    const auto try_end = std::min<Clock::time_point>(deadline, Clock::now() + per_try);
-    ctx.set_deadline(toSystem(try_end));
+    ctx.set_deadline(toSystem(std::min<Clock::time_point>(deadline, Clock::now() + per_try)));
     prepare(ctx);
     if (track != nullptr) {
       std::lock_guard<std::mutex> lock(register_mu_);
@@ -198,15 +197,27 @@ CoordClient::Outcome CoordClient::callWithFailover(Clock::time_point deadline, s
       answered(out.address);
       return out;
     }
+    // No answer in time counts as unavailable too: a host that died without
+    // closing its connections, or a frozen process. The next call (or the
+    // next try, if time is left) goes to the next address; a slow leader
+    // that is fine costs one standby's answer, which names it.
     const auto code = out.status.error_code();
-    const bool hung = code == grpc::StatusCode::DEADLINE_EXCEEDED && try_end < deadline;
-    if (!several || stop_.load() || (code != grpc::StatusCode::UNAVAILABLE && !hung)) return out;
+    const bool no_answer = code == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!several || stop_.load() || (code != grpc::StatusCode::UNAVAILABLE && !no_answer)) return out;
     out.errors[out.address] = out.status.error_message();
     if (!idempotent && !neverReachedLeader(out.status.error_message())) return out;
     CoordEndpoints::Next next = failOver(out.address, out.status.error_message());
     if (Clock::now() + next.wait >= deadline) return out;
     if (!pause(next.wait)) return out;
   }
+}
+
+std::chrono::milliseconds CoordClient::perTry(std::chrono::milliseconds timeout) const {
+  // A leader normally answers well within its loop's 5 s
+  // (CoordinatorService::kLoopTimeout); past that, the next address gets
+  // the rest of the time (these calls are idempotent: a slow leader that
+  // answers later is asked again, through a standby's hint).
+  return endpoints_.size() > 1 ? std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(5)) : timeout;
 }
 
 CoordClient::~CoordClient() { shutdown(); }
@@ -429,7 +440,7 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
       coord::JoinJobReply rep;
       const auto timeout = std::chrono::seconds(10);
       Outcome o = callWithFailover(
-          Clock::now() + timeout, timeout, true,
+          Clock::now() + timeout, perTry(timeout), true,
           [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) { return st.JoinJob(&ctx, req, &rep); });
       if (!o.status.ok()) {
         post(fromGrpc(o.status, "the coordinator at " + o.address + " refused job " + job_id));
@@ -587,7 +598,7 @@ Status CoordClient::kvPut(const std::string& job_id, const std::string& token,
   coord::KvPutReply rep;
   const auto timeout = std::chrono::seconds(10);
   Outcome o = callWithFailover(
-      Clock::now() + timeout, timeout, true,
+      Clock::now() + timeout, perTry(timeout), true,
       [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) { return st.KvPut(&ctx, req, &rep); });
   return fromGrpc(o.status, "KvPut " + key);
 }

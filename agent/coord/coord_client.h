@@ -129,13 +129,17 @@ class CoordClient {
   };
   // Runs `rpc` at the address in use, each try bounded by `per_try` and all
   // by `deadline`. With several addresses a try that fails with UNAVAILABLE
-  // (or runs into `per_try` before `deadline`) goes to the next address
+  // or DEADLINE_EXCEEDED moves the address in use on and, while `deadline`
+  // allows, goes again at the next address
   // (CoordEndpoints) after its backoff; `idempotent` false: only when the
   // call never reached a leader (neverReachedLeader). With one address: one
   // try, as before. `track`: where shutdown() finds the call to cancel it
   // (under register_mu_), or null.
   Outcome callWithFailover(Clock::time_point deadline, std::chrono::milliseconds per_try, bool idempotent,
                            const Rpc& rpc, grpc::ClientContext** track = nullptr);
+  // The bound of one try of a unary call (JoinJob, KvPut) whose whole
+  // budget is `timeout`: 5 s with several addresses, else all of it.
+  std::chrono::milliseconds perTry(std::chrono::milliseconds timeout) const;
   // After a failure at `from`: where to go next; logs the switch (rate-limited).
   CoordEndpoints::Next failOver(const std::string& from, const std::string& why);
   // A call to `address` worked: tells CoordEndpoints, and logs once when

@@ -263,6 +263,44 @@ TEST(CoordinatorFailover, NoCoordinatorBackFailsTheJobNamingEveryAddress) {
       << job[0].output();
 }
 
+// A leader that stops answering without closing its connections (a
+// frozen process, a host gone without a reset): heartbeats that get no
+// answer within their interval move the agents on to the next address. (B
+// here has its own empty state: the agents register there again.)
+TEST(CoordinatorFailover, AFrozenCoordinatorIsLeftForTheNext) {
+  const int port_b = freePort();
+  ASSERT_GT(port_b, 0);
+  const std::string b = "127.0.0.1:" + std::to_string(port_b);
+  ClusterOptions o;
+  o.agents = 2;
+  o.agent_coordinator_suffix = "," + b;
+  Cluster c(o);
+  ASSERT_TRUE(c.ok()) << c.error();
+  char tmpl[] = "/tmp/kolo-failover-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  Owned coord_b;
+  std::string b_ready;
+  ASSERT_TRUE(
+      startCoordinator(coord_b, c.dir(), "coord-b", b, std::string(tmpl) + "/state", &b_ready))
+      << coord_b.p.output();
+  killProcess(c.coordinator(), SIGSTOP);
+  const auto frozen = Clock::now();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(waitForText(c.agent(i), "registered with coordinator " + b, 10s)) << c.agentLog(i);
+  }
+  std::printf(
+      "[failover] A frozen: both agents registered with B %.2f s later (heartbeat interval 0.5 "
+      "s)\n",
+      std::chrono::duration<double>(Clock::now() - frozen).count());
+  EXPECT_NE(c.agentLog(0).find("coordinator at " + c.coordinatorAddress() +
+                               " unavailable (Deadline Exceeded)"),
+            std::string::npos)
+      << c.agentLog(0);
+  killProcess(c.coordinator(), SIGKILL);
+  waitProcess(c.coordinator(), 5s);
+  std::filesystem::remove_all(tmpl);
+}
+
 TEST(CoordinatorFailover, EveryAddressDownNamesThemAll) {
   const std::string a = "127.0.0.1:" + std::to_string(freePort());
   const std::string b = "127.0.0.1:" + std::to_string(freePort());
