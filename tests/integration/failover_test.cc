@@ -29,21 +29,36 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// A port nothing listens on now (bound, read, closed).
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    return -1;
+// A loopback port held bound but not listening, so that nothing else
+// takes it while the test needs it dead (a connection is refused); release()
+// just before a coordinator is started there.
+class ReservedPort {
+ public:
+  ReservedPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port_ = ntohs(a.sin_port);
+    }
   }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+  ~ReservedPort() { release(); }
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+  bool ok() const { return port_ > 0; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  void release() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 // Bounded wait until `p`'s output holds `needle`.
 bool waitForText(Proc& p, const std::string& needle, std::chrono::milliseconds timeout) {
@@ -114,14 +129,17 @@ class StandbyStandIn final : public grpc::CallbackGenericService {
 // Agents given `STANDBY,DEAD,LEADER` go from the standby straight to the
 // leader it names (not to the dead address next in the list); `kolo` too.
 TEST(CoordinatorFailover, AStandbysLeaderHintIsFollowed) {
-  const std::string a = "127.0.0.1:" + std::to_string(freePort());
-  const std::string dead = "127.0.0.1:" + std::to_string(freePort());
+  ReservedPort port_a, port_dead;
+  ASSERT_TRUE(port_a.ok() && port_dead.ok());
+  const std::string a = port_a.address();
+  const std::string dead = port_dead.address();
   StandbyStandIn standby(a);
   const std::string s = standby.address();
   ClusterOptions o;
   o.agents = 2;
   o.coordinator_listen = a;
   o.agent_coordinator_prefix = s + "," + dead + ",";
+  port_a.release();
   Cluster c(o);
   ASSERT_TRUE(c.ok()) << c.error();
   for (int i = 0; i < 2; ++i) {
@@ -143,9 +161,9 @@ TEST(CoordinatorFailover, AStandbysLeaderHintIsFollowed) {
 }
 
 TEST(CoordinatorFailover, RunningJobSurvivesTheLeaderChange) {
-  const int port_b = freePort();
-  ASSERT_GT(port_b, 0);
-  const std::string b = "127.0.0.1:" + std::to_string(port_b);
+  ReservedPort port_b;
+  ASSERT_TRUE(port_b.ok());
+  const std::string b = port_b.address();
   char tmpl[] = "/tmp/kolo-failover-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string state = std::string(tmpl) + "/state";
@@ -169,6 +187,7 @@ TEST(CoordinatorFailover, RunningJobSurvivesTheLeaderChange) {
   Owned coord_b;
   std::string b_ready;
   const auto killed = Clock::now();
+  port_b.release();
   ASSERT_TRUE(startCoordinator(coord_b, c.dir(), "coord-b", b, state, &b_ready))
       << coord_b.p.output();
   const auto b_up = Clock::now();
@@ -232,7 +251,9 @@ TEST(CoordinatorFailover, RunningJobSurvivesTheLeaderChange) {
 // again within --coordinator-watch-retry-s (30 s by default; 3 s here),
 // naming every address and why each failed.
 TEST(CoordinatorFailover, NoCoordinatorBackFailsTheJobNamingEveryAddress) {
-  const std::string b = "127.0.0.1:" + std::to_string(freePort());
+  ReservedPort port_b;  // never started
+  ASSERT_TRUE(port_b.ok());
+  const std::string b = port_b.address();
   ClusterOptions o;
   o.agents = 2;
   o.agent_coordinator_suffix = "," + b;
@@ -268,9 +289,9 @@ TEST(CoordinatorFailover, NoCoordinatorBackFailsTheJobNamingEveryAddress) {
 // answer within their interval move the agents on to the next address. (B
 // here has its own empty state: the agents register there again.)
 TEST(CoordinatorFailover, AFrozenCoordinatorIsLeftForTheNext) {
-  const int port_b = freePort();
-  ASSERT_GT(port_b, 0);
-  const std::string b = "127.0.0.1:" + std::to_string(port_b);
+  ReservedPort port_b;
+  ASSERT_TRUE(port_b.ok());
+  const std::string b = port_b.address();
   ClusterOptions o;
   o.agents = 2;
   o.agent_coordinator_suffix = "," + b;
@@ -280,6 +301,7 @@ TEST(CoordinatorFailover, AFrozenCoordinatorIsLeftForTheNext) {
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   Owned coord_b;
   std::string b_ready;
+  port_b.release();
   ASSERT_TRUE(
       startCoordinator(coord_b, c.dir(), "coord-b", b, std::string(tmpl) + "/state", &b_ready))
       << coord_b.p.output();
@@ -302,8 +324,10 @@ TEST(CoordinatorFailover, AFrozenCoordinatorIsLeftForTheNext) {
 }
 
 TEST(CoordinatorFailover, EveryAddressDownNamesThemAll) {
-  const std::string a = "127.0.0.1:" + std::to_string(freePort());
-  const std::string b = "127.0.0.1:" + std::to_string(freePort());
+  ReservedPort port_a, port_b;  // both dead
+  ASSERT_TRUE(port_a.ok() && port_b.ok());
+  const std::string a = port_a.address();
+  const std::string b = port_b.address();
   char tmpl[] = "/tmp/kolo-failover-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
