@@ -275,13 +275,22 @@ TEST(CoordinatorFailover, NoCoordinatorBackFailsTheJobNamingEveryAddress) {
   for (auto& r : job) EXPECT_NE(r.exit_code, 0) << r.output();
   const std::string want =
       "lost the watch on job job-fo3 at coordinators " + a + ", " + b + " (" + a + ": ";
+  // The agent whose watch gives up first fails the job with that reason;
+  // the other may see its peer go first (the job is gone before its own
+  // watch gives up).
+  int named = 0;
   for (int i = 0; i < 2; ++i) {
-    EXPECT_NE(c.agentLog(i).find(want), std::string::npos) << c.agentLog(i);
-    EXPECT_NE(c.agentLog(i).find("; " + b + ": "), std::string::npos) << c.agentLog(i);
+    const std::string log = c.agentLog(i);
+    const size_t at = log.find(want);
+    if (at != std::string::npos && log.find("; " + b + ": ", at) != std::string::npos) ++named;
   }
-  EXPECT_NE(job[0].output().find("lost the watch on job job-fo3 at coordinators"),
-            std::string::npos)
-      << job[0].output();
+  EXPECT_GE(named, 1) << allLogs(c, 2);
+  bool rank_told = false;
+  for (auto& r : job) {
+    rank_told |=
+        r.output().find("lost the watch on job job-fo3 at coordinators") != std::string::npos;
+  }
+  EXPECT_TRUE(rank_told) << job[0].output() << job[1].output();
 }
 
 // A leader that stops answering without closing its connections (a
