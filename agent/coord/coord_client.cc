@@ -310,7 +310,8 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
           auto it = failures.find(a);
           std::string why = it == failures.end() ? std::string("not tried before the deadline")
                                                  : it->second.message().substr(it->second.message().find(": ") + 2);
-          if (it != failures.end() &&
+          // The hint probes the address; a standby answered, so it has none.
+          if (it != failures.end() && why.rfind("standby:", 0) != 0 &&
               (it->second.code() == Code::kUnavailable || it->second.code() == Code::kTimedOut)) {
             why += coordinatorUnreachableHint(a, security_);
           }
