@@ -198,7 +198,7 @@ TEST(CoordinatorFailover, RunningJobSurvivesTheLeaderChange) {
   }
   const double reached = std::chrono::duration<double>(Clock::now() - b_up).count();
   std::printf(
-      "[failover] B ready %.2f s after kill -9 of A; both agents heartbeat to B %.2f s after B was "
+      "[failover] B ready %.2f s after kill -9 of A; both agents use B %.2f s after B was "
       "ready\n",
       std::chrono::duration<double>(b_up - killed).count(), reached);
   EXPECT_NE(c.agentLog(0).find("coordinator at " + a + " unavailable"), std::string::npos)
