@@ -54,6 +54,7 @@ Agent::Agent(AgentOptions opts)
   self.set_agent_id(opts_.agent_id);
   self.set_hostname(opts_.hostname);
   coord_ = std::make_unique<CoordClient>(opts_.coordinator, self, loop_, opts_.coordinator_security);
+  coord_->setWatchRetry(std::chrono::seconds(opts_.coordinator_watch_retry_s));
 }
 
 Agent::~Agent() {

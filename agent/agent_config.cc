@@ -5,6 +5,8 @@
 #include <cctype>
 #include <thread>
 
+#include "common/coord_endpoints.h"
+
 namespace kolo {
 
 void defineAgentKnobs(Config& c) {
@@ -13,7 +15,7 @@ void defineAgentKnobs(Config& c) {
       .define("socket-mode", KnobType::kString, "0660", "File mode of the socket (octal)")
       .define("socket-group", KnobType::kString, "",
               "Group owning the socket (members may connect); empty keeps the agent's group")
-      .define("coordinator", KnobType::kString, "127.0.0.1:7470", "kolo-coordinator address host:port")
+      .define("coordinator", KnobType::kString, "127.0.0.1:7470", "kolo-coordinator address host:port, or several: host:port,host:port (one leads, the others stand by; see docs/coordinator.md)")
       .define("rpc-listen", KnobType::kString, "127.0.0.1:7471",
               "gRPC status service address (port 0 picks a free port); loopback by default: to serve other "
               "hosts, set an address and --rpc-auth-token-file (Drain and Timeline need the token, or, without "
@@ -39,6 +41,9 @@ void defineAgentKnobs(Config& c) {
               "backends' completions) before it sleeps (0 = never spin)")
       .define("register-timeout-s", KnobType::kInt, "30",
               "How long to retry registering with the coordinator at start")
+      .define("coordinator-watch-retry-s", KnobType::kInt, "30",
+              "How long a job's broken watch on the coordinator is opened again (at every --coordinator "
+              "address) before the agent fails the job")
       .define("fusion-threshold-mb", KnobType::kInt, "128",
               "Tensor Fusion buffer size in MiB (0 disables fusion)")
       .define("fusion-chunk-mb", KnobType::kInt, "8",
@@ -193,6 +198,7 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   if (end == nullptr || *end != '\0') return invalidArgument("--socket-mode must be octal, e.g. 0660");
   o.socket_group = c.getString("socket-group");
   o.coordinator = c.getString("coordinator");
+  RETURN_IF_ERROR(parseCoordinatorList(o.coordinator, "--coordinator").status());
   o.rpc_listen = c.getString("rpc-listen");
   o.metrics_listen = c.getString("metrics-listen");
   o.ready_file = c.getString("ready-file");
@@ -212,6 +218,10 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   }
   o.direct_min_bytes = static_cast<uint64_t>(c.getInt("direct-min-kb")) << 10;
   o.register_timeout_s = static_cast<int>(c.getInt("register-timeout-s"));
+  o.coordinator_watch_retry_s = static_cast<int>(c.getInt("coordinator-watch-retry-s"));
+  if (o.coordinator_watch_retry_s < 1 || o.coordinator_watch_retry_s > 3600) {
+    return invalidArgument("--coordinator-watch-retry-s must be between 1 and 3600");
+  }
   o.spin_us = std::clamp<int64_t>(c.getInt("spin-us"), 0, 1'000'000);
   o.stall_check_time_s = c.getInt("stall-check-time-s");
   o.backend = backendOptionsFromConfig(c);

@@ -44,6 +44,8 @@ struct AgentOptions {
   uint64_t direct_min_bytes = 1 << 20;  // 0: the direct user-memory path is off
   int64_t spin_us = 50;
   int register_timeout_s = 30;
+  // How long a broken WatchJob stream is opened again before the job fails.
+  int coordinator_watch_retry_s = 30;
   int64_t stall_check_time_s = 60;
   BackendOptions backend;          // tuning for the cross-agent backend
   std::string backend_name = "ucx";

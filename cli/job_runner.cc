@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/coord_endpoints.h"
 #include "common/unix_socket.h"
 
 namespace kolo::cli {
@@ -34,6 +35,13 @@ std::string seconds(Clock::duration d) {
 std::string envOr(const char* name, const std::string& dflt) {
   const char* v = std::getenv(name);
   return v != nullptr ? std::string(v) : dflt;
+}
+
+// The ranks get KOLO_COORDINATOR as it is (`kolo` inside a rank reads it):
+// one host:port or a list host:port,host:port; a bad entry stops the launch.
+Status checkCoordinatorEnv(const std::string& value) {
+  if (value.empty()) return okStatus();
+  return parseCoordinatorList(value, "KOLO_COORDINATOR").status();
 }
 
 std::string rankList(const std::vector<int>& ranks) {
@@ -167,6 +175,7 @@ Status JobRunner::prepareNodes() {
       if (opts_.verbose) say("using the kolo-agent at " + opts_.agent_socket);
       plan_.nodes.push_back({"localhost", true, "", opts_.agent_socket, envOr("KOLO_AGENT_RPC", "")});
       plan_.coordinator = envOr("KOLO_COORDINATOR", "");
+      RETURN_IF_ERROR(checkCoordinatorEnv(plan_.coordinator));
       plan_.ranks = placeRanks({opts_.np});
       return okStatus();
     }
@@ -190,6 +199,7 @@ Status JobRunner::prepareNodes() {
     plan_.nodes.push_back(node);
   }
   plan_.coordinator = envOr("KOLO_COORDINATOR", "");
+  RETURN_IF_ERROR(checkCoordinatorEnv(plan_.coordinator));
   plan_.ranks = placeRanks(per_node);
   return okStatus();
 }

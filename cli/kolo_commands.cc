@@ -2,11 +2,13 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <thread>
 #include <vector>
 
 #include "cli/status_format.h"
 #include "common/config_grpc.h"
+#include "common/coord_endpoints.h"
 #include "kolo/proto/agent.grpc.pb.h"
 #include "kolo/proto/coordinator.grpc.pb.h"
 
@@ -68,8 +70,49 @@ std::unique_ptr<agentrpc::Agent::Stub> agentStub(const KoloCliOptions& o) {
   return agentrpc::Agent::NewStub(makeSecureChannel(o.agent, o.agent_security));
 }
 
-std::unique_ptr<coord::Coordinator::Stub> coordinatorStub(const KoloCliOptions& o) {
-  return coord::Coordinator::NewStub(makeSecureChannel(o.coordinator, o.coordinator_security));
+using CoordRpc = std::function<grpc::Status(coord::Coordinator::Stub&, grpc::ClientContext&)>;
+
+// One read-only call to the coordinator. With several addresses
+// (`--coordinator A,B`) a try that fails with UNAVAILABLE (nothing there, a
+// standby) goes to the leader it named or the next address, each address
+// at most twice, all within o.deadline; 0 or the exit code, the failure
+// printed naming every address tried.
+int callCoordinator(const KoloCliOptions& o, std::ostream& err, const CoordRpc& rpc) {
+  auto list = parseCoordinatorList(o.coordinator, "--coordinator");
+  if (!list.isOk()) {
+    err << "kolo: " << list.status().message() << "\n";
+    return 2;
+  }
+  CoordEndpoints endpoints(list.value());
+  const auto deadline = std::chrono::system_clock::now() + o.deadline;
+  std::map<std::string, std::string> errors;
+  grpc::Status s;
+  std::string address;
+  for (size_t tries = 0; tries < 2 * endpoints.size(); ++tries) {
+    address = endpoints.current();
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    addBearerToken(ctx, o.coordinator_security);
+    auto stub = coord::Coordinator::NewStub(makeSecureChannel(address, o.coordinator_security));
+    s = rpc(*stub, ctx);
+    if (s.ok()) return 0;
+    if (endpoints.size() == 1 || s.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    errors[address] = s.error_message();
+    auto next = endpoints.failed(address, s.error_message());
+    if (std::chrono::system_clock::now() + next.wait >= deadline) break;
+    std::this_thread::sleep_for(next.wait);
+  }
+  if (endpoints.size() == 1 || s.error_code() != grpc::StatusCode::UNAVAILABLE) {
+    return fail(err, "coordinator", address, s, o.coordinator_security, "coordinator");
+  }
+  std::string why;
+  for (const auto& a : endpoints.all()) {
+    auto it = errors.find(a);
+    why += (why.empty() ? "" : "; ") + a + ": " + (it == errors.end() ? "not tried" : it->second);
+  }
+  err << "kolo: cannot reach a kolo coordinator at any of " << endpoints.joined() << ": " << why
+      << tlsHint(o.coordinator_security, "coordinator") << "\n";
+  return 1;
 }
 
 int64_t nowUnixMs() {
@@ -113,22 +156,22 @@ int cmdStatus(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
 }
 
 int cmdJobs(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
-  grpc::ClientContext ctx;
-  prepare(ctx, o, o.coordinator_security);
   coord::ListJobsReply reply;
-  grpc::Status s = coordinatorStub(o)->ListJobs(&ctx, coord::ListJobsRequest(), &reply);
-  if (!s.ok()) return fail(err, "coordinator", o.coordinator, s, o.coordinator_security, "coordinator");
+  int rc = callCoordinator(o, err, [&](coord::Coordinator::Stub& stub, grpc::ClientContext& ctx) {
+    return stub.ListJobs(&ctx, coord::ListJobsRequest(), &reply);
+  });
+  if (rc != 0) return rc;
   int64_t now = nowUnixMs();
   out << (o.json ? toJson(reply, now).dump(2) + "\n" : renderCoordinatorJobs(reply, now));
   return 0;
 }
 
 int cmdAgents(const KoloCliOptions& o, std::ostream& out, std::ostream& err) {
-  grpc::ClientContext ctx;
-  prepare(ctx, o, o.coordinator_security);
   coord::ListAgentsReply reply;
-  grpc::Status s = coordinatorStub(o)->ListAgents(&ctx, coord::ListAgentsRequest(), &reply);
-  if (!s.ok()) return fail(err, "coordinator", o.coordinator, s, o.coordinator_security, "coordinator");
+  int rc = callCoordinator(o, err, [&](coord::Coordinator::Stub& stub, grpc::ClientContext& ctx) {
+    return stub.ListAgents(&ctx, coord::ListAgentsRequest(), &reply);
+  });
+  if (rc != 0) return rc;
   out << (o.json ? toJson(reply).dump(2) + "\n" : renderCoordinatorAgents(reply));
   return 0;
 }

@@ -17,7 +17,7 @@ constexpr const char* kDefaultCoordinator = "127.0.0.1:7470";
 
 struct KoloCliOptions {
   std::string agent;        // host:port of the agent's gRPC status service
-  std::string coordinator;  // host:port of the coordinator
+  std::string coordinator;  // host:port of the coordinator, or a list host:port,host:port
   bool json = false;
   std::chrono::milliseconds deadline{5000};
   GrpcClientSecurity agent_security;        // --agent-ca ... (KOLO_AGENT_CA ...)

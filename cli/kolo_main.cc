@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
   };
   auto coord_opt = [&](CLI::App* sub) {
     sub->add_option("--coordinator", o.coordinator,
-                    "The coordinator's address (default $KOLO_COORDINATOR or 127.0.0.1:7470)");
+                    "The coordinator's address host:port, or several: host:port,host:port (the leader answers; "
+                    "default $KOLO_COORDINATOR or 127.0.0.1:7470)");
     security_opts(sub, "coordinator", "KOLO_COORDINATOR");
   };
   auto json_opt = [&](CLI::App* sub) { sub->add_flag("--json", o.json, "Print one JSON document"); };

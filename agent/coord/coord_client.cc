@@ -90,15 +90,33 @@ Status fromGrpc(const grpc::Status& s, const std::string& what) {
   return Status(c, what + ": " + s.error_message());
 }
 
+namespace {
+std::vector<std::string> addressList(const std::string& address) {
+  auto list = parseCoordinatorList(address, "--coordinator");
+  // The agent's config checked it; an unchecked string is used as it is.
+  return list.isOk() ? list.value() : std::vector<std::string>{address};
+}
+
+std::chrono::system_clock::time_point toSystem(std::chrono::steady_clock::time_point t) {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(t - std::chrono::steady_clock::now());
+}
+}  // namespace
+
 CoordClient::CoordClient(std::string address, coord::AgentInfo self, EventLoop& loop,
                          GrpcClientSecurity security)
-    : address_(std::move(address)), self_(std::move(self)), loop_(loop), security_(std::move(security)) {
+    : address_(std::move(address)),
+      self_(std::move(self)),
+      loop_(loop),
+      security_(std::move(security)),
+      endpoints_(addressList(address_)) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ = makeSecureChannel(address_, security_, args);
-  stub_ = coord::Coordinator::NewStub(channel_);
+  for (const auto& a : endpoints_.all()) {
+    stubs_[a] = coord::Coordinator::NewStub(makeSecureChannel(a, security_, args));
+  }
   if (!security_.token.empty() && !security_.tls) {
     logger()->warn("a bearer token is set for the coordinator at {} but TLS is off: the token crosses the "
                    "network in clear text (give --coordinator-ca)", address_);
@@ -118,6 +136,90 @@ std::string CoordClient::jobToken(const std::string& job_id) const {
   return it == tokens_.end() ? std::string() : it->second;
 }
 
+CoordEndpoints::Next CoordClient::failOver(const std::string& from, const std::string& why) {
+  CoordEndpoints::Next next = endpoints_.failed(from, why);
+  if (next.switched && next.address != from) {
+    log::rateLimited(switch_log_, *logger(), spdlog::level::warn, "coordinator at {} unavailable ({}); trying {}{}",
+                     from, why, next.address, next.hinted ? " (the leader it named)" : "");
+  }
+  return next;
+}
+
+void CoordClient::answered(const std::string& address) {
+  endpoints_.succeeded(address);
+  std::lock_guard<std::mutex> lock(answered_mu_);
+  if (answered_ == address) return;
+  if (!answered_.empty()) logger()->info("now using the coordinator at {} (was {})", address, answered_);
+  answered_ = address;
+}
+
+bool CoordClient::pause(std::chrono::milliseconds d) {
+  if (d.count() <= 0) return !stop_.load();
+  std::unique_lock<std::mutex> lock(hb_mu_);
+  return !hb_cv_.wait_for(lock, d, [&] { return stop_.load(); });
+}
+
+std::string CoordClient::triedText(const std::map<std::string, std::string>& errors) const {
+  if (endpoints_.size() == 1) return "at " + endpoints_.all()[0];
+  std::string s = "at " + endpoints_.joined() + " (";
+  bool first = true;
+  for (const auto& a : endpoints_.all()) {
+    auto it = errors.find(a);
+    s += std::string(first ? "" : "; ") + a + ": " + (it == errors.end() ? "not tried" : it->second);
+    first = false;
+  }
+  return s + ")";
+}
+
+CoordClient::Outcome CoordClient::callWithFailover(Clock::time_point deadline, std::chrono::milliseconds per_try,
+                                                   bool idempotent, const Rpc& rpc, grpc::ClientContext** track) {
+  Outcome out;
+  const bool several = endpoints_.size() > 1;
+  while (true) {
+    out.address = endpoints_.current();
+    grpc::ClientContext ctx;
+    ctx.set_deadline(toSystem(std::min<Clock::time_point>(deadline, Clock::now() + per_try)));
+    prepare(ctx);
+    if (track != nullptr) {
+      std::lock_guard<std::mutex> lock(register_mu_);
+      if (stop_.load()) {
+        out.status = grpc::Status(grpc::StatusCode::CANCELLED, "stopping");
+        return out;
+      }
+      *track = &ctx;  // shutdown() cancels it: a stop does not wait for its deadline
+    }
+    out.status = rpc(stub(out.address), ctx);
+    if (track != nullptr) {
+      std::lock_guard<std::mutex> lock(register_mu_);
+      *track = nullptr;
+    }
+    if (out.status.ok()) {
+      answered(out.address);
+      return out;
+    }
+    // No answer in time counts as unavailable too: a host that died without
+    // closing its connections, or a frozen process. The next call (or the
+    // next try, if time is left) goes to the next address; a slow leader
+    // that is fine costs one standby's answer, which names it.
+    const auto code = out.status.error_code();
+    const bool no_answer = code == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!several || stop_.load() || (code != grpc::StatusCode::UNAVAILABLE && !no_answer)) return out;
+    out.errors[out.address] = out.status.error_message();
+    if (!idempotent && !neverReachedLeader(out.status.error_message())) return out;
+    CoordEndpoints::Next next = failOver(out.address, out.status.error_message());
+    if (Clock::now() + next.wait >= deadline) return out;
+    if (!pause(next.wait)) return out;
+  }
+}
+
+std::chrono::milliseconds CoordClient::perTry(std::chrono::milliseconds timeout) const {
+  // A leader normally answers well within its loop's 5 s
+  // (CoordinatorService::kLoopTimeout); past that, the next address gets
+  // the rest of the time (these calls are idempotent: a slow leader that
+  // answers later is asked again, through a standby's hint).
+  return endpoints_.size() > 1 ? std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(5)) : timeout;
+}
+
 CoordClient::~CoordClient() { shutdown(); }
 
 void CoordClient::cancelRegistration() {
@@ -129,17 +231,30 @@ void CoordClient::cancelRegistration() {
   hb_cv_.notify_all();
 }
 
+// RegisterAgent may go again anywhere: it carries previous_secret, and a
+// registration presenting the secret the coordinator holds is the same
+// process again (it keeps its jobs; docs/coordinator.md "Reconciliation").
+// The first registration has no jobs to lose. (One narrow case: a
+// re-registration that the old leader journaled but whose answer was lost
+// makes the new leader hold a secret this agent never got; the retry then
+// counts as a new incarnation and ends this agent's jobs, as a restart
+// would. It needs the agent to be forgotten and the leader to die inside one
+// RegisterAgent.)
 Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline) {
   Status last;
+  const bool several = endpoints_.size() > 1;
+  std::map<std::string, Status> failures;  // address -> its last failure (several addresses)
   const auto started = std::chrono::steady_clock::now();
   log::RateLimiter waiting_log(std::chrono::seconds(10), 1);
   (void)waiting_log.admit();  // the first line comes after 10 s of waiting
   while (!stop_.load() && !register_cancelled_.load()) {
+    const std::string address = endpoints_.current();
     grpc::ClientContext ctx;
     auto now = std::chrono::steady_clock::now();
     auto left = std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::seconds(2));
     ctx.set_deadline(std::chrono::system_clock::now() + std::max<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(50)));
-    ctx.set_wait_for_ready(true);
+    // One address: wait for it to come up. Several: fail fast and try the next.
+    ctx.set_wait_for_ready(!several);
     prepare(ctx);
     coord::RegisterAgentRequest req;
     *req.mutable_agent() = self_;
@@ -152,23 +267,24 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
     }
     grpc::Status s = register_cancelled_.load()
                          ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")
-                         : stub_->RegisterAgent(&ctx, req, &rep);
+                         : stub(address).RegisterAgent(&ctx, req, &rep);
     {
       std::lock_guard<std::mutex> lock(register_mu_);
       register_ctx_ = nullptr;
     }
     if (register_cancelled_.load()) break;
     if (s.ok()) {
+      answered(address);
       {
         std::lock_guard<std::mutex> lock(secret_mu_);
         agent_secret_ = rep.agent_secret();
       }
       heartbeat_ms_ = rep.heartbeat_interval_ms() > 0 ? rep.heartbeat_interval_ms() : 1000;
-      logger()->info("registered with coordinator {} as {} (lease {} ms)", address_,
+      logger()->info("registered with coordinator {} as {} (lease {} ms)", address,
                      self_.agent_id(), rep.lease_ms());
       return okStatus();
     }
-    last = fromGrpc(s, "cannot register with the coordinator at " + address_);
+    last = fromGrpc(s, "cannot register with the coordinator at " + address);
     if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
         s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
       // A missing or wrong token does not get better by retrying.
@@ -179,11 +295,34 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
     }
     const bool unreachable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                              s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    std::chrono::milliseconds wait(200);
+    if (several && unreachable) {
+      failures[address] = last;
+      CoordEndpoints::Next next = failOver(address, s.error_message());
+      wait = next.wait;
+    }
     if (std::chrono::steady_clock::now() >= deadline) {
       // Only now: the hint probes the address (a TLS hint only if something answers).
-      if (unreachable)
+      if (several && unreachable) {
+        std::string msg = "cannot register with the coordinator at any of " + endpoints_.joined() + ": ";
+        bool first = true;
+        for (const auto& a : endpoints_.all()) {
+          auto it = failures.find(a);
+          std::string why = it == failures.end() ? std::string("not tried before the deadline")
+                                                 : it->second.message().substr(it->second.message().find(": ") + 2);
+          // The hint probes the address; a standby answered, so it has none.
+          if (it != failures.end() && why.rfind("standby:", 0) != 0 &&
+              (it->second.code() == Code::kUnavailable || it->second.code() == Code::kTimedOut)) {
+            why += coordinatorUnreachableHint(a, security_);
+          }
+          msg += std::string(first ? "" : "; ") + a + ": " + why;
+          first = false;
+        }
+        last = Status(last.code(), msg);
+      } else if (unreachable) {
         last =
-            Status(last.code(), last.message() + coordinatorUnreachableHint(address_, security_));
+            Status(last.code(), last.message() + coordinatorUnreachableHint(address, security_));
+      }
       break;
     }
     if (waiting_log.admit()) {
@@ -194,9 +333,11 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
       logger()->warn("still waiting for the coordinator at {} after {} s ({}); giving up in {} s",
                      address_, waited.count(), s.error_message(), left.count());
     }
-    std::unique_lock<std::mutex> lock(hb_mu_);
-    hb_cv_.wait_for(lock, std::chrono::milliseconds(200),
-                    [&] { return stop_.load() || register_cancelled_.load(); });
+    wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+    if (wait.count() > 0) {
+      std::unique_lock<std::mutex> lock(hb_mu_);
+      hb_cv_.wait_for(lock, wait, [&] { return stop_.load() || register_cancelled_.load(); });
+    }
   }
   if (register_cancelled_.load() || last.isOk()) {
     return aborted("stopped while waiting for the coordinator at " + address_);
@@ -204,6 +345,9 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
   return last;
 }
 
+// Heartbeats go anywhere: renewing a lease twice is harmless. After a
+// failover the new leader knows the agent (same state, a fresh lease) and
+// answers known=true; one that does not gets a registration.
 void CoordClient::startHeartbeats() {
   heartbeat_ = std::thread([this] {
     log::setThreadName("coord-hb");
@@ -213,23 +357,16 @@ void CoordClient::startHeartbeats() {
         hb_cv_.wait_for(lock, std::chrono::milliseconds(heartbeat_ms_), [&] { return stop_.load(); });
       }
       if (stop_.load()) break;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(heartbeat_ms_));
-      prepare(ctx);
       coord::HeartbeatRequest req;
       req.set_agent_id(self_.agent_id());
       req.set_agent_secret(agentSecret());
       coord::HeartbeatReply rep;
-      {
-        std::lock_guard<std::mutex> lock(register_mu_);
-        if (stop_.load()) break;
-        heartbeat_ctx_ = &ctx;  // shutdown() cancels it: a stop does not wait for its deadline
-      }
-      grpc::Status s = stub_->Heartbeat(&ctx, req, &rep);
-      {
-        std::lock_guard<std::mutex> lock(register_mu_);
-        heartbeat_ctx_ = nullptr;
-      }
+      const std::chrono::milliseconds interval(heartbeat_ms_);
+      Outcome o = callWithFailover(
+          Clock::now() + interval, interval, true,
+          [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) { return st.Heartbeat(&ctx, req, &rep); },
+          &heartbeat_ctx_);
+      const grpc::Status& s = o.status;
       if (stop_.load()) break;
       if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
         // Another process registered this agent id since (a second agent with
@@ -239,19 +376,19 @@ void CoordClient::startHeartbeats() {
           logger()->error(
               "the coordinator at {} refuses this agent's heartbeats: {} (is another "
               "agent running with id {}?)",
-              address_, s.error_message(), self_.agent_id());
+              o.address, s.error_message(), self_.agent_id());
           replaced_logged_ = true;
         }
       } else if (!s.ok()) {
         // Once, then at most every 30 s while the coordinator stays away.
         ++heartbeat_failures_;
         log::rateLimited(heartbeat_log_, *logger(), spdlog::level::warn,
-                         "heartbeat to {} failed ({} in a row): {}", address_, heartbeat_failures_,
+                         "heartbeat to {} failed ({} in a row): {}", o.address, heartbeat_failures_,
                          s.error_message());
         continue;
       }
       if (heartbeat_failures_ > 0) {
-        logger()->info("heartbeats to {} work again after {} failed", address_,
+        logger()->info("heartbeats to {} work again after {} failed", o.address,
                        heartbeat_failures_);
         heartbeat_failures_ = 0;
       }
@@ -263,6 +400,10 @@ void CoordClient::startHeartbeats() {
   });
 }
 
+// JoinJob (without reset/admit) may go again anywhere: the same agent
+// joining a FORMING job again only sets its local_size again, a member's
+// retried join of a RUNNING job with the same sizes is OK, and a retried
+// elastic join stays in the waiting list once (docs/coordinator.md "Jobs").
 void CoordClient::joinAndWatch(const std::string& job_id, const std::string& token,
                                int local_size, int world_size, WorldCallback cb,
                                ElasticParams elastic) {
@@ -287,9 +428,6 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
       loop_.post([cb, r = std::move(r)]() mutable { cb(std::move(r)); });
     };
     {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-      prepare(ctx);
       coord::JoinJobRequest req;
       req.set_job_id(job_id);
       req.set_token(token);
@@ -301,15 +439,19 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
       req.set_max_size(elastic.max_size);
       req.set_elastic_timeout_ms(elastic.timeout_ms);
       coord::JoinJobReply rep;
-      grpc::Status s = stub_->JoinJob(&ctx, req, &rep);
-      if (!s.ok()) {
-        post(fromGrpc(s, "the coordinator at " + address_ + " refused job " + job_id));
+      const auto timeout = std::chrono::seconds(10);
+      Outcome o = callWithFailover(
+          Clock::now() + timeout, perTry(timeout), true,
+          [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) { return st.JoinJob(&ctx, req, &rep); });
+      if (!o.status.ok()) {
+        post(fromGrpc(o.status, "the coordinator at " + o.address + " refused job " + job_id));
         return;
       }
     }
-    // The watch survives a coordinator restart: when the stream breaks, it is
-    // opened again (a recovered coordinator sends the same World) until
-    // `watch_retry` passes without success.
+    // The watch survives a coordinator restart or failover: when the stream
+    // breaks, it is opened again (a recovered coordinator or a new leader
+    // sends the same World), at the next address when the one in use is
+    // unavailable, until `watch_retry` passes without success.
     std::unique_ptr<grpc::ClientContext> ctx;
     {
       std::lock_guard<std::mutex> lock(watch_mu_);
@@ -317,7 +459,9 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
     }
     auto give_up = std::chrono::steady_clock::now() + watch_retry_;
     grpc::Status last;
+    std::map<std::string, std::string> errors;  // address -> why its watch failed
     while (!stop_.load()) {
+      const std::string address = endpoints_.current();
       coord::WatchJobRequest req;
       req.set_job_id(job_id);
       req.set_agent_id(self_.agent_id());
@@ -328,10 +472,11 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
         w->ctx = std::move(ctx);
         if (w->cancelled) break;
       }
-      auto reader = stub_->WatchJob(w->ctx.get(), req);
+      auto reader = stub(address).WatchJob(w->ctx.get(), req);
       coord::World world;
       bool got = false, terminal = false;
       while (reader->Read(&world)) {
+        if (!got) answered(address);
         got = true;
         post(world);
         if (world.state() == coord::FAILED || world.state() == coord::FINISHED) {
@@ -345,11 +490,21 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
           last.error_code() == grpc::StatusCode::NOT_FOUND) {
         break;  // the coordinator does not know the job (any more): no point retrying
       }
-      if (got) give_up = std::chrono::steady_clock::now() + watch_retry_;
+      if (got) {
+        give_up = std::chrono::steady_clock::now() + watch_retry_;
+        errors.clear();
+      }
+      errors[address] = last.error_message();
       if (std::chrono::steady_clock::now() >= give_up) break;
-      logger()->warn("watch on job {} broke ({}); opening it again", job_id, last.error_message());
-      std::unique_lock<std::mutex> lock(hb_mu_);
-      hb_cv_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stop_.load(); });
+      std::chrono::milliseconds wait(250);
+      if (endpoints_.size() > 1 && !got && last.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        // It did not open here: go to the next address (the stream of one
+        // that just broke is first opened again where it was).
+        wait = failOver(address, last.error_message()).wait;
+      } else {
+        logger()->warn("watch on job {} broke ({}); opening it again", job_id, last.error_message());
+      }
+      if (!pause(wait)) break;
       ctx = std::make_unique<grpc::ClientContext>();
     }
     bool cancelled;
@@ -358,8 +513,12 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
       cancelled = w->cancelled;
     }
     if (!stop_.load() && !cancelled) {
-      post(fromGrpc(last.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended") : last,
-                    "lost the watch on job " + job_id + " at coordinator " + address_));
+      Status st = fromGrpc(last.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended") : last,
+                           "lost the watch on job " + job_id + " at coordinator " + endpoints_.all()[0]);
+      if (endpoints_.size() > 1) {  // each address with why it failed
+        st = Status(st.code(), "lost the watch on job " + job_id + " at coordinators " + triedText(errors).substr(3));
+      }
+      post(st);
     }
   });
 }
@@ -381,12 +540,12 @@ void CoordClient::stopWatch(const std::string& job_id) {
   });
 }
 
+// JoinJob with reset or admit is not idempotent (a repeated reset seals one
+// more generation), so it goes to another address only when the call never
+// reached a leader (a standby's answer, a connection refused).
 void CoordClient::requestGeneration(const std::string& job_id, const std::string& token, int local_size,
                                     int world_size, const std::string& reason, bool admit) {
   oneshot_.submit([this, job_id, token, local_size, world_size, reason, admit] {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
-    prepare(ctx);
     coord::JoinJobRequest req;
     req.set_job_id(job_id);
     req.set_token(token);
@@ -398,16 +557,21 @@ void CoordClient::requestGeneration(const std::string& job_id, const std::string
     req.set_admit(admit);
     req.set_reason(reason);
     coord::JoinJobReply rep;
-    grpc::Status s = stub_->JoinJob(&ctx, req, &rep);
-    if (!s.ok()) logger()->warn("asking for a new generation of job {} failed: {}", job_id, s.error_message());
+    const auto timeout = std::chrono::seconds(3);
+    Outcome o = callWithFailover(
+        Clock::now() + timeout, timeout, false,
+        [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) { return st.JoinJob(&ctx, req, &rep); });
+    if (!o.status.ok()) {
+      logger()->warn("asking for a new generation of job {} failed: {}", job_id, o.status.error_message());
+    }
   });
 }
 
+// LeaveJob may go again anywhere: a second failed=true is ignored (the
+// first failure wins), and a second clean leave of a member that already
+// left changes nothing (at worst NOT_FOUND, logged).
 void CoordClient::leave(const std::string& job_id, bool failed, const std::string& reason) {
   oneshot_.submit([this, job_id, failed, reason] {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
-    prepare(ctx);
     coord::LeaveJobRequest req;
     req.set_job_id(job_id);
     req.set_token(jobToken(job_id));
@@ -416,37 +580,49 @@ void CoordClient::leave(const std::string& job_id, bool failed, const std::strin
     req.set_failed(failed);
     req.set_reason(reason);
     coord::LeaveJobReply rep;
-    grpc::Status s = stub_->LeaveJob(&ctx, req, &rep);
-    if (!s.ok()) logger()->warn("LeaveJob({}) failed: {}", job_id, s.error_message());
+    const auto timeout = std::chrono::seconds(3);
+    Outcome o = callWithFailover(
+        Clock::now() + timeout, timeout, true,
+        [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) { return st.LeaveJob(&ctx, req, &rep); });
+    if (!o.status.ok()) logger()->warn("LeaveJob({}) failed: {}", job_id, o.status.error_message());
   });
 }
 
+// KvPut may go again anywhere: it writes the same value under the same key.
 Status CoordClient::kvPut(const std::string& job_id, const std::string& token,
                           const std::string& key, const std::string& value) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  prepare(ctx);
   coord::KvPutRequest req;
   req.set_job_id(job_id);
   req.set_token(token);
   req.set_key(key);
   req.set_value(value);
   coord::KvPutReply rep;
-  return fromGrpc(stub_->KvPut(&ctx, req, &rep), "KvPut " + key);
+  const auto timeout = std::chrono::seconds(10);
+  Outcome o = callWithFailover(
+      Clock::now() + timeout, perTry(timeout), true,
+      [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) { return st.KvPut(&ctx, req, &rep); });
+  return fromGrpc(o.status, "KvPut " + key);
 }
 
+// KvGet is a read: a wait that the old leader ended (UNAVAILABLE) goes on
+// at the next address with what is left of it.
 StatusOr<std::string> CoordClient::kvGet(const std::string& job_id, const std::string& token,
                                          const std::string& key, std::chrono::milliseconds wait) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + wait + std::chrono::seconds(5));
-  prepare(ctx);
+  const auto wait_end = Clock::now() + wait;
   coord::KvGetRequest req;
   req.set_job_id(job_id);
   req.set_token(token);
   req.set_key(key);
-  req.set_wait_ms(static_cast<uint64_t>(wait.count()));
   coord::KvGetReply rep;
-  RETURN_IF_ERROR(fromGrpc(stub_->KvGet(&ctx, req, &rep), "KvGet " + key));
+  const auto timeout = wait + std::chrono::seconds(5);
+  Outcome o = callWithFailover(Clock::now() + timeout, timeout, true,
+                               [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) {
+                                 auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     wait_end - Clock::now());
+                                 req.set_wait_ms(static_cast<uint64_t>(std::max<int64_t>(left.count(), 0)));
+                                 return st.KvGet(&ctx, req, &rep);
+                               });
+  RETURN_IF_ERROR(fromGrpc(o.status, "KvGet " + key));
   if (!rep.found()) return timedOut("key " + key + " did not appear within " + std::to_string(wait.count()) + " ms");
   return rep.value();
 }
@@ -454,21 +630,20 @@ StatusOr<std::string> CoordClient::kvGet(const std::string& job_id, const std::s
 void CoordClient::deregister(std::chrono::milliseconds timeout) {
   const std::string secret = agentSecret();
   if (secret.empty() || stop_.load()) return;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-  prepare(ctx);
   coord::HeartbeatRequest req;
   req.set_agent_id(self_.agent_id());
   req.set_agent_secret(secret);
   req.set_leaving(true);
   coord::HeartbeatReply rep;
-  grpc::Status s = stub_->Heartbeat(&ctx, req, &rep);
-  if (s.ok()) {
-    logger()->info("deregistered from the coordinator at {}", address_);
+  Outcome o = callWithFailover(
+      Clock::now() + timeout, timeout, true,
+      [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) { return st.Heartbeat(&ctx, req, &rep); });
+  if (o.status.ok()) {
+    logger()->info("deregistered from the coordinator at {}", o.address);
   } else {
     logger()->info(
         "could not deregister from the coordinator at {} ({}); it will see the lease expire",
-        address_, s.error_message());
+        o.address, o.status.error_message());
   }
 }
 

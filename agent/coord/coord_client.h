@@ -2,6 +2,14 @@
 // class's own threads (a heartbeat thread, one watcher per job, a worker
 // for one-shot calls); results are posted to the agent loop. Nothing here
 // touches agent state.
+//
+// Several coordinator addresses (`--coordinator A,B,C`: one leader, the
+// others standbys): every call goes to the address in use and, when it
+// fails with UNAVAILABLE (refused, a standby, a shutdown), moves on to the
+// leader a standby names or the next address (CoordEndpoints) and goes again
+// within the call's own deadline. Which calls may go again, and why, is
+// written at each call below and in docs/coordinator.md. With one address
+// nothing changes: no call is retried that was not retried before.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -16,6 +24,7 @@
 #include <thread>
 
 #include "agent/coord/elastic_params.h"
+#include "common/coord_endpoints.h"
 #include "common/config_tls.h"
 #include "common/event_loop.h"
 #include "common/log.h"
@@ -29,6 +38,8 @@ class CoordClient {
  public:
   using WorldCallback = std::function<void(StatusOr<coord::World>)>;
 
+  // `address`: host:port or a comma-separated list of them (checked by
+  // parseCoordinatorList; the agent's config validates it first).
   // `security`: TLS and bearer token for the coordinator (plain text and no
   // token by default). The token goes on every call; the coordinator needs it
   // on RegisterAgent, JoinJob, LeaveJob and KvPut.
@@ -36,9 +47,15 @@ class CoordClient {
               GrpcClientSecurity security = {});
   ~CoordClient();
 
+  // As configured ("a:1" or "a:1,b:2").
   const std::string& address() const { return address_; }
+  // The address in use now.
+  std::string currentAddress() const { return endpoints_.current(); }
   // Call before registerAgent: the address `kolo agents` shows for this agent.
   void setRpcAddress(const std::string& addr) { self_.set_rpc_address(addr); }
+  // How long a broken watch is opened again before the job's callback gets
+  // the error (30 s by default). Call before joinAndWatch.
+  void setWatchRetry(std::chrono::milliseconds d) { watch_retry_ = d; }
   // Registers, retrying until `deadline`. Blocking; call before serving.
   Status registerAgent(std::chrono::steady_clock::time_point deadline);
   // From another thread (SIGTERM while registerAgent waits for an absent
@@ -79,8 +96,11 @@ class CoordClient {
   coord::AgentInfo self_;
   EventLoop& loop_;
   GrpcClientSecurity security_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<coord::Coordinator::Stub> stub_;
+  CoordEndpoints endpoints_;
+  // One channel and stub per address, made at construction (channels
+  // connect lazily): the map is never changed after.
+  std::map<std::string, std::unique_ptr<coord::Coordinator::Stub>> stubs_;
+  coord::Coordinator::Stub& stub(const std::string& address) { return *stubs_.at(address); }
   std::atomic<bool> stop_{false};
   uint64_t heartbeat_ms_ = 1000;
   std::chrono::milliseconds watch_retry_{30000};
@@ -98,6 +118,37 @@ class CoordClient {
 
   // Adds the bearer token (if any) to a call.
   void prepare(grpc::ClientContext& ctx) const;
+
+  using Clock = std::chrono::steady_clock;
+  using Rpc = std::function<grpc::Status(coord::Coordinator::Stub&, grpc::ClientContext&)>;
+  // The outcome of a call and where it went.
+  struct Outcome {
+    grpc::Status status;
+    std::string address;                        // the last address called
+    std::map<std::string, std::string> errors;  // address -> its last UNAVAILABLE text
+  };
+  // Runs `rpc` at the address in use, each try bounded by `per_try` and all
+  // by `deadline`. With several addresses a try that fails with UNAVAILABLE
+  // or DEADLINE_EXCEEDED moves the address in use on and, while `deadline`
+  // allows, goes again at the next address
+  // (CoordEndpoints) after its backoff; `idempotent` false: only when the
+  // call never reached a leader (neverReachedLeader). With one address: one
+  // try, as before. `track`: where shutdown() finds the call to cancel it
+  // (under register_mu_), or null.
+  Outcome callWithFailover(Clock::time_point deadline, std::chrono::milliseconds per_try, bool idempotent,
+                           const Rpc& rpc, grpc::ClientContext** track = nullptr);
+  // The bound of one try of a unary call (JoinJob, KvPut) whose whole
+  // budget is `timeout`: 5 s with several addresses, else all of it.
+  std::chrono::milliseconds perTry(std::chrono::milliseconds timeout) const;
+  // After a failure at `from`: where to go next; logs the switch (rate-limited).
+  CoordEndpoints::Next failOver(const std::string& from, const std::string& why);
+  // A call to `address` worked: tells CoordEndpoints, and logs once when
+  // the agent now talks to another coordinator than before.
+  void answered(const std::string& address);
+  // Waits up to `d` unless stopping; false if stopping.
+  bool pause(std::chrono::milliseconds d);
+  // "at A" with one address, else "at A, B (A: why; B: why)" for errors.
+  std::string triedText(const std::map<std::string, std::string>& errors) const;
   // The secret of this agent's registration (empty before the first).
   std::string agentSecret() const;
   // The token each joined job was given (LeaveJob carries it).
@@ -110,6 +161,9 @@ class CoordClient {
   bool replaced_logged_ = false;               // heartbeat thread only
   uint64_t heartbeat_failures_ = 0;            // in a row; heartbeat thread only
   log::RateLimiter heartbeat_log_{std::chrono::seconds(30), 1};
+  log::RateLimiter switch_log_{std::chrono::seconds(10), 3};
+  std::mutex answered_mu_;
+  std::string answered_;  // the address that answered last, under answered_mu_
   std::atomic<bool> register_cancelled_{false};
   std::mutex register_mu_;
   grpc::ClientContext* register_ctx_ = nullptr;   // the RegisterAgent in flight, under register_mu_

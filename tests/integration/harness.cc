@@ -104,8 +104,8 @@ static void stopProcess(Proc& p) {
   }
 }
 
-static bool waitForFile(const std::string& path, Proc& owner, std::chrono::milliseconds timeout,
-                        std::string* content) {
+bool waitForFile(const std::string& path, Proc& owner, std::chrono::milliseconds timeout,
+                 std::string* content) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     std::ifstream f(path);
@@ -156,7 +156,8 @@ Cluster::Cluster(const ClusterOptions& o) {
     std::vector<std::string> prefix = i < static_cast<int>(o.agent_prefix.size()) ? o.agent_prefix[i]
                                                                                     : std::vector<std::string>{};
     agents_.push_back(spawnProcess(
-        prefixed(prefix, {binDir() + "/kolo-agent", "--socket", socket(i), "--coordinator", coord_addr_,
+        prefixed(prefix, {binDir() + "/kolo-agent", "--socket", socket(i), "--coordinator",
+                          o.agent_coordinator_prefix + coord_addr_ + o.agent_coordinator_suffix,
                           "--rpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--ready-file", dir_ + "/" + id + ".ready", "--agent-id",
                           id, "--hostname", id}),
         env, dir_ + "/agent-" + std::to_string(i) + ".log"));

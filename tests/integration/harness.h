@@ -31,6 +31,10 @@ Proc spawnProcess(const std::vector<std::string>& argv, const std::map<std::stri
 // Waits for the process to exit up to timeout; returns false on timeout.
 bool waitProcess(Proc& p, std::chrono::milliseconds timeout);
 void killProcess(Proc& p, int sig);
+// Waits (bounded) until `path` holds a non-empty first line, read into
+// `content`; false on timeout or when `owner` exits first.
+bool waitForFile(const std::string& path, Proc& owner, std::chrono::milliseconds timeout,
+                 std::string* content);
 
 struct ClusterOptions {
   int agents = 1;
@@ -40,6 +44,10 @@ struct ClusterOptions {
   std::vector<std::vector<std::string>> agent_prefix;           // by agent index
   std::string coordinator_listen = "127.0.0.1:0";
   std::vector<std::string> coordinator_args;                    // extra flags
+  // Appended to the coordinator's address in the agents' --coordinator,
+  // e.g. ",127.0.0.1:PORT" for a second coordinator started later.
+  std::string agent_coordinator_suffix;
+  std::string agent_coordinator_prefix;  // prepended, e.g. "STANDBY:PORT,"
 };
 
 class Cluster {

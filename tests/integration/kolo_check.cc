@@ -9,6 +9,9 @@
 //   kolo_check duplicate           a name submitted twice while in flight
 //   kolo_check die VICTIM          VICTIM kills itself mid-collective; others must fail fast
 //   kolo_check loop N              N allreduces (a second job running alongside)
+//   kolo_check until FILE          allreduces with exact results until FILE exists (all ranks
+//                                  agree when: the flag is part of the sum); rank 0 says
+//                                  "training" after the first
 //   kolo_check init-only           init, print the world, shut down
 //   kolo_check broadcast [--big]   every dtype x several roots x sizes 0/1/odd (1M with --big)
 //   kolo_check allgather [--big]   first dims differing per rank (0 included), every dtype
@@ -608,6 +611,37 @@ int runLoop(int n, size_t count) {
   return 0;
 }
 
+// Allreduces until the test creates `stop_file` (at most 120 s). The last
+// element carries each rank's "I saw the file" flag, so every rank stops
+// after the same step.
+int runUntil(const char* stop_file) {
+  const size_t count = 4096;
+  std::vector<float> a(count + 1);
+  int64_t shape[1] = {static_cast<int64_t>(count + 1)};
+  const auto give_up = Clock::now() + std::chrono::seconds(120);
+  int i = 0;
+  for (;; ++i) {
+    for (size_t k = 0; k < count; ++k) a[k] = static_cast<float>(g_rank + i + static_cast<int>(k % 3));
+    a[count] = ::access(stop_file, F_OK) == 0 ? 1.0f : 0.0f;
+    kolo_status_t st = kolo_allreduce("until", a.data(), a.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1);
+    if (st != KOLO_OK) FAIL("step %d: %s: %s", i, kolo_status_string(st), kolo_last_error());
+    for (size_t k = 0; k < count; ++k) {
+      float want = static_cast<float>(g_size * (i + static_cast<int>(k % 3)) + g_size * (g_size - 1) / 2);
+      if (a[k] != want) FAIL("step %d [%zu]: got %g want %g", i, k, a[k], want);
+    }
+    if (i == 0 && g_rank == 0) {
+      std::printf("training\n");
+      std::fflush(stdout);
+    }
+    if (a[count] > 0.0f) break;
+    // Pacing, not synchronisation: leave the shared CPUs to the daemons.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (Clock::now() > give_up) FAIL("step %d: %s did not appear within 120 s", i, stop_file);
+  }
+  std::printf("rank %d: OK %d allreduces until stopped\n", g_rank, i + 1);
+  return 0;
+}
+
 // The value a broadcast must deliver: the root's input, rounded through the dtype.
 double roundTrip(kolo_dtype_t dt, double v) {
   char tmp[8];
@@ -1058,6 +1092,7 @@ int main(int argc, char** argv) {
   else if (mode == "die") rc = runDie(argc > 2 ? std::atoi(argv[2]) : 1);
   else if (mode == "stall") rc = runStall(argc > 2 ? std::atoi(argv[2]) : 3);
   else if (mode == "loop") rc = runLoop(argc > 2 ? std::atoi(argv[2]) : 100, argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 4096);
+  else if (mode == "until" && argc > 2) rc = runUntil(argv[2]);
   else if (mode == "inline") rc = runInline(argc > 2 ? std::atoi(argv[2]) : 20);
   else if (mode == "api-timeline" && argc > 2) rc = runApiTimeline(argv[2]);
   else if (mode == "steps") rc = runSteps(argc > 2 ? std::atoi(argv[2]) : 10);
