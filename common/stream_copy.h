@@ -9,7 +9,7 @@
 // line it writes (write-allocate): 3 bytes of memory traffic per byte
 // copied instead of 2. The gradients of a real model are mostly 1-16 MiB
 // tensors, exactly that range: BERT-large's step copied 25% slower than one
-// flat buffer of the same bytes (docs/benchmarks.md, "Model step,
+// flat buffer of the same bytes (docs/benchmarks.md at commit 9d76b28, "Model step,
 // 2026-11-25"). streamCopy writes with non-temporal stores from
 // kStreamCopyMinBytes up and ends with a store fence, so the bytes are
 // globally visible before the caller publishes them (ring push, doorbell).
