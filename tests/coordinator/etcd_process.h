@@ -1,0 +1,42 @@
+// Runs a real single-member etcd for a test: loopback only, free ports, a
+// private temp data dir, killed and removed in the destructor. Restartable
+// on the same ports and data (stop() then start()).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+
+namespace kolo::coordinator::testing {
+
+class EtcdProcess {
+ public:
+  EtcdProcess();
+  ~EtcdProcess();
+  EtcdProcess(const EtcdProcess&) = delete;
+  EtcdProcess& operator=(const EtcdProcess&) = delete;
+
+  // The etcd binary ($KOLO_ETCD_BIN or /usr/bin/etcd); "" if there is none.
+  static std::string binary();
+
+  // Starts etcd and waits (at most `timeout`) until it answers a read.
+  bool start(std::chrono::milliseconds timeout, std::string* error);
+  // Sends `sig` and reaps (SIGKILL after 10 s). Keeps the data dir.
+  void stop(int sig);
+
+  const std::string& endpoint() const { return endpoint_; }  // 127.0.0.1:PORT
+  std::string log() const;
+
+ private:
+  std::string dir_;
+  std::string endpoint_;
+  int client_port_ = 0;
+  int peer_port_ = 0;
+  pid_t pid_ = -1;
+};
+
+// A loopback TCP port that was free a moment ago.
+int freePort();
+
+}  // namespace kolo::coordinator::testing
