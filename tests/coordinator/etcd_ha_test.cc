@@ -281,6 +281,27 @@ TEST_F(EtcdHaTest, KillingTheLeaderOfThreeHandsOverWithTheState) {
   expectState(*clients_[next]);
 }
 
+TEST_F(EtcdHaTest, AStoppedLeaderResignsAndAStandbyTakesOverAtOnce) {
+  startCoordinator();
+  startCoordinator();
+  int leader = waitForLeader(milliseconds(5000));
+  ASSERT_GE(leader, 0) << logs();
+  putState(*clients_[leader]);
+  auto t0 = SteadyClock::now();
+  procs_[leader]->signal(SIGTERM);
+  auto status = procs_[leader]->waitExit(milliseconds(5000));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  procs_[leader].reset();
+  int next = waitForLeader(milliseconds(kTtlMs + 5000));
+  ASSERT_GE(next, 0) << logs();
+  auto took = std::chrono::duration_cast<milliseconds>(SteadyClock::now() - t0);
+  std::printf("failover after SIGTERM of the leader: %lld ms\n",
+              static_cast<long long>(took.count()));
+  EXPECT_LT(took.count(), kTtlMs) << "the lease is revoked: no wait for the TTL";
+  expectState(*clients_[next]);
+}
+
 // Failover time over several kills (KOLO_HA_FAILOVER_REPEATS, default 3;
 // docs/coordinator.md has the figure for 10): median and max.
 TEST_F(EtcdHaTest, FailoverTime) {
