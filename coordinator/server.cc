@@ -123,7 +123,9 @@ void CoordinatorServer::setHealth(bool serving) {
   std::lock_guard<std::mutex> lock(health_mu_);
   if (server_ == nullptr || shutting_down_.load()) return;
   if (auto* health = server_->GetHealthCheckService()) {
-    health->SetServingStatus(serving);
+    // The overall service "" says the process is alive (liveness probes must
+    // not restart a standby); kolo.coord.Coordinator says it serves (leader).
+    health->SetServingStatus(true);
     health->SetServingStatus("kolo.coord.Coordinator", serving);
   }
 }

@@ -107,10 +107,11 @@ struct Client {
     *known = reply.known();
     return st;
   }
-  grpc::health::v1::HealthCheckResponse::ServingStatus health() {
+  grpc::health::v1::HealthCheckResponse::ServingStatus health(
+      const std::string& service = "kolo.coord.Coordinator") {
     auto h = grpc::health::v1::Health::NewStub(channel);
     grpc::health::v1::HealthCheckRequest req;
-    req.set_service("kolo.coord.Coordinator");
+    req.set_service(service);
     grpc::health::v1::HealthCheckResponse resp;
     auto ctx = ctxWithDeadline(milliseconds(2000));
     if (!h->Check(ctx.get(), req, &resp).ok()) return grpc::health::v1::HealthCheckResponse::UNKNOWN;
@@ -203,6 +204,8 @@ class EtcdHaTest : public ::testing::Test {
       st = clients_[i]->kvGet("j", "k", &kv);
       EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
       EXPECT_EQ(clients_[i]->health(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+      EXPECT_EQ(clients_[i]->health(""), grpc::health::v1::HealthCheckResponse::SERVING)
+          << "alive: a liveness probe must not restart a standby";
     }
   }
 
