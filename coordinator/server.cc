@@ -139,6 +139,7 @@ Status CoordinatorServer::becomeLeader(int64_t create_revision) {
   bool recovered = loaded.last_seq > 0;
   auto state = std::make_shared<persist::PersistedState>(std::move(loaded.state));
   Core* core = core_.get();
+  if (shutting_down_.load()) return aborted("shutting down");
   auto started = loop_.call<bool>(
       [core, state, recovered] {
         if (recovered) {
@@ -149,7 +150,7 @@ Status CoordinatorServer::becomeLeader(int64_t create_revision) {
         core->startOnLoop();
         return true;
       },
-      std::chrono::seconds(30));
+      std::chrono::seconds(5));
   if (!started.isOk()) return started.status();
   if (lost_.load()) return aborted("leadership lost while loading the state");
   gate_->setLeaderAddress(options_.advertise_address);
