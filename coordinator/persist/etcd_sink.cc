@@ -212,7 +212,15 @@ void EtcdSink::writerMain() {
         }
         st = writeRecords(batch, i, end);
       }
-      std::function<void(const Status&)> fenced_cb;
+      bool sticky = !st.isOk() && (st.code() == Code::kAborted ||
+                                   st.code() == Code::kInvalidArgument ||
+                                   st.code() == Code::kInternal);
+      // Fenced, or a write etcd refuses (too large): the sink fails for good.
+      // The owner hears it before any waiter does (it stops serving first).
+      if (sticky) {
+        logger->critical("{}: the coordinator no longer persists its state", st.message());
+        if (on_fenced_) on_fenced_(st);
+      }
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (st.isOk()) {
@@ -221,18 +229,11 @@ void EtcdSink::writerMain() {
             snapshot_queued_ = false;
             logger->debug("snapshot at seq {} in etcd", batch[i].seq);
           }
-        } else if (st.code() == Code::kAborted || st.code() == Code::kInvalidArgument ||
-                   st.code() == Code::kInternal) {
-          // Fenced, or a write etcd refuses (too large): sticky.
-          if (error_.isOk()) {
-            error_ = st;
-            logger->critical("{}: the coordinator no longer persists its state", st.message());
-            fenced_cb = on_fenced_;
-          }
+        } else if (sticky && error_.isOk()) {
+          error_ = st;
         }
       }
       durable_cv_.notify_all();
-      if (fenced_cb) fenced_cb(st);
       if (st.isOk()) {
         if (failing) logger->info("etcd acknowledges writes again");
         failing = false;

@@ -58,7 +58,8 @@ class EtcdSink final : public RecordSink {
 
   // Starts the writer: every write is guarded by `guard_key` having been
   // created at `guard_create_revision`; seqs continue after `last_seq`.
-  // `on_fenced` (writer thread) is told once when a write is refused.
+  // `on_fenced` (writer thread) is told once when a write is refused,
+  // before waitDurable reports it.
   void arm(std::string guard_key, int64_t guard_create_revision, uint64_t last_seq,
            std::function<void(const Status&)> on_fenced = nullptr);
 
