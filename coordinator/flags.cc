@@ -112,8 +112,8 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
     std::string h;
     int p = 0;
     if (!splitHostPort(o.advertise_address, &h, &p).isOk() || h.empty() || p == 0) {
-      return invalidArgument("--advertise-address must be host:port, got '" +
-                             o.advertise_address + "'");
+      return invalidArgument("--advertise-address must be host:port, got '" + o.advertise_address +
+                             "'");
     }
   }
   o.etcd_connect_timeout_ms = config.getInt("etcd-connect-timeout-ms");

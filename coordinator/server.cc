@@ -174,8 +174,8 @@ void CoordinatorServer::leadershipLost(const Status& why) {
     gate_->setLeaderAddress("");
   }
   setHealth(false);
-  log::get("coord.ha")->critical("no longer the leader ({}): answering as a standby and exiting",
-                                 why.message());
+  log::get("coord.ha")
+      ->critical("no longer the leader ({}): answering as a standby and exiting", why.message());
   if (options_.on_leadership_lost) options_.on_leadership_lost(why);
 }
 
@@ -211,8 +211,9 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
   std::unique_ptr<ha::EtcdClient> etcd;
   if (!options.etcd_endpoints.empty()) {
     if (!options.state_dir.empty()) {
-      return invalidArgument("--state-dir and --etcd-endpoints are mutually exclusive: the state "
-                             "is kept either in a directory or in etcd");
+      return invalidArgument(
+          "--state-dir and --etcd-endpoints are mutually exclusive: the state "
+          "is kept either in a directory or in etcd");
     }
     ha::EtcdOptions eo;
     eo.endpoints = options.etcd_endpoints;
@@ -231,23 +232,24 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
   bool recovered = journal != nullptr && loaded.last_seq > 0;
   auto state = std::make_shared<persist::PersistedState>(std::move(loaded.state));
 
-  std::unique_ptr<CoordinatorServer> s(
-      new CoordinatorServer(options, clock, std::move(journal), std::move(etcd),
-                            std::move(auth_token)));
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(
+      options, clock, std::move(journal), std::move(etcd), std::move(auth_token)));
   s->loop_.start();
   Core* core = s->core_.get();
   // With etcd the Core starts when this coordinator is elected (becomeLeader).
-  auto started = s->etcd_ != nullptr ? StatusOr<bool>(true) : s->loop_.call<bool>(
-      [core, state, recovered] {
-        if (recovered) {
-          core->restoreOnLoop(*state);
-          // Start from one fresh snapshot and an empty journal.
-          core->sink()->compact(core->persistedStateOnLoop());
-        }
-        core->startOnLoop();
-        return true;
-      },
-      std::chrono::seconds(30));
+  auto started = s->etcd_ != nullptr ? StatusOr<bool>(true)
+                                     : s->loop_.call<bool>(
+                                           [core, state, recovered] {
+                                             if (recovered) {
+                                               core->restoreOnLoop(*state);
+                                               // Start from one fresh snapshot and an empty
+                                               // journal.
+                                               core->sink()->compact(core->persistedStateOnLoop());
+                                             }
+                                             core->startOnLoop();
+                                             return true;
+                                           },
+                                           std::chrono::seconds(30));
   if (!started.isOk()) return started.status();
   if (recovered) {
     logger->info("recovered {} agents (each with a fresh {} ms lease), {} jobs, {} keys from {}",

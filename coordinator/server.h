@@ -14,9 +14,9 @@
 
 #include "common/event_loop.h"
 #include "common/status.h"
+#include "coordinator/ha/leader_gate.h"
 #include "coordinator/membership/clock.h"
 #include "coordinator/membership/membership.h"
-#include "coordinator/ha/leader_gate.h"
 #include "coordinator/watch_hub.h"
 
 namespace grpc {
@@ -54,8 +54,8 @@ struct ServerOptions {
   // prefix elect one leader; the others answer UNAVAILABLE "standby: ...".
   std::vector<std::string> etcd_endpoints;
   std::string etcd_prefix = "/kolo/default/";
-  int64_t election_ttl_ms = 0;            // 0: membership.lease_ms
-  std::string advertise_address;          // "": listen host (hostname if wildcard) + bound port
+  int64_t election_ttl_ms = 0;              // 0: membership.lease_ms
+  std::string advertise_address;            // "": listen host (hostname if wildcard) + bound port
   int64_t etcd_connect_timeout_ms = 10000;  // etcd unreachable at start: give up after this
   // Called once (any thread) when this coordinator led and stopped leading:
   // it already answers as a standby; kolo-coordinator then exits 3.
@@ -103,8 +103,8 @@ class CoordinatorServer {
 
  private:
   CoordinatorServer(const ServerOptions& options, const Clock* clock,
-                    std::unique_ptr<persist::Journal> journal,
-                    std::unique_ptr<ha::EtcdClient> etcd, std::string auth_token);
+                    std::unique_ptr<persist::Journal> journal, std::unique_ptr<ha::EtcdClient> etcd,
+                    std::string auth_token);
   // Election callbacks (election threads).
   Status becomeLeader(int64_t create_revision);
   void leadershipLost(const Status& why);

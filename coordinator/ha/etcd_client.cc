@@ -146,8 +146,7 @@ StatusOr<etcdserverpb::RangeResponse> EtcdClient::range(const std::string& key,
   if (!range_end.empty()) req.set_range_end(range_end);
   etcdserverpb::RangeResponse resp;
   RETURN_IF_ERROR(callAny(
-      "Range",
-      [&](Endpoint& e, grpc::ClientContext* ctx) { return e.kv->Range(ctx, req, &resp); },
+      "Range", [&](Endpoint& e, grpc::ClientContext* ctx) { return e.kv->Range(ctx, req, &resp); },
       options_.call_timeout));
   return resp;
 }
@@ -155,8 +154,7 @@ StatusOr<etcdserverpb::RangeResponse> EtcdClient::range(const std::string& key,
 StatusOr<etcdserverpb::TxnResponse> EtcdClient::txn(const etcdserverpb::TxnRequest& request) {
   etcdserverpb::TxnResponse resp;
   RETURN_IF_ERROR(callAny(
-      "Txn",
-      [&](Endpoint& e, grpc::ClientContext* ctx) { return e.kv->Txn(ctx, request, &resp); },
+      "Txn", [&](Endpoint& e, grpc::ClientContext* ctx) { return e.kv->Txn(ctx, request, &resp); },
       options_.call_timeout));
   return resp;
 }
@@ -262,7 +260,11 @@ StatusOr<bool> EtcdClient::waitDeleted(const std::string& key, int64_t from_revi
   }
   ctx.TryCancel();
   grpc::Status st = stream->Finish();
-  if (deleted || ended) return deleted || ended;
+  if (deleted) return true;
+  if (ended) {
+    return unavailable(
+        fmt::format("etcd Watch at {}: the watch of {} was canceled or compacted", e.address, key));
+  }
   if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || st.ok() ||
       st.error_code() == grpc::StatusCode::CANCELLED) {
     return false;

@@ -60,7 +60,8 @@ class EtcdClient {
   Status leaseRevoke(int64_t id);
 
   // Waits until `key` is deleted at a revision >= `from_revision`, at most
-  // `timeout`: true when it was, false when the time ran out.
+  // `timeout`: true when it was, false when the time ran out; Unavailable
+  // if etcd canceled the watch (e.g. that revision was compacted).
   StatusOr<bool> waitDeleted(const std::string& key, int64_t from_revision,
                              std::chrono::milliseconds timeout);
 

@@ -102,9 +102,8 @@ void LeaderElection::leaseMain() {
     if (now < next_renewal) continue;
     milliseconds timeout = client_->callTimeout();
     if (leading) {
-      timeout = std::min(timeout,
-                         milliseconds(std::max<int64_t>(
-                             50, lease_valid_until_ms_.load() - margin - now)));
+      timeout = std::min(timeout, milliseconds(std::max<int64_t>(
+                                      50, lease_valid_until_ms_.load() - margin - now)));
     }
     auto ttl = client_->leaseKeepAlive(lease_id_.load(), timeout);
     if (!ttl.isOk()) {
@@ -132,11 +131,11 @@ void LeaderElection::leaseMain() {
     if (leader_.load()) {
       // Fencing check: the key must still be the one we created.
       auto key = client_->range(options_.key);
-      if (key.isOk() && (key->kvs_size() == 0 ||
-                         key->kvs(0).create_revision() != create_revision_.load())) {
-        loseLeadership(aborted(fmt::format(
-            "fenced: the election key {} is {}", options_.key,
-            key->kvs_size() == 0 ? "gone" : "held by " + key->kvs(0).value())));
+      if (key.isOk() &&
+          (key->kvs_size() == 0 || key->kvs(0).create_revision() != create_revision_.load())) {
+        loseLeadership(
+            aborted(fmt::format("fenced: the election key {} is {}", options_.key,
+                                key->kvs_size() == 0 ? "gone" : "held by " + key->kvs(0).value())));
       }
     }
   }
@@ -187,6 +186,20 @@ void LeaderElection::electMain() {
                    revision, lease_id_.load(), ttl_s_.load());
       Status st = callbacks_.elected ? callbacks_.elected(revision) : okStatus();
       if (!st.isOk()) loseLeadership(st);
+      // Watch our own key: deleted (by hand, or the lease expired while
+      // this process could not tell) means another coordinator may win at
+      // once; stop serving now rather than at the next renewal's check.
+      while (!lost_.load()) {
+        auto deleted = client_->waitDeleted(options_.key, revision, milliseconds(500));
+        if (deleted.isOk() && *deleted) {
+          loseLeadership(
+              aborted(fmt::format("fenced: the election key {} was deleted", options_.key)));
+          break;
+        }
+        if (!deleted.isOk() && !sleepFor(milliseconds(200))) return;
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return;
+      }
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_; });
       return;

@@ -12,7 +12,8 @@
 // acknowledged renewal + TTL (etcd starts the TTL later than that), and
 // gives up leadership (lost()) 10% of the TTL before: its keep-alives are
 // not acknowledged in time, etcd says the lease is gone, or the key is no
-// longer the one it created (fenced). The sink's writes are guarded by the
+// longer the one it created (fenced: the leader watches its own key, and
+// checks it after each renewal). The sink's writes are guarded by the
 // same key (persist/etcd_sink.h), so a leader that has not noticed yet
 // cannot write either.
 #pragma once

@@ -9,8 +9,8 @@ namespace kolo::coordinator::persist {
 
 namespace {
 
-constexpr size_t kMaxTxnRecords = 64;            // etcd's --max-txn-ops is 128
-constexpr size_t kMaxTxnBytes = 1024 * 1024;     // etcd's --max-request-bytes is 1.5 MiB
+constexpr size_t kMaxTxnRecords = 64;         // etcd's --max-txn-ops is 128
+constexpr size_t kMaxTxnBytes = 1024 * 1024;  // etcd's --max-request-bytes is 1.5 MiB
 constexpr size_t kSnapshotChunkBytes = 512 * 1024;
 
 std::string seqText(uint64_t seq) { return fmt::format("{:020}", seq); }
@@ -41,8 +41,8 @@ StatusOr<LoadedState> EtcdSink::load() {
     std::string chunk_prefix = snapshotKey() + "/" + seqText(seq) + "/";
     ASSIGN_OR_RETURN(auto parts, client_->range(chunk_prefix, ha::prefixRangeEnd(chunk_prefix)));
     if (static_cast<unsigned long long>(parts.kvs_size()) != chunks) {
-      return invalidArgument(fmt::format("etcd {}: {} chunks, {} expected", chunk_prefix,
-                                         parts.kvs_size(), chunks));
+      return invalidArgument(
+          fmt::format("etcd {}: {} chunks, {} expected", chunk_prefix, parts.kvs_size(), chunks));
     }
     for (const auto& kv : parts.kvs()) snapshot_text += kv.value();
   }
@@ -103,8 +103,9 @@ Status EtcdSink::waitDurable(uint64_t seq, std::chrono::milliseconds timeout) {
   if (durable_seq_ >= seq) return okStatus();
   if (!error_.isOk()) return error_;
   if (!done) {
-    return timedOut("etcd at " + client_->endpointsText() + " did not acknowledge the write within " +
-                    std::to_string(timeout.count()) + " ms");
+    return timedOut("etcd at " + client_->endpointsText() +
+                    " did not acknowledge the write within " + std::to_string(timeout.count()) +
+                    " ms");
   }
   return unavailable("the etcd state store is closed");
 }
@@ -153,9 +154,10 @@ Status EtcdSink::writeSnapshot(const PersistedState& state, uint64_t seq) {
   auto guarded = [&](etcdserverpb::TxnRequest txn) -> Status {
     ASSIGN_OR_RETURN(auto resp, client_->txn(txn));
     if (!resp.succeeded()) {
-      return aborted(fmt::format("fenced: the election key {} (created at revision {}) is gone or "
-                                 "belongs to another kolo-coordinator",
-                                 guard_key_, guard_revision_));
+      return aborted(
+          fmt::format("fenced: the election key {} (created at revision {}) is gone or "
+                      "belongs to another kolo-coordinator",
+                      guard_key_, guard_revision_));
     }
     return okStatus();
   };
@@ -212,9 +214,9 @@ void EtcdSink::writerMain() {
         }
         st = writeRecords(batch, i, end);
       }
-      bool sticky = !st.isOk() && (st.code() == Code::kAborted ||
-                                   st.code() == Code::kInvalidArgument ||
-                                   st.code() == Code::kInternal);
+      bool sticky =
+          !st.isOk() && (st.code() == Code::kAborted || st.code() == Code::kInvalidArgument ||
+                         st.code() == Code::kInternal);
       // Fenced, or a write etcd refuses (too large): the sink fails for good.
       // The owner hears it before any waiter does (it stops serving first).
       if (sticky) {
@@ -244,8 +246,8 @@ void EtcdSink::writerMain() {
         std::lock_guard<std::mutex> lock(mu_);
         if (!error_.isOk()) return;
         if (stopping_) {
-          logger->error("closing with {} record(s) not acknowledged by etcd: {}",
-                        batch.size() - i, st.message());
+          logger->error("closing with {} record(s) not acknowledged by etcd: {}", batch.size() - i,
+                        st.message());
           return;
         }
       }

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "coordinator/ha/etcd_client.h"
 #include "health.grpc.pb.h"
 #include "kolo/proto/coordinator.grpc.pb.h"
 #include "tests/coordinator/coordinator_process.h"
@@ -114,7 +115,8 @@ struct Client {
     req.set_service(service);
     grpc::health::v1::HealthCheckResponse resp;
     auto ctx = ctxWithDeadline(milliseconds(2000));
-    if (!h->Check(ctx.get(), req, &resp).ok()) return grpc::health::v1::HealthCheckResponse::UNKNOWN;
+    if (!h->Check(ctx.get(), req, &resp).ok())
+      return grpc::health::v1::HealthCheckResponse::UNKNOWN;
     return resp.status();
   }
 
@@ -138,8 +140,8 @@ class EtcdHaTest : public ::testing::Test {
     return {"--etcd-endpoints", etcd_.endpoint(), "--etcd-prefix", "/kolo/ha-test/",
             "--election-ttl-ms", std::to_string(ttl_ms),
             // Long agent leases: the test's agents do not heartbeat while it waits.
-            "--lease-ms", "30000", "--heartbeat-interval-ms", "1000",
-            "--etcd-connect-timeout-ms", "5000"};
+            "--lease-ms", "30000", "--heartbeat-interval-ms", "1000", "--etcd-connect-timeout-ms",
+            "5000"};
   }
 
   // Starts one more coordinator; its index.
@@ -147,7 +149,8 @@ class EtcdHaTest : public ::testing::Test {
     auto p = std::make_unique<CoordinatorProcess>();
     std::string error;
     EXPECT_TRUE(p->start(KOLO_COORDINATOR_BIN, flags(ttl_ms), milliseconds(10000), &error))
-        << error << "\n" << p->log();
+        << error << "\n"
+        << p->log();
     clients_.push_back(std::make_unique<Client>(p->address()));
     procs_.push_back(std::move(p));
     return procs_.size() - 1;
@@ -323,14 +326,13 @@ TEST_F(EtcdHaTest, FailoverTime) {
     killLeader(leader);
     leader = waitForLeader(milliseconds(kTtlMs + 5000));
     ASSERT_GE(leader, 0) << logs();
-    times.push_back(
-        std::chrono::duration_cast<milliseconds>(SteadyClock::now() - t0).count());
+    times.push_back(std::chrono::duration_cast<milliseconds>(SteadyClock::now() - t0).count());
     startCoordinator();  // the next standby
   }
   expectState(*clients_[leader]);
   std::sort(times.begin(), times.end());
-  std::printf("failover over %d kills (election TTL %d ms): median %lld ms, max %lld ms\n",
-              repeats, kTtlMs, times[times.size() / 2], times.back());
+  std::printf("failover over %d kills (election TTL %d ms): median %lld ms, max %lld ms\n", repeats,
+              kTtlMs, times[times.size() / 2], times.back());
   EXPECT_LT(times.back(), kTtlMs + 2000);
 }
 
@@ -366,14 +368,38 @@ TEST_F(EtcdHaTest, EtcdRestartingUnderALeaderKeepsItLeading) {
   EXPECT_EQ(agents.agents_size(), 2);
 }
 
+// Someone deletes the election key under a live leader (an operator, or a
+// split where etcd expired the lease): a standby wins at once, so the old
+// leader must stop serving and exit; never two leaders serving.
+TEST_F(EtcdHaTest, AFencedLeaderStopsServingAndExits) {
+  startCoordinator();
+  startCoordinator();
+  int leader = waitForLeader(milliseconds(5000));
+  ASSERT_GE(leader, 0) << logs();
+  putState(*clients_[leader]);
+  ha::EtcdOptions o;
+  o.endpoints = {etcd_.endpoint()};
+  auto etcd = ha::EtcdClient::create(o);
+  ASSERT_TRUE(etcd.isOk());
+  ASSERT_TRUE((*etcd)->deleteRange("/kolo/ha-test/leader").isOk());
+  auto status = procs_[leader]->waitExit(milliseconds(kTtlMs + 3000));
+  ASSERT_TRUE(status.has_value()) << logs();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3);
+  std::string log = procs_[leader]->log();
+  EXPECT_NE(log.find("fenced: "), std::string::npos) << log;
+  procs_[leader].reset();
+  int next = waitForLeader(milliseconds(kTtlMs + 3000));
+  ASSERT_GE(next, 0) << logs();
+  expectState(*clients_[next]);
+}
+
 TEST_F(EtcdHaTest, EtcdUnreachableAtStartIsAClearErrorWithinTheBound) {
   std::string endpoint = "127.0.0.1:" + std::to_string(testing::freePort());
   auto t0 = SteadyClock::now();
-  auto r = testing::runToCompletion(
-      KOLO_COORDINATOR_BIN,
-      {"--listen", "127.0.0.1:0", "--etcd-endpoints", endpoint, "--etcd-connect-timeout-ms",
-       "1000"},
-      milliseconds(10000));
+  auto r = testing::runToCompletion(KOLO_COORDINATOR_BIN,
+                                    {"--listen", "127.0.0.1:0", "--etcd-endpoints", endpoint,
+                                     "--etcd-connect-timeout-ms", "1000"},
+                                    milliseconds(10000));
   auto took = SteadyClock::now() - t0;
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("cannot reach etcd at " + endpoint + " within 1000 ms"),
@@ -381,9 +407,9 @@ TEST_F(EtcdHaTest, EtcdUnreachableAtStartIsAClearErrorWithinTheBound) {
       << r.output;
   EXPECT_LT(took, std::chrono::seconds(5));
   // --state-dir and --etcd-endpoints together: a usage error.
-  r = testing::runToCompletion(
-      KOLO_COORDINATOR_BIN, {"--etcd-endpoints", endpoint, "--state-dir", "/tmp/x"},
-      milliseconds(10000));
+  r = testing::runToCompletion(KOLO_COORDINATOR_BIN,
+                               {"--etcd-endpoints", endpoint, "--state-dir", "/tmp/x"},
+                               milliseconds(10000));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--state-dir and --etcd-endpoints are mutually exclusive"),
             std::string::npos)

@@ -2,12 +2,13 @@
 // when /usr/bin/etcd is missing): records and snapshots round-trip to the
 // same PersistedState the journal would load, and a sink whose election key
 // is gone cannot write (fencing).
+#include "coordinator/persist/etcd_sink.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 
 #include "coordinator/ha/etcd_client.h"
-#include "coordinator/persist/etcd_sink.h"
 #include "coordinator/persist/record_sink.h"
 #include "tests/coordinator/etcd_process.h"
 
@@ -99,7 +100,8 @@ TEST_F(EtcdSinkTest, RecordsAndCompactionReloadToTheSameState) {
       return sink.append(std::move(r));
     };
     // Enough records for several Txns (64 a Txn).
-    for (int i = 0; i < 150; ++i) both(Record::agentRegistered(agent("x" + std::to_string(i)), "s"));
+    for (int i = 0; i < 150; ++i)
+      both(Record::agentRegistered(agent("x" + std::to_string(i)), "s"));
     both(Record::jobState(runningJob("job/1")));
     both(Record::kvPut("job/1", "nccl\n", std::string("\x00id", 3)));
     last = both(Record::agentLost("x7"));
