@@ -93,6 +93,10 @@ class CoordinatorMetrics {
             .set(n);
       }
     }
+    registry_
+        .gauge("kolo_coordinator_leader",
+               "1 if this coordinator serves (always, without --etcd-endpoints), 0 on a standby")
+        .set(server_->isLeader() ? 1 : 0);
     registry_.counter("kolo_coordinator_metric_polls_total", "Snapshots taken for /metrics").inc();
   }
 
