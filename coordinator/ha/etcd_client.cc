@@ -233,10 +233,18 @@ Status EtcdClient::leaseRevoke(int64_t id) {
 }
 
 StatusOr<bool> EtcdClient::waitDeleted(const std::string& key, int64_t from_revision,
-                                       std::chrono::milliseconds timeout) {
+                                       std::chrono::milliseconds timeout,
+                                       WatchCanceller* canceller) {
   Endpoint& e = endpoints_[current_.load() % endpoints_.size()];
   grpc::ClientContext ctx;
   ctx.set_deadline(deadlineIn(timeout));
+  if (canceller != nullptr && !canceller->attach(&ctx)) return false;
+  struct Detach {
+    WatchCanceller* c;
+    ~Detach() {
+      if (c != nullptr) c->detach();
+    }
+  } detach{canceller};
   auto stream = e.watch->Watch(&ctx);
   etcdserverpb::WatchRequest req;
   auto* create = req.mutable_create_request();

@@ -31,6 +31,32 @@ StatusOr<std::vector<std::string>> parseEndpoints(const std::string& text);
 // The range end that covers every key starting with `prefix`.
 std::string prefixRangeEnd(const std::string& prefix);
 
+// Ends a waitDeleted() in progress from another thread (stop()).
+class WatchCanceller {
+ public:
+  void cancel() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    if (ctx_ != nullptr) ctx_->TryCancel();
+  }
+
+ private:
+  friend class EtcdClient;
+  // False if already cancelled.
+  bool attach(grpc::ClientContext* ctx) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ctx_ = ctx;
+    return !cancelled_;
+  }
+  void detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ctx_ = nullptr;
+  }
+  std::mutex mu_;
+  grpc::ClientContext* ctx_ = nullptr;
+  bool cancelled_ = false;
+};
+
 class EtcdClient {
  public:
   // Makes the channels; no I/O (see waitReachable).
@@ -62,8 +88,10 @@ class EtcdClient {
   // Waits until `key` is deleted at a revision >= `from_revision`, at most
   // `timeout`: true when it was, false when the time ran out; Unavailable
   // if etcd canceled the watch (e.g. that revision was compacted).
+  // `canceller` (optional) ends the wait early (false).
   StatusOr<bool> waitDeleted(const std::string& key, int64_t from_revision,
-                             std::chrono::milliseconds timeout);
+                             std::chrono::milliseconds timeout,
+                             WatchCanceller* canceller = nullptr);
 
   std::string endpointsText() const;
   std::chrono::milliseconds callTimeout() const { return options_.call_timeout; }

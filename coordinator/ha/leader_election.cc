@@ -64,6 +64,7 @@ void LeaderElection::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  watch_canceller_.cancel();
   if (elect_thread_.joinable()) elect_thread_.join();
   if (lease_thread_.joinable()) lease_thread_.join();
   int64_t id = lease_id_.load();
@@ -190,7 +191,8 @@ void LeaderElection::electMain() {
       // this process could not tell) means another coordinator may win at
       // once; stop serving now rather than at the next renewal's check.
       while (!lost_.load()) {
-        auto deleted = client_->waitDeleted(options_.key, revision, milliseconds(500));
+        auto deleted =
+            client_->waitDeleted(options_.key, revision, milliseconds(1000), &watch_canceller_);
         if (deleted.isOk() && *deleted) {
           loseLeadership(
               aborted(fmt::format("fenced: the election key {} was deleted", options_.key)));
@@ -219,7 +221,8 @@ void LeaderElection::electMain() {
     if (callbacks_.leader_seen) callbacks_.leader_seen(leader);
     if (leader.empty()) continue;  // deleted since: campaign again
     // Wait (bounded, so stop() is prompt) for the key to go.
-    auto deleted = client_->waitDeleted(options_.key, revision + 1, milliseconds(500));
+    auto deleted =
+        client_->waitDeleted(options_.key, revision + 1, milliseconds(1000), &watch_canceller_);
     if (!deleted.isOk()) {
       if (!sleepFor(milliseconds(200))) return;
     }

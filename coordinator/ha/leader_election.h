@@ -92,6 +92,7 @@ class LeaderElection {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::string leader_address_;
+  WatchCanceller watch_canceller_;  // stop() ends the election thread's watch
   std::thread lease_thread_;
   std::thread elect_thread_;
 };
