@@ -393,6 +393,29 @@ TEST_F(EtcdHaTest, AFencedLeaderStopsServingAndExits) {
   expectState(*clients_[next]);
 }
 
+TEST(EtcdHaFlagsTest, BadEtcdFlagsAreUsageErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--etcd-endpoints", "127.0.0.1:2379", "--state-dir", "/tmp/x"},
+            "--state-dir and --etcd-endpoints are mutually exclusive"},
+           {{"--etcd-endpoints", "nohost"}, "is not host:port"},
+           {{"--etcd-endpoints", "https://127.0.0.1:2379"}, "TLS to etcd is not supported"},
+           {{"--etcd-endpoints", "127.0.0.1:2379", "--etcd-prefix", "kolo"},
+            "--etcd-prefix must start with '/'"},
+           {{"--etcd-endpoints", "127.0.0.1:2379", "--election-ttl-ms", "-1"},
+            "--election-ttl-ms must not be negative"},
+           {{"--etcd-endpoints", "127.0.0.1:2379", "--advertise-address", "host"},
+            "--advertise-address must be host:port"},
+       }) {
+    auto r = testing::runToCompletion(KOLO_COORDINATOR_BIN, c.args, milliseconds(10000));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << r.output;
+  }
+}
+
 TEST_F(EtcdHaTest, EtcdUnreachableAtStartIsAClearErrorWithinTheBound) {
   std::string endpoint = "127.0.0.1:" + std::to_string(testing::freePort());
   auto t0 = SteadyClock::now();

@@ -48,6 +48,20 @@ Job runningJob(const std::string& id) {
   return job;
 }
 
+TEST(EtcdClientTest, EndpointsAndPrefixRanges) {
+  auto e = ha::parseEndpoints("a:1,http://b:2");
+  ASSERT_TRUE(e.isOk()) << e.status().message();
+  EXPECT_EQ(*e, (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_FALSE(ha::parseEndpoints("").isOk());
+  EXPECT_FALSE(ha::parseEndpoints("a:1,").isOk());
+  EXPECT_FALSE(ha::parseEndpoints("nohost").isOk());
+  auto tls = ha::parseEndpoints("https://a:1");
+  ASSERT_FALSE(tls.isOk());
+  EXPECT_NE(tls.status().message().find("TLS to etcd is not supported"), std::string::npos);
+  EXPECT_EQ(ha::prefixRangeEnd("/kolo/a/"), "/kolo/a0");
+  EXPECT_EQ(ha::prefixRangeEnd(std::string("a\xff", 2)), "b");
+}
+
 class EtcdSinkTest : public ::testing::Test {
  protected:
   void SetUp() override {
