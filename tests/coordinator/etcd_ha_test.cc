@@ -393,6 +393,56 @@ TEST_F(EtcdHaTest, AFencedLeaderStopsServingAndExits) {
   expectState(*clients_[next]);
 }
 
+// A 3-member etcd: the coordinators get every endpoint; the member they
+// talk to is killed under the leader, which goes on leading through another
+// member (the cluster keeps its quorum).
+TEST(EtcdHaClusterTest, ALeaderSurvivesTheLossOfItsEtcdMember) {
+  if (EtcdProcess::binary().empty()) GTEST_SKIP() << "no etcd binary (/usr/bin/etcd)";
+  EtcdProcess members[3];
+  int client_ports[3], peer_ports[3];
+  std::string initial_cluster, endpoints;
+  for (int i = 0; i < 3; ++i) {
+    client_ports[i] = testing::freePort();
+    peer_ports[i] = testing::freePort();
+    initial_cluster += (i ? "," : "") + std::string("m") + std::to_string(i) +
+                       "=http://127.0.0.1:" + std::to_string(peer_ports[i]);
+    endpoints += (i ? "," : "") + std::string("127.0.0.1:") + std::to_string(client_ports[i]);
+  }
+  for (int i = 0; i < 3; ++i) {
+    members[i].setMember("m" + std::to_string(i), client_ports[i], peer_ports[i], initial_cluster);
+    std::string error;
+    ASSERT_TRUE(members[i].start(milliseconds(15000), &error, /*wait=*/i == 2)) << error;
+  }
+  CoordinatorProcess coord;
+  std::string error;
+  ASSERT_TRUE(coord.start(KOLO_COORDINATOR_BIN,
+                          {"--etcd-endpoints", endpoints, "--election-ttl-ms", "3000", "--lease-ms",
+                           "30000", "--etcd-connect-timeout-ms", "10000"},
+                          milliseconds(15000), &error))
+      << error;
+  Client client(coord.address());
+  auto deadline = SteadyClock::now() + milliseconds(10000);
+  std::string secret;
+  grpc::Status st;
+  do {
+    st = client.registerAgent("agent-1", &secret);
+  } while (!st.ok() && SteadyClock::now() < deadline);
+  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << coord.log();
+  // The client starts with the first endpoint.
+  members[0].stop(SIGKILL);
+  deadline = SteadyClock::now() + milliseconds(10000);
+  do {
+    st = client.registerAgent("agent-2", &secret);
+  } while (!st.ok() && SteadyClock::now() < deadline);
+  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << coord.log();
+  // Past the election TTL: still the leader (renewed through another member).
+  std::this_thread::sleep_for(milliseconds(3500));
+  EXPECT_FALSE(coord.waitExit(milliseconds(0)).has_value()) << coord.log();
+  coord::ListAgentsReply agents;
+  ASSERT_TRUE(client.listAgents(&agents).ok()) << coord.log();
+  EXPECT_EQ(agents.agents_size(), 2);
+}
+
 TEST(EtcdHaFlagsTest, BadEtcdFlagsAreUsageErrors) {
   struct Case {
     std::vector<std::string> args;

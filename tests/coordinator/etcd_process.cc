@@ -61,7 +61,16 @@ std::string EtcdProcess::log() const {
   return ss.str();
 }
 
-bool EtcdProcess::start(std::chrono::milliseconds timeout, std::string* error) {
+void EtcdProcess::setMember(std::string name, int client_port, int peer_port,
+                            std::string initial_cluster) {
+  name_ = std::move(name);
+  client_port_ = client_port;
+  peer_port_ = peer_port;
+  endpoint_ = "127.0.0.1:" + std::to_string(client_port_);
+  initial_cluster_ = std::move(initial_cluster);
+}
+
+bool EtcdProcess::start(std::chrono::milliseconds timeout, std::string* error, bool wait) {
   std::string bin = binary();
   if (bin.empty() || dir_.empty()) {
     *error = "no etcd binary or temp dir";
@@ -74,16 +83,18 @@ bool EtcdProcess::start(std::chrono::milliseconds timeout, std::string* error) {
   }
   std::string client_url = "http://" + endpoint_;
   std::string peer_url = "http://127.0.0.1:" + std::to_string(peer_port_);
-  std::vector<std::string> args = {bin,
-                                   "--name=kolo-test",
-                                   "--data-dir=" + dir_ + "/data",
-                                   "--listen-client-urls=" + client_url,
-                                   "--advertise-client-urls=" + client_url,
-                                   "--listen-peer-urls=" + peer_url,
-                                   "--initial-advertise-peer-urls=" + peer_url,
-                                   "--initial-cluster=kolo-test=" + peer_url,
-                                   "--logger=zap",
-                                   "--log-level=warn"};
+  std::vector<std::string> args = {
+      bin,
+      "--name=" + name_,
+      "--data-dir=" + dir_ + "/data",
+      "--listen-client-urls=" + client_url,
+      "--advertise-client-urls=" + client_url,
+      "--listen-peer-urls=" + peer_url,
+      "--initial-advertise-peer-urls=" + peer_url,
+      "--initial-cluster=" + (initial_cluster_.empty() ? name_ + "=" + peer_url : initial_cluster_),
+      "--initial-cluster-token=kolo-test",
+      "--logger=zap",
+      "--log-level=warn"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -105,6 +116,7 @@ bool EtcdProcess::start(std::chrono::milliseconds timeout, std::string* error) {
     *error = "fork failed";
     return false;
   }
+  if (!wait) return true;
   ha::EtcdOptions o;
   o.endpoints = {endpoint_};
   auto client = ha::EtcdClient::create(o);

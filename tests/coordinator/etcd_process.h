@@ -20,8 +20,14 @@ class EtcdProcess {
   // The etcd binary ($KOLO_ETCD_BIN or /usr/bin/etcd); "" if there is none.
   static std::string binary();
 
-  // Starts etcd and waits (at most `timeout`) until it answers a read.
-  bool start(std::chrono::milliseconds timeout, std::string* error);
+  // Makes this process one member `name` of a cluster (before start()):
+  // its ports and the --initial-cluster of every member.
+  void setMember(std::string name, int client_port, int peer_port, std::string initial_cluster);
+
+  // Starts etcd and waits (at most `timeout`) until it answers a read; with
+  // `wait` false, returns once it is started (a cluster member answers only
+  // once a quorum runs).
+  bool start(std::chrono::milliseconds timeout, std::string* error, bool wait = true);
   // Sends `sig` and reaps (SIGKILL after 10 s). Keeps the data dir.
   void stop(int sig);
 
@@ -31,6 +37,8 @@ class EtcdProcess {
  private:
   std::string dir_;
   std::string endpoint_;
+  std::string name_ = "kolo-test";
+  std::string initial_cluster_;  // "": a single member
   int client_port_ = 0;
   int peer_port_ = 0;
   pid_t pid_ = -1;
