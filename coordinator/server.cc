@@ -296,6 +296,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
     ha::ElectionCallbacks cb;
     cb.elected = [self](int64_t revision) { return self->becomeLeader(revision); };
     cb.lost = [self](const Status& why) { self->leadershipLost(why); };
+    cb.renewed = [self](int64_t serve_until_ms) { self->gate_->setServeUntil(serve_until_ms); };
     // The standby answer names the leader the election thread last read.
     cb.leader_seen = [self](const std::string& leader) {
       if (!self->lost_.load()) self->gate_->setLeaderAddress(leader);

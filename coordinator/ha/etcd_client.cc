@@ -92,14 +92,22 @@ std::string EtcdClient::endpointsText() const {
 
 template <typename Fn>
 Status EtcdClient::callAny(const char* what, Fn call, std::chrono::milliseconds timeout) {
+  // `timeout` bounds the whole call: each endpoint tried gets a share of
+  // what is left (an unresponsive one must not use up the others' time).
+  auto until = std::chrono::system_clock::now() + timeout;
   size_t first = current_.load();
-  grpc::Status last;
-  std::string last_address;
+  grpc::Status last(grpc::StatusCode::DEADLINE_EXCEEDED, "no time left");
+  std::string last_address = endpoints_[first % endpoints_.size()].address;
   for (size_t i = 0; i < endpoints_.size(); ++i) {
+    auto now = std::chrono::system_clock::now();
+    if (now >= until) break;
     size_t index = (first + i) % endpoints_.size();
     Endpoint& e = endpoints_[index];
     grpc::ClientContext ctx;
-    ctx.set_deadline(deadlineIn(timeout));
+    std::chrono::system_clock::duration share =
+        (until - now) / static_cast<int64_t>(endpoints_.size() - i);
+    share = std::max<std::chrono::system_clock::duration>(share, std::chrono::milliseconds(100));
+    ctx.set_deadline(std::min(until, now + share));
     last = call(e, &ctx);
     last_address = e.address;
     if (last.ok()) {

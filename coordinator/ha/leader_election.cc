@@ -128,6 +128,10 @@ void LeaderElection::leaseMain() {
     } else {
       lease_valid_until_ms_.store(now + *ttl * 1000);
     }
+    if (callbacks_.renewed) {
+      callbacks_.renewed(lease_valid_until_ms_.load() -
+                         std::max<int64_t>(ttl_s_.load() * 1000 / 10, 100));
+    }
     next_renewal = now + std::max<int64_t>(ttl_s_.load() * 1000 / 3, 100);
     if (leader_.load()) {
       // Fencing check: the key must still be the one we created.
@@ -185,6 +189,10 @@ void LeaderElection::electMain() {
       }
       logger->info("elected leader (key {} at revision {}, lease {:x}, TTL {} s)", options_.key,
                    revision, lease_id_.load(), ttl_s_.load());
+      if (callbacks_.renewed) {
+        callbacks_.renewed(lease_valid_until_ms_.load() -
+                           std::max<int64_t>(ttl_s_.load() * 1000 / 10, 100));
+      }
       Status st = callbacks_.elected ? callbacks_.elected(revision) : okStatus();
       if (!st.isOk()) loseLeadership(st);
       // Watch our own key: deleted (by hand, or the lease expired while

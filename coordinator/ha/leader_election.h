@@ -42,6 +42,9 @@ struct ElectionCallbacks {
   // the election thread; a non-ok status gives leadership up again (the
   // process then exits: lost() is called).
   std::function<Status(int64_t create_revision)> elected;
+  // The lease is known valid until `serve_until_ms` (steady clock, ms, the
+  // step-down margin taken off): after each renewal (lease thread).
+  std::function<void(int64_t serve_until_ms)> renewed;
   // A standby read who leads ("" none), election thread.
   std::function<void(const std::string& leader)> leader_seen;
   // Leadership is gone (any thread of this class). Called at most once.

@@ -489,6 +489,34 @@ TEST_F(EtcdHaTest, EtcdUnreachableAtStartIsAClearErrorWithinTheBound) {
       << r.output;
 }
 
+// etcd hangs (SIGSTOP: connections stay open, nothing answers): the
+// leader's calls block until their deadlines, yet it stops serving before
+// its lease could expire in etcd (TTL after its last renewal), then exits 3.
+TEST_F(EtcdHaTest, ALeaderStopsServingWithinTheTtlWhenEtcdHangs) {
+  startCoordinator();
+  int leader = waitForLeader(milliseconds(5000));
+  ASSERT_GE(leader, 0) << logs();
+  putState(*clients_[leader]);
+  auto t0 = SteadyClock::now();
+  etcd_.signal(SIGSTOP);
+  grpc::Status st;
+  do {
+    coord::ListJobsReply reply;
+    st = clients_[leader]->listJobs(&reply, milliseconds(500));
+    if (!st.ok()) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  } while (SteadyClock::now() - t0 < milliseconds(kTtlMs + 3000));
+  auto took = std::chrono::duration_cast<milliseconds>(SteadyClock::now() - t0);
+  etcd_.signal(SIGCONT);
+  ASSERT_FALSE(st.ok()) << "still serving " << took.count() << " ms after etcd hung\n" << logs();
+  std::printf("the leader stopped serving %lld ms after etcd hung (TTL %d ms)\n",
+              static_cast<long long>(took.count()), kTtlMs);
+  EXPECT_LE(took.count(), kTtlMs) << st.error_message();
+  auto status = procs_[leader]->waitExit(milliseconds(10000));
+  ASSERT_TRUE(status.has_value()) << logs();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3);
+}
+
 TEST_F(EtcdHaTest, ALeaderThatLosesEtcdStepsDownAndNothingIsLost) {
   startCoordinator();
   int leader = waitForLeader(milliseconds(5000));

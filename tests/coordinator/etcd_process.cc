@@ -128,7 +128,12 @@ bool EtcdProcess::start(std::chrono::milliseconds timeout, std::string* error, b
   return true;
 }
 
+void EtcdProcess::signal(int sig) {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
 void EtcdProcess::stop(int sig) {
+  if (pid_ > 0 && sig != SIGCONT) ::kill(pid_, SIGCONT);  // a stopped etcd cannot exit
   if (pid_ <= 0) return;
   ::kill(pid_, sig);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

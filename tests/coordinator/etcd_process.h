@@ -30,6 +30,8 @@ class EtcdProcess {
   bool start(std::chrono::milliseconds timeout, std::string* error, bool wait = true);
   // Sends `sig` and reaps (SIGKILL after 10 s). Keeps the data dir.
   void stop(int sig);
+  // Sends `sig` only (SIGSTOP / SIGCONT: a hung etcd).
+  void signal(int sig);
 
   const std::string& endpoint() const { return endpoint_; }  // 127.0.0.1:PORT
   std::string log() const;
