@@ -189,7 +189,16 @@ class EtcdHaTest : public ::testing::Test {
     for (size_t i = 0; i < procs_.size(); ++i) {
       if (!alive(i) || static_cast<int>(i) == leader) continue;
       coord::ListJobsReply reply;
-      grpc::Status st = clients_[i]->listJobs(&reply);
+      // A standby names the leader once it has read the election key (its
+      // first campaign, or the one after a failover, may still be under way:
+      // then it says "no leader is elected yet"). Bounded wait.
+      grpc::Status st;
+      auto deadline = SteadyClock::now() + milliseconds(3000);
+      do {
+        st = clients_[i]->listJobs(&reply);
+        if (st.error_message().find("the leader is at") != std::string::npos) break;
+        std::this_thread::sleep_for(milliseconds(20));
+      } while (SteadyClock::now() < deadline);
       EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << i;
       EXPECT_EQ(st.error_message().rfind("standby: ", 0), 0u) << st.error_message();
       EXPECT_NE(st.error_message().find("the leader is at " + procs_[leader]->address()),
