@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "coordinator/ha/etcd_client.h"
+
 namespace kolo::coordinator {
 
 void defineFlags(Config& config) {
@@ -25,6 +27,20 @@ void defineFlags(Config& config) {
               "it at start; empty = in memory only")
       .define("state-compact-records", KnobType::kInt, "10000",
               "Journal records after which the state is compacted into a snapshot")
+      .define("etcd-endpoints", KnobType::kString, "",
+              "Keep the state in etcd instead of --state-dir: etcd client endpoints "
+              "host:port[,host:port]; coordinators sharing --etcd-prefix elect one leader, the "
+              "others stand by (UNAVAILABLE 'standby: ...')")
+      .define("etcd-prefix", KnobType::kString, "/kolo/default/",
+              "Key prefix of this cluster's state and election key in etcd (one per cluster)")
+      .define("election-ttl-ms", KnobType::kInt, "0",
+              "TTL of the leader's etcd lease (whole seconds, at least etcd's minimum, 2 s by "
+              "default): a dead leader is replaced after about this long; 0 = --lease-ms")
+      .define("advertise-address", KnobType::kString, "",
+              "host:port that standbys report as this coordinator's address when it leads; "
+              "empty = the --listen host (the hostname for 0.0.0.0) and the bound port")
+      .define("etcd-connect-timeout-ms", KnobType::kInt, "10000",
+              "etcd unreachable at start: give up (exit 1) after this long")
       .define("tls-cert", KnobType::kString, "",
               "PEM certificate (chain) of this server: serve TLS only (needs --tls-key)")
       .define("tls-key", KnobType::kString, "", "PEM private key for --tls-cert")
@@ -72,6 +88,38 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
                            std::to_string(compact));
   }
   o.compact_records = static_cast<uint64_t>(compact);
+  const std::string& endpoints = config.getString("etcd-endpoints");
+  if (!endpoints.empty()) {
+    if (!o.state_dir.empty()) {
+      return invalidArgument(
+          "--state-dir and --etcd-endpoints are mutually exclusive: keep the state either in a "
+          "directory (one coordinator) or in etcd (several, one leading)");
+    }
+    ASSIGN_OR_RETURN(o.etcd_endpoints, ha::parseEndpoints(endpoints));
+  }
+  o.etcd_prefix = config.getString("etcd-prefix");
+  if (o.etcd_prefix.empty() || o.etcd_prefix.front() != '/') {
+    return invalidArgument("--etcd-prefix must start with '/', got '" + o.etcd_prefix + "'");
+  }
+  if (o.etcd_prefix.back() != '/') o.etcd_prefix += '/';
+  o.election_ttl_ms = config.getInt("election-ttl-ms");
+  if (o.election_ttl_ms < 0) {
+    return invalidArgument("--election-ttl-ms must not be negative, got " +
+                           std::to_string(o.election_ttl_ms));
+  }
+  o.advertise_address = config.getString("advertise-address");
+  if (!o.advertise_address.empty()) {
+    std::string h;
+    int p = 0;
+    if (!splitHostPort(o.advertise_address, &h, &p).isOk() || h.empty() || p == 0) {
+      return invalidArgument("--advertise-address must be host:port, got '" + o.advertise_address +
+                             "'");
+    }
+  }
+  o.etcd_connect_timeout_ms = config.getInt("etcd-connect-timeout-ms");
+  if (o.etcd_connect_timeout_ms <= 0) {
+    return invalidArgument("--etcd-connect-timeout-ms must be positive");
+  }
   int64_t max_watch = config.getInt("max-watch-streams");
   int64_t max_watch_job = config.getInt("max-watch-streams-per-job");
   if (max_watch <= 0 || max_watch_job <= 0) {

@@ -93,6 +93,10 @@ class CoordinatorMetrics {
             .set(n);
       }
     }
+    registry_
+        .gauge("kolo_coordinator_leader",
+               "1 if this coordinator serves (always, without --etcd-endpoints), 0 on a standby")
+        .set(server_->isLeader() ? 1 : 0);
     registry_.counter("kolo_coordinator_metric_polls_total", "Snapshots taken for /metrics").inc();
   }
 
@@ -154,9 +158,16 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  // SIGUSR1: sent by the coordinator to itself when it stops leading (etcd).
+  sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  std::atomic<bool> leadership_lost{false};
+  options->on_leadership_lost = [&leadership_lost](const kolo::Status&) {
+    leadership_lost.store(true);
+    ::kill(::getpid(), SIGUSR1);
+  };
   auto server = kolo::coordinator::CoordinatorServer::start(*options);
   if (!server.isOk()) {
     logger->critical("cannot start: {}", server.status().message());
@@ -190,6 +201,16 @@ int main(int argc, char** argv) {
   }
   (void)kolo::sdNotifyStopping();
   metrics.reset();
+  if (leadership_lost.load()) {
+    // Exit rather than stand by in this process: the Core's state may be
+    // ahead of etcd; a restart (systemd, Kubernetes) comes back as a clean
+    // standby that loads the state only if it wins again.
+    logger->critical("exiting with status 3: this coordinator lost its leadership");
+    (*server)->shutdown(std::chrono::milliseconds(0));
+    server->reset();
+    if (!ready_file.empty()) std::remove(ready_file.c_str());
+    return 3;
+  }
   logger->info("got {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
   // Streams and KV waits end at once and unary calls take milliseconds, so
   // the grace mostly bounds how long idle client connections are waited for

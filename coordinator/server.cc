@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -10,6 +11,9 @@
 
 #include "common/log.h"
 #include "coordinator/core.h"
+#include "coordinator/ha/etcd_client.h"
+#include "coordinator/ha/leader_election.h"
+#include "coordinator/persist/etcd_sink.h"
 #include "coordinator/persist/journal.h"
 #include "coordinator/service.h"
 
@@ -98,13 +102,81 @@ Status splitHostPort(const std::string& address, std::string* host, int* port) {
 
 CoordinatorServer::CoordinatorServer(const ServerOptions& options, const Clock* clock,
                                      std::unique_ptr<persist::Journal> journal,
-                                     std::string auth_token)
-    : options_(options), journal_(std::move(journal)), loop_("coord-loop") {
-  core_ = std::make_unique<Core>(&loop_, options.membership, clock, journal_.get(),
-                                 options.watch_limits);
+                                     std::unique_ptr<ha::EtcdClient> etcd, std::string auth_token)
+    : options_(options), journal_(std::move(journal)), etcd_(std::move(etcd)), loop_("coord-loop") {
+  persist::RecordSink* sink = journal_.get();
+  if (etcd_ != nullptr) {
+    persist::EtcdSinkOptions so;
+    so.prefix = options.etcd_prefix;
+    so.compact_records = std::max<uint64_t>(options.compact_records, 1);
+    etcd_sink_ = std::make_unique<persist::EtcdSink>(etcd_.get(), so);
+    sink = etcd_sink_.get();
+    gate_ = std::make_unique<ha::LeaderGate>();
+  }
+  core_ = std::make_unique<Core>(&loop_, options.membership, clock, sink, options.watch_limits);
   core_->setCoalesceJobRecords(true);
   service_ = std::make_unique<CoordinatorService>(&loop_, core_.get(), &shutting_down_,
-                                                  std::move(auth_token));
+                                                  std::move(auth_token), gate_.get());
+}
+
+void CoordinatorServer::setHealth(bool serving) {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  if (server_ == nullptr || shutting_down_.load()) return;
+  if (auto* health = server_->GetHealthCheckService()) {
+    // The overall service "" says the process is alive (liveness probes must
+    // not restart a standby); kolo.coord.Coordinator says it serves (leader).
+    health->SetServingStatus(true);
+    health->SetServingStatus("kolo.coord.Coordinator", serving);
+  }
+}
+
+Status CoordinatorServer::becomeLeader(int64_t create_revision) {
+  auto logger = log::get("coord.ha");
+  auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(persist::LoadedState loaded, etcd_sink_->load());
+  etcd_sink_->arm(options_.etcd_prefix + "leader", create_revision, loaded.last_seq,
+                  [this](const Status& st) { leadershipLost(st); });
+  bool recovered = loaded.last_seq > 0;
+  auto state = std::make_shared<persist::PersistedState>(std::move(loaded.state));
+  Core* core = core_.get();
+  if (shutting_down_.load()) return aborted("shutting down");
+  auto started = loop_.call<bool>(
+      [core, state, recovered] {
+        if (recovered) {
+          // Every agent gets a fresh lease, as after a restart from a state dir.
+          core->restoreOnLoop(*state);
+          core->sink()->compact(core->persistedStateOnLoop());
+        }
+        core->startOnLoop();
+        return true;
+      },
+      std::chrono::seconds(5));
+  if (!started.isOk()) return started.status();
+  if (lost_.load()) return aborted("leadership lost while loading the state");
+  gate_->setLeaderAddress(options_.advertise_address);
+  gate_->setLeading(true);
+  setHealth(true);
+  logger->info(
+      "leading: serving on {} with the state from etcd {} ({} agents, each with a fresh {} ms "
+      "lease, {} jobs, {} keys; loaded in {} ms)",
+      address_, options_.etcd_prefix, state->agents.size(), options_.membership.lease_ms,
+      state->jobs.size(), state->kv.size(),
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  return okStatus();
+}
+
+void CoordinatorServer::leadershipLost(const Status& why) {
+  if (lost_.exchange(true)) return;
+  // Stop serving at once; the process exits (main) and comes back as a standby.
+  if (gate_ != nullptr) {
+    gate_->setLeading(false);
+    gate_->setLeaderAddress("");
+  }
+  setHealth(false);
+  log::get("coord.ha")
+      ->critical("no longer the leader ({}): answering as a standby and exiting", why.message());
+  if (options_.on_leadership_lost) options_.on_leadership_lost(why);
 }
 
 StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const ServerOptions& options,
@@ -136,6 +208,21 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
 
   std::unique_ptr<persist::Journal> journal;
   persist::LoadedState loaded;
+  std::unique_ptr<ha::EtcdClient> etcd;
+  if (!options.etcd_endpoints.empty()) {
+    if (!options.state_dir.empty()) {
+      return invalidArgument(
+          "--state-dir and --etcd-endpoints are mutually exclusive: the state "
+          "is kept either in a directory or in etcd");
+    }
+    ha::EtcdOptions eo;
+    eo.endpoints = options.etcd_endpoints;
+    ASSIGN_OR_RETURN(etcd, ha::EtcdClient::create(eo));
+    logger->info("waiting for etcd at {} (at most {} ms)", etcd->endpointsText(),
+                 options.etcd_connect_timeout_ms);
+    RETURN_IF_ERROR(
+        etcd->waitReachable(std::chrono::milliseconds(options.etcd_connect_timeout_ms)));
+  }
   if (!options.state_dir.empty()) {
     persist::JournalOptions jo;
     jo.dir = options.state_dir;
@@ -145,21 +232,24 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
   bool recovered = journal != nullptr && loaded.last_seq > 0;
   auto state = std::make_shared<persist::PersistedState>(std::move(loaded.state));
 
-  std::unique_ptr<CoordinatorServer> s(
-      new CoordinatorServer(options, clock, std::move(journal), std::move(auth_token)));
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(
+      options, clock, std::move(journal), std::move(etcd), std::move(auth_token)));
   s->loop_.start();
   Core* core = s->core_.get();
-  auto started = s->loop_.call<bool>(
-      [core, state, recovered] {
-        if (recovered) {
-          core->restoreOnLoop(*state);
-          // Start from one fresh snapshot and an empty journal.
-          core->sink()->compact(core->persistedStateOnLoop());
-        }
-        core->startOnLoop();
-        return true;
-      },
-      std::chrono::seconds(30));
+  // With etcd the Core starts when this coordinator is elected (becomeLeader).
+  auto started = s->etcd_ != nullptr ? StatusOr<bool>(true)
+                                     : s->loop_.call<bool>(
+                                           [core, state, recovered] {
+                                             if (recovered) {
+                                               core->restoreOnLoop(*state);
+                                               // Start from one fresh snapshot and an empty
+                                               // journal.
+                                               core->sink()->compact(core->persistedStateOnLoop());
+                                             }
+                                             core->startOnLoop();
+                                             return true;
+                                           },
+                                           std::chrono::seconds(30));
   if (!started.isOk()) return started.status();
   if (recovered) {
     logger->info("recovered {} agents (each with a fresh {} ms lease), {} jobs, {} keys from {}",
@@ -183,20 +273,51 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
                        " (address in use, not an address of this host, or a TLS certificate/key "
                        "gRPC cannot use?)");
   }
-  if (auto* health = s->server_->GetHealthCheckService()) {
-    health->SetServingStatus(true);
-    health->SetServingStatus("kolo.coord.Coordinator", true);
-  }
+  bool wildcard = host == "0.0.0.0" || host.empty() || host == "[::]";
   if (host == "0.0.0.0" || host.empty()) host = "127.0.0.1";
   if (host == "[::]") host = "[::1]";
   s->port_ = bound_port;
   s->address_ = host + ":" + std::to_string(bound_port);
+  s->setHealth(s->etcd_ == nullptr);  // a standby is NOT_SERVING until elected
+  if (s->etcd_ != nullptr) {
+    if (s->options_.advertise_address.empty()) {
+      char name[256] = {};
+      std::string h = host;
+      if (wildcard && ::gethostname(name, sizeof(name) - 1) == 0) h = name;
+      s->options_.advertise_address = h + ":" + std::to_string(bound_port);
+    }
+    ha::ElectionOptions eo;
+    eo.key = s->options_.etcd_prefix + "leader";
+    eo.value = s->options_.advertise_address;
+    eo.ttl = std::chrono::milliseconds(s->options_.election_ttl_ms > 0
+                                           ? s->options_.election_ttl_ms
+                                           : s->options_.membership.lease_ms);
+    CoordinatorServer* self = s.get();
+    ha::ElectionCallbacks cb;
+    cb.elected = [self](int64_t revision) { return self->becomeLeader(revision); };
+    cb.lost = [self](const Status& why) { self->leadershipLost(why); };
+    cb.renewed = [self](int64_t serve_until_ms) { self->gate_->setServeUntil(serve_until_ms); };
+    // The standby answer names the leader the election thread last read.
+    cb.leader_seen = [self](const std::string& leader) {
+      if (!self->lost_.load()) self->gate_->setLeaderAddress(leader);
+    };
+    s->election_ = std::make_unique<ha::LeaderElection>(s->etcd_.get(), eo, std::move(cb));
+    Status st = s->election_->start();
+    if (!st.isOk()) {
+      s->shutdown(std::chrono::milliseconds(0));
+      return st;
+    }
+  }
   logger->info("serving on {} (lease {} ms, heartbeat every {} ms; {}{}; {})", s->address_,
                options.membership.lease_ms, options.membership.heartbeat_interval_ms,
                options.tls_cert_file.empty() ? "plain text" : "TLS",
                options.tls_client_ca_file.empty() ? "" : " with client certificates",
-               options.state_dir.empty() ? "state in memory only"
-                                         : "state journaled in " + options.state_dir);
+               !options.etcd_endpoints.empty()
+                   ? "state in etcd " + s->etcd_->endpointsText() + " " + options.etcd_prefix +
+                         ", advertised as " + s->options_.advertise_address +
+                         " (standby until elected)"
+               : options.state_dir.empty() ? "state in memory only"
+                                           : "state journaled in " + options.state_dir);
   return s;
 }
 
@@ -225,7 +346,10 @@ void CoordinatorServer::shutdown(std::chrono::milliseconds grace) {
   if (!ended.isOk()) logger->warn("shutdown: {}", ended.status().message());
   // 2. Stop gRPC: in-flight calls get `grace`, then they are cancelled.
   if (server_ != nullptr) {
-    if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
+    {
+      std::lock_guard<std::mutex> lock(health_mu_);
+      if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
+    }
     logger->debug("shutdown: health service stopped");
     server_->Shutdown(std::chrono::system_clock::now() + grace);
     logger->debug("shutdown: gRPC server stopped");
@@ -233,8 +357,12 @@ void CoordinatorServer::shutdown(std::chrono::milliseconds grace) {
   }
   // 3. Nothing posts to the loop any more.
   loop_.stop();
-  // 4. Everything journaled so far reaches the disk.
+  // 4. Everything journaled so far reaches the disk (or etcd).
   if (journal_ != nullptr) journal_->close();
+  if (etcd_sink_ != nullptr) etcd_sink_->close();
+  // 5. Resign: revoking the lease deletes the election key, so a standby
+  // takes over at once instead of after the TTL.
+  if (election_ != nullptr) election_->stop();
   logger->info("shut down");
 }
 

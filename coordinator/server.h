@@ -6,11 +6,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/event_loop.h"
 #include "common/status.h"
+#include "coordinator/ha/leader_gate.h"
 #include "coordinator/membership/clock.h"
 #include "coordinator/membership/membership.h"
 #include "coordinator/watch_hub.h"
@@ -25,7 +29,13 @@ class Core;
 class CoordinatorService;
 namespace persist {
 class Journal;
-}
+class EtcdSink;
+class RecordSink;
+}  // namespace persist
+namespace ha {
+class EtcdClient;
+class LeaderElection;
+}  // namespace ha
 
 struct ServerOptions {
   std::string listen = "0.0.0.0:7470";  // host:port; port 0 picks a free one
@@ -37,6 +47,19 @@ struct ServerOptions {
   // this directory and recovered from it at start (coordinator/persist/).
   std::string state_dir;
   uint64_t compact_records = 10000;  // journal records between snapshots
+
+  // High availability (coordinator/ha/, docs/coordinator.md "High
+  // availability on etcd"): non-empty = the state is kept in etcd under
+  // `etcd_prefix` instead of a state dir, and the coordinators sharing that
+  // prefix elect one leader; the others answer UNAVAILABLE "standby: ...".
+  std::vector<std::string> etcd_endpoints;
+  std::string etcd_prefix = "/kolo/default/";
+  int64_t election_ttl_ms = 0;              // 0: membership.lease_ms
+  std::string advertise_address;            // "": listen host (hostname if wildcard) + bound port
+  int64_t etcd_connect_timeout_ms = 10000;  // etcd unreachable at start: give up after this
+  // Called once (any thread) when this coordinator led and stopped leading:
+  // it already answers as a standby; kolo-coordinator then exits 3.
+  std::function<void(const Status&)> on_leadership_lost;
 
   // Transport security (PEM files). tls_cert + tls_key: serve TLS only.
   // tls_client_ca too: mutual TLS, every client must present a certificate
@@ -71,16 +94,30 @@ class CoordinatorServer {
   StatusOr<std::pair<coord::ListAgentsReply, coord::ListJobsReply>> listAgentsAndJobs(
       std::chrono::milliseconds timeout);
 
+  // With etcd: whether this coordinator leads now (always true without).
+  bool isLeader() const { return gate_ == nullptr || gate_->leading(); }
+
   // Ends watch streams and KV waits, stops accepting RPCs, cancels what is
   // still running after `grace`, stops the loop. Idempotent; thread-safe.
   void shutdown(std::chrono::milliseconds grace);
 
  private:
   CoordinatorServer(const ServerOptions& options, const Clock* clock,
-                    std::unique_ptr<persist::Journal> journal, std::string auth_token);
+                    std::unique_ptr<persist::Journal> journal, std::unique_ptr<ha::EtcdClient> etcd,
+                    std::string auth_token);
+  // Election callbacks (election threads).
+  Status becomeLeader(int64_t create_revision);
+  void leadershipLost(const Status& why);
+  void setHealth(bool serving);
 
   ServerOptions options_;
   std::unique_ptr<persist::Journal> journal_;  // null: in memory only; outlives core_
+  std::unique_ptr<ha::EtcdClient> etcd_;       // null: no etcd
+  std::unique_ptr<persist::EtcdSink> etcd_sink_;
+  std::unique_ptr<ha::LeaderGate> gate_;  // null: no etcd (always serving)
+  std::unique_ptr<ha::LeaderElection> election_;
+  std::atomic<bool> lost_{false};
+  std::mutex health_mu_;
   EventLoop loop_;
   std::unique_ptr<Core> core_;
   std::unique_ptr<CoordinatorService> service_;

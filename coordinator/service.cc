@@ -97,6 +97,7 @@ grpc::Status CoordinatorService::checkBearer(const grpc::ServerContext* ctx,
 grpc::Status CoordinatorService::RegisterAgent(grpc::ServerContext* ctx,
                                                const coord::RegisterAgentRequest* req,
                                                coord::RegisterAgentReply* reply) {
+  if (auto st = standby(); st) return *st;
   if (auto st = checkBearer(ctx, "RegisterAgent"); !st.ok()) return st;
   return onLoop<coord::RegisterAgentReply>(
       [req = *req](Core* c, coord::RegisterAgentReply* r) {
@@ -109,6 +110,10 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
                                                         const coord::HeartbeatRequest* req,
                                                         coord::HeartbeatReply* reply) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (auto st = standby(); st) {
+    reactor->Finish(*st);
+    return reactor;
+  }
   if (shutting_down_->load()) {
     reactor->Finish(shuttingDown());
     return reactor;
@@ -121,6 +126,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
 
 grpc::Status CoordinatorService::JoinJob(grpc::ServerContext* ctx, const coord::JoinJobRequest* req,
                                          coord::JoinJobReply* reply) {
+  if (auto st = standby(); st) return *st;
   if (auto st = checkBearer(ctx, "JoinJob"); !st.ok()) return st;
   return onLoop<coord::JoinJobReply>(
       [req = *req](Core* c, coord::JoinJobReply*) { return c->joinJobOnLoop(req); }, reply,
@@ -130,6 +136,7 @@ grpc::Status CoordinatorService::JoinJob(grpc::ServerContext* ctx, const coord::
 grpc::Status CoordinatorService::LeaveJob(grpc::ServerContext* ctx,
                                           const coord::LeaveJobRequest* req,
                                           coord::LeaveJobReply* reply) {
+  if (auto st = standby(); st) return *st;
   if (auto st = checkBearer(ctx, "LeaveJob"); !st.ok()) return st;
   return onLoop<coord::LeaveJobReply>(
       [req = *req](Core* c, coord::LeaveJobReply*) { return c->leaveJobOnLoop(req); }, reply,
@@ -255,6 +262,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::WatchJob(
     st = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "WatchJob: malformed request");
   } else if (shutting_down_->load()) {
     st = shuttingDown();
+  } else if (auto refused = standby(); refused) {
+    st = *refused;
   }
   (void)ctx;
   auto* reactor = new WatchReactor(loop_, core_, std::move(req));
@@ -268,6 +277,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::WatchJob(
 
 grpc::Status CoordinatorService::KvPut(grpc::ServerContext* ctx, const coord::KvPutRequest* req,
                                        coord::KvPutReply* reply) {
+  if (auto st = standby(); st) return *st;
   if (auto st = checkBearer(ctx, "KvPut"); !st.ok()) return st;
   return onLoop<coord::KvPutReply>(
       [req = *req](Core* c, coord::KvPutReply*) { return c->kvPutOnLoop(req); }, reply,
@@ -278,6 +288,10 @@ grpc::ServerUnaryReactor* CoordinatorService::KvGet(grpc::CallbackServerContext*
                                                     const coord::KvGetRequest* req,
                                                     coord::KvGetReply* reply) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (auto st = standby(); st) {
+    reactor->Finish(*st);
+    return reactor;
+  }
   if (shutting_down_->load()) {
     reactor->Finish(shuttingDown());
     return reactor;
@@ -303,6 +317,7 @@ grpc::ServerUnaryReactor* CoordinatorService::KvGet(grpc::CallbackServerContext*
 
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const coord::ListJobsRequest*,
                                           coord::ListJobsReply* reply) {
+  if (auto st = standby(); st) return *st;
   return onLoop<coord::ListJobsReply>(
       [](Core* c, coord::ListJobsReply* r) {
         *r = c->listJobsOnLoop();
@@ -313,6 +328,7 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const coord::Lis
 
 grpc::Status CoordinatorService::ListAgents(grpc::ServerContext*, const coord::ListAgentsRequest*,
                                             coord::ListAgentsReply* reply) {
+  if (auto st = standby(); st) return *st;
   return onLoop<coord::ListAgentsReply>(
       [](Core* c, coord::ListAgentsReply* r) {
         *r = c->listAgentsOnLoop();

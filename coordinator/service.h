@@ -22,10 +22,12 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "common/event_loop.h"
 #include "coordinator/core.h"
+#include "coordinator/ha/leader_gate.h"
 #include "kolo/proto/coordinator.grpc.pb.h"
 
 namespace kolo::coordinator {
@@ -40,12 +42,13 @@ class CoordinatorService final : public CoordinatorServiceBase {
   static constexpr std::chrono::milliseconds kLoopTimeout{5000};
 
   CoordinatorService(EventLoop* loop, Core* core, const std::atomic<bool>* shutting_down,
-                     std::string auth_token = "")
+                     std::string auth_token = "", const ha::LeaderGate* gate = nullptr)
       : loop_(loop),
         core_(core),
         sink_(core->sink()),
         shutting_down_(shutting_down),
-        auth_token_(std::move(auth_token)) {}
+        auth_token_(std::move(auth_token)),
+        gate_(gate) {}
 
   grpc::Status RegisterAgent(grpc::ServerContext* ctx, const coord::RegisterAgentRequest* req,
                              coord::RegisterAgentReply* reply) override;
@@ -73,6 +76,11 @@ class CoordinatorService final : public CoordinatorServiceBase {
   template <typename Reply>
   grpc::Status onLoop(std::function<grpc::Status(Core*, Reply*)> fn, Reply* reply,
                       bool durable = false);
+  // The standby answer (UNAVAILABLE "standby: ...") unless this coordinator
+  // leads or runs without etcd.
+  std::optional<grpc::Status> standby() const {
+    return gate_ == nullptr ? std::nullopt : gate_->refusal();
+  }
   // OK, or UNAUTHENTICATED when a token is required and `ctx` lacks it.
   grpc::Status checkBearer(const grpc::ServerContext* ctx, const char* method) const;
 
@@ -81,6 +89,7 @@ class CoordinatorService final : public CoordinatorServiceBase {
   persist::RecordSink* sink_;  // null: in memory only; waitDurable is thread-safe
   const std::atomic<bool>* shutting_down_;
   const std::string auth_token_;  // empty: no token required
+  const ha::LeaderGate* gate_;    // null: always serve (no etcd); else serve only while leading
 };
 
 }  // namespace kolo::coordinator

@@ -9,6 +9,7 @@ pkgs=(
   libgtest-dev libgmock-dev
   openmpi-bin libopenmpi-dev libgloo-dev
   iproute2 iperf3 systemd
+  etcd-server etcd-client
   python3 python3-yaml python3-pytest python3-numpy python3-torch python3-pip
 )
 if [ "${KOLO_SKIP_PYTHON_DEPS:-0}" = 1 ]; then

@@ -694,6 +694,19 @@ def tls_enabled(c, active):
     return None
 
 
+def coordinator_on_etcd(w):
+    """A coordinator workload whose state is in etcd (several replicas elect
+    a leader): KOLO_ETCD_ENDPOINTS or --etcd-endpoints, and no --state-dir."""
+    for c in containers_of(w):
+        args = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+        env = {e.get("name") for e in c.get("env") or []}
+        etcd = "KOLO_ETCD_ENDPOINTS" in env or any(a.startswith("--etcd-endpoints") for a in args)
+        state_dir = "KOLO_STATE_DIR" in env or any(a.startswith("--state-dir") for a in args)
+        if etcd and not state_dir:
+            return True
+    return False
+
+
 def check_objects(objs, where):
     """Semantic checks over one set of objects (a base or a rendered overlay)."""
     errors = []
@@ -733,9 +746,10 @@ def check_objects(objs, where):
         if w.get("kind") == "Deployment" and (w["spec"].get("replicas", 1) != 1 or
                                               (w["spec"].get("strategy") or {}).get("type")
                                               != "Recreate"):
-            if tlabels.get(LABEL_COMPONENT) == "coordinator":
+            if tlabels.get(LABEL_COMPONENT) == "coordinator" and not coordinator_on_etcd(w):
                 errors.append(f"{where}: {wid}: the coordinator needs replicas: 1 and "
-                              "strategy Recreate (one journal writer)")
+                              "strategy Recreate (one journal writer), unless its state is in "
+                              "etcd (--etcd-endpoints, no --state-dir)")
         spec = pod_spec(w)
         volumes = {v.get("name"): v for v in spec.get("volumes") or []}
         for c in containers_of(w, init=True):
