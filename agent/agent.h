@@ -121,6 +121,7 @@ class Agent : private OpHost {
   uint64_t crossPipelineBytes() const override { return opts_.cross_pipeline_bytes; }
   void observeNegotiation(double seconds) override;
   void observeDirect(uint64_t bytes) override;
+  void failJobForOpOnLoop(Job& job, const Status& st) override { failJobOnLoop(job, st, true); }
   void updateGaugesOnLoop();
   void failJobOnLoop(Job& job, const Status& st, bool tell_coordinator);
   void endJobForRankOnLoop(Job& job, int local_rank);

@@ -110,6 +110,10 @@ class Job {
     // (parallel to slots; empty: all slots), and the first failed transfer.
     std::vector<RemoteSpan> remote_slots;
     std::shared_ptr<FirstError> error;
+    // Direct and pipelined: a rank's tensor could not be read while the
+    // agents' ring already ran (the other agents may have used the chunk),
+    // so the whole job fails (CollectiveOp::finishedInSlotsOnLoop).
+    std::shared_ptr<FirstError> read_error;
     std::vector<std::shared_ptr<SharedRegion>> keepalive;
     std::unique_ptr<char[], void (*)(char*)> staging{nullptr, [](char*) {}};
     // A pipelined allreduce's staging buffer (shared with the negotiation

@@ -46,6 +46,7 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
   li.pipeline_bytes = host.crossPipelineBytes();
   p.leg = planCrossLeg(li);
   const CrossLegPlan leg = p.leg;
+  if (li.direct && leg.pipelined) p.read_error = std::make_shared<FirstError>();
   if (leg.pipelined && leg.needsStaging()) {
     p.shared_staging = staging::acquireShared(p.bytes);  // pooled: see common/staging_pool.h
   } else if (leg.needsStaging()) {
@@ -72,6 +73,8 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
     if (leg.fills()) {
       auto in = std::make_shared<LocalReduce>(r);
       in->dsts = {w.staging};
+      in->remote_dsts.clear();     // (direct: the sources stay remote)
+      in->error = p.read_error;
       in->postscale = 1.0;  // applied after the agents' reduction
       // (`in` keeps the sources alive: the arenas, and a joined ranks' zero
       // source in `scratch`; the lambda keeps the staging buffer.)
@@ -85,6 +88,8 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
       out->postscale = p.postscale;
       out->slots = {w.staging};
       out->dsts = p.slots;
+      out->remote_dsts = p.remote_slots;  // direct: into the ranks' own memory
+      out->error = p.error;
       out->keepalive = p.keepalive;
       out->scratch = p.shared_staging;  // (null when in place)
       w.drain = [out](size_t b, size_t e) { reduceRange(*out, b, e - b); };

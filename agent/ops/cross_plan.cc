@@ -23,10 +23,7 @@ CrossLegPlan planCrossLeg(const CrossLegInputs& in) {
   // drain thread writes each reduced chunk back into the slots. Nothing is
   // left to pipeline when the ring runs in place and needs no scaling; the
   // device path keeps its own staging.
-  // A direct op (the ranks' tensors read from their processes) is not: a
-  // read that fails must reach the other agents as the op's error before
-  // the ring runs, which the local step first does.
-  p.pipelined = in.ok && in.collective == CollectiveType::kAllreduce && !in.has_before_finish && !in.direct &&
+  p.pipelined = in.ok && in.collective == CollectiveType::kAllreduce && !in.has_before_finish &&
                 in.pipeline_bytes > 0 && in.bytes >= in.pipeline_bytes &&
                 (!p.in_place_final || p.copy_in);
   return p;

@@ -26,6 +26,17 @@ void CollectiveOp::finishCrossOnLoop(OpHost& host, Job& job, const std::string& 
 bool CollectiveOp::finishedInSlotsOnLoop(OpHost& host, Job& job, const std::string& name,
                                          const std::shared_ptr<Job::CrossPending>& p,
                                          const CrossResult& result) {
+  if (p->read_error && p->read_error->failed()) {
+    // Pipelined direct: a rank's tensor could not be read while the ring
+    // ran, so the other agents reduced an incomplete buffer: the job fails
+    // everywhere rather than let a wrong result stand.
+    Status st = p->read_error->get().withContext(std::string(collectiveName(p->collective)) + " of tensor '" +
+                                                 name + "' (direct user memory, read while the agents' ring ran)");
+    host.opTimeline().opEnd(name, p->dtype, {});
+    host.finishOpOnLoop(job.id(), p->handles, 0, st, p->report_dtype, p->started, p->collective);
+    host.failJobForOpOnLoop(job, st);
+    return true;
+  }
   if (p->bytes == 0) {
     host.opTimeline().opEnd(name, p->dtype, {});
     host.finishOpOnLoop(job.id(), p->handles, 0, okStatus(), p->report_dtype, {}, p->collective);

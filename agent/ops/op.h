@@ -61,6 +61,8 @@ class OpHost {
   virtual void observeNegotiation(double seconds) = 0;
   // The direct user-memory path moved `bytes` of one rank's tensor in place.
   virtual void observeDirect(uint64_t bytes) = 0;
+  // Fails the whole job on every agent (its ranks get JobFailed).
+  virtual void failJobForOpOnLoop(Job& job, const Status& st) = 0;
 };
 
 class CollectiveOp {

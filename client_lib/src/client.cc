@@ -260,6 +260,7 @@ Status Client::handshake() {
                          " descriptors, expected 3 (arena, doorbell, completion)");
   }
   direct_min_bytes_ = opts_.direct ? w.direct_min_bytes() : 0;
+  direct_alone_min_bytes_ = direct_min_bytes_ > 0 ? w.direct_alone_min_bytes() : 0;
   direct_error_ = w.direct_error();
   if (opts_.direct && direct_min_bytes_ == 0 && !direct_error_.empty()) {
     logger()->debug("direct user-memory path off: {}", direct_error_);

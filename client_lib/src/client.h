@@ -325,6 +325,7 @@ class Client {
   // takes the direct path (0: off, or the agent may not).
   char direct_probe_[16] = {};
   uint64_t direct_min_bytes_ = 0;
+  uint64_t direct_alone_min_bytes_ = 0;  // across agents, this rank alone on its agent
   std::string direct_error_;
   bool sock_eof_ = false;          // drainer-only (and shutdown once no drainer runs)
 

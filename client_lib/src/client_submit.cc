@@ -263,10 +263,12 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
     std::lock_guard<std::mutex> lock(mu_);
     // Across agents with this rank alone on its agent, the arena path runs
     // the agents' ring in place on this rank's slot: as few copies as the
-    // direct path, and they happen here, at submission. The direct path
-    // saves copies wherever the agent reduces several ranks.
-    const bool direct_pays = world_.cross_size <= 1 || world_.local_size >= 2;
-    planned = planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size, direct_pays ? direct_min_bytes_ : 0});
+    // direct path, though here at submission, before the ring. From the
+    // agents' pipeline size up the direct path wins even so: the agent reads
+    // and writes the tensor chunk by chunk while the ring runs.
+    const bool alone = world_.cross_size > 1 && world_.local_size < 2;
+    planned = planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size,
+                                        alone ? direct_alone_min_bytes_ : direct_min_bytes_});
   }
   RETURN_IF_ERROR(planned.status());
   const SlotPlan& plan = *planned;

@@ -388,6 +388,27 @@ int runDirect() {
 // the agent's text (--across, ranks 0 and 1 on one agent: the other
 // agents' ranks get the good result of bad.output); the job goes on (the next
 // allreduce is exact).
+// Across agents with the direct path pipelined (rank 1 alone on its agent,
+// its tensor read chunk by chunk while the agents' ring runs): an unreadable
+// input fails the whole job, on every rank.
+int runDirectBadPipelined() {
+  const size_t count = (1u << 18) + 1;
+  const size_t bytes = count * sizeof(float);
+  int64_t shape[1] = {static_cast<int64_t>(count)};
+  std::vector<float> good(count, 1.0f);
+  void* none = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (none == MAP_FAILED) FAIL("mmap: %s", std::strerror(errno));
+  void* in = g_rank == 1 ? none : good.data();
+  kolo_status_t st = kolo_allreduce("bad.pipelined", in, in, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1.0, 1.0);
+  std::printf("rank %d: bad.pipelined: %s: %s\n", g_rank, kolo_status_string(st), st == KOLO_OK ? "" : kolo_last_error());
+  if (g_rank == 1 && st == KOLO_OK) FAIL("bad.pipelined succeeded on the rank whose input is unreadable");
+  st = kolo_allreduce("after.job.failed", good.data(), good.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM, 1.0, 1.0);
+  if (st == KOLO_OK) FAIL("after.job.failed: the job went on after a tensor the ring used could not be read");
+  std::printf("rank %d: OK the job failed: %s\n", g_rank, kolo_last_error());
+  ::munmap(none, bytes);
+  return 0;
+}
+
 int runDirectBad(bool across) {
   const size_t count = (1u << 18) + 1;  // 1 MiB of float32: the direct path
   const size_t bytes = count * sizeof(float);
@@ -1088,6 +1109,7 @@ int main(int argc, char** argv) {
   else if (mode == "mismatch") rc = runMismatch();
   else if (mode == "direct") rc = runDirect();
   else if (mode == "direct-bad") rc = runDirectBad(argc > 2 && std::string(argv[2]) == "--across");
+  else if (mode == "direct-bad-pipelined") rc = runDirectBadPipelined();
   else if (mode == "duplicate") rc = runDuplicate();
   else if (mode == "die") rc = runDie(argc > 2 ? std::atoi(argv[2]) : 1);
   else if (mode == "stall") rc = runStall(argc > 2 ? std::atoi(argv[2]) : 3);

@@ -69,6 +69,39 @@ TEST(MultiAgentDirect, ExactAcrossAgentsAndErrorsReachEveryAgent) {
   }
 }
 
+// Pipelined direct across agents: one rank per agent, tensors from the
+// agents' pipeline size (512 KiB here) read from the ranks and written back
+// chunk by chunk while the ring runs; next to the arena path below that
+// size, and in the mixed layout. Exact; an unreadable input fails the job
+// on every rank (the ring may have used the chunk).
+TEST(MultiAgentDirect, PipelinedAcrossAgentsIsExactAndAnUnreadableTensorFailsTheJob) {
+  for (const std::vector<int>& layout : {std::vector<int>{1, 1}, std::vector<int>{2, 1}}) {
+    Cluster c(2, {{"KOLO_DIRECT_MIN_KB", "256"}, {"KOLO_CROSS_PIPELINE_KB", "512"}});
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks = c.launchMultiJob("xdirectp" + layoutName(layout), layout, {checkBin(), "direct"});
+    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 2);
+    for (auto& r : ranks) {
+      EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
+      EXPECT_NE(r.output().find("direct checks passed"), std::string::npos) << r.output();
+    }
+    for (int a = 0; a < 2; ++a) {
+      std::string metrics = httpGet(c.agentMetrics(a), "/metrics");
+      EXPECT_EQ(metrics.find("\nkolo_direct_bytes_total 0\n"), std::string::npos)
+          << "agent " << a << " moved nothing directly (" << layoutName(layout) << ")";
+    }
+  }
+  Cluster c(2, {{"KOLO_DIRECT_MIN_KB", "256"}, {"KOLO_CROSS_PIPELINE_KB", "512"}});
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto bad = c.launchMultiJob("xdirectpbad", {1, 1}, {checkBin(), "direct-bad-pipelined"});
+  ASSERT_TRUE(c.waitJob(bad, std::chrono::seconds(60))) << allLogs(c, 2);
+  for (auto& r : bad) {
+    EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
+    EXPECT_NE(r.output().find("OK the job failed"), std::string::npos) << r.output();
+  }
+  EXPECT_NE(bad[1].output().find("Bad address (not mapped or not readable in that process)"), std::string::npos)
+      << bad[1].output();
+}
+
 // Small cached allreduces travel inside the negotiation message
 // (--cross-inline-bytes): every dtype and op, many at once next to larger
 // ones, round after round, exact on every rank.
