@@ -72,14 +72,20 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& opts) {
   c->wake_efd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!c->wake_efd_.valid()) return errnoStatus("eventfd", errno);
   c->start_deadline_ = Clock::now() + opts.start_timeout;
+  Status refused;  // the last momentary refusal, if any
   for (bool told = false;;) {
-    RETURN_IF_ERROR(c->connectSocket());
-    Status s = c->handshake();
+    Status s = c->connectSocket();
+    if (s.isOk()) s = c->handshake();
     if (s.isOk()) return c;
+    if (!refused.isOk() && s.code() == Code::kTimedOut) {
+      // The start timeout ran out during a retry: the refusals are the news.
+      return Status(refused.code(), refused.message() + " (refused until KOLO_START_TIMEOUT ran out)");
+    }
     // A momentary refusal (the agent is out of descriptors or at its
     // connection limit) is retried until KOLO_START_TIMEOUT, as a user would.
     auto wait = std::chrono::milliseconds(c->retry_after_ms_);
     if (c->retry_after_ms_ <= 0 || Clock::now() + wait >= c->start_deadline_) return s;
+    refused = s;
     if (!told) {
       logger()->warn("{}; connecting again until KOLO_START_TIMEOUT", s.message());
       told = true;
