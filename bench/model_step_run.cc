@@ -318,8 +318,9 @@ int modelStepMain(const BenchOptions& o) {
                 row.fusion.c_str(),
                 agents <= 1 ? " (one agent: fusion only applies to cross-agent jobs)" : "");
     std::printf("# time = median over iterations of the slowest rank's time; warmup iters: %d "
-                "iters: %d (cut to ~%g s of step + flat pairs) validation: %d\n#\n%s\n",
-                o.warmup_iters, o.iters, o.max_time_s, o.check ? 1 : 0, stepTableHeader().c_str());
+                "iters: %d (cut to ~%g s of step + flat %s) validation: %d\n#\n%s\n",
+                o.warmup_iters, o.iters, o.max_time_s, o.model_blocking ? "+ blocking loop rounds" : "pairs",
+                o.check ? 1 : 0, stepTableHeader().c_str());
     std::fflush(stdout);
   }
 
