@@ -160,6 +160,9 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
                  "With --compute-ms: FILE of 'name weight' lines (e.g. bench/models/resnet50.flops); each "
                  "gradient's compute is its share of --compute-ms by weight (unlisted tensors: 0) instead "
                  "of by parameter count");
+  app.add_flag("--blocking", o.model_blocking,
+               "Model-step mode: also time the blocking per-tensor loop (each tensor in reverse order, "
+               "kolo_allreduce_async + kolo_synchronize, one at a time), interleaved with the async step and the flat allreduce");
 
   std::vector<const char*> argv = {"kolo-bench"};
   for (auto& a : args) argv.push_back(a.c_str());
@@ -219,6 +222,9 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
   }
   if (!o.model_step_path.empty() && o.op_kind != OpKind::kAllreduce) {
     return invalidArgument("--model-step replays allreduces only");
+  }
+  if (o.model_blocking && o.model_step_path.empty()) {
+    return invalidArgument("--blocking is for --model-step");
   }
   return o;
 }

@@ -62,6 +62,11 @@ struct BenchOptions {
   // tensor's share of --compute-ms by weight (unlisted: 0) instead of by
   // parameter count.
   std::string compute_profile;
+  // --blocking (issue 18 part 2): with --model-step, also time the blocking
+  // per-tensor loop (each tensor in reverse order, submitted and synchronized
+  // before the next, as Open MPI's per-tensor MPI_Allreduce loop), interleaved with
+  // the async step and the flat allreduce.
+  bool model_blocking = false;
 
   bool help = false;  // --help: print help_text and exit 0
   std::string help_text;

@@ -6,7 +6,9 @@
 // then synchronizes all the handles; the step is timed from the first
 // submission to the last completion. The flat baseline is one allreduce of a
 // single buffer of the same total size. The two are timed in alternation
-// (measurePair): the first pair, max-reduced across ranks, plans the
+// (measureInterleaved; with --blocking also the per-tensor blocking loop,
+// each tensor synchronized before the next is submitted): the first round,
+// max-reduced across ranks, plans the
 // iteration count; the per-iteration times are max-reduced outside the
 // timed region; each figure is the median of the slowest rank's times.
 // Gradients are reduced in place (as Horovod's DistributedOptimizer does),
@@ -41,8 +43,9 @@ struct Measured {
   IterationPlan plan;
 };
 
-// The step and the flat allreduce, interleaved: one iteration plan from the
-// first pair's time (max across ranks), warm-up pairs, then timed pairs so
+// The step and the flat allreduce (and with --blocking the per-tensor
+// blocking loop), interleaved: one iteration plan from the first round's
+// time (max across ranks), warm-up rounds, then timed rounds so
 // that both see the same machine. On a shared VM the memory bandwidth drifts
 // (a 256 MiB allreduce took 41 ms in some minutes and 68-75 ms in others on
 // the same machine, docs/benchmarks.md), and timing all steps before all
@@ -50,36 +53,40 @@ struct Measured {
 // kolo-bench row: the per-iteration times are max-reduced across ranks
 // outside the timed region and each figure is the median of the slowest
 // rank's times.
-StatusOr<std::pair<Measured, Measured>> measurePair(KoloSession& kolo, const BenchOptions& o,
-                                                    const std::function<Status()>& step,
-                                                    const std::function<Status()>& flat) {
-  std::vector<double> first(2);
-  auto t0 = KoloSession::now();
-  RETURN_IF_ERROR(step());
-  first[0] = KoloSession::secondsSince(t0);
-  t0 = KoloSession::now();
-  RETURN_IF_ERROR(flat());
-  first[1] = KoloSession::secondsSince(t0);
-  RETURN_IF_ERROR(kolo.maxAcrossRanks("kolo-bench.model.first", first));
-  // The plan's time cut applies to the pair.
-  const IterationPlan plan = planIterations(o.warmup_iters, o.iters, o.max_time_s, first[0] + first[1]);
-  for (int i = 1; i < plan.warmup; ++i) {
-    RETURN_IF_ERROR(step());
-    RETURN_IF_ERROR(flat());
+StatusOr<std::vector<Measured>> measureInterleaved(KoloSession& kolo, const BenchOptions& o,
+                                                   const std::vector<std::function<Status()>>& fns) {
+  const size_t k = fns.size();
+  std::vector<double> first(k);
+  for (size_t j = 0; j < k; ++j) {
+    auto t0 = KoloSession::now();
+    RETURN_IF_ERROR(fns[j]());
+    first[j] = KoloSession::secondsSince(t0);
   }
-  std::vector<double> times(2 * static_cast<size_t>(plan.iters));  // step times, then flat times
-  for (int i = 0; i < plan.iters; ++i) {
-    auto t1 = KoloSession::now();
-    RETURN_IF_ERROR(step());
-    times[static_cast<size_t>(i)] = KoloSession::secondsSince(t1);
-    t1 = KoloSession::now();
-    RETURN_IF_ERROR(flat());
-    times[static_cast<size_t>(plan.iters + i)] = KoloSession::secondsSince(t1);
+  RETURN_IF_ERROR(kolo.maxAcrossRanks("kolo-bench.model.first", first));
+  // The plan's time cut applies to the round (step + flat, + the blocking loop with --blocking).
+  double round = 0;
+  for (double f : first) round += f;
+  const IterationPlan plan = planIterations(o.warmup_iters, o.iters, o.max_time_s, round);
+  for (int i = 1; i < plan.warmup; ++i) {
+    for (const auto& fn : fns) RETURN_IF_ERROR(fn());
+  }
+  const size_t iters = static_cast<size_t>(plan.iters);
+  std::vector<double> times(k * iters);  // fns[0]'s times, then fns[1]'s, ...
+  for (size_t i = 0; i < iters; ++i) {
+    for (size_t j = 0; j < k; ++j) {
+      auto t1 = KoloSession::now();
+      RETURN_IF_ERROR(fns[j]());
+      times[j * iters + i] = KoloSession::secondsSince(t1);
+    }
   }
   RETURN_IF_ERROR(kolo.maxAcrossRanks("kolo-bench.model.times", times));
-  std::vector<double> step_times(times.begin(), times.begin() + plan.iters);
-  std::vector<double> flat_times(times.begin() + plan.iters, times.end());
-  return std::make_pair(Measured{median(step_times), plan}, Measured{median(flat_times), plan});
+  std::vector<Measured> out;
+  for (size_t j = 0; j < k; ++j) {
+    std::vector<double> t(times.begin() + static_cast<std::ptrdiff_t>(j * iters),
+                          times.begin() + static_cast<std::ptrdiff_t>((j + 1) * iters));
+    out.push_back(Measured{median(t), plan});
+  }
+  return out;
 }
 
 // Rank 0's memcpy bandwidth over 256 MiB (best of 3), printed before and
@@ -156,6 +163,18 @@ class StepRunner {
     return first;
   }
 
+  // The blocking per-tensor loop (--blocking): each tensor in reverse order,
+  // kolo_allreduce_async + kolo_synchronize (the C ABI has no blocking call),
+  // each completed before the next is submitted, as a
+  // framework without async submission (or Open MPI's per-tensor
+  // MPI_Allreduce loop) hands them over.
+  Status blockingLoop() {
+    for (size_t i = model_.tensors.size(); i-- > 0;) {
+      RETURN_IF_ERROR(kolo_.allreduce(names_[i], tensor(i), tensor(i), model_.tensors[i].count, o_.dtype, o_.op));
+    }
+    return okStatus();
+  }
+
   void fillPattern(const CheckPattern& p, int rank) {
     for (size_t i = 0; i < model_.tensors.size(); ++i) {
       fillInput(p, rank, tensor(i), model_.tensors[i].count);
@@ -182,7 +201,7 @@ class StepRunner {
 };
 
 Status writeJson(const BenchOptions& o, const StepRow& r, int nranks, int agents, double probe_before,
-                 double probe_after, double compute_only_us) {
+                 double probe_after, double compute_only_us, double blocking_us) {
   nlohmann::json j = {{"benchmark", "kolo-bench --model-step"},
                       {"model_file", o.model_step_path},
                       {"model", r.model},
@@ -211,6 +230,7 @@ Status writeJson(const BenchOptions& o, const StepRow& r, int nranks, int agents
                       {"compute_ms", o.compute_ms},
                       {"compute_only_us", compute_only_us},
                       {"efficiency", compute_only_us > 0 ? compute_only_us / r.step_us : 0.0}};
+  j["blocking_us"] = o.model_blocking ? nlohmann::json(blocking_us) : nlohmann::json(nullptr);
   j["wrong"] = r.wrong ? nlohmann::json(*r.wrong) : nlohmann::json(nullptr);
   std::ofstream f(o.json_path);
   f << j.dump(2) << "\n";
@@ -289,13 +309,18 @@ int modelStepMain(const BenchOptions& o) {
     std::printf("# step: kolo_allreduce_async of every tensor in reverse order, then "
                 "kolo_synchronize of all; op %s, in place, %s\n",
                 std::string(reduceOpName(o.op)).c_str(),
-                o.zero_copy ? "zero-copy (kolo_alloc_shared)" : "user memory (copy-in/copy-out)");
+                o.zero_copy ? "zero-copy (kolo_alloc_shared)"
+                            : "user memory (large tensors read/written in place by the agent, small ones via the arena)");
+    if (o.model_blocking) {
+      std::printf("# blocking loop: kolo_allreduce_async + kolo_synchronize of every tensor in reverse order, one at a time (--blocking)\n");
+    }
     std::printf("# flat: one allreduce of a single %" PRIu64 " B buffer; fusion: %s%s\n", bytes,
                 row.fusion.c_str(),
                 agents <= 1 ? " (one agent: fusion only applies to cross-agent jobs)" : "");
     std::printf("# time = median over iterations of the slowest rank's time; warmup iters: %d "
-                "iters: %d (cut to ~%g s of step + flat pairs) validation: %d\n#\n%s\n",
-                o.warmup_iters, o.iters, o.max_time_s, o.check ? 1 : 0, stepTableHeader().c_str());
+                "iters: %d (cut to ~%g s of step + flat %s) validation: %d\n#\n%s\n",
+                o.warmup_iters, o.iters, o.max_time_s, o.model_blocking ? "+ blocking loop rounds" : "pairs",
+                o.check ? 1 : 0, stepTableHeader().c_str());
     std::fflush(stdout);
   }
 
@@ -314,13 +339,15 @@ int modelStepMain(const BenchOptions& o) {
   };
   double probe_before = 0.0, probe_after = 0.0;
   if (Status st = probe(&probe_before); !st.isOk()) return fail(st, "memcpy probe");
-  auto pair = measurePair(
-      kolo, o, [&] { return runner.step(); },
+  std::vector<std::function<Status()>> fns = {
+      [&] { return runner.step(); },
       [&] {
         return kolo.allreduce("kolo-bench.model.flat." + std::to_string(bytes), base, base, params,
                               o.dtype, o.op);
-      });
-  if (!pair.isOk()) return fail(pair.status(), "model step / flat allreduce");
+      }};
+  if (o.model_blocking) fns.push_back([&] { return runner.blockingLoop(); });
+  auto measured = measureInterleaved(kolo, o, fns);
+  if (!measured.isOk()) return fail(measured.status(), "model step / flat allreduce / blocking loop");
   if (Status st = probe(&probe_after); !st.isOk()) return fail(st, "memcpy probe");
   double compute_only_us = 0;
   if (o.compute_ms > 0) {
@@ -328,8 +355,9 @@ int modelStepMain(const BenchOptions& o) {
     for (int i = 0; i < 5; ++i) c.push_back(runner.computeOnlySeconds());
     compute_only_us = median(c) * 1e6;
   }
-  const Measured* step = &pair->first;
-  const Measured* flat = &pair->second;
+  const Measured* step = &(*measured)[0];
+  const Measured* flat = &(*measured)[1];
+  const double blocking_us = o.model_blocking ? (*measured)[2].seconds * 1e6 : 0.0;
 
   row.step_us = step->seconds * 1e6;
   row.algbw = algBandwidth(bytes, step->seconds);
@@ -346,13 +374,20 @@ int modelStepMain(const BenchOptions& o) {
     Status st = runner.step();
     if (!st.isOk()) return fail(st, "checked model step");
     wrong[0] = static_cast<int64_t>(runner.countWrongAll(pattern));
+    if (o.model_blocking) {
+      runner.fillPattern(pattern, rank);
+      st = runner.blockingLoop();
+      if (!st.isOk()) return fail(st, "checked blocking loop");
+      wrong[0] += static_cast<int64_t>(runner.countWrongAll(pattern));
+    }
     fillInput(pattern, rank, base, params);
     st = kolo.allreduce("kolo-bench.model.flat.check", base, base, params, o.dtype, o.op);
     if (!st.isOk()) return fail(st, "checked flat allreduce");
     wrong[1] = static_cast<int64_t>(countWrong(pattern, base, params));
     if (wrong[0] != 0 || wrong[1] != 0) {
-      std::fprintf(stderr, "kolo-bench: rank %d: %" PRId64 " wrong elements in the step, %" PRId64
-                   " in the flat allreduce\n", rank, wrong[0], wrong[1]);
+      std::fprintf(stderr, "kolo-bench: rank %d: %" PRId64 " wrong elements in the step%s, %" PRId64
+                   " in the flat allreduce\n", rank, wrong[0], o.model_blocking ? " and the blocking loop" : "",
+                   wrong[1]);
     }
     st = kolo.sumAcrossRanks("kolo-bench.model.wrong", wrong);
     if (!st.isOk()) return fail(st, "agreeing on the check");
@@ -361,8 +396,16 @@ int modelStepMain(const BenchOptions& o) {
 
   if (rank == 0) {
     std::printf("%s\n", formatStepRow(row).c_str());
-    std::printf("# steps timed: %d, flat iterations timed: %d (interleaved: step, flat, step, ...)\n", row.steps,
-                row.flat_iters);
+    std::printf("# steps timed: %d, flat iterations timed: %d (interleaved: step, flat, %sstep, ...)\n", row.steps,
+                row.flat_iters, o.model_blocking ? "blocking loop, " : "");
+    if (o.model_blocking) {
+      // Parsed by bench/model_compare.sh: keep "# Blocking loop" and "time(us) X".
+      std::printf("# Blocking loop (per tensor, reverse order, in place, each synchronized before the next): time(us) %.1f busbw %.2f "
+                  "GB/s, blocking/async %.2f, iterations %d\n",
+                  blocking_us,
+                  algBandwidth(bytes, blocking_us / 1e6) * busBandwidthFactor(OpKind::kAllreduce, nranks),
+                  row.step_us > 0 ? blocking_us / row.step_us : 0.0, row.steps);
+    }
     std::printf("# memcpy probe (rank 0, 256 MiB, best of 3): %.2f GB/s before, %.2f GB/s after\n",
                 probe_before, probe_after);
     std::printf("# Out of bounds values : %" PRIu64 " %s\n", row.wrong.value_or(0),
@@ -379,7 +422,7 @@ int modelStepMain(const BenchOptions& o) {
     }
     std::fflush(stdout);
     if (!o.json_path.empty()) {
-      Status st = writeJson(o, row, nranks, agents, probe_before, probe_after, compute_only_us);
+      Status st = writeJson(o, row, nranks, agents, probe_before, probe_after, compute_only_us, blocking_us);
       if (!st.isOk()) {
         std::fprintf(stderr, "kolo-bench: %s\n", st.message().c_str());
         return 2;

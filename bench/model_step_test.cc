@@ -117,6 +117,14 @@ TEST(ModelStepOptions, ParsesModelStep) {
   EXPECT_TRUE(parseBenchArgs({}).value().model_step_path.empty());
 }
 
+TEST(ModelStepOptions, BlockingNeedsModelStep) {
+  auto o = parseBenchArgs({"--model-step", "m.txt", "--blocking"});
+  ASSERT_TRUE(o.isOk()) << o.status().toString();
+  EXPECT_TRUE(o->model_blocking);
+  EXPECT_FALSE(parseBenchArgs({"--model-step", "m.txt"}).value().model_blocking);
+  EXPECT_FALSE(parseBenchArgs({"--blocking"}).isOk());
+}
+
 // The committed lists match the published architectures' parameter counts.
 TEST(ModelFiles, ResNet50) {
   auto m = loadModel(std::string(KOLO_BENCH_MODELS_DIR) + "/resnet50.txt");

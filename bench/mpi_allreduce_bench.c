@@ -17,6 +17,14 @@
  * columns, busbw factors and the same check data as kolo-bench
  * (bench/bench_check.h): (r+1) * ((i % m) + 1) for the sums, exact in
  * float32, and ((i + 3 src + 5 dst) % 251) + 1 for the data the other ops move.
+ *
+ * --model-step FILE (issue 18 part 2): Open MPI's blocking per-tensor loop
+ * over a model's gradients instead of the size sweep: FILE is kolo-bench
+ * --model-step's format ("name count" per line, '#' comments;
+ * bench/models/NAME.txt), laid out in one buffer as kolo-bench does (each
+ * tensor at a multiple of 64 B); one step is MPI_Allreduce(MPI_IN_PLACE,
+ * float32, sum) of every tensor in REVERSE order, one after the other. Same
+ * plan and statistic as the sweep; timed on zeros, checked once with -c 1.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -79,6 +87,7 @@ typedef struct {
   int op;
   int root;
   int in_place; /* allreduce with MPI_IN_PLACE */
+  const char* model_path; /* --model-step FILE */
 } Options;
 
 typedef struct {
@@ -144,6 +153,8 @@ static void usage(void) {
       "  -T,--max-time S        cut the timed loop to ~S seconds per size (default 0.5; 0: never)\n"
       "  -c,--check 0|1         verify every element (default 1)\n"
       "  --inplace              allreduce in place (MPI_IN_PLACE)\n"
+      "  --model-step FILE      a model's gradients (kolo-bench --model-step's file format): time\n"
+      "                         the blocking per-tensor loop (MPI_Allreduce in place, reverse order)\n"
       "  --json FILE            also write rank 0's rows as JSON\n");
 }
 
@@ -161,6 +172,7 @@ static int parse_args(int argc, char** argv, Options* o) {
                                            {"op-kind", required_argument, 0, 'O'},
                                            {"root", required_argument, 0, 'R'},
                                            {"inplace", no_argument, 0, 'I'},
+                                           {"model-step", required_argument, 0, 'M'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   int c, bad = 0;
@@ -209,6 +221,9 @@ static int parse_args(int argc, char** argv, Options* o) {
       case 'I':
         o->in_place = 1;
         break;
+      case 'M':
+        o->model_path = optarg;
+        break;
       case 'h':
         usage();
         return 1;
@@ -225,6 +240,10 @@ static int parse_args(int argc, char** argv, Options* o) {
       o->warmup_iters < 0 || o->max_time_s < 0 || (o->check != 0 && o->check != 1) ||
       o->max_bytes / 4 > (uint64_t)INT_MAX || o->root < 0) {
     fprintf(stderr, "mpi-allreduce-bench: invalid options (see --help)\n");
+    return -1;
+  }
+  if (o->model_path != NULL && o->op != OP_ALLREDUCE) {
+    fprintf(stderr, "mpi-allreduce-bench: --model-step replays allreduces only\n");
     return -1;
   }
   if (o->in_place && o->op != OP_ALLREDUCE) {
@@ -453,13 +472,203 @@ static void write_json(const Options* o, int nranks, const Row* rows, int nrows,
   fclose(f);
 }
 
+
+/* ---- --model-step FILE ------------------------------------------------- */
+
+#define MODEL_ALIGN 64 /* kolo::bench::kModelTensorAlign */
+
+typedef struct {
+  char name[256];
+  uint64_t count, offset; /* elements; byte offset in the buffer */
+} ModelTensor;
+
+/* Parses FILE (kolo::bench::parseModel's format); prints the error and
+ * returns -1 on bad input. *out is malloc'd. */
+static int load_model(const char* path, ModelTensor** out, int* n_out, uint64_t* bytes_out) {
+  FILE* f = fopen(path, "r");
+  if (f == NULL) {
+    fprintf(stderr, "mpi-allreduce-bench: cannot read %s\n", path);
+    return -1;
+  }
+  ModelTensor* t = NULL;
+  int n = 0, cap = 0, lineno = 0;
+  uint64_t off = 0;
+  char line[4096];
+  while (fgets(line, sizeof(line), f) != NULL) {
+    ++lineno;
+    char* hash = strchr(line, '#');
+    if (hash != NULL) *hash = '\0';
+    char name[256], extra[8];
+    unsigned long long count = 0;
+    int k = sscanf(line, "%255s %llu %7s", name, &count, extra);
+    if (k <= 0) continue; /* blank */
+    if (k != 2 || count == 0 || count > (unsigned long long)INT_MAX) {
+      fprintf(stderr, "mpi-allreduce-bench: %s: line %d: expected 'name count' (count 1..%d)\n", path,
+              lineno, INT_MAX);
+      fclose(f);
+      free(t);
+      return -1;
+    }
+    if (n == cap) {
+      cap = cap ? 2 * cap : 256;
+      ModelTensor* nt = realloc(t, sizeof(ModelTensor) * (size_t)cap);
+      if (nt == NULL) {
+        fclose(f);
+        free(t);
+        return -1;
+      }
+      t = nt;
+    }
+    snprintf(t[n].name, sizeof(t[n].name), "%s", name);
+    t[n].count = count;
+    t[n].offset = off;
+    off = (off + count * 4 + MODEL_ALIGN - 1) / MODEL_ALIGN * MODEL_ALIGN;
+    ++n;
+  }
+  fclose(f);
+  if (n == 0) {
+    fprintf(stderr, "mpi-allreduce-bench: %s lists no tensors\n", path);
+    free(t);
+    return -1;
+  }
+  *out = t;
+  *n_out = n;
+  *bytes_out = off;
+  return 0;
+}
+
+/* One step: every tensor, reverse order, blocking, in place. */
+static void model_step_once(const ModelTensor* t, int n, char* base) {
+  for (int i = n - 1; i >= 0; --i) {
+    MPI_Allreduce(MPI_IN_PLACE, base + t[i].offset, (int)t[i].count, MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+  }
+}
+
+static int model_step_main(const Options* o, int rank, int nranks) {
+  ModelTensor* t = NULL;
+  int n = 0;
+  uint64_t layout_bytes = 0;
+  int bad = rank == 0 ? load_model(o->model_path, &t, &n, &layout_bytes) : 0;
+  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (bad) return 2;
+  if (rank != 0 && load_model(o->model_path, &t, &n, &layout_bytes) != 0) MPI_Abort(MPI_COMM_WORLD, 2);
+  uint64_t params = 0;
+  for (int i = 0; i < n; ++i) params += t[i].count;
+  const uint64_t bytes = params * 4;
+  /* The model's name: the file name without directory and extension. */
+  char model[256];
+  const char* slash = strrchr(o->model_path, '/');
+  snprintf(model, sizeof(model), "%s", slash ? slash + 1 : o->model_path);
+  char* dot = strrchr(model, '.');
+  if (dot != NULL && dot != model) *dot = '\0';
+
+  size_t alloc = (size_t)((layout_bytes + 4095) / 4096 * 4096);
+  char* base = aligned_alloc(4096, alloc);
+  double* times = malloc(sizeof(double) * (size_t)(o->iters > 0 ? o->iters : 1));
+  if (base == NULL || times == NULL) {
+    fprintf(stderr, "mpi-allreduce-bench: rank %d: out of memory\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  if (rank == 0) {
+    char version[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(version, &len);
+    char* nl = strchr(version, '\n');
+    if (nl != NULL) *nl = '\0';
+    char* comma = strchr(version, ',');
+    if (comma != NULL) *comma = '\0';
+    printf("# mpi-allreduce-bench model step: %s (%s): %d tensors, %" PRIu64 " parameters, %" PRIu64
+           " B of float32 gradients; nranks %d, %s\n",
+           model, o->model_path, n, params, bytes, nranks, version);
+    printf("# step: MPI_Allreduce(MPI_IN_PLACE, MPI_FLOAT, MPI_SUM) of every tensor in reverse order, "
+           "one after the other (blocking per-tensor loop)\n");
+    printf("# time = median over steps of the slowest rank's step time; warmup iters: %d iters: %d "
+           "(cut to ~%g s) validation: %d\n",
+           o->warmup_iters, o->iters, o->max_time_s, o->check);
+    printf("# %s\n#\n", CPU_DEFINITION);
+    printf("#%11s %7s %10s %12s %12s %11s %11s %7s %11s\n", "model", "tensors", "params", "size(B)",
+           "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "cpu-s/GB");
+    fflush(stdout);
+  }
+
+  memset(base, 0, alloc); /* zeros while timed: in-place sums stay finite */
+  double t0 = MPI_Wtime();
+  model_step_once(t, n, base);
+  double first = MPI_Wtime() - t0;
+  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  int warmup, iters;
+  plan_iterations(o, first, &warmup, &iters);
+  for (int i = 1; i < warmup; ++i) model_step_once(t, n, base);
+  double cpu = self_cpu_seconds();
+  for (int i = 0; i < iters; ++i) {
+    t0 = MPI_Wtime();
+    model_step_once(t, n, base);
+    times[i] = MPI_Wtime() - t0;
+  }
+  cpu = self_cpu_seconds() - cpu;
+  MPI_Allreduce(MPI_IN_PLACE, times, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &cpu, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  double sec = median(times, iters);
+
+  long long wrong = -1;
+  if (o->check) {
+    int m = check_modulus(nranks);
+    /* As kolo-bench: each tensor's check data starts at its element 0. */
+    for (int i = 0; i < n; ++i) fill_input((float*)(base + t[i].offset), t[i].count, rank, m);
+    model_step_once(t, n, base);
+    wrong = 0;
+    for (int i = 0; i < n; ++i) wrong += count_wrong((const float*)(base + t[i].offset), t[i].count, 0, nranks, m);
+    MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  }
+  if (rank == 0) {
+    double algbw = sec > 0 ? (double)bytes / 1e9 / sec : 0.0;
+    double busbw = algbw * bus_factor(OP_ALLREDUCE, nranks);
+    char wrong_s[32];
+    if (wrong >= 0)
+      snprintf(wrong_s, sizeof(wrong_s), "%lld", wrong);
+    else
+      snprintf(wrong_s, sizeof(wrong_s), "N/A");
+    printf("%12s %7d %10" PRIu64 " %12" PRIu64 " %12.1f %11.2f %11.2f %7s %11.4g\n", model, n, params,
+           bytes, sec * 1e6, algbw, busbw, wrong_s, cpu / ((double)bytes * iters / 1e9));
+    printf("# steps timed: %d (warm-up %d)\n", iters, warmup);
+    printf("# Out of bounds values : %lld %s\n", wrong > 0 ? wrong : 0, wrong > 0 ? "FAILED" : "OK");
+    /* Parsed by bench/model_compare.sh. */
+    printf("# Model step (MPI blocking per-tensor loop) : %.1f us\n#\n", sec * 1e6);
+    fflush(stdout);
+    if (o->json_path != NULL) {
+      FILE* f = fopen(o->json_path, "w");
+      if (f != NULL) {
+        fprintf(f,
+                "{\n  \"benchmark\": \"mpi-allreduce-bench --model-step\",\n  \"model_file\": \"%s\",\n"
+                "  \"model\": \"%s\",\n  \"nranks\": %d,\n  \"dtype\": \"float32\",\n  \"op\": \"sum\",\n"
+                "  \"tensors\": %d,\n  \"params\": %" PRIu64 ",\n  \"bytes\": %" PRIu64
+                ",\n  \"blocking_us\": %.6g,\n  \"steps\": %d,\n  \"cpu_s_per_gb\": %.6g,\n",
+                o->model_path, model, nranks, n, params, bytes, sec * 1e6, iters,
+                cpu / ((double)bytes * iters / 1e9));
+        if (wrong >= 0)
+          fprintf(f, "  \"wrong\": %lld\n}\n", wrong);
+        else
+          fprintf(f, "  \"wrong\": null\n}\n");
+        fclose(f);
+      } else {
+        fprintf(stderr, "mpi-allreduce-bench: cannot write %s\n", o->json_path);
+      }
+    }
+  }
+  free(times);
+  free(base);
+  free(t);
+  return wrong > 0 ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0, nranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 
-  Options o = {4, (uint64_t)256 << 20, 2.0, 5, 20, 1, 0.5, NULL, OP_ALLREDUCE, 0};
+  Options o = {4, (uint64_t)256 << 20, 2.0, 5, 20, 1, 0.5, NULL, OP_ALLREDUCE, 0, 0, NULL};
   int pr = parse_args(argc, argv, &o);
   if (pr == 0 && o.op == OP_BROADCAST && o.root >= nranks) {
     if (rank == 0)
@@ -470,6 +679,11 @@ int main(int argc, char** argv) {
   if (pr != 0) {
     MPI_Finalize();
     return pr > 0 ? 0 : 2;
+  }
+  if (o.model_path != NULL) {
+    int rc = model_step_main(&o, rank, nranks);
+    MPI_Finalize();
+    return rc;
   }
 
   /* Sizes and counts: as kolo::bench::opMessageSizes for 4-byte elements. */
