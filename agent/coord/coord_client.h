@@ -140,6 +140,11 @@ class CoordClient {
   // The bound of one try of a unary call (JoinJob, KvPut) whose whole
   // budget is `timeout`: 5 s with several addresses, else all of it.
   std::chrono::milliseconds perTry(std::chrono::milliseconds timeout) const;
+  // The whole budget of a call that must outlive a failover (JoinJob,
+  // LeaveJob, KvPut): `usual` with one address; with several, at least the
+  // watch retry (30 s by default), since electing a new leader takes up to
+  // the election TTL (the coordinators' --lease-ms by default).
+  std::chrono::milliseconds failoverBudget(std::chrono::milliseconds usual) const;
   // After a failure at `from`: where to go next; logs the switch (rate-limited).
   CoordEndpoints::Next failOver(const std::string& from, const std::string& why);
   // A call to `address` worked: tells CoordEndpoints, and logs once when

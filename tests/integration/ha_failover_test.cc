@@ -351,6 +351,39 @@ TEST(HaFailover, LeaderKilledMidRendezvousTheJobForms) {
       << listing << allLogs(*c, 3) << h.logs();
 }
 
+// A job that ends while the coordinators fail over (election TTL 5 s, the
+// default with the default 5 s --lease-ms): the agents' LeaveJob waits for
+// the new leader, and the job is FINISHED there (not RUNNING for ever).
+TEST(HaFailover, AJobEndingDuringTheFailoverIsFinishedOnTheNewLeader) {
+  SKIP_WITHOUT_ETCD();
+  HaCoordinators h;
+  std::string error;
+  ASSERT_TRUE(h.start(2, 5000, &error)) << error << h.logs();
+  const int leader = h.leader(10s);
+  ASSERT_GE(leader, 0) << h.logs();
+  auto c = agentsOn(h, 2);
+  ASSERT_TRUE(c->ok()) << c->error() << h.logs();
+  const std::string stop = c->dir() + "/stop";
+  auto job = c->launchMultiJob("ha-end", {1, 1}, {binDir() + "/kolo_check", "until", stop});
+  ASSERT_TRUE(waitForText(job[0], "training", 30s)) << job[0].output() << allLogs(*c, 2);
+  std::this_thread::sleep_for(500ms);  // the leader renewed its lease
+  const auto t0 = Clock::now();
+  h.kill(leader);
+  { std::ofstream(stop) << "stop\n"; }
+  ASSERT_TRUE(c->waitJob(job, 30s)) << allLogs(*c, 2);
+  expectExact(job, "allreduces until stopped", allLogs(*c, 2));
+  const double ended_ms = msSince(t0);
+  std::string listing;
+  EXPECT_TRUE(waitJobState(h, c->dir(), "ha-end", "FINISHED", 15s, &listing))
+      << listing << allLogs(*c, 2) << h.logs();
+  std::printf("[ha-failover] a job ended %.0f ms after kill -9 of the leader (TTL 5 s): FINISHED "
+              "on the new leader %.0f ms after the kill\n",
+              ended_ms, msSince(t0));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(c->agentLog(i).find("LeaveJob(ha-end) failed"), std::string::npos) << c->agentLog(i);
+  }
+}
+
 // etcd killed and started again (same data dir and port) under a running
 // job: with a 5 s TTL the leader rides it out; the job finishes exact, a
 // job formed after forms, and both reach etcd (FINISHED in the listing).
