@@ -351,6 +351,45 @@ TEST(HaFailover, LeaderKilledMidRendezvousTheJobForms) {
       << listing << allLogs(*c, 3) << h.logs();
 }
 
+// kill -9 of the leader as a job forms, at three points: as soon as its
+// ranks are started, when agent 0 admitted its rank (its JoinJob is on the
+// way), and when agent 0 saw the sealed World (the agents' bootstrap keys,
+// KvPut / KvGet, are on the way). The job forms and finishes exact each time.
+TEST(HaFailover, LeaderKilledAsAJobFormsTheJobForms) {
+  SKIP_WITHOUT_ETCD();
+  HaCoordinators h;
+  std::string error;
+  ASSERT_TRUE(h.start(3, 2000, &error)) << error << h.logs();
+  int leader = h.leader(10s);
+  ASSERT_GE(leader, 0) << h.logs();
+  auto c = agentsOn(h, 2);
+  ASSERT_TRUE(c->ok()) << c->error() << h.logs();
+  const std::vector<std::pair<std::string, std::string>> points = {
+      {"started", ""}, {"join", "admitted pid"}, {"bootstrap", "generation 1: 2 ranks"}};
+  for (const auto& [point, needle] : points) {
+    const std::string id = "ha-race-" + point;
+    const size_t before = countOf(c->agentLog(0), needle);
+    auto job = c->launchMultiJob(id, {1, 1}, {binDir() + "/kolo_check", "loop", "20"});
+    if (!needle.empty()) {
+      ASSERT_TRUE(waitForText(c->agent(0), needle, 10s, before + 1)) << c->agentLog(0);
+    }
+    const auto t0 = Clock::now();
+    h.kill(leader);
+    const int old = leader;
+    ASSERT_TRUE(c->waitJob(job, 40s)) << id << "\n" << allLogs(*c, 2) << h.logs();
+    expectExact(job, "OK 20 loop allreduces", id + "\n" + allLogs(*c, 2) + h.logs());
+    std::printf("[ha-failover] kill -9 of the leader at %s of job %s: it finished %.0f ms after "
+                "the kill\n",
+                point.c_str(), id.c_str(), msSince(t0));
+    leader = h.leader(10s);
+    ASSERT_GE(leader, 0) << h.logs();
+    ASSERT_TRUE(h.startOne(old, &error)) << error;  // back, as a standby
+    std::string listing;
+    EXPECT_TRUE(waitJobState(h, c->dir(), id, "FINISHED", 10s, &listing))
+        << listing << allLogs(*c, 2) << h.logs();
+  }
+}
+
 // A job that ends while the coordinators fail over (election TTL 5 s, the
 // default with the default 5 s --lease-ms): the agents' LeaveJob waits for
 // the new leader, and the job is FINISHED there (not RUNNING for ever).
