@@ -558,5 +558,60 @@ TEST(HaFailover, EtcdUnreachableTheLeaderExitsAndNothingIsLost) {
   EXPECT_NE(agents.output().find("node1"), std::string::npos) << agents.output();
 }
 
+// etcd hung (SIGSTOP) for 5 s, as a partition looks from the coordinators:
+// the leader exits 3; every lease ran out in etcd meanwhile, so once etcd
+// answers again the standby that was there all along gets a new lease and
+// wins with the whole state (no restart needed); the job trains on and
+// finishes exact.
+TEST(HaFailover, EtcdHungTheStandbyTakesOverWhenItAnswers) {
+  SKIP_WITHOUT_ETCD();
+  HaCoordinators h;
+  std::string error;
+  ASSERT_TRUE(h.start(2, 2000, &error)) << error << h.logs();
+  const int leader = h.leader(10s);
+  ASSERT_GE(leader, 0) << h.logs();
+  const int standby = 1 - leader;
+  auto c = agentsOn(h, 2);
+  ASSERT_TRUE(c->ok()) << c->error() << h.logs();
+  const std::string stop = c->dir() + "/stop";
+  const std::string steps = c->dir() + "/progress";
+  auto job = c->launchMultiJob("ha-hung", {1, 1}, {binDir() + "/kolo_check", "until", stop},
+                               {{"KOLO_CHECK_PROGRESS", steps}});
+  ASSERT_TRUE(waitForText(job[0], "training", 30s)) << job[0].output() << allLogs(*c, 2);
+
+  const auto t0 = Clock::now();
+  h.etcd.signal(SIGSTOP);
+  ASSERT_TRUE(waitProcess(h.proc(leader), 2000ms + 5s)) << "the leader must exit\n" << h.logs();
+  EXPECT_EQ(h.proc(leader).exit_code, 3) << h.proc(leader).output();
+  const int step_out = progress(steps);
+  std::this_thread::sleep_for(5s - (Clock::now() - t0));
+  EXPECT_GT(progress(steps), step_out) << "the job must train on without a coordinator";
+  h.etcd.signal(SIGCONT);
+  const auto back = Clock::now();
+  const int next = h.leader(15s);
+  ASSERT_EQ(next, standby) << h.logs();
+  const double led_ms = msSince(back);
+  EXPECT_NE(h.proc(standby).output().find("but the election lease"), std::string::npos)
+      << h.proc(standby).output();
+  EXPECT_EQ(h.proc(standby).output().find("etcd renews the election lease again"), std::string::npos)
+      << h.proc(standby).output();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(waitForText(c->agent(i), "now using the coordinator at " + h.address(standby), 10s))
+        << c->agentLog(i) << h.logs();
+  }
+  std::printf("[ha-failover] etcd hung 5 s: the standby led %.0f ms after etcd answered again, "
+              "both agents on it %.0f ms after\n",
+              led_ms, msSince(back));
+  auto job2 = c->launchMultiJob("ha-hung-2", {1, 1}, {binDir() + "/kolo_check", "loop", "20"});
+  ASSERT_TRUE(c->waitJob(job2, 30s)) << allLogs(*c, 2) << h.logs();
+  expectExact(job2, "OK 20 loop allreduces", allLogs(*c, 2));
+  { std::ofstream(stop) << "stop\n"; }
+  ASSERT_TRUE(c->waitJob(job, 30s)) << allLogs(*c, 2);
+  expectExact(job, "allreduces until stopped", allLogs(*c, 2));
+  std::string listing;
+  EXPECT_TRUE(waitJobState(h, c->dir(), "ha-hung", "FINISHED", 10s, &listing))
+      << listing << allLogs(*c, 2) << h.logs();
+}
+
 }  // namespace
 }  // namespace kolo::testing
