@@ -8,10 +8,13 @@
 //     answered by the new leader is printed (median, max);
 //   - kill -9 of the leader mid-rendezvous (two agents joined, the job not
 //     sealed): the job forms on the new leader, with a third agent whose
-//     ranks start during the failover;
+//     ranks start during the failover; and as a job forms (at the ranks'
+//     start, at a JoinJob, at the bootstrap keys);
+//   - a job ending during the failover is FINISHED on the new leader;
 //   - etcd restarted (same data dir and port) under a running job;
 //   - etcd away until the leader exits (3): clear errors, the job keeps
-//     training, and once etcd and a coordinator are back nothing is lost.
+//     training, and once etcd and a coordinator are back nothing is lost;
+//   - etcd hung: the standby takes over once etcd answers again.
 // Skipped without an etcd binary (/usr/bin/etcd or $KOLO_ETCD_BIN).
 #include <gtest/gtest.h>
 #include <signal.h>
