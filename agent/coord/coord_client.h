@@ -54,7 +54,9 @@ class CoordClient {
   // Call before registerAgent: the address `kolo agents` shows for this agent.
   void setRpcAddress(const std::string& addr) { self_.set_rpc_address(addr); }
   // How long a broken watch is opened again before the job's callback gets
-  // the error (30 s by default). Call before joinAndWatch.
+  // the error (30 s by default); with several addresses also the least
+  // budget of JoinJob, LeaveJob and KvPut (failoverBudget). Call before
+  // joinAndWatch.
   void setWatchRetry(std::chrono::milliseconds d) { watch_retry_ = d; }
   // Registers, retrying until `deadline`. Blocking; call before serving.
   Status registerAgent(std::chrono::steady_clock::time_point deadline);
