@@ -220,6 +220,10 @@ std::chrono::milliseconds CoordClient::perTry(std::chrono::milliseconds timeout)
   return endpoints_.size() > 1 ? std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(5)) : timeout;
 }
 
+std::chrono::milliseconds CoordClient::failoverBudget(std::chrono::milliseconds usual) const {
+  return endpoints_.size() > 1 ? std::max(usual, watch_retry_) : usual;
+}
+
 CoordClient::~CoordClient() { shutdown(); }
 
 void CoordClient::cancelRegistration() {
@@ -439,7 +443,7 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
       req.set_max_size(elastic.max_size);
       req.set_elastic_timeout_ms(elastic.timeout_ms);
       coord::JoinJobReply rep;
-      const auto timeout = std::chrono::seconds(10);
+      const auto timeout = failoverBudget(std::chrono::seconds(10));
       Outcome o = callWithFailover(
           Clock::now() + timeout, perTry(timeout), true,
           [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) { return st.JoinJob(&ctx, req, &rep); });
@@ -580,9 +584,11 @@ void CoordClient::leave(const std::string& job_id, bool failed, const std::strin
     req.set_failed(failed);
     req.set_reason(reason);
     coord::LeaveJobReply rep;
-    const auto timeout = std::chrono::seconds(3);
+    // Long enough for a new leader to be elected: a leave lost in a failover
+    // would leave the job RUNNING there for good (its agents heartbeat on).
+    const auto timeout = failoverBudget(std::chrono::seconds(3));
     Outcome o = callWithFailover(
-        Clock::now() + timeout, timeout, true,
+        Clock::now() + timeout, std::chrono::seconds(3), true,
         [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) { return st.LeaveJob(&ctx, req, &rep); });
     if (!o.status.ok()) logger()->warn("LeaveJob({}) failed: {}", job_id, o.status.error_message());
   });
@@ -597,7 +603,7 @@ Status CoordClient::kvPut(const std::string& job_id, const std::string& token,
   req.set_key(key);
   req.set_value(value);
   coord::KvPutReply rep;
-  const auto timeout = std::chrono::seconds(10);
+  const auto timeout = failoverBudget(std::chrono::seconds(10));
   Outcome o = callWithFailover(
       Clock::now() + timeout, perTry(timeout), true,
       [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) { return st.KvPut(&ctx, req, &rep); });

@@ -54,7 +54,9 @@ class CoordClient {
   // Call before registerAgent: the address `kolo agents` shows for this agent.
   void setRpcAddress(const std::string& addr) { self_.set_rpc_address(addr); }
   // How long a broken watch is opened again before the job's callback gets
-  // the error (30 s by default). Call before joinAndWatch.
+  // the error (30 s by default); with several addresses also the least
+  // budget of JoinJob, LeaveJob and KvPut (failoverBudget). Call before
+  // joinAndWatch.
   void setWatchRetry(std::chrono::milliseconds d) { watch_retry_ = d; }
   // Registers, retrying until `deadline`. Blocking; call before serving.
   Status registerAgent(std::chrono::steady_clock::time_point deadline);
@@ -140,6 +142,11 @@ class CoordClient {
   // The bound of one try of a unary call (JoinJob, KvPut) whose whole
   // budget is `timeout`: 5 s with several addresses, else all of it.
   std::chrono::milliseconds perTry(std::chrono::milliseconds timeout) const;
+  // The whole budget of a call that must outlive a failover (JoinJob,
+  // LeaveJob, KvPut): `usual` with one address; with several, at least the
+  // watch retry (30 s by default), since electing a new leader takes up to
+  // the election TTL (the coordinators' --lease-ms by default).
+  std::chrono::milliseconds failoverBudget(std::chrono::milliseconds usual) const;
   // After a failure at `from`: where to go next; logs the switch (rate-limited).
   CoordEndpoints::Next failOver(const std::string& from, const std::string& why);
   // A call to `address` worked: tells CoordEndpoints, and logs once when

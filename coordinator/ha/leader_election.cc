@@ -113,14 +113,18 @@ void LeaderElection::leaseMain() {
       next_renewal = nowMs() + 200;
       continue;
     }
-    if (failing) logger->info("etcd renews the election lease again");
+    if (failing && *ttl > 0) logger->info("etcd renews the election lease again");
     failing = false;
     if (*ttl <= 0) {
       if (leader_.load()) {
         loseLeadership(aborted("etcd says the election lease expired"));
         continue;
       }
-      Status st = grantLease();  // a standby just needs a new one
+      // A standby just needs a new one (etcd answers again after more than
+      // the TTL without renewals: a partition, a hung etcd).
+      logger->info("etcd answers again but the election lease {:x} expired there; taking a new one",
+                   lease_id_.load());
+      Status st = grantLease();
       if (!st.isOk()) {
         next_renewal = nowMs() + 200;
         continue;

@@ -138,14 +138,18 @@ Cluster::Cluster(const ClusterOptions& o) {
     return;
   }
   dir_ = tmpl;
-  std::vector<std::string> cargv = {binDir() + "/kolo-coordinator", "--listen", o.coordinator_listen,
-                                    "--ready-file", dir_ + "/coord.ready", "--lease-ms", "3000",
-                                    "--heartbeat-interval-ms", "500"};
-  cargv.insert(cargv.end(), o.coordinator_args.begin(), o.coordinator_args.end());
-  coord_ = spawnProcess(prefixed(o.coordinator_prefix, cargv), {}, dir_ + "/coordinator.log");
-  if (!waitForFile(dir_ + "/coord.ready", coord_, std::chrono::seconds(20), &coord_addr_)) {
-    error_ = "coordinator did not become ready: " + coord_.output();
-    return;
+  if (!o.external_coordinators.empty()) {
+    coord_addr_ = o.external_coordinators;
+  } else {
+    std::vector<std::string> cargv = {binDir() + "/kolo-coordinator", "--listen", o.coordinator_listen,
+                                      "--ready-file", dir_ + "/coord.ready", "--lease-ms", "3000",
+                                      "--heartbeat-interval-ms", "500"};
+    cargv.insert(cargv.end(), o.coordinator_args.begin(), o.coordinator_args.end());
+    coord_ = spawnProcess(prefixed(o.coordinator_prefix, cargv), {}, dir_ + "/coordinator.log");
+    if (!waitForFile(dir_ + "/coord.ready", coord_, std::chrono::seconds(20), &coord_addr_)) {
+      error_ = "coordinator did not become ready: " + coord_.output();
+      return;
+    }
   }
   for (int i = 0; i < agents; ++i) {
     std::string id = "node" + std::to_string(i);

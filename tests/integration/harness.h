@@ -48,6 +48,10 @@ struct ClusterOptions {
   // e.g. ",127.0.0.1:PORT" for a second coordinator started later.
   std::string agent_coordinator_suffix;
   std::string agent_coordinator_prefix;  // prepended, e.g. "STANDBY:PORT,"
+  // Non-empty: no coordinator is started; the agents are given this list
+  // (coordinators the test runs itself, e.g. on etcd). coordinator() is
+  // then a Proc that never ran and coordinatorAddress() this list.
+  std::string external_coordinators;
 };
 
 class Cluster {

@@ -11,7 +11,8 @@
 //   kolo_check loop N              N allreduces (a second job running alongside)
 //   kolo_check until FILE          allreduces with exact results until FILE exists (all ranks
 //                                  agree when: the flag is part of the sum); rank 0 says
-//                                  "training" after the first
+//                                  "training" after the first; with KOLO_CHECK_PROGRESS=PATH
+//                                  rank 0 writes its step count there every 50 steps
 //   kolo_check init-only           init, print the world, shut down
 //   kolo_check broadcast [--big]   every dtype x several roots x sizes 0/1/odd (1M with --big)
 //   kolo_check allgather [--big]   first dims differing per rank (0 included), every dtype
@@ -27,6 +28,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
@@ -640,6 +642,7 @@ int runUntil(const char* stop_file) {
   std::vector<float> a(count + 1);
   int64_t shape[1] = {static_cast<int64_t>(count + 1)};
   const auto give_up = Clock::now() + std::chrono::seconds(120);
+  const char* progress = std::getenv("KOLO_CHECK_PROGRESS");
   int i = 0;
   for (;; ++i) {
     for (size_t k = 0; k < count; ++k) a[k] = static_cast<float>(g_rank + i + static_cast<int>(k % 3));
@@ -655,6 +658,13 @@ int runUntil(const char* stop_file) {
       std::fflush(stdout);
     }
     if (a[count] > 0.0f) break;
+    if (progress != nullptr && g_rank == 0 && i % 50 == 0) {
+      // Rank 0's step count, for tests that watch the job go on (rewritten in place).
+      if (FILE* f = std::fopen(progress, "w")) {
+        std::fprintf(f, "%d\n", i);
+        std::fclose(f);
+      }
+    }
     // Pacing, not synchronisation: leave the shared CPUs to the daemons.
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     if (Clock::now() > give_up) FAIL("step %d: %s did not appear within 120 s", i, stop_file);
