@@ -28,7 +28,7 @@ The model (t in seconds, S bytes, R link rate in bit/s):
     bench/cluster/cost_model.py                 # fit, error table, 64/512-GPU predictions
     bench/cluster/cost_model.py --plot docs/img/cluster_efficiency.png
     bench/cluster/cost_model.py --check         # ctest bench.cost_model: exit 1 if an error bound is broken
-    bench/cluster/cost_model.py --markdown      # the tables of docs/benchmarks.md "Cost model"
+    bench/cluster/cost_model.py --alpha-us 50 --intra-gbs 50     # the predictions' sensitivity
 
 Python 3 standard library (matplotlib for --plot only). Exit: 0 ok, 1 a --check bound broken, 2 bad data.
 """
@@ -343,7 +343,7 @@ def pct(x):
     return "%+.1f%%" % (100 * x)
 
 
-def report(p, errs, models, cp, markdown):
+def report(p, errs, models, cp):
     print("# cost_model.py: fitted from %d busbw points, %d 4-byte latencies (docs/data/cluster-*)"
           % (len(errs["busbw"]), len(errs["lat"])))
     print("eta (kolo ring / wire, kolo_alloc_shared) = %.3f   alpha (per ring step, large) = %.1f us" % (p.eta, p.alpha * 1e6))
@@ -415,8 +415,8 @@ def plot(path, p, errs, models, cp):
     pv = p.but(gamma=0.0)
     ks = [2, 3, 4, 5, 6, 7, 8, 12, 16]
     for name in ("resnet50", "vgg16", "bert_large"):
-        a1.plot(ks, [harness_eff(models[name], k, 1e9, pv) for k in ks], "-", color=colors[name],
-                label="%s, model" % name)
+        a1.plot(ks, [harness_eff(models[name], k, 1e9, pv) for k in ks], "-" if name != "vgg16" else "--",
+                color=colors[name], label="%s, model" % name)
         pts = [(r["k"], r["eff"]) for r, _, _ in errs["eff"] if r["model"] == name]
         if pts:
             a1.plot([x for x, _ in pts], [y for _, y in pts], "o", color=colors[name], label="%s, measured" % name)
@@ -448,7 +448,10 @@ def main():
     ap.add_argument("--plot", metavar="PNG", nargs="?", const=os.path.join(ROOT, "docs", "img", "cluster_efficiency.png"),
                     help="write the plot (default docs/img/cluster_efficiency.png)")
     ap.add_argument("--check", action="store_true", help="exit 1 if the error on the stored points exceeds the bounds")
-    ap.add_argument("--markdown", action="store_true", help="(the tables are Markdown already; kept for symmetry)")
+    ap.add_argument("--alpha-us", type=float, default=ALPHA_NET * 1e6,
+                    help="predictions: per-message latency node to node, kolo included (default %(default)g)")
+    ap.add_argument("--intra-gbs", type=float, default=100.0,
+                    help="predictions: local reduce over a node's GPUs, GB/s (default %(default)g)")
     a = ap.parse_args()
     bw, lat, steps = load_measurements(a.data)
     if not bw or not lat:
@@ -459,6 +462,8 @@ def main():
     fit_kappa(p, steps, models)
     errs = check_errors(bw, lat, steps, p, models)
     cp = cluster_params(p)
+    cp.alpha = cp.alpha_sw = a.alpha_us * 1e-6
+    globals()["B_INTRA"] = a.intra_gbs * 1e9
     if a.check:
         s = summary(errs)
         bounds = [("busbw median", s["bw_med"], BOUND_BUSBW_MEDIAN), ("busbw max 1G", s["bw_max_1g"], BOUND_BUSBW_MAX_1G),
@@ -470,7 +475,7 @@ def main():
         for n, v, b in bounds:
             print("%-15s |error| %5.1f%% (bound %.0f%%)%s" % (n, 100 * v, 100 * b, "  BROKEN" if v > b else ""))
         return 1 if bad else 0
-    report(p, errs, models, cp, a.markdown)
+    report(p, errs, models, cp)
     if a.plot:
         plot(a.plot, p, errs, models, cp)
     return 0
