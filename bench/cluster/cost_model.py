@@ -20,10 +20,12 @@ The model (t in seconds, S bytes, R link rate in bit/s):
   4-byte op     t4(K) = c0 + 2 log2(K) alpha_sw over(K): negotiation + the recursive-doubling allreduce;
                 over(K) = 2K processes / cores (the VM: an agent and a rank per node on 2 cores), 1 on a cluster.
   step          forward F (no communication), then the backward pass B spread over the gradients (by FLOPs from
-                bench/models/NAME.flops, else by parameters), gradients ready in reverse order; negotiation cycles
-                run back to back while anything is ready; each cycle's ready gradients are fused up to the
-                threshold (128 MiB) and allreduced in order on one channel. step = F + max(B, last allreduce end);
-                efficiency = (F + B) / step.
+                bench/models/NAME.flops, else by parameters), gradients ready in reverse order; a cycle starts when
+                something is ready, its Min-reduction rides the backend's queue (ends t_neg after the collectives
+                already posted), its ready gradients are fused up to the threshold (128 MiB) and allreduced in
+                order on one channel. Host contention: the compute is slowed by kappa x the ring time beside it
+                (fitted on the VM's 2 shared cores; 0 for GPUs). step = F + max(B + kappa overlap, last allreduce
+                end); efficiency = (F + B) / step.
 
     bench/cluster/cost_model.py                 # fit, error table, 64/512-GPU predictions
     bench/cluster/cost_model.py --plot docs/img/cluster_efficiency.png
