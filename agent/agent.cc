@@ -567,8 +567,8 @@ void Agent::grantDirectOnLoop(ClientConn& c, const ipc::Hello& h, ipc::Welcome* 
   }
   c.direct_min_bytes = opts_.direct_min_bytes;
   w->set_direct_min_bytes(opts_.direct_min_bytes);
-  if (opts_.cross_pipeline_bytes > 0) {
-    w->set_direct_alone_min_bytes(std::max(opts_.direct_min_bytes, opts_.cross_pipeline_bytes));
+  if (opts_.direct_alone_min_bytes > 0) {
+    w->set_direct_alone_min_bytes(std::max(opts_.direct_min_bytes, opts_.direct_alone_min_bytes));
   }
 }
 

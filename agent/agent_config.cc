@@ -30,6 +30,11 @@ void defineAgentKnobs(Config& c) {
               "Default size of each trainer's shared arena in MiB (sparse; pages are used on touch)")
       .define("reduce-threads", KnobType::kInt, "0",
               "Threads for large local reductions (0 = number of cores)")
+      .define("direct-alone-min-kb", KnobType::kInt, "0",
+              "Across agents, a trainer alone on this agent takes the direct path from this many KiB (at least "
+              "--direct-min-kb): its tensor is read and written chunk by chunk while the agents' ring runs "
+              "(pipelined from --cross-pipeline-kb); 0 = never: the ring runs in place on its arena slot, which "
+              "measured faster on 2 cores (docs/architecture.md, \"Direct user memory\")")
       .define("inline-reduce-kb", KnobType::kInt, "256",
               "Reductions up to this size run on the loop thread (no thread hop)")
       .define("direct-min-kb", KnobType::kInt, "1024",
@@ -217,6 +222,10 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
     return invalidArgument("--direct-min-kb must be between 0 (off) and 1073741824");
   }
   o.direct_min_bytes = static_cast<uint64_t>(c.getInt("direct-min-kb")) << 10;
+  if (c.getInt("direct-alone-min-kb") < 0 || c.getInt("direct-alone-min-kb") > (int64_t{1} << 30)) {
+    return invalidArgument("--direct-alone-min-kb must be between 0 (off) and 1073741824");
+  }
+  o.direct_alone_min_bytes = static_cast<uint64_t>(c.getInt("direct-alone-min-kb")) << 10;
   o.register_timeout_s = static_cast<int>(c.getInt("register-timeout-s"));
   o.coordinator_watch_retry_s = static_cast<int>(c.getInt("coordinator-watch-retry-s"));
   if (o.coordinator_watch_retry_s < 1 || o.coordinator_watch_retry_s > 3600) {

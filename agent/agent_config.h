@@ -42,6 +42,7 @@ struct AgentOptions {
   int reduce_threads = 0;
   uint64_t inline_reduce_bytes = 0;
   uint64_t direct_min_bytes = 1 << 20;  // 0: the direct user-memory path is off
+  uint64_t direct_alone_min_bytes = 0;  // across agents, a trainer alone on the agent (0: never)
   int64_t spin_us = 50;
   int register_timeout_s = 30;
   // How long a broken WatchJob stream is opened again before the job fails.

@@ -69,14 +69,15 @@ TEST(MultiAgentDirect, ExactAcrossAgentsAndErrorsReachEveryAgent) {
   }
 }
 
-// Pipelined direct across agents: one rank per agent, tensors from the
-// agents' pipeline size (512 KiB here) read from the ranks and written back
+// Pipelined direct across agents (--direct-alone-min-kb, off by default):
+// one rank per agent, tensors from the agents' pipeline size (512 KiB here)
+// read from the ranks and written back
 // chunk by chunk while the ring runs; next to the arena path below that
 // size, and in the mixed layout. Exact; an unreadable input fails the job
 // on every rank (the ring may have used the chunk).
 TEST(MultiAgentDirect, PipelinedAcrossAgentsIsExactAndAnUnreadableTensorFailsTheJob) {
   for (const std::vector<int>& layout : {std::vector<int>{1, 1}, std::vector<int>{2, 1}}) {
-    Cluster c(2, {{"KOLO_DIRECT_MIN_KB", "256"}, {"KOLO_CROSS_PIPELINE_KB", "512"}});
+    Cluster c(2, {{"KOLO_DIRECT_MIN_KB", "256"}, {"KOLO_CROSS_PIPELINE_KB", "512"}, {"KOLO_DIRECT_ALONE_MIN_KB", "512"}});
     ASSERT_TRUE(c.ok()) << c.error();
     auto ranks = c.launchMultiJob("xdirectp" + layoutName(layout), layout, {checkBin(), "direct"});
     ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 2);
@@ -90,7 +91,7 @@ TEST(MultiAgentDirect, PipelinedAcrossAgentsIsExactAndAnUnreadableTensorFailsThe
           << "agent " << a << " moved nothing directly (" << layoutName(layout) << ")";
     }
   }
-  Cluster c(2, {{"KOLO_DIRECT_MIN_KB", "256"}, {"KOLO_CROSS_PIPELINE_KB", "512"}});
+  Cluster c(2, {{"KOLO_DIRECT_MIN_KB", "256"}, {"KOLO_CROSS_PIPELINE_KB", "512"}, {"KOLO_DIRECT_ALONE_MIN_KB", "512"}});
   ASSERT_TRUE(c.ok()) << c.error();
   auto bad = c.launchMultiJob("xdirectpbad", {1, 1}, {checkBin(), "direct-bad-pipelined"});
   ASSERT_TRUE(c.waitJob(bad, std::chrono::seconds(60))) << allLogs(c, 2);
