@@ -130,6 +130,25 @@ void CoordinatorServer::setHealth(bool serving) {
   }
 }
 
+// Starts the Core on the loop; a recovered state (journal or etcd) is
+// restored first, every agent with a fresh lease as after a restart, and
+// written back as one fresh snapshot.
+Status CoordinatorServer::startCore(std::shared_ptr<persist::PersistedState> state, bool recovered,
+                                    std::chrono::milliseconds timeout) {
+  Core* core = core_.get();
+  auto started = loop_.call<bool>(
+      [core, state, recovered] {
+        if (recovered) {
+          core->restoreOnLoop(*state);
+          core->sink()->compact(core->persistedStateOnLoop());
+        }
+        core->startOnLoop();
+        return true;
+      },
+      timeout);
+  return started.status();
+}
+
 Status CoordinatorServer::becomeLeader(int64_t create_revision) {
   auto logger = log::get("coord.ha");
   auto t0 = std::chrono::steady_clock::now();
@@ -138,20 +157,8 @@ Status CoordinatorServer::becomeLeader(int64_t create_revision) {
                   [this](const Status& st) { leadershipLost(st); });
   bool recovered = loaded.last_seq > 0;
   auto state = std::make_shared<persist::PersistedState>(std::move(loaded.state));
-  Core* core = core_.get();
   if (shutting_down_.load()) return aborted("shutting down");
-  auto started = loop_.call<bool>(
-      [core, state, recovered] {
-        if (recovered) {
-          // Every agent gets a fresh lease, as after a restart from a state dir.
-          core->restoreOnLoop(*state);
-          core->sink()->compact(core->persistedStateOnLoop());
-        }
-        core->startOnLoop();
-        return true;
-      },
-      std::chrono::seconds(5));
-  if (!started.isOk()) return started.status();
+  RETURN_IF_ERROR(startCore(state, recovered, std::chrono::seconds(5)));
   if (lost_.load()) return aborted("leadership lost while loading the state");
   gate_->setLeaderAddress(options_.advertise_address);
   gate_->setLeading(true);
@@ -235,22 +242,8 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(
       options, clock, std::move(journal), std::move(etcd), std::move(auth_token)));
   s->loop_.start();
-  Core* core = s->core_.get();
   // With etcd the Core starts when this coordinator is elected (becomeLeader).
-  auto started = s->etcd_ != nullptr ? StatusOr<bool>(true)
-                                     : s->loop_.call<bool>(
-                                           [core, state, recovered] {
-                                             if (recovered) {
-                                               core->restoreOnLoop(*state);
-                                               // Start from one fresh snapshot and an empty
-                                               // journal.
-                                               core->sink()->compact(core->persistedStateOnLoop());
-                                             }
-                                             core->startOnLoop();
-                                             return true;
-                                           },
-                                           std::chrono::seconds(30));
-  if (!started.isOk()) return started.status();
+  if (s->etcd_ == nullptr) RETURN_IF_ERROR(s->startCore(state, recovered, std::chrono::seconds(30)));
   if (recovered) {
     logger->info("recovered {} agents (each with a fresh {} ms lease), {} jobs, {} keys from {}",
                  state->agents.size(), options.membership.lease_ms, state->jobs.size(),

@@ -31,6 +31,7 @@ namespace persist {
 class Journal;
 class EtcdSink;
 class RecordSink;
+struct PersistedState;
 }  // namespace persist
 namespace ha {
 class EtcdClient;
@@ -107,6 +108,8 @@ class CoordinatorServer {
                     std::string auth_token);
   // Election callbacks (election threads).
   Status becomeLeader(int64_t create_revision);
+  Status startCore(std::shared_ptr<persist::PersistedState> state, bool recovered,
+                   std::chrono::milliseconds timeout);
   void leadershipLost(const Status& why);
   void setHealth(bool serving);
 
