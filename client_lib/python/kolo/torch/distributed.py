@@ -151,7 +151,12 @@ def _failed_future(err):
     return out, fut
 
 
-class KoloWork(dist.Work):
+# torch.distributed.Work in torch 1.13; newer releases keep the class as
+# dist._Work too (their own tests subclass that name).
+_WorkBase = getattr(dist, "Work", None) or getattr(dist, "_Work")
+
+
+class KoloWork(_WorkBase):
     """The Work handed to Python callers (torch.distributed's functions):
     wait() raises the collective's error. torch 1.13's future-wrapping Work
     (what C++ callers such as DDP get) returns from wait() even when its
@@ -661,7 +666,13 @@ def register():
         raise RuntimeError("kolo backend: this torch has no _create_work_from_future; the "
                            "kolo backend needs torch 1.13's Python ProcessGroup support")
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True)
+        import inspect
+        kwargs = {"extended_api": True}
+        if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+            # torch 2.x asks which devices a plugin serves (and warns when it is
+            # not told); kolo.torch takes CPU and CUDA tensors.
+            kwargs["devices"] = ["cpu", "cuda"]
+        dist.Backend.register_backend(BACKEND_NAME, _create, **kwargs)
     _install_new_group_hook()
     import importlib
     _rdzv = importlib.import_module("torch.distributed.rendezvous")
