@@ -12,6 +12,9 @@
 #   3. py-ops     every kolo.torch op on CUDA tensors (tests/python/
 #                 test_device_ops.py: 2 and 4 trainers sharing the GPU on the
 #                 device path, and 2 with every op staged through host memory)
+#   3b. torch-dist the torch.distributed backend "kolo" under this torch
+#                 (tests/python/test_torch_distributed.py: CPU ops, DDP, and
+#                 CUDA tensors with stream order and DDP on CUDA)
 #   4. synth      examples/pytorch_synthetic_benchmark.py on CUDA (ResNet-50,
 #                 batch 64, 224 px, fp32) with 1, 2 and 4 trainers sharing
 #                 the GPU: without allreduce (the compute-only ceiling) and
@@ -180,6 +183,12 @@ phase cxx-stream 60 150 "$BIN/kolo_gpu_device_path_tests" --gtest_brief=1 --gtes
 # --- 3. every kolo.torch op on CUDA tensors ----------------------------------
 phase py-ops 90 200 "$PY" -m pytest -q -p no:cacheprovider -rs "$REPO/tests/python/test_device_ops.py" -k cuda
 
+# --- 3b. torch.distributed backend "kolo" (issue 25) under this torch -------
+# CPU collectives, DDP, errors and timeouts under torch 2.x, and CUDA tensors
+# through the backend (stream order, DDP on CUDA) on the GPU.
+phase torch-dist 60 180 "$PY" -m pytest -q -p no:cacheprovider -rs \
+  "$REPO/tests/python/test_torch_distributed.py"
+
 # --- 4. synthetic ResNet-50 on CUDA: ceiling, kolo, torch DDP/gloo ----------
 SYNTH=("$REPO/examples/pytorch_synthetic_benchmark.py" "${SYNTH_ARGS[@]}")
 for k in 1 2 4; do
@@ -240,6 +249,10 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "" && b > 0) prin
       grep -E '^\[0\]<stdout>:' "$log_dir/collectives-$k.log" | sed 's/^\[0\]<stdout>://' | grep -v '^COLLECTIVES'
     fi
   done
+  if [[ -f "$log_dir/torch-dist.log" ]]; then
+    echo
+    echo "torch.distributed backend kolo: $(grep -E '[0-9]+ (passed|failed|skipped)' "$log_dir/torch-dist.log" | tail -n 1)"
+  fi
   if [[ -f "$log_dir/py-ops.log" ]]; then
     echo
     echo "kolo.torch op tests on CUDA: $(grep -E '[0-9]+ (passed|failed|skipped)' "$log_dir/py-ops.log" | tail -n 1)"

@@ -58,6 +58,24 @@ def test_ddp_matches_single_process(kolorun):
                  "ddp_small_buckets"])
 
 
+def _torch_has_cuda():
+    return run_bounded([PYTHON, "-c", "import torch; assert torch.cuda.is_available()"],
+                       120).rc == 0
+
+
+@pytest.mark.parametrize("np_", [2])
+def test_cuda_collectives_and_ddp(kolorun, np_):
+    """CUDA tensors through the backend on one GPU shared by the ranks: each
+    op issued on a side stream behind a slow kernel, results checked after
+    wait() without a host sync in between; DDP on CUDA against one process."""
+    if not _torch_has_cuda():
+        pytest.skip("no CUDA device for %s (torch.cuda.is_available() is False): the GPU "
+                    "script bench/gpu_issue16.sh runs this test on a GPU machine" % PYTHON)
+    res = kolorun(np_, WORKER, "cuda", timeout=300)
+    _ok(res, np_, ["cuda_allreduce", "cuda_async", "cuda_broadcast", "cuda_allgather",
+                   "cuda_reduce_scatter", "cuda_alltoall", "cuda_ddp"])
+
+
 def _wait_file(path, proc, deadline_s=30):
     import time
     end = time.monotonic() + deadline_s

@@ -1,6 +1,6 @@
 """torch.distributed on backend "kolo" (kolo.torch.distributed), run by
 tests/python/test_torch_distributed.py through kolorun. argv[1] picks the
-part: collectives | async_errors | ddp. Each check prints "passed <name>";
+part: collectives | async_errors | ddp | cuda. Each check prints "passed <name>";
 the last line is "WORKER-OK rank R". Every input is generated on every rank
 from a per-rank seed, so each rank computes the references itself."""
 
@@ -347,6 +347,92 @@ def ddp():
         passed("ddp_%s" % name)
 
 
-{"collectives": collectives, "async_errors": async_errors, "ddp": ddp}[MODE]()
+def cuda():
+    """The collectives and DDP on CUDA tensors (torch's NCCL semantics):
+    every op is issued on a side stream that first fills its inputs with a
+    slow kernel, so a result read before the op waited for that stream, or
+    a wait() that did not order the caller's stream, shows as wrong values."""
+    import os
+    dev = torch.device("cuda", int(os.environ.get("KOLO_LOCAL_RANK", "0"))
+                       % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    side = torch.cuda.Stream(dev)
+
+    def on_dev(t):
+        big = torch.randn(2048, 2048, device=dev)
+        for _ in range(4):  # about a millisecond of work ahead of the copy
+            big = big @ big / 2048
+        out = torch.empty_like(t, device=dev)
+        out.copy_(t.to(dev, non_blocking=True) + big[0, 0] * 0)
+        return out
+
+    with torch.cuda.stream(side):
+        for dt in [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64]:
+            t = on_dev(data(R, dt, shape=(1024, 3)))
+            dist.all_reduce(t)
+            check("cuda allreduce %s" % dt, t.cpu(),
+                  functools.reduce(torch.add, [data(r, dt, shape=(1024, 3)) for r in range(N)]))
+        passed("cuda_allreduce")
+
+        t = on_dev(data(R, torch.float32, shape=(7, 5)))
+        w = dist.all_reduce(t, async_op=True)
+        w.wait()  # the side stream now waits for the op: later work sees the result
+        twice = t * 2
+        check("cuda async allreduce", twice.cpu(),
+              2 * functools.reduce(torch.add, [data(r, torch.float32, shape=(7, 5))
+                                               for r in range(N)]))
+        passed("cuda_async")
+
+        t = on_dev(data(R, torch.float32, shape=(9, 2)))
+        dist.broadcast(t, src=N - 1)
+        check("cuda broadcast", t.cpu(), data(N - 1, torch.float32, shape=(9, 2)))
+        passed("cuda_broadcast")
+
+        outs = [torch.empty(4, 3, device=dev) for _ in range(N)]
+        dist.all_gather(outs, on_dev(data(R, torch.float32, shape=(4, 3))))
+        for r in range(N):
+            check("cuda allgather part %d" % r, outs[r].cpu(), data(r, torch.float32, shape=(4, 3)))
+        out = torch.empty(N * 4, 3, device=dev)
+        dist.all_gather_into_tensor(out, on_dev(data(R, torch.float32, shape=(4, 3))))
+        check("cuda all_gather_into_tensor", out.cpu(),
+              torch.cat([data(r, torch.float32, shape=(4, 3)) for r in range(N)]))
+        passed("cuda_allgather")
+
+        full = [data(r, torch.float32, shape=(N * 6,)) for r in range(N)]
+        out = torch.empty(6, device=dev)
+        dist.reduce_scatter_tensor(out, on_dev(full[R]))
+        check("cuda reduce_scatter_tensor", out.cpu(),
+              functools.reduce(torch.add, full)[R * 6:(R + 1) * 6])
+        passed("cuda_reduce_scatter")
+
+        inp = on_dev(data(R, torch.float32, shape=(N * 2, 3)))
+        out = torch.empty(N * 2, 3, device=dev)
+        dist.all_to_all_single(out, inp)
+        want = torch.cat([data(r, torch.float32, shape=(N * 2, 3))[R * 2:(R + 1) * 2]
+                          for r in range(N)])
+        check("cuda all_to_all_single", out.cpu(), want)
+        passed("cuda_alltoall")
+
+    # DDP on CUDA against one process on the concatenated batch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    per = 4
+    torch.manual_seed(0)
+    model = Net().to(dev)
+    if R != 0:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)
+    torch.manual_seed(0)
+    ref = Net().to(dev)
+    d = DDP(model, device_ids=[dev.index])
+    batches = [(x.to(dev), y.to(dev)) for x, y in _batches(6, per)]
+    _train(model, batches, per, ddp=d)
+    _train(ref, batches, per, rank_slice=False)
+    _compare("cuda_ddp", model, ref, 1e-5)
+    passed("cuda_ddp")
+
+
+{"collectives": collectives, "async_errors": async_errors, "ddp": ddp,
+ "cuda": cuda}[MODE]()
 dist.destroy_process_group()
 print("WORKER-OK rank %d" % R)

@@ -18,7 +18,10 @@ back into it). Every collective is submitted through kolo.torch's
 asynchronous handles; a completion thread of this process waits for them in
 submission order and completes the torch Future behind the returned Work
 (``_create_work_from_future``), with the op's result or a RuntimeError that
-carries kolo's message. CPU tensors only (as kolo.torch).
+carries kolo's message. CPU and CUDA tensors (as kolo.torch): an op on
+CUDA tensors is ordered on their device's current stream, its Work's
+wait() makes the caller's current stream wait (no host wait on the GPU),
+as with torch's NCCL backend.
 """
 
 import atexit
@@ -83,11 +86,15 @@ class _Completer:
         self._lock = threading.Lock()
         self._atexit = False
 
-    def submit(self, handle, finish, timeout_s, what):
+    def submit(self, handle, finish, timeout_s, what, cuda=None):
         """Returns the op's Future: it completes with finish(result), or
         with an error (a C++-level error: DDP's reducer and fut.wait() see
-        it) carrying kolo's message."""
-        fut = Future()
+        it) carrying kolo's message. cuda: (device, stream) of an op on
+        CUDA tensors, the caller's current stream at submission (_cuda_of):
+        the Future is then a CUDA Future of that device, completed with that
+        stream current, so that its waiters' streams wait for the result
+        (torch's NCCL semantics) and no host thread waits on the GPU."""
+        fut = Future(devices=[cuda[0]]) if cuda is not None else Future()
         out = fut.then(_unwrap)
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
@@ -97,7 +104,7 @@ class _Completer:
                 if not self._atexit:
                     atexit.register(self.stop)
                     self._atexit = True
-        self._q.put((handle, fut, finish, timeout_s, what))
+        self._q.put((handle, fut, finish, timeout_s, what, cuda))
         return out, fut
 
     def stop(self, timeout_s=10.0):
@@ -115,23 +122,35 @@ class _Completer:
             item = self._q.get()
             if item is None:
                 return
-            handle, fut, finish, timeout_s, what = item
-            try:
-                if handle is not None:
-                    op = _handles._lookup(handle)
-                    with op.lock:
-                        op.progress(block=True, timeout_ms=max(1, int(timeout_s * 1000)))
-                    res = _handles.synchronize(handle)
-                else:
-                    res = None
-                val = finish(res)
-            except BaseException as e:  # handed to whoever waits on the Work
-                msg = str(e)
-                if "timed out" in msg:
-                    msg += " (torch timeout %.0f s)" % timeout_s
-                fut.set_result((False, RuntimeError("kolo backend: %s failed: %s" % (what, msg))))
+            handle, fut, finish, timeout_s, what, cuda = item
+            if cuda is None:
+                self._complete(handle, fut, finish, timeout_s, what)
             else:
-                fut.set_result((True, val))
+                # This thread's device and current stream become the
+                # submitter's: kolo's synchronize makes that stream wait for
+                # the op, finish() copies on it, and the Future records its
+                # completion there.
+                with torch.cuda.device(cuda[0]), torch.cuda.stream(cuda[1]):
+                    self._complete(handle, fut, finish, timeout_s, what)
+
+    @staticmethod
+    def _complete(handle, fut, finish, timeout_s, what):
+        try:
+            if handle is not None:
+                op = _handles._lookup(handle)
+                with op.lock:
+                    op.progress(block=True, timeout_ms=max(1, int(timeout_s * 1000)))
+                res = _handles.synchronize(handle)
+            else:
+                res = None
+            val = finish(res)
+        except BaseException as e:  # handed to whoever waits on the Work
+            msg = str(e)
+            if "timed out" in msg:
+                msg += " (torch timeout %.0f s)" % timeout_s
+            fut.set_result((False, RuntimeError("kolo backend: %s failed: %s" % (what, msg))))
+        else:
+            fut.set_result((True, val))
 
 
 def _unwrap(base):
@@ -142,6 +161,19 @@ def _unwrap(base):
 
 
 _completer = _Completer()
+
+
+def _cuda_of(tensors):
+    """(device, the current stream of that device) when any of `tensors` is
+    a CUDA tensor, else None. One device per op, as torch's NCCL backend."""
+    devs = {t.device for t in tensors if t is not None and t.is_cuda}
+    if not devs:
+        return None
+    if len(devs) > 1:
+        raise ValueError("tensors on several devices (%s): one device per collective"
+                         % ", ".join(sorted(str(d) for d in devs)))
+    dev = devs.pop()
+    return dev, torch.cuda.current_stream(dev)
 
 
 def _failed_future(err):
@@ -263,23 +295,26 @@ class ProcessGroupKolo(dist.ProcessGroup):
             return KoloWork(*futs)
         return _create_work_from_future(futs[0])
 
-    def _run(self, what, start, finish):
+    def _run(self, what, start, finish, tensors=()):
         """start() submits and returns a kolo handle (or None); finish(result)
         gives the Future's value. Argument errors raise here, at the call,
-        as with torch's backends; collective failures go to the Future."""
+        as with torch's backends; collective failures go to the Future.
+        `tensors`: the op's inputs and outputs; CUDA ones make it a CUDA
+        work ordered on their device's current stream."""
         try:
+            cuda = _cuda_of(tensors)
             h = start()
         except (ValueError, TypeError) as e:
             raise RuntimeError("kolo backend: %s: %s" % (what, e)) from None
         except Exception as e:
             return self._work(_failed_future(RuntimeError("kolo backend: %s failed: %s"
                                                           % (what, e))))
-        return self._work(_completer.submit(h, finish, self._timeout, what))
+        return self._work(_completer.submit(h, finish, self._timeout, what, cuda))
 
     @staticmethod
     def _one(tensors, what):
         if len(tensors) != 1:
-            raise RuntimeError("kolo backend: %s takes one tensor per process (CPU), got %d"
+            raise RuntimeError("kolo backend: %s takes one tensor per process, got %d"
                                % (what, len(tensors)))
         return tensors[0]
 
@@ -309,7 +344,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
                     _copy_back(t, b)
             return tensors
 
-        return self._run(what, start, finish)
+        return self._run(what, start, finish, tensors)
 
     # -- broadcast ------------------------------------------------------------
 
@@ -327,14 +362,14 @@ class ProcessGroupKolo(dist.ProcessGroup):
                 _copy_back(t, buf)
             return tensors
 
-        return self._run("broadcast", start, finish)
+        return self._run("broadcast", start, finish, [t])
 
     # -- allgather ------------------------------------------------------------
 
-    def _allgather_flat(self, inp, what, finish_parts):
+    def _allgather_flat(self, inp, what, finish_parts, outputs=()):
         def start():
             return _ops.allgather_async(_flat(inp), name=self._name(), process_set=self._ps)
-        return self._run(what, start, finish_parts)
+        return self._run(what, start, finish_parts, [inp] + list(outputs))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         inp = self._one(input_tensors, "allgather")
@@ -354,7 +389,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
                                    % (res.numel(), off))
             return output_tensors
 
-        return self._allgather_flat(inp, "allgather", finish)
+        return self._allgather_flat(inp, "allgather", finish, outs)
 
     def _allgather_base(self, output, input, opts=None):
         if output.numel() != input.numel() * self.size():
@@ -365,7 +400,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
             _copy_back(output, res)
             return [output]
 
-        return self._allgather_flat(input, "all_gather_into_tensor", finish)
+        return self._allgather_flat(input, "all_gather_into_tensor", finish, [output])
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         inputs = list(input_list)
@@ -380,7 +415,8 @@ class ProcessGroupKolo(dist.ProcessGroup):
                     off += o.numel()
             return output_lists
 
-        return self._allgather_flat(cat, "allgather_coalesced", finish)
+        return self._allgather_flat(cat, "allgather_coalesced", finish,
+                                    [o for outs in output_lists for o in outs])
 
     # -- reduce_scatter -------------------------------------------------------
 
@@ -410,7 +446,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
             def finish(_):
                 _copy_back(out, buf[r * k:(r + 1) * k])
                 return [out]
-        return self._run(what, start, finish)
+        return self._run(what, start, finish, [flat_in, out])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         out = self._one(output_tensors, "reduce_scatter")
@@ -448,7 +484,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
             _copy_back(output, got)
             return [output]
 
-        return self._run("all_to_all_single", start, finish)
+        return self._run("all_to_all_single", start, finish, [input, output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         n = self.size()
@@ -471,7 +507,8 @@ class ProcessGroupKolo(dist.ProcessGroup):
                 off += k
             return output_tensors
 
-        return self._run("all_to_all", start, finish)
+        return self._run("all_to_all", start, finish,
+                         list(input_tensors) + list(output_tensors))
 
     # -- barrier --------------------------------------------------------------
 
@@ -501,7 +538,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
                 _copy_back(t, buf)
             return tensors
 
-        return self._run("reduce", start, finish)
+        return self._run("reduce", start, finish, [t])
 
     def gather(self, output_tensors, input_tensors, opts=None):
         """allgather; the root copies the parts out."""
@@ -518,7 +555,8 @@ class ProcessGroupKolo(dist.ProcessGroup):
                     _copy_back(o, p)
             return output_tensors
 
-        return self._allgather_flat(inp, "gather", finish)
+        return self._allgather_flat(
+            inp, "gather", finish, output_tensors[0] if self.rank() == root else ())
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         """A broadcast of the root's concatenated inputs; each rank keeps its part."""
@@ -531,7 +569,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
                 raise RuntimeError("kolo backend: scatter needs %d input tensors on the root" % n)
             buf = torch.cat([_flat(t) for t in ins]).contiguous()
         else:
-            buf = torch.empty(n * k, dtype=out.dtype)
+            buf = torch.empty(n * k, dtype=out.dtype, device=out.device)
 
         def start():
             return _ops.broadcast_async_(buf, self._global(root), name=self._name(),
@@ -541,7 +579,7 @@ class ProcessGroupKolo(dist.ProcessGroup):
             _copy_back(out, buf[self.rank() * k:(self.rank() + 1) * k])
             return output_tensors
 
-        return self._run("scatter", start, finish)
+        return self._run("scatter", start, finish, [out])
 
     # -- not served by the agent ------------------------------------------------
 
