@@ -122,6 +122,8 @@ class Agent : private OpHost {
   void observeNegotiation(double seconds) override;
   void observeDirect(uint64_t bytes) override;
   void failJobForOpOnLoop(Job& job, const Status& st) override { failJobOnLoop(job, st, true); }
+  Job* opJobOnLoop(const std::string& job_id) override;
+  void offLoopThenOnLoop(std::function<Status()> work, std::function<void(Status)> then) override;
   void updateGaugesOnLoop();
   void failJobOnLoop(Job& job, const Status& st, bool tell_coordinator);
   void endJobForRankOnLoop(Job& job, int local_rank);

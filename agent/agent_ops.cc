@@ -3,9 +3,8 @@
 #include <unordered_set>
 
 #include "agent/agent.h"
-#include "agent/core/device_runtime.h"
-#include "agent/gpu/device_ipc.h"
 #include "agent/ipc/limits.h"
+#include "agent/ops/memory.h"
 #include "agent/ops/op.h"
 #include "common/log.h"
 
@@ -149,131 +148,11 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   std::vector<uint64_t> handles;
   handles.reserve(op.descs.size());
   for (auto& d : op.descs) handles.push_back(d.handle);
-  bool device = false;
-  for (const SubmitDesc& d : op.descs) device = device || gpu::isDevice(d);
-  if (device && op.error.isOk()) {
-    // The device path (docs/gpu.md): the reduction kernel over the ranks'
-    // device slots on one GPU, enqueued behind their in_ready events; the
-    // completion goes out at once (the clients' streams wait on out_ready).
-    std::vector<bool> flags;
-    std::vector<int> gpus;
-    gpu::DevicePlan plan;
-    if (op.anyAbsent()) {
-      plan.why = "tensor '" + op.name + "': device tensors with joined ranks (kolo_join) are not wired yet";
-    } else {
-      for (size_t i = 0; i < op.descs.size(); ++i) {
-        ClientConn* c = job.client(static_cast<int>(i));
-        flags.push_back(gpu::isDevice(op.descs[i]));
-        gpus.push_back(c != nullptr && c->device ? c->device->device() : -1);
-      }
-      plan = gpu::planDeviceOp(op.name, flags, gpus, job.world().cross_size);
-    }
-    if (plan.route == gpu::DeviceRoute::kRefuse) {
-      op.error = invalidArgument(plan.why);  // and the other agents learn of it below
-    } else {
-      const SubmitDesc& d0 = op.descs[0];
-      const auto coll = static_cast<CollectiveType>(d0.collective);
-      DeviceLocalOp dop;
-      dop.dtype = static_cast<DataType>(d0.dtype);
-      auto rop = static_cast<ReduceOp>(d0.reduce_op);
-      dop.op = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
-      dop.count = d0.data_bytes / dataTypeSize(dop.dtype);
-      dop.prescale = d0.prescale;
-      dop.postscale = (rop == ReduceOp::kAverage ? d0.postscale / job.world().world_size : d0.postscale);
-      if (coll == CollectiveType::kBroadcast) {
-        dop.broadcast = true;
-        dop.broadcast_root = d0.root - job.world().rank_offset;
-        if (dop.broadcast_root < 0 || dop.broadcast_root >= job.localSize()) dop.broadcast_root = -1;  // elsewhere
-      }
-      std::vector<std::shared_ptr<DeviceGrant>> hold;
-      for (size_t i = 0; i < op.descs.size(); ++i) {
-        ClientConn* c = job.client(static_cast<int>(i));
-        hold.push_back(c->device);
-        dop.grants.push_back(c->device.get());
-        dop.offsets.push_back(op.descs[i].data_offset);
-        dop.events.push_back(op.descs[i].device_event);
-      }
-      if (plan.route == gpu::DeviceRoute::kStagedCross) {
-        // Staged through host memory: on a worker (it waits for the
-        // trainers' copies), the k slots are reduced into slot 0 and copied
-        // to `host`; then the host path across agents; then, before the
-        // completions, the result goes back into every slot with out_ready.
-        const uint64_t bytes = d0.data_bytes;
-        std::shared_ptr<char> host(static_cast<char*>(std::malloc(bytes + 64)), std::free);
-        if (!host) {
-          op.error = internalError("out of host memory staging device tensor '" + op.name + "'");
-        } else {
-          auto sop = std::make_shared<ReadyOp>(std::move(op));
-          InFlight in_flight = job.beginExecuting();
-          std::string job_id = job.id();
-          const int k = job.localSize();
-          setup_pool_.submit([this, in_flight, dop, host, hold, sop, handles, job_id, k]() {
-            Status st = deviceRuntime().stageToHost(dop, host.get(), 600'000);
-            loop_.post([this, in_flight, dop, host, hold, sop, handles, job_id, k, st]() mutable {
-              auto it = jobs_.find(job_id);
-              if (it == jobs_.end()) return;
-              Job& j = *it->second;
-              in_flight.end();
-              if (j.state() == JobState::kFailed || !j.cross) {
-                finishOnLoop(job_id, handles, 0, j.failure().isOk() ? aborted("the job ended") : j.failure());
-                return;
-              }
-              if (!st.isOk())
-                sop->error = st.withContext("device tensor '" + sop->name + "' staged to the host");
-              // Allreduce: one source (the GPU already reduced the k ranks),
-              // the postscale after the agents' reduction. Broadcast: a byte
-              // copy (as on the host path), slots indexed by local rank.
-              const bool bcast = dop.broadcast;
-              LocalReduce r;
-              r.dtype = bcast ? DataType::kUint8 : dop.dtype;
-              r.op = bcast ? ReduceOp::kSum : dop.op;
-              r.count = bcast ? dop.count * dataTypeSize(dop.dtype) : dop.count;
-              r.prescale = 1.0;  // applied on the GPU
-              r.postscale = bcast ? 1.0 : dop.postscale;
-              r.slots = bcast ? std::vector<void*>(static_cast<size_t>(k), host.get()) : std::vector<void*>{host.get()};
-              r.scratch = host;
-              r.before_finish = [dop, host, hold]() { return deviceRuntime().stageFromHost(dop, host.get()); };
-              executeCrossOnLoop(j, std::move(*sop), std::move(r), handles);
-            });
-          });
-          return;
-        }
-      }
-      timeline_->opStart(op.name, coll);
-      Status st = deviceRuntime().enqueueLocal(dop);
-      timeline_->opEnd(op.name, dop.dtype, std::vector<int64_t>(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims)));
-      if (!st.isOk()) opsLog()->warn("job {}: device op '{}': {}", job.id(), op.name, st.message());
-      finishOnLoop(job.id(), handles, d0.data_bytes, st, dop.dtype, op.first_arrival, coll);
-      return;
-    }
-  }
-  if (!op.error.isOk()) {
-    opsLog()->warn("job {}: {}", job.id(), op.error.message());
-    if (job.world().cross_size == 1) {
-      finishOnLoop(job.id(), handles, 0, op.error, static_cast<DataType>(op.descs[0].dtype), {},
-                   static_cast<CollectiveType>(op.descs[0].collective));
-      return;
-    }
-    // Other agents must learn of it, or their ranks would wait for this name.
-    if (op.anyAbsent()) {  // (joined ranks have no slots to look at)
-      LocalReduce r;
-      r.dtype = static_cast<DataType>(op.descs[0].dtype);
-      r.op = ReduceOp::kSum;
-      executeCrossOnLoop(job, std::move(op), std::move(r), std::move(handles));
-      return;
-    }
-  }
-  // The host path: the collective's op type (agent/ops/<collective>.cc).
-  // onSubmitOnLoop admitted only collectives that have one.
-  const auto coll = static_cast<CollectiveType>(op.descs[0].collective);
-  const CollectiveOp* kind = collectiveOp(coll);
-  if (kind == nullptr) {
-    finishOnLoop(job.id(), handles, 0,
-                 internalError(std::string(collectiveName(coll)) + " has no op type in this agent"),
-                 static_cast<DataType>(op.descs[0].dtype), {}, coll);
-    return;
-  }
-  kind->runOnLoop(*this, job, std::move(op), std::move(handles));
+  // Where the op's tensors live, chosen once (agent/ops/memory.h), given the
+  // collective's op type (agent/ops/<collective>.cc; onSubmitOnLoop admitted
+  // only collectives that have one).
+  const CollectiveOp* kind = collectiveOp(static_cast<CollectiveType>(op.descs[0].collective));
+  memoryOf(op).runOnLoop(*this, job, kind, std::move(op), std::move(handles));
 }
 
 void Agent::copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) {
@@ -310,6 +189,18 @@ void Agent::copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void(
 
 void Agent::handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) {
   handToNegotiationOnLoop(job_id, gen, std::move(w));
+}
+
+Job* Agent::opJobOnLoop(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+void Agent::offLoopThenOnLoop(std::function<Status()> work, std::function<void(Status)> then) {
+  setup_pool_.submit([this, work = std::move(work), then = std::move(then)]() {
+    Status st = work();
+    loop_.post([then, st]() { then(st); });
+  });
 }
 
 void Agent::observeNegotiation(double seconds) { op_metrics_.negotiation->observe(seconds); }

@@ -25,6 +25,13 @@ namespace kolo {
 
 class ClientConn;
 
+// A collective's own state across agents, kept in its Job::CrossPending: each
+// op type derives its own (agent/ops/<collective>.cc) and reads it back in
+// its finishCrossOnLoop.
+struct OpState {
+  virtual ~OpState() = default;
+};
+
 enum class JobState { kForming, kRunning, kFailed, kEnding };
 const char* jobStateName(JobState s);
 
@@ -129,19 +136,10 @@ class Job {
     uint64_t bytes = 0;
     double postscale = 1.0;
     SteadyTime started;
-    // Reducescatter: each local rank's block of the staging buffer
-    // (element offset, element count), copied to its slot; empty otherwise.
-    std::vector<std::pair<size_t, size_t>> scatter;
-    // Alltoall: the buffer sent to the other agents, and the byte copies from
-    // the received staging buffer into local outputs.
-    std::unique_ptr<char[], void (*)(char*)> send_staging{nullptr, [](char*) {}};
-    struct CopyOut {
-      size_t src_off;
-      int local_rank;
-      size_t dst_off;
-      size_t bytes;
-    };
-    std::vector<CopyOut> copy_out;
+    // The collective's own state, of its op's type (agent/ops/<collective>.cc:
+    // reducescatter's blocks, alltoall's send buffer and copies); null for
+    // the collectives that have none, or an op that failed before it made it.
+    std::unique_ptr<OpState> op_state;
     // From LocalReduce (allreduce/broadcast): kept alive with the op, and
     // run before the completions of a successful one (device staging).
     std::shared_ptr<void> scratch;

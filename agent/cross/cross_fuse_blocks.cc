@@ -21,8 +21,9 @@ namespace {
 
 // Bytes of agent a's block of work w.
 size_t blockBytes(const CrossWork& w, size_t a) {
-  if (w.collective == CollectiveType::kAllgather) return w.block_bytes[a];
-  return w.block_counts[a] * dataTypeSize(w.dtype);
+  if (const auto* g = std::get_if<AllgatherBlocks>(&w.blocks)) return g->bytes[a];
+  const auto* r = std::get_if<ReducescatterBlocks>(&w.blocks);
+  return r != nullptr ? r->counts[a] * dataTypeSize(w.dtype) : 0;
 }
 
 // Offset of agent a's block inside w's own buffer.

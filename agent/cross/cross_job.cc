@@ -452,12 +452,13 @@ StatusOr<CrossWork> CrossJob::zeroContribution(const CrossResponse& r) {
     uint64_t row = dataTypeSize(static_cast<DataType>(r.params.dtype));
     for (int i = 1; i < r.params.ndim && i < kMaxDims; ++i) row *= static_cast<uint64_t>(r.params.shape[i]);
     uint64_t total = 0;
+    auto& blocks = z.blocks.emplace<AllgatherBlocks>();
     for (size_t a = 0; a < options_.rank_offsets.size(); ++a) {
       uint64_t block = 0;
       for (int g = options_.rank_offsets[a]; g < options_.rank_offsets[a] + options_.local_sizes[a]; ++g) {
         block += static_cast<uint64_t>(dims[g]) * row;
       }
-      z.block_bytes.push_back(block);
+      blocks.bytes.push_back(block);
       total += block;
     }
     stand_in_sizes_.erase(it);
@@ -520,33 +521,46 @@ void CrossJob::postOther(CrossWork w) {
       if (tl != nullptr) tl->activityStart(name, "CROSS_BROADCAST", {{"backend", std::string(backend_->name())}});
       backend_->broadcast(w.staging, w.count * dataTypeSize(w.dtype), w.root, std::move(done));
       return;
-    case CollectiveType::kAllgather: {
-      const int me = backend_->rank();
-      size_t off = 0;
-      for (int i = 0; i < me; ++i) off += w.block_bytes[i];
-      char* base = static_cast<char*>(w.staging);
-      if (tl != nullptr) tl->activityStart(name, "CROSS_ALLGATHER", {{"backend", std::string(backend_->name())}});
-      backend_->allgatherv(base + off, w.block_bytes[me], base, w.block_bytes, std::move(done));
-      return;
-    }
-    case CollectiveType::kReducescatter: {
-      const int me = backend_->rank();
-      size_t off = 0;
-      for (int i = 0; i < me; ++i) off += w.block_counts[i];
-      char* base = static_cast<char*>(w.staging);
-      if (tl != nullptr) tl->activityStart(name, "CROSS_REDUCESCATTER", {{"backend", std::string(backend_->name())}});
-      backend_->reducescatter(base, base + off * dataTypeSize(w.dtype), w.block_counts, w.dtype, w.op,
-                              std::move(done));
-      return;
-    }
+    case CollectiveType::kAllgather:
+      if (const auto* b = std::get_if<AllgatherBlocks>(&w.blocks)) {
+        const int me = backend_->rank();
+        size_t off = 0;
+        for (int i = 0; i < me; ++i) off += b->bytes[i];
+        char* base = static_cast<char*>(w.staging);
+        if (tl != nullptr)
+          tl->activityStart(name, "CROSS_ALLGATHER", {{"backend", std::string(backend_->name())}});
+        backend_->allgatherv(base + off, b->bytes[me], base, b->bytes, std::move(done));
+        return;
+      }
+      break;
+    case CollectiveType::kReducescatter:
+      if (const auto* b = std::get_if<ReducescatterBlocks>(&w.blocks)) {
+        const int me = backend_->rank();
+        size_t off = 0;
+        for (int i = 0; i < me; ++i) off += b->counts[i];
+        char* base = static_cast<char*>(w.staging);
+        if (tl != nullptr)
+          tl->activityStart(name, "CROSS_REDUCESCATTER",
+                            {{"backend", std::string(backend_->name())}});
+        backend_->reducescatter(base, base + off * dataTypeSize(w.dtype), b->counts, w.dtype, w.op,
+                                std::move(done));
+        return;
+      }
+      break;
     case CollectiveType::kAlltoall:
-      if (tl != nullptr) tl->activityStart(name, "CROSS_ALLTOALL", {{"backend", std::string(backend_->name())}});
-      backend_->alltoallv(w.send, w.send_bytes, w.staging, w.recv_bytes, std::move(done));
-      return;
+      if (const auto* b = std::get_if<AlltoallBlocks>(&w.blocks)) {
+        if (tl != nullptr)
+          tl->activityStart(name, "CROSS_ALLTOALL", {{"backend", std::string(backend_->name())}});
+        backend_->alltoallv(b->send, b->send_bytes, w.staging, b->recv_bytes, std::move(done));
+        return;
+      }
+      break;
     default:
       postDone(name, invalidArgument(std::string(collectiveName(w.collective)) + " is not supported across agents"));
       return;
   }
+  postDone(name, internalError(std::string(collectiveName(w.collective)) + " of tensor '" + name +
+                               "' reached the backend without its blocks"));
 }
 
 void CrossJob::fillWhole(CrossWork& w) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <variant>
 
 #include "agent/autotune/autotuner.h"
 #include "agent/backends/backend.h"
@@ -27,6 +28,23 @@
 
 namespace kolo {
 
+// Allgather: bytes each agent contributes, by cross rank; CrossWork::staging
+// holds the whole output (count bytes), this agent's block already in place.
+struct AllgatherBlocks {
+  std::vector<size_t> bytes;
+};
+// Reducescatter: elements of each agent's block, by cross rank;
+// CrossWork::staging holds the locally reduced tensor (count elements).
+struct ReducescatterBlocks {
+  std::vector<size_t> counts;
+};
+// Alltoall: bytes sent to / received from each agent (blocks of `send` and
+// of CrossWork::staging in cross-rank order).
+struct AlltoallBlocks {
+  const void* send = nullptr;
+  std::vector<size_t> send_bytes, recv_bytes;
+};
+
 struct CrossWork {
   CrossRequest req;
   void* staging = nullptr;  // locally reduced data, reduced in place across agents
@@ -35,16 +53,9 @@ struct CrossWork {
   ReduceOp op = ReduceOp::kSum;
   CollectiveType collective = CollectiveType::kAllreduce;
   int root = 0;  // broadcast: the cross rank of the agent hosting the root rank
-  // Allgather: bytes each agent contributes, by cross rank; `staging` holds
-  // the whole output (count bytes), this agent's block already in place.
-  std::vector<size_t> block_bytes;
-  // Reducescatter: elements of each agent's block, by cross rank; `staging`
-  // holds the locally reduced tensor (count elements).
-  std::vector<size_t> block_counts;
-  // Alltoall: bytes sent to / received from each agent (blocks of `send` and
-  // `staging` in cross-rank order).
-  const void* send = nullptr;
-  std::vector<size_t> send_bytes, recv_bytes;
+  // The collective's own layout across agents (the one `collective` names;
+  // none for allreduce and broadcast).
+  std::variant<std::monostate, AllgatherBlocks, ReducescatterBlocks, AlltoallBlocks> blocks;
   std::shared_ptr<void> keep;  // owns `staging` when the negotiation thread made it (join stand-in)
   // A large allreduce, pipelined (Agent::executeCrossOnLoop): `fill(b, e)`
   // reduces the local ranks' elements [b, e) into `staging`, and `drain(b,

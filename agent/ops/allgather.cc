@@ -198,9 +198,10 @@ void AllgatherOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   w.dtype = DataType::kUint8;
   w.collective = CollectiveType::kAllgather;
   const JobWorld& jw = job.world();
+  auto& blocks = w.blocks.emplace<AllgatherBlocks>();
   for (int a = 0; a < jw.cross_size; ++a) {
     int lo = jw.rank_offsets[a], hi = lo + jw.local_sizes[a];
-    w.block_bytes.push_back(offsets[hi] - offsets[lo]);
+    blocks.bytes.push_back(offsets[hi] - offsets[lo]);
   }
   std::vector<LocalReduce> copies;
   if (w.count > 0) {

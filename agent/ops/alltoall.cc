@@ -19,6 +19,20 @@ namespace kolo {
 
 namespace {
 
+// Across agents, kept in the op's Job::CrossPending: the buffer sent to the
+// other agents, and the byte copies from the received staging buffer into
+// the local outputs.
+struct AlltoallState final : OpState {
+  std::unique_ptr<char[], void (*)(char*)> send_staging{nullptr, [](char*) {}};
+  struct CopyOut {
+    size_t src_off;
+    int local_rank;
+    size_t dst_off;
+    size_t bytes;
+  };
+  std::vector<CopyOut> copy_out;
+};
+
 class AlltoallOp final : public CollectiveOp {
  public:
   CollectiveType type() const override { return CollectiveType::kAlltoall; }
@@ -158,6 +172,7 @@ void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   w.dtype = DataType::kUint8;
   w.collective = CollectiveType::kAlltoall;
   uint64_t send_total = 0, recv_total = 0, all_total = 0;
+  auto& blocks = w.blocks.emplace<AlltoallBlocks>();
   for (int a = 0; a < agents; ++a) {
     auto [lo, hi] = ranksOf(a);
     uint64_t sb = 0, rb = 0;
@@ -165,8 +180,8 @@ void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
       for (int d = lo; d < hi; ++d) sb += M(s, d) * row;
     for (int s = lo; s < hi; ++s)
       for (int d = base; d < base + k; ++d) rb += M(s, d) * row;
-    w.send_bytes.push_back(sb);
-    w.recv_bytes.push_back(rb);
+    blocks.send_bytes.push_back(sb);
+    blocks.recv_bytes.push_back(rb);
     send_total += sb;
     recv_total += rb;
   }
@@ -186,7 +201,8 @@ void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   p.collective = CollectiveType::kAlltoall;
   p.report_dtype = dtype;
   p.staging = staging::acquire(recv_total);
-  p.send_staging = staging::acquire(send_total);
+  auto state = std::make_unique<AlltoallState>();
+  state->send_staging = staging::acquire(send_total);
   // Pack: per destination agent, (s in mine, d in theirs); unpack: per
   // source agent, (s in theirs, d in mine).
   std::vector<LocalReduce> copies;
@@ -197,7 +213,8 @@ void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
       for (int d = lo; d < hi; ++d) {
         uint64_t bytes = M(s, d) * row;
         if (bytes > 0 && op.error.isOk())
-          copies.push_back(copy(ins[s - base] + srcOff(s, d), p.send_staging.get() + off, bytes));
+          copies.push_back(
+              copy(ins[s - base] + srcOff(s, d), state->send_staging.get() + off, bytes));
         off += bytes;
       }
     }
@@ -208,13 +225,14 @@ void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
     for (int s = lo; s < hi; ++s) {
       for (int d = base; d < base + k; ++d) {
         uint64_t bytes = M(s, d) * row;
-        p.copy_out.push_back({off, d - base, dstOff(s, d), bytes});
+        state->copy_out.push_back({off, d - base, dstOff(s, d), bytes});
         off += bytes;
       }
     }
   }
   w.staging = p.staging.get();
-  w.send = p.send_staging.get();
+  blocks.send = state->send_staging.get();
+  p.op_state = std::move(state);
   // Zero rows anywhere in the job: nothing to exchange (every agent agrees).
   w.count = op.error.isOk() ? all_total : 0;
   if (w.count == 0) p.bytes = 0;
@@ -234,7 +252,9 @@ void AlltoallOp::finishCrossOnLoop(OpHost& host, Job& job, const std::string& na
                                    std::shared_ptr<Job::CrossPending> p, const CrossResult&) const {
   host.opTimeline().activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
   std::vector<LocalReduce> copies;
-  for (const auto& c : p->copy_out) {
+  const auto* state = dynamic_cast<const AlltoallState*>(p->op_state.get());
+  static const std::vector<AlltoallState::CopyOut> kNoCopies;
+  for (const auto& c : state != nullptr ? state->copy_out : kNoCopies) {
     if (c.bytes == 0) continue;
     LocalReduce r;
     r.dtype = DataType::kUint8;

@@ -13,9 +13,11 @@
 //
 // The op types hold no state between ops: each op's state is in the
 // ReadyOp, the lambdas it hands to the executor and, across agents, its
-// Job::CrossPending. Device tensors take the device path in
-// Agent::executeOnLoop before any op type sees them (docs/gpu.md), and join
-// has its own path (agent_join.cc). Loop thread only.
+// Job::CrossPending, whose op_state is of the op type's own OpState type.
+// Agent::executeOnLoop hands each op to its memory kind (agent/ops/memory.h),
+// chosen once: host memory runs the op type; device tensors take the device
+// path (docs/gpu.md) before any op type sees them. Join has its own path
+// (agent_join.cc). Loop thread only.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +65,12 @@ class OpHost {
   virtual void observeDirect(uint64_t bytes) = 0;
   // Fails the whole job on every agent (its ranks get JobFailed).
   virtual void failJobForOpOnLoop(Job& job, const Status& st) = 0;
+  // The job, or null once it is gone (an op that comes back to the loop).
+  virtual Job* opJobOnLoop(const std::string& job_id) = 0;
+  // Runs `work` on a worker thread (it may block), then `then` with its
+  // status on the loop (device tensors staged to the host).
+  virtual void offLoopThenOnLoop(std::function<Status()> work,
+                                 std::function<void(Status)> then) = 0;
 };
 
 class CollectiveOp {

@@ -17,6 +17,12 @@ namespace kolo {
 
 namespace {
 
+// Across agents, kept in the op's Job::CrossPending: each local rank's block
+// of the staging buffer (element offset, element count), copied to its slot.
+struct ReducescatterState final : OpState {
+  std::vector<std::pair<size_t, size_t>> scatter;
+};
+
 class ReducescatterOp final : public CollectiveOp {
  public:
   CollectiveType type() const override { return CollectiveType::kReducescatter; }
@@ -139,7 +145,9 @@ void ReducescatterOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   p.started = op.first_arrival;
   p.collective = CollectiveType::kReducescatter;
   p.report_dtype = dtype;
-  for (int i = 0; i < k; ++i) p.scatter.push_back(blockOf(base + i));
+  auto state = std::make_unique<ReducescatterState>();
+  for (int i = 0; i < k; ++i) state->scatter.push_back(blockOf(base + i));
+  p.op_state = std::move(state);
   p.staging = staging::acquire(count * es);
 
   CrossWork w;
@@ -156,11 +164,12 @@ void ReducescatterOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   w.op = op_kind;
   w.collective = CollectiveType::kReducescatter;
   const JobWorld& jw = job.world();
+  auto& blocks = w.blocks.emplace<ReducescatterBlocks>();
   for (int a = 0; a < jw.cross_size; ++a) {
     size_t n = 0;
     for (int r = jw.rank_offsets[a]; r < jw.rank_offsets[a] + jw.local_sizes[a]; ++r)
       n += blockOf(r).second;
-    w.block_counts.push_back(n);
+    blocks.counts.push_back(n);
   }
   std::vector<LocalReduce> parts;
   if (w.count > 0) {
@@ -191,17 +200,20 @@ void ReducescatterOp::finishCrossOnLoop(OpHost& host, Job& job, const std::strin
                                         const CrossResult& result) const {
   if (finishedInSlotsOnLoop(host, job, name, p, result)) return;
   host.opTimeline().activityStart(name, "MEMCPY_OUT_FUSION_BUFFER");
-  if (p->scatter.empty()) return copyBackOnLoop(host, job, name, std::move(p), result);
+  const auto* state = dynamic_cast<const ReducescatterState*>(p->op_state.get());
+  if (state == nullptr || state->scatter.empty())
+    return copyBackOnLoop(host, job, name, std::move(p), result);
+  const auto& scatter = state->scatter;
   const size_t es = dataTypeSize(p->dtype);
   std::vector<LocalReduce> copies;
-  for (size_t i = 0; i < p->scatter.size(); ++i) {
-    if (p->scatter[i].second == 0) continue;
+  for (size_t i = 0; i < scatter.size(); ++i) {
+    if (scatter[i].second == 0) continue;
     LocalReduce c;
     c.dtype = p->dtype;
     c.op = ReduceOp::kSum;
-    c.count = p->scatter[i].second;
+    c.count = scatter[i].second;
     c.postscale = p->postscale;
-    c.slots = {p->staging.get() + p->scatter[i].first * es};
+    c.slots = {p->staging.get() + scatter[i].first * es};
     c.dsts = {p->slots[i]};
     c.keepalive = p->keepalive;
     copies.push_back(std::move(c));

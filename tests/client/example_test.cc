@@ -1,4 +1,4 @@
-// Runs the documented example programs (client_lib/examples/) as separate
+// Runs the documented example programs (examples/c/ and examples/cpp/) as separate
 // processes linked against the real libkolo.so, with the FakeAgent of this
 // process on the other end of the socket.
 #include <fcntl.h>

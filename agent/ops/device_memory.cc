@@ -1,0 +1,154 @@
+// Device memory (docs/gpu.md): the reduction kernel over the ranks' device
+// slots on one GPU, enqueued behind their in_ready events; the completion
+// goes out at once (the clients' streams wait on out_ready). Across agents
+// the tensor is staged through host memory and crosses as an allreduce or a
+// broadcast on the host path (runCrossLegOnLoop). An op the device path
+// refuses (or that failed before it ran) is announced as on the host path.
+#include <algorithm>
+#include <cstdlib>
+
+#include "agent/core/device_runtime.h"
+#include "agent/gpu/device_ipc.h"
+#include "agent/ipc/client_conn.h"
+#include "agent/ops/memory.h"
+#include "agent/ops/op.h"
+#include "agent/timeline/timeline.h"
+#include "common/log.h"
+
+namespace kolo {
+
+namespace {
+
+class DeviceMemory final : public OpMemory {
+ public:
+  const char* name() const override { return "device"; }
+  void runOnLoop(OpHost& host, Job& job, const CollectiveOp* kind, ReadyOp op,
+                 std::vector<uint64_t> handles) const override;
+
+ private:
+  // Staged through host memory: on a worker (it waits for the trainers'
+  // copies), the k slots are reduced into slot 0 and copied to a host
+  // buffer; then the host path across agents; then, before the
+  // completions, the result goes back into every slot with out_ready.
+  static void stageCrossOnLoop(OpHost& host, Job& job, ReadyOp op, const DeviceLocalOp& dop,
+                               std::vector<std::shared_ptr<DeviceGrant>> hold,
+                               std::vector<uint64_t> handles);
+};
+
+void DeviceMemory::runOnLoop(OpHost& host, Job& job, const CollectiveOp* kind, ReadyOp op,
+                             std::vector<uint64_t> handles) const {
+  if (!op.error.isOk())
+    return hostMemory().runOnLoop(host, job, kind, std::move(op), std::move(handles));
+  std::vector<bool> flags;
+  std::vector<int> gpus;
+  gpu::DevicePlan plan;
+  if (op.anyAbsent()) {
+    plan.why =
+        "tensor '" + op.name + "': device tensors with joined ranks (kolo_join) are not wired yet";
+  } else {
+    for (size_t i = 0; i < op.descs.size(); ++i) {
+      ClientConn* c = job.client(static_cast<int>(i));
+      flags.push_back(gpu::isDevice(op.descs[i]));
+      gpus.push_back(c != nullptr && c->device ? c->device->device() : -1);
+    }
+    plan = gpu::planDeviceOp(op.name, flags, gpus, job.world().cross_size);
+  }
+  if (plan.route == gpu::DeviceRoute::kRefuse) {
+    op.error = invalidArgument(plan.why);  // and the other agents learn of it on the host path
+    return hostMemory().runOnLoop(host, job, kind, std::move(op), std::move(handles));
+  }
+  const SubmitDesc& d0 = op.descs[0];
+  const auto coll = static_cast<CollectiveType>(d0.collective);
+  DeviceLocalOp dop;
+  dop.dtype = static_cast<DataType>(d0.dtype);
+  auto rop = static_cast<ReduceOp>(d0.reduce_op);
+  dop.op = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
+  dop.count = d0.data_bytes / dataTypeSize(dop.dtype);
+  dop.prescale = d0.prescale;
+  dop.postscale =
+      (rop == ReduceOp::kAverage ? d0.postscale / job.world().world_size : d0.postscale);
+  if (coll == CollectiveType::kBroadcast) {
+    dop.broadcast = true;
+    dop.broadcast_root = d0.root - job.world().rank_offset;
+    if (dop.broadcast_root < 0 || dop.broadcast_root >= job.localSize())
+      dop.broadcast_root = -1;  // elsewhere
+  }
+  std::vector<std::shared_ptr<DeviceGrant>> hold;
+  for (size_t i = 0; i < op.descs.size(); ++i) {
+    ClientConn* c = job.client(static_cast<int>(i));
+    hold.push_back(c->device);
+    dop.grants.push_back(c->device.get());
+    dop.offsets.push_back(op.descs[i].data_offset);
+    dop.events.push_back(op.descs[i].device_event);
+  }
+  if (plan.route == gpu::DeviceRoute::kStagedCross) {
+    return stageCrossOnLoop(host, job, std::move(op), dop, std::move(hold), std::move(handles));
+  }
+  host.opTimeline().opStart(op.name, coll);
+  Status st = deviceRuntime().enqueueLocal(dop);
+  host.opTimeline().opEnd(
+      op.name, dop.dtype,
+      std::vector<int64_t>(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims)));
+  if (!st.isOk())
+    log::get("agent.ops")->warn("job {}: device op '{}': {}", job.id(), op.name, st.message());
+  host.finishOpOnLoop(job.id(), handles, d0.data_bytes, st, dop.dtype, op.first_arrival, coll);
+}
+
+void DeviceMemory::stageCrossOnLoop(OpHost& host, Job& job, ReadyOp op, const DeviceLocalOp& dop,
+                                    std::vector<std::shared_ptr<DeviceGrant>> hold,
+                                    std::vector<uint64_t> handles) {
+  const uint64_t bytes = op.descs[0].data_bytes;
+  std::shared_ptr<char> staged(static_cast<char*>(std::malloc(bytes + 64)), std::free);
+  if (!staged) {
+    op.error = internalError("out of host memory staging device tensor '" + op.name + "'");
+    return hostMemory().runOnLoop(host, job,
+                                  collectiveOp(static_cast<CollectiveType>(op.descs[0].collective)),
+                                  std::move(op), std::move(handles));
+  }
+  auto sop = std::make_shared<ReadyOp>(std::move(op));
+  InFlight in_flight = job.beginExecuting();
+  std::string job_id = job.id();
+  const int k = job.localSize();
+  OpHost* h = &host;
+  host.offLoopThenOnLoop(
+      [dop, staged, hold]() { return deviceRuntime().stageToHost(dop, staged.get(), 600'000); },
+      [h, in_flight, dop, staged, hold, sop, handles, job_id, k](Status st) mutable {
+        Job* j = h->opJobOnLoop(job_id);
+        if (j == nullptr) return;
+        in_flight.end();
+        if (j->state() == JobState::kFailed || !j->cross) {
+          h->finishOpOnLoop(job_id, handles, 0,
+                            j->failure().isOk() ? aborted("the job ended") : j->failure(),
+                            DataType::kFloat32, {}, CollectiveType::kAllreduce);
+          return;
+        }
+        if (!st.isOk())
+          sop->error = st.withContext("device tensor '" + sop->name + "' staged to the host");
+        // Allreduce: one source (the GPU already reduced the k ranks), the
+        // postscale after the agents' reduction. Broadcast: a byte copy (as
+        // on the host path), slots indexed by local rank.
+        const bool bcast = dop.broadcast;
+        LocalReduce r;
+        r.dtype = bcast ? DataType::kUint8 : dop.dtype;
+        r.op = bcast ? ReduceOp::kSum : dop.op;
+        r.count = bcast ? dop.count * dataTypeSize(dop.dtype) : dop.count;
+        r.prescale = 1.0;  // applied on the GPU
+        r.postscale = bcast ? 1.0 : dop.postscale;
+        r.slots = bcast ? std::vector<void*>(static_cast<size_t>(k), staged.get())
+                        : std::vector<void*>{staged.get()};
+        r.scratch = staged;
+        r.before_finish = [dop, staged, hold]() {
+          return deviceRuntime().stageFromHost(dop, staged.get());
+        };
+        runCrossLegOnLoop(*h, *j, std::move(*sop), std::move(r), handles);
+      });
+}
+
+}  // namespace
+
+const OpMemory& deviceMemory() {
+  static const DeviceMemory memory;
+  return memory;
+}
+
+}  // namespace kolo
