@@ -36,10 +36,22 @@ httpGet as plain HTTP, grpc as a plain-text gRPC call to the same server
 (the kolo CLI without the container's TLS settings: the kubelet's gRPC
 probe does not speak TLS), exec in the container.
 
+Once the daemons are up, what an operator runs with `kubectl exec` runs in
+their containers, with the containers' environment: `kolo agents` (the
+coordinator's and an agent's) must list every node, `kolo status` (an
+agent's) must answer.
+
 Then everything again for deploy/kubernetes/overlays/tls, rendered with
 kubectl kustomize (skipped, with a note, without kubectl or openssl), with
 a CA and certificate made by openssl as the kolo-tls Secret: TLS between
-the agents and the coordinator, /healthz probes, preStop over TLS.
+the agents and the coordinator, /healthz probes, preStop over TLS. And
+for overlays/mtls, with a client certificate of the same CA as the
+kolo-client-tls Secret: mutual TLS everywhere, and the refusals: `kolo
+agents` / `kolo status` in the pods without the client certificate, or
+with one of another CA, and an agent pod without its client certificate,
+must fail with "cannot reach the kolo coordinator/agent at ..." /
+"cannot register with the coordinator at ..." and the hint that names
+--coordinator-cert/--agent-cert.
 
 The second run is the point: a pod that restarts on the same node (the
 init container finds the directory it prepared before, the agent finds its
