@@ -1342,6 +1342,10 @@ def check_gpu_training_overlay(objs):
             if str(gpu_request(c)) != str(env.get("KOLO_SLOTS", "1")):
                 errors.append(f"{object_id(j)}[{c.get('name')}]: KOLO_SLOTS "
                               f"{env.get('KOLO_SLOTS')} != GPUs requested {gpu_request(c)}")
+            elif str(env.get("KOLO_SLOTS", "1")) != "1":
+                errors.append(f"{object_id(j)}[{c.get('name')}]: KOLO_SLOTS "
+                              f"{env.get('KOLO_SLOTS')}: ranks on different GPUs of one node "
+                              "are not wired yet (docs/gpu.md): one GPU, one rank per pod")
     return errors
 
 
@@ -1959,6 +1963,14 @@ def self_test(root):
                check_gpu_training_overlay(gpu_mutate(train, "Job", other_uid)))
         expect("GPU trainers with KOLO_SLOTS != GPUs requested",
                check_gpu_training_overlay(gpu_mutate(train, "Job", slots_mismatch)))
+
+        def two_gpus(spec, c):
+            c["resources"]["limits"]["nvidia.com/gpu"] = "2"
+            for e in c["env"]:
+                if e["name"] == "KOLO_SLOTS":
+                    e["value"] = "2"
+        expect("GPU trainers on two GPUs of one node (not wired)",
+               check_gpu_training_overlay(gpu_mutate(train, "Job", two_gpus)))
     # Mutual TLS and gang scheduling overlays, rendered.
     rendered = {}
     for name in ("mtls", "gang-coscheduling", "gang-kueue"):
