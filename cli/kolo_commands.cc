@@ -45,15 +45,18 @@ int tcpConnectError(const std::string& address, std::chrono::milliseconds timeou
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos) return EHOSTUNREACH;
   std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   const std::string port = address.substr(colon + 1);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) return EHOSTUNREACH;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
+    return EHOSTUNREACH;
   int err = ETIMEDOUT;
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
-    UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+    UniqueFd fd(
+        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd.valid()) continue;
     if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) {
       err = 0;
@@ -82,13 +85,15 @@ int tcpConnectError(const std::string& address, std::chrono::milliseconds timeou
 // accepts TCP connections there (then a handshake may be what failed);
 // otherwise what connecting said. Addresses with a gRPC scheme
 // (dns:///..., unix:...) keep the TLS hint.
-std::string unreachableHint(const std::string& address, const GrpcClientSecurity& sec, const std::string& flags) {
-  if (address.find('/') != std::string::npos || address.rfind("unix:", 0) == 0) return tlsHint(sec, flags);
+std::string unreachableHint(const std::string& address, const GrpcClientSecurity& sec,
+                            const std::string& flags) {
+  if (address.find('/') != std::string::npos || address.rfind("unix:", 0) == 0)
+    return tlsHint(sec, flags);
   const int e = tcpConnectError(address, std::chrono::milliseconds(500));
   if (e == 0) return tlsHint(sec, flags);
   if (e == EHOSTUNREACH) {
-    return " (nothing answers at " + address + ": the name does not resolve or the host is unreachable; check --" +
-           flags + ")";
+    return " (nothing answers at " + address +
+           ": the name does not resolve or the host is unreachable; check --" + flags + ")";
   }
   return " (nothing is listening at " + address + ": " + std::strerror(e) + "; is kolo-" + flags +
          " running there? check --" + flags + ")";

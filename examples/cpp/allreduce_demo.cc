@@ -11,8 +11,9 @@
 
 namespace {
 
-constexpr const char* kUsage = "usage: kolo-demo [MIB]   (the large allreduce's size, 1 to 65536 MiB; default 64)\n"
-                               "run under kolorun, e.g. kolorun -np 4 kolo-demo 64\n";
+constexpr const char* kUsage =
+    "usage: kolo-demo [MIB]   (the large allreduce's size, 1 to 65536 MiB; default 64)\n"
+    "run under kolorun, e.g. kolorun -np 4 kolo-demo 64\n";
 
 int usageError(const std::string& why) {
   std::fprintf(stderr, "kolo-demo: %s (see kolo-demo --help)\n", why.c_str());
@@ -36,8 +37,8 @@ int main(int argc, char** argv) {
     }
     char* end = nullptr;
     const unsigned long long mb = std::strtoull(arg.c_str(), &end, 10);
-    if (arg.empty() || arg.find_first_not_of("0123456789") != std::string::npos || *end != '\0' || mb < 1 ||
-        mb > 65536) {
+    if (arg.empty() || arg.find_first_not_of("0123456789") != std::string::npos || *end != '\0' ||
+        mb < 1 || mb > 65536) {
       return usageError("MIB must be a whole number of MiB from 1 to 65536, got '" + arg + "'");
     }
     big_mb = static_cast<size_t>(mb);

@@ -79,9 +79,12 @@ TEST(KoloCli, NothingListeningIsSaidSoWithoutATlsHint) {
   EXPECT_EQ(r.err.find("TLS"), std::string::npos) << r.err;
   auto c = runCommand(kolo({"jobs", "--coordinator", closed.address()}), {}, 30s);
   EXPECT_EQ(c.code, 1);
-  EXPECT_NE(c.err.find("kolo: cannot reach the kolo coordinator at " + closed.address()), std::string::npos)
+  EXPECT_NE(c.err.find("kolo: cannot reach the kolo coordinator at " + closed.address()),
+            std::string::npos)
       << c.err;
-  EXPECT_NE(c.err.find("; is kolo-coordinator running there? check --coordinator)"), std::string::npos) << c.err;
+  EXPECT_NE(c.err.find("; is kolo-coordinator running there? check --coordinator)"),
+            std::string::npos)
+      << c.err;
   EXPECT_EQ(c.err.find("TLS"), std::string::npos) << c.err;
 }
 
@@ -350,11 +353,15 @@ bool waitForStatus(const std::string& address, Pred pred, std::chrono::milliseco
   return false;
 }
 
-std::map<std::string, std::string> rankEnv(const std::string& socket, const std::string& job, int size) {
-  return {{"KOLO_AGENT_SOCKET", socket},   {"KOLO_JOB_ID", job},
+std::map<std::string, std::string> rankEnv(const std::string& socket, const std::string& job,
+                                           int size) {
+  return {{"KOLO_AGENT_SOCKET", socket},
+          {"KOLO_JOB_ID", job},
           {"KOLO_JOB_TOKEN", "token-0123456789abcdef"},
-          {"KOLO_SIZE", std::to_string(size)}, {"KOLO_LOCAL_SIZE", "1"},
-          {"KOLO_LOCAL_RANK", "0"},          {"KOLO_START_TIMEOUT", "60"},
+          {"KOLO_SIZE", std::to_string(size)},
+          {"KOLO_LOCAL_SIZE", "1"},
+          {"KOLO_LOCAL_RANK", "0"},
+          {"KOLO_START_TIMEOUT", "60"},
           {"KOLO_LOG_LEVEL", "warn"}};
 }
 
@@ -392,12 +399,14 @@ TEST_F(KoloCliDaemons, Kill9OfKolorunEndsItsJobOnTheSystemAgent) {
   if (::access(demo.c_str(), X_OK) != 0) GTEST_SKIP() << "kolo-demo is not built";
   // Rank 0 joins (and waits for rank 1, which only sleeps): the job forms
   // on the agent and never completes.
-  TestProcess run({binDir() + "/kolorun", "-np", "2", "--agent-socket", socket_, "sh", "-c",
-                   "if [ \"$KOLO_LOCAL_RANK\" = 0 ]; then " + demo + " 1 & wait; else sleep 1000; fi"},
-                  kQuiet, {"KOLO_AGENT_SOCKET", "KOLO_JOB_ID", "KOLO_JOB_TOKEN", "KOLO_SIZE"});
+  TestProcess run(
+      {binDir() + "/kolorun", "-np", "2", "--agent-socket", socket_, "sh", "-c",
+       "if [ \"$KOLO_LOCAL_RANK\" = 0 ]; then " + demo + " 1 & wait; else sleep 1000; fi"},
+      kQuiet, {"KOLO_AGENT_SOCKET", "KOLO_JOB_ID", "KOLO_JOB_TOKEN", "KOLO_SIZE"});
   ASSERT_TRUE(waitForStatus(
       agent_address_,
-      [](const nlohmann::json& s) { return s["clients"].size() == 1 && s["jobs"].size() == 1; }, 30s))
+      [](const nlohmann::json& s) { return s["clients"].size() == 1 && s["jobs"].size() == 1; },
+      30s))
       << run.err() << agent_->err();
   ::kill(run.pid(), SIGKILL);
   ASSERT_EQ(run.wait(10s), 128 + SIGKILL);
