@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
       std::printf("%s", kUsage);
       return 0;
     }
+    if (arg[0] == '-') return usageError("unknown flag " + arg);
     char* end = nullptr;
     const unsigned long long mb = std::strtoull(arg.c_str(), &end, 10);
     if (arg.empty() || arg.find_first_not_of("0123456789") != std::string::npos || *end != '\0' ||

@@ -6,8 +6,8 @@ TARGET= for one this configuration does not build).
 The installed programs are read from the CMakeLists.txt files
 (install(TARGETS ... RUNTIME ...)), so a new program without a PATH here
 fails the test. For each program:
-  PROGRAM --version        exit 0, stdout exactly "NAME X.Y.Z\\n"
-  PROGRAM --no-such-flag   exit 2, stderr names the program and the flag
+  PROGRAM --version        exit 0, one line "NAME ... X.Y.Z" on stdout
+  PROGRAM --no-such-flag   exit 2, stderr starts "NAME: " and points to --help
 NAME is the file name (the kolo_cli target installs `kolo`).
 """
 import argparse
@@ -49,15 +49,19 @@ def main():
         name = os.path.basename(path)
         r = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30,
                            env=env, stdin=subprocess.DEVNULL)
-        if r.returncode != 0 or r.stdout != f"{name} {a.version}\n":
+        lines = r.stdout.splitlines()
+        if r.returncode != 0 or len(lines) != 1 or not lines[0].startswith(f"{name} ") or \
+                not lines[0].endswith(f" {a.version}"):
             errors.append(f"{name} --version: exit {r.returncode}, stdout {r.stdout!r}, "
-                          f"stderr {r.stderr[-300:]!r}; want exit 0 and '{name} {a.version}\\n'")
+                          f"stderr {r.stderr[-300:]!r}; want exit 0 and one line "
+                          f"'{name} ... {a.version}'")
         r = subprocess.run([path, "--no-such-flag"], capture_output=True, text=True, timeout=30,
                            env=env, stdin=subprocess.DEVNULL)
-        if r.returncode != 2 or f"{name}: " not in r.stderr or "--no-such-flag" not in r.stderr:
+        if r.returncode != 2 or not r.stderr.startswith(f"{name}: ") or \
+                "--help" not in r.stderr:
             errors.append(f"{name} --no-such-flag: exit {r.returncode}, stderr "
-                          f"{r.stderr[-300:]!r}; want exit 2 and a line '{name}: ...' naming "
-                          "the flag")
+                          f"{r.stderr[-300:]!r}; want exit 2 and a line '{name}: ...' that "
+                          "points to --help")
         else:
             print(f"{name}: --version ok; usage error: exit 2: {r.stderr.strip().splitlines()[0]}")
     for e in errors:
