@@ -2,12 +2,15 @@
 // daemons are built) every command against a real kolo-coordinator and
 // kolo-agent started by the test.
 #include <arpa/inet.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -441,6 +444,34 @@ std::string agentMetrics(const std::string& ready_file) {
   return out;
 }
 
+// A grpc.health.v1 Check of `service` at `address` (plain text), through
+// the generic stub with the two messages encoded by hand (HealthCheckRequest
+// {string service = 1}, HealthCheckResponse {ServingStatus status = 1}):
+// 1 SERVING, 2 NOT_SERVING, -1 when the call fails.
+int healthStatus(const std::string& address, const std::string& service) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  std::string req;
+  if (!service.empty()) {
+    req.push_back(0x0a);
+    req.push_back(static_cast<char>(service.size()));
+    req += service;
+  }
+  grpc::Slice slice(req);
+  grpc::ByteBuffer in(&slice, 1), out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &in, &out,
+                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  if (!done.get_future().get().ok()) return -1;
+  std::vector<grpc::Slice> slices;
+  if (!out.Dump(&slices).ok()) return -1;
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  if (bytes.size() == 2 && bytes[0] == 0x08) return bytes[1];
+  return bytes.empty() ? 0 : -1;  // 0: UNKNOWN (the default is not sent)
+}
+
 TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
   auto st = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
   ASSERT_EQ(st.code, 0) << st.err;
@@ -459,6 +490,11 @@ TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
   EXPECT_EQ(nlohmann::json::parse(js.out)["draining"], true) << js.out;
   EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 1"),
             std::string::npos);
+  // Health: the agent's service reads NOT_SERVING while drained (for
+  // readiness probes that name it); the overall service stays SERVING, so a
+  // liveness probe does not restart a drained agent.
+  EXPECT_EQ(healthStatus(agent_address_, "kolo.agentrpc.Agent"), 2);
+  EXPECT_EQ(healthStatus(agent_address_, ""), 1);
 
   auto u = runCommand(kolo({"undrain", "--agent", agent_address_}), {}, 30s);
   ASSERT_EQ(u.code, 0) << u.err;
@@ -467,6 +503,8 @@ TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
   EXPECT_NE(st.out.find("state        serving\n"), std::string::npos) << st.out;
   EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 0"),
             std::string::npos);
+  EXPECT_EQ(healthStatus(agent_address_, "kolo.agentrpc.Agent"), 1);
+  EXPECT_EQ(healthStatus(agent_address_, ""), 1);
 }
 
 #endif
