@@ -112,6 +112,7 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
   int check = 1;
 
   CLI::App app(kUsage, "kolo-bench");
+  app.set_version_flag("--version", "kolo-bench " KOLO_VERSION);
   app.add_option("-b,--minbytes", min_s, "Smallest message size in bytes (K/M/G suffixes)")
       ->capture_default_str();
   app.add_option("-e,--maxbytes", max_s, "Largest message size in bytes (K/M/G suffixes)")
@@ -171,6 +172,10 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
   } catch (const CLI::CallForHelp&) {
     o.help = true;
     o.help_text = app.help();
+    return o;
+  } catch (const CLI::CallForVersion&) {
+    o.help = true;  // printed like --help: to stdout, exit 0
+    o.help_text = "kolo-bench " KOLO_VERSION "\n";
     return o;
   } catch (const CLI::ParseError& e) {
     return invalidArgument(std::string(e.what()) + " (see kolo-bench --help)");

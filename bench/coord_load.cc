@@ -660,8 +660,9 @@ int main(int argc, char** argv) {
   app.add_option("--agents", o.agents, "Agent counts, one case each (e.g. 256,1024,4096)")
       ->delimiter(',');
   app.add_option("--jobs", o.jobs, "Job counts, one case each (e.g. 1,64,512)")->delimiter(',');
-  app.add_option("--coordinator-bin", o.coordinator_bin, "kolo-coordinator to start per case")
-      ->required();
+  // Required, but checked after parsing: an unknown flag is named first.
+  app.add_option("--coordinator-bin", o.coordinator_bin,
+                 "kolo-coordinator to start per case (required)");
   app.add_option("--coordinator-arg", o.coordinator_args,
                  "Extra flag for the coordinator (repeatable), e.g. --coordinator-arg=--max-watch-"
                  "streams=8192");
@@ -671,7 +672,22 @@ int main(int argc, char** argv) {
   app.add_option("--phase-timeout-s", o.phase_timeout_s, "Bound of each phase");
   app.add_option("--window", o.window, "Bulk calls in flight (register, join, KV, leave)");
   app.add_flag("--check", o.check, "Exit 1 unless every case had every outcome");
-  CLI11_PARSE(app, argc, argv);
+  app.set_version_flag("--version", "kolo-coord-load " KOLO_VERSION);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {  // a usage error: exit 2, as every kolo program
+    std::fprintf(stderr, "kolo-coord-load: %s (see kolo-coord-load --help)\n", e.what());
+    return 2;
+  }
+  if (o.coordinator_bin.empty()) {
+    std::fprintf(stderr,
+                 "kolo-coord-load: --coordinator-bin is required (see kolo-coord-load --help)\n");
+    return 2;
+  }
   // As in kolo-coordinator: no lock-order graph for gRPC's mutexes (Debian's
   // Abseil keeps one), or the simulated agents cost far more than they should.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -1,7 +1,12 @@
 #include "cli/kolo_commands.h"
 
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 
+#include <cerrno>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -9,6 +14,7 @@
 #include "cli/status_format.h"
 #include "common/config_grpc.h"
 #include "common/coord_endpoints.h"
+#include "common/fd.h"
 #include "kolo/proto/agent.grpc.pb.h"
 #include "kolo/proto/coordinator.grpc.pb.h"
 
@@ -33,6 +39,66 @@ std::string grpcCodeName(grpc::StatusCode c) {
   }
 }
 
+// 0 when a TCP connection to host:port opens within `timeout`, else the
+// errno of the attempt (EHOSTUNREACH: the name does not resolve).
+int tcpConnectError(const std::string& address, std::chrono::milliseconds timeout) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return EHOSTUNREACH;
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  const std::string port = address.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
+    return EHOSTUNREACH;
+  int err = ETIMEDOUT;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    UniqueFd fd(
+        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+    if (!fd.valid()) continue;
+    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) {
+      err = 0;
+      break;
+    }
+    if (errno != EINPROGRESS) {
+      err = errno;
+      continue;
+    }
+    pollfd p{fd.get(), POLLOUT, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) {
+      err = ETIMEDOUT;
+      continue;
+    }
+    int so = 0;
+    socklen_t len = sizeof so;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so, &len);
+    err = so;
+    if (err == 0) break;
+  }
+  ::freeaddrinfo(res);
+  return err;
+}
+
+// Why a daemon could not be reached: a TLS hint only when something
+// accepts TCP connections there (then a handshake may be what failed);
+// otherwise what connecting said. Addresses with a gRPC scheme
+// (dns:///..., unix:...) keep the TLS hint.
+std::string unreachableHint(const std::string& address, const GrpcClientSecurity& sec,
+                            const std::string& flags) {
+  if (address.find('/') != std::string::npos || address.rfind("unix:", 0) == 0)
+    return tlsHint(sec, flags);
+  const int e = tcpConnectError(address, std::chrono::milliseconds(500));
+  if (e == 0) return tlsHint(sec, flags);
+  if (e == EHOSTUNREACH) {
+    return " (nothing answers at " + address +
+           ": the name does not resolve or the host is unreachable; check --" + flags + ")";
+  }
+  return " (nothing is listening at " + address + ": " + std::strerror(e) + "; is kolo-" + flags +
+         " running there? check --" + flags + ")";
+}
+
 // Prints why a call failed and returns the exit code (1). `flags`: the
 // prefix of the TLS flags for this daemon, for the hint.
 int fail(std::ostream& err, const std::string& daemon, const std::string& address, const grpc::Status& s,
@@ -41,7 +107,8 @@ int fail(std::ostream& err, const std::string& daemon, const std::string& addres
   switch (s.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      msg = "cannot reach the kolo " + daemon + " at " + address + ": " + s.error_message() + tlsHint(sec, flags);
+      msg = "cannot reach the kolo " + daemon + " at " + address + ": " + s.error_message() +
+            unreachableHint(address, sec, flags);
       break;
     case grpc::StatusCode::UNAUTHENTICATED:
       msg = "the kolo " + daemon + " at " + address + " refused the call: " + s.error_message() +

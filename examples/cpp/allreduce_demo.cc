@@ -3,13 +3,47 @@
 // it must have, and rank 0 prints a bandwidth line for a large allreduce.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "kolo/kolo_c.h"
 
+namespace {
+
+constexpr const char* kUsage =
+    "usage: kolo-demo [MIB]   (the large allreduce's size, 1 to 65536 MiB; default 64)\n"
+    "run under kolorun, e.g. kolorun -np 4 kolo-demo 64\n";
+
+int usageError(const std::string& why) {
+  std::fprintf(stderr, "kolo-demo: %s (see kolo-demo --help)\n", why.c_str());
+  return 2;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  size_t big_mb = argc > 1 ? std::stoul(argv[1]) : 64;
+  size_t big_mb = 64;
+  if (argc > 2) return usageError("one argument at most, got " + std::to_string(argc - 1));
+  if (argc == 2) {
+    const std::string arg = argv[1];
+    if (arg == "--version") {
+      std::printf("kolo-demo %s\n", KOLO_VERSION);
+      return 0;
+    }
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    if (arg[0] == '-') return usageError("unknown flag " + arg);
+    char* end = nullptr;
+    const unsigned long long mb = std::strtoull(arg.c_str(), &end, 10);
+    if (arg.empty() || arg.find_first_not_of("0123456789") != std::string::npos || *end != '\0' ||
+        mb < 1 || mb > 65536) {
+      return usageError("MIB must be a whole number of MiB from 1 to 65536, got '" + arg + "'");
+    }
+    big_mb = static_cast<size_t>(mb);
+  }
   if (kolo_init() != KOLO_OK) {
     std::fprintf(stderr, "kolo_init failed: %s\n", kolo_last_error());
     return 1;

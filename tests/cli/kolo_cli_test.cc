@@ -2,14 +2,18 @@
 // daemons are built) every command against a real kolo-coordinator and
 // kolo-agent started by the test.
 #include <arpa/inet.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "common/fd.h"
 #include "test_process.h"
@@ -64,6 +68,27 @@ TEST(KoloCli, DefaultAgentAddressComesFromTheEnvironment) {
   auto r = runCommand(kolo({"drain"}), {{"KOLO_AGENT_RPC", closed.address()}}, 30s);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("cannot reach the kolo agent at " + closed.address()), std::string::npos) << r.err;
+}
+
+// Nothing listening is said so, without a TLS hint (TLS is not the cause).
+TEST(KoloCli, NothingListeningIsSaidSoWithoutATlsHint) {
+  ClosedPort closed;
+  auto r = runCommand(kolo({"status", "--agent", closed.address()}), {}, 30s);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("(nothing is listening at " + closed.address() +
+                       ": Connection refused; is kolo-agent running there? check --agent)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("TLS"), std::string::npos) << r.err;
+  auto c = runCommand(kolo({"jobs", "--coordinator", closed.address()}), {}, 30s);
+  EXPECT_EQ(c.code, 1);
+  EXPECT_NE(c.err.find("kolo: cannot reach the kolo coordinator at " + closed.address()),
+            std::string::npos)
+      << c.err;
+  EXPECT_NE(c.err.find("; is kolo-coordinator running there? check --coordinator)"),
+            std::string::npos)
+      << c.err;
+  EXPECT_EQ(c.err.find("TLS"), std::string::npos) << c.err;
 }
 
 TEST(KoloCli, VersionOnEveryDaemonAndTheCli) {
@@ -312,6 +337,89 @@ TEST_F(KoloCliDaemons, CleanStopDeregistersTheAgentAtOnce) {
   EXPECT_EQ(nlohmann::json::parse(after.out)["agents"].size(), 0u) << after.out;
 }
 
+// The agent's status as JSON (`kolo status --json`), or null when the call fails.
+nlohmann::json agentStatus(const std::string& address) {
+  auto r = runCommand({binDir() + "/kolo", "status", "--json", "--agent", address}, {}, 30s);
+  if (r.code != 0) return nullptr;
+  return nlohmann::json::parse(r.out, nullptr, false);
+}
+
+// Polls the agent's status until `pred` holds (at most `bound`).
+template <class Pred>
+bool waitForStatus(const std::string& address, Pred pred, std::chrono::milliseconds bound) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto s = agentStatus(address);
+    if (!s.is_null() && !s.is_discarded() && pred(s)) return true;
+    std::this_thread::sleep_for(100ms);  // bounded poll of a remote state
+  }
+  return false;
+}
+
+std::map<std::string, std::string> rankEnv(const std::string& socket, const std::string& job,
+                                           int size) {
+  return {{"KOLO_AGENT_SOCKET", socket},
+          {"KOLO_JOB_ID", job},
+          {"KOLO_JOB_TOKEN", "token-0123456789abcdef"},
+          {"KOLO_SIZE", std::to_string(size)},
+          {"KOLO_LOCAL_SIZE", "1"},
+          {"KOLO_LOCAL_RANK", "0"},
+          {"KOLO_START_TIMEOUT", "60"},
+          {"KOLO_LOG_LEVEL", "warn"}};
+}
+
+// systemd and Kubernetes stop daemons with SIGTERM in any state: here with
+// a trainer connected whose job waits for a rank that never comes. The
+// agent stops within 1 s with exit code 0, and the trainer is told (it does
+// not hang); then the coordinator, which lists the job, stops within 1 s.
+TEST_F(KoloCliDaemons, SigtermWithATrainerInAFormingJobStopsEachDaemonWithin1s) {
+  const std::string demo = binDir() + "/kolo-demo";
+  if (::access(demo.c_str(), X_OK) != 0) GTEST_SKIP() << "kolo-demo is not built";
+  TestProcess rank({demo, "1"}, rankEnv(socket_, "job-sigterm", 2), {"KOLO_AGENT_RPC"});
+  ASSERT_TRUE(waitForStatus(
+      agent_address_, [](const nlohmann::json& s) { return s["clients"].size() == 1; }, 30s))
+      << rank.err() << agent_->err();
+  auto t0 = std::chrono::steady_clock::now();
+  agent_->signal(SIGTERM);
+  EXPECT_EQ(agent_->wait(5s), 0) << agent_->err();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << agent_->err();
+  auto code = rank.wait(30s);
+  ASSERT_TRUE(code.has_value()) << "the trainer hangs after its agent stopped: " << rank.err();
+  EXPECT_NE(*code, 0) << rank.err();
+  EXPECT_FALSE(rank.err().empty());
+
+  t0 = std::chrono::steady_clock::now();
+  coordinator_->signal(SIGTERM);
+  EXPECT_EQ(coordinator_->wait(5s), 0) << coordinator_->err();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << coordinator_->err();
+}
+
+// kill -9 of kolorun using the system agent: its ranks (here one behind a
+// shell wrapper, so the trainer is kolorun's grandchild) die with it, and
+// the agent notices and ends their job instead of listing it for good.
+TEST_F(KoloCliDaemons, Kill9OfKolorunEndsItsJobOnTheSystemAgent) {
+  const std::string demo = binDir() + "/kolo-demo";
+  if (::access(demo.c_str(), X_OK) != 0) GTEST_SKIP() << "kolo-demo is not built";
+  // Rank 0 joins (and waits for rank 1, which only sleeps): the job forms
+  // on the agent and never completes.
+  TestProcess run(
+      {binDir() + "/kolorun", "-np", "2", "--agent-socket", socket_, "sh", "-c",
+       "if [ \"$KOLO_LOCAL_RANK\" = 0 ]; then " + demo + " 1 & wait; else sleep 1000; fi"},
+      kQuiet, {"KOLO_AGENT_SOCKET", "KOLO_JOB_ID", "KOLO_JOB_TOKEN", "KOLO_SIZE"});
+  ASSERT_TRUE(waitForStatus(
+      agent_address_,
+      [](const nlohmann::json& s) { return s["clients"].size() == 1 && s["jobs"].size() == 1; },
+      30s))
+      << run.err() << agent_->err();
+  ::kill(run.pid(), SIGKILL);
+  ASSERT_EQ(run.wait(10s), 128 + SIGKILL);
+  EXPECT_TRUE(waitForStatus(
+      agent_address_,
+      [](const nlohmann::json& s) { return s["clients"].empty() && s["jobs"].empty(); }, 10s))
+      << "the agent still lists the job of a killed kolorun: " << agentStatus(agent_address_).dump()
+      << agent_->err();
+}
+
 // GET /metrics from the agent's metrics address (the ready file's "metrics=").
 std::string agentMetrics(const std::string& ready_file) {
   std::ifstream in(ready_file);
@@ -336,6 +444,34 @@ std::string agentMetrics(const std::string& ready_file) {
   return out;
 }
 
+// A grpc.health.v1 Check of `service` at `address` (plain text), through
+// the generic stub with the two messages encoded by hand (HealthCheckRequest
+// {string service = 1}, HealthCheckResponse {ServingStatus status = 1}):
+// 1 SERVING, 2 NOT_SERVING, -1 when the call fails.
+int healthStatus(const std::string& address, const std::string& service) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  std::string req;
+  if (!service.empty()) {
+    req.push_back(0x0a);
+    req.push_back(static_cast<char>(service.size()));
+    req += service;
+  }
+  grpc::Slice slice(req);
+  grpc::ByteBuffer in(&slice, 1), out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &in, &out,
+                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  if (!done.get_future().get().ok()) return -1;
+  std::vector<grpc::Slice> slices;
+  if (!out.Dump(&slices).ok()) return -1;
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  if (bytes.size() == 2 && bytes[0] == 0x08) return bytes[1];
+  return bytes.empty() ? 0 : -1;  // 0: UNKNOWN (the default is not sent)
+}
+
 TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
   auto st = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
   ASSERT_EQ(st.code, 0) << st.err;
@@ -354,6 +490,11 @@ TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
   EXPECT_EQ(nlohmann::json::parse(js.out)["draining"], true) << js.out;
   EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 1"),
             std::string::npos);
+  // Health: the agent's service reads NOT_SERVING while drained (for
+  // readiness probes that name it); the overall service stays SERVING, so a
+  // liveness probe does not restart a drained agent.
+  EXPECT_EQ(healthStatus(agent_address_, "kolo.agentrpc.Agent"), 2);
+  EXPECT_EQ(healthStatus(agent_address_, ""), 1);
 
   auto u = runCommand(kolo({"undrain", "--agent", agent_address_}), {}, 30s);
   ASSERT_EQ(u.code, 0) << u.err;
@@ -362,6 +503,8 @@ TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
   EXPECT_NE(st.out.find("state        serving\n"), std::string::npos) << st.out;
   EXPECT_NE(agentMetrics(tmp_.path() + "/agent.ready").find("\nkolo_agent_draining 0"),
             std::string::npos);
+  EXPECT_EQ(healthStatus(agent_address_, "kolo.agentrpc.Agent"), 1);
+  EXPECT_EQ(healthStatus(agent_address_, ""), 1);
 }
 
 #endif

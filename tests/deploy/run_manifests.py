@@ -36,10 +36,22 @@ httpGet as plain HTTP, grpc as a plain-text gRPC call to the same server
 (the kolo CLI without the container's TLS settings: the kubelet's gRPC
 probe does not speak TLS), exec in the container.
 
+Once the daemons are up, what an operator runs with `kubectl exec` runs in
+their containers, with the containers' environment: `kolo agents` (the
+coordinator's and an agent's) must list every node, `kolo status` (an
+agent's) must answer.
+
 Then everything again for deploy/kubernetes/overlays/tls, rendered with
 kubectl kustomize (skipped, with a note, without kubectl or openssl), with
 a CA and certificate made by openssl as the kolo-tls Secret: TLS between
-the agents and the coordinator, /healthz probes, preStop over TLS.
+the agents and the coordinator, /healthz probes, preStop over TLS. And
+for overlays/mtls, with a client certificate of the same CA as the
+kolo-client-tls Secret: mutual TLS everywhere, and the refusals: `kolo
+agents` / `kolo status` in the pods without the client certificate, or
+with one of another CA, and an agent pod without its client certificate,
+must fail with "cannot reach the kolo coordinator/agent at ..." /
+"cannot register with the coordinator at ..." and the hint that names
+--coordinator-cert/--agent-cert.
 
 The second run is the point: a pod that restarts on the same node (the
 init container finds the directory it prepared before, the agent finds its
@@ -50,6 +62,7 @@ and exits 0 with "SKIPPED".
 """
 
 import argparse
+import copy
 import os
 import re
 import secrets
@@ -221,29 +234,46 @@ def run_probe(probe, sandbox, bins, priv, env, rewrite):
 
 
 def make_tls(d):
-    """A CA and a certificate for the names the TLS overlay's daemons use:
-    the kolo-tls Secret's files."""
+    """A CA, the servers' certificate for the names the TLS overlays'
+    daemons use (extendedKeyUsage serverAuth: the kolo-tls Secret's files),
+    a client certificate of the same CA (clientAuth: the kolo-client-tls
+    Secret of overlays/mtls), and a client certificate of another CA (for
+    the refusals; other-client.crt/.key in d). Returns {Secret: {key: text}}."""
     def ssl(*args):
         rc, out = vd.run_tool(["openssl", *args])
         if rc != 0:
             raise RuntimeError(f"openssl {args[0]}: {out}")
-    ca_key, ca, key, csr, crt = (os.path.join(d, n) for n in
-                                 ("ca.key", "ca.crt", "tls.key", "tls.csr", "tls.crt"))
-    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca,
-        "-days", "2", "-subj", "/CN=kolo test CA")
-    ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
-        "-subj", "/CN=kolo-coordinator")
-    ext = os.path.join(d, "ext.cnf")
-    with open(ext, "w") as f:
-        f.write("subjectAltName=DNS:kolo-coordinator,DNS:kolo-coordinator.kolo-system.svc,"
-                "DNS:kolo-agent\n")
-    ssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
-        "-out", crt, "-days", "2", "-extfile", ext)
-    files = {}
-    for n, path in (("tls.crt", crt), ("tls.key", key), ("ca.crt", ca)):
-        with open(path) as f:
-            files[n] = f.read()
-    return files
+
+    def path(n):
+        return os.path.join(d, n)
+
+    def ca(name, cn):
+        ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", path(f"{name}.key"),
+            "-out", path(f"{name}.crt"), "-days", "2", "-subj", f"/CN={cn}")
+
+    def cert(name, cn, ca_name, ext):
+        ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", path(f"{name}.key"),
+            "-out", path(f"{name}.csr"), "-subj", f"/CN={cn}")
+        with open(path(f"{name}.ext"), "w") as f:
+            f.write(ext)
+        ssl("x509", "-req", "-in", path(f"{name}.csr"), "-CA", path(f"{ca_name}.crt"),
+            "-CAkey", path(f"{ca_name}.key"), "-CAcreateserial", "-out", path(f"{name}.crt"),
+            "-days", "2", "-extfile", path(f"{name}.ext"))
+
+    ca("ca", "kolo test CA")
+    ca("other-ca", "another CA")
+    cert("tls", "kolo-coordinator", "ca",
+         "subjectAltName=DNS:kolo-coordinator,DNS:kolo-coordinator.kolo-system.svc,"
+         "DNS:kolo-agent\nextendedKeyUsage=serverAuth\n")
+    cert("client", "kolo-agent", "ca", "extendedKeyUsage=clientAuth\n")
+    cert("other-client", "kolo-agent", "other-ca", "extendedKeyUsage=clientAuth\n")
+
+    def read(n):
+        with open(path(n)) as f:
+            return f.read()
+    return {"kolo-tls": {"tls.crt": read("tls.crt"), "tls.key": read("tls.key"),
+                         "ca.crt": read("ca.crt")},
+            "kolo-client-tls": {"tls.crt": read("client.crt"), "tls.key": read("client.key")}}
 
 
 def wait_ready(proc, c, rewrite):
@@ -298,13 +328,11 @@ def prepare_pod(w, sandbox, run, configmaps):
     return dirs, mounts_of
 
 
-def run_pod(w, sandbox, run, bins, configmaps, started, errors, logs, state):
+def run_init_containers(w, sandbox, run, bins, mounts_of, env_base, errors):
+    """The pod's init containers, in order; False (and why in errors) when one fails."""
     wid = vd.object_id(w)
     spec = vd.pod_spec(w)
     pod_sc = spec.get("securityContext") or {}
-    env_base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "KOLO_LOG_LEVEL": "warn"}
-    dirs, mounts_of = prepare_pod(w, sandbox, run, configmaps)
-
     for c in spec.get("initContainers") or []:
         name = f"{wid}[{c['name']}] on {sandbox.node} run {run}"
         rewrite = lambda t, m=mounts_of(c): sandbox.rewrite(t, m)  # noqa: E731
@@ -313,6 +341,17 @@ def run_pod(w, sandbox, run, bins, configmaps, started, errors, logs, state):
         if rc != 0:
             errors.append(f"{name}: exit {rc}: {out.strip()}")
             return False
+    return True
+
+
+def run_pod(w, sandbox, run, bins, configmaps, started, errors, logs, state):
+    wid = vd.object_id(w)
+    spec = vd.pod_spec(w)
+    pod_sc = spec.get("securityContext") or {}
+    env_base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "KOLO_LOG_LEVEL": "warn"}
+    dirs, mounts_of = prepare_pod(w, sandbox, run, configmaps)
+    if not run_init_containers(w, sandbox, run, bins, mounts_of, env_base, errors):
+        return False
 
     for c in spec.get("containers") or []:
         name = f"{wid}[{c['name']}] on {sandbox.node} run {run}"
@@ -348,7 +387,8 @@ def run_pod(w, sandbox, run, bins, configmaps, started, errors, logs, state):
                 errors.append(f"{name}: {kind} fails: {why}")
         pre = (((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command")
         state.append({"proc": proc, "name": name, "priv": priv, "rewrite": rewrite, "env": env,
-                      "prestop": pre})
+                      "prestop": pre, "sandbox": sandbox,
+                      "component": vd.labels_of(w).get(vd.LABEL_COMPONENT)})
     return True
 
 
@@ -468,12 +508,15 @@ def run_job(job, sandboxes, run, bins, configmaps, started, errors, logs):
     return job_id
 
 
-def check_job_finished(bins, sandbox, job_id, size, errors, secret_files):
+def check_job_finished(bins, sandbox, job_id, size, errors, tls):
     """The coordinator saw the job: FINISHED, with all its ranks."""
     argv = [bins["kolo"], "jobs", "--json", "--coordinator", f"127.0.0.1:{sandbox.ports[7470]}"]
-    if "kolo-tls" in secret_files:
-        ca = os.path.join(sandbox.root, "ca.crt")  # make_tls's, next to the sandboxes
-        argv += ["--coordinator-ca", ca, "--coordinator-server-name", "kolo-coordinator"]
+    if tls:  # make_tls's files, next to the sandboxes
+        argv += ["--coordinator-ca", os.path.join(sandbox.root, "ca.crt"),
+                 "--coordinator-server-name", "kolo-coordinator"]
+    if tls == "mtls":
+        argv += ["--coordinator-cert", os.path.join(sandbox.root, "client.crt"),
+                 "--coordinator-key", os.path.join(sandbox.root, "client.key")]
     rc, out = vd.run_tool(argv, env={"PATH": "/usr/bin:/bin"})
     if rc != 0:
         errors.append(f"kolo jobs: exit {rc}: {out.strip()}")
@@ -493,6 +536,120 @@ def check_job_finished(bins, sandbox, job_id, size, errors, secret_files):
         errors.append(f"job {job_id}: {j}, want FINISHED with world size {size}")
 
 
+def exec_kolo(st, bins, args, drop=(), extra=None):
+    """`kubectl exec POD -- kolo ARGS` in the container of pod state st: its
+    user, capabilities and environment (less the names in drop, plus
+    extra). The pod's loopback is the sandbox's: KOLO_AGENT_RPC and, where
+    the container sets no KOLO_COORDINATOR, KOLO_COORDINATOR point there."""
+    sandbox = st["sandbox"]
+    env = {k: v for k, v in st["env"].items() if k not in drop}
+    env.setdefault("KOLO_COORDINATOR", f"127.0.0.1:{sandbox.ports[7470]}")
+    env["KOLO_AGENT_RPC"] = f"127.0.0.1:{sandbox.ports[7471]}"
+    env.update(extra or {})
+    return vd.run_tool(st["priv"] + [bins["kolo"]] + list(args), env=env)
+
+
+def expect_refused(what, rc, out, wants, errors):
+    """A client that must be refused: exit non-zero, every text of wants in
+    its message."""
+    if rc == 0:
+        errors.append(f"{what}: accepted (exit 0), want refused: {out.strip()[:500]}")
+        return
+    missing = [w for w in wants if w not in out]
+    if missing:
+        errors.append(f"{what}: exit {rc} without {missing} in: {out.strip()[:800]}")
+
+
+CLIENT_CERT_ENV = {"coordinator": ("KOLO_COORDINATOR_CERT", "KOLO_COORDINATOR_KEY"),
+                   "agent": ("KOLO_AGENT_CERT", "KOLO_AGENT_KEY")}
+CLIENT_CERT_HINT = "whether the server requires a client certificate (--{0}-cert/--{0}-key)"
+
+
+def check_execs(label, up, run, bins, tls, errors):
+    """What an operator runs in the pods (`kubectl exec ... kolo ...`) works
+    with the containers' own settings; under mutual TLS, a client without a
+    certificate, or with one of another CA, is refused with a message that
+    says why."""
+    states = [st for state in up for st in state]
+    coord = next((st for st in states if st["component"] == "coordinator"), None)
+    agents = [st for st in states if st["component"] == "agent"]
+    if coord is None or not agents:
+        errors.append(f"{label}: no coordinator or agent pod to exec in")
+        return
+    nodes = sorted(st["sandbox"].node for st in agents)
+    for st, args in [(coord, ["agents"]), (agents[0], ["agents"]), (agents[0], ["status"])]:
+        rc, out = exec_kolo(st, bins, args)
+        if rc != 0:
+            errors.append(f"{label} run {run}: exec in {st['name']}: kolo {' '.join(args)}: "
+                          f"exit {rc}: {out.strip()[:800]}")
+        elif args == ["agents"] and not all(n in out for n in nodes):
+            errors.append(f"{label} run {run}: exec in {st['name']}: kolo agents lists not "
+                          f"all of {nodes}: {out.strip()[:800]}")
+    if tls != "mtls":
+        return
+    root = coord["sandbox"].root
+    other = {"coordinator": {"KOLO_COORDINATOR_CERT": os.path.join(root, "other-client.crt"),
+                             "KOLO_COORDINATOR_KEY": os.path.join(root, "other-client.key")},
+             "agent": {"KOLO_AGENT_CERT": os.path.join(root, "other-client.crt"),
+                       "KOLO_AGENT_KEY": os.path.join(root, "other-client.key")}}
+    for st, peer, args, port in [(coord, "coordinator", ["agents"], 7470),
+                                 (agents[0], "agent", ["status"], 7471)]:
+        where = f"127.0.0.1:{st['sandbox'].ports[port]}"
+        wants = [f"cannot reach the kolo {peer} at {where}", CLIENT_CERT_HINT.format(peer)]
+        rc, out = exec_kolo(st, bins, args, drop=CLIENT_CERT_ENV[peer])
+        expect_refused(f"{label} run {run}: kolo {args[0]} without a client certificate",
+                       rc, out, wants, errors)
+        if rc != 0 and out.strip():
+            print(f"{label} run {run}: kolo {args[0]} without a client certificate: exit {rc}: "
+                  f"{out.strip().splitlines()[-1]}")
+        rc, out = exec_kolo(st, bins, args, extra=other[peer])
+        expect_refused(f"{label} run {run}: kolo {args[0]} with a client certificate of "
+                       "another CA", rc, out, wants[:1], errors)
+
+
+def run_refused_agent(w, first, root, run, bins, configmaps, started, errors, logs):
+    """The agent DaemonSet's pod on another node, its container without the
+    client certificate (KOLO_COORDINATOR_CERT/KEY): the coordinator of
+    overlays/mtls refuses it, and it exits non-zero saying why."""
+    w = copy.deepcopy(w)
+    spec = vd.pod_spec(w)
+    c = next(c for c in spec["containers"] if c["name"] == "agent")
+    c["env"] = [e for e in c["env"] if e["name"] not in CLIENT_CERT_ENV["coordinator"]]
+    # Handshake failures are retried until register-timeout-s: not 30 s here.
+    c["env"].append({"name": "KOLO_REGISTER_TIMEOUT_S", "value": "3"})
+    sandbox = Sandbox(root, "node-without-cert", cluster=first)
+    env_base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "KOLO_LOG_LEVEL": "warn"}
+    _, mounts_of = prepare_pod(w, sandbox, run, configmaps)
+    if not run_init_containers(w, sandbox, run, bins, mounts_of, env_base, errors):
+        return
+    rewrite = lambda t, m=mounts_of(c): sandbox.rewrite(t, m)  # noqa: E731
+    argv = setpriv_argv(spec.get("securityContext") or {}, c.get("securityContext") or {}) + \
+        program_argv(c, bins, rewrite)
+    env = pod_env(c, rewrite, env_base, sandbox, {})
+    log = os.path.join(sandbox.root, f"agent-without-cert-{run}.log")
+    logs.append(log)
+    with open(log, "w") as f:
+        proc = subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    started.append(proc)
+    try:
+        rc = proc.wait(timeout=READY_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        errors.append(f"agent without a client certificate: still running after "
+                      f"{READY_TIMEOUT_S} s (want refused); log {log}")
+        return
+    with open(log) as f:
+        out = f.read()
+    where = f"127.0.0.1:{sandbox.ports[7470]}"
+    expect_refused(f"run {run}: an agent without a client certificate", rc, out,
+                   [f"cannot register with the coordinator at {where}",
+                    CLIENT_CERT_HINT.format("coordinator")], errors)
+    if rc != 0:
+        line = next((ln for ln in out.splitlines() if "cannot register" in ln), "")
+        print(f"overlays/mtls run {run}: an agent without a client certificate: exit {rc}: "
+              f"{line.strip()[:400]}")
+
+
 def check_socket_dir(sandbox, errors):
     for (kind, path), d in sandbox.persistent.items():
         if (kind, path) != ("hostPath", "/run/kolo"):
@@ -505,9 +662,10 @@ def check_socket_dir(sandbox, errors):
 
 
 def run_cluster(label, workloads, jobs, configmaps, bins, root, secret_files, started, errors,
-                logs):
+                logs, tls=None):
     """Runs the workloads (and then the training Jobs) twice, as pods on
-    NODES stand-in nodes; stops them; checks the node directories."""
+    NODES stand-in nodes; checks the CLI in the pods (and, tls "mtls", the
+    refusals); stops them; checks the node directories."""
     first = Sandbox(root)
     first.secret_files.update(secret_files)
     sandboxes = [first] + [Sandbox(root, f"node-{i}", cluster=first) for i in range(2, NODES + 1)]
@@ -528,10 +686,15 @@ def run_cluster(label, workloads, jobs, configmaps, bins, root, secret_files, st
                     break
             if not ok:
                 break
+        if ok and not errors:
+            check_execs(label, up, run, bins, tls, errors)
+        if ok and not errors and tls == "mtls" and run == 1:
+            agent = next(w for w in workloads if w.get("kind") == "DaemonSet")
+            run_refused_agent(agent, first, root, run, bins, configmaps, started, errors, logs)
         for job in jobs if ok and not errors else []:
             job_id = run_job(job, sandboxes, run, bins, configmaps, started, errors, logs)
             if job_id and not errors:
-                check_job_finished(bins, first, job_id, job_size(job), errors, secret_files)
+                check_job_finished(bins, first, job_id, job_size(job), errors, tls)
                 print(f"{label} run {run}: {vd.object_id(job)}: kolo job {job_id}: "
                       f"{'ok' if not errors else 'FAILED'}")
         for state in reversed(up):
@@ -577,22 +740,32 @@ def main():
     root = tempfile.mkdtemp(prefix="kolo-pods-")
     try:
         run_cluster("base", workloads, jobs, configmaps, bins, root, {}, started, errors, logs)
-        rendered, why = vd.render_kustomization(os.path.join(a.root, "deploy", "kubernetes",
-                                                              "overlays", "tls"))
-        if errors:
-            pass
-        elif rendered is None:
-            print(f"note: overlays/tls not run: {why}")
-        elif shutil.which("openssl") is None:
-            print("note: overlays/tls not run: openssl is not installed")
-        else:
-            tls_root = tempfile.mkdtemp(prefix="tls-", dir=root)
+        tls_secrets = None
+        for overlay in ("tls", "mtls"):
+            rendered, why = vd.render_kustomization(os.path.join(a.root, "deploy", "kubernetes",
+                                                                  "overlays", overlay))
+            if errors:
+                break
+            if rendered is None:
+                print(f"note: overlays/{overlay} not run: {why}")
+                continue
+            if shutil.which("openssl") is None:
+                print(f"note: overlays/{overlay} not run: openssl is not installed")
+                continue
+            tls_root = tempfile.mkdtemp(prefix=f"{overlay}-", dir=root)
+            tls_secrets = make_tls(tls_root)
+            for n in ("other-client.crt", "other-client.key"):  # read by the pods' users
+                os.chmod(os.path.join(tls_root, n), 0o644)
+            if overlay == "tls":
+                tls_secrets.pop("kolo-client-tls")
             tls_cms = dict(configmaps)
-            tls_cms.update({o["metadata"]["name"]: o for o in rendered if o.get("kind") == "ConfigMap"})
+            tls_cms.update({o["metadata"]["name"]: o for o in rendered
+                            if o.get("kind") == "ConfigMap"})
             tls_workloads = sorted((o for o in rendered if o.get("kind") in vd.WORKLOAD_KINDS),
-                                   key=lambda o: order.get(vd.labels_of(o).get(vd.LABEL_COMPONENT), 9))
-            run_cluster("overlays/tls", tls_workloads, jobs, tls_cms, bins, tls_root,
-                        {"kolo-tls": make_tls(tls_root)}, started, errors, logs)
+                                   key=lambda o: order.get(vd.labels_of(o).get(vd.LABEL_COMPONENT),
+                                                           9))
+            run_cluster(f"overlays/{overlay}", tls_workloads, jobs, tls_cms, bins, tls_root,
+                        tls_secrets, started, errors, logs, tls=overlay)
     finally:
         for p in started:
             if p.poll() is None:
