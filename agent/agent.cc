@@ -75,6 +75,7 @@ Status Agent::start() {
   }
   initMetrics();
   updateGaugesOnLoop();
+  mps_ = std::make_unique<MpsMonitor>(opts_.mps_pipe_dir, &metrics_);
   {
     std::string host = opts_.rpc_listen.substr(0, opts_.rpc_listen.rfind(':'));
     if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = opts_.hostname;

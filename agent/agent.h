@@ -23,11 +23,12 @@
 namespace kolo {
 using timeline::Timeline;
 }
+#include "agent/core/mps_monitor.h"
 #include "agent/ipc/client_conn.h"
 #include "common/event_loop.h"
+#include "common/fd.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
-#include "common/fd.h"
 #include "common/worker_pool.h"
 #include "kolo/proto/agent.pb.h"
 #include "kolo/proto/ipc.pb.h"
@@ -179,6 +180,7 @@ class Agent : private OpHost {
   } op_metrics_{};
   void initMetrics();
   std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;
+  std::unique_ptr<MpsMonitor> mps_;  // after metrics_: stops before it goes
   std::unique_ptr<Timeline> timeline_;
   stall::StallInspector stalls_;
   WorkerPool setup_pool_{"cross-setup", 2};  // blocking backend rendezvous, off the loop

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <thread>
 
+#include "agent/gpu/mps_probe.h"
 #include "common/coord_endpoints.h"
 
 namespace kolo {
@@ -15,62 +16,91 @@ void defineAgentKnobs(Config& c) {
       .define("socket-mode", KnobType::kString, "0660", "File mode of the socket (octal)")
       .define("socket-group", KnobType::kString, "",
               "Group owning the socket (members may connect); empty keeps the agent's group")
-      .define("coordinator", KnobType::kString, "127.0.0.1:7470", "kolo-coordinator address host:port, or several: host:port,host:port (one leads, the others stand by; see docs/coordinator.md)")
+      .define("coordinator", KnobType::kString, "127.0.0.1:7470",
+              "kolo-coordinator address host:port, or several: host:port,host:port (one leads, the "
+              "others stand by; see docs/coordinator.md)")
       .define("rpc-listen", KnobType::kString, "127.0.0.1:7471",
-              "gRPC status service address (port 0 picks a free port); loopback by default: to serve other "
-              "hosts, set an address and --rpc-auth-token-file (Drain and Timeline need the token, or, without "
+              "gRPC status service address (port 0 picks a free port); loopback by default: to "
+              "serve other "
+              "hosts, set an address and --rpc-auth-token-file (Drain and Timeline need the token, "
+              "or, without "
               "one, a loopback peer)")
       .define("metrics-listen", KnobType::kString, "0.0.0.0:7472",
               "Prometheus /metrics HTTP address (port 0 picks a free port; empty disables)")
+      .define("mps-pipe-dir", KnobType::kString, "",
+              "CUDA MPS pipe directory whose control daemon `kolo status` and kolo_mps_up report; "
+              "empty: "
+              "CUDA_MPS_PIPE_DIRECTORY of the agent's environment, else /tmp/nvidia-mps. When set, "
+              "the agent "
+              "also exports it as CUDA_MPS_PIPE_DIRECTORY for its own CUDA contexts (docs/gpu.md, "
+              "\"CUDA MPS\")")
       .define("ready-file", KnobType::kString, "",
               "If set, write the bound gRPC address here once serving (for launchers)")
       .define("agent-id", KnobType::kString, "", "Stable id of this agent (default host:pid)")
-      .define("hostname", KnobType::kString, "", "Host name reported to the coordinator (default: gethostname)")
-      .define("arena-mb", KnobType::kInt, "1024",
-              "Default size of each trainer's shared arena in MiB (sparse; pages are used on touch)")
+      .define("hostname", KnobType::kString, "",
+              "Host name reported to the coordinator (default: gethostname)")
+      .define(
+          "arena-mb", KnobType::kInt, "1024",
+          "Default size of each trainer's shared arena in MiB (sparse; pages are used on touch)")
       .define("reduce-threads", KnobType::kInt, "0",
               "Threads for large local reductions (0 = number of cores)")
       .define("direct-alone-min-kb", KnobType::kInt, "0",
-              "Across agents, a trainer alone on this agent takes the direct path from this many KiB (at least "
-              "--direct-min-kb): its tensor is read and written chunk by chunk while the agents' ring runs "
-              "(pipelined from --cross-pipeline-kb); 0 = never: the ring runs in place on its arena slot, which "
+              "Across agents, a trainer alone on this agent takes the direct path from this many "
+              "KiB (at least "
+              "--direct-min-kb): its tensor is read and written chunk by chunk while the agents' "
+              "ring runs "
+              "(pipelined from --cross-pipeline-kb); 0 = never: the ring runs in place on its "
+              "arena slot, which "
               "measured faster on 2 cores (docs/architecture.md, \"Direct user memory\")")
       .define("inline-reduce-kb", KnobType::kInt, "256",
               "Reductions up to this size run on the loop thread (no thread hop)")
       .define("direct-min-kb", KnobType::kInt, "1024",
-              "Host allreduces of at least this many KiB in a trainer's own memory (not kolo_alloc_shared) are "
-              "read and written by the agent in place with process_vm_readv/writev instead of being copied "
-              "through the arena, where the kernel lets the agent (same user, or CAP_SYS_PTRACE); 0 = never (docs/architecture.md, \"Direct user memory\")")
+              "Host allreduces of at least this many KiB in a trainer's own memory (not "
+              "kolo_alloc_shared) are "
+              "read and written by the agent in place with process_vm_readv/writev instead of "
+              "being copied "
+              "through the arena, where the kernel lets the agent (same user, or CAP_SYS_PTRACE); "
+              "0 = never (docs/architecture.md, \"Direct user memory\")")
       .define("spin-us", KnobType::kInt, "50",
-              "Microseconds the loop polls the trainers' rings and work posted by its other threads (the "
+              "Microseconds the loop polls the trainers' rings and work posted by its other "
+              "threads (the "
               "backends' completions) before it sleeps (0 = never spin)")
       .define("register-timeout-s", KnobType::kInt, "30",
               "How long to retry registering with the coordinator at start")
       .define("coordinator-watch-retry-s", KnobType::kInt, "30",
-              "How long a job's broken watch on the coordinator is opened again (at every --coordinator "
+              "How long a job's broken watch on the coordinator is opened again (at every "
+              "--coordinator "
               "address) before the agent fails the job")
       .define("fusion-threshold-mb", KnobType::kInt, "128",
               "Tensor Fusion buffer size in MiB (0 disables fusion)")
       .define("fusion-chunk-mb", KnobType::kInt, "8",
-              "Fused buffers go across agents in chunks of this many MiB, packing one while the previous moves "
+              "Fused buffers go across agents in chunks of this many MiB, packing one while the "
+              "previous moves "
               "(0 = one collective per buffer)")
       .define("fusion-max-tensor-kb", KnobType::kInt, "1024",
-              "Tensors of at least this many KiB cross agents unfused (their copy into the fusion buffer costs "
+              "Tensors of at least this many KiB cross agents unfused (their copy into the fusion "
+              "buffer costs "
               "more than the latency fusion saves); 0 = fuse any size, as Horovod")
       .define("cross-inline-bytes", KnobType::kInt, "256",
-              "Cached allreduces of up to this many bytes travel inside the agents' negotiation message (one "
+              "Cached allreduces of up to this many bytes travel inside the agents' negotiation "
+              "message (one "
               "round trip instead of two; at most 4 KiB of them per cycle); 0 = never")
       .define("cross-pipeline-kb", KnobType::kInt, "8192",
-              "Allreduces across agents of at least this many KiB are pipelined: the local reduction, the "
-              "agents' ring and the copy back into the ranks' slots overlap chunk by chunk (fusion-chunk-mb); "
+              "Allreduces across agents of at least this many KiB are pipelined: the local "
+              "reduction, the "
+              "agents' ring and the copy back into the ranks' slots overlap chunk by chunk "
+              "(fusion-chunk-mb); "
               "0 = never")
       .define("cycle-time-ms", KnobType::kDouble, "1",
-              "Accepted for Horovod compatibility: kolo negotiates as soon as a name is ready, so no op waits for a cycle")
+              "Accepted for Horovod compatibility: kolo negotiates as soon as a name is ready, so "
+              "no op waits for a cycle")
       .define("autotune", KnobType::kBool, "false",
-              "Tune the fusion threshold and the small/large algorithm switch point online (multi-agent jobs)")
+              "Tune the fusion threshold and the small/large algorithm switch point online "
+              "(multi-agent jobs)")
       .define("autotune-log-file", KnobType::kString, "",
               "CSV of every autotune sample and the best one (%j = job id, %a = agent id)")
-      .define("autotune-warmup-samples", KnobType::kInt, "3", "Autotune samples discarded at the start")
+      .define("autotune-warmup-samples", KnobType::kInt, "3",
+              "Autotune samples discarded at the start")
       .define("autotune-steps-per-sample", KnobType::kInt, "10",
               "Negotiation cycles that moved data per autotune sample")
       .define("autotune-bayes-opt-max-samples", KnobType::kInt, "20",
@@ -79,13 +109,17 @@ void defineAgentKnobs(Config& c) {
               "Noise of the Gaussian process (normalised score units)")
       .define("cache-capacity", KnobType::kInt, "1024", "Response cache entries (0 disables)")
       .define("timeline-filename", KnobType::kString, "",
-              "Write a Chrome trace of every collective here (%a = agent id); a relative name is taken inside "
+              "Write a Chrome trace of every collective here (%a = agent id); a relative name is "
+              "taken inside "
               "--timeline-dir, an absolute one must lie inside it")
       .define("timeline-dir", KnobType::kString, "/var/log/kolo/timeline",
-              "The only directory the agent writes timelines in (--timeline-filename, `kolo timeline start`, a "
-              "trainer's start_timeline): names outside it, with '..' or through a symbolic link are refused; "
+              "The only directory the agent writes timelines in (--timeline-filename, `kolo "
+              "timeline start`, a "
+              "trainer's start_timeline): names outside it, with '..' or through a symbolic link "
+              "are refused; "
               "empty turns timelines off")
-      .define("timeline-mark-cycles", KnobType::kBool, "false", "Mark each negotiation cycle in the timeline")
+      .define("timeline-mark-cycles", KnobType::kBool, "false",
+              "Mark each negotiation cycle in the timeline")
       .define("stall-check-time-s", KnobType::kInt, "60",
               "Report collectives some ranks have submitted and others not for this long")
       .define("stall-shutdown-time-s", KnobType::kInt, "0",
@@ -93,7 +127,8 @@ void defineAgentKnobs(Config& c) {
       .define("stall-check-disable", KnobType::kBool, "false", "Turn the stall warnings off")
       .define("backend", KnobType::kString, "ucx", "Cross-agent backend for host memory")
       .define("idle-cycle-ms", KnobType::kInt, "100",
-              "An agent with nothing to negotiate still joins a cycle this often, so peers never wait long")
+              "An agent with nothing to negotiate still joins a cycle this often, so peers never "
+              "wait long")
       .define("max-local-size", KnobType::kInt, "256",
               "Most local ranks a job may declare in its Hello (its tensor table and rank vectors "
               "grow with it)")
@@ -207,6 +242,8 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.rpc_listen = c.getString("rpc-listen");
   o.metrics_listen = c.getString("metrics-listen");
   o.ready_file = c.getString("ready-file");
+  o.mps_pipe_dir = c.getString("mps-pipe-dir");
+  if (o.mps_pipe_dir.empty()) o.mps_pipe_dir = gpu::defaultMpsPipeDirectory();
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
   o.hostname = c.getString("hostname").empty() ? host : c.getString("hostname");

@@ -36,6 +36,7 @@ struct AgentOptions {
   std::string rpc_listen;
   std::string metrics_listen;
   std::string ready_file;
+  std::string mps_pipe_dir;  // resolved: --mps-pipe-dir, CUDA_MPS_PIPE_DIRECTORY, /tmp/nvidia-mps
   std::string agent_id;
   std::string hostname;
   uint64_t arena_bytes = 0;

@@ -21,6 +21,29 @@ std::vector<const Job*> Agent::jobsOnLoop() const {
   return out;
 }
 
+static void fillMps(const gpu::MpsProbe& p, agentrpc::MpsInfo* out) {
+  out->set_state(gpu::mpsStateName(p.state));
+  out->set_reason(p.reason);
+  out->set_pipe_dir(p.pipe_dir);
+}
+
+static void fillGpus(const MpsMonitor* mon, agentrpc::AgentStatus* s) {
+  if (mon == nullptr) return;
+  const MpsMonitor::Snapshot snap = mon->snapshot();
+  fillMps(snap.mps, s->mutable_mps());
+  if (!snap.probed) return;
+  if (snap.gpus.count == 0)
+    s->set_no_gpu(snap.gpus.none_reason.empty() ? "no GPU" : snap.gpus.none_reason);
+  for (int i = 0; i < snap.gpus.count; ++i) {
+    auto* g = s->add_gpus();
+    g->set_index(i);
+    fillMps(snap.mps, g->mutable_mps());
+    const int client =
+        i < static_cast<int>(snap.gpus.mps_client.size()) ? snap.gpus.mps_client[i] : -1;
+    g->set_mps_client(client > 0 ? "yes" : client == 0 ? "no" : "unknown");
+  }
+}
+
 static void fillCounters(const JobCounters& c, agentrpc::Counters* out) {
   out->set_ops_done(c.ops_done);
   out->set_bytes_done(c.bytes_done);
@@ -103,6 +126,7 @@ agentrpc::AgentStatus Agent::statusOnLoop() const {
   fillCounters(totals_, s.mutable_counters());
   if (metrics_http_) s.set_metrics_address(metrics_http_->boundAddress());
   s.set_draining(draining_);
+  fillGpus(mps_.get(), &s);
   return s;
 }
 

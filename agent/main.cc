@@ -67,6 +67,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kolo-agent: %s\n", opts.status().message().c_str());
     return 2;
   }
+  // --mps-pipe-dir: the agent's own CUDA contexts use that daemon too (set
+  // before any thread or CUDA call reads the environment).
+  if (!cfg.getString("mps-pipe-dir").empty()) {
+    ::setenv("CUDA_MPS_PIPE_DIRECTORY", opts->mps_pipe_dir.c_str(), 1);
+  }
   kolo::Agent agent(*opts);
   st = agent.start();
   if (!st.isOk() && agent.stopSignal() != 0) {

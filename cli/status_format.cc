@@ -84,6 +84,41 @@ json toJson(const agentrpc::JobInfo& j) {
           {"reason", j.reason()}};
 }
 
+namespace {
+
+json mpsJson(const agentrpc::MpsInfo& m) {
+  return {{"state", m.state()}, {"reason", m.reason()}, {"pipe_dir", m.pipe_dir()}};
+}
+
+// "MPS up (pipe /run/kolo-mps)" / "MPS down: no control socket in /run/kolo-mps".
+std::string mpsText(const agentrpc::MpsInfo& m) {
+  if (m.state() == "up") return "MPS up (pipe " + m.pipe_dir() + ")";
+  return "MPS " + m.state() + (m.reason().empty() ? "" : ": " + m.reason());
+}
+
+// One line per GPU; an agent without a GPU says so, with the node's MPS
+// state. Nothing from an agent too old to report it.
+std::string gpuLines(const agentrpc::AgentStatus& s) {
+  if (s.gpus_size() == 0 && s.no_gpu().empty() && s.mps().state().empty()) return "";
+  std::string out;
+  for (auto& g : s.gpus()) {
+    out += "GPU " + std::to_string(g.index()) + ": " + mpsText(g.mps());
+    if (g.mps().state() == "up" && g.mps_client() == "no") {
+      out +=
+          "; the agent's own CUDA contexts are not MPS clients (was MPS started after the agent?)";
+    }
+    out += "\n";
+  }
+  if (s.gpus_size() == 0) {
+    out += "no GPU" +
+           (s.no_gpu().empty() || s.no_gpu() == "no GPU" ? "" : " (" + s.no_gpu() + ")") +
+           "; node " + mpsText(s.mps()) + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
 json toJson(const agentrpc::AgentStatus& s) {
   json clients = json::array();
   for (auto& c : s.clients()) {
@@ -96,6 +131,11 @@ json toJson(const agentrpc::AgentStatus& s) {
   }
   json jobs = json::array();
   for (auto& j : s.jobs()) jobs.push_back(toJson(j));
+  json gpus = json::array();
+  for (auto& g : s.gpus()) {
+    gpus.push_back(
+        {{"index", g.index()}, {"mps", mpsJson(g.mps())}, {"mps_client", g.mps_client()}});
+  }
   return {{"agent_id", s.agent_id()},
           {"hostname", s.hostname()},
           {"version", s.version()},
@@ -106,7 +146,10 @@ json toJson(const agentrpc::AgentStatus& s) {
           {"clients", clients},
           {"clients_omitted", s.clients_omitted()},
           {"jobs", jobs},
-          {"counters", countersJson(s.counters())}};
+          {"counters", countersJson(s.counters())},
+          {"gpus", gpus},
+          {"no_gpu", s.no_gpu()},
+          {"mps", mpsJson(s.mps())}};
 }
 
 json toJson(const coord::ListJobsReply& r, int64_t now_unix_ms) {
@@ -155,6 +198,7 @@ std::string renderAgentStatus(const agentrpc::AgentStatus& s) {
        {"coordinator", s.coordinator().empty() ? "-" : s.coordinator()},
        {"uptime", formatDuration(s.uptime_ms())},
        {"collectives", countersText(s.counters())}});
+  out += gpuLines(s);
   out += "\n";
   if (s.jobs_size() == 0) {
     out += "no jobs\n";

@@ -82,6 +82,18 @@ class DeviceRuntime {
 }  // namespace kolo
 
 namespace kolo {
+// The GPUs this agent can serve, for `kolo status` and /metrics. Any thread:
+// CUDA queries only (the runtime's initialisation on the first call), no
+// context or stream is created.
+struct GpuInventory {
+  int count = 0;
+  std::string none_reason;  // count == 0: why, e.g. "built without CUDA"
+  // Per GPU: 1 when contexts the agent creates there go through MPS
+  // (cudaDevAttrMpsEnabled), 0 when not, -1 when the driver cannot say.
+  std::vector<int> mps_client;
+};
+GpuInventory gpuInventory();
+
 // The agent process's runtime, created on first use (by the loop thread) and
 // never destroyed (CUDA objects must not be torn down after the runtime
 // at exit). Grants keep what they need alive themselves.

@@ -3,9 +3,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <thread>
 
@@ -13,6 +13,7 @@
 #include "agent/gpu/cuda_status.h"
 #include "agent/gpu/device.h"
 #include "agent/gpu/device_ipc.h"
+#include "agent/gpu/mps_probe.h"
 #include "agent/gpu/reduce.h"
 #include "agent/gpu/vmm_arena.h"
 #include "common/log.h"
@@ -24,12 +25,6 @@ namespace {
 constexpr int64_t kDrainTimeoutMs = 10'000;
 
 auto devLog() { return log::get("agent.device"); }
-
-// Where CUDA's MPS clients look for the MPS control daemon's pipe.
-std::string mpsPipeDirectory() {
-  const char* d = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
-  return d != nullptr && *d != '\0' ? d : "/tmp/nvidia-mps";
-}
 
 // One GPU's agent stream (every device op on that GPU runs on it, in order).
 struct DeviceCtx {
@@ -218,7 +213,7 @@ class CudaDeviceRuntime final : public DeviceRuntime {
       // MPS the GPU switches contexts between them for every op (measured
       // on an H200: 287 us per small allreduce with one trainer, 740 us with
       // four; 24-47 us under MPS; docs/gpu.md).
-      const std::string pipe = mpsPipeDirectory();
+      const std::string pipe = gpu::defaultMpsPipeDirectory();
       struct stat st {};
       if (::stat((pipe + "/control").c_str(), &st) != 0) {
         devLog()->warn(
@@ -235,6 +230,26 @@ class CudaDeviceRuntime final : public DeviceRuntime {
 };
 
 }  // namespace
+
+GpuInventory gpuInventory() {
+  GpuInventory inv;
+  auto n = gpu::deviceCount();
+  if (!n.isOk()) {
+    inv.none_reason = n.status().message();
+    return inv;
+  }
+  inv.count = *n;
+  for (int i = 0; i < inv.count; ++i) {
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMpsEnabled, i) == cudaSuccess) {
+      inv.mps_client.push_back(v != 0 ? 1 : 0);
+    } else {
+      (void)cudaGetLastError();  // a driver without the attribute: not this thread's later error
+      inv.mps_client.push_back(-1);
+    }
+  }
+  return inv;
+}
 
 std::unique_ptr<DeviceRuntime> DeviceRuntime::create() { return std::make_unique<CudaDeviceRuntime>(); }
 

@@ -23,6 +23,12 @@ class NoDeviceRuntime final : public DeviceRuntime {
 
 }  // namespace
 
+GpuInventory gpuInventory() {
+  GpuInventory inv;
+  inv.none_reason = "built without CUDA";
+  return inv;
+}
+
 std::unique_ptr<DeviceRuntime> DeviceRuntime::create() { return std::make_unique<NoDeviceRuntime>(); }
 
 }  // namespace kolo

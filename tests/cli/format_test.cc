@@ -125,6 +125,55 @@ TEST(Format, AgentStatus) {
   EXPECT_NE(none.find("no clients connected"), std::string::npos);
 }
 
+// CUDA MPS per GPU (docs/cli.md, "CUDA MPS"): the rows a GPU agent sends,
+// which this CI's agents (no GPU) cannot.
+TEST(Format, AgentStatusMpsPerGpu) {
+  agentrpc::AgentStatus s;
+  s.mutable_mps()->set_state("up");
+  s.mutable_mps()->set_pipe_dir("/run/kolo-mps");
+  auto* g0 = s.add_gpus();
+  g0->set_index(0);
+  *g0->mutable_mps() = s.mps();
+  g0->set_mps_client("yes");
+  auto* g1 = s.add_gpus();
+  g1->set_index(1);
+  *g1->mutable_mps() = s.mps();
+  g1->set_mps_client("no");
+  std::string text = renderAgentStatus(s);
+  EXPECT_NE(text.find("\nGPU 0: MPS up (pipe /run/kolo-mps)\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nGPU 1: MPS up (pipe /run/kolo-mps); the agent's own CUDA contexts are not "
+                      "MPS clients"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("no GPU"), std::string::npos) << text;
+  nlohmann::json j = toJson(s);
+  EXPECT_EQ(j["gpus"][1]["index"], 1);
+  EXPECT_EQ(j["gpus"][1]["mps"]["state"], "up");
+  EXPECT_EQ(j["gpus"][1]["mps_client"], "no");
+
+  agentrpc::AgentStatus down;
+  auto* g = down.add_gpus();
+  g->set_index(0);
+  g->mutable_mps()->set_state("down");
+  g->mutable_mps()->set_reason("no control socket in /run/kolo-mps");
+  EXPECT_NE(renderAgentStatus(down).find("GPU 0: MPS down: no control socket in /run/kolo-mps\n"),
+            std::string::npos)
+      << renderAgentStatus(down);
+
+  agentrpc::AgentStatus none;
+  none.set_no_gpu("built without CUDA");
+  none.mutable_mps()->set_state("down");
+  none.mutable_mps()->set_reason("no pipe directory /tmp/nvidia-mps");
+  EXPECT_NE(
+      renderAgentStatus(none).find("no GPU (built without CUDA); node MPS down: no pipe directory "
+                                   "/tmp/nvidia-mps\n"),
+      std::string::npos)
+      << renderAgentStatus(none);
+
+  // An agent too old to report MPS: no line at all.
+  EXPECT_EQ(renderAgentStatus(agentrpc::AgentStatus()).find("MPS"), std::string::npos);
+}
+
 TEST(Format, CoordinatorJobsAndAgents) {
   coord::ListJobsReply r;
   auto* j = r.add_jobs();

@@ -7,8 +7,11 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
@@ -183,12 +186,23 @@ class KoloCliDaemons : public ::testing::Test {
     coordinator_address_ = readAddress(coord_ready);
     std::string agent_ready = tmp_.path() + "/agent.ready";
     socket_ = tmp_.path() + "/agent.sock";
-    agent_ = std::make_unique<TestProcess>(
-        std::vector<std::string>{binDir() + "/kolo-agent", "--socket", socket_, "--coordinator",
-                                 coordinator_address_, "--rpc-listen", "127.0.0.1:0",
-                                 "--ready-file", agent_ready, "--timeline-dir", tmp_.path(),
-                                 "--agent-id", "cli-test-agent", "--metrics-listen", "127.0.0.1:0"},
-        kQuiet);
+    std::vector<std::string> args{binDir() + "/kolo-agent",
+                                  "--socket",
+                                  socket_,
+                                  "--coordinator",
+                                  coordinator_address_,
+                                  "--rpc-listen",
+                                  "127.0.0.1:0",
+                                  "--ready-file",
+                                  agent_ready,
+                                  "--timeline-dir",
+                                  tmp_.path(),
+                                  "--agent-id",
+                                  "cli-test-agent",
+                                  "--metrics-listen",
+                                  "127.0.0.1:0"};
+    args.insert(args.end(), extra_agent_args_.begin(), extra_agent_args_.end());
+    agent_ = std::make_unique<TestProcess>(args, kQuiet);
     ASSERT_TRUE(waitForFile(agent_ready, 30s)) << agent_->err();
     agent_address_ = readAddress(agent_ready);
   }
@@ -203,6 +217,7 @@ class KoloCliDaemons : public ::testing::Test {
   }
 
   TempDir tmp_;
+  std::vector<std::string> extra_agent_args_;  // set before SetUp
   std::unique_ptr<TestProcess> coordinator_, agent_;
   std::string coordinator_address_, agent_address_, socket_;
 };
@@ -505,6 +520,82 @@ TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
             std::string::npos);
   EXPECT_EQ(healthStatus(agent_address_, "kolo.agentrpc.Agent"), 1);
   EXPECT_EQ(healthStatus(agent_address_, ""), 1);
+}
+
+// CUDA MPS in `kolo status`, --json and /metrics: the agent's pipe
+// directory (--mps-pipe-dir) holds a real unix socket named `control`, as
+// nvidia-cuda-mps-control -d makes. Without a GPU (this CI) the agent says
+// "no GPU" and reports the node's MPS state; with one, a line per GPU.
+class KoloCliDaemonsWithMps : public KoloCliDaemons {
+ protected:
+  void SetUp() override {
+    pipe_dir_ = tmp_.path() + "/mps";
+    ASSERT_EQ(::mkdir(pipe_dir_.c_str(), 0700), 0);
+    control_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(control_.valid());
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    const std::string path = pipe_dir_ + "/control";
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    ASSERT_EQ(::bind(control_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ASSERT_EQ(::listen(control_.get(), 128), 0);
+    extra_agent_args_ = {"--mps-pipe-dir", pipe_dir_};
+    KoloCliDaemons::SetUp();
+  }
+  // `kolo status` until its output holds `want` (the agent re-probes every
+  // few seconds), or the last output.
+  std::string statusUntil(const std::string& want) {
+    std::string out;
+    for (auto end = std::chrono::steady_clock::now() + 15s;
+         std::chrono::steady_clock::now() < end;) {
+      auto r = runCommand(kolo({"status", "--agent", agent_address_}), {}, 30s);
+      EXPECT_EQ(r.code, 0) << r.err;
+      out = r.out;
+      if (out.find(want) != std::string::npos) break;
+      std::this_thread::sleep_for(200ms);
+    }
+    return out;
+  }
+  std::string pipe_dir_;
+  UniqueFd control_;
+};
+
+TEST_F(KoloCliDaemonsWithMps, StatusAndMetricsShowMpsUpThenDown) {
+  const std::string up = "MPS up (pipe " + pipe_dir_ + ")";
+  std::string out = statusUntil(up);
+  ASSERT_NE(out.find(up), std::string::npos) << out;
+  auto js = runCommand(kolo({"status", "--json", "--agent", agent_address_}), {}, 30s);
+  ASSERT_EQ(js.code, 0) << js.err;
+  auto doc = nlohmann::json::parse(js.out);
+  EXPECT_EQ(doc["mps"]["state"], "up") << js.out;
+  EXPECT_EQ(doc["mps"]["pipe_dir"], pipe_dir_) << js.out;
+  std::string metrics = agentMetrics(tmp_.path() + "/agent.ready");
+  EXPECT_NE(metrics.find("# TYPE kolo_mps_up gauge"), std::string::npos) << metrics;
+  if (doc["gpus"].empty()) {
+    // No GPU here: said so, with the node's state, and one node-level series.
+    EXPECT_NE(out.find("no GPU"), std::string::npos) << out;
+    EXPECT_NE(out.find("; node " + up + "\n"), std::string::npos) << out;
+    EXPECT_FALSE(doc["no_gpu"].get<std::string>().empty()) << js.out;
+    EXPECT_NE(metrics.find("\nkolo_mps_up{gpu=\"none\"} 1\n"), std::string::npos) << metrics;
+  } else {
+    EXPECT_NE(out.find("GPU 0: " + up), std::string::npos) << out;
+    EXPECT_EQ(doc["gpus"][0]["mps"]["state"], "up") << js.out;
+    EXPECT_NE(metrics.find("\nkolo_mps_up{gpu=\"0\"} 1\n"), std::string::npos) << metrics;
+  }
+
+  // The daemon goes away and leaves its socket file behind: down, refused.
+  control_.reset();
+  out = statusUntil("MPS down: connect refused");
+  EXPECT_NE(out.find("MPS down: connect refused on " + pipe_dir_ + "/control"), std::string::npos)
+      << out;
+  metrics = agentMetrics(tmp_.path() + "/agent.ready");
+  EXPECT_EQ(metrics.find("kolo_mps_up{gpu=\"none\"} 1"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("kolo_mps_up{gpu=\"0\"} 1"), std::string::npos) << metrics;
+
+  // And the socket file is gone too.
+  ASSERT_EQ(::unlink((pipe_dir_ + "/control").c_str()), 0);
+  out = statusUntil("MPS down: no control socket in " + pipe_dir_);
+  EXPECT_NE(out.find("MPS down: no control socket in " + pipe_dir_), std::string::npos) << out;
 }
 
 #endif
