@@ -57,8 +57,12 @@ void MpsMonitor::run() {
     if (first || p.state != last) {
       if (p.state == gpu::MpsState::kUp) {
         mpsLog()->info("CUDA MPS is up (pipe directory {})", p.pipe_dir);
+      } else if (inv.count > 0) {
+        // A GPU node without MPS: every device op switches GPU contexts.
+        mpsLog()->warn("CUDA MPS is {}: {} (docs/gpu.md, \"CUDA MPS\")", gpu::mpsStateName(p.state),
+                       p.reason);
       } else {
-        mpsLog()->info("CUDA MPS is {}: {}", gpu::mpsStateName(p.state), p.reason);
+        mpsLog()->debug("CUDA MPS is {}: {} (no GPU here)", gpu::mpsStateName(p.state), p.reason);
       }
       first = false;
       last = p.state;
