@@ -67,6 +67,7 @@ import os
 import re
 import secrets
 import shutil
+import random
 import signal
 import socket
 import subprocess
@@ -89,10 +90,33 @@ TRAIN_TIMEOUT_S = 60
 NODES = 2  # agents (DaemonSet pods) on as many stand-in nodes, for the training Job
 
 
+_TAKEN = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range: a port the kernel
+    handed out with bind(0) is in that range, and any outgoing connection
+    (the daemons' gRPC clients among them) may take it as its source port
+    before the daemon meant to listen there binds it ("Address already in
+    use" seen on a loaded machine)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(1000):
+        port = rng.randrange(10000, max(10001, low))
+        if port in _TAKEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _TAKEN.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range (%d)" % low)
 
 
 class Sandbox:
@@ -370,19 +394,23 @@ def run_pod(w, sandbox, run, bins, configmaps, started, errors, logs, state):
             return False
         # As the kubelet: the startup probe (else the readiness probe) may
         # fail until failureThreshold x periodSeconds (polled faster here);
-        # then the readiness and liveness probes must pass.
+        # then the readiness and liveness probes must pass, where the
+        # kubelet, too, acts only after failureThreshold failures in a row
+        # (one probe that times out on a loaded machine is not a failure).
         first = "startupProbe" if c.get("startupProbe") else "readinessProbe"
         for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
             probe = c.get(kind)
             if not probe:
                 continue
-            bound = probe.get("failureThreshold", 3) * probe.get("periodSeconds", 10)
+            tries = probe.get("failureThreshold", 3)
+            bound = tries * probe.get("periodSeconds", 10)
             deadline = time.monotonic() + (min(bound, READY_TIMEOUT_S) if kind == first else 0)
             while True:
                 why = run_probe(probe, sandbox, bins, priv, env, rewrite)
-                if not why or time.monotonic() >= deadline:
+                tries -= 1
+                if not why or (time.monotonic() >= deadline and tries <= 0):
                     break
-                time.sleep(0.05)  # bounded: the probe's own failure budget
+                time.sleep(0.05 if kind == first else 0.5)  # bounded: the failure budget
             if why:
                 errors.append(f"{name}: {kind} fails: {why}")
         pre = (((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command")
