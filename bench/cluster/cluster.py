@@ -550,17 +550,20 @@ else:
                 "; ".join(cells) or "n/a"))
 
     def summary(self):
-        log("\n## Summary: busbw in units of the link rate R (median of the slowest rank), 4-byte allreduce in RTTs")
         peers = []
         for r in self.results:
             for p in r["peers"]:
                 if p not in peers:
                     peers.append(p)
         sizes = sorted({s for r in self.results for p in r["peers"].values() for s in p[1]})
+        if peers:
+            log("\n## Summary: busbw in units of the link rate R (median of the slowest rank), 4-byte allreduce "
+                "in RTTs")
         hdr = "| K | R | RTT us | iperf3 | peer | " + " | ".join("%d MiB" % (s >> 20) for s in sizes) + \
               " | 4 B us | 4 B RTTs |"
-        log(hdr)
-        log("|" + "---|" * (hdr.count("|") - 1))
+        if peers:
+            log(hdr)
+            log("|" + "---|" * (hdr.count("|") - 1))
         for r in self.results:
             for p in peers:
                 if p not in r["peers"]:
