@@ -178,14 +178,16 @@ def kill_ns_pids(ns):
             time.sleep(1)
 
 
-def cleanup_all():
+def cleanup_all(tag=None):
+    """Removes every kcl-* namespace and /tmp/kcl-* (or only those of one run's tag)."""
+    pre = PREFIX + (tag + "-" if tag else "")
     r = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    names = [l.split()[0] for l in r.stdout.splitlines() if l.startswith(PREFIX)]
+    names = [l.split()[0] for l in r.stdout.splitlines() if l.startswith(pre)]
     for ns in names:
         kill_ns_pids(ns)
         subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
         log("removed namespace", ns)
-    for d in glob.glob("/tmp/" + PREFIX + "*"):
+    for d in glob.glob("/tmp/" + PREFIX + (tag if tag else "*")):
         shutil.rmtree(d, ignore_errors=True)
         log("removed", d)
     return 0
@@ -271,7 +273,7 @@ def busbw_bits(size, t_us, k):
 class Run:
     def __init__(self, a):
         self.a = a
-        self.tag = secrets.token_hex(3)
+        self.tag = a.tag or secrets.token_hex(3)
         self.dir = a.out or "/tmp/%s%s" % (PREFIX, self.tag)
         os.makedirs(self.dir, exist_ok=True)
         self.bin = os.path.join(a.build_dir, "bin")
@@ -395,7 +397,7 @@ else:
             return None
 
     def iperf_mbit(self):
-        if not shutil.which("iperf3"):
+        if not shutil.which("iperf3") or self.a.iperf_time <= 0:
             return None
         port = "5301"
         srv = self.procs.start(self.net.nodes[0], ["iperf3", "-s", "-1", "-B", self.net.addr(0), "-p", port],
@@ -438,20 +440,20 @@ else:
                         for be in a.kolo_backends:
                             daemons = self.start_daemons(k, be)
                             try:
-                                lt = rows(self.kolo_job(k, "kolo-%s-lat-%s" % (be, rtag), lat))
+                                lt = rows(self.kolo_job(k, "kolo-%s-lat-%s" % (be, rtag), lat)) if a.lat_iters else {}
                                 bt = rows(self.kolo_job(k, "kolo-%s-bw-%s" % (be, rtag), bw + ["-d", "float32"] + zc))
                             finally:
                                 self.procs.stop(daemons)
                             res["peers"]["kolo-" + be] = (lt, bt)
                     elif peer == "gloo":
-                        lt = rows(self.gloo_job(k, "gloo-lat-" + rtag, lat))
+                        lt = rows(self.gloo_job(k, "gloo-lat-" + rtag, lat)) if a.lat_iters else {}
                         bt = rows(self.gloo_job(k, "gloo-bw-" + rtag, bw))
                         res["peers"]["gloo"] = (lt, bt)
                     elif peer == "mpi":
                         if not shutil.which("mpirun") or not os.path.exists(self.bin + "/mpi-allreduce-bench"):
                             log("#  MPI skipped: mpirun or mpi-allreduce-bench missing")
                             continue
-                        lt = rows(self.mpi_job(k, "mpi-lat-" + rtag, lat))
+                        lt = rows(self.mpi_job(k, "mpi-lat-" + rtag, lat)) if a.lat_iters else {}
                         bt = rows(self.mpi_job(k, "mpi-bw-" + rtag, bw))
                         res["peers"]["mpi"] = (lt, bt)
                     self.report(res, only=peer)
@@ -471,17 +473,21 @@ else:
         ring_ms = 2 * (k - 1) / k * params * 4 * 8 / R * 1e3  # the ring's time for the model's gradients at R
         compute = 2 * ring_ms if a.compute_ms == "auto" else float(a.compute_ms)
         res.setdefault("model", {})
-        for be in a.kolo_backends:
+        prof = mfile[:-4] + ".flops"
+        pargs = ["--compute-profile", prof] if a.profile == "flops" and os.path.exists(prof) else []
+        if "ddp" in a.model_peers:
+            self.ddp_model_step(k, mfile, pargs, compute, ring_ms, rtag, res)
+        for be in a.kolo_backends if "kolo" in a.model_peers else []:
             for fusion, env in a.fusion_modes:
+                env = env.replace("DIR", self.dir)
                 self.a.agent_env, saved = (a.agent_env + " " + env).strip(), a.agent_env
                 daemons = self.start_daemons(k, be)
                 self.a.agent_env = saved
                 name = "model-%s-%s-%s-%s" % (a.model, be, fusion, rtag)
                 try:
                     envs = dict(kv.split("=", 1) for kv in env.split())
-                    prof = mfile[:-4] + ".flops"
-                    pargs = ["--compute-profile", prof] if a.profile == "flops" and os.path.exists(prof) else []
-                    out = self.kolo_job(k, name, ["--model-step", mfile, "--compute-ms", "%.1f" % compute, "-w", "1",
+                    out = self.kolo_job(k, name, ["--model-step", mfile, "--compute-ms", "%.1f" % compute, "-w",
+                                                  str(a.model_warmup),
                                                   "-n", str(a.model_iters), "-T", "0", "-c", "1"] + pargs,
                                         extra_env=envs)
                 finally:
@@ -501,6 +507,33 @@ else:
                             a.model, "flops" if pargs else "params", be, fusion, compute, ring_ms, float(m.group(2)) / 1e3,
                             "%.0f" % (flat_us / 1e3) if flat_us else "-", float(m.group(3))))
 
+    def ddp_model_step(self, k, mfile, pargs, compute, ring_ms, rtag, res):
+        """The same step as PyTorch DDP on Gloo does it (ddp_model_step.py: 1 + 25 MiB buckets, one rank per node)."""
+        a = self.a
+        name = "model-%s-ddp-%s" % (a.model, rtag)
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_model_step.py")
+        init = "tcp://%s:29511" % self.net.addr(0)
+        ranks = [self.procs.start(ns, ["/usr/bin/python3", script, "--model", mfile, "--compute-ms", "%.1f" % compute,
+                                       "--rank", str(i), "--size", str(k), "--init", init, "-w", str(a.model_warmup),
+                                       "-n", str(a.model_iters)] + pargs,
+                                  env={"GLOO_SOCKET_IFNAME": DEV, "OMP_NUM_THREADS": "1"},
+                                  out="%s/%s-rank%d.log" % (self.dir, name, i))
+                 for i, ns in enumerate(self.net.nodes)]
+        rcs = self.procs.wait_all(ranks, a.timeout)
+        logf = "%s/%s-rank0.log" % (self.dir, name)
+        out = open(logf).read() if os.path.exists(logf) else ""
+        if any(rcs):
+            self.fail("ddp %s exit %s" % (name, rcs), logf)
+        m = re.search(r"compute-only step ([\d.]+) us, step with communication ([\d.]+) us: scaling "
+                      r"efficiency ([\d.]+)", out)
+        if m:
+            res["model"]["ddp-gloo"] = {"compute_ms": compute, "ring_ms": ring_ms, "compute_only_us": float(m.group(1)),
+                                        "step_us": float(m.group(2)), "efficiency": float(m.group(3)),
+                                        "flat_us": None, "profile": "flops" if pargs else "params"}
+            log("#  model step %s (compute by %s), ddp-gloo (25 MiB buckets): compute %.0f ms (2 x the ring's %.0f ms "
+                "at R), step %.0f ms: efficiency %.3f" % (a.model, "flops" if pargs else "params", compute, ring_ms,
+                                                          float(m.group(2)) / 1e3, float(m.group(3))))
+
     def report(self, res, only=None):
         k, R, rtt = res["k"], res["R"], res["rtt_ms"]
         for name, (lt, bt) in res["peers"].items():
@@ -517,17 +550,20 @@ else:
                 "; ".join(cells) or "n/a"))
 
     def summary(self):
-        log("\n## Summary: busbw in units of the link rate R (median of the slowest rank), 4-byte allreduce in RTTs")
         peers = []
         for r in self.results:
             for p in r["peers"]:
                 if p not in peers:
                     peers.append(p)
         sizes = sorted({s for r in self.results for p in r["peers"].values() for s in p[1]})
+        if peers:
+            log("\n## Summary: busbw in units of the link rate R (median of the slowest rank), 4-byte allreduce "
+                "in RTTs")
         hdr = "| K | R | RTT us | iperf3 | peer | " + " | ".join("%d MiB" % (s >> 20) for s in sizes) + \
               " | 4 B us | 4 B RTTs |"
-        log(hdr)
-        log("|" + "---|" * (hdr.count("|") - 1))
+        if peers:
+            log(hdr)
+            log("|" + "---|" * (hdr.count("|") - 1))
         for r in self.results:
             for p in peers:
                 if p not in r["peers"]:
@@ -573,7 +609,13 @@ def main():
                     help="backward compute per step for --model (default auto: 2 x the ring's time for the "
                          "model at R, so that its allreduce is about 50%% of the compute)")
     ap.add_argument("--fusion", default="default",
-                    help='fusion settings for --model: "default" (128 MiB) and/or "off" (KOLO_FUSION_THRESHOLD_MB=0)')
+                    help='fusion settings for --model: "default" (128 MiB), "off" (KOLO_FUSION_THRESHOLD_MB=0) and/or '
+                         '"autotune" (agents with KOLO_AUTOTUNE=1, the samples in autotune-AGENT.csv under --out; '
+                         'give it --model-warmup steps to settle)')
+    ap.add_argument("--model-peers", default="kolo",
+                    help='who runs --model: "kolo" and/or "ddp" (ddp_model_step.py: DDP\'s 25 MiB buckets on '
+                         'torch.distributed gloo, /usr/bin/python3 with torch)')
+    ap.add_argument("--model-warmup", type=int, default=1, help="untimed steps first for --model (default 1)")
     ap.add_argument("--profile", default="flops", choices=["flops", "params"],
                     help="--model's compute per gradient: by the layer's forward FLOPs (bench/models/MODEL.flops, "
                          "default where it exists) or by its parameter count")
@@ -583,17 +625,23 @@ def main():
     ap.add_argument("-e", "--maxbytes", default="256M")
     ap.add_argument("-n", "--iters", type=int, default=3, help="timed iterations per size (default 3)")
     ap.add_argument("-T", "--max-time", type=float, default=1.0, help="bench's -T (default 1)")
-    ap.add_argument("--lat-iters", type=int, default=50, help="timed 4-byte allreduces (default 50)")
-    ap.add_argument("--iperf-time", type=int, default=2)
+    ap.add_argument("--lat-iters", type=int, default=50, help="timed 4-byte allreduces (default 50; 0: none)")
+    ap.add_argument("--iperf-time", type=int, default=2, help="iperf3 seconds (default 2; 0: no iperf3)")
     ap.add_argument("--timeout", type=int, default=300, help="per job, seconds (default 300)")
     ap.add_argument("--out", help="keep logs and results.json here (default: /tmp/kcl-TAG, removed)")
-    ap.add_argument("--cleanup", action="store_true", help="remove every kcl-* namespace and /tmp/kcl-*, then exit")
+    ap.add_argument("--tag", help="name the run's namespaces kcl-TAG-* (default: random hex; letters and digits, "
+                                  "at most 8)")
+    ap.add_argument("--cleanup", action="store_true",
+                    help="remove every kcl-* namespace and /tmp/kcl-* (with --tag: that run's only), then exit")
     a = ap.parse_args()
     if os.geteuid() != 0:
         log("cluster.py: SKIPPED: needs root (ip netns, tc)")
         return 77
+    if a.tag is not None and not re.fullmatch(r"[A-Za-z0-9]{1,8}", a.tag):
+        log("cluster.py: bad arguments: --tag %r: letters and digits, at most 8" % a.tag)
+        return 2
     if a.cleanup:
-        return cleanup_all()
+        return cleanup_all(a.tag)
     try:
         a.nodes = [int(x) for x in a.nodes.split()]
         a.rates = a.rates.split()
@@ -603,7 +651,10 @@ def main():
         parse_size(a.minbytes), parse_size(a.maxbytes)
         a.peers = a.peers.split()
         a.kolo_backends = a.kolo_backends.split()
-        fm = {"default": "", "off": "KOLO_FUSION_THRESHOLD_MB=0"}
+        fm = {"default": "", "off": "KOLO_FUSION_THRESHOLD_MB=0",
+              "autotune": "KOLO_AUTOTUNE=1 KOLO_AUTOTUNE_LOG_FILE=DIR/autotune-%a.csv"}
+        a.model_peers = a.model_peers.split()
+        assert set(a.model_peers) <= {"kolo", "ddp"}
         a.fusion_modes = [(f, fm[f]) for f in a.fusion.split()]
         if a.compute_ms != "auto":
             float(a.compute_ms)
