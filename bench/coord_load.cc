@@ -52,6 +52,14 @@ int64_t nowNs() {
 }
 double msSince(int64_t t0) { return static_cast<double>(nowNs() - t0) / 1e6; }
 
+// This process's CPU seconds (user + system).
+double selfCpuSeconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(ru.ru_utime) + s(ru.ru_stime);
+}
+
 struct Options {
   std::vector<int> agents{64};
   std::vector<int> jobs{8};
@@ -63,6 +71,7 @@ struct Options {
   double phase_timeout_s = 60;
   int window = 128;  // bulk calls in flight (register, join, KV)
   bool check = false;
+  bool heartbeat_stream = false;  // HeartbeatStream instead of Heartbeat calls
 };
 
 // Bounds the calls in flight and waits for all of them.
@@ -116,6 +125,8 @@ void unary(Req req, Start start, Done done) {
 }
 
 struct Job;
+struct Results;
+class HeartbeatStream;
 
 struct Agent {
   int index = 0;
@@ -131,6 +142,11 @@ struct Agent {
   int64_t next_hb_ns = 0;  // heartbeat thread only
   std::unique_ptr<grpc::ClientReadReactor<coord::World>> watch;
   std::unique_ptr<grpc::ClientContext> watch_ctx;
+  // --heartbeat-stream: heartbeats on one stream (coord_client.cc still
+  // calls Heartbeat); a coordinator without HeartbeatStream (UNIMPLEMENTED)
+  // gets Heartbeat calls instead.
+  std::unique_ptr<HeartbeatStream> hb_stream;
+  std::atomic<bool> hb_unary{false};
 };
 
 struct Job {
@@ -149,6 +165,9 @@ struct Job {
 
 struct Results {
   Samples reg, hb, seal, kv_put, kv_get, lost;
+  // Where a seal's time goes: JoinJob's answer, then the watch opened
+  // after it until its first World.
+  Samples join, watch_open;
   std::atomic<int> errors{0};
   std::atomic<int> hb_unknown{0};
   std::mutex err_mu;
@@ -160,13 +179,77 @@ struct Results {
   }
 };
 
+// One agent's HeartbeatStream: the heartbeat thread writes a heartbeat when
+// the previous one was answered; each answer is a latency sample.
+class HeartbeatStream final
+    : public grpc::ClientBidiReactor<coord::HeartbeatRequest, coord::HeartbeatReply> {
+ public:
+  HeartbeatStream(Agent* a, Results* r) : a_(a), r_(r) {}
+  void begin() {
+    a_->stub->async()->HeartbeatStream(&ctx_, this);
+    StartRead(&rep_);
+    StartCall();
+  }
+  // Heartbeat thread: false while the previous heartbeat is unanswered.
+  bool beat() {
+    if (busy_.exchange(true)) return false;
+    req_.set_agent_id(a_->id);
+    req_.set_agent_secret(a_->secret);
+    t0_ = nowNs();
+    StartWrite(&req_);
+    return true;
+  }
+  void OnWriteDone(bool) override {}
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& s) override;
+  void cancel() { ctx_.TryCancel(); }
+  bool waitDone(std::chrono::milliseconds t) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, t, [&] { return done_; });
+  }
+
+ private:
+  Agent* a_;
+  Results* r_;
+  grpc::ClientContext ctx_;
+  coord::HeartbeatRequest req_;
+  coord::HeartbeatReply rep_;
+  std::atomic<bool> busy_{false};
+  int64_t t0_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+void HeartbeatStream::OnReadDone(bool ok) {
+  if (!ok) return;
+  r_->hb.add(msSince(t0_));
+  if (!rep_.known()) r_->hb_unknown++;
+  if (a_->alive.load()) a_->last_hb_ok_ns = nowNs();
+  busy_ = false;
+  StartRead(&rep_);
+}
+
+void HeartbeatStream::OnDone(const grpc::Status& s) {
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    a_->hb_unary = true;
+  } else if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED) {
+    r_->error("HeartbeatStream", s);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ = true;
+  cv_.notify_all();
+}
+
 class Watcher final : public grpc::ClientReadReactor<coord::World> {
  public:
   Watcher(Agent* a, Results* r) : a_(a), r_(r) {}
   void begin(grpc::ClientContext* ctx) {
+    t0_ = nowNs();
     req_.set_job_id(a_->job->id);
     req_.set_agent_id(a_->id);
     req_.set_token(a_->job->token);
+    req_.set_brief(true);  // as coord_client.cc asks
     a_->stub->async()->WatchJob(ctx, &req_, this);
     StartRead(&w_);
     StartCall();
@@ -174,6 +257,10 @@ class Watcher final : public grpc::ClientReadReactor<coord::World> {
   void OnReadDone(bool ok) override {
     if (!ok) return;
     Job* j = a_->job;
+    if (t0_ != 0) {
+      r_->watch_open.add(msSince(t0_));
+      t0_ = 0;
+    }
     if (w_.state() == coord::RUNNING && w_.generation() == 1 && !saw_g1_) {
       saw_g1_ = true;
       int64_t t = nowNs();
@@ -207,6 +294,7 @@ class Watcher final : public grpc::ClientReadReactor<coord::World> {
   Results* r_;
   coord::WatchJobRequest req_;
   coord::World w_;
+  int64_t t0_ = 0;  // the stream opened, no World yet
   bool saw_g1_ = false;
   bool saw_g2_ = false;
   std::mutex mu_;
@@ -336,6 +424,8 @@ CaseRow runCase(const Options& o, int n, int nj) {
   };
   auto phase = std::chrono::milliseconds(static_cast<int64_t>(o.phase_timeout_s * 1000));
 
+  const double tool_cpu0 = selfCpuSeconds();
+  const int64_t case_t0 = nowNs();
   Coordinator coordinator;
   std::string address;
   if (!coordinator.start(o, &address)) {
@@ -410,6 +500,14 @@ CaseRow runCase(const Options& o, int n, int nj) {
         Agent* a = up.get();
         if (!a->registered.load() || !a->alive.load() || now < a->next_hb_ns) continue;
         a->next_hb_ns += interval;
+        if (o.heartbeat_stream && !a->hb_unary.load()) {
+          if (a->hb_stream == nullptr) {
+            a->hb_stream = std::make_unique<HeartbeatStream>(a, &r);
+            a->hb_stream->begin();
+          }
+          a->hb_stream->beat();
+          continue;
+        }
         coord::HeartbeatRequest req;
         req.set_agent_id(a->id);
         req.set_agent_secret(a->secret);
@@ -455,8 +553,9 @@ CaseRow runCase(const Options& o, int n, int nj) {
         [a](auto* ctx, auto* q, auto* p, auto cb) {
           a->stub->async()->JoinJob(ctx, q, p, std::move(cb));
         },
-        [a, &r, &window](const grpc::Status& s, const coord::JoinJobReply&, double) {
+        [a, &r, &window](const grpc::Status& s, const coord::JoinJobReply&, double ms) {
           if (s.ok()) {
+            r.join.add(ms);
             a->watch_ctx = std::make_unique<grpc::ClientContext>();
             auto* w = new Watcher(a, &r);
             a->watch.reset(w);
@@ -611,6 +710,12 @@ CaseRow runCase(const Options& o, int n, int nj) {
   row.peak_rss_mib = coordinator.status("VmHWM:");
   stop_hb = true;
   hb_thread.join();
+  for (auto& a : agents) {
+    if (a->hb_stream) a->hb_stream->cancel();
+  }
+  for (auto& a : agents) {
+    if (a->hb_stream) a->hb_stream->waitDone(std::chrono::seconds(10));
+  }
   // Streams: ended by FINISHED (or cancelled); cancel what is left, then wait.
   for (auto& a : agents) {
     if (a->watch_ctx) a->watch_ctx->TryCancel();
@@ -627,6 +732,12 @@ CaseRow runCase(const Options& o, int n, int nj) {
   row.kv_put = r.kv_put.summary();
   row.kv_get = r.kv_get.summary();
   row.lost = r.lost.summary();
+  Summary join = r.join.summary(), open = r.watch_open.summary();
+  std::printf(
+      "#   %d agents, %d jobs: JoinJob p50 %.1f p99 %.1f ms; WatchJob to its first World "
+      "p50 %.1f p99 %.1f ms; this tool used %.1f CPU s in %.1f s\n",
+      n, nj, join.p50, join.p99, open.p50, open.p99, selfCpuSeconds() - tool_cpu0,
+      msSince(case_t0) / 1000);
   row.errors = r.errors.load() + r.hb_unknown.load();
   if (row.registered != n) fail("register: " + std::to_string(n - row.registered) + " failed");
   if (row.errors > 0) {
@@ -672,6 +783,9 @@ int main(int argc, char** argv) {
   app.add_option("--phase-timeout-s", o.phase_timeout_s, "Bound of each phase");
   app.add_option("--window", o.window, "Bulk calls in flight (register, join, KV, leave)");
   app.add_flag("--check", o.check, "Exit 1 unless every case had every outcome");
+  app.add_flag("--heartbeat-stream", o.heartbeat_stream,
+               "One HeartbeatStream per agent instead of a Heartbeat call per interval "
+               "(kolo-agent still sends Heartbeat calls)");
   app.set_version_flag("--version", "kolo-coord-load " KOLO_VERSION);
   try {
     app.parse(argc, argv);

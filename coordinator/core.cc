@@ -168,7 +168,7 @@ grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req,
                                std::shared_ptr<WatchQueue> queue) {
   if (auto st = refuseIfShuttingDown(); !st.ok()) return st;
   coord::World world;
-  grpc::Status st = membership_.world(req.job_id(), req.token(), &world);
+  grpc::Status st = membership_.world(req.job_id(), req.token(), &world, req.brief());
   if (!st.ok()) return st;
   if (watches_.totalCount() >= watch_limits_.total) {
     log::get("coord")->warn("job {}: watch of agent {} refused: {} watch streams open (limit {})",
@@ -191,7 +191,7 @@ grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req,
   }
   bool terminal = isTerminal(world);
   queue->push(std::move(world));
-  if (!terminal) watches_.add(req.job_id(), std::move(queue));
+  if (!terminal) watches_.add(req.job_id(), std::move(queue), req.brief());
   log::get("coord")->debug("job {}: agent {} watches ({} watchers)", req.job_id(), req.agent_id(),
                            watches_.watcherCount(req.job_id()));
   return grpc::Status::OK;

@@ -337,6 +337,8 @@ void CoordinatorServer::shutdown(std::chrono::milliseconds grace) {
       },
       std::chrono::seconds(1));
   if (!ended.isOk()) logger->warn("shutdown: {}", ended.status().message());
+  service_->endHeartbeatStreams(
+      grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down"));
   // 2. Stop gRPC: in-flight calls get `grace`, then they are cancelled.
   if (server_ != nullptr) {
     {

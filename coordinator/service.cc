@@ -66,7 +66,43 @@ grpc::Status CoordinatorService::onLoop(std::function<grpc::Status(Core*, Reply*
   return answer->status;
 }
 
-grpc::Status CoordinatorService::checkBearer(const grpc::ServerContext* ctx,
+template <typename Reply>
+void CoordinatorService::answerDurably(grpc::ServerUnaryReactor* reactor, Reply* reply,
+                                       std::function<grpc::Status(Core*, Reply*)> fn) {
+  // `reply` stays valid until Finish. The service outlives every call: the
+  // server waits for them to finish before it is destroyed.
+  loop_->post([this, reactor, reply, fn = std::move(fn)] {
+    Core* core = core_;
+    grpc::Status st = fn(core, reply);
+    if (notifier_ == nullptr) {
+      reactor->Finish(st);
+      return;
+    }
+    auto wait = [this, reactor, st](uint64_t seq) {
+      if (seq == 0) {
+        reactor->Finish(st);
+        return;
+      }
+      notifier_->notify(seq, kLoopTimeout, [reactor, st](Status durable) {
+        if (!durable.isOk()) {
+          reactor->Finish(
+              grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                           "the coordinator could not persist the change: " + durable.message()));
+          return;
+        }
+        reactor->Finish(st);
+      });
+    };
+    if (core->jobRecordsPendingOnLoop()) {
+      // The group commit was posted behind the call: this turn runs after it.
+      loop_->post([core, wait] { wait(core->lastRecordSeqOnLoop()); });
+    } else {
+      wait(core->lastRecordSeqOnLoop());
+    }
+  });
+}
+
+grpc::Status CoordinatorService::checkBearer(const grpc::ServerContextBase* ctx,
                                              const char* method) const {
   if (auth_token_.empty()) return grpc::Status::OK;
   const auto& md = ctx->client_metadata();
@@ -94,16 +130,18 @@ grpc::Status CoordinatorService::checkBearer(const grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::RegisterAgent(grpc::ServerContext* ctx,
-                                               const coord::RegisterAgentRequest* req,
-                                               coord::RegisterAgentReply* reply) {
-  if (auto st = standby(); st) return *st;
-  if (auto st = checkBearer(ctx, "RegisterAgent"); !st.ok()) return st;
-  return onLoop<coord::RegisterAgentReply>(
-      [req = *req](Core* c, coord::RegisterAgentReply* r) {
-        return c->registerAgentOnLoop(req, r);
-      },
-      reply, /*durable=*/true);
+grpc::ServerUnaryReactor* CoordinatorService::RegisterAgent(grpc::CallbackServerContext* ctx,
+                                                            const coord::RegisterAgentRequest* req,
+                                                            coord::RegisterAgentReply* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (auto st = refusal(ctx, "RegisterAgent"); !st.ok()) {
+    reactor->Finish(st);
+    return reactor;
+  }
+  answerDurably<coord::RegisterAgentReply>(
+      reactor, reply,
+      [req](Core* c, coord::RegisterAgentReply* r) { return c->registerAgentOnLoop(*req, r); });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* ctx,
@@ -124,23 +162,179 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
   return reactor;
 }
 
-grpc::Status CoordinatorService::JoinJob(grpc::ServerContext* ctx, const coord::JoinJobRequest* req,
-                                         coord::JoinJobReply* reply) {
-  if (auto st = standby(); st) return *st;
-  if (auto st = checkBearer(ctx, "JoinJob"); !st.ok()) return st;
-  return onLoop<coord::JoinJobReply>(
-      [req = *req](Core* c, coord::JoinJobReply*) { return c->joinJobOnLoop(req); }, reply,
-      /*durable=*/true);
+// One HeartbeatStream. A heartbeat read is answered on the loop, in one
+// turn with the others read meanwhile (queueHeartbeat); the next read starts
+// once the answer is written, so one heartbeat per stream is in flight.
+// Deletes itself in OnDone.
+class HeartbeatStreamReactor final
+    : public grpc::ServerBidiReactor<coord::HeartbeatRequest, coord::HeartbeatReply> {
+ public:
+  explicit HeartbeatStreamReactor(CoordinatorService* service) : service_(service) {
+    service_->trackHeartbeatStream(this, true);
+    read();
+  }
+
+  void OnReadDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reading_ = false;
+    }
+    if (!ok) {  // the agent closed its side, or went away
+      finish(grpc::Status::OK);
+      return;
+    }
+    if (auto st = service_->standby(); st) {
+      finish(*st);
+      return;
+    }
+    service_->queueHeartbeat(this);
+  }
+
+  // On the loop: the heartbeat read, as Heartbeat would answer it.
+  void answerOnLoop(Core* core) {
+    reply_.Clear();
+    grpc::Status st = core->heartbeatOnLoop(req_, &reply_);
+    if (!st.ok()) {
+      finish(st);
+      return;
+    }
+    StartWrite(&reply_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      finish(grpc::Status(grpc::StatusCode::CANCELLED, "the agent went away"));
+      return;
+    }
+    read();
+  }
+
+  // Any thread: ends the stream now if it waits for a heartbeat, else once
+  // the heartbeat in hand is answered.
+  void end(const grpc::Status& why) {
+    bool now;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      end_ = why;
+      now = reading_;
+    }
+    if (now) finish(why);
+  }
+
+  void OnDone() override {
+    service_->trackHeartbeatStream(this, false);
+    delete this;
+  }
+
+ private:
+  void read() {
+    std::optional<grpc::Status> end;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      end = end_;
+      if (!end) reading_ = true;
+    }
+    if (end) {
+      finish(*end);
+      return;
+    }
+    StartRead(&req_);
+  }
+
+  void finish(const grpc::Status& st) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(st);
+  }
+
+  CoordinatorService* service_;
+  coord::HeartbeatRequest req_;
+  coord::HeartbeatReply reply_;
+  std::mutex mu_;
+  bool reading_ = false;  // a read is outstanding
+  bool finished_ = false;
+  std::optional<grpc::Status> end_;  // end() was called
+};
+
+grpc::ServerBidiReactor<coord::HeartbeatRequest, coord::HeartbeatReply>*
+CoordinatorService::HeartbeatStream(grpc::CallbackServerContext* ctx) {
+  (void)ctx;
+  auto* stream = new HeartbeatStreamReactor(this);
+  if (auto st = standby(); st) stream->end(*st);
+  if (shutting_down_->load()) stream->end(shuttingDown());
+  return stream;
 }
 
-grpc::Status CoordinatorService::LeaveJob(grpc::ServerContext* ctx,
-                                          const coord::LeaveJobRequest* req,
-                                          coord::LeaveJobReply* reply) {
-  if (auto st = standby(); st) return *st;
-  if (auto st = checkBearer(ctx, "LeaveJob"); !st.ok()) return st;
-  return onLoop<coord::LeaveJobReply>(
-      [req = *req](Core* c, coord::LeaveJobReply*) { return c->leaveJobOnLoop(req); }, reply,
-      /*durable=*/true);
+void CoordinatorService::trackHeartbeatStream(HeartbeatStreamReactor* stream, bool open) {
+  std::optional<grpc::Status> ended;
+  {
+    std::lock_guard<std::recursive_mutex> lock(hb_mu_);
+    if (!open) {
+      hb_streams_.erase(stream);
+      return;
+    }
+    hb_streams_.insert(stream);
+    ended = hb_ended_;
+  }
+  if (ended) stream->end(*ended);
+}
+
+void CoordinatorService::endHeartbeatStreams(const grpc::Status& why) {
+  // Under the lock: a stream is deleted (OnDone) only after it left the set,
+  // on this thread (inline, over a copy of the set) or once this returns.
+  std::lock_guard<std::recursive_mutex> lock(hb_mu_);
+  hb_ended_ = why;
+  std::vector<HeartbeatStreamReactor*> open(hb_streams_.begin(), hb_streams_.end());
+  for (HeartbeatStreamReactor* stream : open) stream->end(why);
+}
+
+void CoordinatorService::queueHeartbeat(HeartbeatStreamReactor* stream) {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(hb_queue_mu_);
+    first = hb_queue_.empty();
+    hb_queue_.push_back(stream);
+  }
+  if (first) loop_->post([this] { answerHeartbeatsOnLoop(); });
+}
+
+void CoordinatorService::answerHeartbeatsOnLoop() {
+  std::vector<HeartbeatStreamReactor*> batch;
+  {
+    std::lock_guard<std::mutex> lock(hb_queue_mu_);
+    batch.swap(hb_queue_);
+  }
+  for (HeartbeatStreamReactor* stream : batch) stream->answerOnLoop(core_);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::JoinJob(grpc::CallbackServerContext* ctx,
+                                                      const coord::JoinJobRequest* req,
+                                                      coord::JoinJobReply* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (auto st = refusal(ctx, "JoinJob"); !st.ok()) {
+    reactor->Finish(st);
+    return reactor;
+  }
+  answerDurably<coord::JoinJobReply>(
+      reactor, reply, [req](Core* c, coord::JoinJobReply*) { return c->joinJobOnLoop(*req); });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::LeaveJob(grpc::CallbackServerContext* ctx,
+                                                       const coord::LeaveJobRequest* req,
+                                                       coord::LeaveJobReply* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (auto st = refusal(ctx, "LeaveJob"); !st.ok()) {
+    reactor->Finish(st);
+    return reactor;
+  }
+  answerDurably<coord::LeaveJobReply>(
+      reactor, reply, [req](Core* c, coord::LeaveJobReply*) { return c->leaveJobOnLoop(*req); });
+  return reactor;
 }
 
 // One WatchJob stream. The loop pushes Worlds on the queue; the listener
@@ -275,13 +469,17 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::WatchJob(
   return reactor;
 }
 
-grpc::Status CoordinatorService::KvPut(grpc::ServerContext* ctx, const coord::KvPutRequest* req,
-                                       coord::KvPutReply* reply) {
-  if (auto st = standby(); st) return *st;
-  if (auto st = checkBearer(ctx, "KvPut"); !st.ok()) return st;
-  return onLoop<coord::KvPutReply>(
-      [req = *req](Core* c, coord::KvPutReply*) { return c->kvPutOnLoop(req); }, reply,
-      /*durable=*/true);
+grpc::ServerUnaryReactor* CoordinatorService::KvPut(grpc::CallbackServerContext* ctx,
+                                                    const coord::KvPutRequest* req,
+                                                    coord::KvPutReply* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (auto st = refusal(ctx, "KvPut"); !st.ok()) {
+    reactor->Finish(st);
+    return reactor;
+  }
+  answerDurably<coord::KvPutReply>(
+      reactor, reply, [req](Core* c, coord::KvPutReply*) { return c->kvPutOnLoop(*req); });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::KvGet(grpc::CallbackServerContext* ctx,

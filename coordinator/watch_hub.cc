@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "coordinator/membership/job.h"
+
 namespace kolo::coordinator {
 
 namespace {
@@ -77,36 +79,42 @@ grpc::Status WatchQueue::closeStatus() const {
   return close_status_;
 }
 
-void WatchHub::add(const std::string& job_id, std::shared_ptr<WatchQueue> queue) {
-  watchers_[job_id].push_back(std::move(queue));
+void WatchHub::add(const std::string& job_id, std::shared_ptr<WatchQueue> queue, bool brief) {
+  watchers_[job_id].push_back({std::move(queue), brief});
   ++total_;
 }
 
 void WatchHub::remove(const std::string& job_id, const WatchQueue* queue) {
   auto it = watchers_.find(job_id);
   if (it == watchers_.end()) return;
-  total_ -= std::erase_if(it->second, [&](const auto& q) { return q.get() == queue; });
+  total_ -= std::erase_if(it->second, [&](const Watcher& w) { return w.queue.get() == queue; });
   if (it->second.empty()) watchers_.erase(it);
 }
 
 void WatchHub::publish(const coord::World& world) {
   auto it = watchers_.find(world.job_id());
   if (it == watchers_.end()) return;
-  auto shared = std::make_shared<const PublishedWorld>(world);
-  for (auto& q : it->second) q->push(shared);
+  std::shared_ptr<const PublishedWorld> full, brief;
+  for (Watcher& w : it->second) {
+    std::shared_ptr<const PublishedWorld>& form = w.brief ? brief : full;
+    if (form == nullptr) {
+      form = std::make_shared<const PublishedWorld>(w.brief ? briefWorld(world) : world);
+    }
+    w.queue->push(form);
+  }
 }
 
 void WatchHub::closeJob(const std::string& job_id, const grpc::Status& why) {
   auto it = watchers_.find(job_id);
   if (it == watchers_.end()) return;
-  for (auto& q : it->second) q->close(why);
+  for (Watcher& w : it->second) w.queue->close(why);
   total_ -= it->second.size();
   watchers_.erase(it);
 }
 
 void WatchHub::closeAll(const grpc::Status& why) {
-  for (auto& [job, queues] : watchers_) {
-    for (auto& q : queues) q->close(why);
+  for (auto& [job, watchers] : watchers_) {
+    for (Watcher& w : watchers) w.queue->close(why);
   }
   watchers_.clear();
   total_ = 0;

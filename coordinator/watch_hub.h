@@ -8,7 +8,9 @@
 // is O(N) bytes N times. The hub builds and serializes each World once
 // (PublishedWorld) and every queue holds a reference to it: the loop's cost
 // of a change is O(N) pointer pushes plus one serialization, and the bytes
-// go out as a shared, reference-counted slice.
+// go out as a shared, reference-counted slice. A watcher that asked for
+// brief Worlds (WatchJobRequest.brief: what kolo-agent asks for) gets the
+// brief form, also built once per change for all of them.
 #pragma once
 
 #include <grpcpp/support/slice.h>
@@ -82,9 +84,11 @@ struct WatchLimits {
 // Loop-only.
 class WatchHub {
  public:
-  void add(const std::string& job_id, std::shared_ptr<WatchQueue> queue);
+  // `brief`: the queue gets briefWorld(w) of each World w published.
+  void add(const std::string& job_id, std::shared_ptr<WatchQueue> queue, bool brief = false);
   void remove(const std::string& job_id, const WatchQueue* queue);
-  // Delivers the World to every watcher of its job (serialized once).
+  // Delivers the World to every watcher of its job (each form built and
+  // serialized once).
   void publish(const coord::World& world);
   void closeJob(const std::string& job_id, const grpc::Status& why);
   void closeAll(const grpc::Status& why);
@@ -92,7 +96,11 @@ class WatchHub {
   size_t totalCount() const { return total_; }
 
  private:
-  std::map<std::string, std::vector<std::shared_ptr<WatchQueue>>> watchers_;
+  struct Watcher {
+    std::shared_ptr<WatchQueue> queue;
+    bool brief = false;
+  };
+  std::map<std::string, std::vector<Watcher>> watchers_;
   size_t total_ = 0;  // queues in watchers_
 };
 

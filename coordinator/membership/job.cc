@@ -68,18 +68,51 @@ void resealJob(Job& job, const AgentRegistry& agents, std::string change) {
   job.below_min_wall_ms = -1;
 }
 
+void briefSlot(const coord::AgentSlot& slot, coord::AgentSlot* out) {
+  out->mutable_agent()->set_agent_id(slot.agent().agent_id());
+  out->mutable_agent()->set_hostname(slot.agent().hostname());
+  out->set_local_size(slot.local_size());
+  out->set_rank_offset(slot.rank_offset());
+  out->set_cross_rank(slot.cross_rank());
+}
+
+coord::World briefWorld(const coord::World& world) {
+  coord::World w;
+  w.set_job_id(world.job_id());
+  w.set_generation(world.generation());
+  w.set_state(world.state());
+  w.set_world_size(world.world_size());
+  if (world.state() == coord::RUNNING) {
+    w.mutable_agents()->Reserve(world.agents_size());
+    for (const coord::AgentSlot& s : world.agents()) briefSlot(s, w.add_agents());
+  }
+  w.set_reason(world.reason());
+  w.set_min_size(world.min_size());
+  w.set_max_size(world.max_size());
+  w.set_change(world.change());
+  *w.mutable_waiting_agent_ids() = world.waiting_agent_ids();
+  return w;
+}
+
 std::vector<coord::AgentSlot> currentSlots(const Job& job, const AgentRegistry& agents) {
   if (job.generation > 0) return job.slots;
   return orderedSlots(job, agents);
 }
 
-coord::World worldOf(const Job& job, const AgentRegistry& agents) {
+coord::World worldOf(const Job& job, const AgentRegistry& agents, bool brief) {
   coord::World w;
   w.set_job_id(job.id);
   w.set_generation(job.generation);
   w.set_state(job.state);
   w.set_world_size(job.world_size);
-  for (auto& s : currentSlots(job, agents)) *w.add_agents() = std::move(s);
+  if (brief) {
+    if (job.state == coord::RUNNING) {
+      w.mutable_agents()->Reserve(static_cast<int>(job.slots.size()));
+      for (const coord::AgentSlot& s : job.slots) briefSlot(s, w.add_agents());
+    }
+  } else {
+    for (auto& s : currentSlots(job, agents)) *w.add_agents() = std::move(s);
+  }
   w.set_reason(job.reason);
   w.set_min_size(job.min_size);
   w.set_max_size(job.max_size);

@@ -65,7 +65,12 @@ void resealJob(Job& job, const AgentRegistry& agents, std::string change);
 // rank_offset and cross_rank -1 (not assigned yet).
 std::vector<coord::AgentSlot> currentSlots(const Job& job, const AgentRegistry& agents);
 
-coord::World worldOf(const Job& job, const AgentRegistry& agents);
+// `brief`: the form a WatchJobRequest with brief asks for (briefWorld).
+coord::World worldOf(const Job& job, const AgentRegistry& agents, bool brief = false);
+// What an agent acts on (WatchJobRequest.brief): the slots without
+// rpc_address and data_address, listed only while RUNNING.
+coord::World briefWorld(const coord::World& world);
+void briefSlot(const coord::AgentSlot& slot, coord::AgentSlot* out);
 coord::JobSummary summaryOf(const Job& job, const AgentRegistry& agents);
 
 const char* jobStateName(coord::JobState s);

@@ -81,8 +81,9 @@ class Membership {
                           const std::string& secret) const;
   // NOT_FOUND for an unknown job, PERMISSION_DENIED for a wrong token.
   grpc::Status checkAccess(const std::string& job_id, const std::string& token) const;
-  // The job's World now (after checkAccess).
-  grpc::Status world(const std::string& job_id, const std::string& token, coord::World* out) const;
+  // The job's World now (after checkAccess); `brief`: as worldOf.
+  grpc::Status world(const std::string& job_id, const std::string& token, coord::World* out,
+                     bool brief = false) const;
 
   coord::ListJobsReply listJobs() const;
   coord::ListAgentsReply listAgents() const;

@@ -83,6 +83,48 @@ TEST(WatchHub, PublishSerializesOnceAndSharesTheBytes) {
   EXPECT_EQ(q1->take(&a), WatchQueue::Next::kTimeout);
 }
 
+TEST(WatchHub, BriefWatchersGetTheSlotsWithoutAddressesAndOnlyWhileRunning) {
+  WatchHub hub;
+  auto full = std::make_shared<WatchQueue>();
+  auto brief1 = std::make_shared<WatchQueue>();
+  auto brief2 = std::make_shared<WatchQueue>();
+  hub.add("j", full);
+  hub.add("j", brief1, /*brief=*/true);
+  hub.add("j", brief2, /*brief=*/true);
+  coord::World w = world("j", coord::RUNNING, 2);
+  coord::AgentSlot* slot = w.add_agents();
+  slot->mutable_agent()->set_agent_id("a");
+  slot->mutable_agent()->set_hostname("h");
+  slot->mutable_agent()->set_rpc_address("h:7471");
+  slot->mutable_agent()->set_data_address("ucx-address");
+  slot->set_local_size(4);
+  slot->set_rank_offset(8);
+  slot->set_cross_rank(2);
+  hub.publish(w);
+  w.set_state(coord::FINISHED);
+  hub.publish(w);
+  std::shared_ptr<const PublishedWorld> f, b1, b2;
+  ASSERT_EQ(full->take(&f), WatchQueue::Next::kWorld);
+  ASSERT_EQ(brief1->take(&b1), WatchQueue::Next::kWorld);
+  ASSERT_EQ(brief2->take(&b2), WatchQueue::Next::kWorld);
+  EXPECT_EQ(b1.get(), b2.get());  // the brief form is built once too
+  EXPECT_EQ(f->world.agents(0).agent().data_address(), "ucx-address");
+  const coord::AgentSlot& s = b1->world.agents(0);
+  EXPECT_EQ(s.agent().agent_id(), "a");
+  EXPECT_EQ(s.agent().hostname(), "h");
+  EXPECT_EQ(s.local_size(), 4);
+  EXPECT_EQ(s.rank_offset(), 8);
+  EXPECT_EQ(s.cross_rank(), 2);
+  EXPECT_TRUE(s.agent().rpc_address().empty());
+  EXPECT_TRUE(s.agent().data_address().empty());
+  EXPECT_LT(b1->bytes.size(), f->bytes.size());
+  ASSERT_EQ(brief1->take(&b1), WatchQueue::Next::kWorld);
+  EXPECT_EQ(b1->world.state(), coord::FINISHED);
+  EXPECT_EQ(b1->world.agents_size(), 0);  // agents ignore the list of a terminal World
+  ASSERT_EQ(full->take(&f), WatchQueue::Next::kWorld);
+  EXPECT_EQ(f->world.agents_size(), 1);
+}
+
 TEST(WatchQueue, ListenerRunsOnPushAndCloseUntilCleared) {
   WatchQueue q;
   int calls = 0;
