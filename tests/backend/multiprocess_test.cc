@@ -141,7 +141,11 @@ class MultiProcessTest : public ::testing::TestWithParam<std::string> {
   }
 
   // One peer is stopped by `signal` during a stream of allreduces; the
-  // others must report PeerFailure within timeout + 2 s.
+  // others must report PeerFailure within 2 x timeout + 2 s. Not timeout +
+  // 2 s: the deadline counts time without progress, and a rank whose live
+  // neighbour still drains the bytes it sent (that neighbour waiting on the
+  // stopped peer itself) makes progress until that neighbour gives up, up to
+  // one timeout after the stop (seen: 1 run in 6 past timeout + 2 s, idle).
   void faultCase(int signal) {
     constexpr int kSize = 3;
     constexpr int kVictim = 1;
@@ -152,11 +156,11 @@ class MultiProcessTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(peers.waitFor(kVictim, "iter 3\n", Clock::now() + 60s)) << peers.output(kVictim);
     ASSERT_EQ(::kill(peers.pid(kVictim), signal), 0);
     const auto t0 = Clock::now();
-    const auto bound = t0 + std::chrono::milliseconds(kTimeoutMs) + 2s;
+    const auto bound = t0 + 2 * std::chrono::milliseconds(kTimeoutMs) + 2s;
     for (int r = 0; r < kSize; ++r) {
       if (r == kVictim) continue;
       EXPECT_TRUE(peers.waitFor(r, "RESULT", bound))
-          << "rank " << r << " did not fail within timeout + 2 s:\n"
+          << "rank " << r << " did not fail within 2 x timeout + 2 s:\n"
           << peers.output(r);
       int code = -1;
       ASSERT_TRUE(peers.waitExit(r, Clock::now() + 10s, &code)) << peers.output(r);
