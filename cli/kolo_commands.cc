@@ -1,9 +1,6 @@
 #include "cli/kolo_commands.h"
 
 #include <grpcpp/grpcpp.h>
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
 
 #include <cerrno>
 #include <cstring>
@@ -15,6 +12,7 @@
 #include "common/config_grpc.h"
 #include "common/coord_endpoints.h"
 #include "common/fd.h"
+#include "common/tcp_probe.h"
 #include "kolo/proto/agent.grpc.pb.h"
 #include "kolo/proto/coordinator.grpc.pb.h"
 
@@ -39,48 +37,6 @@ std::string grpcCodeName(grpc::StatusCode c) {
   }
 }
 
-// 0 when a TCP connection to host:port opens within `timeout`, else the
-// errno of the attempt (EHOSTUNREACH: the name does not resolve).
-int tcpConnectError(const std::string& address, std::chrono::milliseconds timeout) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return EHOSTUNREACH;
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  const std::string port = address.substr(colon + 1);
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
-    return EHOSTUNREACH;
-  int err = ETIMEDOUT;
-  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
-    UniqueFd fd(
-        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
-    if (!fd.valid()) continue;
-    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) {
-      err = 0;
-      break;
-    }
-    if (errno != EINPROGRESS) {
-      err = errno;
-      continue;
-    }
-    pollfd p{fd.get(), POLLOUT, 0};
-    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) {
-      err = ETIMEDOUT;
-      continue;
-    }
-    int so = 0;
-    socklen_t len = sizeof so;
-    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so, &len);
-    err = so;
-    if (err == 0) break;
-  }
-  ::freeaddrinfo(res);
-  return err;
-}
-
 // Why a daemon could not be reached: a TLS hint only when something
 // accepts TCP connections there (then a handshake may be what failed);
 // otherwise what connecting said. Addresses with a gRPC scheme
@@ -91,7 +47,7 @@ std::string unreachableHint(const std::string& address, const GrpcClientSecurity
     return tlsHint(sec, flags);
   const int e = tcpConnectError(address, std::chrono::milliseconds(500));
   if (e == 0) return tlsHint(sec, flags);
-  if (e == EHOSTUNREACH) {
+  if (e == EHOSTUNREACH || e == EINVAL) {  // EINVAL: no port in the address
     return " (nothing answers at " + address +
            ": the name does not resolve or the host is unreachable; check --" + flags + ")";
   }

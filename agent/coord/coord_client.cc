@@ -1,8 +1,5 @@
 #include "agent/coord/coord_client.h"
 
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,53 +8,12 @@
 #include "common/config_grpc.h"
 #include "common/fd.h"
 #include "common/log.h"
+#include "common/tcp_probe.h"
 
 namespace kolo {
 
 namespace {
 auto logger() { return log::get("agent.coord"); }
-
-// Whether a TCP connection to "host:port" ("[v6]:port") opens within
-// `timeout`: 0, else the errno (ETIMEDOUT for no answer, EHOSTUNREACH for a
-// name that does not resolve).
-int tcpConnectError(const std::string& address, std::chrono::milliseconds timeout) {
-  size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return EINVAL;
-  std::string host = address.substr(0, colon), port = address.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
-    return EHOSTUNREACH;
-  int err = ETIMEDOUT;
-  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
-    UniqueFd fd(
-        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
-    if (!fd.valid()) continue;
-    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) {
-      err = 0;
-      break;
-    }
-    if (errno != EINPROGRESS) {
-      err = errno;
-      continue;
-    }
-    pollfd p{fd.get(), POLLOUT, 0};
-    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) {
-      err = ETIMEDOUT;
-      continue;
-    }
-    int so = 0;
-    socklen_t len = sizeof so;
-    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so, &len);
-    err = so;
-    if (err == 0) break;
-  }
-  ::freeaddrinfo(res);
-  return err;
-}
 
 }  // namespace
 
