@@ -14,7 +14,7 @@
 #                 device path, and 2 with every op staged through host memory)
 #   3b. torch-dist the torch.distributed backend "kolo" under this torch
 #                 (tests/python/test_torch_distributed.py: CPU ops, DDP, and
-#                 CUDA tensors with stream order and DDP on CUDA)
+#                 CUDA tensors with stream order, DDP and FSDP on CUDA)
 #   4. synth      examples/pytorch_synthetic_benchmark.py on CUDA (ResNet-50,
 #                 batch 64, 224 px, fp32) with 1, 2 and 4 trainers sharing
 #                 the GPU: without allreduce (the compute-only ceiling) and
@@ -184,9 +184,10 @@ phase cxx-stream 60 150 "$BIN/kolo_gpu_device_path_tests" --gtest_brief=1 --gtes
 phase py-ops 90 200 "$PY" -m pytest -q -p no:cacheprovider -rs "$REPO/tests/python/test_device_ops.py" -k cuda
 
 # --- 3b. torch.distributed backend "kolo" (issue 25) under this torch -------
-# CPU collectives, DDP, errors and timeouts under torch 2.x, and CUDA tensors
-# through the backend (stream order, DDP on CUDA) on the GPU.
-phase torch-dist 60 180 "$PY" -m pytest -q -p no:cacheprovider -rs \
+# CPU collectives, DDP, errors and timeouts under torch 2.x, CUDA tensors
+# through the backend (stream order, DDP on CUDA) on the GPU, and FSDP /
+# FSDP2 on CPU (if torch's FSDP takes CPU modules) and CUDA.
+phase torch-dist 60 240 "$PY" -m pytest -q -p no:cacheprovider -rs \
   "$REPO/tests/python/test_torch_distributed.py"
 
 # --- 4. synthetic ResNet-50 on CUDA: ceiling, kolo, torch DDP/gloo ----------

@@ -1,7 +1,6 @@
 /* A complete libkolo program in C (docs/user-guide-cpp.md walks through it).
  * Run it under kolorun:   kolorun -np 2 ./kolo_client_example_c */
 #include <kolo/kolo_c.h>
-
 #include <stdio.h>
 
 static int fail(const char* what, kolo_status_t s) {

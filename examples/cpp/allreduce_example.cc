@@ -1,8 +1,7 @@
 // A complete libkolo program in C++ (docs/user-guide-cpp.md walks through it).
 // Run it under kolorun:   kolorun -np 2 ./kolo_client_example
-#include <kolo/kolo.hpp>
-
 #include <cstdio>
+#include <kolo/kolo.hpp>
 #include <string>
 #include <vector>
 

@@ -3,7 +3,7 @@ kolorun with the real coordinator and agent: every collective and dtype
 against references each rank computes (bit-exact), dist.new_group as a kolo
 process set, async work, errors and torch's timeout, and DDP training
 (plain, no_sync, find_unused_parameters, the fp16 compression hook, small
-buckets) against a single-process run on the concatenated batch
+buckets) and FSDP / FSDP2 (where this torch can import them) against a single-process run on the concatenated batch
 (workers/torch_dist_worker.py)."""
 
 import os
@@ -74,6 +74,34 @@ def test_cuda_collectives_and_ddp(kolorun, np_):
     res = kolorun(np_, WORKER, "cuda", timeout=300)
     _ok(res, np_, ["cuda_allreduce", "cuda_async", "cuda_broadcast", "cuda_allgather",
                    "cuda_reduce_scatter", "cuda_alltoall", "cuda_ddp"])
+
+
+def _torch_has_fsdp():
+    return run_bounded([PYTHON, "-c", "import torch.distributed.fsdp"], 120).rc == 0
+
+
+@pytest.mark.parametrize("where", ["cpu", "cuda"])
+def test_fsdp_matches_single_process(kolorun, where):
+    """FSDP (FULL_SHARD) and FSDP2's fully_shard on backend "kolo": their
+    all_gather_into_tensor / reduce_scatter_tensor traffic, trained against
+    one process on the concatenated batch (2 ranks)."""
+    if not _torch_has_fsdp():
+        pytest.skip("%s cannot import torch.distributed.fsdp (Debian's torch 1.13 under "
+                    "Python 3.11 fails in a dataclass of torch._shard; fixed in torch 2.x)"
+                    % PYTHON)
+    if where == "cuda" and not _torch_has_cuda():
+        pytest.skip("no CUDA device for %s: bench/gpu_issue16.sh runs this on a GPU machine"
+                    % PYTHON)
+    res = kolorun(2, WORKER, "fsdp", where, timeout=300)
+    assert res.rc == 0, res.describe()
+    lines = res.rank_lines(0)
+    unsupported = [l for l in lines if l.startswith("fsdp-unsupported: ")]
+    if unsupported and where == "cpu":
+        pytest.skip("this torch's FSDP refuses CPU modules: " + unsupported[0])
+    names = ["fsdp_" + where]
+    if not any(l.startswith("fsdp2-unsupported: ") for l in lines):
+        names.append("fsdp2_" + where)
+    _ok(res, 2, names)
 
 
 def _wait_file(path, proc, deadline_s=30):

@@ -1,6 +1,6 @@
 """torch.distributed on backend "kolo" (kolo.torch.distributed), run by
 tests/python/test_torch_distributed.py through kolorun. argv[1] picks the
-part: collectives | async_errors | ddp | cuda. Each check prints "passed <name>";
+part: collectives | async_errors | ddp | cuda | fsdp DEVICE. Each check prints "passed <name>";
 the last line is "WORKER-OK rank R". Every input is generated on every rank
 from a per-rank seed, so each rank computes the references itself."""
 
@@ -21,7 +21,8 @@ print = functools.partial(builtins.print, flush=True)  # noqa: A001
 
 warnings.filterwarnings("ignore", message=".*will be deprecated.*")
 MODE = sys.argv[1]
-TIMEOUT = timedelta(seconds=float(sys.argv[2])) if len(sys.argv) > 2 else timedelta(minutes=5)
+TIMEOUT = (timedelta(seconds=float(sys.argv[2])) if len(sys.argv) > 2 and MODE != "fsdp"
+           else timedelta(minutes=5))
 dist.init_process_group(backend="kolo", init_method="kolo://", timeout=TIMEOUT)
 R, N = dist.get_rank(), dist.get_world_size()
 assert dist.get_backend() == "kolo", dist.get_backend()
@@ -432,7 +433,79 @@ def cuda():
     passed("cuda_ddp")
 
 
+def fsdp():
+    """FSDP (torch.distributed.fsdp) on the kolo backend: FullyShardedDataParallel
+    (FULL_SHARD: parameters all-gathered with all_gather_into_tensor before
+    each forward and backward, gradients reduce_scatter_tensor'ed into the
+    shards) and, where this torch has it, FSDP2's fully_shard, each trained 6
+    steps from ranks that start with different weights (sync_module_states)
+    against one process on the concatenated batch. argv[2]: cpu | cuda."""
+    import os
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    where = sys.argv[2]
+    if where == "cuda":
+        dev = torch.device("cuda", int(os.environ.get("KOLO_LOCAL_RANK", "0"))
+                           % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+    else:
+        dev = torch.device("cpu")
+    per = 4
+    batches = [(x.to(dev), y.to(dev)) for x, y in _batches(6, per)]
+
+    def start(shift):
+        torch.manual_seed(0)
+        m = Net().to(dev)
+        if shift and R != 0:
+            with torch.no_grad():
+                for p in m.parameters():
+                    p.add_(1.0)
+        return m
+
+    ref = _train(start(False), batches, per, rank_slice=False)
+    try:
+        import inspect
+        kw = {"device_id": dev} if where == "cuda" else {}
+        if "use_orig_params" in inspect.signature(FSDP.__init__).parameters:
+            kw["use_orig_params"] = True  # torch >= 2.0; 1.13 trains its flat parameters
+        model = FSDP(start(True), sync_module_states=True, **kw)
+    except Exception as e:  # a torch whose FSDP has no CPU support says so here
+        if where == "cpu":
+            print("fsdp-unsupported: %s" % str(e).splitlines()[0][:300])
+            return
+        raise
+    _train(model, batches, per, ddp=None)
+    with FSDP.summon_full_params(model):
+        _compare("fsdp_%s" % where, model.module, ref, 1e-5)
+        flat = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()])
+    outs = [torch.empty_like(flat) for _ in range(N)]
+    dist.all_gather(outs, flat)
+    assert all(torch.equal(o, flat) for o in outs), "fsdp: ranks disagree"
+    passed("fsdp_%s" % where)
+
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        print("fsdp2-unsupported: this torch has no torch.distributed.fsdp.fully_shard")
+        return
+    m = start(False)  # FSDP2 does not broadcast rank 0's weights: start equal
+    try:
+        for layer in (m.a, m.b):
+            fully_shard(layer)
+        fully_shard(m)
+    except Exception as e:
+        if where == "cpu":
+            print("fsdp2-unsupported: %s" % str(e).splitlines()[0][:300])
+            return
+        raise
+    _train(m, batches, per)
+    full = [p.full_tensor() for p in m.parameters()]
+    worst = max((p - q).abs().max().item() for p, q in zip(full, ref.parameters()))
+    assert worst <= 1e-5, "fsdp2_%s: parameters differ by %g" % (where, worst)
+    print("fsdp2_%s max |param diff| %.3g" % (where, worst))
+    passed("fsdp2_%s" % where)
+
+
 {"collectives": collectives, "async_errors": async_errors, "ddp": ddp,
- "cuda": cuda}[MODE]()
+ "cuda": cuda, "fsdp": fsdp}[MODE]()
 dist.destroy_process_group()
 print("WORKER-OK rank %d" % R)
