@@ -488,7 +488,8 @@ else:
                     envs = dict(kv.split("=", 1) for kv in env.split())
                     out = self.kolo_job(k, name, ["--model-step", mfile, "--compute-ms", "%.1f" % compute, "-w",
                                                   str(a.model_warmup),
-                                                  "-n", str(a.model_iters), "-T", "0", "-c", "1"] + pargs,
+                                                  "-n", str(a.model_iters), "-T", "0", "-c", "1"] + pargs
+                                        + (["--zero-copy"] if a.zero_copy else []),
                                         extra_env=envs)
                 finally:
                     self.procs.stop(daemons)
@@ -497,14 +498,17 @@ else:
                 row = [l.split() for l in out.splitlines() if l.strip().startswith(a.model)]
                 flat_us = float(row[0][8]) if row and len(row[0]) >= 12 else None
                 if m:
-                    res["model"]["%s-%s" % (be, fusion)] = {"compute_ms": compute, "ring_ms": ring_ms,
+                    key = "%s-%s%s" % (be, fusion, "-zc" if a.zero_copy else "")
+                    res["model"][key] = {"compute_ms": compute, "ring_ms": ring_ms,
                                                            "compute_only_us": float(m.group(1)),
                                                            "step_us": float(m.group(2)),
                                                            "efficiency": float(m.group(3)), "flat_us": flat_us}
-                    res["model"]["%s-%s" % (be, fusion)]["profile"] = "flops" if pargs else "params"
-                    log("#  model step %s (compute by %s), kolo-%s, fusion %s: compute %.0f ms (2 x the ring's %.0f ms at R), "
-                        "step %.0f ms, flat allreduce alone %s ms: efficiency %.3f" % (
-                            a.model, "flops" if pargs else "params", be, fusion, compute, ring_ms, float(m.group(2)) / 1e3,
+                    res["model"][key]["profile"] = "flops" if pargs else "params"
+                    log("#  model step %s (compute by %s), kolo-%s, fusion %s%s: compute %.0f ms (%.2f x the ring's %.0f ms "
+                        "at R), step %.0f ms, flat allreduce alone %s ms: efficiency %.3f" % (
+                            a.model, "flops" if pargs else "params", be, fusion,
+                            ", kolo_alloc_shared" if a.zero_copy else "", compute, compute / ring_ms, ring_ms,
+                            float(m.group(2)) / 1e3,
                             "%.0f" % (flat_us / 1e3) if flat_us else "-", float(m.group(3))))
 
     def ddp_model_step(self, k, mfile, pargs, compute, ring_ms, rtag, res):
@@ -530,8 +534,9 @@ else:
             res["model"]["ddp-gloo"] = {"compute_ms": compute, "ring_ms": ring_ms, "compute_only_us": float(m.group(1)),
                                         "step_us": float(m.group(2)), "efficiency": float(m.group(3)),
                                         "flat_us": None, "profile": "flops" if pargs else "params"}
-            log("#  model step %s (compute by %s), ddp-gloo (25 MiB buckets): compute %.0f ms (2 x the ring's %.0f ms "
-                "at R), step %.0f ms: efficiency %.3f" % (a.model, "flops" if pargs else "params", compute, ring_ms,
+            log("#  model step %s (compute by %s), ddp-gloo (25 MiB buckets): compute %.0f ms (%.2f x the ring's %.0f "
+                "ms at R), step %.0f ms: efficiency %.3f" % (a.model, "flops" if pargs else "params", compute,
+                                                             compute / ring_ms, ring_ms,
                                                           float(m.group(2)) / 1e3, float(m.group(3))))
 
     def report(self, res, only=None):
@@ -600,7 +605,7 @@ def main():
     ap.add_argument("--peers", default="kolo gloo mpi", help='what to run (default "kolo gloo mpi")')
     ap.add_argument("--kolo-backends", default="ucx", help='kolo agent backends, "ucx" and/or "tcp" (default ucx)')
     ap.add_argument("--zero-copy", action="store_true",
-                    help="kolo-bench --zero-copy: tensors in the agent's arena (as Gloo and MPI use the caller's buffer)")
+                    help="kolo-bench --zero-copy: tensors in the agent's arena (as Gloo and MPI use the caller's buffer), also for --model")
     ap.add_argument("--out-of-place", action="store_true",
                     help="bandwidth runs out of place (separate input and output); default: in place on every "
                          "side (kolo-bench --inplace, Gloo without an input, MPI_IN_PLACE)")
