@@ -79,7 +79,9 @@ std::string deviceCapabilityKey(uint64_t generation, int cross_rank) {
   return "g" + std::to_string(generation) + "/devcap/" + std::to_string(cross_rank);
 }
 
-std::string ncclKeyPrefix(uint64_t generation) { return "g" + std::to_string(generation) + "/nccl"; }
+std::string ncclKeyPrefix(uint64_t generation) {
+  return "g" + std::to_string(generation) + "/nccl";
+}
 
 DeviceCrossChoice chooseDeviceCross(DeviceCrossMode mode,
                                     const std::vector<std::optional<DeviceCrossCapability>>& caps) {
@@ -106,8 +108,8 @@ DeviceCrossChoice chooseDeviceCross(DeviceCrossMode mode,
   if (lack.empty()) {
     c.kind = DeviceCrossChoiceKind::kNccl;
     c.why = std::string("device tensors cross agents over NCCL: every one of the ") +
-            std::to_string(caps.size()) + " agents has NCCL and a GPU (--device-cross=" +
-            deviceCrossModeName(mode) + ")";
+            std::to_string(caps.size()) +
+            " agents has NCCL and a GPU (--device-cross=" + deviceCrossModeName(mode) + ")";
     return c;
   }
   if (mode == DeviceCrossMode::kNccl) {

@@ -33,9 +33,9 @@ TEST(DeviceCross, CapabilityRoundTripsThroughTheKvText) {
     EXPECT_EQ(d->lacks, c.lacks);
   }
   EXPECT_EQ(encodeCapability({true, 0, ""}), "nccl=1 gpu=0 lacks=");
-  for (const char* t : {"", "nccl=", "nccl=2 gpu=0 lacks=", "nccl=1 gpu=x lacks=",
-                        "nccl=1 gpu=-2 lacks=", "nccl=1 gpu= lacks=", "nccl=1 lacks= gpu=0",
-                        "nccl=1 gpu=0"}) {
+  for (const char* t :
+       {"", "nccl=", "nccl=2 gpu=0 lacks=", "nccl=1 gpu=x lacks=", "nccl=1 gpu=-2 lacks=",
+        "nccl=1 gpu= lacks=", "nccl=1 lacks= gpu=0", "nccl=1 gpu=0"}) {
     auto d = decodeCapability(t);
     ASSERT_FALSE(d.isOk()) << t;
     EXPECT_EQ(d.status().message(), std::string("malformed device capability '") + t + "'");
@@ -58,15 +58,18 @@ TEST(DeviceCross, LocalCapabilityFromTheBuildAndTheGrants) {
   EXPECT_EQ(c.lacks, "no CUDA device: cudaGetDeviceCount returned 100");
   c = localDeviceCapability(false, {0, 1}, "");
   EXPECT_EQ(c.gpu, -1);
-  EXPECT_EQ(c.lacks, "built without NCCL; the job's trainers on this agent use different GPUs (0 and 1)");
+  EXPECT_EQ(c.lacks,
+            "built without NCCL; the job's trainers on this agent use different GPUs (0 and 1)");
   // Through the KV text into the choice: the reason reaches the log line.
-  auto d = decodeCapability(encodeCapability(localDeviceCapability(true, {}, "built without CUDA")));
+  auto d =
+      decodeCapability(encodeCapability(localDeviceCapability(true, {}, "built without CUDA")));
   ASSERT_TRUE(d.isOk());
   auto choice = chooseDeviceCross(DeviceCrossMode::kNccl, {good(), *d});
   EXPECT_EQ(choice.kind, DeviceCrossChoiceKind::kFail);
-  EXPECT_EQ(choice.why,
-            "--device-cross=nccl but NCCL is not viable for this job: agent 1 has no GPU for the job "
-            "(built without CUDA)");
+  EXPECT_EQ(
+      choice.why,
+      "--device-cross=nccl but NCCL is not viable for this job: agent 1 has no GPU for the job "
+      "(built without CUDA)");
 }
 
 TEST(DeviceCross, KeysArePerGeneration) {
@@ -112,9 +115,12 @@ TEST(DeviceCross, EveryCombinationNamesTheFirstAgentThatLacks) {
       for (size_t d = 0; d < 4; ++d) {
         Caps caps = {states[a], states[b], states[d]};
         std::string expect;
-        if (a != 0) expect = "agent 0" + lack[a];
-        else if (b != 0) expect = "agent 1" + lack[b];
-        else if (d != 0) expect = "agent 2" + lack[d];
+        if (a != 0)
+          expect = "agent 0" + lack[a];
+        else if (b != 0)
+          expect = "agent 1" + lack[b];
+        else if (d != 0)
+          expect = "agent 2" + lack[d];
         auto autoc = chooseDeviceCross(DeviceCrossMode::kAuto, caps);
         auto forced = chooseDeviceCross(DeviceCrossMode::kNccl, caps);
         if (expect.empty()) {
@@ -137,7 +143,8 @@ TEST(DeviceCross, LacksWithoutDetailHasNoParentheses) {
 TEST(DeviceCross, OneAgentIsNotACrossJob) {
   auto a = chooseDeviceCross(DeviceCrossMode::kAuto, {good()});
   EXPECT_EQ(a.kind, DeviceCrossChoiceKind::kStaged);
-  EXPECT_EQ(a.why, "device tensors cross agents by host staging: the job has fewer than two agents");
+  EXPECT_EQ(a.why,
+            "device tensors cross agents by host staging: the job has fewer than two agents");
   auto f = chooseDeviceCross(DeviceCrossMode::kNccl, {good()});
   EXPECT_EQ(f.kind, DeviceCrossChoiceKind::kFail);
 }
