@@ -5,6 +5,7 @@
 #include <cctype>
 #include <thread>
 
+#include "agent/gpu/device_cross.h"
 #include "agent/gpu/mps_probe.h"
 #include "common/coord_endpoints.h"
 
@@ -126,6 +127,12 @@ void defineAgentKnobs(Config& c) {
               "Fail a job whose collective has stalled this long (0 = never)")
       .define("stall-check-disable", KnobType::kBool, "false", "Turn the stall warnings off")
       .define("backend", KnobType::kString, "ucx", "Cross-agent backend for host memory")
+      .define("device-cross", KnobType::kString, "auto",
+              "How device tensors cross agents: auto (NCCL when every agent of the job has NCCL "
+              "and a GPU for it, host staging otherwise), nccl (forced: the job's device ops fail "
+              "when it is not viable), staged (always through host memory). Not wired yet: device "
+              "tensors cross agents by host "
+              "staging whatever it says (docs/gpu.md)")
       .define("idle-cycle-ms", KnobType::kInt, "100",
               "An agent with nothing to negotiate still joins a cycle this often, so peers never "
               "wait long")
@@ -274,6 +281,7 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   RETURN_IF_ERROR(validateBackendOptions(o.backend));
   RETURN_IF_ERROR(parseReduceThread(c.getString("backend-reduce-thread")).status());
   o.backend_name = c.getString("backend");
+  ASSIGN_OR_RETURN(o.device_cross, gpu::parseDeviceCrossMode(c.getString("device-cross")));
   o.cache_capacity = static_cast<size_t>(std::max<int64_t>(0, c.getInt("cache-capacity")));
   o.idle_cycle_ms = std::max<int64_t>(1, c.getInt("idle-cycle-ms"));
   if (c.getInt("fusion-threshold-mb") < 0) return invalidArgument("--fusion-threshold-mb must be >= 0");

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "agent/backends/backend.h"
+#include "agent/gpu/device_cross.h"
 #include "common/config.h"
 #include "common/config_tls.h"
 
@@ -51,6 +52,8 @@ struct AgentOptions {
   int64_t stall_check_time_s = 60;
   BackendOptions backend;          // tuning for the cross-agent backend
   std::string backend_name = "ucx";
+  // --device-cross: NCCL or host staging for device tensors across agents.
+  gpu::DeviceCrossMode device_cross = gpu::DeviceCrossMode::kAuto;
   size_t cache_capacity = 1024;
   int64_t idle_cycle_ms = 100;
   uint64_t fusion_threshold_bytes = 128ull << 20;

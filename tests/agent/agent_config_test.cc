@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace kolo {
 namespace {
@@ -112,6 +115,28 @@ TEST(AgentConfig, SocketLimitsHaveDefaultsTakeTheEnvironmentAndNameTheKnobWhenBa
             "--max-connections must be between 1 and 1048576 (got -1)");
   EXPECT_EQ(bad("--handshake-timeout-s=0"), "--handshake-timeout-s must be > 0 and at most 3600");
   EXPECT_EQ(bad("--max-arena-mb=512"), "--arena-mb 1024 is larger than --max-arena-mb 512");
+}
+
+TEST(AgentConfig, DeviceCrossIsAutoByDefaultTakesTheEnvironmentAndRefusesOtherValues) {
+  auto load = [](std::vector<const char*> argv,
+                 std::map<std::string, std::string> env) -> StatusOr<AgentOptions> {
+    Config c("kolo-agent");
+    defineAgentKnobs(c);
+    RETURN_IF_ERROR(c.loadWithEnv(static_cast<int>(argv.size()), argv.data(), env));
+    return agentOptionsFrom(c);
+  };
+  auto d = load({"kolo-agent"}, {});
+  ASSERT_TRUE(d.isOk()) << d.status().toString();
+  EXPECT_EQ(d->device_cross, gpu::DeviceCrossMode::kAuto);
+  auto e = load({"kolo-agent"}, {{"KOLO_DEVICE_CROSS", "staged"}});
+  ASSERT_TRUE(e.isOk()) << e.status().toString();
+  EXPECT_EQ(e->device_cross, gpu::DeviceCrossMode::kStaged);
+  auto f = load({"kolo-agent", "--device-cross=nccl"}, {{"KOLO_DEVICE_CROSS", "staged"}});
+  ASSERT_TRUE(f.isOk()) << f.status().toString();
+  EXPECT_EQ(f->device_cross, gpu::DeviceCrossMode::kNccl);
+  auto bad = load({"kolo-agent", "--device-cross=gpu"}, {});
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().message(), "--device-cross must be auto, nccl or staged (got 'gpu')");
 }
 
 }  // namespace
