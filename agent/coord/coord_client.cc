@@ -408,7 +408,8 @@ void CoordClient::startHeartbeats() {
       if (stop_.load()) break;
       // The stream's news: an answer known = false (register again now), or
       // its end (a heartbeat now, as a unary call if the stream fails again).
-      if (hb_stream_ && hb_stream_->forgotten.exchange(false)) {
+      // (Not once refused as replaced: registering would take the id back.)
+      if (hb_stream_ && hb_stream_->forgotten.exchange(false) && !replaced_logged_) {
         logger()->warn("coordinator forgot this agent; registering again");
         (void)registerAgent(std::chrono::steady_clock::now() + std::chrono::seconds(2));
         continue;
@@ -424,7 +425,7 @@ void CoordClient::startHeartbeats() {
                            heartbeat_failures_);
             heartbeat_failures_ = 0;
           }
-          if (forgotten) {
+          if (forgotten && !replaced_logged_) {
             logger()->warn("coordinator forgot this agent; registering again");
             (void)registerAgent(std::chrono::steady_clock::now() + std::chrono::seconds(2));
           }
@@ -478,7 +479,7 @@ void CoordClient::startHeartbeats() {
                        heartbeat_failures_);
         heartbeat_failures_ = 0;
       }
-      if (!rep.known()) {
+      if (!rep.known() && !replaced_logged_) {
         logger()->warn("coordinator forgot this agent; registering again");
         (void)registerAgent(std::chrono::steady_clock::now() + std::chrono::seconds(2));
       }
