@@ -71,7 +71,7 @@ struct Options {
   double phase_timeout_s = 60;
   int window = 128;  // bulk calls in flight (register, join, KV)
   bool check = false;
-  bool heartbeat_stream = false;  // HeartbeatStream instead of Heartbeat calls
+  bool heartbeat_stream = true;  // HeartbeatStream (quiet beats) instead of Heartbeat calls
 };
 
 // Bounds the calls in flight and waits for all of them.
@@ -142,8 +142,8 @@ struct Agent {
   int64_t next_hb_ns = 0;  // heartbeat thread only
   std::unique_ptr<grpc::ClientReadReactor<coord::World>> watch;
   std::unique_ptr<grpc::ClientContext> watch_ctx;
-  // --heartbeat-stream: heartbeats on one stream (coord_client.cc still
-  // calls Heartbeat); a coordinator without HeartbeatStream (UNIMPLEMENTED)
+  // Heartbeats on one stream, as coord_client.cc sends them (unless
+  // --heartbeat-unary); a coordinator without HeartbeatStream (UNIMPLEMENTED)
   // gets Heartbeat calls instead.
   std::unique_ptr<HeartbeatStream> hb_stream;
   std::atomic<bool> hb_unary{false};
@@ -190,16 +190,25 @@ class HeartbeatStream final
     StartRead(&rep_);
     StartCall();
   }
-  // Heartbeat thread: false while the previous heartbeat is unanswered.
+  // Heartbeat thread: false while the previous heartbeat is unwritten or,
+  // if it asked for an answer, unanswered. As kolo-agent does, every 5th
+  // heartbeat asks for an answer (a latency sample); the others are quiet.
   bool beat() {
     if (busy_.exchange(true)) return false;
     req_.set_agent_id(a_->id);
     req_.set_agent_secret(a_->secret);
+    ask_ = ++beats_ % 5 == 0;
+    req_.set_quiet(!ask_);
     t0_ = nowNs();
     StartWrite(&req_);
     return true;
   }
-  void OnWriteDone(bool) override {}
+  void OnWriteDone(bool ok) override {
+    if (ok && !ask_) {
+      if (a_->alive.load()) a_->last_hb_ok_ns = nowNs();
+      busy_ = false;
+    }
+  }
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& s) override;
   void cancel() { ctx_.TryCancel(); }
@@ -215,6 +224,8 @@ class HeartbeatStream final
   coord::HeartbeatRequest req_;
   coord::HeartbeatReply rep_;
   std::atomic<bool> busy_{false};
+  bool ask_ = false;  // the heartbeat in flight asks for an answer
+  uint64_t beats_ = 0;
   int64_t t0_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -223,10 +234,12 @@ class HeartbeatStream final
 
 void HeartbeatStream::OnReadDone(bool ok) {
   if (!ok) return;
-  r_->hb.add(msSince(t0_));
   if (!rep_.known()) r_->hb_unknown++;
-  if (a_->alive.load()) a_->last_hb_ok_ns = nowNs();
-  busy_ = false;
+  if (ask_) {  // else an answer known = false to a quiet heartbeat
+    r_->hb.add(msSince(t0_));
+    if (a_->alive.load()) a_->last_hb_ok_ns = nowNs();
+    busy_ = false;
+  }
   StartRead(&rep_);
 }
 
@@ -783,9 +796,10 @@ int main(int argc, char** argv) {
   app.add_option("--phase-timeout-s", o.phase_timeout_s, "Bound of each phase");
   app.add_option("--window", o.window, "Bulk calls in flight (register, join, KV, leave)");
   app.add_flag("--check", o.check, "Exit 1 unless every case had every outcome");
-  app.add_flag("--heartbeat-stream", o.heartbeat_stream,
-               "One HeartbeatStream per agent instead of a Heartbeat call per interval "
-               "(kolo-agent still sends Heartbeat calls)");
+  app.add_flag("--heartbeat-stream,!--heartbeat-unary", o.heartbeat_stream,
+               "One HeartbeatStream per agent with quiet heartbeats, every 5th asking for an "
+               "answer, as kolo-agent sends them (the default); --heartbeat-unary: a Heartbeat "
+               "call per interval, as kolo-agent against a coordinator without the stream");
   app.set_version_flag("--version", "kolo-coord-load " KOLO_VERSION);
   try {
     app.parse(argc, argv);

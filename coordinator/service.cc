@@ -164,7 +164,10 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
 
 // One HeartbeatStream. A heartbeat read is answered on the loop, in one
 // turn with the others read meanwhile (queueHeartbeat); the next read starts
-// once the answer is written, so one heartbeat per stream is in flight.
+// once the answer is written, so one heartbeat per stream is in flight. A
+// quiet heartbeat the coordinator knows gets no answer: the next read starts
+// on the loop at once (kolo-agent's usual heartbeat: no write, no write
+// callback per beat).
 // Deletes itself in OnDone.
 class HeartbeatStreamReactor final
     : public grpc::ServerBidiReactor<coord::HeartbeatRequest, coord::HeartbeatReply> {
@@ -196,6 +199,10 @@ class HeartbeatStreamReactor final
     grpc::Status st = core->heartbeatOnLoop(req_, &reply_);
     if (!st.ok()) {
       finish(st);
+      return;
+    }
+    if (req_.quiet() && reply_.known()) {
+      read();
       return;
     }
     StartWrite(&reply_);

@@ -308,15 +308,141 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
 // Heartbeats go anywhere: renewing a lease twice is harmless. After a
 // failover the new leader knows the agent (same state, a fresh lease) and
 // answers known=true; one that does not gets a registration.
+struct CoordClient::HbStream {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<coord::HeartbeatRequest, coord::HeartbeatReply>> rw;
+  std::thread reader;
+  std::atomic<bool> ended{false};      // Read returned false
+  std::atomic<bool> forgotten{false};  // an answer said known = false
+  std::atomic<uint64_t> answers{0};
+  uint64_t asked = 0;  // heartbeats sent without quiet; heartbeat thread only
+};
+
+grpc::Status CoordClient::closeHeartbeatStream(bool cancel) {
+  if (!hb_stream_) return grpc::Status::OK;
+  if (cancel) hb_stream_->ctx.TryCancel();
+  {
+    std::lock_guard<std::mutex> lock(register_mu_);
+    hb_stream_ctx_ = nullptr;
+  }
+  if (hb_stream_->reader.joinable()) hb_stream_->reader.join();
+  grpc::Status st = hb_stream_->rw->Finish();
+  hb_stream_.reset();
+  return st;
+}
+
+grpc::Status CoordClient::streamHeartbeat(bool* forgotten) {
+  if (hb_stream_) {
+    HbStream& h = *hb_stream_;
+    if (h.forgotten.exchange(false)) *forgotten = true;
+    // Asked for an answer a heartbeat ago and none came: the coordinator is
+    // frozen or the connection is gone without a reset.
+    const bool silent = h.answers.load() < h.asked;
+    if (h.ended.load() || silent) {
+      grpc::Status st = closeHeartbeatStream(silent);
+      if (silent) {
+        return grpc::Status(
+            grpc::StatusCode::DEADLINE_EXCEEDED,
+            "no answer on the heartbeat stream within " + std::to_string(heartbeat_ms_) + " ms");
+      }
+      return st.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the heartbeat stream ended")
+                     : st;
+    }
+  }
+  if (!hb_stream_) {
+    auto h = std::make_unique<HbStream>();
+    prepare(h->ctx);
+    {
+      std::lock_guard<std::mutex> lock(register_mu_);
+      if (stop_.load()) return grpc::Status(grpc::StatusCode::CANCELLED, "stopping");
+      hb_stream_ctx_ = &h->ctx;
+    }
+    h->rw = stub(endpoints_.current()).HeartbeatStream(&h->ctx);
+    HbStream* raw = h.get();
+    h->reader = std::thread([this, raw] {
+      log::setThreadName("coord-hb-read");
+      coord::HeartbeatReply rep;
+      while (raw->rw->Read(&rep)) {
+        raw->answers++;
+        if (!rep.known()) {
+          raw->forgotten = true;
+          std::lock_guard<std::mutex> lock(hb_mu_);
+          hb_wake_ = true;
+          hb_cv_.notify_all();
+        }
+      }
+      raw->ended = true;
+      std::lock_guard<std::mutex> lock(hb_mu_);
+      hb_wake_ = true;
+      hb_cv_.notify_all();
+    });
+    hb_stream_ = std::move(h);
+  }
+  HbStream& h = *hb_stream_;
+  coord::HeartbeatRequest req;
+  req.set_agent_id(self_.agent_id());
+  req.set_agent_secret(agentSecret());
+  const bool ask = ++hb_beats_ % kAskEveryBeats == 0;
+  req.set_quiet(!ask);
+  if (ask) h.asked = h.answers.load() + 1;
+  if (!h.rw->Write(req)) {
+    grpc::Status st = closeHeartbeatStream(false);
+    return st.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the heartbeat stream ended") : st;
+  }
+  return grpc::Status::OK;
+}
+
 void CoordClient::startHeartbeats() {
+  // A list of addresses: unary heartbeats, whose failover is callWithFailover's.
+  hb_unary_only_ = endpoints_.size() > 1;
+  if (hb_unary_only_) hb_unary_seen_ = true;
   heartbeat_ = std::thread([this] {
     log::setThreadName("coord-hb");
+    auto next = Clock::now() + std::chrono::milliseconds(heartbeat_ms_);
     while (!stop_.load()) {
       {
         std::unique_lock<std::mutex> lock(hb_mu_);
-        hb_cv_.wait_for(lock, std::chrono::milliseconds(heartbeat_ms_), [&] { return stop_.load(); });
+        hb_cv_.wait_until(lock, next, [&] { return stop_.load() || hb_wake_; });
+        hb_wake_ = false;
       }
       if (stop_.load()) break;
+      // The stream's news: an answer known = false (register again now), or
+      // its end (a heartbeat now, as a unary call if the stream fails again).
+      // (Not once refused as replaced: registering would take the id back.)
+      if (hb_stream_ && hb_stream_->forgotten.exchange(false) && !replaced_logged_) {
+        logger()->warn("coordinator forgot this agent; registering again");
+        (void)registerAgent(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+        continue;
+      }
+      if (Clock::now() < next && !(hb_stream_ && hb_stream_->ended.load())) continue;
+      next = Clock::now() + std::chrono::milliseconds(heartbeat_ms_);
+      if (!hb_unary_only_) {
+        bool forgotten = false;
+        grpc::Status s = streamHeartbeat(&forgotten);
+        if (s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) {
+          if (s.ok() && heartbeat_failures_ > 0) {
+            logger()->info("heartbeats to {} work again after {} failed", endpoints_.current(),
+                           heartbeat_failures_);
+            heartbeat_failures_ = 0;
+          }
+          if (forgotten && !replaced_logged_) {
+            logger()->warn("coordinator forgot this agent; registering again");
+            (void)registerAgent(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+          }
+          continue;
+        }
+        if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+          logger()->info(
+              "the coordinator at {} has no HeartbeatStream; heartbeats go as Heartbeat calls",
+              endpoints_.current());
+          hb_unary_only_ = true;
+          hb_unary_seen_ = true;
+        } else {
+          logger()->debug("heartbeat stream to {}: {}; a Heartbeat call instead",
+                          endpoints_.current(), s.error_message());
+        }
+        // Below: this heartbeat as a unary call (its errors logged there).
+      }
       coord::HeartbeatRequest req;
       req.set_agent_id(self_.agent_id());
       req.set_agent_secret(agentSecret());
@@ -339,6 +465,7 @@ void CoordClient::startHeartbeats() {
               o.address, s.error_message(), self_.agent_id());
           replaced_logged_ = true;
         }
+        continue;  // (its reply says known = false: registering would take the id back)
       } else if (!s.ok()) {
         // Once, then at most every 30 s while the coordinator stays away.
         ++heartbeat_failures_;
@@ -352,11 +479,12 @@ void CoordClient::startHeartbeats() {
                        heartbeat_failures_);
         heartbeat_failures_ = 0;
       }
-      if (!rep.known()) {
+      if (!rep.known() && !replaced_logged_) {
         logger()->warn("coordinator forgot this agent; registering again");
         (void)registerAgent(std::chrono::steady_clock::now() + std::chrono::seconds(2));
       }
     }
+    (void)closeHeartbeatStream(true);
   });
 }
 
@@ -615,6 +743,7 @@ void CoordClient::shutdown() {
   {
     std::lock_guard<std::mutex> lock(register_mu_);
     if (heartbeat_ctx_ != nullptr) heartbeat_ctx_->TryCancel();
+    if (hb_stream_ctx_ != nullptr) hb_stream_ctx_->TryCancel();
     if (register_ctx_ != nullptr) register_ctx_->TryCancel();
   }
   hb_cv_.notify_all();

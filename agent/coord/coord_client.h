@@ -92,8 +92,15 @@ class CoordClient {
   // Blocking, bounded by `timeout`; failures are logged only.
   void deregister(std::chrono::milliseconds timeout);
   void shutdown();
+  // The secret of this agent's registration (empty before the first); a new
+  // one after each registration.
+  std::string agentSecret() const;
+  // True once heartbeats go as unary calls only (the coordinator has no
+  // HeartbeatStream, or several addresses are configured).
+  bool heartbeatsUnary() const { return hb_unary_seen_.load(); }
 
  private:
+  std::atomic<bool> hb_unary_seen_{false};
   std::string address_;
   coord::AgentInfo self_;
   EventLoop& loop_;
@@ -109,6 +116,25 @@ class CoordClient {
   std::thread heartbeat_;
   std::mutex hb_mu_;
   std::condition_variable hb_cv_;
+  bool hb_wake_ = false;  // under hb_mu_: the heartbeat stream has news (an answer, its end)
+
+  // Heartbeats on a HeartbeatStream (one address only): quiet heartbeats
+  // (no answer unless the coordinator forgot this agent), every
+  // kAskEveryBeats-th one asks for an answer; none by the next heartbeat
+  // means the coordinator went silent: the stream is cancelled and a unary
+  // Heartbeat goes instead. A coordinator without the method (UNIMPLEMENTED)
+  // gets unary Heartbeats from then on, as does a list of addresses (their
+  // failover is the unary call's, callWithFailover).
+  struct HbStream;
+  static constexpr uint64_t kAskEveryBeats = 5;
+  std::unique_ptr<HbStream> hb_stream_;  // heartbeat thread only
+  bool hb_unary_only_ = false;           // heartbeat thread only
+  uint64_t hb_beats_ = 0;                // heartbeat thread only
+  // Writes one heartbeat on the stream (opened if needed): OK when written;
+  // else why not (UNIMPLEMENTED: the coordinator has no HeartbeatStream).
+  grpc::Status streamHeartbeat(bool* forgotten);
+  // Ends the stream (cancelled first if `cancel`) and returns its status.
+  grpc::Status closeHeartbeatStream(bool cancel);
 
   struct Watch {
     std::unique_ptr<grpc::ClientContext> ctx;
@@ -156,8 +182,6 @@ class CoordClient {
   bool pause(std::chrono::milliseconds d);
   // "at A" with one address, else "at A, B (A: why; B: why)" for errors.
   std::string triedText(const std::map<std::string, std::string>& errors) const;
-  // The secret of this agent's registration (empty before the first).
-  std::string agentSecret() const;
   // The token each joined job was given (LeaveJob carries it).
   std::string jobToken(const std::string& job_id) const;
 
@@ -175,6 +199,7 @@ class CoordClient {
   std::mutex register_mu_;
   grpc::ClientContext* register_ctx_ = nullptr;   // the RegisterAgent in flight, under register_mu_
   grpc::ClientContext* heartbeat_ctx_ = nullptr;  // the Heartbeat in flight, under register_mu_
+  grpc::ClientContext* hb_stream_ctx_ = nullptr;  // the HeartbeatStream open, under register_mu_
   // Last, so it is destroyed first: its thread (LeaveJob, elastic requests)
   // reads the members above until it is joined.
   WorkerPool oneshot_{"coord-rpc", 1};

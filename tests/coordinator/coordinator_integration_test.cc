@@ -519,6 +519,93 @@ TEST_F(CoordinatorIntegrationTest, HeartbeatsForAnotherAgentAreRefusedAndItsLeas
   EXPECT_EQ(accepted.load(), 0) << "no forged heartbeat renewed the lease";
 }
 
+// kolo-agent's heartbeats: quiet heartbeats on one HeartbeatStream renew the
+// lease without an answer; one that asks is answered; a forgotten agent is
+// told so on the stream; a silent stream is a lost agent within the lease.
+TEST_F(CoordinatorIntegrationTest, QuietHeartbeatStreamRenewsTheLeaseAndAnswersOnlyNews) {
+  registerAgent("quiet", "host-q");
+  registerAgent("silent", "host-s");
+  ASSERT_TRUE(join("job", "t", "quiet", 1, 2).ok());
+  ASSERT_TRUE(join("job", "t", "silent", 1, 2).ok());
+  Watch w = watch("job", "t", "quiet");
+  auto ctx = ctxWithDeadline(milliseconds(20000));
+  auto stream = stub_->HeartbeatStream(ctx.get());
+  auto silent_ctx = ctxWithDeadline(milliseconds(20000));
+  auto silent = stub_->HeartbeatStream(silent_ctx.get());
+  auto beat = [&](auto& s, const std::string& agent, bool quiet) {
+    coord::HeartbeatRequest req;
+    req.set_agent_id(agent);
+    req.set_agent_secret(secrets_[agent]);
+    req.set_quiet(quiet);
+    return s->Write(req);
+  };
+  // "silent" beats once on its stream, then writes nothing (the stream stays open).
+  ASSERT_TRUE(beat(silent, "silent", true));
+  auto silent_from = Clock::now();
+  // Three leases of quiet heartbeats every 100 ms from "quiet".
+  std::atomic<bool> done{false};
+  std::thread beater([&] {
+    while (!done.load()) {
+      if (!beat(stream, "quiet", true)) return;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+  });
+  coord::World world;
+  bool failed = false;
+  while (!failed && w.reader->Read(&world)) failed = world.state() == coord::FAILED;
+  auto failed_at = Clock::now();
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(world.reason().rfind("agent silent (host host-s) lost: no heartbeat for ", 0), 0u)
+      << world.reason();
+  EXPECT_LT(failed_at - silent_from, milliseconds(kLeaseMs + 1000));
+  std::this_thread::sleep_for(milliseconds(3 * kLeaseMs));
+  done.store(true);
+  beater.join();
+  // "quiet" is still known after three leases of quiet heartbeats.
+  coord::ListAgentsReply agents;
+  {
+    auto lctx = ctxWithDeadline();
+    ASSERT_TRUE(stub_->ListAgents(lctx.get(), coord::ListAgentsRequest(), &agents).ok());
+  }
+  std::vector<std::string> ids;
+  for (const auto& a : agents.agents()) ids.push_back(a.agent().agent_id());
+  EXPECT_EQ(ids, std::vector<std::string>{"quiet"});
+  // A heartbeat that asks is answered: the first answer on the stream, so
+  // none of the quiet ones got one.
+  ASSERT_TRUE(beat(stream, "quiet", false));
+  coord::HeartbeatReply rep;
+  ASSERT_TRUE(stream->Read(&rep));
+  EXPECT_TRUE(rep.known());
+  // Forgotten (a leaving heartbeat, as at a clean stop): a quiet heartbeat
+  // is answered known = false.
+  {
+    coord::HeartbeatRequest req;
+    req.set_agent_id("quiet");
+    req.set_agent_secret(secrets_["quiet"]);
+    req.set_leaving(true);
+    coord::HeartbeatReply leave_rep;
+    auto lctx = ctxWithDeadline();
+    ASSERT_TRUE(stub_->Heartbeat(lctx.get(), req, &leave_rep).ok());
+  }
+  ASSERT_TRUE(beat(stream, "quiet", true));
+  ASSERT_TRUE(stream->Read(&rep));
+  EXPECT_FALSE(rep.known());
+  // A quiet heartbeat with another registration's secret ends the stream
+  // with the refusal, as Heartbeat answers it.
+  registerAgent("quiet", "host-q");
+  ASSERT_TRUE(beat(stream, "quiet", true));
+  coord::HeartbeatRequest forged;
+  forged.set_agent_id("quiet");
+  forged.set_agent_secret("0123456789abcdef0123456789abcdef");
+  forged.set_quiet(true);
+  (void)stream->Write(forged);
+  EXPECT_FALSE(stream->Read(&rep));
+  grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  silent_ctx->TryCancel();
+  (void)silent->Finish();
+}
+
 // A coordinator with a long lease: a restarted agent is reconciled at once.
 class LongLeaseTest : public CoordinatorIntegrationTest {
  protected:
