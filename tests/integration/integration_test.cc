@@ -1,20 +1,20 @@
 // End-to-end tests through the real kolo-coordinator and kolo-agent
 // binaries with real rank processes linked against libkolo.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <poll.h>
 #include <unistd.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
 
 #include <regex>
 #include <thread>
 
 #include "common/frame.h"
+#include "common/stream_copy.h"
 #include "harness.h"
 
 namespace kolo::testing {
@@ -71,6 +71,42 @@ TEST(Integration, DirectUserMemoryIsExactAndTaken) {
   expectAllOk(mixed, "direct checks passed");
   EXPECT_GT(directBytes(c), after_first);
 }
+
+// The thresholds as shipped, at N=2 and N=4: the direct path straddled at
+// the agent's default --direct-min-kb (kDefaultDirectMinKb below, the
+// agent_config.cc default), and the arena path (direct off) straddled at
+// libkolo's non-temporal copy threshold (kStreamCopyMinBytes): every dtype
+// and op, unaligned, in and out of place, async, every element checked.
+constexpr const char* kDefaultDirectMinKb = "1024";
+
+class DefaultThresholds : public ::testing::TestWithParam<int> {};
+
+TEST_P(DefaultThresholds, DirectAndArenaPathsAreExactAroundThem) {
+  const int n = GetParam();
+  {
+    Cluster c;  // the agent's defaults
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks = c.launchJob("directdef" + std::to_string(n), n, {checkBin(), "direct"},
+                             {{"KOLO_CHECK_THRESHOLD_KB", kDefaultDirectMinKb}});
+    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(180))) << "ranks did not finish; agent log:\n"
+                                                             << c.agentLog(0);
+    expectAllOk(ranks, "direct checks passed");
+    EXPECT_GT(directBytes(c), 0) << c.agentLog(0);
+  }
+  {
+    Cluster c(1, {{"KOLO_DIRECT_MIN_KB", "0"}});
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks =
+        c.launchJob("streamdef" + std::to_string(n), n, {checkBin(), "direct"},
+                    {{"KOLO_CHECK_THRESHOLD_KB", std::to_string(kStreamCopyMinBytes >> 10)}});
+    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(180))) << "ranks did not finish; agent log:\n"
+                                                             << c.agentLog(0);
+    expectAllOk(ranks, "direct checks passed");
+    EXPECT_EQ(directBytes(c), 0) << c.agentLog(0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DefaultThresholds, ::testing::Values(2, 4));
 
 // An agent with --direct-min-kb 0 keeps every tensor on the arena path:
 // the same checks pass and nothing moved directly.

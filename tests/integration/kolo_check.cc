@@ -306,14 +306,18 @@ int runAllreduce(bool big) {
 // The direct user-memory path (an allreduce of at least the agent's
 // --direct-min-kb in the trainer's own memory, read and written in place by
 // the agent): sizes just below, at and above the threshold (run it on an
-// agent with --direct-min-kb 256; the default is 1024), every
+// agent with --direct-min-kb 256, or pass KOLO_CHECK_THRESHOLD_KB), every
 // dtype and op, buffers at odd addresses, in place and out of place (the
 // input must come back unchanged), scale factors, and several large ones in
 // flight at once completed in reverse order. Every element is checked.
 int runDirect() {
   int checks = 0;
   const kolo_op_t ops[] = {KOLO_SUM, KOLO_AVERAGE, KOLO_MIN, KOLO_MAX, KOLO_PRODUCT};
-  const size_t threshold = 256 << 10;
+  // KOLO_CHECK_THRESHOLD_KB: the threshold to straddle (default 256: the
+  // agent's --direct-min-kb in DirectUserMemoryIsExactAndTaken; the tests of
+  // the default thresholds pass theirs).
+  const char* thr_env = std::getenv("KOLO_CHECK_THRESHOLD_KB");
+  const size_t threshold = (thr_env != nullptr ? std::strtoull(thr_env, nullptr, 10) : 256) << 10;
   for (int d = 0; d < 8; ++d) {
     auto dt = static_cast<kolo_dtype_t>(d);
     const size_t es = kolo_dtype_size(dt);
@@ -330,7 +334,7 @@ int runDirect() {
   // place; the floats go in and come out with memcpy (no misaligned loads
   // or stores in this program).
   for (size_t shift = 1; shift < 8; shift += 3) {
-    const size_t count = (1u << 18) + 5;
+    const size_t count = threshold + 5;  // float32: 4x the threshold
     std::vector<char> in_store(count * 4 + 16), out_store(count * 4 + 16);
     char* in = in_store.data() + shift;
     char* out = out_store.data() + 8 - shift;
@@ -352,7 +356,7 @@ int runDirect() {
     }
   }
   {
-    std::vector<double> v((1u << 16) + 9);
+    std::vector<double> v(threshold / 4 + 9);
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(g_rank + 1) * (i + 1);
     int64_t shape[1] = {static_cast<int64_t>(v.size())};
     kolo_status_t st = kolo_allreduce("direct.scaled", v.data(), v.data(), 1, shape, KOLO_FLOAT64, KOLO_SUM, 0.5, 3.0);
@@ -366,10 +370,10 @@ int runDirect() {
   }
   {
     const int kN = 12;
-    std::vector<std::vector<float>> bufs(kN, std::vector<float>((1u << 17) + 31 * kN));
+    std::vector<std::vector<float>> bufs(kN, std::vector<float>(threshold / 2 + 31 * kN));
     std::vector<kolo_handle_t> hs(kN);
     for (int k = 0; k < kN; ++k) {
-      bufs[k].resize((1u << 17) + 31 * k);
+      bufs[k].resize(threshold / 2 + 31 * k);
       for (size_t i = 0; i < bufs[k].size(); ++i) bufs[k][i] = static_cast<float>(k + g_rank + static_cast<int>(i % 7));
       int64_t shape[1] = {static_cast<int64_t>(bufs[k].size())};
       std::string name = "direct.async." + std::to_string(k);
