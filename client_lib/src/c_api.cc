@@ -21,6 +21,7 @@
 
 #include "c_api_internal.h"
 #include "client.h"
+#include "current_pid.h"
 
 static_assert(KOLO_ERR_PERMISSION_DENIED == static_cast<int>(kolo::Code::kPermissionDenied));
 static_assert(KOLO_IN_PROGRESS == static_cast<int>(kolo::Code::kInProgress));
@@ -222,7 +223,7 @@ kolo_status_t kolo_init(void) {
     // Held for the whole handshake: concurrent kolo_init calls connect once.
     std::lock_guard<std::mutex> lock(mu());
     auto& g = globalClient();
-    if (g && g->ownerPid() != ::getpid()) {
+    if (g && g->ownerPid() != kolo::currentPid()) {
       // Inherited through fork(): drop it (and the process sets' connections)
       // without touching their fds.
       dropProcessSetsLocked();
@@ -242,8 +243,8 @@ kolo_status_t kolo_init(void) {
     // fail as well), and the next attempt on every rank meets at the next one.
     static pid_t counted_pid = 0;
     static uint64_t attempts = 0;
-    if (counted_pid != ::getpid()) {
-      counted_pid = ::getpid();
+    if (counted_pid != kolo::currentPid()) {
+      counted_pid = kolo::currentPid();
       attempts = 0;
     }
     opts->job_id = incarnationJobId(opts->job_id, ++attempts);

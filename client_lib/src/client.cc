@@ -1,10 +1,10 @@
 #include "client.h"
 
 #include <poll.h>
-#include <sys/prctl.h>
-#include <sys/random.h>
 #include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/stream_copy.h"
 #include "common/unix_socket.h"
+#include "current_pid.h"
 #include "kolo/proto/ipc.pb.h"
 
 namespace kolo {
@@ -68,7 +69,7 @@ Client::~Client() { shutdown(); }
 
 StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& opts) {
   std::unique_ptr<Client> c(new Client(opts));
-  c->owner_pid_ = ::getpid();
+  c->owner_pid_ = currentPid();
   c->wake_efd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!c->wake_efd_.valid()) return errnoStatus("eventfd", errno);
   c->start_deadline_ = Clock::now() + opts.start_timeout;
@@ -223,7 +224,7 @@ Status Client::handshake() {
   hello->set_min_size(opts_.min_np);
   hello->set_max_size(opts_.max_np);
   hello->set_elastic_timeout_ms(opts_.elastic_timeout.count());
-  hello->set_pid(static_cast<int32_t>(::getpid()));
+  hello->set_pid(static_cast<int32_t>(currentPid()));
   hello->set_arena_bytes(opts_.arena_bytes);
   device_ = DeviceClient::create();
   device_->prepareHello(hello);
@@ -371,7 +372,7 @@ WorldView Client::world() const {
 uint64_t Client::freshHandle() { return nextHandle(); }
 
 Status Client::usableLocked() const {
-  if (::getpid() != owner_pid_) {
+  if (currentPid() != owner_pid_) {
     return invalidArgument("kolo was initialized by process " + std::to_string(owner_pid_) +
                            "; a forked child cannot use its connection (call kolo_init() in "
                            "the child to connect on its own)");
@@ -736,7 +737,7 @@ Status Client::freeShared(void* ptr) {
 // Shutdown
 
 void Client::shutdown() {
-  if (::getpid() != owner_pid_) {
+  if (currentPid() != owner_pid_) {
     // A forked child: the socket, eventfds and rings are its parent's. Touch
     // none of them; just stop using this Client here.
     std::lock_guard<std::mutex> lock(mu_);
