@@ -131,8 +131,7 @@ void defineAgentKnobs(Config& c) {
               "How device tensors cross agents: auto (NCCL when every agent of the job has NCCL "
               "and a GPU for it, host staging otherwise), nccl (forced: the job's device ops fail "
               "when it is not viable), staged (always through host memory). Not wired yet: device "
-              "tensors cross agents by host "
-              "staging whatever it says (docs/gpu.md)")
+              "tensors cross agents by host staging whatever it says (docs/gpu.md)")
       .define("idle-cycle-ms", KnobType::kInt, "100",
               "An agent with nothing to negotiate still joins a cycle this often, so peers never "
               "wait long")

@@ -331,10 +331,9 @@ grpc::Status CoordClient::closeHeartbeatStream(bool cancel) {
   return st;
 }
 
-grpc::Status CoordClient::streamHeartbeat(bool* forgotten) {
+grpc::Status CoordClient::streamHeartbeat() {
   if (hb_stream_) {
     HbStream& h = *hb_stream_;
-    if (h.forgotten.exchange(false)) *forgotten = true;
     // Asked for an answer a heartbeat ago and none came: the coordinator is
     // frozen or the connection is gone without a reset.
     const bool silent = h.answers.load() < h.asked;
@@ -399,6 +398,17 @@ void CoordClient::startHeartbeats() {
   heartbeat_ = std::thread([this] {
     log::setThreadName("coord-hb");
     auto next = Clock::now() + std::chrono::milliseconds(heartbeat_ms_);
+    // (Not once refused as replaced: registering would take the id back.)
+    auto registerAgain = [this] {
+      if (replaced_logged_) return;
+      logger()->warn("coordinator forgot this agent; registering again");
+      (void)registerAgent(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+    };
+    auto workingAgain = [this](const std::string& address) {
+      if (heartbeat_failures_ == 0) return;
+      logger()->info("heartbeats to {} work again after {} failed", address, heartbeat_failures_);
+      heartbeat_failures_ = 0;
+    };
     while (!stop_.load()) {
       {
         std::unique_lock<std::mutex> lock(hb_mu_);
@@ -408,27 +418,18 @@ void CoordClient::startHeartbeats() {
       if (stop_.load()) break;
       // The stream's news: an answer known = false (register again now), or
       // its end (a heartbeat now, as a unary call if the stream fails again).
-      // (Not once refused as replaced: registering would take the id back.)
-      if (hb_stream_ && hb_stream_->forgotten.exchange(false) && !replaced_logged_) {
-        logger()->warn("coordinator forgot this agent; registering again");
-        (void)registerAgent(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+      // The reader wakes this thread for both, so every answer known = false
+      // is seen here.
+      if (hb_stream_ && hb_stream_->forgotten.exchange(false)) {
+        registerAgain();
         continue;
       }
       if (Clock::now() < next && !(hb_stream_ && hb_stream_->ended.load())) continue;
       next = Clock::now() + std::chrono::milliseconds(heartbeat_ms_);
       if (!hb_unary_only_) {
-        bool forgotten = false;
-        grpc::Status s = streamHeartbeat(&forgotten);
+        grpc::Status s = streamHeartbeat();
         if (s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) {
-          if (s.ok() && heartbeat_failures_ > 0) {
-            logger()->info("heartbeats to {} work again after {} failed", endpoints_.current(),
-                           heartbeat_failures_);
-            heartbeat_failures_ = 0;
-          }
-          if (forgotten && !replaced_logged_) {
-            logger()->warn("coordinator forgot this agent; registering again");
-            (void)registerAgent(std::chrono::steady_clock::now() + std::chrono::seconds(2));
-          }
+          if (s.ok()) workingAgain(endpoints_.current());
           continue;
         }
         if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
@@ -474,15 +475,8 @@ void CoordClient::startHeartbeats() {
                          s.error_message());
         continue;
       }
-      if (heartbeat_failures_ > 0) {
-        logger()->info("heartbeats to {} work again after {} failed", o.address,
-                       heartbeat_failures_);
-        heartbeat_failures_ = 0;
-      }
-      if (!rep.known() && !replaced_logged_) {
-        logger()->warn("coordinator forgot this agent; registering again");
-        (void)registerAgent(std::chrono::steady_clock::now() + std::chrono::seconds(2));
-      }
+      workingAgain(o.address);
+      if (!rep.known()) registerAgain();
     }
     (void)closeHeartbeatStream(true);
   });

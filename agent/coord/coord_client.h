@@ -132,7 +132,7 @@ class CoordClient {
   uint64_t hb_beats_ = 0;                // heartbeat thread only
   // Writes one heartbeat on the stream (opened if needed): OK when written;
   // else why not (UNIMPLEMENTED: the coordinator has no HeartbeatStream).
-  grpc::Status streamHeartbeat(bool* forgotten);
+  grpc::Status streamHeartbeat();
   // Ends the stream (cancelled first if `cancel`) and returns its status.
   grpc::Status closeHeartbeatStream(bool cancel);
 
