@@ -81,8 +81,21 @@ constexpr const char* kDefaultDirectMinKb = "1024";
 
 class DefaultThresholds : public ::testing::TestWithParam<int> {};
 
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitizerBuild = true;
+#else
+constexpr bool kSanitizerBuild = false;
+#endif
+
 TEST_P(DefaultThresholds, DirectAndArenaPathsAreExactAroundThem) {
   const int n = GetParam();
+  if (kSanitizerBuild) {
+    // Under TSan N=2 took 282 s and N=4 passed its ctest timeout: the same
+    // paths run under the sanitizers in DirectUserMemoryIsExactAndTaken (a
+    // 256 KiB threshold); these are the plain build's.
+    GTEST_SKIP() << "every dtype x op around 1 MiB is too slow under a sanitizer; "
+                    "DirectUserMemoryIsExactAndTaken covers these paths there";
+  }
   {
     Cluster c;  // the agent's defaults
     ASSERT_TRUE(c.ok()) << c.error();
