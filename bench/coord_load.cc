@@ -358,6 +358,7 @@ class Coordinator {
     }
     return false;
   }
+  pid_t pid() const { return pid_; }
   // utime + stime in seconds.
   double cpuSeconds() const {
     std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
@@ -465,6 +466,9 @@ CaseRow runCase(const Options& o, int n, int nj) {
     a->job->members.push_back(a.get());
     grpc::ChannelArguments args;
     args.SetInt("kolo.load.connection", i);  // one connection per agent
+    // As kolo-agent's channel (agent/coord/coord_client.cc).
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     a->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
     a->stub = coord::Coordinator::NewStub(a->channel);
     agents.push_back(std::move(a));
@@ -647,7 +651,10 @@ CaseRow runCase(const Options& o, int n, int nj) {
   if (!window.drain(phase)) fail("kv: timed out");
   if (kv_ok.load() != n) fail("kv: " + std::to_string(n - kv_ok.load()) + " operations failed");
 
-  // 4. Steady state: only heartbeats.
+  // 4. Steady state: only heartbeats. The line on stderr lets a profiler
+  // attach for exactly this phase (perf record -p <pid> -- sleep <s>).
+  std::fprintf(stderr, "# steady phase: coordinator pid %d, %.1f s\n", coordinator.pid(),
+               o.steady_s);
   double c0 = coordinator.cpuSeconds();
   auto t0 = Clock::now();
   std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(o.steady_s * 1000)));

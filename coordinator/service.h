@@ -137,6 +137,9 @@ class CoordinatorService final : public CoordinatorServiceBase {
   // stopped first, after the server that waits for those calls to finish.
   std::unique_ptr<persist::DurableNotifier> notifier_;
 
+  // How long the heartbeats read on streams gather before the loop answers
+  // them together (queueHeartbeat).
+  static constexpr std::chrono::milliseconds kHeartbeatBatch{10};
   std::mutex hb_queue_mu_;
   std::vector<HeartbeatStreamReactor*> hb_queue_;  // read, to answer on the loop
   // Recursive: ending a stream under it may run the stream's OnDone inline.
