@@ -3,6 +3,7 @@
 #include <unordered_set>
 
 #include "agent/agent.h"
+#include "agent/coord/compact_world.h"
 #include "agent/ipc/limits.h"
 #include "agent/ops/memory.h"
 #include "agent/ops/op.h"
@@ -305,16 +306,26 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
   JobWorld jw;
   jw.generation = world.generation();
   jw.world_size = world.world_size();
-  jw.cross_size = world.agents_size();
   bool found = false;
-  for (const auto& slot : world.agents()) {
-    jw.agents.push_back(slot.agent().agent_id() + " (host " + slot.agent().hostname() + ")");
-    jw.rank_offsets.push_back(slot.rank_offset());
-    jw.local_sizes.push_back(slot.local_size());
-    if (slot.agent().agent_id() == opts_.agent_id) {
-      jw.rank_offset = slot.rank_offset();
-      jw.cross_rank = slot.cross_rank();
-      found = true;
+  if (world.agents_size() == 0 && world.local_sizes_size() > 0) {
+    // A compact World (a job of more agents than the coordinator's
+    // --brief-world-slots): local sizes by cross rank, and this agent's slot.
+    Status st = compactJobWorld(world, opts_.agent_id, &jw, &found);
+    if (!st.isOk()) {
+      failJobOnLoop(job, st, true);
+      return;
+    }
+  } else {
+    jw.cross_size = world.agents_size();
+    for (const auto& slot : world.agents()) {
+      jw.agents.push_back(slot.agent().agent_id() + " (host " + slot.agent().hostname() + ")");
+      jw.rank_offsets.push_back(slot.rank_offset());
+      jw.local_sizes.push_back(slot.local_size());
+      if (slot.agent().agent_id() == opts_.agent_id) {
+        jw.rank_offset = slot.rank_offset();
+        jw.cross_rank = slot.cross_rank();
+        found = true;
+      }
     }
   }
   if (!found) {

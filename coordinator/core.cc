@@ -20,7 +20,11 @@ std::chrono::milliseconds leaseCheckPeriod(int64_t lease_ms) {
 
 Core::Core(EventLoop* loop, MembershipOptions options, const Clock* clock,
            persist::RecordSink* sink, WatchLimits watch_limits)
-    : loop_(loop), sink_(sink), membership_(options, clock), watch_limits_(watch_limits) {}
+    : loop_(loop),
+      sink_(sink),
+      membership_(options, clock),
+      watches_(watch_limits.brief_world_slots),
+      watch_limits_(watch_limits) {}
 
 Core::~Core() = default;
 
@@ -168,7 +172,9 @@ grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req,
                                std::shared_ptr<WatchQueue> queue) {
   if (auto st = refuseIfShuttingDown(); !st.ok()) return st;
   coord::World world;
-  grpc::Status st = membership_.world(req.job_id(), req.token(), &world, req.brief());
+  BriefForm brief{watch_limits_.brief_world_slots, req.agent_id()};
+  grpc::Status st =
+      membership_.world(req.job_id(), req.token(), &world, req.brief() ? &brief : nullptr);
   if (!st.ok()) return st;
   if (watches_.totalCount() >= watch_limits_.total) {
     log::get("coord")->warn("job {}: watch of agent {} refused: {} watch streams open (limit {})",

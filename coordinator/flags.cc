@@ -55,6 +55,10 @@ void defineFlags(Config& config) {
       .define("max-watch-streams-per-job", KnobType::kInt, "8192",
               "WatchJob streams served at once for one job (at least its agents); past it a new "
               "stream is refused with RESOURCE_EXHAUSTED")
+      .define("brief-world-slots", KnobType::kInt, "256",
+              "Worlds pushed to kolo-agents list each agent's slot for jobs of at most this many "
+              "agents; a larger job's World carries only the agents' local sizes and each "
+              "agent's own slot (O(N) bytes per agent instead of O(N) slots)")
       .define("log-level", KnobType::kString, "",
               "Log level: info, or per subsystem 'warn,coord=debug' (overrides KOLO_LOG_LEVEL)");
 }
@@ -129,6 +133,12 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
   }
   o.watch_limits.total = static_cast<size_t>(max_watch);
   o.watch_limits.per_job = static_cast<size_t>(max_watch_job);
+  int64_t brief_slots = config.getInt("brief-world-slots");
+  if (brief_slots < 0 || brief_slots > 1'000'000) {
+    return invalidArgument(
+        fmt::format("--brief-world-slots must be in 0..1000000, got {}", brief_slots));
+  }
+  o.watch_limits.brief_world_slots = static_cast<int>(brief_slots);
   o.tls_cert_file = config.getString("tls-cert");
   o.tls_key_file = config.getString("tls-key");
   o.tls_client_ca_file = config.getString("tls-client-ca");

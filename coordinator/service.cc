@@ -421,7 +421,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         case WatchQueue::Next::kWorld:
           writing_ = true;
           current_ = world;
-          buffer_ = grpc::ByteBuffer(&world->bytes, 1);  // a reference, no copy
+          if (auto self = world->selves.find(req_.agent_id()); self != world->selves.end()) {
+            // A compact World: the shared bytes, then this agent's slot.
+            grpc::Slice parts[2] = {world->bytes, self->second};
+            buffer_ = grpc::ByteBuffer(parts, 2);
+          } else {
+            buffer_ = grpc::ByteBuffer(&world->bytes, 1);  // a reference, no copy
+          }
           break;
         case WatchQueue::Next::kClosed:
           break;

@@ -18,6 +18,23 @@ grpc::Slice serialize(const coord::World& w) {
 PublishedWorld::PublishedWorld(coord::World w)
     : world(std::move(w)), bytes(serialize(world)), terminal(isTerminal(world)) {}
 
+PublishedWorld::PublishedWorld(coord::World w, std::unordered_map<std::string, grpc::Slice> s)
+    : PublishedWorld(std::move(w)) {
+  selves = std::move(s);
+}
+
+coord::World PublishedWorld::worldFor(const std::string& agent_id) const {
+  coord::World w = world;
+  auto it = selves.find(agent_id);
+  if (it != selves.end()) {
+    coord::World self;
+    if (self.ParseFromArray(it->second.begin(), static_cast<int>(it->second.size()))) {
+      w.MergeFrom(self);
+    }
+  }
+  return w;
+}
+
 void WatchQueue::push(coord::World world) {
   push(std::make_shared<const PublishedWorld>(std::move(world)));
 }
@@ -96,11 +113,23 @@ void WatchHub::publish(const coord::World& world) {
   if (it == watchers_.end()) return;
   std::shared_ptr<const PublishedWorld> full, brief;
   for (Watcher& w : it->second) {
-    std::shared_ptr<const PublishedWorld>& form = w.brief ? brief : full;
-    if (form == nullptr) {
-      form = std::make_shared<const PublishedWorld>(w.brief ? briefWorld(world) : world);
+    if (!w.brief) {
+      if (full == nullptr) full = std::make_shared<const PublishedWorld>(world);
+      w.queue->push(full);
+      continue;
     }
-    w.queue->push(form);
+    if (brief == nullptr) {
+      coord::World form = briefWorld(world, brief_world_slots_);
+      std::unordered_map<std::string, grpc::Slice> selves;
+      if (isCompactWorld(form)) {
+        selves.reserve(static_cast<size_t>(world.agents_size()));
+        for (const coord::AgentSlot& s : world.agents()) {
+          selves.emplace(s.agent().agent_id(), grpc::Slice(selfSuffix(s)));
+        }
+      }
+      brief = std::make_shared<const PublishedWorld>(std::move(form), std::move(selves));
+    }
+    w.queue->push(brief);
   }
 }
 

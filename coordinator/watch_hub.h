@@ -10,7 +10,11 @@
 // of a change is O(N) pointer pushes plus one serialization, and the bytes
 // go out as a shared, reference-counted slice. A watcher that asked for
 // brief Worlds (WatchJobRequest.brief: what kolo-agent asks for) gets the
-// brief form, also built once per change for all of them.
+// brief form, also built once per change for all of them; for a job of more
+// agents than WatchLimits::brief_world_slots that form is compact (local
+// sizes, no slots: job.h) and each watcher's copy is the shared bytes plus
+// its own slot (PublishedWorld::selves), so a change costs O(N) bytes per
+// watcher instead of O(N) slots.
 #pragma once
 
 #include <grpcpp/support/slice.h>
@@ -24,8 +28,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "coordinator/membership/job.h"
 #include "kolo/proto/coordinator.pb.h"
 
 namespace kolo::coordinator {
@@ -34,9 +40,15 @@ namespace kolo::coordinator {
 // wire bytes, built once.
 struct PublishedWorld {
   explicit PublishedWorld(coord::World w);
+  // A compact brief World and, by agent id, the suffix that sets each
+  // agent's World.self (selfSuffix).
+  PublishedWorld(coord::World w, std::unordered_map<std::string, grpc::Slice> selves);
   coord::World world;
   grpc::Slice bytes;  // world serialized; slices share one buffer
   bool terminal = false;
+  std::unordered_map<std::string, grpc::Slice> selves;
+  // What a watcher of `agent_id` reads: `world` with its self, if any.
+  coord::World worldFor(const std::string& agent_id) const;
 };
 
 class WatchQueue {
@@ -50,6 +62,7 @@ class WatchQueue {
   void close(grpc::Status why);
 
   // Consumer side: waits up to `timeout` for a World.
+  // (A compact World without its self: see PublishedWorld::worldFor.)
   Next next(coord::World* out, std::chrono::milliseconds timeout);
   // Without waiting, by reference (what the stream reactor writes).
   Next take(std::shared_ptr<const PublishedWorld>* out);
@@ -79,11 +92,15 @@ class WatchQueue {
 struct WatchLimits {
   size_t total = 16384;
   size_t per_job = 8192;
+  // Brief Worlds list slots for jobs of at most this many agents (job.h).
+  int brief_world_slots = kBriefWorldSlotsDefault;
 };
 
 // Loop-only.
 class WatchHub {
  public:
+  explicit WatchHub(int brief_world_slots = kBriefWorldSlotsDefault)
+      : brief_world_slots_(brief_world_slots) {}
   // `brief`: the queue gets briefWorld(w) of each World w published.
   void add(const std::string& job_id, std::shared_ptr<WatchQueue> queue, bool brief = false);
   void remove(const std::string& job_id, const WatchQueue* queue);
@@ -100,6 +117,7 @@ class WatchHub {
     std::shared_ptr<WatchQueue> queue;
     bool brief = false;
   };
+  const int brief_world_slots_;
   std::map<std::string, std::vector<Watcher>> watchers_;
   size_t total_ = 0;  // queues in watchers_
 };

@@ -76,16 +76,42 @@ void briefSlot(const coord::AgentSlot& slot, coord::AgentSlot* out) {
   out->set_cross_rank(slot.cross_rank());
 }
 
-coord::World briefWorld(const coord::World& world) {
+namespace {
+
+// The slots of a RUNNING brief World: listed, or compact (local sizes, and
+// `self`'s slot when self_agent_id names one of them).
+template <typename Slots>
+void briefSlots(const Slots& slots, int slots_max, const std::string& self_agent_id,
+                coord::World* w) {
+  if (static_cast<int64_t>(slots.size()) <= slots_max) {
+    w->mutable_agents()->Reserve(static_cast<int>(slots.size()));
+    for (const coord::AgentSlot& s : slots) briefSlot(s, w->add_agents());
+    return;
+  }
+  w->mutable_local_sizes()->Reserve(static_cast<int>(slots.size()));
+  for (const coord::AgentSlot& s : slots) {
+    w->add_local_sizes(s.local_size());
+    if (!self_agent_id.empty() && s.agent().agent_id() == self_agent_id) {
+      briefSlot(s, w->mutable_self());
+    }
+  }
+}
+
+}  // namespace
+
+std::string selfSuffix(const coord::AgentSlot& slot) {
+  coord::World w;
+  briefSlot(slot, w.mutable_self());
+  return w.SerializeAsString();
+}
+
+coord::World briefWorld(const coord::World& world, int slots_max) {
   coord::World w;
   w.set_job_id(world.job_id());
   w.set_generation(world.generation());
   w.set_state(world.state());
   w.set_world_size(world.world_size());
-  if (world.state() == coord::RUNNING) {
-    w.mutable_agents()->Reserve(world.agents_size());
-    for (const coord::AgentSlot& s : world.agents()) briefSlot(s, w.add_agents());
-  }
+  if (world.state() == coord::RUNNING) briefSlots(world.agents(), slots_max, "", &w);
   w.set_reason(world.reason());
   w.set_min_size(world.min_size());
   w.set_max_size(world.max_size());
@@ -99,17 +125,15 @@ std::vector<coord::AgentSlot> currentSlots(const Job& job, const AgentRegistry& 
   return orderedSlots(job, agents);
 }
 
-coord::World worldOf(const Job& job, const AgentRegistry& agents, bool brief) {
+coord::World worldOf(const Job& job, const AgentRegistry& agents, const BriefForm* brief) {
   coord::World w;
   w.set_job_id(job.id);
   w.set_generation(job.generation);
   w.set_state(job.state);
   w.set_world_size(job.world_size);
-  if (brief) {
-    if (job.state == coord::RUNNING) {
-      w.mutable_agents()->Reserve(static_cast<int>(job.slots.size()));
-      for (const coord::AgentSlot& s : job.slots) briefSlot(s, w.add_agents());
-    }
+  if (brief != nullptr) {
+    if (job.state == coord::RUNNING)
+      briefSlots(job.slots, brief->slots_max, brief->self_agent_id, &w);
   } else {
     for (auto& s : currentSlots(job, agents)) *w.add_agents() = std::move(s);
   }

@@ -65,11 +65,29 @@ void resealJob(Job& job, const AgentRegistry& agents, std::string change);
 // rank_offset and cross_rank -1 (not assigned yet).
 std::vector<coord::AgentSlot> currentSlots(const Job& job, const AgentRegistry& agents);
 
-// `brief`: the form a WatchJobRequest with brief asks for (briefWorld).
-coord::World worldOf(const Job& job, const AgentRegistry& agents, bool brief = false);
-// What an agent acts on (WatchJobRequest.brief): the slots without
-// rpc_address and data_address, listed only while RUNNING.
-coord::World briefWorld(const coord::World& world);
+// Brief Worlds (what an agent acts on, WatchJobRequest.brief): the slots
+// without rpc_address and data_address, listed only while RUNNING, and for
+// a job of more than `slots_max` agents not listed at all: the compact form
+// carries the agents' local sizes by cross rank (World.local_sizes) and
+// each watcher's copy its own slot (World.self). A job of N agents pushes
+// its World to N watchers at every change: with slots that is O(N^2) bytes
+// (4096 agents: ~750 MB per change), compact O(N) bytes per watcher.
+inline constexpr int kBriefWorldSlotsDefault = 256;
+struct BriefForm {
+  int slots_max = kBriefWorldSlotsDefault;
+  std::string self_agent_id;  // whose slot World.self carries (compact form)
+};
+// `brief` non-null: the brief form for that watcher.
+coord::World worldOf(const Job& job, const AgentRegistry& agents, const BriefForm* brief = nullptr);
+// The brief form of a full World, shared by every brief watcher (no self).
+coord::World briefWorld(const coord::World& world, int slots_max = kBriefWorldSlotsDefault);
+// Whether `world` is a compact brief World.
+inline bool isCompactWorld(const coord::World& world) {
+  return world.agents_size() == 0 && world.local_sizes_size() > 0;
+}
+// The bytes that, appended to a serialized compact World, set its self to
+// `slot` (protobuf merges concatenated messages).
+std::string selfSuffix(const coord::AgentSlot& slot);
 void briefSlot(const coord::AgentSlot& slot, coord::AgentSlot* out);
 coord::JobSummary summaryOf(const Job& job, const AgentRegistry& agents);
 

@@ -497,7 +497,7 @@ grpc::Status Membership::checkAccess(const std::string& job_id, const std::strin
 }
 
 grpc::Status Membership::world(const std::string& job_id, const std::string& token,
-                               coord::World* out, bool brief) const {
+                               coord::World* out, const BriefForm* brief) const {
   grpc::Status st = checkAccess(job_id, token);
   if (!st.ok()) return st;
   *out = worldOf(jobs_.at(job_id), agents_, brief);

@@ -83,7 +83,7 @@ class Membership {
   grpc::Status checkAccess(const std::string& job_id, const std::string& token) const;
   // The job's World now (after checkAccess); `brief`: as worldOf.
   grpc::Status world(const std::string& job_id, const std::string& token, coord::World* out,
-                     bool brief = false) const;
+                     const BriefForm* brief = nullptr) const;
 
   coord::ListJobsReply listJobs() const;
   coord::ListAgentsReply listAgents() const;

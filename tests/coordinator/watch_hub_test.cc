@@ -125,6 +125,66 @@ TEST(WatchHub, BriefWatchersGetTheSlotsWithoutAddressesAndOnlyWhileRunning) {
   EXPECT_EQ(f->world.agents_size(), 1);
 }
 
+// A job of more agents than brief_world_slots: the brief form lists only
+// the local sizes, once for everyone, and each watcher's bytes are those
+// plus its own slot, which parse back to the compact World with its self.
+TEST(WatchHub, LargeJobsGetCompactBriefWorldsWithEachWatchersOwnSlot) {
+  WatchHub hub(/*brief_world_slots=*/2);
+  auto full = std::make_shared<WatchQueue>();
+  auto brief = std::make_shared<WatchQueue>();
+  hub.add("j", full);
+  hub.add("j", brief, /*brief=*/true);
+  coord::World w = world("j", coord::RUNNING, 7);
+  w.set_world_size(6);
+  for (int k = 0; k < 3; ++k) {
+    coord::AgentSlot* slot = w.add_agents();
+    slot->mutable_agent()->set_agent_id("agent-" + std::to_string(k));
+    slot->mutable_agent()->set_hostname("host-" + std::to_string(k));
+    slot->mutable_agent()->set_data_address(std::string(200, 'x'));
+    slot->set_local_size(k + 1);  // 1, 2, 3 ranks: offsets 0, 1, 3
+    slot->set_rank_offset(k == 0 ? 0 : (k == 1 ? 1 : 3));
+    slot->set_cross_rank(k);
+  }
+  hub.publish(w);
+  std::shared_ptr<const PublishedWorld> f, b;
+  ASSERT_EQ(full->take(&f), WatchQueue::Next::kWorld);
+  ASSERT_EQ(brief->take(&b), WatchQueue::Next::kWorld);
+  EXPECT_EQ(f->world.agents_size(), 3);  // full watchers (kolo jobs) keep the slots
+  EXPECT_TRUE(f->selves.empty());
+  EXPECT_TRUE(isCompactWorld(b->world));
+  EXPECT_EQ(b->world.agents_size(), 0);
+  ASSERT_EQ(b->world.local_sizes_size(), 3);
+  EXPECT_EQ(b->world.local_sizes(2), 3);
+  EXPECT_FALSE(b->world.has_self());
+  ASSERT_EQ(b->selves.size(), 3u);
+  // What WatchJob writes to agent-1: the shared bytes, then its suffix.
+  const grpc::Slice& self = b->selves.at("agent-1");
+  std::string wire(reinterpret_cast<const char*>(b->bytes.begin()), b->bytes.size());
+  wire.append(reinterpret_cast<const char*>(self.begin()), self.size());
+  coord::World got;
+  ASSERT_TRUE(got.ParseFromString(wire));
+  EXPECT_EQ(got.generation(), 7u);
+  EXPECT_EQ(got.local_sizes_size(), 3);
+  ASSERT_TRUE(got.has_self());
+  EXPECT_EQ(got.self().agent().agent_id(), "agent-1");
+  EXPECT_EQ(got.self().agent().hostname(), "host-1");
+  EXPECT_TRUE(got.self().agent().data_address().empty());
+  EXPECT_EQ(got.self().local_size(), 2);
+  EXPECT_EQ(got.self().rank_offset(), 1);
+  EXPECT_EQ(got.self().cross_rank(), 1);
+  EXPECT_EQ(b->worldFor("agent-2").self().cross_rank(), 2);
+  EXPECT_FALSE(b->worldFor("someone-else").has_self());
+  // At the threshold the slots are listed as before.
+  WatchHub small(/*brief_world_slots=*/3);
+  auto q = std::make_shared<WatchQueue>();
+  small.add("j", q, /*brief=*/true);
+  small.publish(w);
+  ASSERT_EQ(q->take(&b), WatchQueue::Next::kWorld);
+  EXPECT_EQ(b->world.agents_size(), 3);
+  EXPECT_EQ(b->world.local_sizes_size(), 0);
+  EXPECT_TRUE(b->selves.empty());
+}
+
 TEST(WatchQueue, ListenerRunsOnPushAndCloseUntilCleared) {
   WatchQueue q;
   int calls = 0;

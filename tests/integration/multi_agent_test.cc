@@ -252,6 +252,38 @@ TEST(MultiAgentFaults, KilledAgentFailsEveryRankOverTheTcpBackend) {
   killedAgentFailsEveryRank("nodeloss-tcp-big", {2, 1}, 4u << 20, {{"KOLO_BACKEND", "tcp"}});
 }
 
+// A coordinator that sends compact Worlds to every job (--brief-world-slots
+// 0; by default only jobs of more than 256 agents get them): the agents
+// place themselves from their own slot and the local sizes, the job is
+// exact across them, and a lost node is named by its cross rank.
+TEST(MultiAgentCompactWorld, JobIsExactAndALostNodeIsNamedByCrossRank) {
+  ClusterOptions o;
+  o.agents = 2;
+  o.coordinator_args = {"--brief-world-slots", "0"};
+  Cluster c(o);
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("compact", {2, 1}, {checkBin(), "allreduce"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 2);
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
+    EXPECT_NE(r.output().find("allreduce checks passed"), std::string::npos) << r.output();
+  }
+  EXPECT_NE(
+      c.agentLog(1).find("job compact generation 1: 3 ranks on 2 agents; local ranks start at 2"),
+      std::string::npos)
+      << c.agentLog(1);
+  ranks = c.launchMultiJob("compact-loss", {1, 1}, {checkBin(), "loop", "1000000", "4096"});
+  ASSERT_FALSE(waitProcess(ranks[0], std::chrono::milliseconds(1500)))
+      << ranks[0].output() << allLogs(c, 2);
+  killProcess(c.agent(1), SIGKILL);
+  ASSERT_TRUE(waitProcess(ranks[0], std::chrono::seconds(10))) << "rank 0 hangs\n" << allLogs(c, 2);
+  std::string out = ranks[0].output();
+  EXPECT_EQ(ranks[0].exit_code, 1) << out;
+  EXPECT_NE(out.find("PEER_FAILURE"), std::string::npos) << out;
+  EXPECT_NE(out.find("lost node at cross rank 1"), std::string::npos) << out;
+  ASSERT_TRUE(waitProcess(ranks[1], std::chrono::seconds(10))) << "rank 1 hangs";
+}
+
 // The agents' collectives over the tcp backend instead of ucx: every dtype
 // and op, odd sizes, empty tensors and the 1M-element (pipelined) cases, on
 // the mixed layout.

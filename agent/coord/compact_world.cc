@@ -1,0 +1,53 @@
+#include "agent/coord/compact_world.h"
+
+#include <cstdint>
+
+namespace kolo {
+
+Status compactJobWorld(const coord::World& world, const std::string& agent_id, JobWorld* jw,
+                       bool* found) {
+  *found = false;
+  const std::string where = "the coordinator's World for job " + world.job_id() + " (generation " +
+                            std::to_string(world.generation()) + ")";
+  jw->cross_size = world.local_sizes_size();
+  jw->agents.clear();
+  jw->rank_offsets.clear();
+  jw->local_sizes.clear();
+  int64_t offset = 0;
+  for (int k = 0; k < world.local_sizes_size(); ++k) {
+    const int n = world.local_sizes(k);
+    if (n <= 0) {
+      return internalError(where + " gives cross rank " + std::to_string(k) + " " +
+                           std::to_string(n) + " ranks");
+    }
+    jw->agents.push_back("at cross rank " + std::to_string(k));
+    jw->rank_offsets.push_back(static_cast<int>(offset));
+    jw->local_sizes.push_back(n);
+    offset += n;
+  }
+  if (offset != world.world_size()) {
+    return internalError(where + ": its agents' ranks add up to " + std::to_string(offset) +
+                         ", not its world size " + std::to_string(world.world_size()));
+  }
+  if (!world.has_self() || world.self().agent().agent_id() != agent_id) return okStatus();
+  const coord::AgentSlot& self = world.self();
+  const int k = self.cross_rank();
+  if (k < 0 || k >= jw->cross_size) {
+    return internalError(where + " puts this agent at cross rank " + std::to_string(k) + " of " +
+                         std::to_string(jw->cross_size));
+  }
+  if (self.rank_offset() != jw->rank_offsets[k] || self.local_size() != jw->local_sizes[k]) {
+    return internalError(where + " gives this agent ranks " + std::to_string(self.rank_offset()) +
+                         " + " + std::to_string(self.local_size()) + " at cross rank " +
+                         std::to_string(k) + ", but its sizes say " +
+                         std::to_string(jw->rank_offsets[k]) + " + " +
+                         std::to_string(jw->local_sizes[k]));
+  }
+  jw->agents[k] = self.agent().agent_id() + " (host " + self.agent().hostname() + ")";
+  jw->rank_offset = self.rank_offset();
+  jw->cross_rank = k;
+  *found = true;
+  return okStatus();
+}
+
+}  // namespace kolo
