@@ -23,18 +23,6 @@ PublishedWorld::PublishedWorld(coord::World w, std::unordered_map<std::string, g
   selves = std::move(s);
 }
 
-coord::World PublishedWorld::worldFor(const std::string& agent_id) const {
-  coord::World w = world;
-  auto it = selves.find(agent_id);
-  if (it != selves.end()) {
-    coord::World self;
-    if (self.ParseFromArray(it->second.begin(), static_cast<int>(it->second.size()))) {
-      w.MergeFrom(self);
-    }
-  }
-  return w;
-}
-
 void WatchQueue::push(coord::World world) {
   push(std::make_shared<const PublishedWorld>(std::move(world)));
 }

@@ -47,8 +47,6 @@ struct PublishedWorld {
   grpc::Slice bytes;  // world serialized; slices share one buffer
   bool terminal = false;
   std::unordered_map<std::string, grpc::Slice> selves;
-  // What a watcher of `agent_id` reads: `world` with its self, if any.
-  coord::World worldFor(const std::string& agent_id) const;
 };
 
 class WatchQueue {
@@ -62,7 +60,7 @@ class WatchQueue {
   void close(grpc::Status why);
 
   // Consumer side: waits up to `timeout` for a World.
-  // (A compact World without its self: see PublishedWorld::worldFor.)
+  // (A compact World comes without its self: PublishedWorld::selves.)
   Next next(coord::World* out, std::chrono::milliseconds timeout);
   // Without waiting, by reference (what the stream reactor writes).
   Next take(std::shared_ptr<const PublishedWorld>* out);

@@ -209,14 +209,12 @@ TEST(MultiAgentFaults, MismatchAcrossNodesNamesRanksOnBothSides) {
   }
 }
 
-// Node loss: node1's agent is SIGKILLed while the job loops over allreduces
-// of `count` floats on `layout`; the first rank (on node0) must fail with
-// PEER_FAILURE naming node1 within the heartbeat timeout, and every rank
-// must end.
-void killedAgentFailsEveryRank(const std::string& job, const std::vector<int>& layout, size_t count,
-                               std::map<std::string, std::string> agent_env = {}) {
-  Cluster c(2, std::move(agent_env));
-  ASSERT_TRUE(c.ok()) << c.error();
+// Node loss: agent 1 of `c` is SIGKILLed while the job loops over
+// allreduces of `count` floats on `layout`; the first rank (on agent 0) must
+// fail with PEER_FAILURE naming the lost node (`lost_name`) within the
+// heartbeat timeout, and every rank must end.
+void killAgentOneMidJob(Cluster& c, const std::string& job, const std::vector<int>& layout,
+                        size_t count, const std::string& lost_name) {
   auto ranks = c.launchMultiJob(job, layout, {checkBin(), "loop", "1000000", std::to_string(count)});
   // Let the job run, then kill node1's agent mid-collective.
   ASSERT_FALSE(waitProcess(ranks[0], std::chrono::milliseconds(1500))) << ranks[0].output() << allLogs(c, 2);
@@ -227,12 +225,20 @@ void killedAgentFailsEveryRank(const std::string& job, const std::vector<int>& l
   std::string out = ranks[0].output();
   EXPECT_EQ(ranks[0].exit_code, 1) << out;
   EXPECT_NE(out.find("PEER_FAILURE"), std::string::npos) << out;
-  EXPECT_NE(out.find("node1"), std::string::npos) << "the error must name the lost node:\n" << out;
+  EXPECT_NE(out.find(lost_name), std::string::npos) << "the error must name the lost node:\n"
+                                                    << out;
   EXPECT_LT(detect, 5.0) << out;
   for (size_t r = 1; r < ranks.size(); ++r) {
     ASSERT_TRUE(waitProcess(ranks[r], std::chrono::seconds(10))) << "rank " << r << " hangs";
     EXPECT_NE(ranks[r].exit_code, 0) << ranks[r].output();
   }
+}
+
+void killedAgentFailsEveryRank(const std::string& job, const std::vector<int>& layout, size_t count,
+                               std::map<std::string, std::string> agent_env = {}) {
+  Cluster c(2, std::move(agent_env));
+  ASSERT_TRUE(c.ok()) << c.error();
+  killAgentOneMidJob(c, job, layout, count, "node1");
 }
 
 // 16 MiB allreduces cross in chunks (pipelined): node0 fills and drains a
@@ -272,16 +278,7 @@ TEST(MultiAgentCompactWorld, JobIsExactAndALostNodeIsNamedByCrossRank) {
       c.agentLog(1).find("job compact generation 1: 3 ranks on 2 agents; local ranks start at 2"),
       std::string::npos)
       << c.agentLog(1);
-  ranks = c.launchMultiJob("compact-loss", {1, 1}, {checkBin(), "loop", "1000000", "4096"});
-  ASSERT_FALSE(waitProcess(ranks[0], std::chrono::milliseconds(1500)))
-      << ranks[0].output() << allLogs(c, 2);
-  killProcess(c.agent(1), SIGKILL);
-  ASSERT_TRUE(waitProcess(ranks[0], std::chrono::seconds(10))) << "rank 0 hangs\n" << allLogs(c, 2);
-  std::string out = ranks[0].output();
-  EXPECT_EQ(ranks[0].exit_code, 1) << out;
-  EXPECT_NE(out.find("PEER_FAILURE"), std::string::npos) << out;
-  EXPECT_NE(out.find("lost node at cross rank 1"), std::string::npos) << out;
-  ASSERT_TRUE(waitProcess(ranks[1], std::chrono::seconds(10))) << "rank 1 hangs";
+  killAgentOneMidJob(c, "compact-loss", {1, 1}, 4096, "lost node at cross rank 1");
 }
 
 // The agents' collectives over the tcp backend instead of ucx: every dtype
