@@ -750,7 +750,7 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
        {"--listen", "--ready-file", "--lease-ms", "--heartbeat-interval-ms",
         "--finished-job-retention-s", "--log-level", "--state-dir", "--state-compact-records",
         "--tls-cert", "--tls-key", "--tls-client-ca", "--auth-token-file", "--max-watch-streams",
-        "--max-watch-streams-per-job"}) {
+        "--max-watch-streams-per-job", "--brief-world-slots"}) {
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
   }
   auto dump = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--dump-config", "--lease-ms=750"},
@@ -773,6 +773,13 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
                                  "positive, got 0 and 8192"),
             std::string::npos)
       << no_watch.output;
+
+  auto bad_slots = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--brief-world-slots", "-1"},
+                                            milliseconds(10000));
+  EXPECT_EQ(bad_slots.exit_code, 2) << bad_slots.output;
+  EXPECT_NE(bad_slots.output.find("--brief-world-slots must be in 0..1000000, got -1"),
+            std::string::npos)
+      << bad_slots.output;
 }
 
 }  // namespace
