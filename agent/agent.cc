@@ -92,22 +92,8 @@ Status Agent::start() {
   RETURN_IF_ERROR(registerWatchingSignals());
   coord_->startHeartbeats();
   if (opts_.spin_us > 0) {
-    // Before sleeping, poll the submission rings briefly: the next small
-    // collective usually arrives within microseconds, and a sleep + wake-up
-    // costs more than that. Work posted by other threads (the backends'
-    // completions: a small cross-agent collective's answer) is caught the
-    // same way.
-    loop_.setBeforeSleep([this] {
-      auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(opts_.spin_us);
-      do {
-        if (loop_.hasPosted()) return true;
-        for (auto& [id, c] : conns_) {
-          if (c->hasArena() && c->hasSubmissions()) return true;
-        }
-        ::sched_yield();
-      } while (std::chrono::steady_clock::now() < end);
-      return false;
-    });
+    loop_.setBeforeSleep([this] { return beforeSleepOnLoop(); });
+    loop_.setAfterSleep([this] { afterSleepOnLoop(); });
   }
   Status st = loop_.addFd(listen_fd_.get(), EPOLLIN, [this](uint32_t) { onAcceptOnLoop(); });
   RETURN_IF_ERROR(st);

@@ -72,6 +72,16 @@ class Agent : private OpHost {
   void onAcceptOnLoop();
   void onSocketOnLoop(uint64_t conn_id, uint32_t events);
   void onDoorbellOnLoop(uint64_t conn_id);
+  // Takes the connection's submissions (bounded batch) and flushes its
+  // completions.
+  void drainSubmissionsOnLoop(uint64_t conn_id);
+  // The loop's hooks with --spin-us > 0 (common/ipc_layout.h, agent_polling):
+  // poll every submission ring for up to spin-us, then clear the trainers'
+  // agent_polling flags before the loop sleeps; set them again on waking.
+  bool beforeSleepOnLoop();
+  void afterSleepOnLoop();
+  // Drains every connection whose submission ring has work; true if any.
+  bool pollRingsOnLoop();
   void handleFrameOnLoop(ClientConn& c, const std::string& payload);
   void handleHelloOnLoop(ClientConn& c, const ipc::Hello& h);
   void grantDirectOnLoop(ClientConn& c, const ipc::Hello& h, ipc::Welcome* w);

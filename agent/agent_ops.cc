@@ -1,6 +1,11 @@
 // Collectives on the agent loop: draining submission rings, the tensor
 // table, execution, completions and job failure.
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
 #include <unordered_set>
+#include <vector>
 
 #include "agent/agent.h"
 #include "agent/coord/compact_world.h"
@@ -31,8 +36,49 @@ void Agent::completeOnLoop(ClientConn& c, uint64_t handle, const Status& st) {
 void Agent::onDoorbellOnLoop(uint64_t conn_id) {
   auto it = conns_.find(conn_id);
   if (it == conns_.end()) return;
+  it->second->clearDoorbell();
+  drainSubmissionsOnLoop(conn_id);
+}
+
+bool Agent::pollRingsOnLoop() {
+  std::vector<uint64_t> ready;
+  for (auto& [id, c] : conns_) {
+    if (c->hasArena() && c->hasSubmissions() && !c->backlogFull()) ready.push_back(id);
+  }
+  for (uint64_t id : ready) drainSubmissionsOnLoop(id);  // may close connections
+  return !ready.empty();
+}
+
+bool Agent::beforeSleepOnLoop() {
+  // Poll the submission rings briefly before sleeping: the next small
+  // collective usually arrives within microseconds, and a sleep + wake-up
+  // costs more than that. Work posted by other threads (the backends'
+  // completions: a small cross-agent collective's answer) is caught the
+  // same way. While this runs the trainers skip the doorbell.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(opts_.spin_us);
+  do {
+    if (loop_.hasPosted() || pollRingsOnLoop()) return true;
+    ::sched_yield();
+  } while (std::chrono::steady_clock::now() < end);
+  // About to sleep: from now on a submission rings the doorbell; one pushed
+  // before a trainer saw the flag is caught by this last look.
+  for (auto& [id, c] : conns_) c->setAgentPolling(false);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (loop_.hasPosted() || pollRingsOnLoop()) {
+    afterSleepOnLoop();
+    return true;
+  }
+  return false;
+}
+
+void Agent::afterSleepOnLoop() {
+  for (auto& [id, c] : conns_) c->setAgentPolling(true);
+}
+
+void Agent::drainSubmissionsOnLoop(uint64_t conn_id) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
   ClientConn& c = *it->second;
-  c.clearDoorbell();
   const size_t backlog = c.completionBacklog();
   c.flushCompletions();
   if (c.completionBacklog() < backlog) c.signalClient();
@@ -58,7 +104,7 @@ void Agent::onDoorbellOnLoop(uint64_t conn_id) {
       auto it = conns_.find(conn_id);
       if (it == conns_.end()) return;
       it->second->backlog_retry_armed = false;
-      onDoorbellOnLoop(conn_id);
+      drainSubmissionsOnLoop(conn_id);
     });
   }
 }

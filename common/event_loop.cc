@@ -141,6 +141,7 @@ void EventLoop::run() {
     if (stop_.load()) break;
     if (before_sleep_ && before_sleep_()) timeout = 0;  // more work is pending: don't block
     int n = ::epoll_wait(epfd_.get(), evs, kMaxEvents, timeout);
+    if (timeout != 0 && after_sleep_) after_sleep_();
     if (n < 0) {
       if (errno == EINTR) continue;
       log::get("loop")->error("{}: epoll_wait failed: {}", name_, std::strerror(errno));

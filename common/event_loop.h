@@ -66,6 +66,9 @@ class EventLoop {
   void cancelTimer(TimerId id);
   // Runs before each blocking wait (e.g. to drain rings once more).
   void setBeforeSleep(std::function<bool()> fn) { before_sleep_ = std::move(fn); }
+  // Runs after each wait that could have blocked (the hook above said no
+  // work is pending), once epoll_wait returns.
+  void setAfterSleep(std::function<void()> fn) { after_sleep_ = std::move(fn); }
   // Any thread: whether closures were post()ed and have not run yet (a
   // before-sleep hook polls it so that a post within its spin needs no
   // wake-up).
@@ -98,6 +101,7 @@ class EventLoop {
   std::unordered_map<TimerId, std::pair<Clock::time_point, Timer>> timers_;
   TimerId next_timer_ = 1;
   std::function<bool()> before_sleep_;
+  std::function<void()> after_sleep_;
 };
 
 }  // namespace kolo

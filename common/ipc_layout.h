@@ -7,10 +7,12 @@
 //
 // The client owns allocation inside the data region (it copies tensors in,
 // or allocates tensors there directly for zero copy), writes a SubmitDesc
-// into the submission ring and signals the doorbell eventfd. The agent reads
+// into the submission ring and signals the doorbell eventfd (unless the
+// agent is awake and polling). The agent reads
 // the k local ranks' slots, reduces, writes the result back into every
 // rank's slot (in place), and posts a CompletionDesc, then signals the
-// client's completion eventfd. Offsets are relative to the arena start.
+// client's completion eventfd if the client sleeps (ArenaHeader's flags).
+// Offsets are relative to the arena start.
 #pragma once
 
 #include <atomic>
@@ -23,7 +25,9 @@
 namespace kolo {
 
 constexpr uint32_t kArenaMagic = 0x4b4f4c41;  // "KOLA"
-constexpr uint32_t kIpcProtocolVersion = 3;  // 2: SubmitDesc gained the group fields; 3: generation
+// 2: SubmitDesc gained the group fields; 3: generation; 4: the header's
+// wake-up flags (agent_polling, client_waiting honoured, frames_sent).
+constexpr uint32_t kIpcProtocolVersion = 4;
 constexpr size_t kMaxNameBytes = 255;
 constexpr int kMaxDims = 8;
 constexpr size_t kMaxErrorBytes = 440;
@@ -134,11 +138,21 @@ struct alignas(64) ArenaHeader {
   uint64_t completion_ring_offset;
   uint64_t data_offset;
   uint64_t data_bytes;
-  // Set by the agent while it sleeps in epoll; lets the client skip the
-  // doorbell write when the agent is known to be awake (optimisation only).
-  alignas(64) std::atomic<uint32_t> agent_sleeping;
-  // Set by the client while it is blocked waiting for a completion.
+  // Wake-ups only where somebody sleeps (each side: store its flag, a
+  // seq_cst fence, then look at the other side's ring once more; the other
+  // side pushes, fences, then reads the flag, so one of them always sees
+  // the other):
+  // 1 while the agent's loop is awake and polls this submission ring
+  // before it sleeps: a submission then needs no doorbell write. 0 (the
+  // initial value, and always with --spin-us 0): ring the doorbell.
+  alignas(64) std::atomic<uint32_t> agent_polling;
+  // 1 while the client is blocked in poll() waiting for a completion: only
+  // then does the agent write the completion eventfd.
   alignas(64) std::atomic<uint32_t> client_waiting;
+  // Frames the agent has written to this client's socket, counted once each
+  // is wholly written: the client reads its socket only when this moved or
+  // poll() reported it readable (no failing recvmsg per completion).
+  alignas(64) std::atomic<uint64_t> frames_sent;
 };
 
 using SubmitRing = SpscRing<SubmitDesc>;

@@ -186,14 +186,27 @@ bool ClientConn::flushCompletions() {
   return !overflow_.empty();
 }
 
+ArenaHeader* ClientConn::header() const { return reinterpret_cast<ArenaHeader*>(arena_->data()); }
+
 void ClientConn::signalClient() {
+  if (!arena_) return;
+  // After the completion's push: the client stores client_waiting, fences,
+  // then looks at the ring (common/ipc_layout.h).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (header()->client_waiting.load(std::memory_order_relaxed) == 0) return;
   uint64_t one = 1;
   ssize_t r = ::write(completion_.get(), &one, sizeof one);
   (void)r;
 }
 
+void ClientConn::setAgentPolling(bool polling) {
+  if (arena_) header()->agent_polling.store(polling ? 1 : 0, std::memory_order_relaxed);
+}
+
 Status ClientConn::send(const google::protobuf::MessageLite& frame, const std::vector<int>& fds) {
-  return sendFrame(sock_.get(), frame, fds);
+  Status st = sendFrame(sock_.get(), frame, fds);
+  if (arena_) header()->frames_sent.fetch_add(1, std::memory_order_release);
+  return st;
 }
 
 }  // namespace kolo

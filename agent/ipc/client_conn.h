@@ -70,7 +70,12 @@ class ClientConn {
                 uint64_t out_bytes = 0);
   // Retries completions that did not fit; returns true if some remain.
   bool flushCompletions();
+  // Writes the completion eventfd if the trainer sleeps waiting for it
+  // (ArenaHeader::client_waiting; call after the completion's push).
   void signalClient();
+  // ArenaHeader::agent_polling: whether the trainer may skip the doorbell
+  // (loop thread; the caller fences before its last look at the rings).
+  void setAgentPolling(bool polling);
 
   Status send(const google::protobuf::MessageLite& frame, const std::vector<int>& fds = {});
 
@@ -119,6 +124,7 @@ class ClientConn {
   std::deque<CompletionDesc> overflow_;
   bool broken_reported_ = false;
   void checkRings();
+  ArenaHeader* header() const;
 };
 
 }  // namespace kolo

@@ -396,6 +396,10 @@ StatusOr<const Client::GatherResult*> Client::result(uint64_t handle) const {
 }
 
 void Client::ringDoorbell() {
+  // After the push: an agent that is awake polls the ring before it sleeps,
+  // and clears agent_polling (then fences and looks again) before it does.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (header_->agent_polling.load(std::memory_order_relaxed) != 0) return;
   uint64_t one = 1;
   while (::write(doorbell_.get(), &one, sizeof one) < 0 && errno == EINTR) {
   }
@@ -441,9 +445,18 @@ bool Client::drainOnce() {
     any = true;
   }
   if (!sock_eof_) {
+    // Read the socket only when the agent wrote a frame since the last read
+    // or poll() said so (the agent's exit: EOF): a recvmsg per completion
+    // that finds nothing costs a small collective's latency.
+    Status s;
+    const uint64_t sent = header_ ? header_->frames_sent.load(std::memory_order_acquire) : 0;
+    if (header_ == nullptr || sent != frames_seen_ || sock_readable_) {
+      frames_seen_ = sent;
+      sock_readable_ = false;
+      s = readAvailable(sock_.get(), &decoder_, &stray_fds_);
+      stray_fds_.clear();  // nothing after the handshake carries descriptors
+    }
     std::string payload;
-    Status s = readAvailable(sock_.get(), &decoder_, &stray_fds_);
-    stray_fds_.clear();  // nothing after the handshake carries descriptors
     while (decoder_.next(&payload)) {
       handleAgentFrame(payload);
       any = true;
@@ -471,6 +484,7 @@ void Client::blockForEvents(Clock::time_point deadline, milliseconds max_block) 
     auto spin_end = std::min<Clock::time_point>(Clock::now() + opts_.spin, deadline);
     for (int i = 0; !sock_eof_; ++i) {
       if (!completion_ring_.empty()) return;
+      if (header_->frames_sent.load(std::memory_order_relaxed) != frames_seen_) return;
       if (Clock::now() >= spin_end) break;
       ::sched_yield();  // on oversubscribed cores, let the agent run
     }
@@ -479,6 +493,7 @@ void Client::blockForEvents(Clock::time_point deadline, milliseconds max_block) 
   // a completion pushed before it saw the flag is caught here, one pushed
   // after it rings the eventfd.
   header_->client_waiting.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!completion_ring_.empty()) {
     header_->client_waiting.store(0, std::memory_order_relaxed);
     return;
@@ -491,6 +506,7 @@ void Client::blockForEvents(Clock::time_point deadline, milliseconds max_block) 
                    {wake_efd_.get(), POLLIN, 0}};
   int r = ::poll(fds, 3, std::max(ms, 0));
   header_->client_waiting.store(0, std::memory_order_relaxed);
+  if (r > 0 && fds[1].revents != 0) sock_readable_ = true;
   if (r > 0 && (fds[0].revents & POLLIN)) {
     uint64_t v;
     (void)!::read(completion_efd_.get(), &v, sizeof v);  // reset; the ring is the truth

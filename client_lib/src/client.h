@@ -327,6 +327,8 @@ class Client {
   uint64_t direct_min_bytes_ = 0;
   uint64_t direct_alone_min_bytes_ = 0;  // across agents, this rank alone on its agent
   std::string direct_error_;
+  uint64_t frames_seen_ = 0;       // drainer-only: ArenaHeader::frames_sent at the last socket read
+  bool sock_readable_ = false;     // drainer-only: poll() reported the socket
   bool sock_eof_ = false;          // drainer-only (and shutdown once no drainer runs)
 
   mutable std::mutex mu_;

@@ -112,7 +112,7 @@ void FakeAgent::serveReadable() {
           "the kolo agent is out of file descriptors (Too many open files); try again later");
       reply.mutable_refused()->set_frame("connection");
       reply.mutable_refused()->set_retry_after_ms(opts_.refusal_retry_after_ms);
-      (void)sendFrame(conn_->sock.get(), reply);
+      sendLocked(reply);
       closeConnLocked();
       return;
     }
@@ -120,7 +120,7 @@ void FakeAgent::serveReadable() {
     if (opts_.welcome_code != 0) {
       w->set_code(opts_.welcome_code);
       w->set_message(opts_.welcome_message);
-      (void)sendFrame(conn_->sock.get(), reply);
+      sendLocked(reply);
       continue;
     }
     uint64_t bytes = f.hello().arena_bytes() != 0 ? f.hello().arena_bytes() : opts_.default_arena_bytes;
@@ -146,17 +146,16 @@ void FakeAgent::serveReadable() {
     w->set_code(0);
     w->set_arena_bytes(bytes);
     w->set_agent_id("fake-agent");
-    (void)sendFrame(conn_->sock.get(), reply,
-                    {conn_->arena.fd(), conn_->doorbell.get(), conn_->completion.get()});
+    sendLocked(reply, {conn_->arena.fd(), conn_->doorbell.get(), conn_->completion.get()});
     if (opts_.job_failed_instead_of_world) {
       ipc::AgentFrame jf;
       jf.mutable_job_failed()->set_code(opts_.job_failed_instead_of_world->first);
       jf.mutable_job_failed()->set_message(opts_.job_failed_instead_of_world->second);
-      (void)sendFrame(conn_->sock.get(), jf);
+      sendLocked(jf);
     } else if (opts_.send_world) {
       ipc::AgentFrame wf;
       *wf.mutable_world() = opts_.world;
-      (void)sendFrame(conn_->sock.get(), wf);
+      sendLocked(wf);
     }
   }
   if (!s.isOk()) closeConnLocked();  // EOF or error: ready for the next client
@@ -261,13 +260,22 @@ void FakeAgent::completeAll(int32_t code, const std::string& message) {
   held_.clear();
 }
 
+void FakeAgent::sendLocked(const google::protobuf::MessageLite& frame,
+                           const std::vector<int>& fds) {
+  (void)sendFrame(conn_->sock.get(), frame, fds);
+  if (conn_->arena.data() != nullptr) {
+    reinterpret_cast<ArenaHeader*>(conn_->arena.data())
+        ->frames_sent.fetch_add(1, std::memory_order_release);
+  }
+}
+
 void FakeAgent::sendJobFailed(int32_t code, const std::string& message) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!conn_) return;
   ipc::AgentFrame f;
   f.mutable_job_failed()->set_code(code);
   f.mutable_job_failed()->set_message(message);
-  (void)sendFrame(conn_->sock.get(), f);
+  sendLocked(f);
 }
 
 void FakeAgent::dropConnection() {

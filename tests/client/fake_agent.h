@@ -91,6 +91,9 @@ class FakeAgent {
   void drainSubmissionsLocked();
   void completeLocked(const SubmitDesc& d, int32_t code, const std::string& message);
   void closeConnLocked();
+  // Writes a frame and, once the arena exists, counts it in the header's
+  // frames_sent as the agent does (libkolo reads its socket when it moves).
+  void sendLocked(const google::protobuf::MessageLite& frame, const std::vector<int>& fds = {});
 
   FakeAgentOptions opts_;
   TempDir dir_;

@@ -153,6 +153,24 @@ TEST(Integration, DirectPathBadAddressesFailTheOpWithTheirText) {
   EXPECT_EQ(c.agent(0).exit_code, -1) << "the agent exited:\n" << c.agentLog(0);
 }
 
+// The wake-ups skipped while the other side polls (common/ipc_layout.h:
+// agent_polling, client_waiting, frames_sent): small allreduces whose gaps
+// cross both sides' spin windows, with short spins so that both sleep
+// often, are exact and none waits for a timeout. With spinning off the
+// doorbell and the completion eventfd carry every op.
+TEST(Integration, SkippedWakeUpsLoseNoCollective) {
+  for (const char* spin : {"20", "0"}) {
+    SCOPED_TRACE(std::string("spin-us ") + spin);
+    Cluster c(1, {{"KOLO_SPIN_US", spin}});
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks = c.launchJob(std::string("wake") + spin, 2, {checkBin(), "wakeups", "1500", "500"},
+                             {{"KOLO_SPIN_US", spin}});
+    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60))) << "ranks did not finish; agent log:\n"
+                                                            << c.agentLog(0);
+    expectAllOk(ranks, "OK 1500 wakeups");
+  }
+}
+
 TEST(Integration, MismatchedRanksGetErrorsNamingBothSidesAndJobRecovers) {
   Cluster c;
   ASSERT_TRUE(c.ok()) << c.error();

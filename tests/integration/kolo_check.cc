@@ -643,6 +643,57 @@ int runLoop(int n, size_t count) {
   return 0;
 }
 
+// `n` small allreduces with gaps that cross the agent's and libkolo's spin
+// windows (none, a short spin, sleeps past both), the ranks out of step,
+// every 7th step two in flight at once: the doorbell and completion
+// wake-ups are skipped while the other side polls, and a lost one costs
+// the op a poll timeout (libkolo's 1 s) or the agent's next timer. Every
+// result is checked and every op must complete within `limit_ms`.
+int runWakeups(int n, int limit_ms) {
+  const std::chrono::microseconds gaps[] = {
+      std::chrono::microseconds(0), std::chrono::microseconds(10), std::chrono::microseconds(40),
+      std::chrono::microseconds(200), std::chrono::microseconds(2000)};
+  double slowest_ms = 0;
+  int slowest_step = -1;
+  for (int i = 0; i < n; ++i) {
+    auto gap = gaps[(i + 2 * g_rank) % 5];
+    if (gap.count() == 10) {
+      for (auto end = Clock::now() + gap; Clock::now() < end;) {
+      }
+    } else if (gap.count() > 0) {
+      std::this_thread::sleep_for(gap);
+    }
+    const int in_flight = i % 7 == 0 ? 2 : 1;
+    float v[2] = {static_cast<float>(g_rank + i), static_cast<float>(g_rank * 3 + i)};
+    int64_t shape[1] = {1};
+    kolo_handle_t h[2] = {0, 0};
+    auto t0 = Clock::now();
+    for (int k = 0; k < in_flight; ++k) {
+      kolo_status_t st = kolo_allreduce_async(k == 0 ? "wake.a" : "wake.b", &v[k], &v[k], 1, shape,
+                                              KOLO_FLOAT32, KOLO_SUM, 1.0, 1.0, &h[k]);
+      if (st != KOLO_OK) FAIL("step %d: %s: %s", i, kolo_status_string(st), kolo_last_error());
+    }
+    for (int k = 0; k < in_flight; ++k) {
+      kolo_status_t st = kolo_synchronize(h[k], -1);
+      if (st != KOLO_OK) FAIL("step %d: %s: %s", i, kolo_status_string(st), kolo_last_error());
+    }
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (ms > slowest_ms) {
+      slowest_ms = ms;
+      slowest_step = i;
+    }
+    float want0 = static_cast<float>(g_size * i + g_size * (g_size - 1) / 2);
+    float want1 = static_cast<float>(g_size * i + 3 * g_size * (g_size - 1) / 2);
+    if (v[0] != want0) FAIL("step %d: got %g want %g", i, v[0], want0);
+    if (in_flight == 2 && v[1] != want1) FAIL("step %d (second): got %g want %g", i, v[1], want1);
+  }
+  if (slowest_ms > limit_ms) {
+    FAIL("step %d took %.1f ms (bound %d ms): a lost wake-up", slowest_step, slowest_ms, limit_ms);
+  }
+  std::printf("rank %d: OK %d wakeups, slowest %.2f ms\n", g_rank, n, slowest_ms);
+  return 0;
+}
+
 // Allreduces until the test creates `stop_file` (at most 120 s). The last
 // element carries each rank's "I saw the file" flag, so every rank stops
 // after the same step.
@@ -1134,6 +1185,8 @@ int main(int argc, char** argv) {
   else if (mode == "stall") rc = runStall(argc > 2 ? std::atoi(argv[2]) : 3);
   else if (mode == "loop") rc = runLoop(argc > 2 ? std::atoi(argv[2]) : 100, argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 4096);
   else if (mode == "until" && argc > 2) rc = runUntil(argv[2]);
+  else if (mode == "wakeups")
+    rc = runWakeups(argc > 2 ? std::atoi(argv[2]) : 2000, argc > 3 ? std::atoi(argv[3]) : 500);
   else if (mode == "inline") rc = runInline(argc > 2 ? std::atoi(argv[2]) : 20);
   else if (mode == "api-timeline" && argc > 2) rc = runApiTimeline(argv[2]);
   else if (mode == "steps") rc = runSteps(argc > 2 ? std::atoi(argv[2]) : 10);
