@@ -230,7 +230,7 @@ Status Client::handshake() {
   device_->prepareHello(hello);
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) hello->set_hostname(host);
-  if (opts_.direct) prepareDirectProbe(hello);
+  if (opts_.direct != ClientOptions::Direct::kOff) prepareDirectProbe(hello);
   // This job's tuning, as the trainer's environment sets it (Horovod's
   // variables included); the agent applies it to this job only.
   for (const std::string& name : jobSettingVariables()) {
@@ -266,10 +266,11 @@ Status Client::handshake() {
     return internalError("the kolo agent's Welcome came with " + std::to_string(stray_fds_.size()) +
                          " descriptors, expected 3 (arena, doorbell, completion)");
   }
-  direct_min_bytes_ = opts_.direct ? w.direct_min_bytes() : 0;
+  direct_min_bytes_ = opts_.direct != ClientOptions::Direct::kOff ? w.direct_min_bytes() : 0;
   direct_alone_min_bytes_ = direct_min_bytes_ > 0 ? w.direct_alone_min_bytes() : 0;
   direct_error_ = w.direct_error();
-  if (opts_.direct && direct_min_bytes_ == 0 && !direct_error_.empty()) {
+  if (opts_.direct != ClientOptions::Direct::kOff && direct_min_bytes_ == 0 &&
+      !direct_error_.empty()) {
     logger()->debug("direct user-memory path off: {}", direct_error_);
   }
   UniqueFd arena = std::move(stray_fds_[0]);

@@ -1,5 +1,7 @@
 #include "client_options.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 
 extern char** environ;
@@ -42,10 +44,13 @@ Config ClientOptions::makeConfig() {
   c.define("max-np", KnobType::kInt, "0", "elastic jobs: the most ranks the job admits (0 = no limit)");
   c.define("elastic-timeout", KnobType::kDouble, "0",
            "elastic jobs: seconds the job waits below KOLO_MIN_NP before it fails (0 = 600)");
-  c.define("direct", KnobType::kBool, "true",
-           "let the agent read and write large allreduce tensors in this process's memory in place "
-           "(process_vm_readv/writev) instead of copying them through the shared arena; the agent "
-           "decides (--direct-min-kb) and falls back to the arena where the kernel refuses it");
+  c.define(
+      "direct", KnobType::kString, "auto",
+      "auto: the agent reads and writes a large allreduce tensor in this process's memory "
+      "(process_vm_readv/writev, from its --direct-min-kb) only when the shared arena has no "
+      "room for it at submission, instead of waiting for space; always (1): every such tensor; "
+      "off (0): every tensor through the arena. The agent falls back to the arena where the "
+      "kernel refuses it");
   c.alias("size", "HOROVOD_SIZE");
   c.alias("local-rank", "HOROVOD_LOCAL_RANK");
   c.alias("local-size", "HOROVOD_LOCAL_SIZE");
@@ -132,7 +137,20 @@ StatusOr<ClientOptions> ClientOptions::fromEnv(const std::map<std::string, std::
   o.min_np = static_cast<int>(min_np);
   o.max_np = static_cast<int>(max_np);
   o.elastic_timeout = seconds(et);
-  o.direct = c.getBool("direct");
+  std::string direct = c.getString("direct");
+  std::transform(direct.begin(), direct.end(), direct.begin(),
+                 [](unsigned char ch) { return std::tolower(ch); });
+  if (direct == "auto") {
+    o.direct = ClientOptions::Direct::kAuto;
+  } else if (direct == "always" || direct == "1" || direct == "true" || direct == "on" ||
+             direct == "yes") {
+    o.direct = ClientOptions::Direct::kAlways;
+  } else if (direct == "off" || direct == "0" || direct == "false" || direct == "no") {
+    o.direct = ClientOptions::Direct::kOff;
+  } else {
+    return invalidArgument("KOLO_DIRECT must be auto, always (1) or off (0), got '" +
+                           c.getString("direct") + "'");
+  }
   return o;
 }
 

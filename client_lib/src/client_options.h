@@ -28,8 +28,12 @@ struct ClientOptions {
   int min_np = 0;
   int max_np = 0;  // 0: no limit
   std::chrono::milliseconds elastic_timeout{0};  // 0: the coordinator's default (600 s)
-  // KOLO_DIRECT: offer the agent the direct user-memory path (it decides).
-  bool direct = true;
+  // KOLO_DIRECT: offer the agent the direct user-memory path (it decides
+  // the size it starts at). kAuto takes it only for a tensor that would
+  // otherwise wait for arena space; kAlways for every tensor from the
+  // agent's size up.
+  enum class Direct { kOff, kAuto, kAlways };
+  Direct direct = Direct::kAuto;
 
   // The knobs libkolo reads (for --dump-config style listings and docs).
   static Config makeConfig();

@@ -259,6 +259,7 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   r.out_of_place = a.out_of_place;
   r.compressed = a.compressed;
   StatusOr<SlotPlan> planned = internalError("not planned");
+  std::optional<uint64_t> slot_taken;
   {
     std::lock_guard<std::mutex> lock(mu_);
     // Across agents with this rank alone on its agent, the arena path runs
@@ -269,11 +270,30 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
     const bool alone = world_.cross_size > 1 && world_.local_size < 2;
     planned = planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size,
                                         alone ? direct_alone_min_bytes_ : direct_min_bytes_});
+    if (planned.isOk() && planned->direct && !alone &&
+        opts_.direct == ClientOptions::Direct::kAuto) {
+      // KOLO_DIRECT=auto: the arena while it has room (over a step's
+      // tensors the trainers' copies overlap the agent's reductions, and
+      // the agent pins no trainer pages); direct only for a tensor that
+      // would have to wait for arena space (docs/architecture.md).
+      StatusOr<SlotPlan> in_arena =
+          planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size, 0});
+      if (in_arena.isOk() && usableLocked().isOk()) {
+        if (auto off = alloc_->allocate(in_arena->slot_bytes)) {
+          ++unpublished_slots_;
+          slot_taken = *off;
+          planned = std::move(in_arena);
+        }
+      }
+    }
   }
   RETURN_IF_ERROR(planned.status());
   const SlotPlan& plan = *planned;
   uint64_t slot = 0;
-  if (plan.slot_bytes > 0) {
+  if (slot_taken) {
+    slot = *slot_taken;
+    op->slot = slot;
+  } else if (plan.slot_bytes > 0) {
     ASSIGN_OR_RETURN(slot, allocateSlot(plan.slot_bytes, what, deadline));
     op->slot = slot;
   }

@@ -71,17 +71,38 @@ TEST(ClientOptions, RejectsInconsistentValues) {
   };
   for (const Case& c : {Case{"KOLO_LOCAL_RANK", "4", "KOLO_LOCAL_RANK"},
                         Case{"KOLO_LOCAL_SIZE", "9", "KOLO_LOCAL_SIZE"},
-                        Case{"KOLO_SIZE", "0", "KOLO_SIZE"},
-                        Case{"KOLO_SIZE", "eight", "integer"},
+                        Case{"KOLO_SIZE", "0", "KOLO_SIZE"}, Case{"KOLO_SIZE", "eight", "integer"},
                         Case{"KOLO_START_TIMEOUT", "0", "KOLO_START_TIMEOUT"},
                         Case{"KOLO_OP_TIMEOUT", "-1", "KOLO_OP_TIMEOUT"},
-                        Case{"KOLO_ARENA_MB", "-5", "KOLO_ARENA_MB"}}) {
+                        Case{"KOLO_ARENA_MB", "-5", "KOLO_ARENA_MB"},
+                        Case{"KOLO_DIRECT", "sometimes",
+                             "KOLO_DIRECT must be auto, always (1) or off (0), got 'sometimes'"}}) {
     Env e = jobEnv();
     e[c.var] = c.value;
     auto o = ClientOptions::fromEnv(e);
     ASSERT_FALSE(o.isOk()) << c.var << "=" << c.value;
     EXPECT_EQ(o.status().code(), Code::kInvalidArgument);
     EXPECT_NE(o.status().message().find(c.expect), std::string::npos) << o.status().message();
+  }
+}
+
+// KOLO_DIRECT: auto by default; always / off, with the old boolean
+// spellings (1 was the default before auto) kept.
+TEST(ClientOptions, DirectModes) {
+  auto d = ClientOptions::fromEnv(jobEnv());
+  ASSERT_TRUE(d.isOk()) << d.status().message();
+  EXPECT_EQ(d->direct, ClientOptions::Direct::kAuto);
+  const std::pair<const char*, ClientOptions::Direct> cases[] = {
+      {"auto", ClientOptions::Direct::kAuto},     {"AUTO", ClientOptions::Direct::kAuto},
+      {"always", ClientOptions::Direct::kAlways}, {"1", ClientOptions::Direct::kAlways},
+      {"true", ClientOptions::Direct::kAlways},   {"off", ClientOptions::Direct::kOff},
+      {"0", ClientOptions::Direct::kOff},         {"false", ClientOptions::Direct::kOff}};
+  for (const auto& [value, want] : cases) {
+    Env e = jobEnv();
+    e["KOLO_DIRECT"] = value;
+    auto o = ClientOptions::fromEnv(e);
+    ASSERT_TRUE(o.isOk()) << value << ": " << o.status().message();
+    EXPECT_EQ(o->direct, want) << value;
   }
 }
 

@@ -56,23 +56,48 @@ double directBytes(Cluster& c) {
 
 // The direct user-memory path (the agent reads and writes the trainers'
 // tensors in place): exact around its threshold for every dtype and op,
-// and the agent's counter shows it was taken; with one rank opting out
-// (KOLO_DIRECT=0) the job mixes direct and arena ranks, still exact.
+// and the agent's counter shows it was taken (KOLO_DIRECT=always); with
+// one rank opting out (KOLO_DIRECT=0) the job mixes direct and arena
+// ranks, still exact.
 TEST(Integration, DirectUserMemoryIsExactAndTaken) {
   Cluster c(1, {{"KOLO_DIRECT_MIN_KB", "256"}});  // kolo_check direct's threshold
   ASSERT_TRUE(c.ok()) << c.error();
-  auto ranks = c.launchJob("direct3", 3, {checkBin(), "direct"});
+  auto ranks = c.launchJob("direct3", 3, {checkBin(), "direct"}, {{"KOLO_DIRECT", "always"}});
   ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(120))) << "ranks did not finish; agent log:\n" << c.agentLog(0);
   expectAllOk(ranks, "direct checks passed");
   const double after_first = directBytes(c);
   EXPECT_GT(after_first, 0) << c.agentLog(0);
-  auto mixed = c.launchJob("direct-mixed", 2, {checkBin(), "direct"}, {{"KOLO_CHECK_NO_DIRECT_RANK", "1"}});
+  auto mixed = c.launchJob("direct-mixed", 2, {checkBin(), "direct"},
+                           {{"KOLO_CHECK_NO_DIRECT_RANK", "1"}, {"KOLO_DIRECT", "1"}});
   ASSERT_TRUE(c.waitJob(mixed, std::chrono::seconds(120))) << "ranks did not finish; agent log:\n" << c.agentLog(0);
   expectAllOk(mixed, "direct checks passed");
   EXPECT_GT(directBytes(c), after_first);
 }
 
-// The thresholds as shipped, at N=2 and N=4: the direct path straddled at
+// KOLO_DIRECT=auto (the default): a tensor from the agent's --direct-min-kb
+// up takes the arena while the arena has room for it and the direct path
+// only when it would wait for space. With the default arena the checks'
+// tensors (every dtype and op around 256 KiB) all fit: nothing moves
+// directly. 48 async tensors of 512 KiB do not fit the smallest arena (16
+// MiB): the rest go direct, ranks and tensors mixing both paths, exact.
+TEST(Integration, DirectAutoTakesTheArenaWhileItHasRoom) {
+  Cluster c(1, {{"KOLO_DIRECT_MIN_KB", "256"}});
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto roomy = c.launchJob("auto-roomy", 2, {checkBin(), "direct"});
+  ASSERT_TRUE(c.waitJob(roomy, std::chrono::seconds(120))) << "ranks did not finish; agent log:\n"
+                                                           << c.agentLog(0);
+  expectAllOk(roomy, "direct checks passed");
+  EXPECT_EQ(directBytes(c), 0) << c.agentLog(0);
+  auto tight = c.launchJob("auto-tight", 2, {checkBin(), "direct"},
+                           {{"KOLO_ARENA_MB", "16"}, {"KOLO_CHECK_ASYNC_N", "48"}});
+  ASSERT_TRUE(c.waitJob(tight, std::chrono::seconds(120))) << "ranks did not finish; agent log:\n"
+                                                           << c.agentLog(0);
+  expectAllOk(tight, "direct checks passed");
+  EXPECT_GT(directBytes(c), 0) << c.agentLog(0);
+}
+
+// The thresholds as shipped, at N=2 and N=4: the direct path
+// (KOLO_DIRECT=always) straddled at
 // the agent's default --direct-min-kb (kDefaultDirectMinKb below, the
 // agent_config.cc default), and the arena path (direct off) straddled at
 // libkolo's non-temporal copy threshold (kStreamCopyMinBytes): every dtype
@@ -99,8 +124,9 @@ TEST_P(DefaultThresholds, DirectAndArenaPathsAreExactAroundThem) {
   {
     Cluster c;  // the agent's defaults
     ASSERT_TRUE(c.ok()) << c.error();
-    auto ranks = c.launchJob("directdef" + std::to_string(n), n, {checkBin(), "direct"},
-                             {{"KOLO_CHECK_THRESHOLD_KB", kDefaultDirectMinKb}});
+    auto ranks =
+        c.launchJob("directdef" + std::to_string(n), n, {checkBin(), "direct"},
+                    {{"KOLO_CHECK_THRESHOLD_KB", kDefaultDirectMinKb}, {"KOLO_DIRECT", "always"}});
     ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(180))) << "ranks did not finish; agent log:\n"
                                                              << c.agentLog(0);
     expectAllOk(ranks, "direct checks passed");
@@ -137,11 +163,12 @@ TEST(Integration, DirectPathOffKeepsTheArena) {
 
 // A rank whose tensor the agent cannot read (unmapped) or write
 // (read-only): every rank's op fails with the agent's text, the agent
-// stays up and the job's next allreduce is exact.
+// stays up and the job's next allreduce is exact (KOLO_DIRECT=always: on
+// the arena path libkolo's own copy-in would touch the bad address).
 TEST(Integration, DirectPathBadAddressesFailTheOpWithTheirText) {
   Cluster c;
   ASSERT_TRUE(c.ok()) << c.error();
-  auto ranks = c.launchJob("directbad", 2, {checkBin(), "direct-bad"});
+  auto ranks = c.launchJob("directbad", 2, {checkBin(), "direct-bad"}, {{"KOLO_DIRECT", "always"}});
   ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60))) << "ranks did not finish; agent log:\n" << c.agentLog(0);
   expectAllOk(ranks, "OK direct errors checked");
   for (auto& r : ranks) {

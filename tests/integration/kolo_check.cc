@@ -369,7 +369,10 @@ int runDirect() {
     ++checks;
   }
   {
-    const int kN = 12;
+    // KOLO_CHECK_ASYNC_N: how many (default 12; more than an arena holds
+    // makes KOLO_DIRECT=auto send the rest direct).
+    const char* n_env = std::getenv("KOLO_CHECK_ASYNC_N");
+    const int kN = n_env != nullptr ? std::atoi(n_env) : 12;
     std::vector<std::vector<float>> bufs(kN, std::vector<float>(threshold / 2 + 31 * kN));
     std::vector<kolo_handle_t> hs(kN);
     for (int k = 0; k < kN; ++k) {

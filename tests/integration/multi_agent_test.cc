@@ -50,7 +50,8 @@ TEST_P(MultiAgent, EveryDtypeOpAndSizeMatchesReference) {
 TEST(MultiAgentDirect, ExactAcrossAgentsAndErrorsReachEveryAgent) {
   Cluster c(2, {{"KOLO_DIRECT_MIN_KB", "256"}});
   ASSERT_TRUE(c.ok()) << c.error();
-  auto ranks = c.launchMultiJob("xdirect", {2, 1}, {checkBin(), "direct"});
+  auto ranks =
+      c.launchMultiJob("xdirect", {2, 1}, {checkBin(), "direct"}, {{"KOLO_DIRECT", "always"}});
   ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 2);
   for (auto& r : ranks) {
     EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
@@ -59,7 +60,8 @@ TEST(MultiAgentDirect, ExactAcrossAgentsAndErrorsReachEveryAgent) {
   std::string metrics = httpGet(c.agentMetrics(0), "/metrics");
   EXPECT_NE(metrics.find("\nkolo_direct_bytes_total "), std::string::npos);
   EXPECT_EQ(metrics.find("\nkolo_direct_bytes_total 0\n"), std::string::npos) << "agent 0 moved nothing directly";
-  auto bad = c.launchMultiJob("xdirectbad", {2, 1}, {checkBin(), "direct-bad", "--across"});
+  auto bad = c.launchMultiJob("xdirectbad", {2, 1}, {checkBin(), "direct-bad", "--across"},
+                              {{"KOLO_DIRECT", "always"}});
   ASSERT_TRUE(c.waitJob(bad, std::chrono::seconds(60))) << allLogs(c, 2);
   for (size_t i = 0; i < bad.size(); ++i) {
     std::string out = bad[i].output();
@@ -79,7 +81,8 @@ TEST(MultiAgentDirect, PipelinedAcrossAgentsIsExactAndAnUnreadableTensorFailsThe
   for (const std::vector<int>& layout : {std::vector<int>{1, 1}, std::vector<int>{2, 1}}) {
     Cluster c(2, {{"KOLO_DIRECT_MIN_KB", "256"}, {"KOLO_CROSS_PIPELINE_KB", "512"}, {"KOLO_DIRECT_ALONE_MIN_KB", "512"}});
     ASSERT_TRUE(c.ok()) << c.error();
-    auto ranks = c.launchMultiJob("xdirectp" + layoutName(layout), layout, {checkBin(), "direct"});
+    auto ranks = c.launchMultiJob("xdirectp" + layoutName(layout), layout, {checkBin(), "direct"},
+                                  {{"KOLO_DIRECT", "always"}});
     ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 2);
     for (auto& r : ranks) {
       EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
