@@ -65,6 +65,7 @@ void Agent::startCrossOnLoop(Job& job) {
       const JobSettings& js = job.settings;
       co.cache_capacity = js.cache_capacity.value_or(opts_.cache_capacity);
       co.idle_cycle = std::chrono::milliseconds(opts_.idle_cycle_ms);
+      co.spin = std::chrono::microseconds(opts_.spin_us);
       co.collective_timeout = opts_.backend.timeout;
       co.fusion_threshold_bytes = js.fusion_threshold_bytes.value_or(opts_.fusion_threshold_bytes);
       co.small_message_bytes = opts_.backend.small_message_bytes;

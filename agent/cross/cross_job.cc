@@ -1,5 +1,7 @@
 #include "agent/cross/cross_job.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -77,6 +79,7 @@ void CrossJob::submit(CrossWork work) {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_.isOk() && !stop_) {
       incoming_.push_back(std::move(work));
+      has_incoming_.store(true, std::memory_order_release);
       cv_.notify_all();
       return;
     }
@@ -97,6 +100,7 @@ void CrossJob::submitJoin(CrossWork join) {
     joined_ = true;
     join_name_ = join.req.name;
     incoming_.push_back(std::move(join));
+    has_incoming_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
 }
@@ -118,6 +122,7 @@ Status CrossJob::syncCollective(const std::function<void(Backend::Done)>& post) 
   auto p = std::make_shared<std::promise<Status>>();
   auto f = p->get_future();
   post([p](Status st) { p->set_value(std::move(st)); });
+  spinUntil([&] { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
   // The backend bounds every collective by its own timeout; this is a backstop.
   if (f.wait_for(options_.collective_timeout + std::chrono::seconds(5)) != std::future_status::ready) {
     return timedOut("negotiation collective did not finish within " +
@@ -126,8 +131,17 @@ Status CrossJob::syncCollective(const std::function<void(Backend::Done)>& post) 
   return f.get();
 }
 
+void CrossJob::spinUntil(const std::function<bool()>& ready) const {
+  if (options_.spin.count() <= 0) return;
+  const auto end = std::chrono::steady_clock::now() + options_.spin;
+  while (!ready() && std::chrono::steady_clock::now() < end) ::sched_yield();
+}
+
 void CrossJob::run() {
+  bool worked = false;
   for (;;) {
+    // Right after a cycle the next name usually follows within microseconds.
+    if (worked) spinUntil([&] { return has_incoming_.load(std::memory_order_acquire); });
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Enter the next cycle at once when there is work (new or still
@@ -137,6 +151,8 @@ void CrossJob::run() {
         return stop_ || !aborted_.isOk() || !incoming_.empty() || !waiting_.empty();
       });
       if (stop_ || !aborted_.isOk()) break;
+      worked = !incoming_.empty() || !waiting_.empty();
+      has_incoming_.store(false, std::memory_order_relaxed);
       while (!incoming_.empty()) {
         CrossWork w = std::move(incoming_.front());
         incoming_.pop_front();

@@ -85,6 +85,12 @@ struct CrossJobOptions {
   size_t cache_capacity = 1024;
   std::chrono::milliseconds idle_cycle{100};
   std::chrono::milliseconds collective_timeout{30000};
+  // After a cycle, and while a cycle's collective runs, the negotiation
+  // thread polls (yielding) this long before it sleeps on its condition
+  // variable or future: a small collective's next name, or the answer of
+  // its one round trip, usually comes sooner than a wake-up would
+  // (the agent's --spin-us; 0 = sleep at once).
+  std::chrono::microseconds spin{0};
   uint64_t fusion_threshold_bytes = 128ull << 20;  // 0 disables fusion
   uint64_t small_message_bytes = 64 * 1024;        // the backend's configured switch point
   // A fused buffer larger than this goes to the backend as several
@@ -147,6 +153,8 @@ class CrossJob {
   // Posts on_done_ to the loop (any thread).
   void postDone(const std::string& name, const Status& st, CrossResult result = {});
   Status syncCollective(const std::function<void(Backend::Done)>& post);
+  // Polls `ready` (yielding) for up to options_.spin.
+  void spinUntil(const std::function<bool()>& ready) const;
   // Posts the agreed data collectives in the agreed order, fusing
   // consecutive compatible allreduces.
   void postData(std::vector<CrossWork> works);
@@ -185,6 +193,7 @@ class CrossJob {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<CrossWork> incoming_;
+  std::atomic<bool> has_incoming_{false};  // !incoming_.empty(), for the spin without mu_
   bool stop_ = false;
   bool joined_ = false;     // standing in for joined ranks (mu_)
   std::string join_name_;   // (mu_)
