@@ -64,8 +64,9 @@ void defineAgentKnobs(Config& c) {
               "0 = never (docs/architecture.md, \"Direct user memory\")")
       .define("spin-us", KnobType::kInt, "50",
               "Microseconds the loop polls the trainers' rings and work posted by its other "
-              "threads (the "
-              "backends' completions) before it sleeps (0 = never spin)")
+              "threads (the backends' completions) before it sleeps, and a multi-agent job's "
+              "negotiation thread polls for its next name and its cycle's answer (0 = never "
+              "spin; while the loop polls, trainers skip the doorbell)")
       .define("register-timeout-s", KnobType::kInt, "30",
               "How long to retry registering with the coordinator at start")
       .define("coordinator-watch-retry-s", KnobType::kInt, "30",
