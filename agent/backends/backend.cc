@@ -52,9 +52,9 @@ void defineBackendKnobs(Config& config) {
                 "Agent-to-agent deadline: rendezvous, and time without progress inside a "
                 "collective before it fails with PeerFailure");
   config.define("small-message-bytes", KnobType::kInt, std::to_string(d.small_message_bytes),
-                "Below this size allreduce/broadcast/reducescatter use latency-bound algorithms "
-                "(recursive doubling, binomial tree), at or above it the pipelined ring; 0 = ring "
-                "always");
+                "Below this size allreduce/broadcast/reducescatter/allgatherv use latency-bound "
+                "algorithms (recursive doubling, binomial tree, Bruck), at or above it the "
+                "pipelined ring; 0 = ring always");
   config.define("backend-chunk-bytes", KnobType::kInt, std::to_string(d.chunk_bytes),
                 "Pipelining chunk of the ring/chain algorithms (bytes)");
   config.define("backend-pipeline-depth", KnobType::kInt, std::to_string(d.pipeline_depth),

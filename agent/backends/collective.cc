@@ -688,6 +688,86 @@ class DisseminationBarrier final : public Collective {
   std::byte sink_{};
 };
 
+// Bruck's allgather, for small totals: ceil(log2 n) rounds instead of the
+// ring's n - 1, each a message to rank - 2^k and one from rank + 2^k (the
+// negotiation cycle's allgather at K = 8: 3 wake-ups per agent, not 7).
+// Rank r keeps the blocks it holds in a scratch buffer in rotated order
+// (position j = block (r + j) mod n), so what it sends, its first
+// min(2^k, n - 2^k) blocks, and what it receives, appended after the 2^k it
+// holds, are contiguous; the last step rotates them into `out`.
+class BruckAllgatherv final : public Collective {
+ public:
+  BruckAllgatherv(const void* in, void* out, std::vector<size_t> recv_bytes)
+      : in_(static_cast<const std::byte*>(in)),
+        out_(static_cast<std::byte*>(out)),
+        bytes_(std::move(recv_bytes)) {
+    what_ = "allgatherv " +
+            std::to_string(std::accumulate(bytes_.begin(), bytes_.end(), size_t{0})) +
+            " bytes (bruck)";
+  }
+  void start(CollectiveContext& ctx) override {
+    ctx_ = &ctx;
+    const int n = ctx.size();
+    const int r = ctx.rank();
+    // pos_[j]: where position j (block (r + j) mod n) starts in the scratch.
+    pos_.assign(n + 1, 0);
+    for (int j = 0; j < n; ++j) pos_[j + 1] = pos_[j] + bytes_[mod(r + j, n)];
+    work_ = ctx.scratch(std::max<size_t>(pos_[n], 1));
+    if (bytes_[r] > 0) std::memmove(work_, in_, bytes_[r]);
+    have_ = 1;
+    beginRound();
+  }
+  void onSent(uint32_t, uint32_t) override { --pending_; }
+  void onReceived(uint32_t, uint32_t) override {
+    --pending_;
+    // What was sent is never written again: the next round may start now.
+    have_ += count_;
+    ++round_;
+    beginRound();
+  }
+  bool finished() const override { return done_posting_ && pending_ == 0; }
+  const std::string& describe() const override { return what_; }
+
+ private:
+  void beginRound() {
+    const int n = ctx_->size();
+    const int r = ctx_->rank();
+    if (have_ >= n) {
+      std::vector<size_t> off(n + 1, 0);
+      for (int i = 0; i < n; ++i) off[i + 1] = off[i] + bytes_[i];
+      for (int j = 0; j < n; ++j) {
+        const int b = mod(r + j, n);
+        if (bytes_[b] > 0) std::memmove(out_ + off[b], work_ + pos_[j], bytes_[b]);
+      }
+      done_posting_ = true;
+      return;
+    }
+    const int dist = have_;
+    count_ = std::min(dist, n - have_);
+    // Our positions [0, count) go to r - dist, whose positions [have, have +
+    // count) they are; r + dist's positions [0, count) are our [have, ...).
+    size_t recv_bytes = 0;
+    for (int j = 0; j < count_; ++j) recv_bytes += bytes_[mod(r + dist + j, n)];
+    pending_ += 2;
+    const auto step = static_cast<uint32_t>(round_);
+    ctx_->recv(mod(r + dist, n), step, 0, work_ + pos_[have_], recv_bytes);
+    ctx_->send(mod(r - dist, n), step, 0, work_, pos_[count_]);
+  }
+
+  const std::byte* in_;
+  std::byte* out_;
+  std::vector<size_t> bytes_;
+  std::string what_;
+  CollectiveContext* ctx_ = nullptr;
+  std::vector<size_t> pos_;
+  std::byte* work_ = nullptr;
+  int have_ = 0;
+  int count_ = 0;
+  int round_ = 0;
+  int pending_ = 0;
+  bool done_posting_ = false;
+};
+
 // Ring allgather: the allgather half of the ring over blocks of bytes.
 class RingAllgatherv final : public RingSection {
  public:
@@ -755,6 +835,11 @@ std::unique_ptr<Collective> makeTreeBroadcast(void* buf, size_t bytes, int root)
 std::unique_ptr<Collective> makeChainBroadcast(void* buf, size_t bytes, int root) {
   return std::make_unique<ChainBroadcast>(buf, bytes, root);
 }
+std::unique_ptr<Collective> makeBruckAllgatherv(const void* in, void* out,
+                                                std::vector<size_t> recv_bytes) {
+  return std::make_unique<BruckAllgatherv>(in, out, std::move(recv_bytes));
+}
+
 std::unique_ptr<Collective> makeRingAllgatherv(const void* in, void* out,
                                                std::vector<size_t> recv_bytes) {
   return std::make_unique<RingAllgatherv>(in, out, std::move(recv_bytes));

@@ -75,9 +75,12 @@ std::unique_ptr<Collective> makeRingAllreduce(const void* in, void* buf, size_t 
 std::unique_ptr<Collective> makeTreeBroadcast(void* buf, size_t bytes, int root);
 std::unique_ptr<Collective> makeChainBroadcast(void* buf, size_t bytes, int root);
 
-// Ring allgather of per-rank blocks of `recv_bytes` into `out`.
+// Allgather of per-rank blocks of `recv_bytes` into `out`: the ring
+// (bandwidth-bound) and Bruck's algorithm (ceil(log2 n) rounds, for small totals).
 std::unique_ptr<Collective> makeRingAllgatherv(const void* in, void* out,
                                                std::vector<size_t> recv_bytes);
+std::unique_ptr<Collective> makeBruckAllgatherv(const void* in, void* out,
+                                                std::vector<size_t> recv_bytes);
 
 // Reduce-scatter: the ring's first half (large) or a recursive-doubling
 // allreduce of a scratch copy (small).

@@ -209,6 +209,9 @@ void P2pBackend::allgatherv(const void* in, size_t in_bytes, void* out, std::vec
                                            }),
                   std::move(done));
   }
+  if (total < small_message_bytes_ && opts_.size > 2) {
+    return submit(coll::makeBruckAllgatherv(in, out, std::move(recv_bytes)), std::move(done));
+  }
   submit(coll::makeRingAllgatherv(in, out, std::move(recv_bytes)), std::move(done));
 }
 
