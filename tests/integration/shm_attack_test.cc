@@ -182,7 +182,9 @@ class RawRank {
     uint64_t one = 1;
     (void)!::write(doorbell_.get(), &one, sizeof one);
   }
-  // The completion of `handle` (bounded wait on the completion eventfd).
+  // The completion of `handle` (bounded wait on the completion eventfd,
+  // which the agent writes only while client_waiting says we sleep:
+  // common/ipc_layout.h).
   std::optional<CompletionDesc> waitCompletion(uint64_t handle) {
     auto deadline = Clock::now() + kWait;
     for (;;) {
@@ -191,12 +193,19 @@ class RawRank {
       if (auto it = got_.find(handle); it != got_.end()) return it->second;
       auto now = Clock::now();
       if (now >= deadline) return std::nullopt;
+      hdr_->client_waiting.store(1, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (!done_.empty()) {
+        hdr_->client_waiting.store(0, std::memory_order_relaxed);
+        continue;
+      }
       pollfd p{completion_.get(), POLLIN, 0};
       (void)::poll(
           &p, 1,
           static_cast<int>(
               std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) +
               1);
+      hdr_->client_waiting.store(0, std::memory_order_relaxed);
       uint64_t v;
       (void)!::read(completion_.get(), &v, sizeof v);
     }
