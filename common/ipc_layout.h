@@ -90,6 +90,17 @@ constexpr uint32_t kMaxDeviceEvents = 64;
 // agent admitted to it (Welcome.direct_min_bytes > 0 after its probe).
 constexpr uint32_t kSubmitFlagUserMemory = 1u << 1;
 
+// The payload bytes a descriptor puts in flight: what the agent's per-rank
+// quota counts (--max-bytes-in-flight-mb, agent/ipc/limits.h) and what
+// libkolo holds its own submissions under (Welcome.max_bytes_in_flight).
+// An output at the input's offset (in place) is the same bytes.
+inline uint64_t submitDescBytes(const SubmitDesc& d) {
+  if (d.out_bytes == 0 || d.out_offset == d.data_offset) {
+    return d.data_bytes > d.out_bytes ? d.data_bytes : d.out_bytes;
+  }
+  return d.data_bytes + d.out_bytes;
+}
+
 // Allgather (additive): the output region [out_offset, +out_bytes) starts
 // with every rank's first dimension (int64_t[world size], written by the
 // client), padded to kDataAlignment; the gathered tensor (ranks'

@@ -67,10 +67,13 @@ Status checkHelloBounds(const ipc::Hello& h, const AgentLimits& l) {
 }
 
 uint64_t descBytes(const SubmitDesc& d) {
-  // Validated: each region lies inside an arena, so the sum cannot wrap.
-  // An output at the input's offset (in place) is the same bytes.
-  if (d.out_bytes == 0 || d.out_offset == d.data_offset) return std::max(d.data_bytes, d.out_bytes);
-  return d.data_bytes + d.out_bytes;
+  // Validated: each region lies inside an arena (or, direct, inside the
+  // trainer's address space), so the sum cannot wrap.
+  return submitDescBytes(d);
+}
+
+uint64_t bytesInFlightLimit(const AgentLimits& l, uint64_t arena_bytes) {
+  return l.max_bytes_in_flight > 0 ? l.max_bytes_in_flight : arena_bytes;
 }
 
 Status checkSubmitQuota(const RankQuota& used, uint64_t bytes, uint64_t arena_bytes,
@@ -82,7 +85,7 @@ Status checkSubmitQuota(const RankQuota& used, uint64_t bytes, uint64_t arena_by
         std::to_string(l.max_names_in_flight) +
         ", --max-names-in-flight): wait for some to complete before submitting more");
   }
-  const uint64_t limit = l.max_bytes_in_flight > 0 ? l.max_bytes_in_flight : arena_bytes;
+  const uint64_t limit = bytesInFlightLimit(l, arena_bytes);
   if (bytes > limit || used.bytes > limit - bytes) {
     return unavailable("rank " + std::to_string(rank) + " of job " + job_id + " would have " +
                        std::to_string(used.bytes + bytes) +

@@ -37,6 +37,12 @@ struct RankQuota {
 // The payload bytes a (validated) descriptor holds in the trainer's arenas.
 uint64_t descBytes(const SubmitDesc& d);
 
+// The bytes one rank may hold in flight: --max-bytes-in-flight-mb, or when
+// it is 0 the rank's arenas (`arena_bytes`, shared plus device). Sent to
+// libkolo in Welcome.max_bytes_in_flight, which holds its submissions
+// under it rather than have one refused.
+uint64_t bytesInFlightLimit(const AgentLimits& limits, uint64_t arena_bytes);
+
 // Whether one more collective of `bytes` fits rank `rank`'s quota;
 // `arena_bytes` (its shared plus device arenas) is the bytes limit when
 // --max-bytes-in-flight-mb is 0.

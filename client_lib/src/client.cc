@@ -269,6 +269,7 @@ Status Client::handshake() {
   direct_min_bytes_ = opts_.direct != ClientOptions::Direct::kOff ? w.direct_min_bytes() : 0;
   direct_alone_min_bytes_ = direct_min_bytes_ > 0 ? w.direct_alone_min_bytes() : 0;
   direct_error_ = w.direct_error();
+  max_bytes_in_flight_ = w.max_bytes_in_flight();
   if (opts_.direct != ClientOptions::Direct::kOff && direct_min_bytes_ == 0 &&
       !direct_error_.empty()) {
     logger()->debug("direct user-memory path off: {}", direct_error_);
@@ -579,9 +580,18 @@ uint64_t Client::maxInFlight() const {
   return std::min(submit_ring_.capacity(), completion_ring_.capacity());
 }
 
+bool Client::roomToPublishLocked(uint64_t desc_bytes) const {
+  if (in_flight_ >= maxInFlight()) return false;
+  return max_bytes_in_flight_ == 0 || bytes_in_flight_ == 0 ||
+         (desc_bytes <= max_bytes_in_flight_ &&
+          bytes_in_flight_ <= max_bytes_in_flight_ - desc_bytes);
+}
+
 void Client::finishOpLocked(std::unordered_map<uint64_t, Op>::iterator it, Status status) {
   Op& op = it->second;
   --in_flight_;
+  bytes_in_flight_ -= op.desc_bytes;
+  op.desc_bytes = 0;
   if (op.slot && alloc_->free(*op.slot)) ++space_epoch_;
   op.slot.reset();
   names_in_flight_.erase(op.name);

@@ -245,6 +245,7 @@ class Client {
     bool device = false;           // device path: the result is copied out on `stream`
     DeviceClient::Staged staged;
     void* stream = nullptr;
+    uint64_t desc_bytes = 0;  // counted in bytes_in_flight_ while in flight
   };
 
   explicit Client(ClientOptions opts);
@@ -273,6 +274,10 @@ class Client {
   void finishOpLocked(std::unordered_map<uint64_t, Op>::iterator it, Status status);
   Status usableLocked() const;
   uint64_t maxInFlight() const;
+  // Whether one more op of `desc_bytes` may be published now (mu_ held):
+  // a free ring slot and room in the agent's bytes quota. A lone op larger
+  // than the quota goes anyway, for the agent to refuse with its reason.
+  bool roomToPublishLocked(uint64_t desc_bytes) const;
   void ringDoorbell();
 
   // The submit path (client_submit.cc), in the order submit() runs it.
@@ -343,6 +348,10 @@ class Client {
   uint64_t space_epoch_ = 0;       // bumped whenever arena space is freed
   uint64_t unpublished_slots_ = 0; // slots allocated by a submission not yet in ops_
   uint64_t in_flight_ = 0;         // ops pushed and not finished (released ones too)
+  // Their bytes as the agent's quota counts them (submitDescBytes), and the
+  // quota (Welcome.max_bytes_in_flight; 0: not known, no limit kept here).
+  uint64_t bytes_in_flight_ = 0;
+  uint64_t max_bytes_in_flight_ = 0;
   std::atomic<uint64_t> barriers_{0};  // barrier() calls so far
   std::atomic<uint64_t> groups_{0};    // groupedAllreduceAsync() calls so far
   // Elastic: the generation that replaced the one this process last used;

@@ -345,6 +345,7 @@ Status Client::publish(SubmitDesc d, Op& op, Clock::time_point deadline, const s
   // Device descriptors carry no generation and do not take the membership
   // notice (as before the submit paths were one).
   const bool device_desc = (d.flags & kSubmitFlagDevice) != 0;
+  const uint64_t desc_bytes = submitDescBytes(d);
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -359,23 +360,35 @@ Status Client::publish(SubmitDesc d, Op& op, Clock::time_point deadline, const s
         generation_notice_ = 0;
         return changed;
       }
-      if (in_flight_ < maxInFlight()) {
+      if (roomToPublishLocked(desc_bytes)) {
         if (!device_desc) d.generation = world_.generation;
         if (op.slot) --unpublished_slots_;
+        op.desc_bytes = desc_bytes;
         ops_.emplace(d.handle, std::move(op));
         ++in_flight_;
+        bytes_in_flight_ += desc_bytes;
         bool pushed = submit_ring_.tryPush(d);  // we are the only producer
         assert(pushed);
         (void)pushed;
         break;
       }
     }
-    bool room = progressUntil([&] { return in_flight_ < maxInFlight() || !failed_.isOk(); },
+    bool room = progressUntil([&] { return roomToPublishLocked(desc_bytes) || !failed_.isOk(); },
                               deadline, kDrainerBlockMax);
     if (!room && Clock::now() >= deadline) {
-      return timedOut(what + ": none of the " + std::to_string(maxInFlight()) +
-                      " collectives this process has in flight completed within " +
-                      fmtSeconds(opts_.op_timeout) + " s (KOLO_OP_TIMEOUT)");
+      std::lock_guard<std::mutex> lock(mu_);
+      if (in_flight_ >= maxInFlight()) {
+        return timedOut(what + ": none of the " + std::to_string(maxInFlight()) +
+                        " collectives this process has in flight completed within " +
+                        fmtSeconds(opts_.op_timeout) + " s (KOLO_OP_TIMEOUT)");
+      }
+      return timedOut(
+          what + ": " + std::to_string(desc_bytes) + " more bytes would pass the " +
+          std::to_string(max_bytes_in_flight_) +
+          " this process may have in flight on the agent (its --max-bytes-in-flight-mb, "
+          "or the arena's size), and none of the " +
+          std::to_string(in_flight_) + " collectives holding " + std::to_string(bytes_in_flight_) +
+          " bytes completed within " + fmtSeconds(opts_.op_timeout) + " s (KOLO_OP_TIMEOUT)");
     }
   }
   ringDoorbell();

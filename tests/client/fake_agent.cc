@@ -146,6 +146,7 @@ void FakeAgent::serveReadable() {
     w->set_code(0);
     w->set_arena_bytes(bytes);
     w->set_agent_id("fake-agent");
+    w->set_max_bytes_in_flight(opts_.max_bytes_in_flight);
     sendLocked(reply, {conn_->arena.fd(), conn_->doorbell.get(), conn_->completion.get()});
     if (opts_.job_failed_instead_of_world) {
       ipc::AgentFrame jf;

@@ -40,6 +40,7 @@ struct FakeAgentOptions {
   bool send_world = true;
   std::optional<std::pair<int32_t, std::string>> job_failed_instead_of_world;
   uint64_t default_arena_bytes = 16ull << 20;
+  uint64_t max_bytes_in_flight = 0;   // Welcome.max_bytes_in_flight (0: none sent)
   ipc::WorldInfo world;               // defaults to rank 0 of 1
   // Applied to each submission's slot before completing it; null = echo.
   std::function<void(const SubmitDesc&, char* slot)> reduce;

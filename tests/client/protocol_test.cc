@@ -421,6 +421,58 @@ TEST_F(Protocol, DuplicateNameInFlightIsRejectedUntilItCompletes) {
   EXPECT_EQ(x[3], 16.0f);
 }
 
+// The agent's bytes quota (Welcome.max_bytes_in_flight): a submission that
+// would pass it waits for a completion instead of being sent to be refused,
+// and says why when none comes within KOLO_OP_TIMEOUT. A lone tensor larger
+// than the quota is sent (for the agent to refuse with its reason).
+TEST_F(Protocol, SubmissionsWaitUnderTheAgentsBytesQuota) {
+  FakeAgentOptions o;
+  o.auto_complete = false;
+  o.reduce = doubleFloats;
+  o.max_bytes_in_flight = 1 << 20;
+  ASSERT_NO_FATAL_FAILURE(start(std::move(o)));
+  env_.set("KOLO_OP_TIMEOUT", "1");
+  ASSERT_EQ(kolo_init(), KOLO_OK) << kolo_last_error();
+  const int64_t n = (600 << 10) / sizeof(float);  // 600 KiB: two pass 1 MiB
+  std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n, 3.0f);
+  kolo_handle_t ha, hb, hc;
+  ASSERT_EQ(submit("q.a", a.data(), a.data(), n, &ha), KOLO_OK) << kolo_last_error();
+  ASSERT_TRUE(agent_->waitForSubmissions(1, kWait));
+  // No completion: q.b waits its KOLO_OP_TIMEOUT, then fails; nothing sent.
+  auto t0 = Clock::now();
+  EXPECT_EQ(submit("q.b", b.data(), b.data(), n, &hb), KOLO_ERR_TIMED_OUT);
+  auto took = Clock::now() - t0;
+  EXPECT_GE(took, 900ms);
+  EXPECT_LT(took, 5s);
+  EXPECT_TRUE(contains(kolo_last_error(), "would pass the 1048576 this process may have in flight"))
+      << kolo_last_error();
+  EXPECT_TRUE(contains(kolo_last_error(), "--max-bytes-in-flight-mb")) << kolo_last_error();
+  EXPECT_EQ(agent_->submissions().size(), 1u);
+  EXPECT_EQ(b[0], 2.0f);  // untouched
+  // Held until q.a completes (from another thread), then sent and exact.
+  auto later = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(200ms);
+    agent_->completeAll();
+  });
+  ASSERT_EQ(submit("q.c", c.data(), c.data(), n, &hc), KOLO_OK) << kolo_last_error();
+  later.get();
+  EXPECT_EQ(kolo_synchronize(ha, -1), KOLO_OK) << kolo_last_error();
+  EXPECT_EQ(a[n - 1], 2.0f);
+  ASSERT_TRUE(agent_->waitForSubmissions(2, kWait));
+  agent_->completeAll();
+  EXPECT_EQ(kolo_synchronize(hc, -1), KOLO_OK) << kolo_last_error();
+  EXPECT_EQ(c[n - 1], 6.0f);
+  // A lone tensor over the quota is sent.
+  std::vector<float> big((2 << 20) / sizeof(float), 1.0f);
+  kolo_handle_t hbig;
+  ASSERT_EQ(submit("q.big", big.data(), big.data(), static_cast<int64_t>(big.size()), &hbig),
+            KOLO_OK)
+      << kolo_last_error();
+  ASSERT_TRUE(agent_->waitForSubmissions(3, kWait));
+  agent_->completeAll();
+  EXPECT_EQ(kolo_synchronize(hbig, -1), KOLO_OK) << kolo_last_error();
+}
+
 TEST_F(Protocol, PollAndSynchronizeTimeoutLeaveTheHandlePending) {
   ASSERT_NO_FATAL_FAILURE(startHolding());
   ASSERT_EQ(kolo_init(), KOLO_OK) << kolo_last_error();

@@ -81,19 +81,45 @@ TEST(Integration, DirectUserMemoryIsExactAndTaken) {
 // directly. 48 async tensors of 512 KiB do not fit the smallest arena (16
 // MiB): the rest go direct, ranks and tensors mixing both paths, exact.
 TEST(Integration, DirectAutoTakesTheArenaWhileItHasRoom) {
-  Cluster c(1, {{"KOLO_DIRECT_MIN_KB", "256"}});
+  // A bytes quota above the tight arena's 16 MiB, so that what does not fit
+  // the arena may go direct (the default quota is the arena's size).
+  Cluster c(1, {{"KOLO_DIRECT_MIN_KB", "256"}, {"KOLO_MAX_BYTES_IN_FLIGHT_MB", "64"}});
   ASSERT_TRUE(c.ok()) << c.error();
   auto roomy = c.launchJob("auto-roomy", 2, {checkBin(), "direct"});
   ASSERT_TRUE(c.waitJob(roomy, std::chrono::seconds(120))) << "ranks did not finish; agent log:\n"
                                                            << c.agentLog(0);
   expectAllOk(roomy, "direct checks passed");
   EXPECT_EQ(directBytes(c), 0) << c.agentLog(0);
-  auto tight = c.launchJob("auto-tight", 2, {checkBin(), "direct"},
-                           {{"KOLO_ARENA_MB", "16"}, {"KOLO_CHECK_ASYNC_N", "48"}});
+  // 48 async tensors of 512 KiB (24 MiB) while rank 1 holds back: rank 0's
+  // arena fills and the rest of its tensors go direct.
+  auto tight = c.launchJob(
+      "auto-tight", 2, {checkBin(), "direct"},
+      {{"KOLO_ARENA_MB", "16"}, {"KOLO_CHECK_ASYNC_N", "48"}, {"KOLO_CHECK_ASYNC_LAG_MS", "500"}});
   ASSERT_TRUE(c.waitJob(tight, std::chrono::seconds(120))) << "ranks did not finish; agent log:\n"
                                                            << c.agentLog(0);
   expectAllOk(tight, "direct checks passed");
   EXPECT_GT(directBytes(c), 0) << c.agentLog(0);
+}
+
+// libkolo holds its submissions under the agent's bytes quota
+// (Welcome.max_bytes_in_flight) instead of having them refused: 48 direct
+// tensors of 512 KiB (24 MiB) submitted async by rank 0 while rank 1 holds
+// back, against the default quota of rank 0's 16 MiB arena. Every result
+// exact and no refusal in the agent's log.
+TEST(Integration, SubmissionsWaitForTheBytesQuota) {
+  Cluster c(1, {{"KOLO_DIRECT_MIN_KB", "256"}});
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("quota-wait", 2, {checkBin(), "direct"},
+                           {{"KOLO_ARENA_MB", "16"},
+                            {"KOLO_DIRECT", "always"},
+                            {"KOLO_CHECK_ASYNC_N", "48"},
+                            {"KOLO_CHECK_ASYNC_LAG_MS", "500"}});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(120))) << "ranks did not finish; agent log:\n"
+                                                           << c.agentLog(0);
+  expectAllOk(ranks, "direct checks passed");
+  EXPECT_GT(directBytes(c), 0) << c.agentLog(0);
+  EXPECT_EQ(c.agentLog(0).find("bytes in flight on this agent"), std::string::npos)
+      << c.agentLog(0);
 }
 
 // The thresholds as shipped, at N=2 and N=4: the direct path

@@ -373,6 +373,11 @@ int runDirect() {
     // makes KOLO_DIRECT=auto send the rest direct).
     const char* n_env = std::getenv("KOLO_CHECK_ASYNC_N");
     const int kN = n_env != nullptr ? std::atoi(n_env) : 12;
+    // KOLO_CHECK_ASYNC_LAG_MS: ranks other than 0 wait this long first, so
+    // rank 0 has all its tensors in flight at once (none can complete).
+    const char* lag_env = std::getenv("KOLO_CHECK_ASYNC_LAG_MS");
+    if (lag_env != nullptr && g_rank != 0)
+      ::usleep(static_cast<useconds_t>(std::atoi(lag_env)) * 1000);
     std::vector<std::vector<float>> bufs(kN, std::vector<float>(threshold / 2 + 31 * kN));
     std::vector<kolo_handle_t> hs(kN);
     for (int k = 0; k < kN; ++k) {
