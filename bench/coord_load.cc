@@ -12,8 +12,8 @@
 // CPU is sampled over a steady window with only heartbeats; one agent per
 // job (of 2 agents or more) goes silent and its peers wait for the next
 // generation; the survivors leave and the jobs finish. Every phase is bounded.
-#include <fcntl.h>
 #include <absl/synchronization/mutex.h>
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -477,6 +478,9 @@ CaseRow runCase(const Options& o, int n, int nj) {
 
   // 1. Register.
   InFlight window(o.window);
+  // The interval of heartbeats on a stream, as the coordinator tells every
+  // agent (RegisterAgentReply; 0 from an older one: the unary interval).
+  std::atomic<uint64_t> stream_hb_ms{0};
   for (auto& up : agents) {
     Agent* a = up.get();
     coord::RegisterAgentRequest req;
@@ -490,9 +494,11 @@ CaseRow runCase(const Options& o, int n, int nj) {
         [a](auto* ctx, auto* q, auto* p, auto cb) {
           a->stub->async()->RegisterAgent(ctx, q, p, std::move(cb));
         },
-        [a, &r, &window](const grpc::Status& s, const coord::RegisterAgentReply& rep, double ms) {
+        [a, &r, &window, &stream_hb_ms](const grpc::Status& s, const coord::RegisterAgentReply& rep,
+                                        double ms) {
           if (s.ok()) {
             a->secret = rep.agent_secret();
+            stream_hb_ms.store(rep.stream_heartbeat_interval_ms());
             a->last_hb_ok_ns = nowNs();
             a->registered = true;
             r.reg.add(ms);
@@ -508,7 +514,11 @@ CaseRow runCase(const Options& o, int n, int nj) {
   std::atomic<bool> stop_hb{false};
   std::thread hb_thread([&] {
     std::mt19937 rng(42);
-    int64_t interval = static_cast<int64_t>(o.heartbeat_ms) * 1000000;
+    const int64_t unary_interval = static_cast<int64_t>(o.heartbeat_ms) * 1000000;
+    const int64_t stream_interval = stream_hb_ms.load() > 0
+                                        ? static_cast<int64_t>(stream_hb_ms.load()) * 1000000
+                                        : unary_interval;
+    const int64_t interval = o.heartbeat_stream ? stream_interval : unary_interval;
     int64_t t = nowNs();
     for (auto& a : agents) a->next_hb_ns = t + static_cast<int64_t>(rng() % interval);
     while (!stop_hb.load()) {
@@ -516,7 +526,8 @@ CaseRow runCase(const Options& o, int n, int nj) {
       for (auto& up : agents) {
         Agent* a = up.get();
         if (!a->registered.load() || !a->alive.load() || now < a->next_hb_ns) continue;
-        a->next_hb_ns += interval;
+        a->next_hb_ns +=
+            o.heartbeat_stream && !a->hb_unary.load() ? stream_interval : unary_interval;
         if (o.heartbeat_stream && !a->hb_unary.load()) {
           if (a->hb_stream == nullptr) {
             a->hb_stream = std::make_unique<HeartbeatStream>(a, &r);
@@ -673,6 +684,30 @@ CaseRow runCase(const Options& o, int n, int nj) {
     j->lost_last_hb_ns = j->lost->last_hb_ok_ns.load();
     if (j->lost->watch_ctx) j->lost->watch_ctx->TryCancel();
     lost_jobs++;
+  }
+  // Each lost agent's last heartbeat as the coordinator received it
+  // (ListAgents' age, once no heartbeat of theirs can still be starting):
+  // the tool's own record is the last one it saw written or answered, which
+  // misses a heartbeat written as the agent went silent (up to an interval).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    coord::ListAgentsReply rep;
+    int64_t sent = nowNs();
+    grpc::Status st = agents.front()->stub->ListAgents(&ctx, coord::ListAgentsRequest(), &rep);
+    int64_t at = sent + (nowNs() - sent) / 2;
+    if (st.ok()) {
+      std::map<std::string, int64_t> age_ms;
+      for (const auto& s : rep.agents()) age_ms[s.agent().agent_id()] = s.last_heartbeat_age_ms();
+      for (auto& j : jobs) {
+        if (j->lost == nullptr) continue;
+        auto it = age_ms.find(j->lost->id);
+        if (it != age_ms.end()) j->lost_last_hb_ns = at - it->second * 1000000;
+      }
+    } else {
+      r.error("ListAgents", st);
+    }
   }
   auto lost_bound = std::chrono::milliseconds(o.lease_ms) + phase;
   bool noticed = waitUntil(lost_bound, [&] {

@@ -20,6 +20,9 @@ void defineFlags(Config& config) {
               "Agent lease: an agent silent this long is lost and its jobs fail")
       .define("heartbeat-interval-ms", KnobType::kInt, "1000",
               "Heartbeat interval told to agents (must be below lease-ms)")
+      .define("stream-heartbeat-interval-ms", KnobType::kInt, "0",
+              "Interval of the quiet heartbeats agents send on their HeartbeatStream (must be "
+              "below lease-ms); 0 = max(heartbeat-interval-ms, lease-ms / 3)")
       .define("finished-job-retention-s", KnobType::kInt, "300",
               "How long FAILED/FINISHED jobs stay listed (their keys go with them)")
       .define("state-dir", KnobType::kString, "",
@@ -68,6 +71,7 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
   o.listen = config.getString("listen");
   o.membership.lease_ms = config.getInt("lease-ms");
   o.membership.heartbeat_interval_ms = config.getInt("heartbeat-interval-ms");
+  o.membership.stream_heartbeat_interval_ms = config.getInt("stream-heartbeat-interval-ms");
   int64_t retention_s = config.getInt("finished-job-retention-s");
   if (o.listen.empty()) return invalidArgument("--listen must not be empty");
   if (o.membership.lease_ms <= 0) {
@@ -79,6 +83,14 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
     return invalidArgument("--heartbeat-interval-ms must be positive and below --lease-ms (" +
                            std::to_string(o.membership.lease_ms) + "), got " +
                            std::to_string(o.membership.heartbeat_interval_ms));
+  }
+  if (o.membership.stream_heartbeat_interval_ms < 0 ||
+      o.membership.stream_heartbeat_interval_ms >= o.membership.lease_ms) {
+    return invalidArgument(
+        "--stream-heartbeat-interval-ms must be 0 (lease-ms / 3) or positive and below "
+        "--lease-ms (" +
+        std::to_string(o.membership.lease_ms) + "), got " +
+        std::to_string(o.membership.stream_heartbeat_interval_ms));
   }
   if (retention_s < 0) {
     return invalidArgument("--finished-job-retention-s must not be negative, got " +

@@ -307,8 +307,9 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
       return st;
     }
   }
-  logger->info("serving on {} (lease {} ms, heartbeat every {} ms; {}{}; {})", s->address_,
-               options.membership.lease_ms, options.membership.heartbeat_interval_ms,
+  logger->info("serving on {} (lease {} ms, heartbeat every {} ms, {} ms on a stream; {}{}; {})",
+               s->address_, options.membership.lease_ms, options.membership.heartbeat_interval_ms,
+               options.membership.streamHeartbeatIntervalMs(),
                options.tls_cert_file.empty() ? "plain text" : "TLS",
                options.tls_client_ca_file.empty() ? "" : " with client certificates",
                !options.etcd_endpoints.empty()

@@ -244,6 +244,9 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
         agent_secret_ = rep.agent_secret();
       }
       heartbeat_ms_ = rep.heartbeat_interval_ms() > 0 ? rep.heartbeat_interval_ms() : 1000;
+      stream_heartbeat_ms_ = rep.stream_heartbeat_interval_ms() > 0
+                                 ? rep.stream_heartbeat_interval_ms()
+                                 : heartbeat_ms_;
       logger()->info("registered with coordinator {} as {} (lease {} ms)", address,
                      self_.agent_id(), rep.lease_ms());
       return okStatus();
@@ -344,9 +347,9 @@ grpc::Status CoordClient::streamHeartbeat() {
     if (h.ended.load() || silent) {
       grpc::Status st = closeHeartbeatStream(silent);
       if (silent) {
-        return grpc::Status(
-            grpc::StatusCode::DEADLINE_EXCEEDED,
-            "no answer on the heartbeat stream within " + std::to_string(heartbeat_ms_) + " ms");
+        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            "no answer on the heartbeat stream within " +
+                                std::to_string(stream_heartbeat_ms_) + " ms");
       }
       return st.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the heartbeat stream ended")
                      : st;
@@ -401,7 +404,12 @@ void CoordClient::startHeartbeats() {
   if (hb_unary_only_) hb_unary_seen_ = true;
   heartbeat_ = std::thread([this] {
     log::setThreadName("coord-hb");
-    auto next = Clock::now() + std::chrono::milliseconds(heartbeat_ms_);
+    // On the stream the longer interval (RegisterAgentReply), unary calls
+    // the shorter one.
+    auto interval = [this] {
+      return std::chrono::milliseconds(hb_unary_only_ ? heartbeat_ms_ : stream_heartbeat_ms_);
+    };
+    auto next = Clock::now() + interval();
     // (Not once refused as replaced: registering would take the id back.)
     auto registerAgain = [this] {
       if (replaced_logged_) return;
@@ -429,7 +437,7 @@ void CoordClient::startHeartbeats() {
         continue;
       }
       if (Clock::now() < next && !(hb_stream_ && hb_stream_->ended.load())) continue;
-      next = Clock::now() + std::chrono::milliseconds(heartbeat_ms_);
+      next = Clock::now() + interval();
       if (!hb_unary_only_) {
         grpc::Status s = streamHeartbeat();
         if (s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) {

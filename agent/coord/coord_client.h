@@ -111,7 +111,8 @@ class CoordClient {
   std::map<std::string, std::unique_ptr<coord::Coordinator::Stub>> stubs_;
   coord::Coordinator::Stub& stub(const std::string& address) { return *stubs_.at(address); }
   std::atomic<bool> stop_{false};
-  uint64_t heartbeat_ms_ = 1000;
+  uint64_t heartbeat_ms_ = 1000;         // unary Heartbeat calls (RegisterAgentReply)
+  uint64_t stream_heartbeat_ms_ = 1000;  // quiet heartbeats on the stream
   std::chrono::milliseconds watch_retry_{30000};
   std::thread heartbeat_;
   std::mutex hb_mu_;

@@ -55,6 +55,8 @@ grpc::Status Membership::registerAgent(const coord::RegisterAgentRequest& req,
   agents_.upsert(info, secret);
   reply->set_lease_ms(static_cast<uint64_t>(options_.lease_ms));
   reply->set_heartbeat_interval_ms(static_cast<uint64_t>(options_.heartbeat_interval_ms));
+  reply->set_stream_heartbeat_interval_ms(
+      static_cast<uint64_t>(options_.streamHeartbeatIntervalMs()));
   reply->set_agent_secret(std::move(secret));
   return grpc::Status::OK;
 }

@@ -7,6 +7,7 @@
 
 #include <grpcpp/support/status.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -28,6 +29,12 @@ struct MembershipOptions {
   int64_t lease_ms = 5000;
   int64_t heartbeat_interval_ms = 1000;
   int64_t finished_job_retention_ms = 300 * 1000;
+  // Heartbeats on a HeartbeatStream; 0: max(heartbeat_interval_ms, lease_ms / 3).
+  int64_t stream_heartbeat_interval_ms = 0;
+  int64_t streamHeartbeatIntervalMs() const {
+    return stream_heartbeat_interval_ms > 0 ? stream_heartbeat_interval_ms
+                                            : std::max(heartbeat_interval_ms, lease_ms / 3);
+  }
 };
 
 // What a call changed that the rest of the coordinator must act on.

@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -100,6 +101,18 @@ TEST_F(CoordClientTest, StreamHeartbeatsKeepTheLeaseAndAForgottenAgentRegistersA
   ASSERT_EQ(known.count("a1"), 1u);
   EXPECT_LT(known["a1"], kLeaseMs);
   EXPECT_FALSE(c->heartbeatsUnary());
+  // On the stream at the coordinator's stream interval, max(100, lease / 3)
+  // = 166 ms, not the unary 100 ms: the oldest last heartbeat seen in 1.5 s
+  // of 20 ms samples is older than 100 ms (and younger than the lease).
+  int64_t oldest = 0;
+  for (auto until = Clock::now() + milliseconds(1500); Clock::now() < until;) {
+    auto now = agents();
+    ASSERT_EQ(now.count("a1"), 1u);
+    oldest = std::max(oldest, now["a1"]);
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_GT(oldest, 130) << "heartbeats on the stream come at the unary interval";
+  EXPECT_LT(oldest, kLeaseMs);
   // The coordinator forgets it (a leaving heartbeat in its name): its next
   // quiet heartbeat is answered known = false and it registers again.
   const std::string old_secret = c->agentSecret();

@@ -180,6 +180,7 @@ TEST_F(CoordinatorIntegrationTest, TwoAgentsJoinAndBothWatchersSeeGenerationOne)
   auto reply = registerAgent("agent-1", "host-b");
   EXPECT_EQ(reply.lease_ms(), static_cast<uint64_t>(kLeaseMs));
   EXPECT_EQ(reply.heartbeat_interval_ms(), 100u);
+  EXPECT_EQ(reply.stream_heartbeat_interval_ms(), 166u);  // max(100, lease / 3)
   registerAgent("agent-2", "host-a");
   auto hb1 = heartbeat("agent-1");
   auto hb2 = heartbeat("agent-2");
@@ -748,9 +749,10 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
   EXPECT_EQ(help.exit_code, 0);
   for (const char* flag :
        {"--listen", "--ready-file", "--lease-ms", "--heartbeat-interval-ms",
-        "--finished-job-retention-s", "--log-level", "--state-dir", "--state-compact-records",
-        "--tls-cert", "--tls-key", "--tls-client-ca", "--auth-token-file", "--max-watch-streams",
-        "--max-watch-streams-per-job", "--brief-world-slots"}) {
+        "--stream-heartbeat-interval-ms", "--finished-job-retention-s", "--log-level",
+        "--state-dir", "--state-compact-records", "--tls-cert", "--tls-key", "--tls-client-ca",
+        "--auth-token-file", "--max-watch-streams", "--max-watch-streams-per-job",
+        "--brief-world-slots"}) {
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
   }
   auto dump = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--dump-config", "--lease-ms=750"},
@@ -765,6 +767,15 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
                                       milliseconds(10000));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("heartbeat-interval-ms"), std::string::npos) << bad.output;
+  auto bad_stream = testing::runToCompletion(KOLO_COORDINATOR_BIN,
+                                             {"--lease-ms", "900", "--heartbeat-interval-ms", "100",
+                                              "--stream-heartbeat-interval-ms", "900"},
+                                             milliseconds(10000));
+  EXPECT_EQ(bad_stream.exit_code, 2) << bad_stream.output;
+  EXPECT_NE(bad_stream.output.find("--stream-heartbeat-interval-ms must be 0 (lease-ms / 3) or "
+                                   "positive and below --lease-ms (900), got 900"),
+            std::string::npos)
+      << bad_stream.output;
 
   auto no_watch = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--max-watch-streams", "0"},
                                            milliseconds(10000));

@@ -24,6 +24,7 @@ class MembershipTest : public ::testing::Test {
     ASSERT_TRUE(m_.registerAgent(req, &reply, &changes_).ok());
     EXPECT_EQ(reply.lease_ms(), 5000u);
     EXPECT_EQ(reply.heartbeat_interval_ms(), 1000u);
+    EXPECT_EQ(reply.stream_heartbeat_interval_ms(), 1666u);  // lease / 3
     EXPECT_EQ(reply.agent_secret().size(), 32u);
     secrets_[id] = reply.agent_secret();
   }
