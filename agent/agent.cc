@@ -642,7 +642,7 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
   if (h.device_arena_bytes() > 0) grantDeviceOnLoop(c, h, f.mutable_welcome(), &device_fd);
   if (!h.direct_probe().empty()) grantDirectOnLoop(c, h, f.mutable_welcome());
   f.mutable_welcome()->set_max_bytes_in_flight(
-      bytesInFlightLimit(opts_.limits, c.arenaBytes() + (c.device ? c.device->bytes() : 0)));
+      bytesInFlightLimit(opts_.limits, c.allArenasBytes()));
   if (device_fd.valid()) fds.push_back(device_fd.get());
   st = c.send(f, fds);
   if (!st.isOk()) {

@@ -160,8 +160,8 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
     c.signalClient();
     return;
   }
-  const uint64_t bytes = descBytes(d);
-  const uint64_t arenas = c.arenaBytes() + (c.device ? c.device->bytes() : 0);
+  const uint64_t bytes = submitDescBytes(d);
+  const uint64_t arenas = c.allArenasBytes();
   Status q =
       checkSubmitQuota(RankQuota{static_cast<int64_t>(c.in_flight.size()), c.bytes_in_flight},
                        bytes, arenas, opts_.limits, job.globalRank(c.local_rank), job.id());

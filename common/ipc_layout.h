@@ -93,7 +93,8 @@ constexpr uint32_t kSubmitFlagUserMemory = 1u << 1;
 // The payload bytes a descriptor puts in flight: what the agent's per-rank
 // quota counts (--max-bytes-in-flight-mb, agent/ipc/limits.h) and what
 // libkolo holds its own submissions under (Welcome.max_bytes_in_flight).
-// An output at the input's offset (in place) is the same bytes.
+// An output at the input's offset (in place) is the same bytes. (The agent
+// counts validated descriptors only, whose sizes are bounded: no wrap.)
 inline uint64_t submitDescBytes(const SubmitDesc& d) {
   if (d.out_bytes == 0 || d.out_offset == d.data_offset) {
     return d.data_bytes > d.out_bytes ? d.data_bytes : d.out_bytes;

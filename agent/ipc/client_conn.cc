@@ -36,6 +36,10 @@ Status ClientConn::createArena(uint64_t bytes, const std::string& label) {
   return okStatus();
 }
 
+uint64_t ClientConn::allArenasBytes() const {
+  return arenaBytes() + (device ? device->bytes() : 0);
+}
+
 Status ClientConn::validate(const SubmitDesc& d) const {
   auto* hdr = reinterpret_cast<const ArenaHeader*>(arena_->data());
   (void)hdr;

@@ -43,6 +43,9 @@ class ClientConn {
   bool hasArena() const { return arena_ != nullptr; }
   const std::shared_ptr<SharedRegion>& arena() const { return arena_; }
   uint64_t arenaBytes() const { return arena_ ? arena_->size() : 0; }
+  // Its shared arena plus its device arena, if granted: the default of its
+  // bytes quota (agent/ipc/limits.h).
+  uint64_t allArenasBytes() const;
   int doorbellFd() const { return doorbell_.get(); }
   int completionFd() const { return completion_.get(); }
 

@@ -66,12 +66,6 @@ Status checkHelloBounds(const ipc::Hello& h, const AgentLimits& l) {
   return okStatus();
 }
 
-uint64_t descBytes(const SubmitDesc& d) {
-  // Validated: each region lies inside an arena (or, direct, inside the
-  // trainer's address space), so the sum cannot wrap.
-  return submitDescBytes(d);
-}
-
 uint64_t bytesInFlightLimit(const AgentLimits& l, uint64_t arena_bytes) {
   return l.max_bytes_in_flight > 0 ? l.max_bytes_in_flight : arena_bytes;
 }

@@ -34,9 +34,6 @@ struct RankQuota {
   uint64_t bytes = 0;
 };
 
-// The payload bytes a (validated) descriptor holds in the trainer's arenas.
-uint64_t descBytes(const SubmitDesc& d);
-
 // The bytes one rank may hold in flight: --max-bytes-in-flight-mb, or when
 // it is 0 the rank's arenas (`arena_bytes`, shared plus device). Sent to
 // libkolo in Welcome.max_bytes_in_flight, which holds its submissions

@@ -104,13 +104,13 @@ TEST(SubmitQuota, AnInPlaceOutputIsCountedOnce) {
   SubmitDesc d{};
   d.data_offset = 4096;
   d.data_bytes = 100;
-  EXPECT_EQ(descBytes(d), 100u);
+  EXPECT_EQ(submitDescBytes(d), 100u);
   d.out_offset = 4096;
   d.out_bytes = 100;
-  EXPECT_EQ(descBytes(d), 100u);
+  EXPECT_EQ(submitDescBytes(d), 100u);
   d.out_offset = 8192;
   d.out_bytes = 300;
-  EXPECT_EQ(descBytes(d), 400u);
+  EXPECT_EQ(submitDescBytes(d), 400u);
 }
 
 SubmitDesc named(const std::string& name) {
