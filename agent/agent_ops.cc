@@ -353,7 +353,8 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
   jw.generation = world.generation();
   jw.world_size = world.world_size();
   bool found = false;
-  if (world.agents_size() == 0 && world.local_sizes_size() > 0) {
+  if (world.agents_size() == 0 &&
+      (world.local_sizes_size() > 0 || world.local_size_runs_size() > 0)) {
     // A compact World (a job of more agents than the coordinator's
     // --brief-world-slots): local sizes by cross rank, and this agent's slot.
     Status st = compactJobWorld(world, opts_.agent_id, &jw, &found);

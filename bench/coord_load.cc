@@ -264,6 +264,7 @@ class Watcher final : public grpc::ClientReadReactor<coord::World> {
     req_.set_agent_id(a_->id);
     req_.set_token(a_->job->token);
     req_.set_brief(true);  // as coord_client.cc asks
+    req_.set_local_size_runs(true);
     a_->stub->async()->WatchJob(ctx, &req_, this);
     StartRead(&w_);
     StartCall();

@@ -172,7 +172,7 @@ grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req,
                                std::shared_ptr<WatchQueue> queue) {
   if (auto st = refuseIfShuttingDown(); !st.ok()) return st;
   coord::World world;
-  BriefForm brief{watch_limits_.brief_world_slots, req.agent_id()};
+  BriefForm brief{watch_limits_.brief_world_slots, req.agent_id(), req.local_size_runs()};
   grpc::Status st =
       membership_.world(req.job_id(), req.token(), &world, req.brief() ? &brief : nullptr);
   if (!st.ok()) return st;
@@ -197,7 +197,7 @@ grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req,
   }
   bool terminal = isTerminal(world);
   queue->push(std::move(world));
-  if (!terminal) watches_.add(req.job_id(), std::move(queue), req.brief());
+  if (!terminal) watches_.add(req.job_id(), std::move(queue), req.brief(), req.local_size_runs());
   log::get("coord")->debug("job {}: agent {} watches ({} watchers)", req.job_id(), req.agent_id(),
                            watches_.watcherCount(req.job_id()));
   return grpc::Status::OK;

@@ -62,6 +62,10 @@ void defineFlags(Config& config) {
               "Worlds pushed to kolo-agents list each agent's slot for jobs of at most this many "
               "agents; a larger job's World carries only the agents' local sizes and each "
               "agent's own slot (O(N) bytes per agent instead of O(N) slots)")
+      .define("watch-writer-threads", KnobType::kInt, "0",
+              "Threads that write the Worlds a job's change pushes to its watchers (one write "
+              "per agent), so that the loop goes on meanwhile; 0 = this machine's cores, at "
+              "least 2 and at most 8")
       .define("log-level", KnobType::kString, "",
               "Log level: info, or per subsystem 'warn,coord=debug' (overrides KOLO_LOG_LEVEL)");
 }
@@ -151,6 +155,12 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
         fmt::format("--brief-world-slots must be in 0..1000000, got {}", brief_slots));
   }
   o.watch_limits.brief_world_slots = static_cast<int>(brief_slots);
+  int64_t writers = config.getInt("watch-writer-threads");
+  if (writers < 0 || writers > 64) {
+    return invalidArgument(
+        fmt::format("--watch-writer-threads must be in 0..64 (0: the cores), got {}", writers));
+  }
+  o.watch_writer_threads = static_cast<int>(writers);
   o.tls_cert_file = config.getString("tls-cert");
   o.tls_key_file = config.getString("tls-key");
   o.tls_client_ca_file = config.getString("tls-client-ca");

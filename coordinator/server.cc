@@ -116,7 +116,8 @@ CoordinatorServer::CoordinatorServer(const ServerOptions& options, const Clock* 
   core_ = std::make_unique<Core>(&loop_, options.membership, clock, sink, options.watch_limits);
   core_->setCoalesceJobRecords(true);
   service_ = std::make_unique<CoordinatorService>(&loop_, core_.get(), &shutting_down_,
-                                                  std::move(auth_token), gate_.get());
+                                                  std::move(auth_token), gate_.get(),
+                                                  options.watch_writer_threads);
 }
 
 void CoordinatorServer::setHealth(bool serving) {

@@ -43,6 +43,8 @@ struct ServerOptions {
   MembershipOptions membership;
   // WatchJob streams served at once (RESOURCE_EXHAUSTED past them).
   WatchLimits watch_limits;
+  // Threads that write the Worlds a change pushes (0: min(8, max(2, cores))).
+  int watch_writer_threads = 0;
 
   // Durability: empty = in memory only. Otherwise the state is journaled in
   // this directory and recovered from it at start (coordinator/persist/).

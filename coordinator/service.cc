@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <thread>
 
 #include "common/log.h"
 #include "coordinator/membership/secrets.h"
@@ -355,8 +357,9 @@ grpc::ServerUnaryReactor* CoordinatorService::LeaveJob(grpc::CallbackServerConte
 // starts a write whenever none is in flight. Deletes itself in OnDone.
 class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  WatchReactor(EventLoop* loop, Core* core, coord::WatchJobRequest req)
+  WatchReactor(EventLoop* loop, Core* core, coord::WatchJobRequest req, WorkerPool* writers)
       : loop_(loop), core_(core), req_(std::move(req)), queue_(std::make_shared<WatchQueue>()) {
+    queue_->setWriters(writers);
     queue_->setListener([this] { pump(); });
   }
 
@@ -466,6 +469,11 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer buffer_;
 };
 
+int CoordinatorService::watchWritersFor(int requested) {
+  if (requested > 0) return requested;
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::WatchJob(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
   coord::WatchJobRequest req;
@@ -480,7 +488,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::WatchJob(
     st = *refused;
   }
   (void)ctx;
-  auto* reactor = new WatchReactor(loop_, core_, std::move(req));
+  auto* reactor = new WatchReactor(loop_, core_, std::move(req), &watch_writers_);
   if (!st.ok()) {
     reactor->Finish(st);
   } else {

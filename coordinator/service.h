@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/event_loop.h"
+#include "common/worker_pool.h"
 #include "coordinator/core.h"
 #include "coordinator/ha/leader_gate.h"
 #include "coordinator/persist/durable_notifier.h"
@@ -57,15 +58,21 @@ class CoordinatorService final : public CoordinatorServiceBase {
   // How long a handler waits for the loop to answer.
   static constexpr std::chrono::milliseconds kLoopTimeout{5000};
 
+  // The writers that start WatchJob writes: 0 = min(8, max(2, this
+  // machine's cores)).
+  static int watchWritersFor(int requested);
+
   CoordinatorService(EventLoop* loop, Core* core, const std::atomic<bool>* shutting_down,
-                     std::string auth_token = "", const ha::LeaderGate* gate = nullptr)
+                     std::string auth_token = "", const ha::LeaderGate* gate = nullptr,
+                     int watch_writer_threads = 0)
       : loop_(loop),
         core_(core),
         sink_(core->sink()),
         shutting_down_(shutting_down),
         auth_token_(std::move(auth_token)),
         gate_(gate),
-        notifier_(sink_ == nullptr ? nullptr : std::make_unique<persist::DurableNotifier>(sink_)) {}
+        notifier_(sink_ == nullptr ? nullptr : std::make_unique<persist::DurableNotifier>(sink_)),
+        watch_writers_("coord-watch", watchWritersFor(watch_writer_threads)) {}
 
   grpc::ServerUnaryReactor* RegisterAgent(grpc::CallbackServerContext* ctx,
                                           const coord::RegisterAgentRequest* req,
@@ -146,6 +153,12 @@ class CoordinatorService final : public CoordinatorServiceBase {
   std::recursive_mutex hb_mu_;
   std::set<HeartbeatStreamReactor*> hb_streams_;  // open
   std::optional<grpc::Status> hb_ended_;          // endHeartbeatStreams was called
+
+  // Start the WatchJob writes a change queues, so that the loop hands a
+  // seal's Worlds (one write per agent of the job) to them and goes on
+  // (WatchQueue::setWriters). Outlives the server's shutdown, which waits
+  // for the streams' last writes.
+  WorkerPool watch_writers_;
 };
 
 }  // namespace kolo::coordinator

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/worker_pool.h"
 #include "coordinator/membership/job.h"
 
 namespace kolo::coordinator {
@@ -34,7 +35,7 @@ void WatchQueue::push(std::shared_ptr<const PublishedWorld> world) {
     worlds_.push_back(std::move(world));
   }
   cv_.notify_all();
-  notify();
+  wake();
 }
 
 void WatchQueue::close(grpc::Status why) {
@@ -45,7 +46,15 @@ void WatchQueue::close(grpc::Status why) {
     close_status_ = std::move(why);
   }
   cv_.notify_all();
-  notify();
+  wake();
+}
+
+void WatchQueue::wake() {
+  if (writers_ == nullptr) {
+    notify();
+    return;
+  }
+  writers_->submit([self = shared_from_this()] { self->notify(); });
 }
 
 void WatchQueue::notify() {
@@ -84,8 +93,9 @@ grpc::Status WatchQueue::closeStatus() const {
   return close_status_;
 }
 
-void WatchHub::add(const std::string& job_id, std::shared_ptr<WatchQueue> queue, bool brief) {
-  watchers_[job_id].push_back({std::move(queue), brief});
+void WatchHub::add(const std::string& job_id, std::shared_ptr<WatchQueue> queue, bool brief,
+                   bool runs) {
+  watchers_[job_id].push_back({std::move(queue), brief, brief && runs});
   ++total_;
 }
 
@@ -99,25 +109,28 @@ void WatchHub::remove(const std::string& job_id, const WatchQueue* queue) {
 void WatchHub::publish(const coord::World& world) {
   auto it = watchers_.find(world.job_id());
   if (it == watchers_.end()) return;
-  std::shared_ptr<const PublishedWorld> full, brief;
+  // Built on first use: the full form, and the brief one with local_sizes
+  // or local_size_runs (both only while agents of two versions watch).
+  std::shared_ptr<const PublishedWorld> full, brief[2];
   for (Watcher& w : it->second) {
     if (!w.brief) {
       if (full == nullptr) full = std::make_shared<const PublishedWorld>(world);
       w.queue->push(full);
       continue;
     }
-    if (brief == nullptr) {
-      coord::World form = briefWorld(world, brief_world_slots_);
+    std::shared_ptr<const PublishedWorld>& form = brief[w.runs ? 1 : 0];
+    if (form == nullptr) {
+      coord::World b = briefWorld(world, brief_world_slots_, w.runs);
       std::unordered_map<std::string, grpc::Slice> selves;
-      if (isCompactWorld(form)) {
+      if (isCompactWorld(b)) {
         selves.reserve(static_cast<size_t>(world.agents_size()));
         for (const coord::AgentSlot& s : world.agents()) {
           selves.emplace(s.agent().agent_id(), grpc::Slice(selfSuffix(s)));
         }
       }
-      brief = std::make_shared<const PublishedWorld>(std::move(form), std::move(selves));
+      form = std::make_shared<const PublishedWorld>(std::move(b), std::move(selves));
     }
-    w.queue->push(brief);
+    w.queue->push(form);
   }
 }
 

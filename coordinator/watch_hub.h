@@ -34,6 +34,10 @@
 #include "coordinator/membership/job.h"
 #include "kolo/proto/coordinator.pb.h"
 
+namespace kolo {
+class WorkerPool;
+}
+
 namespace kolo::coordinator {
 
 // One World as published to every watcher of its job: the message and its
@@ -49,7 +53,7 @@ struct PublishedWorld {
   std::unordered_map<std::string, grpc::Slice> selves;
 };
 
-class WatchQueue {
+class WatchQueue : public std::enable_shared_from_this<WatchQueue> {
  public:
   enum class Next { kWorld, kClosed, kTimeout };
 
@@ -70,8 +74,14 @@ class WatchQueue {
   // asynchronous consumer can take() without polling. Clearing it (nullptr)
   // waits for a running call to return: after that `fn` is never called.
   void setListener(std::function<void()> fn);
+  // With `writers` (set before the first push; the queue is then owned by a
+  // shared_ptr), the listener runs on one of the writers' threads instead of
+  // the producer's: the loop hands a seal's thousands of writes to them and
+  // goes on (docs/coordinator.md, "Scale").
+  void setWriters(WorkerPool* writers) { writers_ = writers; }
 
  private:
+  void wake();
   void notify();
 
   mutable std::mutex mu_;
@@ -81,6 +91,7 @@ class WatchQueue {
   grpc::Status close_status_;
   std::mutex listener_mu_;  // held while the listener runs
   std::function<void()> listener_;
+  WorkerPool* writers_ = nullptr;
 };
 
 // How many WatchJob streams the coordinator serves at once: past them a new
@@ -99,8 +110,10 @@ class WatchHub {
  public:
   explicit WatchHub(int brief_world_slots = kBriefWorldSlotsDefault)
       : brief_world_slots_(brief_world_slots) {}
-  // `brief`: the queue gets briefWorld(w) of each World w published.
-  void add(const std::string& job_id, std::shared_ptr<WatchQueue> queue, bool brief = false);
+  // `brief`: the queue gets briefWorld(w) of each World w published; `runs`:
+  // its compact form with local_size_runs (WatchJobRequest.local_size_runs).
+  void add(const std::string& job_id, std::shared_ptr<WatchQueue> queue, bool brief = false,
+           bool runs = false);
   void remove(const std::string& job_id, const WatchQueue* queue);
   // Delivers the World to every watcher of its job (each form built and
   // serialized once).
@@ -114,6 +127,7 @@ class WatchHub {
   struct Watcher {
     std::shared_ptr<WatchQueue> queue;
     bool brief = false;
+    bool runs = false;
   };
   const int brief_world_slots_;
   std::map<std::string, std::vector<Watcher>> watchers_;

@@ -561,6 +561,7 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
       req.set_agent_id(self_.agent_id());
       req.set_token(token);
       req.set_brief(true);  // agent_ops.cc reads no addresses, and no agents before RUNNING
+      req.set_local_size_runs(true);  // compact_world.cc reads them
       if (ctx) prepare(*ctx);
       {
         std::lock_guard<std::mutex> lock(watch_mu_);

@@ -81,16 +81,24 @@ namespace {
 // The slots of a RUNNING brief World: listed, or compact (local sizes, and
 // `self`'s slot when self_agent_id names one of them).
 template <typename Slots>
-void briefSlots(const Slots& slots, int slots_max, const std::string& self_agent_id,
+void briefSlots(const Slots& slots, int slots_max, const std::string& self_agent_id, bool runs,
                 coord::World* w) {
   if (static_cast<int64_t>(slots.size()) <= slots_max) {
     w->mutable_agents()->Reserve(static_cast<int>(slots.size()));
     for (const coord::AgentSlot& s : slots) briefSlot(s, w->add_agents());
     return;
   }
-  w->mutable_local_sizes()->Reserve(static_cast<int>(slots.size()));
+  if (!runs) w->mutable_local_sizes()->Reserve(static_cast<int>(slots.size()));
   for (const coord::AgentSlot& s : slots) {
-    w->add_local_sizes(s.local_size());
+    if (!runs) {
+      w->add_local_sizes(s.local_size());
+    } else if (int n = w->local_size_runs_size();
+               n > 0 && w->local_size_runs(n - 1) == s.local_size()) {
+      w->set_local_size_runs(n - 2, w->local_size_runs(n - 2) + 1);
+    } else {
+      w->add_local_size_runs(1);
+      w->add_local_size_runs(s.local_size());
+    }
     if (!self_agent_id.empty() && s.agent().agent_id() == self_agent_id) {
       briefSlot(s, w->mutable_self());
     }
@@ -105,13 +113,13 @@ std::string selfSuffix(const coord::AgentSlot& slot) {
   return w.SerializeAsString();
 }
 
-coord::World briefWorld(const coord::World& world, int slots_max) {
+coord::World briefWorld(const coord::World& world, int slots_max, bool runs) {
   coord::World w;
   w.set_job_id(world.job_id());
   w.set_generation(world.generation());
   w.set_state(world.state());
   w.set_world_size(world.world_size());
-  if (world.state() == coord::RUNNING) briefSlots(world.agents(), slots_max, "", &w);
+  if (world.state() == coord::RUNNING) briefSlots(world.agents(), slots_max, "", runs, &w);
   w.set_reason(world.reason());
   w.set_min_size(world.min_size());
   w.set_max_size(world.max_size());
@@ -133,7 +141,7 @@ coord::World worldOf(const Job& job, const AgentRegistry& agents, const BriefFor
   w.set_world_size(job.world_size);
   if (brief != nullptr) {
     if (job.state == coord::RUNNING)
-      briefSlots(job.slots, brief->slots_max, brief->self_agent_id, &w);
+      briefSlots(job.slots, brief->slots_max, brief->self_agent_id, brief->runs, &w);
   } else {
     for (auto& s : currentSlots(job, agents)) *w.add_agents() = std::move(s);
   }

@@ -76,14 +76,17 @@ inline constexpr int kBriefWorldSlotsDefault = 256;
 struct BriefForm {
   int slots_max = kBriefWorldSlotsDefault;
   std::string self_agent_id;  // whose slot World.self carries (compact form)
+  bool runs = false;          // compact: World.local_size_runs, not local_sizes
 };
 // `brief` non-null: the brief form for that watcher.
 coord::World worldOf(const Job& job, const AgentRegistry& agents, const BriefForm* brief = nullptr);
 // The brief form of a full World, shared by every brief watcher (no self).
-coord::World briefWorld(const coord::World& world, int slots_max = kBriefWorldSlotsDefault);
+coord::World briefWorld(const coord::World& world, int slots_max = kBriefWorldSlotsDefault,
+                        bool runs = false);
 // Whether `world` is a compact brief World.
 inline bool isCompactWorld(const coord::World& world) {
-  return world.agents_size() == 0 && world.local_sizes_size() > 0;
+  return world.agents_size() == 0 &&
+         (world.local_sizes_size() > 0 || world.local_size_runs_size() > 0);
 }
 // The bytes that, appended to a serialized compact World, set its self to
 // `slot` (protobuf merges concatenated messages).

@@ -81,5 +81,52 @@ TEST(CompactWorld, ContradictionsAreInternalErrorsNamingTheJob) {
   EXPECT_NE(st.message().find("gives cross rank 1 0 ranks"), std::string::npos) << st.message();
 }
 
+// World.local_size_runs: (count, local size) pairs instead of local_sizes.
+TEST(CompactWorld, RunsReadAsTheLocalSizesTheyEncode) {
+  coord::World w = compact({}, "me", 4, 5, 4);
+  for (int v : {3, 1, 1, 2, 2, 4}) w.add_local_size_runs(v);  // 1 1 1 2 4 4
+  w.set_world_size(13);
+  JobWorld jw;
+  bool found = false;
+  ASSERT_TRUE(compactJobWorld(w, "me", &jw, &found).isOk());
+  EXPECT_TRUE(found);
+  EXPECT_EQ(jw.cross_size, 6);
+  EXPECT_EQ(jw.local_sizes, (std::vector<int>{1, 1, 1, 2, 4, 4}));
+  EXPECT_EQ(jw.rank_offsets, (std::vector<int>{0, 1, 2, 3, 5, 9}));
+  EXPECT_EQ(jw.cross_rank, 4);
+  EXPECT_EQ(jw.agents[4], "me (host host-me)");
+  EXPECT_EQ(jw.agents[5], "at cross rank 5");
+}
+
+TEST(CompactWorld, BadRunsAreInternalErrorsAndNeverExpandPastTheWorldSize) {
+  JobWorld jw;
+  bool found = false;
+  auto withRuns = [](std::vector<int> runs, int world_size) {
+    coord::World w = compact({}, "me", 0, 0, 1);
+    for (int v : runs) w.add_local_size_runs(v);
+    w.set_world_size(world_size);
+    return w;
+  };
+  Status st = compactJobWorld(withRuns({2, 1, 3}, 5), "me", &jw, &found);
+  EXPECT_EQ(st.code(), Code::kInternal);
+  EXPECT_NE(st.message().find("carries 3 local-size run numbers (expected (count, local size) "
+                              "pairs alone)"),
+            std::string::npos)
+      << st.message();
+  st = compactJobWorld(withRuns({0, 1}, 1), "me", &jw, &found);
+  EXPECT_NE(st.message().find("repeats a local size 0 times"), std::string::npos) << st.message();
+  // A count of 2^31-1 from a broken coordinator stops at the world size, at once.
+  st = compactJobWorld(withRuns({2147483647, 1}, 8), "me", &jw, &found);
+  EXPECT_EQ(st.code(), Code::kInternal);
+  EXPECT_NE(st.message().find("its agents' ranks pass its world size 8 at cross rank 8"),
+            std::string::npos)
+      << st.message();
+  coord::World both = withRuns({1, 1}, 2);
+  both.add_local_sizes(1);
+  st = compactJobWorld(both, "me", &jw, &found);
+  EXPECT_NE(st.message().find("2 local-size run numbers and local sizes"), std::string::npos)
+      << st.message();
+}
+
 }  // namespace
 }  // namespace kolo

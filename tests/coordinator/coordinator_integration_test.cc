@@ -752,7 +752,7 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
         "--stream-heartbeat-interval-ms", "--finished-job-retention-s", "--log-level",
         "--state-dir", "--state-compact-records", "--tls-cert", "--tls-key", "--tls-client-ca",
         "--auth-token-file", "--max-watch-streams", "--max-watch-streams-per-job",
-        "--brief-world-slots"}) {
+        "--brief-world-slots", "--watch-writer-threads"}) {
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
   }
   auto dump = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--dump-config", "--lease-ms=750"},
@@ -776,6 +776,14 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
                                    "positive and below --lease-ms (900), got 900"),
             std::string::npos)
       << bad_stream.output;
+
+  auto bad_writers = testing::runToCompletion(
+      KOLO_COORDINATOR_BIN, {"--watch-writer-threads", "-1"}, milliseconds(10000));
+  EXPECT_EQ(bad_writers.exit_code, 2) << bad_writers.output;
+  EXPECT_NE(
+      bad_writers.output.find("--watch-writer-threads must be in 0..64 (0: the cores), got -1"),
+      std::string::npos)
+      << bad_writers.output;
 
   auto no_watch = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--max-watch-streams", "0"},
                                            milliseconds(10000));

@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
+#include <vector>
+
+#include "common/worker_pool.h"
 
 namespace kolo::coordinator {
 namespace {
@@ -187,6 +192,83 @@ TEST(WatchHub, LargeJobsGetCompactBriefWorldsWithEachWatchersOwnSlot) {
   EXPECT_EQ(b->world.agents_size(), 3);
   EXPECT_EQ(b->world.local_sizes_size(), 0);
   EXPECT_TRUE(b->selves.empty());
+}
+
+// A watcher that asked for local_size_runs gets the compact World with the
+// runs (built once for all such watchers) and an older one the list, in the
+// same change; each with its own slot.
+TEST(WatchHub, CompactWorldsCarryRunsForWatchersThatReadThem) {
+  WatchHub hub(/*brief_world_slots=*/2);
+  auto runs1 = std::make_shared<WatchQueue>();
+  auto runs2 = std::make_shared<WatchQueue>();
+  auto list = std::make_shared<WatchQueue>();
+  hub.add("j", runs1, /*brief=*/true, /*runs=*/true);
+  hub.add("j", runs2, /*brief=*/true, /*runs=*/true);
+  hub.add("j", list, /*brief=*/true);
+  coord::World w = world("j", coord::RUNNING, 4);
+  const std::vector<int> sizes = {8, 8, 8, 4, 8, 8};
+  int offset = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    coord::AgentSlot* slot = w.add_agents();
+    slot->mutable_agent()->set_agent_id("agent-" + std::to_string(k));
+    slot->set_local_size(sizes[k]);
+    slot->set_rank_offset(offset);
+    slot->set_cross_rank(static_cast<int>(k));
+    offset += sizes[k];
+  }
+  w.set_world_size(offset);
+  hub.publish(w);
+  std::shared_ptr<const PublishedWorld> a, b, l;
+  ASSERT_EQ(runs1->take(&a), WatchQueue::Next::kWorld);
+  ASSERT_EQ(runs2->take(&b), WatchQueue::Next::kWorld);
+  ASSERT_EQ(list->take(&l), WatchQueue::Next::kWorld);
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_NE(a.get(), l.get());
+  EXPECT_TRUE(isCompactWorld(a->world));
+  EXPECT_EQ(a->world.local_sizes_size(), 0);
+  EXPECT_EQ(std::vector<int>(a->world.local_size_runs().begin(), a->world.local_size_runs().end()),
+            (std::vector<int>{3, 8, 1, 4, 2, 8}));
+  EXPECT_EQ(l->world.local_size_runs_size(), 0);
+  EXPECT_EQ(std::vector<int>(l->world.local_sizes().begin(), l->world.local_sizes().end()), sizes);
+  ASSERT_EQ(a->selves.size(), sizes.size());
+  ASSERT_EQ(l->selves.size(), sizes.size());
+  std::string wire(reinterpret_cast<const char*>(a->bytes.begin()), a->bytes.size());
+  const grpc::Slice& self = a->selves.at("agent-3");
+  wire.append(reinterpret_cast<const char*>(self.begin()), self.size());
+  coord::World got;
+  ASSERT_TRUE(got.ParseFromString(wire));
+  EXPECT_EQ(got.self().rank_offset(), 24);
+  EXPECT_EQ(got.self().local_size(), 4);
+  EXPECT_EQ(got.local_size_runs_size(), 6);
+}
+
+// With writers, the listener runs on a writer's thread, not the producer's,
+// once per push and close, and never after it is cleared.
+TEST(WatchQueue, WithWritersTheListenerRunsOnAWriterThread) {
+  WorkerPool writers("test-watch", 2);
+  auto q = std::make_shared<WatchQueue>();
+  q->setWriters(&writers);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::thread::id> ran;
+  q->setListener([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    ran.push_back(std::this_thread::get_id());
+    cv.notify_all();
+  });
+  q->push(world("j", coord::RUNNING, 1));
+  q->close(grpc::Status(grpc::StatusCode::ABORTED, "gone"));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return ran.size() == 2; }));
+    for (const auto& id : ran) EXPECT_NE(id, std::this_thread::get_id());
+  }
+  q->setListener(nullptr);
+  q->push(world("j", coord::RUNNING, 2));  // closed: dropped, and no listener
+  std::shared_ptr<const PublishedWorld> w;
+  EXPECT_EQ(q->take(&w), WatchQueue::Next::kWorld);
+  EXPECT_EQ(w->world.generation(), 1u);
+  EXPECT_EQ(q->take(&w), WatchQueue::Next::kClosed);
 }
 
 TEST(WatchQueue, ListenerRunsOnPushAndCloseUntilCleared) {
