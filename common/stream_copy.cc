@@ -1,7 +1,12 @@
 #include "common/stream_copy.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #if defined(__x86_64__) && defined(__SSE2__)
 #include <emmintrin.h>
@@ -10,9 +15,63 @@
 
 namespace kolo {
 
+namespace {
+
+// The L3 of cpu0 as sysfs gives it ("32768K"); sysconf's figure comes from
+// CPUID, which a VM may pass through from the host (320 MiB on the AMD VM
+// whose sysfs says 32 MiB), so it is only the fallback.
+size_t lastLevelCacheBytes() {
+  std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
+  std::string v;
+  if (in >> v && !v.empty()) {
+    size_t n = 0;
+    try {
+      n = std::stoull(v);
+    } catch (...) {
+      n = 0;
+    }
+    if (v.back() == 'K') n <<= 10;
+    if (v.back() == 'M') n <<= 20;
+    if (n > 0) return n;
+  }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 > 0) return static_cast<size_t>(l3);
+#endif
+  return 0;
+}
+
+void nonTemporalCopy(void* dst, const void* src, size_t bytes);
+
+}  // namespace
+
+size_t streamCopyCacheBudget() {
+  static const size_t budget =
+      std::clamp(lastLevelCacheBytes() / 4, kStreamCopyMinBytes, kStreamCopyMaxBudget);
+  return budget;
+}
+
+void arenaCopy(void* dst, const void* src, size_t bytes, size_t in_flight_bytes) {
+  if (bytes >= kStreamCopyMinBytes && bytes + in_flight_bytes > streamCopyCacheBudget()) {
+    nonTemporalCopy(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
 void streamCopy(void* dst, const void* src, size_t bytes) {
-#ifdef KOLO_STREAM_COPY_SSE2
   if (bytes >= kStreamCopyMinBytes) {
+    nonTemporalCopy(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
+namespace {
+
+void nonTemporalCopy(void* dst, const void* src, size_t bytes) {
+#ifdef KOLO_STREAM_COPY_SSE2
+  {
     auto* d = static_cast<char*>(dst);
     const auto* s = static_cast<const char*>(src);
     // Head: up to the destination's next 16-byte boundary.
@@ -40,5 +99,7 @@ void streamCopy(void* dst, const void* src, size_t bytes) {
 #endif
   std::memcpy(dst, src, bytes);
 }
+
+}  // namespace
 
 }  // namespace kolo

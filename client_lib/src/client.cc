@@ -568,8 +568,9 @@ void Client::handleCompletion(const CompletionDesc& c) {
     void* out = op.output;
     const char* src = op.result;
     uint64_t bytes = op.bytes;
+    const uint64_t others = bytes_in_flight_ - op.desc_bytes;  // still in flight besides this one
     lk.unlock();
-    streamCopy(out, src, bytes);
+    arenaCopy(out, src, bytes, others);
     lk.lock();
     it = ops_.find(c.handle);  // the table may have rehashed
   }

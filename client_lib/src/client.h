@@ -290,7 +290,8 @@ class Client {
   // descriptor and the op. `what` names the op in errors.
   Status prepareHost(const OpArgs& a, uint64_t bytes, const std::string& what,
                      Clock::time_point deadline, SubmitDesc* d, Op* op);
-  void copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot);
+  // `in_flight_bytes`: this process's collectives in flight (arenaCopy).
+  void copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot, uint64_t in_flight_bytes);
   StatusOr<uint64_t> allocateSlot(uint64_t bytes, const std::string& what,
                                   Clock::time_point deadline);
   // Device memory (client_device.cc): whether the op goes there, whether
