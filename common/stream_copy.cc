@@ -51,8 +51,8 @@ size_t streamCopyCacheBudget() {
   return budget;
 }
 
-void arenaCopy(void* dst, const void* src, size_t bytes, size_t in_flight_bytes) {
-  if (bytes >= kStreamCopyMinBytes && bytes + in_flight_bytes > streamCopyCacheBudget()) {
+void arenaCopy(void* dst, const void* src, size_t bytes, size_t node_bytes) {
+  if (bytes >= kStreamCopyMinBytes && node_bytes > streamCopyCacheBudget()) {
     nonTemporalCopy(dst, src, bytes);
   } else {
     std::memcpy(dst, src, bytes);

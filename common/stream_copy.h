@@ -34,13 +34,15 @@ void streamCopy(void* dst, const void* src, size_t bytes);
 inline constexpr size_t kStreamCopyMaxBudget = size_t{16} << 20;
 size_t streamCopyCacheBudget();
 
-// A copy between a trainer's tensor and the arena while `in_flight_bytes`
-// of this process's other collectives are in flight: non-temporal (as
-// streamCopy) only when the copy is at least kStreamCopyMinBytes and, with
-// those, passes streamCopyCacheBudget(). A lone 1-4 MiB allreduce then
-// stays in the cache for the agent's reduction and the result's reader
-// (1 MiB at N=2 went from 2.2 to ~5 GB/s busbw on the AMD VM); a model
-// step's gradients submitted together (hundreds of MB) still bypass it.
-void arenaCopy(void* dst, const void* src, size_t bytes, size_t in_flight_bytes);
+// A copy between a trainer's tensor and the arena while `node_bytes` are in
+// flight on this node, this copy included (libkolo estimates them as its
+// own collectives in flight times the node's ranks, which share the L3):
+// non-temporal (as streamCopy) only when the copy is at least
+// kStreamCopyMinBytes and `node_bytes` pass streamCopyCacheBudget(). A
+// lone 1-4 MiB allreduce then stays in the cache for the agent's reduction
+// and the result's reader (1 MiB at N=2 went from 2.2 to ~5 GB/s busbw on
+// the AMD VM); a model step's gradients submitted together (hundreds of
+// MB) still bypass it.
+void arenaCopy(void* dst, const void* src, size_t bytes, size_t node_bytes);
 
 }  // namespace kolo

@@ -568,9 +568,10 @@ void Client::handleCompletion(const CompletionDesc& c) {
     void* out = op.output;
     const char* src = op.result;
     uint64_t bytes = op.bytes;
-    const uint64_t others = bytes_in_flight_ - op.desc_bytes;  // still in flight besides this one
+    // In flight with this op: its bytes are still counted.
+    const uint64_t node_bytes = nodeBytesInFlightLocked(0);
     lk.unlock();
-    arenaCopy(out, src, bytes, others);
+    arenaCopy(out, src, bytes, node_bytes);
     lk.lock();
     it = ops_.find(c.handle);  // the table may have rehashed
   }
@@ -579,6 +580,10 @@ void Client::handleCompletion(const CompletionDesc& c) {
 
 uint64_t Client::maxInFlight() const {
   return std::min(submit_ring_.capacity(), completion_ring_.capacity());
+}
+
+uint64_t Client::nodeBytesInFlightLocked(uint64_t more) const {
+  return (bytes_in_flight_ + more) * static_cast<uint64_t>(std::max(1, world_.local_size));
 }
 
 bool Client::roomToPublishLocked(uint64_t desc_bytes) const {

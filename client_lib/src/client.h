@@ -290,8 +290,11 @@ class Client {
   // descriptor and the op. `what` names the op in errors.
   Status prepareHost(const OpArgs& a, uint64_t bytes, const std::string& what,
                      Clock::time_point deadline, SubmitDesc* d, Op* op);
-  // `in_flight_bytes`: this process's collectives in flight (arenaCopy).
-  void copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot, uint64_t in_flight_bytes);
+  // `node_bytes`: in flight on this node with the copy (arenaCopy).
+  void copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot, uint64_t node_bytes);
+  // What this node's ranks have in flight, with `more` bytes of this one:
+  // this process's collectives times the node's ranks (they share the L3).
+  uint64_t nodeBytesInFlightLocked(uint64_t more) const;
   StatusOr<uint64_t> allocateSlot(uint64_t bytes, const std::string& what,
                                   Clock::time_point deadline);
   // Device memory (client_device.cc): whether the op goes there, whether

@@ -260,10 +260,10 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   r.compressed = a.compressed;
   StatusOr<SlotPlan> planned = internalError("not planned");
   std::optional<uint64_t> slot_taken;
-  uint64_t in_flight_bytes = 0;  // this process's other collectives (arenaCopy)
+  uint64_t node_bytes = 0;  // in flight on this node with this copy (arenaCopy)
   {
     std::lock_guard<std::mutex> lock(mu_);
-    in_flight_bytes = bytes_in_flight_;
+    node_bytes = nodeBytesInFlightLocked(bytes);
     // Across agents with this rank alone on its agent, the arena path runs
     // the agents' ring in place on this rank's slot: as few copies as the
     // direct path, though here at submission, before the ring. From the
@@ -299,7 +299,7 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
     ASSIGN_OR_RETURN(slot, allocateSlot(plan.slot_bytes, what, deadline));
     op->slot = slot;
   }
-  copyIn(a, plan, slot, in_flight_bytes);
+  copyIn(a, plan, slot, node_bytes);
   *d = describeSubmit(r, plan, slot);
   // Direct: the agent writes the result into the output itself.
   op->result = plan.direct ? static_cast<const char*>(a.output)
@@ -312,8 +312,7 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   return okStatus();
 }
 
-void Client::copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot,
-                    uint64_t in_flight_bytes) {
+void Client::copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot, uint64_t node_bytes) {
   if (plan.header.bytes > 0) {
     std::memcpy(arena_.data() + plan.header.offset(slot), plan.header_src, plan.header.bytes);
   }
@@ -323,7 +322,7 @@ void Client::copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot,
     case CopyIn::kNone:
       break;
     case CopyIn::kPlain:
-      arenaCopy(dst, a.input, bytes, in_flight_bytes);
+      arenaCopy(dst, a.input, bytes, node_bytes);
       break;
     case CopyIn::kToFloat16:
     case CopyIn::kToBFloat16: {

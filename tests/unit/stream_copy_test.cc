@@ -42,8 +42,8 @@ TEST(StreamCopy, CopiesExactlyAtEveryAlignmentAndSize) {
 }
 
 // The budget is a quarter of the L3, within [kStreamCopyMinBytes,
-// kStreamCopyMaxBudget]; arenaCopy is exact on both of its paths (alone:
-// memcpy below the budget; with others in flight past it: non-temporal),
+// kStreamCopyMaxBudget]; arenaCopy is exact on both of its paths (memcpy
+// while the node's bytes in flight fit the budget, non-temporal past it),
 // around the threshold and unaligned.
 TEST(StreamCopy, ArenaCopyIsExactWithAndWithoutBytesInFlight) {
   const size_t budget = streamCopyCacheBudget();
@@ -53,10 +53,10 @@ TEST(StreamCopy, ArenaCopyIsExactWithAndWithoutBytesInFlight) {
   for (size_t n : {kStreamCopyMinBytes - 1, kStreamCopyMinBytes, kStreamCopyMinBytes + 77}) {
     std::vector<uint8_t> src(n + 16), dst(n + 64);
     for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 37 + (i >> 12));
-    for (size_t in_flight : {size_t{0}, budget, size_t{1} << 40}) {
+    for (size_t node_bytes : {size_t{0}, budget, size_t{1} << 40}) {
       std::memset(dst.data(), 0xEE, dst.size());
-      arenaCopy(dst.data() + 3, src.data() + 5, n, in_flight);
-      ASSERT_EQ(std::memcmp(dst.data() + 3, src.data() + 5, n), 0) << n << " " << in_flight;
+      arenaCopy(dst.data() + 3, src.data() + 5, n, node_bytes);
+      ASSERT_EQ(std::memcmp(dst.data() + 3, src.data() + 5, n), 0) << n << " " << node_bytes;
       for (size_t i = 0; i < 3; ++i) ASSERT_EQ(dst[i], 0xEE);
       for (size_t i = 3 + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xEE);
     }
