@@ -643,6 +643,10 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
   if (!h.direct_probe().empty()) grantDirectOnLoop(c, h, f.mutable_welcome());
   f.mutable_welcome()->set_max_bytes_in_flight(
       bytesInFlightLimit(opts_.limits, c.allArenasBytes()));
+  if (opts_.stream_copy_in && opts_.cross_pipeline_bytes > 0) {
+    c.streamed_min_bytes = opts_.cross_pipeline_bytes;
+    f.mutable_welcome()->set_streamed_min_bytes(c.streamed_min_bytes);
+  }
   if (device_fd.valid()) fds.push_back(device_fd.get());
   st = c.send(f, fds);
   if (!st.isOk()) {
@@ -796,6 +800,11 @@ void Agent::initMetrics() {
       "kolo_direct_bytes_total",
       "Payload bytes of allreduces the agent read in the trainers' own memory (direct user-memory path; "
       "one rank's tensor per op)");
+  op_metrics_.streamed_bytes =
+      &metrics_.counter("kolo_streamed_copy_bytes_total",
+                        "Payload bytes of allreduces across agents that the agent began while "
+                        "their trainers were still "
+                        "copying them into the arena (streamed copy-in; one rank's tensor per op)");
   op_metrics_.negotiation = &metrics_.histogram("kolo_negotiation_seconds",
                                                 "From a name's first local submission to node-ready");
 }

@@ -132,6 +132,7 @@ class Agent : private OpHost {
   uint64_t crossPipelineBytes() const override { return opts_.cross_pipeline_bytes; }
   void observeNegotiation(double seconds) override;
   void observeDirect(uint64_t bytes) override;
+  void observeStreamed(uint64_t bytes) override;
   void failJobForOpOnLoop(Job& job, const Status& st) override { failJobOnLoop(job, st, true); }
   Job* opJobOnLoop(const std::string& job_id) override;
   void offLoopThenOnLoop(std::function<Status()> work, std::function<void(Status)> then) override;
@@ -187,6 +188,7 @@ class Agent : private OpHost {
     metrics::Histogram* latency[kCollectives];
     metrics::Histogram* negotiation;
     metrics::Counter* direct_bytes;
+    metrics::Counter* streamed_bytes;
   } op_metrics_{};
   void initMetrics();
   std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;

@@ -93,6 +93,11 @@ void defineAgentKnobs(Config& c) {
               "agents' ring and the copy back into the ranks' slots overlap chunk by chunk "
               "(fusion-chunk-mb); "
               "0 = never")
+      .define("stream-copy-in", KnobType::kBool, "true",
+              "Across agents, trainers publish an allreduce of at least --cross-pipeline-kb before "
+              "copying it into the arena and the agent reads each chunk once it is there, so the "
+              "copy overlaps the negotiation and the ring (docs/architecture.md, \"Streamed "
+              "copy-in\"); false = copy first")
       .define("cycle-time-ms", KnobType::kDouble, "1",
               "Accepted for Horovod compatibility: kolo negotiates as soon as a name is ready, so "
               "no op waits for a cycle")
@@ -296,6 +301,7 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.cross_inline_bytes = static_cast<uint64_t>(c.getInt("cross-inline-bytes"));
   if (c.getInt("cross-pipeline-kb") < 0) return invalidArgument("--cross-pipeline-kb must be >= 0");
   o.cross_pipeline_bytes = static_cast<uint64_t>(c.getInt("cross-pipeline-kb")) << 10;
+  o.stream_copy_in = c.getBool("stream-copy-in");
   o.timeline_filename = c.getString("timeline-filename");
   // "%a" stands for the agent id, so several agents on one host can share a setting.
   o.timeline_filename = substitutePathToken(o.timeline_filename, "%a", o.agent_id);

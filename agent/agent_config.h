@@ -61,6 +61,9 @@ struct AgentOptions {
   uint64_t fusion_max_tensor_bytes = 1024 * 1024;
   uint64_t cross_inline_bytes = 256;
   uint64_t cross_pipeline_bytes = 8ull << 20;  // 0: no allreduce is pipelined across agents
+  // Trainers may publish a pipelined allreduce before its copy-in ends
+  // (Welcome.streamed_min_bytes = cross_pipeline_bytes; ipc_layout.h).
+  bool stream_copy_in = true;
   std::string timeline_filename;
   bool timeline_mark_cycles = false;
   std::string timeline_dir;  // every timeline file lies inside it (empty: timelines off)

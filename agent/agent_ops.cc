@@ -252,6 +252,7 @@ void Agent::offLoopThenOnLoop(std::function<Status()> work, std::function<void(S
 
 void Agent::observeNegotiation(double seconds) { op_metrics_.negotiation->observe(seconds); }
 void Agent::observeDirect(uint64_t bytes) { op_metrics_.direct_bytes->inc(bytes); }
+void Agent::observeStreamed(uint64_t bytes) { op_metrics_.streamed_bytes->inc(bytes); }
 
 void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
                          uint64_t bytes, const Status& st, DataType dtype, SteadyTime started,

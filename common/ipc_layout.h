@@ -89,6 +89,18 @@ constexpr uint32_t kMaxDeviceEvents = 64;
 // tensor is never copied into or out of the arena. Only for a client the
 // agent admitted to it (Welcome.direct_min_bytes > 0 after its probe).
 constexpr uint32_t kSubmitFlagUserMemory = 1u << 1;
+// kSubmitFlagStreamed ("streamed copy-in", docs/architecture.md): a host
+// allreduce across agents published *before* its input is in the arena.
+// The trainer copies the input into [data_offset, +data_bytes) in order,
+// after the descriptor, and counts the bytes copied so far in a
+// std::atomic<uint64_t> at data_offset - kStreamedHeaderBytes (release
+// stores; the slot starts there). The agent reads no byte of the input
+// before that count covers it, so the copy overlaps the agents'
+// negotiation and ring. Only for a client the agent told it may
+// (Welcome.streamed_min_bytes > 0), for data_bytes of at least that, and
+// only in a job across several agents.
+constexpr uint32_t kSubmitFlagStreamed = 1u << 2;
+constexpr uint64_t kStreamedHeaderBytes = 64;  // one cache line before the input
 
 // The payload bytes a descriptor puts in flight: what the agent's per-rank
 // quota counts (--max-bytes-in-flight-mb, agent/ipc/limits.h) and what

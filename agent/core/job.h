@@ -121,6 +121,9 @@ class Job {
     // agents' ring already ran (the other agents may have used the chunk),
     // so the whole job fails (CollectiveOp::finishedInSlotsOnLoop).
     std::shared_ptr<FirstError> read_error;
+    // Streamed copy-in: a rank was still copying its tensor into the arena
+    // when the op began (read_error then says if its copy stopped).
+    bool streamed = false;
     std::vector<std::shared_ptr<SharedRegion>> keepalive;
     std::unique_ptr<char[], void (*)(char*)> staging{nullptr, [](char*) {}};
     // A pipelined allreduce's staging buffer (shared with the negotiation

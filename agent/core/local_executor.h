@@ -4,13 +4,13 @@
 // across the worker pool, and completion is posted back to the loop.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "agent/core/cross_memory.h"
-
 #include "common/dtype.h"
 #include "common/event_loop.h"
 #include "common/shm.h"
@@ -39,6 +39,13 @@ class FirstError {
   Status st_;
 };
 
+// A rank's input that its trainer is still copying into the arena
+// (streamed copy-in, agent/core/streamed_input.h).
+struct StreamedSource {
+  const std::atomic<uint64_t>* copied = nullptr;  // bytes copied so far, in the rank's arena
+  int local_rank = 0;
+};
+
 struct LocalReduce {
   DataType dtype;
   ReduceOp op;
@@ -58,6 +65,10 @@ struct LocalReduce {
   std::vector<RemoteSpan> remote_slots;
   std::vector<RemoteSpan> remote_dsts;
   std::shared_ptr<FirstError> error;
+  // Sources still being copied in (their op is published first): only the
+  // cross-agent leg reads them, after StreamedInput::await (never
+  // reduceRange on its own).
+  std::vector<StreamedSource> streamed;
   // Cross-agent path only: runs on the loop once the agents' result is in
   // the slots, before the completions; its status is the op's (the device
   // path copies the staged result back to the GPU here).

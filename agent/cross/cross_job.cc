@@ -114,6 +114,7 @@ void CrossJob::abort(Status why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_.isOk()) aborted_ = why;
   }
+  quit_.store(true, std::memory_order_relaxed);
   backend_->abort(why);
   cv_.notify_all();
 }
@@ -579,7 +580,12 @@ void CrossJob::postOther(CrossWork w) {
                                "' reached the backend without its blocks"));
 }
 
+void CrossJob::awaitInput(const CrossWork& w, size_t end) const {
+  if (w.await_input) w.await_input(end, quit_, options_.collective_timeout);
+}
+
 void CrossJob::fillWhole(CrossWork& w) {
+  awaitInput(w, w.count);
   if (w.fill) {
     w.fill(0, w.count);
     w.fill = nullptr;
@@ -620,6 +626,7 @@ void CrossJob::postPipelined(CrossWork w) {
   char* base = static_cast<char*>(w.staging);
   const char* input = static_cast<const char*>(w.input);
   for (auto [b, e] : ranges) {
+    awaitInput(w, e);  // streamed copy-in: the trainers' copies run ahead of the ring
     if (w.fill && input == nullptr) w.fill(b, e);  // the local reduction of this chunk, while the previous one moves
     backend_->allreduceOutOfPlace(input != nullptr ? input + b * es : base + b * es, base + b * es, e - b, w.dtype,
                                   w.op, [this, name, tl, state, drain, b, e, es, keep = w.keep](Status st) {

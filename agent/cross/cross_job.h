@@ -74,6 +74,13 @@ struct CrossWork {
   // from `input` into `staging` and `fill` is skipped; otherwise `fill`
   // copies it in first.
   const void* input = nullptr;
+  // Streamed copy-in (agent/core/streamed_input.h): blocks until the local
+  // ranks' inputs hold elements [0, end), the job stops, or no byte came for
+  // `stall` (the op then fails the job). Called before anything reads
+  // elements below `end` (fill, the backend on the slot, packing); empty:
+  // the inputs are complete.
+  std::function<void(size_t end, const std::atomic<bool>& stop, std::chrono::milliseconds stall)>
+      await_input;
 };
 
 namespace timeline {
@@ -163,8 +170,12 @@ class CrossJob {
   // An unfused allreduce of at least the agreed pipeline_bytes: in chunks
   // (see CrossWork).
   void postPipelined(CrossWork work);
-  // Runs a work's whole `fill` (once) before anything reads its staging buffer.
-  static void fillWhole(CrossWork& w);
+  // Runs a work's whole `fill` (once) before anything reads its staging
+  // buffer, after its whole input is there (awaitInput).
+  void fillWhole(CrossWork& w);
+  // Streamed copy-in: waits until elements [0, end) of the work's input are
+  // in the arena (CrossWork::await_input; at once without one).
+  void awaitInput(const CrossWork& w, size_t end) const;
   // Consecutive allgathers, or reducescatters of one dtype and op: fused
   // while they fit the fusion threshold (cross_fuse_blocks.cc).
   void postBlocks(std::vector<CrossWork> works);
@@ -195,6 +206,8 @@ class CrossJob {
   std::deque<CrossWork> incoming_;
   std::atomic<bool> has_incoming_{false};  // !incoming_.empty(), for the spin without mu_
   bool stop_ = false;
+  // stop_ or an abort, for waits outside mu_ (awaitInput).
+  std::atomic<bool> quit_{false};
   bool joined_ = false;     // standing in for joined ranks (mu_)
   std::string join_name_;   // (mu_)
   Status aborted_;

@@ -75,6 +75,11 @@ Status ClientConn::validate(const SubmitDesc& d) const {
   if (d.prescale != d.prescale || d.postscale != d.postscale) {
     return invalidArgument("scale factors must not be NaN");
   }
+  if ((d.flags & kSubmitFlagStreamed) != 0 &&
+      (d.flags & (kSubmitFlagUserMemory | kSubmitFlagDevice)) != 0) {
+    return invalidArgument(
+        "malformed descriptor: only a tensor in the shared arena may be streamed into it");
+  }
   if ((d.flags & kSubmitFlagUserMemory) != 0) return validateDirect(d);
   if (gpu::isDevice(d)) {
     return gpu::validateDeviceDesc(d, device ? device->bytes() : 0, device ? device->events() : 0,
@@ -90,6 +95,25 @@ Status ClientConn::validate(const SubmitDesc& d) const {
   }
   if (!in_data(d.out_offset, d.out_bytes)) {
     return invalidArgument("malformed descriptor: output region is outside the arena");
+  }
+  if ((d.flags & kSubmitFlagStreamed) != 0) {
+    if (streamed_min_bytes == 0) {
+      return invalidArgument(
+          "malformed descriptor: a streamed copy-in from a trainer the agent did not allow it");
+    }
+    if (d.collective != static_cast<uint8_t>(CollectiveType::kAllreduce) ||
+        d.data_bytes < streamed_min_bytes) {
+      return invalidArgument("malformed descriptor: only a host allreduce of at least " +
+                             std::to_string(streamed_min_bytes) +
+                             " bytes may be streamed into the arena");
+    }
+    // The count of bytes copied: the cache line before the input.
+    if (d.data_offset % kDataAlignment != 0 ||
+        !in_data(d.data_offset - kStreamedHeaderBytes, kStreamedHeaderBytes)) {
+      return invalidArgument("malformed descriptor: a streamed input at " +
+                             std::to_string(d.data_offset) +
+                             " has no aligned copy count before it in the arena's data region");
+    }
   }
   if (d.collective == static_cast<uint8_t>(CollectiveType::kAllreduce) && d.out_bytes > 0 &&
       d.out_offset != d.data_offset) {

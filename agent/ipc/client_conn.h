@@ -97,6 +97,10 @@ class ClientConn {
   // trainer's probe with process_vm_readv at admission; descriptors with
   // kSubmitFlagUserMemory are refused otherwise.
   uint64_t direct_min_bytes = 0;
+  // Streamed copy-in (ipc_layout.h kSubmitFlagStreamed): > 0 once the
+  // Welcome allowed it, from this many bytes; descriptors with the flag are
+  // refused otherwise.
+  uint64_t streamed_min_bytes = 0;
   // Bounds (agent/ipc/limits.h): when the connection was accepted (the
   // handshake timeout), and the collectives this rank has in flight
   // (handle -> payload bytes), counted against its quotas.

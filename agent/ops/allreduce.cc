@@ -70,6 +70,22 @@ void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
     }
     r.slots.push_back(c->slot(d.data_offset));
     outs.push_back(oop ? c->slot(d.out_offset) : r.slots.back());
+    if ((d.flags & kSubmitFlagStreamed) != 0) {
+      // Still being copied in (validated: the count lies in the cache line
+      // before the input, inside the arena that r.keepalive keeps mapped).
+      r.streamed.push_back({reinterpret_cast<const std::atomic<uint64_t>*>(
+                                c->slot(d.data_offset - kStreamedHeaderBytes)),
+                            static_cast<int>(i)});
+    }
+  }
+  if (!r.streamed.empty() && job.world().cross_size == 1) {
+    // Only the cross-agent leg waits for a streamed input (libkolo streams
+    // only across agents): refuse rather than reduce a half-copied tensor.
+    host.finishOpOnLoop(job.id(), handles, 0,
+                        invalidArgument("allreduce of tensor '" + op.name +
+                                        "' was streamed into the arena in a job on one agent"),
+                        r.dtype, {}, CollectiveType::kAllreduce);
+    return;
   }
   if (out_of_place) r.dsts = outs;
   if (direct) r.error = std::make_shared<FirstError>();

@@ -4,6 +4,7 @@
 // op runs in place or is pipelined; then the job's negotiation thread
 // (CrossJob). Agent::onCrossDoneOnLoop and the op type's finishCrossOnLoop
 // take it from there.
+#include "agent/core/streamed_input.h"
 #include "agent/ops/cross_plan.h"
 #include "agent/ops/op.h"
 #include "agent/timeline/timeline.h"
@@ -47,6 +48,17 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
   p.leg = planCrossLeg(li);
   const CrossLegPlan leg = p.leg;
   if (li.direct && leg.pipelined) p.read_error = std::make_shared<FirstError>();
+  // Streamed copy-in: the trainers are still copying. Every plan a
+  // streamed op can have (an allreduce of at least the pipeline size, which
+  // ClientConn::validate checked) reads its input only on the negotiation
+  // thread, after CrossWork::await_input; the executor never sees it.
+  std::shared_ptr<StreamedInput> streamed;
+  if (!r.streamed.empty() && op.error.isOk()) {
+    if (!p.read_error) p.read_error = std::make_shared<FirstError>();
+    p.streamed = true;
+    streamed = std::make_shared<StreamedInput>(op.name, p.bytes, r.streamed, p.read_error);
+    host.observeStreamed(p.bytes);
+  }
   if (leg.pipelined && leg.needsStaging()) {
     p.shared_staging = staging::acquireShared(p.bytes);  // pooled: see common/staging_pool.h
   } else if (leg.needsStaging()) {
@@ -94,6 +106,13 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
       out->scratch = p.shared_staging;  // (null when in place)
       w.drain = [out](size_t b, size_t e) { reduceRange(*out, b, e - b); };
     }
+  }
+  if (streamed) {
+    const size_t es = dataTypeSize(r.dtype);
+    w.await_input = [streamed, keep = r.keepalive, es](size_t end, const std::atomic<bool>& stop,
+                                                       std::chrono::milliseconds stall) {
+      streamed->await(end * es, stop, stall);
+    };
   }
   w.count = op.error.isOk() ? r.count : 0;
   w.dtype = r.dtype;

@@ -27,11 +27,14 @@ bool CollectiveOp::finishedInSlotsOnLoop(OpHost& host, Job& job, const std::stri
                                          const std::shared_ptr<Job::CrossPending>& p,
                                          const CrossResult& result) {
   if (p->read_error && p->read_error->failed()) {
-    // Pipelined direct: a rank's tensor could not be read while the ring
-    // ran, so the other agents reduced an incomplete buffer: the job fails
-    // everywhere rather than let a wrong result stand.
-    Status st = p->read_error->get().withContext(std::string(collectiveName(p->collective)) + " of tensor '" +
-                                                 name + "' (direct user memory, read while the agents' ring ran)");
+    // Pipelined direct, or streamed copy-in: a rank's tensor could not be
+    // read (or was never wholly copied in) while the ring ran, so the other
+    // agents reduced an incomplete buffer: the job fails everywhere rather
+    // than let a wrong result stand.
+    Status st = p->read_error->get().withContext(
+        std::string(collectiveName(p->collective)) + " of tensor '" + name + "' (" +
+        (p->streamed ? "streamed copy-in" : "direct user memory") +
+        ", read while the agents' ring ran)");
     host.opTimeline().opEnd(name, p->dtype, {});
     host.finishOpOnLoop(job.id(), p->handles, 0, st, p->report_dtype, p->started, p->collective);
     host.failJobForOpOnLoop(job, st);

@@ -63,6 +63,9 @@ class OpHost {
   virtual void observeNegotiation(double seconds) = 0;
   // The direct user-memory path moved `bytes` of one rank's tensor in place.
   virtual void observeDirect(uint64_t bytes) = 0;
+  // A streamed copy-in began: `bytes` of one rank's tensor are read as its
+  // trainer copies them into the arena.
+  virtual void observeStreamed(uint64_t bytes) = 0;
   // Fails the whole job on every agent (its ranks get JobFailed).
   virtual void failJobForOpOnLoop(Job& job, const Status& st) = 0;
   // The job, or null once it is gone (an op that comes back to the loop).

@@ -268,6 +268,7 @@ Status Client::handshake() {
   }
   direct_min_bytes_ = opts_.direct != ClientOptions::Direct::kOff ? w.direct_min_bytes() : 0;
   direct_alone_min_bytes_ = direct_min_bytes_ > 0 ? w.direct_alone_min_bytes() : 0;
+  streamed_min_bytes_ = w.streamed_min_bytes();
   direct_error_ = w.direct_error();
   max_bytes_in_flight_ = w.max_bytes_in_flight();
   if (opts_.direct != ClientOptions::Direct::kOff && direct_min_bytes_ == 0 &&
@@ -598,12 +599,14 @@ void Client::finishOpLocked(std::unordered_map<uint64_t, Op>::iterator it, Statu
   --in_flight_;
   bytes_in_flight_ -= op.desc_bytes;
   op.desc_bytes = 0;
-  if (op.slot && alloc_->free(*op.slot)) ++space_epoch_;
-  op.slot.reset();
+  if (!op.copying) {  // (else copyStreamed frees it once its copy is done)
+    if (op.slot && alloc_->free(*op.slot)) ++space_epoch_;
+    op.slot.reset();
+  }
   names_in_flight_.erase(op.name);
   op.state = OpState::kDone;
   op.status = std::move(status);
-  if (op.released) ops_.erase(it);
+  if (op.released && !op.copying) ops_.erase(it);
   cv_.notify_all();
 }
 

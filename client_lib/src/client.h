@@ -246,6 +246,9 @@ class Client {
     DeviceClient::Staged staged;
     void* stream = nullptr;
     uint64_t desc_bytes = 0;  // counted in bytes_in_flight_ while in flight
+    // Streamed copy-in: the submitting thread still copies into the slot
+    // (published already), so the slot outlives the op's end until it is done.
+    bool copying = false;
   };
 
   explicit Client(ClientOptions opts);
@@ -286,10 +289,25 @@ class Client {
   // flight) / gives it back when the submission fails.
   Status reserveName(CollectiveType collective, const std::string& name);
   void releaseName(const std::string& name);
-  // Host memory: plans the slot, allocates it, copies in; fills the
-  // descriptor and the op. `what` names the op in errors.
+  // Streamed copy-in (ipc_layout.h kSubmitFlagStreamed): the copy that
+  // prepareHost left for after publish, and where its count of bytes
+  // copied lies.
+  struct StreamedCopy {
+    char* dst = nullptr;
+    const char* src = nullptr;
+    uint64_t bytes = 0;  // 0: nothing left to copy
+    std::atomic<uint64_t>* copied = nullptr;
+    uint64_t node_bytes = 0;
+  };
+  // Host memory: plans the slot, allocates it, copies in (or, streamed,
+  // leaves the copy in `streamed` for after publish); fills the descriptor
+  // and the op. `what` names the op in errors.
   Status prepareHost(const OpArgs& a, uint64_t bytes, const std::string& what,
-                     Clock::time_point deadline, SubmitDesc* d, Op* op);
+                     Clock::time_point deadline, SubmitDesc* d, Op* op, StreamedCopy* streamed);
+  // After publish: copies a streamed input in order, 1 MiB at a time,
+  // counting the bytes for the agent; then frees the slot if the op already
+  // ended meanwhile (it failed: finishOpLocked leaves a copying op's slot).
+  void copyStreamed(uint64_t handle, const StreamedCopy& s);
   // `node_bytes`: in flight on this node with the copy (arenaCopy).
   void copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot, uint64_t node_bytes);
   // What this node's ranks have in flight, with `more` bytes of this one:
@@ -335,6 +353,7 @@ class Client {
   char direct_probe_[16] = {};
   uint64_t direct_min_bytes_ = 0;
   uint64_t direct_alone_min_bytes_ = 0;  // across agents, this rank alone on its agent
+  uint64_t streamed_min_bytes_ = 0;      // Welcome.streamed_min_bytes (0: never)
   std::string direct_error_;
   uint64_t frames_seen_ = 0;       // drainer-only: ArenaHeader::frames_sent at the last socket read
   bool sock_readable_ = false;     // drainer-only: poll() reported the socket

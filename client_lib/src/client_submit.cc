@@ -6,6 +6,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "client.h"
 #include "client_text.h"
@@ -50,8 +51,9 @@ StatusOr<uint64_t> Client::submit(const OpArgs& args) {
   op.name = name;
   op.collective = collective;
   op.output = a.output;
+  StreamedCopy streamed;
   Status st = device ? prepareDevice(a, bytes, what, deadline, &d, &op)
-                     : prepareHost(a, bytes, what, deadline, &d, &op);
+                     : prepareHost(a, bytes, what, deadline, &d, &op, &streamed);
   d.handle = freshHandle();
   if (st.isOk()) st = publish(d, op, deadline, what);
   if (!st.isOk()) {
@@ -59,6 +61,7 @@ StatusOr<uint64_t> Client::submit(const OpArgs& args) {
     releaseName(name);
     return st;
   }
+  if (streamed.bytes > 0) copyStreamed(d.handle, streamed);
   return d.handle;
 }
 
@@ -244,7 +247,8 @@ SlotRequest slotRequest(const OpArgs& a, uint64_t bytes) {
 }
 
 Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& what,
-                           Clock::time_point deadline, SubmitDesc* d, Op* op) {
+                           Clock::time_point deadline, SubmitDesc* d, Op* op,
+                           StreamedCopy* streamed) {
   SlotRequest r = slotRequest(a, bytes);
   auto arenaOffset = [&](const void* p) -> std::optional<uint64_t> {
     const char* c = static_cast<const char*>(p);
@@ -261,9 +265,11 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   StatusOr<SlotPlan> planned = internalError("not planned");
   std::optional<uint64_t> slot_taken;
   uint64_t node_bytes = 0;  // in flight on this node with this copy (arenaCopy)
+  int cross_size = 1;
   {
     std::lock_guard<std::mutex> lock(mu_);
     node_bytes = nodeBytesInFlightLocked(bytes);
+    cross_size = world_.cross_size;
     // Across agents with this rank alone on its agent, the arena path runs
     // the agents' ring in place on this rank's slot: as few copies as the
     // direct path, though here at submission, before the ring. From the
@@ -291,25 +297,68 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   }
   RETURN_IF_ERROR(planned.status());
   const SlotPlan& plan = *planned;
+  // Streamed copy-in (docs/architecture.md): across agents, a large
+  // allreduce is published first and copied after, in order, with the
+  // count of bytes copied in the cache line before the input, so that the
+  // copy overlaps the agents' negotiation and ring (the agent reads each
+  // chunk once the count covers it).
+  const bool stream = streamed_min_bytes_ > 0 && cross_size > 1 && !slot_taken &&
+                      a.collective == static_cast<int>(CollectiveType::kAllreduce) &&
+                      plan.copy == CopyIn::kPlain && !plan.direct && plan.header.bytes == 0 &&
+                      plan.input.in_slot && plan.input.at == 0 &&
+                      plan.input.bytes >= streamed_min_bytes_ &&
+                      plan.slot_bytes + kStreamedHeaderBytes <= alloc_->capacity();
+  const uint64_t header = stream ? kStreamedHeaderBytes : 0;
   uint64_t slot = 0;
   if (slot_taken) {
     slot = *slot_taken;
     op->slot = slot;
   } else if (plan.slot_bytes > 0) {
-    ASSIGN_OR_RETURN(slot, allocateSlot(plan.slot_bytes, what, deadline));
+    ASSIGN_OR_RETURN(slot, allocateSlot(plan.slot_bytes + header, what, deadline));
     op->slot = slot;
   }
-  copyIn(a, plan, slot, node_bytes);
-  *d = describeSubmit(r, plan, slot);
+  const uint64_t base = slot + header;  // where the plan's pieces start
+  if (stream) {
+    auto* copied = new (arena_.data() + slot) std::atomic<uint64_t>(0);
+    op->copying = true;
+    *streamed = {arena_.data() + plan.input.offset(base), static_cast<const char*>(a.input),
+                 plan.input.bytes, copied, node_bytes};
+  } else {
+    copyIn(a, plan, slot, node_bytes);
+  }
+  *d = describeSubmit(r, plan, base);
+  if (stream) d->flags |= kSubmitFlagStreamed;
   // Direct: the agent writes the result into the output itself.
-  op->result = plan.direct ? static_cast<const char*>(a.output)
-                           : plan.result ? arena_.data() + plan.result->offset(slot) : nullptr;
-  op->shared_input = plan.shared_input ? arena_.data() + plan.input.offset(slot) : nullptr;
+  op->result = plan.direct   ? static_cast<const char*>(a.output)
+               : plan.result ? arena_.data() + plan.result->offset(base)
+                             : nullptr;
+  op->shared_input = plan.shared_input ? arena_.data() + plan.input.offset(base) : nullptr;
   op->bytes = plan.result_bytes;
   op->gather = plan.gather;
   op->gather_dim0 = plan.gather_dim0;
   if (a.compressed) op->decompress = a.dtype;
   return okStatus();
+}
+
+void Client::copyStreamed(uint64_t handle, const StreamedCopy& s) {
+  constexpr uint64_t kStep = uint64_t{1} << 20;  // the agent's chunks are 1 MiB or more
+  for (uint64_t done = 0; done < s.bytes;) {
+    const uint64_t n = std::min(kStep, s.bytes - done);
+    arenaCopy(s.dst + done, s.src + done, n, s.node_bytes);  // (non-temporal: fenced)
+    done += n;
+    s.copied->store(done, std::memory_order_release);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = ops_.find(handle);
+  if (it == ops_.end()) return;  // (a copying op is never erased)
+  Op& op = it->second;
+  op.copying = false;
+  if (op.state == OpState::kDone) {  // it failed while we copied: the slot is ours to free
+    if (op.slot && alloc_->free(*op.slot)) ++space_epoch_;
+    op.slot.reset();
+    if (op.released) ops_.erase(it);
+    cv_.notify_all();
+  }
 }
 
 void Client::copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot, uint64_t node_bytes) {

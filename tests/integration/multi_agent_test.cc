@@ -106,6 +106,48 @@ TEST(MultiAgentDirect, PipelinedAcrossAgentsIsExactAndAnUnreadableTensorFailsThe
       << bad[1].output();
 }
 
+// Streamed copy-in (docs/architecture.md): across agents, libkolo publishes
+// an allreduce of at least the agents' pipeline size (512 KiB here) before
+// it copies the tensor into the arena, and the agents read each chunk only
+// once the trainer's count of bytes copied covers it. kolo_check's direct
+// checks with the direct path off (every dtype and op around that size,
+// odd addresses, in and out of place, scaled, 12 async in flight) are exact
+// with one and two ranks on an agent, and the agents count streamed bytes;
+// with --stream-copy-in false the same checks pass and nothing streams.
+TEST(MultiAgentStreamed, CopyInOverlappingTheRingIsExact) {
+  auto streamedBytes = [](Cluster& c, int a) {
+    const std::string metrics = httpGet(c.agentMetrics(a), "/metrics");
+    const std::string key = "\nkolo_streamed_copy_bytes_total ";
+    const size_t at = metrics.find(key);
+    return at == std::string::npos ? -1.0 : std::strtod(metrics.c_str() + at + key.size(), nullptr);
+  };
+  for (const std::vector<int>& layout : {std::vector<int>{1, 1}, std::vector<int>{2, 1}}) {
+    Cluster c(2, {{"KOLO_CROSS_PIPELINE_KB", "512"}});
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks = c.launchMultiJob("xstream" + layoutName(layout), layout, {checkBin(), "direct"},
+                                  {{"KOLO_DIRECT", "off"}, {"KOLO_CHECK_THRESHOLD_KB", "512"}});
+    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 2);
+    for (auto& r : ranks) {
+      EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
+      EXPECT_NE(r.output().find("direct checks passed"), std::string::npos) << r.output();
+    }
+    for (int a = 0; a < 2; ++a) {
+      EXPECT_GT(streamedBytes(c, a), 0)
+          << "agent " << a << " streamed nothing (" << layoutName(layout) << ")";
+    }
+  }
+  Cluster c(2, {{"KOLO_CROSS_PIPELINE_KB", "512"}, {"KOLO_STREAM_COPY_IN", "false"}});
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("xstreamoff", {1, 1}, {checkBin(), "direct"},
+                                {{"KOLO_DIRECT", "off"}, {"KOLO_CHECK_THRESHOLD_KB", "512"}});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 2);
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
+    EXPECT_NE(r.output().find("direct checks passed"), std::string::npos) << r.output();
+  }
+  for (int a = 0; a < 2; ++a) EXPECT_EQ(streamedBytes(c, a), 0) << "agent " << a;
+}
+
 // Small cached allreduces travel inside the negotiation message
 // (--cross-inline-bytes): every dtype and op, many at once next to larger
 // ones, round after round, exact on every rank.
