@@ -76,7 +76,72 @@ persist::PersistedState Core::persistedStateOnLoop() const {
 void Core::recordOnLoop(persist::Record record) {
   if (sink_ == nullptr) return;
   last_seq_ = sink_->append(std::move(record));
-  if (sink_->wantsCompaction()) sink_->compact(persistedStateOnLoop());
+  if (sink_->wantsCompaction()) {
+    sink_->compact(persistedStateOnLoop());
+    journaled_jobs_.clear();
+  }
+}
+
+namespace {
+
+bool sameSlots(const std::vector<coord::AgentSlot>& a, const std::vector<coord::AgentSlot>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const coord::AgentSlot& x = a[i];
+    const coord::AgentSlot& y = b[i];
+    if (x.local_size() != y.local_size() || x.rank_offset() != y.rank_offset() ||
+        x.cross_rank() != y.cross_rank() || x.agent().agent_id() != y.agent().agent_id() ||
+        x.agent().hostname() != y.agent().hostname() ||
+        x.agent().rpc_address() != y.agent().rpc_address() ||
+        x.agent().data_address() != y.agent().data_address()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool sameMember(const JobMember& a, const JobMember& b) {
+  return a.agent_id == b.agent_id && a.local_size == b.local_size && a.left == b.left &&
+         a.info.agent_id() == b.info.agent_id() && a.info.hostname() == b.info.hostname() &&
+         a.info.rpc_address() == b.info.rpc_address() &&
+         a.info.data_address() == b.info.data_address();
+}
+
+}  // namespace
+
+void Core::recordJobOnLoop(const Job& job) {
+  if (sink_ == nullptr) return;
+  persist::Record r = persist::Record::jobState(job);
+  auto it = journaled_jobs_.find(job.id);
+  if (it == journaled_jobs_.end()) {
+    journaled_jobs_.emplace(job.id, Journaled{job.members, job.slots});
+  } else {
+    // Members are appended (joins) and marked (leaves) in place; a reseal
+    // that reorders or drops them writes the job whole.
+    std::vector<JobMember>& was = it->second.members;
+    std::vector<uint32_t> changed;
+    const size_t limit = std::max<size_t>(16, was.size() / 8);
+    bool delta = !was.empty() && job.members.size() >= was.size();
+    for (size_t i = 0; delta && i < was.size(); ++i) {
+      if (sameMember(was[i], job.members[i])) continue;
+      if (was[i].agent_id != job.members[i].agent_id || changed.size() >= limit) delta = false;
+      changed.push_back(static_cast<uint32_t>(i));
+    }
+    if (delta) {
+      r.members_from = static_cast<int64_t>(was.size());  // only the new ones, and the marked
+      for (uint32_t i : changed) {
+        r.members_changed.emplace_back(i, job.members[i]);
+        was[i] = job.members[i];
+      }
+      was.insert(was.end(), job.members.begin() + static_cast<std::ptrdiff_t>(was.size()),
+                 job.members.end());
+      r.same_slots = sameSlots(it->second.slots, job.slots);
+    } else {
+      was = job.members;
+    }
+    if (!r.same_slots) it->second.slots = job.slots;
+  }
+  recordOnLoop(std::move(r));
 }
 
 void Core::flushJobRecordsOnLoop() {
@@ -85,7 +150,7 @@ void Core::flushJobRecordsOnLoop() {
   dirty.swap(dirty_jobs_);
   // A job removed meanwhile was journaled by its removal.
   for (const std::string& id : dirty) {
-    if (const Job* job = membership_.findJob(id)) recordOnLoop(persist::Record::jobState(*job));
+    if (const Job* job = membership_.findJob(id)) recordJobOnLoop(*job);
   }
 }
 
@@ -112,10 +177,11 @@ void Core::applyOnLoop(const Changes& changes) {
       continue;
     }
     // A job removed by the same change is journaled by its removal below.
-    if (const Job* job = membership_.findJob(id)) recordOnLoop(persist::Record::jobState(*job));
+    if (const Job* job = membership_.findJob(id)) recordJobOnLoop(*job);
   }
   for (const Changes::Removed& r : changes.removed) {
     dirty_jobs_.erase(r.job_id);
+    journaled_jobs_.erase(r.job_id);
     recordOnLoop(persist::Record::jobRemoved(r.job_id));
   }
   if (!dirty_jobs_.empty() && !flush_posted_) {

@@ -12,6 +12,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "common/event_loop.h"
 #include "coordinator/kv_store.h"
@@ -92,6 +94,10 @@ class Core {
   // watchers of removed jobs.
   void applyOnLoop(const Changes& changes);
   void recordOnLoop(persist::Record record);
+  // A job's record: only the members after those its last record (since the
+  // last compaction) already holds unchanged (Record::members_from), so a
+  // job forming writes each member once.
+  void recordJobOnLoop(const Job& job);
   grpc::Status refuseIfShuttingDown() const;
 
   EventLoop* loop_;
@@ -106,6 +112,14 @@ class Core {
   bool shutting_down_ = false;
   bool coalesce_job_records_ = false;
   std::set<std::string> dirty_jobs_;  // touched, not yet journaled
+  // Each job's members and slots as its last record left them
+  // (recordJobOnLoop); cleared by a compaction, whose snapshot holds every
+  // job whole.
+  struct Journaled {
+    std::vector<JobMember> members;
+    std::vector<coord::AgentSlot> slots;
+  };
+  std::unordered_map<std::string, Journaled> journaled_jobs_;
   bool flush_posted_ = false;
 };
 

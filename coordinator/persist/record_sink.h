@@ -33,23 +33,29 @@ class MemorySink final : public RecordSink {
  public:
   uint64_t append(Record record) override {
     record.seq = ++seq_;
-    auto decoded = decodeRecord(encodeRecord(record));
+    const std::string line = encodeRecord(record);
+    bytes_ += line.size() + 1;
+    auto decoded = decodeRecord(line);
     if (!decoded.isOk()) {
       errors_ += decoded.status().message() + "\n";
       return seq_;
     }
-    applyRecord(*decoded, &state_);
+    Status applied = applyRecord(*decoded, &state_);
+    if (!applied.isOk()) errors_ += applied.message() + "\n";
     return seq_;
   }
   const PersistedState& state() const { return state_; }
   // Records that did not survive their own encoding (must stay empty).
   const std::string& errors() const { return errors_; }
   uint64_t seq() const { return seq_; }
+  // The journal's length so far, were these records its lines.
+  uint64_t bytes() const { return bytes_; }
 
  private:
   PersistedState state_;
   std::string errors_;
   uint64_t seq_ = 0;
+  uint64_t bytes_ = 0;
 };
 
 }  // namespace kolo::coordinator::persist

@@ -5,6 +5,8 @@
 #include <array>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <unordered_map>
 
 namespace kolo::coordinator::persist {
 
@@ -152,38 +154,73 @@ coord::JobState stateFromName(const std::string& s) {
   fail("unknown job state '" + s + "'");
 }
 
-json membersToJson(const std::vector<JobMember>& list) {
+json memberToJson(const JobMember& m) {
+  return json{{"agent_id", escapeString(m.agent_id)},
+              {"agent", agentToJson(m.info)},
+              {"local_size", m.local_size},
+              {"left", m.left}};
+}
+
+json membersToJson(const std::vector<JobMember>& list, size_t from = 0) {
   json members = json::array();
-  for (const JobMember& m : list) {
-    members.push_back(json{{"agent_id", escapeString(m.agent_id)},
-                           {"agent", agentToJson(m.info)},
-                           {"local_size", m.local_size},
-                           {"left", m.left}});
-  }
+  for (size_t i = from; i < list.size(); ++i) members.push_back(memberToJson(list[i]));
   return members;
+}
+
+JobMember memberFromJson(const json& m) {
+  JobMember member;
+  member.agent_id = stringField(m, "agent_id");
+  member.info = agentFromJson(field(m, "agent"));
+  member.local_size = static_cast<int32_t>(intField(m, "local_size", kI32Min, kI32Max));
+  member.left = boolField(m, "left");
+  return member;
 }
 
 std::vector<JobMember> membersFromJson(const json& j, const char* name) {
   std::vector<JobMember> out;
-  for (const json& m : arrayField(j, name)) {
-    JobMember member;
-    member.agent_id = stringField(m, "agent_id");
-    member.info = agentFromJson(field(m, "agent"));
-    member.local_size = static_cast<int32_t>(intField(m, "local_size", kI32Min, kI32Max));
-    member.left = boolField(m, "left");
-    out.push_back(std::move(member));
-  }
+  for (const json& m : arrayField(j, name)) out.push_back(memberFromJson(m));
   return out;
 }
 
-json jobToJson(const Job& job) {
-  json members = membersToJson(job.members);
+// The members a record lists (from `from` on) and the waiting agents, by
+// agent id (the first of each id).
+std::unordered_map<std::string_view, const JobMember*> membersById(const Job& job,
+                                                                   size_t from = 0) {
+  std::unordered_map<std::string_view, const JobMember*> by_id;
+  by_id.reserve(job.members.size() + job.waiting.size());
+  for (size_t i = from; i < job.members.size(); ++i)
+    by_id.emplace(job.members[i].agent_id, &job.members[i]);
+  for (const JobMember& m : job.waiting) by_id.emplace(m.agent_id, &m);
+  return by_id;
+}
+
+bool sameAgent(const coord::AgentInfo& a, const coord::AgentInfo& b) {
+  return a.agent_id() == b.agent_id() && a.hostname() == b.hostname() &&
+         a.rpc_address() == b.rpc_address() && a.data_address() == b.data_address();
+}
+
+// `members_from`: list members from there on only (Record::members_from);
+// `with_slots` false: no "slots" (Record::same_slots).
+json jobToJson(const Job& job, size_t members_from = 0, bool with_slots = true) {
+  json members = membersToJson(job.members, members_from);
   json slots = json::array();
+  // A slot names its agent by id when a member carries the same agent
+  // (always, once sealed): the agent's fields once per job record instead
+  // of twice. A job of 4096 agents wrote ~1.3 MB per record with both, a
+  // record etcd (--max-request-bytes 1.5 MiB) refuses a little further up.
+  const auto by_id = membersById(job, members_from);
   for (const coord::AgentSlot& s : job.slots) {
-    slots.push_back(json{{"agent", agentToJson(s.agent())},
-                         {"local_size", s.local_size()},
-                         {"rank_offset", s.rank_offset()},
-                         {"cross_rank", s.cross_rank()}});
+    if (!with_slots) break;
+    json slot{{"local_size", s.local_size()},
+              {"rank_offset", s.rank_offset()},
+              {"cross_rank", s.cross_rank()}};
+    auto m = by_id.find(s.agent().agent_id());
+    if (m != by_id.end() && sameAgent(m->second->info, s.agent())) {
+      slot["agent_id"] = escapeString(s.agent().agent_id());
+    } else {
+      slot["agent"] = agentToJson(s.agent());
+    }
+    slots.push_back(std::move(slot));
   }
   json out{{"id", escapeString(job.id)},
               {"token", escapeString(job.token)},
@@ -195,6 +232,7 @@ json jobToJson(const Job& job) {
               {"ended_unix_ms", job.ended_wall_ms},
               {"members", std::move(members)},
               {"slots", std::move(slots)}};
+  if (!with_slots) out.erase("slots");
   if (job.elastic()) {  // absent for fixed-size jobs (and in older journals)
     out["elastic"] = json{{"min_size", job.min_size},
                           {"max_size", job.max_size},
@@ -218,22 +256,36 @@ Job jobFromJson(const json& j) {
   job.created_wall_ms = intField(j, "created_unix_ms", kI64Min, kI64Max);
   job.ended_wall_ms = intField(j, "ended_unix_ms", kI64Min, kI64Max);
   job.members = membersFromJson(j, "members");
-  for (const json& s : arrayField(j, "slots")) {
+  const json* elastic = nullptr;
+  if (auto it = j.find("elastic"); it != j.end()) {
+    elastic = &*it;
+    if (elastic->contains("waiting")) job.waiting = membersFromJson(*elastic, "waiting");
+  }
+  const auto by_id = membersById(job);
+  static const json kNoSlots = json::array();  // (a record with same_slots)
+  for (const json& s : j.contains("slots") ? arrayField(j, "slots") : kNoSlots) {
     coord::AgentSlot slot;
-    *slot.mutable_agent() = agentFromJson(field(s, "agent"));
+    if (s.contains("agent")) {
+      *slot.mutable_agent() = agentFromJson(field(s, "agent"));
+    } else {  // by reference (jobToJson): the member's agent
+      const std::string id = stringField(s, "agent_id");
+      auto m = by_id.find(id);
+      if (m == by_id.end())
+        fail("a slot names agent '" + id + "', which is not a member of job '" + job.id + "'");
+      *slot.mutable_agent() = m->second->info;
+    }
     slot.set_local_size(static_cast<int32_t>(intField(s, "local_size", kI32Min, kI32Max)));
     slot.set_rank_offset(static_cast<int32_t>(intField(s, "rank_offset", kI32Min, kI32Max)));
     slot.set_cross_rank(static_cast<int32_t>(intField(s, "cross_rank", kI32Min, kI32Max)));
     job.slots.push_back(std::move(slot));
   }
-  if (auto it = j.find("elastic"); it != j.end()) {
-    const json& e = *it;
+  if (elastic != nullptr) {
+    const json& e = *elastic;
     job.min_size = static_cast<int32_t>(intField(e, "min_size", 1, kI32Max));
     job.max_size = static_cast<int32_t>(intField(e, "max_size", 0, kI32Max));
     job.elastic_timeout_ms = intField(e, "timeout_ms", 0, kI64Max);
     job.change = stringField(e, "change");
     job.below_min_wall_ms = intField(e, "below_min_unix_ms", -1, kI64Max);
-    if (e.contains("waiting")) job.waiting = membersFromJson(e, "waiting");
   }
   return job;
 }
@@ -269,6 +321,19 @@ Record recordFromJson(const json& j) {
   } else if (type == "job") {
     r.type = Record::Type::kJob;
     r.job = jobFromJson(field(j, "job"));
+    if (j.contains("members_from")) {
+      r.members_from = intField(j, "members_from", 0, kI32Max);
+      r.same_slots = j.contains("same_slots") && boolField(j, "same_slots");
+    }
+    if (!r.same_slots && !field(j, "job").contains("slots")) fail("a job record without its slots");
+    if (r.members_from >= 0) {
+      if (j.contains("members_changed")) {
+        for (const json& e : arrayField(j, "members_changed")) {
+          const auto index = static_cast<uint32_t>(intField(e, "index", 0, r.members_from - 1));
+          r.members_changed.emplace_back(index, memberFromJson(e));
+        }
+      }
+    }
   } else if (type == "job_removed") {
     r.type = Record::Type::kJobRemoved;
     r.id = stringField(j, "id");
@@ -288,11 +353,6 @@ json parseLine(std::string_view line) {
   if (j.is_discarded()) fail("not valid JSON");
   if (!j.is_object()) fail("not a JSON object");
   return j;
-}
-
-bool sameAgent(const coord::AgentInfo& a, const coord::AgentInfo& b) {
-  return a.agent_id() == b.agent_id() && a.hostname() == b.hostname() &&
-         a.rpc_address() == b.rpc_address() && a.data_address() == b.data_address();
 }
 
 bool sameJob(const Job& a, const Job& b) {
@@ -390,7 +450,23 @@ std::string encodeRecord(const Record& r) {
       j["id"] = escapeString(r.id);
       break;
     case Record::Type::kJob:
-      j["job"] = jobToJson(r.job);
+      if (r.members_from >= 0) {
+        const size_t from = std::min(static_cast<size_t>(r.members_from), r.job.members.size());
+        j["job"] = jobToJson(r.job, from, !r.same_slots);
+        j["members_from"] = from;
+        if (r.same_slots) j["same_slots"] = true;
+        if (!r.members_changed.empty()) {
+          json changed = json::array();
+          for (const auto& [index, m] : r.members_changed) {
+            json e = memberToJson(m);
+            e["index"] = index;
+            changed.push_back(std::move(e));
+          }
+          j["members_changed"] = std::move(changed);
+        }
+      } else {
+        j["job"] = jobToJson(r.job);
+      }
       break;
     case Record::Type::kKvPut:
       j["job"] = escapeString(r.id);
@@ -413,7 +489,7 @@ StatusOr<Record> decodeRecord(std::string_view line, bool legacy_ok) {
   }
 }
 
-void applyRecord(const Record& r, PersistedState* state) {
+Status applyRecord(const Record& r, PersistedState* state) {
   switch (r.type) {
     case Record::Type::kAgent:
       state->agents[r.agent.agent_id()] = r.agent;
@@ -428,7 +504,32 @@ void applyRecord(const Record& r, PersistedState* state) {
       state->agent_secrets.erase(r.id);
       break;
     case Record::Type::kJob:
-      state->jobs.insert_or_assign(r.job.id, r.job);
+      if (r.members_from >= 0) {
+        auto prev = state->jobs.find(r.job.id);
+        const size_t have = prev == state->jobs.end() ? 0 : prev->second.members.size();
+        const size_t from = static_cast<size_t>(r.members_from);
+        Job job = r.job;
+        std::vector<JobMember> members;
+        if (prev != state->jobs.end()) {
+          members.assign(
+              prev->second.members.begin(),
+              prev->second.members.begin() + static_cast<std::ptrdiff_t>(std::min(from, have)));
+        }
+        for (const auto& [index, m] : r.members_changed) {
+          if (index < members.size()) members[index] = m;
+        }
+        members.insert(members.end(), job.members.begin(), job.members.end());
+        job.members = std::move(members);
+        if (r.same_slots && prev != state->jobs.end()) job.slots = prev->second.slots;
+        state->jobs.insert_or_assign(r.job.id, std::move(job));
+        if (from > have) {
+          return invalidArgument(
+              fmt::format("job '{}' continues from member {} but its previous record has {}",
+                          r.job.id, from, have));
+        }
+      } else {
+        state->jobs.insert_or_assign(r.job.id, r.job);
+      }
       break;
     case Record::Type::kJobRemoved: {
       state->jobs.erase(r.id);
@@ -442,6 +543,7 @@ void applyRecord(const Record& r, PersistedState* state) {
       state->kv[{r.id, r.key}] = r.value;
       break;
   }
+  return okStatus();
 }
 
 std::string encodeSnapshot(const PersistedState& state, uint64_t seq) {
@@ -507,8 +609,10 @@ StatusOr<LoadedState> loadState(std::string_view snapshot, std::string_view jour
           header = true;
           return;
         }
-        applyRecord(recordFromJson(parseLine(checkedBody(line, snapshot_version < 2, &had_crc))),
-                    &out.state);
+        Status applied = applyRecord(
+            recordFromJson(parseLine(checkedBody(line, snapshot_version < 2, &had_crc))),
+            &out.state);
+        if (!applied.isOk()) fail(applied.message());
       } catch (const DecodeError& e) {
         fail(where(e.what));
       } catch (const json::exception& e) {
@@ -535,7 +639,8 @@ StatusOr<LoadedState> loadState(std::string_view snapshot, std::string_view jour
           fail(fmt::format("seq {} is not above the previous record's {}", r.seq, out.last_seq));
         }
         out.last_seq = r.seq;
-        applyRecord(r, &out.state);
+        Status applied = applyRecord(r, &out.state);
+        if (!applied.isOk()) fail(applied.message());
         ++out.journal_records;
       } catch (const DecodeError& e) {
         fail(fmt::format("{} line {}: {}", journal_name, number, e.what));

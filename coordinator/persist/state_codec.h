@@ -11,7 +11,14 @@
 //   {"seq":10,"type":"job_removed","id":JOB}
 //   {"seq":11,"type":"kv","job":JOB,"key":KEY,"value":HEX}
 // A "job" record carries the whole job as it is after the change, so replay
-// is "last record wins" and never re-runs the membership rules. Strings are
+// is "last record wins" and never re-runs the membership rules; except that
+// one with "members_from":K lists only members K.. and keeps the first K of
+// the job's previous record (the journal's own, or the snapshot's), but for
+// those in "members_changed" ([{"index":i, member}], i < K), and with
+// "same_slots":true its slots too (none written): a job forming
+// or its agents leaving write each member once or twice, not once per flush
+// (a job of 4096 agents wrote 140-200 MB of journal while it formed and
+// ended). Strings are
 // percent-escaped outside printable ASCII (so any bytes survive and a line
 // is always valid JSON); bytes fields are hex.
 //
@@ -37,6 +44,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "coordinator/membership/job.h"
@@ -65,6 +73,15 @@ struct Record {
   std::string secret;      // kAgent: the registration's agent secret
   std::string id;          // kAgentLost: agent id; kJobRemoved, kKvPut: job id
   Job job;                 // kJob
+  // kJob: >= 0 when the record lists only job.members[members_from..] (the
+  // earlier ones are the previous record's); -1: every member.
+  int64_t members_from = -1;
+  // kJob with members_from: the earlier members that changed since the
+  // previous record (index < members_from, the member as it is now).
+  std::vector<std::pair<uint32_t, JobMember>> members_changed;
+  // kJob with members_from: the slots are the previous record's (not
+  // written: "slots" absent, "same_slots":true).
+  bool same_slots = false;
   std::string key;         // kKvPut
   std::string value;       // kKvPut
 
@@ -81,8 +98,11 @@ std::string encodeRecord(const Record& r);
 // whose checksum matches. `legacy_ok`: a line without a checksum (format
 // version 1) is accepted too.
 StatusOr<Record> decodeRecord(std::string_view line, bool legacy_ok = false);
-// Applies a record to the state (the same effect the change had live).
-void applyRecord(const Record& r, PersistedState* state);
+// Applies a record to the state (the same effect the change had live). A
+// job record that continues members the state lacks (members_from past the
+// job's previous members, or no previous job) keeps what there is and says
+// so: InvalidArgument (loadState's error for a corrupt journal).
+Status applyRecord(const Record& r, PersistedState* state);
 
 // The snapshot text (header + records, each line ending in '\n').
 std::string encodeSnapshot(const PersistedState& state, uint64_t seq);

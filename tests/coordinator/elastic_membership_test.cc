@@ -292,7 +292,7 @@ TEST_F(ElasticMembershipTest, TheJournalKeepsTheElasticStateAndTheWait) {
   persist::PersistedState got;
   auto decoded = persist::decodeRecord(persist::encodeRecord(persist::Record::jobState(job)));
   ASSERT_TRUE(decoded.isOk()) << decoded.status().message();
-  persist::applyRecord(*decoded, &got);
+  ASSERT_TRUE(persist::applyRecord(*decoded, &got).isOk());
   const Job& back = got.jobs.at("job");
   EXPECT_EQ(back.min_size, 4);
   EXPECT_EQ(back.max_size, 6);
