@@ -303,7 +303,8 @@ class Run:
                    "KOLO_BACKEND": backend, "KOLO_BACKEND_TCP_ADDRESS": net.addr(i)}
             env.update(dict(kv.split("=", 1) for kv in self.a.agent_env.split()))
             alog = os.path.join(d, "agent-%d.log" % i)
-            agents.append((self.procs.start(ns, [self.bin + "/kolo-agent", "--socket", "%s/node%d.sock" % (d, i),
+            nice = ["nice", "-n", str(self.a.agent_nice)] if self.a.agent_nice else []
+            agents.append((self.procs.start(ns, nice + [self.bin + "/kolo-agent", "--socket", "%s/node%d.sock" % (d, i),
                                                  "--coordinator", coord, "--rpc-listen", "127.0.0.1:0",
                                                  "--ready-file", "%s/node%d.ready" % (d, i),
                                                  "--agent-id", "node%d" % i, "--hostname", "node%d" % i],
@@ -626,6 +627,9 @@ def main():
                          "default where it exists) or by its parameter count")
     ap.add_argument("--model-iters", type=int, default=3, help="timed steps for --model (default 3)")
     ap.add_argument("--agent-env", default="", help='extra "K=V ..." for the agents')
+    ap.add_argument("--agent-nice", type=int, default=0,
+                    help="run the agents under nice -n N (e.g. -5: the agents' threads before the "
+                         "trainers' copies, as a systemd unit's Nice= would; default 0)")
     ap.add_argument("-b", "--minbytes", default="16M")
     ap.add_argument("-e", "--maxbytes", default="256M")
     ap.add_argument("-n", "--iters", type=int, default=3, help="timed iterations per size (default 3)")
