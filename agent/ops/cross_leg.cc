@@ -115,6 +115,13 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
     };
   }
   w.count = op.error.isOk() ? r.count : 0;
+  if (streamed && leg.localStepFirst()) {
+    // Cannot happen (see above); were it to, the executor would read a
+    // half-copied tensor: every agent fails the op instead.
+    w.count = 0;
+    w.req.error = "allreduce of tensor '" + op.name +
+                  "': a streamed input reached the local step (internal error)";
+  }
   w.dtype = r.dtype;
   w.op = r.op;
   w.collective = static_cast<CollectiveType>(d0.collective);
