@@ -82,33 +82,6 @@ void Core::recordOnLoop(persist::Record record) {
   }
 }
 
-namespace {
-
-bool sameSlots(const std::vector<coord::AgentSlot>& a, const std::vector<coord::AgentSlot>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const coord::AgentSlot& x = a[i];
-    const coord::AgentSlot& y = b[i];
-    if (x.local_size() != y.local_size() || x.rank_offset() != y.rank_offset() ||
-        x.cross_rank() != y.cross_rank() || x.agent().agent_id() != y.agent().agent_id() ||
-        x.agent().hostname() != y.agent().hostname() ||
-        x.agent().rpc_address() != y.agent().rpc_address() ||
-        x.agent().data_address() != y.agent().data_address()) {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool sameMember(const JobMember& a, const JobMember& b) {
-  return a.agent_id == b.agent_id && a.local_size == b.local_size && a.left == b.left &&
-         a.info.agent_id() == b.info.agent_id() && a.info.hostname() == b.info.hostname() &&
-         a.info.rpc_address() == b.info.rpc_address() &&
-         a.info.data_address() == b.info.data_address();
-}
-
-}  // namespace
-
 void Core::recordJobOnLoop(const Job& job) {
   if (sink_ == nullptr) return;
   persist::Record r = persist::Record::jobState(job);
@@ -123,7 +96,7 @@ void Core::recordJobOnLoop(const Job& job) {
     const size_t limit = std::max<size_t>(16, was.size() / 8);
     bool delta = !was.empty() && job.members.size() >= was.size();
     for (size_t i = 0; delta && i < was.size(); ++i) {
-      if (sameMember(was[i], job.members[i])) continue;
+      if (persist::sameMember(was[i], job.members[i])) continue;
       if (was[i].agent_id != job.members[i].agent_id || changed.size() >= limit) delta = false;
       changed.push_back(static_cast<uint32_t>(i));
     }
@@ -135,7 +108,7 @@ void Core::recordJobOnLoop(const Job& job) {
       }
       was.insert(was.end(), job.members.begin() + static_cast<std::ptrdiff_t>(was.size()),
                  job.members.end());
-      r.same_slots = sameSlots(it->second.slots, job.slots);
+      r.same_slots = persist::sameSlots(it->second.slots, job.slots);
     } else {
       was = job.members;
     }

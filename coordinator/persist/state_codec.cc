@@ -194,23 +194,15 @@ std::unordered_map<std::string_view, const JobMember*> membersById(const Job& jo
   return by_id;
 }
 
-bool sameAgent(const coord::AgentInfo& a, const coord::AgentInfo& b) {
-  return a.agent_id() == b.agent_id() && a.hostname() == b.hostname() &&
-         a.rpc_address() == b.rpc_address() && a.data_address() == b.data_address();
-}
-
-// `members_from`: list members from there on only (Record::members_from);
-// `with_slots` false: no "slots" (Record::same_slots).
-json jobToJson(const Job& job, size_t members_from = 0, bool with_slots = true) {
-  json members = membersToJson(job.members, members_from);
+// A slot names its agent by id when a member the record lists carries the
+// same agent (always, once sealed): the agent's fields once per job record
+// instead of twice. A job of 4096 agents wrote ~1.3 MB per record with both,
+// a record etcd (--max-request-bytes 1.5 MiB) refuses a little further up.
+json slotsToJson(const Job& job, size_t members_from) {
   json slots = json::array();
-  // A slot names its agent by id when a member carries the same agent
-  // (always, once sealed): the agent's fields once per job record instead
-  // of twice. A job of 4096 agents wrote ~1.3 MB per record with both, a
-  // record etcd (--max-request-bytes 1.5 MiB) refuses a little further up.
+  if (job.slots.empty()) return slots;
   const auto by_id = membersById(job, members_from);
   for (const coord::AgentSlot& s : job.slots) {
-    if (!with_slots) break;
     json slot{{"local_size", s.local_size()},
               {"rank_offset", s.rank_offset()},
               {"cross_rank", s.cross_rank()}};
@@ -222,17 +214,22 @@ json jobToJson(const Job& job, size_t members_from = 0, bool with_slots = true) 
     }
     slots.push_back(std::move(slot));
   }
+  return slots;
+}
+
+// `members_from`: list members from there on only (Record::members_from);
+// `with_slots` false: no "slots" (Record::same_slots).
+json jobToJson(const Job& job, size_t members_from = 0, bool with_slots = true) {
   json out{{"id", escapeString(job.id)},
-              {"token", escapeString(job.token)},
-              {"world_size", job.world_size},
-              {"state", jobStateName(job.state)},
-              {"generation", job.generation},
-              {"reason", escapeString(job.reason)},
-              {"created_unix_ms", job.created_wall_ms},
-              {"ended_unix_ms", job.ended_wall_ms},
-              {"members", std::move(members)},
-              {"slots", std::move(slots)}};
-  if (!with_slots) out.erase("slots");
+           {"token", escapeString(job.token)},
+           {"world_size", job.world_size},
+           {"state", jobStateName(job.state)},
+           {"generation", job.generation},
+           {"reason", escapeString(job.reason)},
+           {"created_unix_ms", job.created_wall_ms},
+           {"ended_unix_ms", job.ended_wall_ms},
+           {"members", membersToJson(job.members, members_from)}};
+  if (with_slots) out["slots"] = slotsToJson(job, members_from);
   if (job.elastic()) {  // absent for fixed-size jobs (and in older journals)
     out["elastic"] = json{{"min_size", job.min_size},
                           {"max_size", job.max_size},
@@ -362,20 +359,32 @@ bool sameJob(const Job& a, const Job& b) {
       a.min_size != b.min_size || a.max_size != b.max_size ||
       a.elastic_timeout_ms != b.elastic_timeout_ms || a.change != b.change ||
       a.below_min_wall_ms != b.below_min_wall_ms || a.waiting.size() != b.waiting.size() ||
-      a.members.size() != b.members.size() || a.slots.size() != b.slots.size()) {
+      a.members.size() != b.members.size()) {
     return false;
   }
   for (size_t i = 0; i < a.members.size(); ++i) {
-    const JobMember& x = a.members[i];
-    const JobMember& y = b.members[i];
-    if (x.agent_id != y.agent_id || !sameAgent(x.info, y.info) || x.local_size != y.local_size ||
-        x.left != y.left) {
-      return false;
-    }
+    if (!sameMember(a.members[i], b.members[i])) return false;
   }
-  for (size_t i = 0; i < a.slots.size(); ++i) {
-    const coord::AgentSlot& x = a.slots[i];
-    const coord::AgentSlot& y = b.slots[i];
+  return sameSlots(a.slots, b.slots);
+}
+
+}  // namespace
+
+bool sameAgent(const coord::AgentInfo& a, const coord::AgentInfo& b) {
+  return a.agent_id() == b.agent_id() && a.hostname() == b.hostname() &&
+         a.rpc_address() == b.rpc_address() && a.data_address() == b.data_address();
+}
+
+bool sameMember(const JobMember& a, const JobMember& b) {
+  return a.agent_id == b.agent_id && sameAgent(a.info, b.info) && a.local_size == b.local_size &&
+         a.left == b.left;
+}
+
+bool sameSlots(const std::vector<coord::AgentSlot>& a, const std::vector<coord::AgentSlot>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const coord::AgentSlot& x = a[i];
+    const coord::AgentSlot& y = b[i];
     if (!sameAgent(x.agent(), y.agent()) || x.local_size() != y.local_size() ||
         x.rank_offset() != y.rank_offset() || x.cross_rank() != y.cross_rank()) {
       return false;
@@ -383,8 +392,6 @@ bool sameJob(const Job& a, const Job& b) {
   }
   return true;
 }
-
-}  // namespace
 
 bool PersistedState::operator==(const PersistedState& o) const {
   if (agents.size() != o.agents.size() || jobs.size() != o.jobs.size() || kv != o.kv ||

@@ -98,6 +98,13 @@ std::string encodeRecord(const Record& r);
 // whose checksum matches. `legacy_ok`: a line without a checksum (format
 // version 1) is accepted too.
 StatusOr<Record> decodeRecord(std::string_view line, bool legacy_ok = false);
+// Field-by-field equality of what a record keeps (the agent's info, a
+// member, a job's slots): replay checks, and Core's choice of what a job's
+// next record must repeat.
+bool sameAgent(const coord::AgentInfo& a, const coord::AgentInfo& b);
+bool sameMember(const JobMember& a, const JobMember& b);
+bool sameSlots(const std::vector<coord::AgentSlot>& a, const std::vector<coord::AgentSlot>& b);
+
 // Applies a record to the state (the same effect the change had live). A
 // job record that continues members the state lacks (members_from past the
 // job's previous members, or no previous job) keeps what there is and says

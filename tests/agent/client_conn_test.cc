@@ -48,6 +48,48 @@ TEST_F(ClientConnValidate, InPlaceAndDisjointOutOfPlaceAreAccepted) {
   EXPECT_TRUE(conn_.validate(allreduce(4096, 0, 1024)).isOk());
 }
 
+// A streamed copy-in (kSubmitFlagStreamed): accepted only from a trainer
+// the Welcome allowed, for an allreduce of at least the size it was told,
+// in the arena, with its count of bytes copied in the cache line before
+// the input; every refusal says which.
+TEST_F(ClientConnValidate, AStreamedInputIsRefusedUnlessAllowedLargeEnoughAndWithRoomForItsCount) {
+  SubmitDesc d = allreduce(4096, 0, 0);
+  d.flags = kSubmitFlagStreamed;
+  Status st = conn_.validate(d);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "malformed descriptor: a streamed copy-in from a trainer the agent did not allow it");
+
+  conn_.streamed_min_bytes = 1024;
+  EXPECT_TRUE(conn_.validate(d).isOk()) << conn_.validate(d).message();
+
+  conn_.streamed_min_bytes = 2048;  // 1024 bytes: too small
+  EXPECT_EQ(conn_.validate(d).message(),
+            "malformed descriptor: only a host allreduce of at least 2048 bytes may be streamed "
+            "into the arena");
+  conn_.streamed_min_bytes = 1024;
+  SubmitDesc b = d;
+  b.collective = static_cast<uint8_t>(CollectiveType::kBroadcast);
+  b.root = 0;
+  EXPECT_EQ(conn_.validate(b).message(),
+            "malformed descriptor: only a host allreduce of at least 1024 bytes may be streamed "
+            "into the arena");
+
+  SubmitDesc first = allreduce(0, 0, 0);  // no cache line before it in the data region
+  first.flags = kSubmitFlagStreamed;
+  EXPECT_EQ(conn_.validate(first).message(),
+            "malformed descriptor: a streamed input at " + std::to_string(base_) +
+                " has no aligned copy count before it in the arena's data region");
+  SubmitDesc odd = allreduce(4096 + 8, 0, 0);
+  odd.flags = kSubmitFlagStreamed;
+  EXPECT_EQ(conn_.validate(odd).code(), Code::kInvalidArgument);
+
+  SubmitDesc direct = d;
+  direct.flags |= kSubmitFlagUserMemory;
+  EXPECT_EQ(conn_.validate(direct).message(),
+            "malformed descriptor: only a tensor in the shared arena may be streamed into it");
+}
+
 TEST_F(ClientConnValidate, AnOutputOfAnotherSizeOrOverlappingTheInputIsMalformed) {
   Status st = conn_.validate(allreduce(0, 4096, 512));
   EXPECT_EQ(st.code(), Code::kInvalidArgument);

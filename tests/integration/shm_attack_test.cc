@@ -344,6 +344,47 @@ TEST(ShmAttack, AlltoallSplitMatrixRewrittenAfterSubmitIsNotUsed) {
   expectAgentUp(c);
 }
 
+// A streamed copy-in (kSubmitFlagStreamed) is for jobs across agents: in a
+// job on one agent the agent refuses it with its text, whatever the count
+// of bytes copied says, and the job goes on.
+TEST(ShmAttack, AStreamedAllreduceInAJobOnOneAgentIsRefused) {
+  Cluster c(1, {{"KOLO_CROSS_PIPELINE_KB", "64"}});
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto evil = joinJob(c, "evil");
+  ASSERT_EQ(evil.size(), 2u);
+  const int64_t rows = (64 << 10) / kRow;
+  SubmitDesc d[2];
+  for (int s = 0; s < 2; ++s) {
+    const uint64_t count = evil[s]->alloc(kStreamedHeaderBytes);
+    const uint64_t in = evil[s]->alloc(rows * kRow);
+    ASSERT_EQ(count + kStreamedHeaderBytes, in);
+    *reinterpret_cast<uint64_t*>(evil[s]->at(count)) = 1;  // "1 byte copied", never more
+    d[s] = evil[s]->desc(CollectiveType::kAllreduce, "x", rows, in, 0, 0);
+    d[s].flags = kSubmitFlagStreamed;
+  }
+  for (int s = 0; s < 2; ++s) ASSERT_TRUE(evil[s]->submit(d[s]));
+  for (int s = 0; s < 2; ++s) {
+    auto done = evil[s]->waitCompletion(d[s].handle);
+    ASSERT_TRUE(done.has_value()) << "rank " << s << " got no completion\n" << c.agentLog(0);
+    EXPECT_EQ(done->code, static_cast<int>(Code::kInvalidArgument)) << completionText(done);
+    EXPECT_EQ(std::string(done->msg, done->msg_len),
+              "allreduce of tensor 'x' was streamed into the arena in a job on one agent");
+  }
+  // The same allreduce without the flag: exact.
+  for (int s = 0; s < 2; ++s) {
+    d[s] = evil[s]->desc(CollectiveType::kAllreduce, "y", rows, d[s].data_offset, 0, 0);
+    for (int64_t i = 0; i < rows * kCols; ++i)
+      evil[s]->floats(d[s].data_offset)[i] = static_cast<float>(s + 1);
+    ASSERT_TRUE(evil[s]->submit(d[s]));
+  }
+  for (int s = 0; s < 2; ++s) {
+    auto done = evil[s]->waitCompletion(d[s].handle);
+    ASSERT_TRUE(done && done->code == 0) << completionText(done);
+    EXPECT_EQ(evil[s]->floats(d[s].data_offset)[rows * kCols - 1], 3.0f);
+  }
+  expectAgentUp(c);
+}
+
 TEST(ShmAttack, AllgatherSizesRewrittenAfterSubmitAreNotUsed) {
   Cluster c;
   ASSERT_TRUE(c.ok()) << c.error();
