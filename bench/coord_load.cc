@@ -361,6 +361,15 @@ class Coordinator {
     return false;
   }
   pid_t pid() const { return pid_; }
+  // Bytes of the files in its --state-dir (journal and snapshot).
+  uint64_t stateBytes() const {
+    std::error_code ec;
+    uint64_t total = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir_ / "state", ec)) {
+      if (e.is_regular_file(ec)) total += e.file_size(ec);
+    }
+    return total;
+  }
   // utime + stime in seconds.
   double cpuSeconds() const {
     std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
@@ -779,6 +788,7 @@ CaseRow runCase(const Options& o, int n, int nj) {
   for (auto& a : agents) {
     if (a->watch) static_cast<Watcher*>(a->watch.get())->waitDone(std::chrono::seconds(10));
   }
+  const double state_mb = static_cast<double>(coordinator.stateBytes()) / 1e6;
   coordinator.stop();
 
   row.registered = static_cast<int>(r.reg.count());
@@ -791,9 +801,10 @@ CaseRow runCase(const Options& o, int n, int nj) {
   Summary join = r.join.summary(), open = r.watch_open.summary();
   std::printf(
       "#   %d agents, %d jobs: JoinJob p50 %.1f p99 %.1f ms; WatchJob to its first World "
-      "p50 %.1f p99 %.1f ms; this tool used %.1f CPU s in %.1f s\n",
+      "p50 %.1f p99 %.1f ms; this tool used %.1f CPU s in %.1f s; the coordinator's state dir "
+      "(journal + snapshot) %.1f MB\n",
       n, nj, join.p50, join.p99, open.p50, open.p99, selfCpuSeconds() - tool_cpu0,
-      msSince(case_t0) / 1000);
+      msSince(case_t0) / 1000, state_mb);
   row.errors = r.errors.load() + r.hb_unknown.load();
   if (row.registered != n) fail("register: " + std::to_string(n - row.registered) + " failed");
   if (row.errors > 0) {
