@@ -647,6 +647,10 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
     c.streamed_min_bytes = opts_.cross_pipeline_bytes;
     f.mutable_welcome()->set_streamed_min_bytes(c.streamed_min_bytes);
   }
+  if (opts_.split_min_bytes > 0) {
+    c.split_min_bytes = opts_.split_min_bytes;
+    f.mutable_welcome()->set_split_min_bytes(c.split_min_bytes);
+  }
   if (device_fd.valid()) fds.push_back(device_fd.get());
   st = c.send(f, fds);
   if (!st.isOk()) {
@@ -681,6 +685,41 @@ void Agent::maybeSendWorldOnLoop(Job& job) {
   if (!job.ready() || !job.allLocalRanksArrived()) return;
   for (ClientConn* c : job.clients()) {
     if (c != nullptr && c->world_sent != job.world().generation) sendWorldOnLoop(job, *c);
+  }
+  maybeSendPeerArenasOnLoop(job);
+}
+
+// Split reduction (ipc_layout.h kSubmitFlagSplit): every local rank gets
+// read-only descriptors of all the job's arenas once they are all
+// connected, and again, with a new epoch, whenever a rank's connection was
+// replaced. Only in a job on this agent alone.
+void Agent::maybeSendPeerArenasOnLoop(Job& job) {
+  if (opts_.split_min_bytes == 0 || job.localSize() < 2 || job.world().cross_size != 1) return;
+  std::vector<uint64_t> conns;
+  for (ClientConn* c : job.clients()) {
+    if (c == nullptr || !c->hasArena() || c->split_min_bytes == 0) return;
+    conns.push_back(c->id());
+  }
+  if (conns == job.split_conns) return;
+  std::vector<UniqueFd> ro;
+  ipc::AgentFrame f;
+  auto* p = f.mutable_peers();
+  for (ClientConn* c : job.clients()) {
+    StatusOr<UniqueFd> fd = c->arena()->readOnlyFd();
+    if (!fd.isOk()) {
+      ipcLog()->warn("job {}: no split reduction: {}", job.id(), fd.status().toString());
+      return;
+    }
+    ro.push_back(std::move(*fd));
+    p->add_arena_bytes(c->arenaBytes());
+  }
+  job.split_conns = std::move(conns);
+  p->set_epoch(++job.split_epoch);
+  std::vector<int> fds;
+  for (const UniqueFd& fd : ro) fds.push_back(fd.get());
+  for (ClientConn* c : job.clients()) {
+    Status st = c->send(f, fds);
+    if (!st.isOk()) ipcLog()->warn("cannot send PeerArenas to pid {}: {}", c->pid(), st.toString());
   }
 }
 
@@ -805,6 +844,10 @@ void Agent::initMetrics() {
                         "Payload bytes of allreduces across agents that the agent began while "
                         "their trainers were still "
                         "copying them into the arena (streamed copy-in; one rank's tensor per op)");
+  op_metrics_.split_bytes =
+      &metrics_.counter("kolo_split_bytes_total",
+                        "Payload bytes of allreduces the ranks of a job on this agent reduced "
+                        "themselves, each its share (split reduction; the tensor's bytes per op)");
   op_metrics_.negotiation = &metrics_.histogram("kolo_negotiation_seconds",
                                                 "From a name's first local submission to node-ready");
 }

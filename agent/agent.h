@@ -103,6 +103,7 @@ class Agent : private OpHost {
   // Init is a rendezvous: trainers learn the World once the generation is
   // sealed, the backend (if any) is connected, and every local rank arrived.
   void maybeSendWorldOnLoop(Job& job);
+  void maybeSendPeerArenasOnLoop(Job& job);
 
   // jobs and collectives
   void onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w);
@@ -118,14 +119,16 @@ class Agent : private OpHost {
   void onCrossJoinDoneOnLoop(Job& job, const Job::CrossPending& p, const Status& st);
   // Runs every copy (or reduction) on the executor; `done` once all finished.
   void copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done);
-  void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
-                    uint64_t bytes, const Status& st, DataType dtype = DataType::kFloat32,
-                    SteadyTime started = {}, CollectiveType collective = CollectiveType::kAllreduce);
+  void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles, uint64_t bytes,
+                    const Status& st, DataType dtype = DataType::kFloat32, SteadyTime started = {},
+                    CollectiveType collective = CollectiveType::kAllreduce, int64_t aux = 0);
   // OpHost (agent/ops/op.h): what the op types use of the agent.
   timeline::Timeline& opTimeline() override;
   void finishOpOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
                       uint64_t bytes, const Status& st, DataType dtype, SteadyTime started,
                       CollectiveType collective) override;
+  void finishSplitOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
+                         uint64_t bytes, int64_t aux, DataType dtype, SteadyTime started) override;
   void reduceOpOnLoop(LocalReduce r, std::function<void()> done) override;
   void copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) override;
   void handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) override;
@@ -140,7 +143,7 @@ class Agent : private OpHost {
   void failJobOnLoop(Job& job, const Status& st, bool tell_coordinator);
   void endJobForRankOnLoop(Job& job, int local_rank);
   void maybeRemoveJobOnLoop(const std::string& job_id);
-  void completeOnLoop(ClientConn& c, uint64_t handle, const Status& st);
+  void completeOnLoop(ClientConn& c, uint64_t handle, const Status& st, int64_t aux = 0);
   void startCrossOnLoop(Job& job);
   // After the local step of a cross-agent collective: gives `w` to the job's
   // negotiation thread if the job is still in generation `gen`, else fails it.
@@ -189,6 +192,7 @@ class Agent : private OpHost {
     metrics::Histogram* negotiation;
     metrics::Counter* direct_bytes;
     metrics::Counter* streamed_bytes;
+    metrics::Counter* split_bytes;
   } op_metrics_{};
   void initMetrics();
   std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;

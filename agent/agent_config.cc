@@ -98,6 +98,11 @@ void defineAgentKnobs(Config& c) {
               "copying it into the arena and the agent reads each chunk once it is there, so the "
               "copy overlaps the negotiation and the ring (docs/architecture.md, \"Streamed "
               "copy-in\"); false = copy first")
+      .define("split-min-kb", KnobType::kInt, "256",
+              "In a job on one agent, an allreduce of at least this many KiB in the trainers' own "
+              "memory is reduced by the ranks themselves, each its share, reading the others' "
+              "arenas (docs/architecture.md, \"Split reduction\"); 0 = the agent reduces "
+              "every tensor")
       .define("cycle-time-ms", KnobType::kDouble, "1",
               "Accepted for Horovod compatibility: kolo negotiates as soon as a name is ready, so "
               "no op waits for a cycle")
@@ -302,6 +307,8 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   if (c.getInt("cross-pipeline-kb") < 0) return invalidArgument("--cross-pipeline-kb must be >= 0");
   o.cross_pipeline_bytes = static_cast<uint64_t>(c.getInt("cross-pipeline-kb")) << 10;
   o.stream_copy_in = c.getBool("stream-copy-in");
+  if (c.getInt("split-min-kb") < 0) return invalidArgument("--split-min-kb must be >= 0");
+  o.split_min_bytes = static_cast<uint64_t>(c.getInt("split-min-kb")) << 10;
   o.timeline_filename = c.getString("timeline-filename");
   // "%a" stands for the agent id, so several agents on one host can share a setting.
   o.timeline_filename = substitutePathToken(o.timeline_filename, "%a", o.agent_id);

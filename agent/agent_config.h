@@ -64,6 +64,10 @@ struct AgentOptions {
   // Trainers may publish a pipelined allreduce before its copy-in ends
   // (Welcome.streamed_min_bytes = cross_pipeline_bytes; ipc_layout.h).
   bool stream_copy_in = true;
+  // In a job on one agent, the ranks reduce a host allreduce of at least
+  // this many bytes themselves, each its share (split reduction,
+  // ipc_layout.h kSubmitFlagSplit; Welcome.split_min_bytes). 0: never.
+  uint64_t split_min_bytes = 256ull << 10;
   std::string timeline_filename;
   bool timeline_mark_cycles = false;
   std::string timeline_dir;  // every timeline file lies inside it (empty: timelines off)

@@ -23,12 +23,12 @@ log::RateLimiter g_quota_log;
 log::RateLimiter g_backlog_log;
 }  // namespace
 
-void Agent::completeOnLoop(ClientConn& c, uint64_t handle, const Status& st) {
+void Agent::completeOnLoop(ClientConn& c, uint64_t handle, const Status& st, int64_t aux) {
   if (auto it = c.in_flight.find(handle); it != c.in_flight.end()) {
     c.bytes_in_flight -= it->second;
     c.in_flight.erase(it);
   }
-  c.complete(handle, st);
+  c.complete(handle, st, aux);
   c.flushCompletions();
   c.signalClient();
 }
@@ -254,9 +254,15 @@ void Agent::observeNegotiation(double seconds) { op_metrics_.negotiation->observ
 void Agent::observeDirect(uint64_t bytes) { op_metrics_.direct_bytes->inc(bytes); }
 void Agent::observeStreamed(uint64_t bytes) { op_metrics_.streamed_bytes->inc(bytes); }
 
+void Agent::finishSplitOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
+                              uint64_t bytes, int64_t aux, DataType dtype, SteadyTime started) {
+  if (aux == kSplitGo) op_metrics_.split_bytes->inc(bytes);
+  finishOnLoop(job_id, handles, bytes, okStatus(), dtype, started, CollectiveType::kAllreduce, aux);
+}
+
 void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
                          uint64_t bytes, const Status& st, DataType dtype, SteadyTime started,
-                         CollectiveType collective) {
+                         CollectiveType collective, int64_t aux) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
@@ -265,7 +271,12 @@ void Agent::finishOnLoop(const std::string& job_id, const std::vector<uint64_t>&
   if (st.isOk() && job.state() == JobState::kFailed) final_st = job.failure();
   for (size_t r = 0; r < handles.size(); ++r) {
     ClientConn* c = job.client(static_cast<int>(r));
-    if (c != nullptr && handles[r] != 0) completeOnLoop(*c, handles[r], final_st);  // 0: a joined rank
+    if (c != nullptr && handles[r] != 0)
+      completeOnLoop(*c, handles[r], final_st, final_st.isOk() ? aux : 0);  // 0: a joined rank
+  }
+  if (final_st.isOk() && aux == kSplitRetry) {  // not done: it comes back whole
+    maybeRemoveJobOnLoop(job_id);
+    return;
   }
   const int dti = static_cast<int>(dtype);
   const int ci = static_cast<int>(collective);

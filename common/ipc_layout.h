@@ -15,6 +15,7 @@
 // Offsets are relative to the arena start.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -26,8 +27,9 @@ namespace kolo {
 
 constexpr uint32_t kArenaMagic = 0x4b4f4c41;  // "KOLA"
 // 2: SubmitDesc gained the group fields; 3: generation; 4: the header's
-// wake-up flags (agent_polling, client_waiting honoured, frames_sent).
-constexpr uint32_t kIpcProtocolVersion = 4;
+// wake-up flags (agent_polling, client_waiting honoured, frames_sent);
+// 5: SubmitDesc.split_epoch (split reduction).
+constexpr uint32_t kIpcProtocolVersion = 5;
 constexpr size_t kMaxNameBytes = 255;
 constexpr int kMaxDims = 8;
 constexpr size_t kMaxErrorBytes = 440;
@@ -75,6 +77,9 @@ struct SubmitDesc {
   // An elastic job's agent refuses an op of another generation with
   // MEMBERSHIP_CHANGED (docs/elastic.md).
   uint64_t generation;
+  // Split reduction (kSubmitFlagSplit): the PeerArenas frame whose mappings
+  // this rank will read the other ranks' slots through. 0 otherwise.
+  uint64_t split_epoch;
 };
 
 // SubmitDesc.flags. kSubmitFlagDevice: data_offset/out_offset refer to the
@@ -101,6 +106,52 @@ constexpr uint32_t kSubmitFlagUserMemory = 1u << 1;
 // only in a job across several agents.
 constexpr uint32_t kSubmitFlagStreamed = 1u << 2;
 constexpr uint64_t kStreamedHeaderBytes = 64;  // one cache line before the input
+
+// kSubmitFlagSplit ("split reduction", docs/architecture.md): a host
+// allreduce in a job on one agent that the ranks reduce themselves, each
+// its own share, instead of the agent. Element range splitShare(i) of the
+// tensor is local rank i's share. The trainer copies every share but its
+// own into its slot [data_offset, +data_bytes) before it publishes (its own
+// stays in its memory), and the slot is preceded by a SplitHeader of
+// splitHeaderBytes(local size). Once every local rank published the name,
+// the agent writes each rank's slot offset into every rank's header and
+// completes the op with aux kSplitGo: each rank then reduces its share
+// (its own tensor and the others' slots, read through the read-only
+// mappings of the PeerArenas frame of split_epoch) into its output and its
+// slot, sets `reduced`, copies the other shares out of their owners' slots
+// as each owner's `reduced` appears, and sets `done`; it frees its slot
+// once every other rank is done. The flags hold the op's `seq` (the agent's,
+// new for every split op of the job), so a header whose `seq` changed
+// (its owner freed the slot and used the place again) also means done. If the op cannot run split
+// (a joined rank, a rank that did not split it, another epoch) every rank's op completes with aux
+// kSplitRetry and the trainers resubmit it whole, unflagged. Only for a client the agent told it
+// may (Welcome.split_min_bytes > 0).
+constexpr uint32_t kSubmitFlagSplit = 1u << 3;
+constexpr int64_t kSplitGo = 1;     // CompletionDesc.aux of a split op: reduce your share
+constexpr int64_t kSplitRetry = 2;  // CompletionDesc.aux: resubmit it whole
+struct SplitHeader {
+  alignas(64) std::atomic<uint64_t> seq;      // the op's (written by the agent before kSplitGo)
+  alignas(64) std::atomic<uint64_t> reduced;  // = seq: this rank's share is in its slot (release)
+  alignas(64) std::atomic<uint64_t> done;     // = seq: this rank read the others' slots (release)
+  alignas(64) uint64_t slot_offset[1];  // [local size]: every rank's data_offset (the agent's)
+};
+inline uint64_t splitHeaderBytes(int local_size) {
+  uint64_t b = 192 + static_cast<uint64_t>(local_size > 0 ? local_size : 1) * sizeof(uint64_t);
+  return (b + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
+}
+// Rank `index` of `parts`'s share of `count` elements of `elem_bytes`:
+// [*begin, *begin + *n) elements; shares start on cache lines.
+inline void splitShare(uint64_t count, uint64_t elem_bytes, int parts, int index, uint64_t* begin,
+                       uint64_t* n) {
+  const uint64_t line =
+      elem_bytes > 0 && kDataAlignment % elem_bytes == 0 ? kDataAlignment / elem_bytes : 1;
+  uint64_t per =
+      parts > 0 ? (count + static_cast<uint64_t>(parts) - 1) / static_cast<uint64_t>(parts) : count;
+  per = (per + line - 1) / line * line;
+  const uint64_t b = std::min<uint64_t>(count, per * static_cast<uint64_t>(index));
+  *begin = b;
+  *n = std::min<uint64_t>(count - b, per);
+}
 
 // The payload bytes a descriptor puts in flight: what the agent's per-rank
 // quota counts (--max-bytes-in-flight-mb, agent/ipc/limits.h) and what

@@ -61,4 +61,27 @@ StatusOr<SharedRegion> SharedRegion::attach(UniqueFd fd, size_t min_bytes) {
   return r;
 }
 
+StatusOr<SharedRegion> SharedRegion::attachReadOnly(UniqueFd fd) {
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return errnoStatus("fstat arena", errno);
+  size_t bytes = static_cast<size_t>(st.st_size);
+  if (bytes == 0) return invalidArgument("a peer's arena is empty");
+  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) return errnoStatus("mmap a peer's arena", errno);
+  SharedRegion r;
+  r.fd_ = std::move(fd);
+  r.addr_ = p;
+  r.size_ = bytes;
+  return r;
+}
+
+StatusOr<UniqueFd> SharedRegion::readOnlyFd() const {
+  if (!fd_.valid()) return invalidArgument("the region has no descriptor");
+  if (::fchmod(fd_.get(), 0400) != 0) return errnoStatus("fchmod memfd 0400", errno);
+  const std::string path = "/proc/self/fd/" + std::to_string(fd_.get());
+  UniqueFd ro(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ro.valid()) return errnoStatus("open " + path + " read-only", errno);
+  return ro;
+}
+
 }  // namespace kolo

@@ -24,6 +24,12 @@ class SharedRegion {
   static StatusOr<SharedRegion> create(const std::string& name, size_t bytes);
   // Maps a received memfd; checks its size is at least `min_bytes`.
   static StatusOr<SharedRegion> attach(UniqueFd fd, size_t min_bytes);
+  // Maps a received memfd read-only (a peer's arena, split reduction).
+  static StatusOr<SharedRegion> attachReadOnly(UniqueFd fd);
+  // A new read-only descriptor of this memfd (to pass to another process).
+  // The file's mode becomes 0400 first, so that a process that is not its
+  // owner (the agent's user) cannot reopen it writable through /proc.
+  StatusOr<UniqueFd> readOnlyFd() const;
 
   char* data() const { return static_cast<char*>(addr_); }
   size_t size() const { return size_; }

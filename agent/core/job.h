@@ -109,6 +109,13 @@ class Job {
   // agents, the cross-agent backend is connected.
   bool ready() const { return hasWorld() && (world_.cross_size == 1 || cross != nullptr); }
 
+  // Split reduction (Agent::maybeSendPeerArenasOnLoop): the connections
+  // whose arenas the last PeerArenas frame carried, and its epoch (0: none
+  // sent). A split op of another epoch is resubmitted whole.
+  std::vector<uint64_t> split_conns;
+  uint64_t split_epoch = 0;
+  uint64_t split_seq = 0;  // the last split op's SplitHeader::seq
+
   // Cross-agent state (jobs on several agents).
   struct CrossPending {
     std::vector<uint64_t> handles;

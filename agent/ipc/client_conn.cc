@@ -80,6 +80,11 @@ Status ClientConn::validate(const SubmitDesc& d) const {
     return invalidArgument(
         "malformed descriptor: only a tensor in the shared arena may be streamed into it");
   }
+  if ((d.flags & kSubmitFlagSplit) != 0 &&
+      (d.flags & (kSubmitFlagUserMemory | kSubmitFlagDevice | kSubmitFlagStreamed)) != 0) {
+    return invalidArgument(
+        "malformed descriptor: only a tensor copied into the shared arena may be split");
+  }
   if ((d.flags & kSubmitFlagUserMemory) != 0) return validateDirect(d);
   if (gpu::isDevice(d)) {
     return gpu::validateDeviceDesc(d, device ? device->bytes() : 0, device ? device->events() : 0,
@@ -113,6 +118,25 @@ Status ClientConn::validate(const SubmitDesc& d) const {
       return invalidArgument("malformed descriptor: a streamed input at " +
                              std::to_string(d.data_offset) +
                              " has no aligned copy count before it in the arena's data region");
+    }
+  }
+  if ((d.flags & kSubmitFlagSplit) != 0) {
+    if (split_min_bytes == 0) {
+      return invalidArgument(
+          "malformed descriptor: a split reduction from a trainer the agent did not allow it");
+    }
+    if (d.collective != static_cast<uint8_t>(CollectiveType::kAllreduce) ||
+        d.data_bytes < split_min_bytes || (d.out_bytes > 0 && d.out_offset != d.data_offset)) {
+      return invalidArgument("malformed descriptor: only an in-place host allreduce of at least " +
+                             std::to_string(split_min_bytes) + " bytes may be split");
+    }
+    // Its SplitHeader comes first (the rest of it is checked against the
+    // job's local size when the op runs).
+    if (d.data_offset % kDataAlignment != 0 ||
+        !in_data(d.data_offset - splitHeaderBytes(1), splitHeaderBytes(1))) {
+      return invalidArgument("malformed descriptor: a split input at " +
+                             std::to_string(d.data_offset) +
+                             " has no aligned header before it in the arena's data region");
     }
   }
   if (d.collective == static_cast<uint8_t>(CollectiveType::kAllreduce) && d.out_bytes > 0 &&

@@ -101,6 +101,9 @@ class ClientConn {
   // Welcome allowed it, from this many bytes; descriptors with the flag are
   // refused otherwise.
   uint64_t streamed_min_bytes = 0;
+  // Split reduction (ipc_layout.h kSubmitFlagSplit): > 0 once the Welcome
+  // allowed it, from this many bytes.
+  uint64_t split_min_bytes = 0;
   // Bounds (agent/ipc/limits.h): when the connection was accepted (the
   // handshake timeout), and the collectives this rank has in flight
   // (handle -> payload bytes), counted against its quotas.

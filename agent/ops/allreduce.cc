@@ -19,6 +19,10 @@ class AllreduceOp final : public CollectiveOp {
  public:
   CollectiveType type() const override { return CollectiveType::kAllreduce; }
   void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+
+ private:
+  static void runSplitOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                             const std::vector<uint64_t>& handles);
 };
 
 }  // namespace
@@ -28,6 +32,50 @@ const CollectiveOp& allreduceOp() {
   return op;
 }
 
+// Split reduction (ipc_layout.h kSubmitFlagSplit): the ranks reduce the
+// op themselves. The agent checks that every local rank split it against
+// the arenas it last sent them, writes each rank's slot offset into every
+// rank's SplitHeader and completes the op with kSplitGo; anything else
+// (a joined rank, a rank that did not split it, an older epoch) completes
+// every rank's op with kSplitRetry, and the trainers resubmit it whole.
+void AllreduceOp::runSplitOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                                 const std::vector<uint64_t>& handles) {
+  const SubmitDesc& d0 = op.descs[0];
+  const int n = job.localSize();
+  const uint64_t header = splitHeaderBytes(n);
+  bool go = job.world().cross_size == 1 && !op.anyAbsent() && job.split_epoch != 0 &&
+            static_cast<int>(op.descs.size()) == n && static_cast<int>(job.split_conns.size()) == n;
+  std::vector<SplitHeader*> headers;
+  for (int i = 0; go && i < n; ++i) {
+    const SubmitDesc& d = op.descs[static_cast<size_t>(i)];
+    ClientConn* c = job.client(i);
+    if (c == nullptr) return rankLeft(host, job, handles);
+    const ArenaLayout layout = ArenaLayout::compute(c->arenaBytes());
+    go = (d.flags & kSubmitFlagSplit) != 0 && d.split_epoch == job.split_epoch &&
+         c->id() == job.split_conns[static_cast<size_t>(i)] &&
+         d.data_offset >= layout.data_offset + header;  // (validate(): aligned, inside the data)
+    if (go) headers.push_back(reinterpret_cast<SplitHeader*>(c->slot(d.data_offset - header)));
+  }
+  const auto dtype = static_cast<DataType>(d0.dtype);
+  if (!go) {
+    host.finishSplitOnLoop(job.id(), handles, 0, kSplitRetry, dtype, {});
+    return;
+  }
+  const uint64_t seq = ++job.split_seq;
+  for (SplitHeader* h : headers) {
+    h->reduced.store(0, std::memory_order_relaxed);
+    h->done.store(0, std::memory_order_relaxed);
+    h->seq.store(seq, std::memory_order_relaxed);
+    for (int j = 0; j < n; ++j) h->slot_offset[j] = op.descs[static_cast<size_t>(j)].data_offset;
+  }
+  host.observeNegotiation(std::chrono::duration<double>(op.ready_at - op.first_arrival).count());
+  host.opTimeline().opStart(op.name, CollectiveType::kAllreduce);
+  std::vector<int64_t> shape(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims));
+  host.opTimeline().opEnd(op.name, dtype, shape);
+  // (the completion's release publishes the offsets)
+  host.finishSplitOnLoop(job.id(), handles, d0.data_bytes, kSplitGo, dtype, op.first_arrival);
+}
+
 void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
                             std::vector<uint64_t> handles) const {
   const SubmitDesc& d0 = op.descs[0];
@@ -35,6 +83,9 @@ void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
     host.finishOpOnLoop(job.id(), handles, 0, okStatus(), static_cast<DataType>(d0.dtype), {},
                         CollectiveType::kAllreduce);
     return;
+  }
+  for (const SubmitDesc& d : op.descs) {
+    if ((d.flags & kSubmitFlagSplit) != 0) return runSplitOnLoop(host, job, op, handles);
   }
   LocalReduce r;
   r.dtype = static_cast<DataType>(d0.dtype);

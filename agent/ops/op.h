@@ -49,6 +49,12 @@ class OpHost {
   virtual void finishOpOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
                               uint64_t bytes, const Status& st, DataType dtype, SteadyTime started,
                               CollectiveType collective) = 0;
+  // Split reduction (ipc_layout.h kSubmitFlagSplit): completes the op on
+  // every local rank with `aux` (kSplitGo: the ranks reduce it themselves,
+  // counted as `bytes` done; kSplitRetry: they resubmit it whole).
+  virtual void finishSplitOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
+                                 uint64_t bytes, int64_t aux, DataType dtype,
+                                 SteadyTime started) = 0;
   // The local executor: one reduction or copy, or several (`done` once all
   // finished); `done` runs on the loop.
   virtual void reduceOpOnLoop(LocalReduce r, std::function<void()> done) = 0;

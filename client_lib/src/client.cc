@@ -35,6 +35,9 @@ constexpr milliseconds kConnectRetry{100};
 constexpr milliseconds kWaiterRecheck{20};   // a non-draining waiter re-checks this often
 constexpr milliseconds kDrainerBlockMax{1000};
 constexpr milliseconds kShutdownDrainerWait{10'000};
+// How long a drainer polls for the other ranks' shares of a split op
+// before it sleeps between looks (client_split.cc).
+constexpr std::chrono::microseconds kSplitSpin{2000};
 
 std::shared_ptr<spdlog::logger> logger() {
   static auto l = log::get("client");
@@ -269,6 +272,7 @@ Status Client::handshake() {
   direct_min_bytes_ = opts_.direct != ClientOptions::Direct::kOff ? w.direct_min_bytes() : 0;
   direct_alone_min_bytes_ = direct_min_bytes_ > 0 ? w.direct_alone_min_bytes() : 0;
   streamed_min_bytes_ = w.streamed_min_bytes();
+  split_min_bytes_ = w.split_min_bytes();
   direct_error_ = w.direct_error();
   max_bytes_in_flight_ = w.max_bytes_in_flight();
   if (opts_.direct != ClientOptions::Direct::kOff && direct_min_bytes_ == 0 &&
@@ -447,6 +451,7 @@ bool Client::drainOnce() {
     handleCompletion(c);
     any = true;
   }
+  if (splitting_.load(std::memory_order_relaxed) > 0 && advanceSplits()) any = true;
   if (!sock_eof_) {
     // Read the socket only when the agent wrote a frame since the last read
     // or poll() said so (the agent's exit: EOF): a recvmsg per completion
@@ -457,13 +462,15 @@ bool Client::drainOnce() {
       frames_seen_ = sent;
       sock_readable_ = false;
       s = readAvailable(sock_.get(), &decoder_, &stray_fds_);
-      stray_fds_.clear();  // nothing after the handshake carries descriptors
     }
     std::string payload;
     while (decoder_.next(&payload)) {
-      handleAgentFrame(payload);
+      handleAgentFrame(payload);  // (a PeerArenas frame takes its descriptors)
       any = true;
     }
+    // Only a frame not yet whole can own what is left (a PeerArenas frame's
+    // descriptors come with its first bytes); anything beyond that is stray.
+    while (stray_fds_.size() > 256) stray_fds_.pop_front();
     if (!s.isOk()) {
       sock_eof_ = true;
       std::lock_guard<std::mutex> lock(mu_);
@@ -481,6 +488,18 @@ bool Client::drainOnce() {
 }
 
 void Client::blockForEvents(Clock::time_point deadline, milliseconds max_block) {
+  if (splitting_.load(std::memory_order_relaxed) > 0) {
+    // A split op waits for the other ranks' shares, which ring no eventfd
+    // here; they finish about when this rank's did: poll for a while
+    // (yielding the core), then look every few tens of microseconds.
+    auto spin_end = std::min<Clock::time_point>(Clock::now() + kSplitSpin, deadline);
+    do {
+      if (!completion_ring_.empty() || splitShareReady()) return;
+      ::sched_yield();
+    } while (Clock::now() < spin_end);
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    return;
+  }
   // A small collective completes in tens of microseconds: poll the ring for
   // that long first, so the common case needs no sleep and no wake-up.
   if (opts_.spin.count() > 0) {
@@ -532,7 +551,36 @@ void Client::handleCompletion(const CompletionDesc& c) {
     size_t len = std::min<size_t>(c.msg_len, kMaxErrorBytes);
     st = wireStatus(c.code, std::string(c.msg, strnlen(c.msg, len)), Code::kInternal);
   }
-  if (op.device) {
+  // (aux is op-specific: join's last rank; a host allreduce's split answer)
+  if (st.isOk() && c.aux == kSplitRetry && op.collective == CollectiveType::kAllreduce &&
+      !op.device) {
+    if (op.desc) {
+      retrySplitLocked(c.handle, op);  // (still in flight: no finish)
+      return;
+    }
+    st = internalError("the kolo agent asked to resubmit " +
+                       describeTensor(op.collective, op.name) + " a second time (split reduction)");
+  }
+  if (st.isOk() && op.split) {
+    op.aux = 0;
+    if (c.aux != kSplitGo) {
+      st =
+          internalError("the kolo agent completed split " + describeTensor(op.collective, op.name) +
+                        " without kSplitGo (aux " + std::to_string(c.aux) + ")");
+    } else {
+      op.state = OpState::kCompleting;
+      lk.unlock();
+      st = reduceShare(op);  // (a kCompleting op stays in the table, in place)
+      lk.lock();
+      it = ops_.find(c.handle);
+      if (st.isOk()) {
+        it->second.state = OpState::kSplitting;
+        ++splitting_;
+        advanceSplitLocked(lk, c.handle);  // (finishes it once every share is out)
+        return;
+      }
+    }
+  } else if (op.device) {
     // Enqueued on the caller's stream behind the agent's out_ready (no host wait).
     Status ds = device_->finish(op.staged, op.output, op.bytes, op.stream, st.isOk() && !op.released);
     if (st.isOk()) st = ds;
@@ -617,7 +665,9 @@ void Client::handleAgentFrame(const std::string& payload) {
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (f.has_job_failed()) {
+  if (f.has_peers()) {
+    attachPeers(f);
+  } else if (f.has_job_failed()) {
     Status st = wireStatus(f.job_failed().code(), f.job_failed().message(), Code::kAborted);
     logger()->debug("job failed: {}", st.toString());
     failAllLocked(st);
@@ -641,9 +691,13 @@ void Client::handleAgentFrame(const std::string& payload) {
 
 void Client::failAllLocked(const Status& status) {
   if (failed_.isOk()) failed_ = status;
+  reapSplitHoldsLocked(true);  // no rank reads them any more
   for (auto it = ops_.begin(); it != ops_.end();) {
     auto cur = it++;  // finishOpLocked may erase a released op
-    if (cur->second.state == OpState::kSubmitted) finishOpLocked(cur, failed_);
+    if (cur->second.state == OpState::kSplitting) --splitting_;
+    if (cur->second.state == OpState::kSubmitted || cur->second.state == OpState::kSplitting) {
+      finishOpLocked(cur, failed_);
+    }
   }
   cv_.notify_all();
 }
@@ -711,7 +765,18 @@ void Client::release(uint64_t handle) {
     if (it->second.state == OpState::kDone) {
       ops_.erase(it);
     } else {
-      it->second.released = true;
+      Op& op = it->second;
+      if (op.split && !op.split->filled && op.state == OpState::kSubmitted) {
+        // The caller may free its tensor now, but the other ranks still
+        // need this rank's share of it: into the slot, read there at kSplitGo.
+        SplitOp& s = *op.split;
+        uint64_t b = 0, n = 0;
+        const uint64_t es = dataTypeSize(s.dtype);
+        splitShare(s.count, es, s.parts, s.index, &b, &n);
+        std::memcpy(s.slot_data + b * es, s.input + b * es, n * es);
+        s.filled = true;
+      }
+      op.released = true;
     }
     return;
   }

@@ -226,7 +226,46 @@ class Client {
   StatusOr<uint64_t> submitDeviceDescForTest(const char* name, uint64_t bytes);
 
  private:
-  enum class OpState { kSubmitted, kCompleting, kDone };
+  // kSplitting: a split op whose share is reduced, copying the others'
+  // shares out as their owners finish them (client_split.cc).
+  enum class OpState { kSubmitted, kCompleting, kSplitting, kDone };
+  // Split reduction (ipc_layout.h kSubmitFlagSplit): the arenas of every
+  // local rank of the job, mapped read-only from a PeerArenas frame.
+  struct PeerArenas {
+    uint64_t epoch = 0;
+    std::vector<SharedRegion> arenas;  // by local rank
+  };
+  // A split op: what its share of the reduction needs at kSplitGo.
+  struct SplitOp {
+    std::shared_ptr<const PeerArenas> peers;
+    const char* input = nullptr;  // the caller's tensor (its own share is read there)
+    SplitHeader* header = nullptr;
+    char* slot_data = nullptr;  // this rank's slot (its input, then its share's result)
+    uint64_t header_bytes = 0;
+    uint64_t count = 0;
+    DataType dtype = DataType::kFloat32;
+    ReduceOp op = ReduceOp::kSum;
+    double prescale = 1.0;
+    double postscale = 1.0;
+    int index = 0;  // this rank's share
+    int parts = 0;
+    bool filled = false;  // released before kSplitGo: its own share was copied into the slot
+    // From kSplitGo on: every rank's slot and header, the shares still to
+    // copy out, and when waiting for them ends (KOLO_OP_TIMEOUT).
+    std::vector<const char*> slots;
+    std::vector<const SplitHeader*> headers;
+    std::vector<int> pending;
+    Clock::time_point deadline{};
+    uint64_t seq = 0;  // SplitHeader::seq of this op
+  };
+  // A slot whose op ended but that the other ranks may still read: freed
+  // once every other rank's `done` is set (or the job failed).
+  struct SplitHold {
+    uint64_t slot = 0;
+    uint64_t seq = 0;
+    std::vector<const SplitHeader*> others;
+    std::shared_ptr<const PeerArenas> peers;  // keeps those headers mapped
+  };
   struct Op {
     std::string name;
     CollectiveType collective = CollectiveType::kAllreduce;  // for errors
@@ -249,6 +288,9 @@ class Client {
     // Streamed copy-in: the submitting thread still copies into the slot
     // (published already), so the slot outlives the op's end until it is done.
     bool copying = false;
+    // A host allreduce's descriptor, for a kSplitRetry (resubmitted whole).
+    std::optional<SubmitDesc> desc;
+    std::optional<SplitOp> split;
   };
 
   explicit Client(ClientOptions opts);
@@ -269,6 +311,25 @@ class Client {
   bool drainOnce();
   void blockForEvents(Clock::time_point deadline, std::chrono::milliseconds max_block);
   void handleCompletion(const CompletionDesc& c);
+  // Split reduction (client_split.cc). kSplitGo (drainer, mu_ not held, the
+  // op kCompleting): this rank's share reduced into its output and slot;
+  // then (mu_ held) the op is kSplitting. kSplitRetry (mu_ held): the op
+  // resubmitted whole.
+  Status reduceShare(Op& op);
+  void retrySplitLocked(uint64_t handle, Op& op);
+  // mu_ held (drainer): copies out the other ranks' shares that are ready
+  // (mu_ released around each copy); finishes the op once all are, or when
+  // its deadline passed. True if it finished.
+  bool advanceSplitLocked(std::unique_lock<std::mutex>& lk, uint64_t handle);
+  // One pass over every kSplitting op (drainer); true if any finished.
+  bool advanceSplits();
+  // Whether a kSplitting op has another share ready to copy out.
+  bool splitShareReady() const;
+  // Frees the held slots no other rank reads any more (all: `all`).
+  void reapSplitHoldsLocked(bool all);
+  // Whether a host allreduce of this plan may be split, and its share.
+  bool splittable(const OpArgs& a, const SlotPlan& plan, bool slot_taken) const;
+  void attachPeers(const ipc::AgentFrame& f);
   void handleAgentFrame(const std::string& payload);
   void readSocket();
   // Fails every pending op and all later submissions (mu_ held; drainer or
@@ -354,6 +415,12 @@ class Client {
   uint64_t direct_min_bytes_ = 0;
   uint64_t direct_alone_min_bytes_ = 0;  // across agents, this rank alone on its agent
   uint64_t streamed_min_bytes_ = 0;      // Welcome.streamed_min_bytes (0: never)
+  uint64_t split_min_bytes_ = 0;         // Welcome.split_min_bytes (0: never)
+  std::shared_ptr<const PeerArenas> peers_;  // the last PeerArenas frame (mu_)
+  std::vector<SplitHold> split_holds_;       // (mu_)
+  std::atomic<int> splitting_{0};            // ops in kSplitting
+  std::set<std::string, std::less<>>
+      unsplit_names_;  // came back kSplitRetry: never split again (mu_)
   std::string direct_error_;
   uint64_t frames_seen_ = 0;       // drainer-only: ArenaHeader::frames_sent at the last socket read
   bool sock_readable_ = false;     // drainer-only: poll() reported the socket

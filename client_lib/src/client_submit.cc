@@ -159,16 +159,19 @@ StatusOr<uint64_t> Client::allocateSlot(uint64_t bytes, const std::string& what,
     {
       std::lock_guard<std::mutex> lock(mu_);
       RETURN_IF_ERROR(usableLocked());
+      // Split ops' slots the other ranks are done with first: a slot that
+      // comes back to the same place finds its pages mapped in every rank.
+      if (!split_holds_.empty()) reapSplitHoldsLocked(false);
       if (auto off = alloc_->allocate(bytes)) {
         ++unpublished_slots_;
         return *off;
       }
       // Space comes back when an op in flight completes; a slot another
       // thread has taken but not yet published becomes such an op.
-      bool in_flight =
-          unpublished_slots_ > 0 || std::any_of(ops_.begin(), ops_.end(), [](const auto& kv) {
-            return kv.second.state != OpState::kDone && kv.second.slot.has_value();
-          });
+      bool in_flight = unpublished_slots_ > 0 || !split_holds_.empty() ||
+                       std::any_of(ops_.begin(), ops_.end(), [](const auto& kv) {
+                         return kv.second.state != OpState::kDone && kv.second.slot.has_value();
+                       });
       if (!in_flight) {
         uint64_t shared = 0;
         for (const auto& [off, n] : shared_) shared += ArenaAllocator::roundUp(n);
@@ -266,6 +269,10 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   std::optional<uint64_t> slot_taken;
   uint64_t node_bytes = 0;  // in flight on this node with this copy (arenaCopy)
   int cross_size = 1;
+  bool split = false;       // split reduction (client_split.cc)
+  bool split_slot = false;  // slot_taken has the split header
+  std::shared_ptr<const PeerArenas> peers;
+  WorldView world;
   {
     std::lock_guard<std::mutex> lock(mu_);
     node_bytes = nodeBytesInFlightLocked(bytes);
@@ -286,7 +293,18 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
       // would have to wait for arena space (docs/architecture.md).
       StatusOr<SlotPlan> in_arena =
           planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size, 0});
-      if (in_arena.isOk() && usableLocked().isOk()) {
+      if (in_arena.isOk() && splittable(a, *in_arena, false) && usableLocked().isOk()) {
+        // Split reduction beats both, with its header before the slot.
+        if (auto off =
+                alloc_->allocate(in_arena->slot_bytes + splitHeaderBytes(world_.local_size))) {
+          ++unpublished_slots_;
+          slot_taken = *off;
+          split_slot = true;
+          peers = peers_;
+          world = world_;
+          planned = std::move(in_arena);
+        }
+      } else if (in_arena.isOk() && usableLocked().isOk()) {
         if (auto off = alloc_->allocate(in_arena->slot_bytes)) {
           ++unpublished_slots_;
           slot_taken = *off;
@@ -297,6 +315,17 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   }
   RETURN_IF_ERROR(planned.status());
   const SlotPlan& plan = *planned;
+  if (split_slot) {
+    split = true;
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    split = splittable(a, plan, slot_taken.has_value()) &&
+            plan.slot_bytes + splitHeaderBytes(world_.local_size) <= alloc_->capacity();
+    if (split) {
+      peers = peers_;
+      world = world_;
+    }
+  }
   // Streamed copy-in (docs/architecture.md): across agents, a large
   // allreduce is published first and copied after, in order, with the
   // count of bytes copied in the cache line before the input, so that the
@@ -308,7 +337,9 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
                       plan.input.in_slot && plan.input.at == 0 &&
                       plan.input.bytes >= streamed_min_bytes_ &&
                       plan.slot_bytes + kStreamedHeaderBytes <= alloc_->capacity();
-  const uint64_t header = stream ? kStreamedHeaderBytes : 0;
+  const uint64_t header = stream  ? kStreamedHeaderBytes
+                          : split ? splitHeaderBytes(world.local_size)
+                                  : 0;
   uint64_t slot = 0;
   if (slot_taken) {
     slot = *slot_taken;
@@ -323,11 +354,41 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
     op->copying = true;
     *streamed = {arena_.data() + plan.input.offset(base), static_cast<const char*>(a.input),
                  plan.input.bytes, copied, node_bytes};
+  } else if (split) {
+    // Every share but this rank's own (read from the caller's tensor at
+    // kSplitGo), behind a cleared SplitHeader.
+    SplitOp s;
+    s.peers = std::move(peers);
+    s.input = static_cast<const char*>(a.input);
+    s.header = new (arena_.data() + slot) SplitHeader();
+    s.slot_data = arena_.data() + plan.input.offset(base);
+    s.header_bytes = header;
+    s.dtype = static_cast<DataType>(a.dtype);
+    const uint64_t es = dataTypeSize(s.dtype);
+    s.count = plan.input.bytes / es;
+    const auto rop = static_cast<ReduceOp>(a.op);
+    s.op = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
+    s.prescale = a.prescale;
+    s.postscale = rop == ReduceOp::kAverage ? a.postscale / world.size : a.postscale;
+    s.index = world.local_rank;
+    s.parts = world.local_size;
+    for (int j = 0; j < s.parts; ++j) {
+      if (j == s.index) continue;
+      uint64_t b = 0, m = 0;
+      splitShare(s.count, es, s.parts, j, &b, &m);
+      arenaCopy(s.slot_data + b * es, s.input + b * es, m * es, node_bytes);
+    }
+    op->split = std::move(s);
   } else {
     copyIn(a, plan, slot, node_bytes);
   }
   *d = describeSubmit(r, plan, base);
   if (stream) d->flags |= kSubmitFlagStreamed;
+  if (split) {
+    d->flags |= kSubmitFlagSplit;
+    d->split_epoch = op->split->peers->epoch;
+  }
+  if (a.collective == static_cast<int>(CollectiveType::kAllreduce)) op->desc = *d;
   // Direct: the agent writes the result into the output itself.
   op->result = plan.direct   ? static_cast<const char*>(a.output)
                : plan.result ? arena_.data() + plan.result->offset(base)
@@ -413,6 +474,10 @@ Status Client::publish(SubmitDesc d, Op& op, Clock::time_point deadline, const s
       }
       if (roomToPublishLocked(desc_bytes)) {
         if (!device_desc) d.generation = world_.generation;
+        if (op.desc) {  // (a kSplitRetry resubmits it with this handle)
+          op.desc->handle = d.handle;
+          op.desc->generation = d.generation;
+        }
         if (op.slot) --unpublished_slots_;
         op.desc_bytes = desc_bytes;
         ops_.emplace(d.handle, std::move(op));

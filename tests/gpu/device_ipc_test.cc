@@ -37,9 +37,10 @@ TEST(DeviceIpc, DescriptorEncoding) {
   // The field took the old `reserved` word: the layout did not change.
   EXPECT_EQ(sizeof(SubmitDesc) % 8, 0u);
   EXPECT_EQ(offsetof(SubmitDesc, device_event), offsetof(SubmitDesc, group_size) + sizeof(uint32_t));
-  // The elastic generation follows it and ends the descriptor.
+  // The elastic generation follows it, and the split epoch ends the descriptor.
   EXPECT_EQ(offsetof(SubmitDesc, generation), offsetof(SubmitDesc, device_event) + sizeof(uint32_t));
-  EXPECT_EQ(offsetof(SubmitDesc, generation) + sizeof(uint64_t), sizeof(SubmitDesc));
+  EXPECT_EQ(offsetof(SubmitDesc, split_epoch), offsetof(SubmitDesc, generation) + sizeof(uint64_t));
+  EXPECT_EQ(offsetof(SubmitDesc, split_epoch) + sizeof(uint64_t), sizeof(SubmitDesc));
 }
 
 TEST(DeviceIpc, EventSlotPoolHandsOutEachSlotOnceAndReusesFreedOnes) {

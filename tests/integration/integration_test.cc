@@ -46,6 +46,16 @@ TEST_P(Allreduce, EveryDtypeOpAndSizeMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Ranks, Allreduce, ::testing::Values(1, 2, 4));
 
 // kolo_direct_bytes_total on agent 0's /metrics (-1: not found).
+double agentCounter(Cluster& c, const std::string& name) {
+  std::string body = httpGet(c.agentMetrics(0), "/metrics");
+  const std::string key = "\n" + name + " ";
+  auto at = body.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtod(body.c_str() + at + key.size(), nullptr);
+}
+
+double splitBytes(Cluster& c) { return agentCounter(c, "kolo_split_bytes_total"); }
+
 double directBytes(Cluster& c) {
   std::string body = httpGet(c.agentMetrics(0), "/metrics");
   const std::string key = "\nkolo_direct_bytes_total ";
@@ -58,7 +68,9 @@ double directBytes(Cluster& c) {
 // tensors in place): exact around its threshold for every dtype and op,
 // and the agent's counter shows it was taken (KOLO_DIRECT=always); with
 // one rank opting out (KOLO_DIRECT=0) the job mixes direct and arena
-// ranks, still exact.
+// ranks, still exact (from 1 MiB the arena rank splits its tensors and the
+// direct rank does not: the agent sends those ops back, kSplitRetry, and
+// both ranks resubmit them whole).
 TEST(Integration, DirectUserMemoryIsExactAndTaken) {
   Cluster c(1, {{"KOLO_DIRECT_MIN_KB", "256"}});  // kolo_check direct's threshold
   ASSERT_TRUE(c.ok()) << c.error();
@@ -172,6 +184,39 @@ TEST_P(DefaultThresholds, DirectAndArenaPathsAreExactAroundThem) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DefaultThresholds, ::testing::Values(2, 4));
+
+// Split reduction (ipc_layout.h kSubmitFlagSplit: the ranks reduce their
+// shares, reading each other's arenas): kolo_check's direct checks around
+// the agent's default --split-min-kb (every dtype and op, unaligned, in and
+// out of place, scaled, 12 async in flight) are exact at N=2 and N=3
+// (uneven shares), and the agent counts the split bytes; with
+// --split-min-kb 0 the agent reduces every tensor and nothing is split.
+TEST(Integration, SplitReductionIsExactAroundItsThresholdAndTaken) {
+  {
+    Cluster c(1, {{"KOLO_DIRECT_MIN_KB", "0"}});
+    ASSERT_TRUE(c.ok()) << c.error();
+    for (int n : {2, 3}) {
+      auto ranks = c.launchJob("split" + std::to_string(n), n, {checkBin(), "direct"},
+                               {{"KOLO_CHECK_THRESHOLD_KB", "256"}});
+      ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(180)))
+          << "ranks did not finish; agent log:\n"
+          << c.agentLog(0);
+      expectAllOk(ranks, "direct checks passed");
+    }
+    EXPECT_GT(splitBytes(c), 0) << c.agentLog(0);
+    EXPECT_EQ(directBytes(c), 0) << c.agentLog(0);
+  }
+  {
+    Cluster c(1, {{"KOLO_DIRECT_MIN_KB", "0"}, {"KOLO_SPLIT_MIN_KB", "0"}});
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks =
+        c.launchJob("nosplit", 2, {checkBin(), "direct"}, {{"KOLO_CHECK_THRESHOLD_KB", "256"}});
+    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(180))) << "ranks did not finish; agent log:\n"
+                                                             << c.agentLog(0);
+    expectAllOk(ranks, "direct checks passed");
+    EXPECT_EQ(splitBytes(c), 0) << c.agentLog(0);
+  }
+}
 
 // An agent with --direct-min-kb 0 keeps every tensor on the arena path:
 // the same checks pass and nothing moved directly.
