@@ -320,6 +320,29 @@ TEST(Integration, KilledTrainerFailsPeersFastAndOtherJobsContinue) {
   EXPECT_NE(c.agentLog(0).find("job victim removed"), std::string::npos) << c.agentLog(0);
 }
 
+// Split reduction: a rank that dies after every rank submitted a split
+// allreduce, before it reduced its share, fails the others (waiting for
+// that share) as fast as any dead rank does, naming it.
+TEST(Integration, SplitPeerThatDiesBeforeItsShareFailsThePeersFast) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("split-victim", 3, {checkBin(), "split-die", "2"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60))) << c.agentLog(0);
+  EXPECT_EQ(ranks[2].term_signal, SIGKILL) << ranks[2].output();
+  for (int r = 0; r < 2; ++r) {
+    std::string out = ranks[r].output();
+    EXPECT_EQ(ranks[r].exit_code, 0) << out;
+    std::smatch m;
+    std::regex re("pending op failed after ([0-9.]+) s");
+    ASSERT_TRUE(std::regex_search(out, m, re)) << out;
+    EXPECT_LT(std::stod(m[1]), 2.3) << out;
+    EXPECT_NE(out.find("rank 2"), std::string::npos) << "the failure must name the dead rank:\n"
+                                                     << out;
+  }
+  EXPECT_GT(splitBytes(c), 0) << c.agentLog(0);
+  EXPECT_EQ(c.agent(0).exit_code, -1) << "the agent exited:\n" << c.agentLog(0);
+}
+
 TEST(Integration, NoAgentReachableFailsWithinStartTimeoutNamingTheSocket) {
   char dir[] = "/tmp/kolo-noagent-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);

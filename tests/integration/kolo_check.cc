@@ -570,6 +570,43 @@ int runDie(int victim) {
   return 0;
 }
 
+// Split reduction (the ranks reduce their shares): every rank submits "mid"
+// (1 MiB, split) but the victim dies without reducing its share; the
+// others, waiting for it, fail with PEER_FAILURE within the agent's
+// detection, not after KOLO_OP_TIMEOUT.
+int runSplitDie(int victim) {
+  std::vector<float> a(262144, 1);
+  int64_t shape[1] = {262144};
+  for (int i = 0; i < 3; ++i) {
+    std::fill(a.begin(), a.end(), 1.0f);
+    if (kolo_allreduce(("warm." + std::to_string(i)).c_str(), a.data(), a.data(), 1, shape,
+                       KOLO_FLOAT32, KOLO_SUM, 1, 1) != KOLO_OK) {
+      FAIL("warm-up: %s", kolo_last_error());
+    }
+    if (a[0] != static_cast<float>(g_size) || a.back() != static_cast<float>(g_size))
+      FAIL("warm-up result");
+  }
+  kolo_handle_t h;
+  auto t0 = Clock::now();
+  kolo_status_t st =
+      kolo_allreduce_async("mid", a.data(), a.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1, &h);
+  if (g_rank == victim) {
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(300));  // the others reduce and wait for its share
+    std::printf("rank %d: killing myself\n", g_rank);
+    std::fflush(stdout);
+    ::kill(::getpid(), SIGKILL);
+  }
+  if (st == KOLO_OK) st = kolo_synchronize(h, 15000);
+  double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (st != KOLO_ERR_PEER_FAILURE) {
+    FAIL("pending op gave %s (%s), want KOLO_ERR_PEER_FAILURE", kolo_status_string(st),
+         kolo_last_error());
+  }
+  std::printf("rank %d: pending op failed after %.3f s: %s\n", g_rank, waited, kolo_last_error());
+  return 0;
+}
+
 // Rank 1 arrives late at "slow" (a slow rank, as in a stalled job).
 int runStall(int delay_s) {
   std::vector<float> a(64, 1);
@@ -1190,6 +1227,8 @@ int main(int argc, char** argv) {
   else if (mode == "direct-bad-pipelined") rc = runDirectBadPipelined();
   else if (mode == "duplicate") rc = runDuplicate();
   else if (mode == "die") rc = runDie(argc > 2 ? std::atoi(argv[2]) : 1);
+  else if (mode == "split-die")
+    rc = runSplitDie(argc > 2 ? std::atoi(argv[2]) : 1);
   else if (mode == "stall") rc = runStall(argc > 2 ? std::atoi(argv[2]) : 3);
   else if (mode == "loop") rc = runLoop(argc > 2 ? std::atoi(argv[2]) : 100, argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 4096);
   else if (mode == "until" && argc > 2) rc = runUntil(argv[2]);
