@@ -491,13 +491,19 @@ void Client::blockForEvents(Clock::time_point deadline, milliseconds max_block) 
   if (splitting_.load(std::memory_order_relaxed) > 0) {
     // A split op waits for the other ranks' shares, which ring no eventfd
     // here; they finish about when this rank's did: poll for a while
-    // (yielding the core), then look every few tens of microseconds.
-    auto spin_end = std::min<Clock::time_point>(Clock::now() + kSplitSpin, deadline);
-    do {
-      if (!completion_ring_.empty() || splitShareReady()) return;
-      ::sched_yield();
-    } while (Clock::now() < spin_end);
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    // (yielding the core), then sleep between looks, 20 us at first and
+    // twice as long each time nothing came, up to 1 ms (a rank that is
+    // still computing costs its peers no core).
+    if (split_sleep_us_ == 0) {
+      auto spin_end = std::min<Clock::time_point>(Clock::now() + kSplitSpin, deadline);
+      do {
+        if (!completion_ring_.empty() || splitShareReady()) return;
+        ::sched_yield();
+      } while (Clock::now() < spin_end);
+      split_sleep_us_ = 20;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(split_sleep_us_));
+    split_sleep_us_ = std::min(split_sleep_us_ * 2, 1000);
     return;
   }
   // A small collective completes in tens of microseconds: poll the ring for
@@ -576,6 +582,7 @@ void Client::handleCompletion(const CompletionDesc& c) {
       if (st.isOk()) {
         it->second.state = OpState::kSplitting;
         ++splitting_;
+        split_sleep_us_ = 0;               // (drainer) the others' shares come about now: spin
         advanceSplitLocked(lk, c.handle);  // (finishes it once every share is out)
         return;
       }

@@ -419,6 +419,7 @@ class Client {
   std::shared_ptr<const PeerArenas> peers_;  // the last PeerArenas frame (mu_)
   std::vector<SplitHold> split_holds_;       // (mu_)
   std::atomic<int> splitting_{0};            // ops in kSplitting
+  int split_sleep_us_ = 0;  // drainer-only: the next sleep waiting for shares (0: spin first)
   std::set<std::string, std::less<>>
       unsplit_names_;  // came back kSplitRetry: never split again (mu_)
   std::string direct_error_;

@@ -71,6 +71,11 @@ void Client::attachPeers(const ipc::AgentFrame& f) {
 
 bool Client::splittable(const OpArgs& a, const SlotPlan& plan, bool slot_taken) const {
   const char* out = static_cast<const char*>(a.output);
+  // Its own share is reduced where it lies, element by element: the
+  // caller's tensors must be aligned to their element (else the arena path).
+  const uint64_t es = isValidDataType(a.dtype) ? dataTypeSize(static_cast<DataType>(a.dtype)) : 1;
+  if (reinterpret_cast<uintptr_t>(a.input) % es != 0 || reinterpret_cast<uintptr_t>(out) % es != 0)
+    return false;
   return split_min_bytes_ > 0 && peers_ != nullptr && world_.cross_size == 1 &&
          world_.local_size >= 2 && static_cast<int>(peers_->arenas.size()) == world_.local_size &&
          world_.local_rank >= 0 && world_.local_rank < world_.local_size && !slot_taken &&
@@ -157,6 +162,7 @@ bool Client::advanceSplitLocked(std::unique_lock<std::mutex>& lk, uint64_t handl
     }
     const int j = *ready;
     s.pending.erase(ready);
+    split_sleep_us_ = 0;  // (drainer) shares come: spin again next time
     uint64_t b = 0, m = 0;
     const uint64_t es = dataTypeSize(s.dtype);
     splitShare(s.count, es, s.parts, j, &b, &m);
