@@ -282,8 +282,12 @@ Status Client::handshake() {
   UniqueFd arena = std::move(stray_fds_[0]);
   UniqueFd doorbell = std::move(stray_fds_[1]);
   UniqueFd completion = std::move(stray_fds_[2]);
-  device_->attach(w, stray_fds_.size() > 3 && w.device_arena_bytes() > 0 ? std::move(stray_fds_[3]) : UniqueFd());
-  stray_fds_.clear();
+  const bool device_fd = stray_fds_.size() > 3 && w.device_arena_bytes() > 0;
+  device_->attach(w, device_fd ? std::move(stray_fds_[3]) : UniqueFd());
+  // Only the Welcome's: a PeerArenas frame read in the same recvmsg (the
+  // last rank to join gets Welcome, World and PeerArenas back to back)
+  // owns the ones after them.
+  stray_fds_.erase(stray_fds_.begin(), stray_fds_.begin() + (device_fd ? 4 : 3));
   RETURN_IF_ERROR(attachArena(std::move(arena), std::move(doorbell), std::move(completion)));
   logger()->debug("admitted by agent '{}': arena {} bytes, data region {} bytes", w.agent_id(),
                   arena_.size(), alloc_->capacity());
@@ -488,27 +492,28 @@ bool Client::drainOnce() {
 }
 
 void Client::blockForEvents(Clock::time_point deadline, milliseconds max_block) {
+  Clock::duration wait = std::min<Clock::duration>(deadline - Clock::now(), max_block);
   if (splitting_.load(std::memory_order_relaxed) > 0) {
     // A split op waits for the other ranks' shares, which ring no eventfd
     // here; they finish about when this rank's did: poll for a while
-    // (yielding the core), then sleep between looks, 20 us at first and
-    // twice as long each time nothing came, up to 1 ms (a rank that is
-    // still computing costs its peers no core).
+    // (yielding the core), then sleep between looks (woken at once by a
+    // completion or a frame), 20 us at first and twice as long each time
+    // nothing came, up to 1 ms (a rank still computing costs its peers no
+    // core).
     if (split_sleep_us_ == 0) {
       auto spin_end = std::min<Clock::time_point>(Clock::now() + kSplitSpin, deadline);
       do {
         if (!completion_ring_.empty() || splitShareReady()) return;
+        if (header_->frames_sent.load(std::memory_order_relaxed) != frames_seen_) return;
         ::sched_yield();
       } while (Clock::now() < spin_end);
       split_sleep_us_ = 20;
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(split_sleep_us_));
+    wait = std::min<Clock::duration>(wait, std::chrono::microseconds(split_sleep_us_));
     split_sleep_us_ = std::min(split_sleep_us_ * 2, 1000);
-    return;
-  }
-  // A small collective completes in tens of microseconds: poll the ring for
-  // that long first, so the common case needs no sleep and no wake-up.
-  if (opts_.spin.count() > 0) {
+  } else if (opts_.spin.count() > 0) {
+    // A small collective completes in tens of microseconds: poll the ring
+    // for that long first, so the common case needs no sleep and no wake-up.
     auto spin_end = std::min<Clock::time_point>(Clock::now() + opts_.spin, deadline);
     for (int i = 0; !sock_eof_; ++i) {
       if (!completion_ring_.empty()) return;
@@ -526,13 +531,13 @@ void Client::blockForEvents(Clock::time_point deadline, milliseconds max_block) 
     header_->client_waiting.store(0, std::memory_order_relaxed);
     return;
   }
-  auto now = Clock::now();
-  auto wait = std::min<Clock::duration>(deadline - now, max_block);
-  int ms = static_cast<int>(std::chrono::ceil<milliseconds>(wait).count());
+  const auto ns =
+      std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count());
+  const timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
   pollfd fds[3] = {{completion_efd_.get(), POLLIN, 0},
                    {sock_eof_ ? -1 : sock_.get(), POLLIN, 0},
                    {wake_efd_.get(), POLLIN, 0}};
-  int r = ::poll(fds, 3, std::max(ms, 0));
+  int r = ::ppoll(fds, 3, &ts, nullptr);
   header_->client_waiting.store(0, std::memory_order_relaxed);
   if (r > 0 && fds[1].revents != 0) sock_readable_ = true;
   if (r > 0 && (fds[0].revents & POLLIN)) {
