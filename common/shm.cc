@@ -44,7 +44,7 @@ StatusOr<SharedRegion> SharedRegion::create(const std::string& name, size_t byte
   return r;
 }
 
-StatusOr<SharedRegion> SharedRegion::attach(UniqueFd fd, size_t min_bytes) {
+StatusOr<SharedRegion> SharedRegion::map(UniqueFd fd, size_t min_bytes, bool writable) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return errnoStatus("fstat arena", errno);
   if (static_cast<size_t>(st.st_size) < min_bytes) {
@@ -52,7 +52,8 @@ StatusOr<SharedRegion> SharedRegion::attach(UniqueFd fd, size_t min_bytes) {
                            std::to_string(min_bytes));
   }
   size_t bytes = static_cast<size_t>(st.st_size);
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* p = ::mmap(nullptr, bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                   fd.get(), 0);
   if (p == MAP_FAILED) return errnoStatus("mmap arena", errno);
   SharedRegion r;
   r.fd_ = std::move(fd);
@@ -61,18 +62,12 @@ StatusOr<SharedRegion> SharedRegion::attach(UniqueFd fd, size_t min_bytes) {
   return r;
 }
 
+StatusOr<SharedRegion> SharedRegion::attach(UniqueFd fd, size_t min_bytes) {
+  return map(std::move(fd), min_bytes, true);
+}
+
 StatusOr<SharedRegion> SharedRegion::attachReadOnly(UniqueFd fd) {
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return errnoStatus("fstat arena", errno);
-  size_t bytes = static_cast<size_t>(st.st_size);
-  if (bytes == 0) return invalidArgument("a peer's arena is empty");
-  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) return errnoStatus("mmap a peer's arena", errno);
-  SharedRegion r;
-  r.fd_ = std::move(fd);
-  r.addr_ = p;
-  r.size_ = bytes;
-  return r;
+  return map(std::move(fd), 1, false);
 }
 
 StatusOr<UniqueFd> SharedRegion::readOnlyFd() const {

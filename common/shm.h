@@ -37,6 +37,8 @@ class SharedRegion {
   bool valid() const { return addr_ != nullptr; }
 
  private:
+  static StatusOr<SharedRegion> map(UniqueFd fd, size_t min_bytes, bool writable);
+
   UniqueFd fd_;
   void* addr_ = nullptr;
   size_t size_ = 0;

@@ -586,7 +586,8 @@ void Client::handleCompletion(const CompletionDesc& c) {
       it = ops_.find(c.handle);
       if (st.isOk()) {
         it->second.state = OpState::kSplitting;
-        ++splitting_;
+        split_ops_.push_back(c.handle);
+        splitting_.store(split_ops_.size(), std::memory_order_relaxed);
         split_sleep_us_ = 0;               // (drainer) the others' shares come about now: spin
         advanceSplitLocked(lk, c.handle);  // (finishes it once every share is out)
         return;
@@ -704,9 +705,10 @@ void Client::handleAgentFrame(const std::string& payload) {
 void Client::failAllLocked(const Status& status) {
   if (failed_.isOk()) failed_ = status;
   reapSplitHoldsLocked(true);  // no rank reads them any more
+  split_ops_.clear();          // (finished below)
+  splitting_.store(0, std::memory_order_relaxed);
   for (auto it = ops_.begin(); it != ops_.end();) {
     auto cur = it++;  // finishOpLocked may erase a released op
-    if (cur->second.state == OpState::kSplitting) --splitting_;
     if (cur->second.state == OpState::kSubmitted || cur->second.state == OpState::kSplitting) {
       finishOpLocked(cur, failed_);
     }
@@ -778,16 +780,9 @@ void Client::release(uint64_t handle) {
       ops_.erase(it);
     } else {
       Op& op = it->second;
-      if (op.split && !op.split->filled && op.state == OpState::kSubmitted) {
-        // The caller may free its tensor now, but the other ranks still
-        // need this rank's share of it: into the slot, read there at kSplitGo.
-        SplitOp& s = *op.split;
-        uint64_t b = 0, n = 0;
-        const uint64_t es = dataTypeSize(s.dtype);
-        splitShare(s.count, es, s.parts, s.index, &b, &n);
-        std::memcpy(s.slot_data + b * es, s.input + b * es, n * es);
-        s.filled = true;
-      }
+      // The caller may free its tensor now, but the other ranks still need
+      // this rank's share of it: into the slot, read there at kSplitGo.
+      if (op.split && op.state == OpState::kSubmitted) fillOwnShare(*op.split);
       op.released = true;
     }
     return;

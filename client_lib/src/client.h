@@ -325,6 +325,8 @@ class Client {
   bool advanceSplits();
   // Whether a kSplitting op has another share ready to copy out.
   bool splitShareReady() const;
+  // Copies this rank's own share of a split op's input into its slot (once).
+  static void fillOwnShare(SplitOp& s);
   // Frees the held slots no other rank reads any more (all: `all`).
   void reapSplitHoldsLocked(bool all);
   // Whether a host allreduce of this plan may be split, and its share.
@@ -418,7 +420,8 @@ class Client {
   uint64_t split_min_bytes_ = 0;         // Welcome.split_min_bytes (0: never)
   std::shared_ptr<const PeerArenas> peers_;  // the last PeerArenas frame (mu_)
   std::vector<SplitHold> split_holds_;       // (mu_)
-  std::atomic<int> splitting_{0};            // ops in kSplitting
+  std::vector<uint64_t> split_ops_;          // the handles of the ops in kSplitting (mu_)
+  std::atomic<size_t> splitting_{0};         // split_ops_.size(), read without mu_
   int split_sleep_us_ = 0;  // drainer-only: the next sleep waiting for shares (0: spin first)
   std::set<std::string, std::less<>>
       unsplit_names_;  // came back kSplitRetry: never split again (mu_)

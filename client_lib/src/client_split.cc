@@ -189,7 +189,8 @@ bool Client::advanceSplitLocked(std::unique_lock<std::mutex>& lk, uint64_t handl
   }
   split_holds_.push_back(std::move(hold));
   op.slot.reset();
-  --splitting_;
+  split_ops_.erase(std::find(split_ops_.begin(), split_ops_.end(), handle));
+  splitting_.store(split_ops_.size(), std::memory_order_relaxed);
   finishOpLocked(it, std::move(st));
   reapSplitHoldsLocked(false);
   return true;
@@ -197,10 +198,7 @@ bool Client::advanceSplitLocked(std::unique_lock<std::mutex>& lk, uint64_t handl
 
 bool Client::advanceSplits() {
   std::unique_lock<std::mutex> lk(mu_);
-  std::vector<uint64_t> handles;
-  for (const auto& [h, op] : ops_) {
-    if (op.state == OpState::kSplitting) handles.push_back(h);
-  }
+  const std::vector<uint64_t> handles = split_ops_;  // (advancing one may finish it)
   bool any = false;
   for (uint64_t h : handles) any |= advanceSplitLocked(lk, h);
   if (!split_holds_.empty()) reapSplitHoldsLocked(false);
@@ -209,8 +207,9 @@ bool Client::advanceSplits() {
 
 bool Client::splitShareReady() const {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [h, op] : ops_) {
-    if (op.state != OpState::kSplitting) continue;
+  for (uint64_t h : split_ops_) {
+    const Op& op = ops_.find(h)->second;
+    if (op.state != OpState::kSplitting) continue;  // (one of its copies runs)
     const SplitOp& s = *op.split;
     if (s.pending.empty() || op.released || Clock::now() >= s.deadline) return true;
     for (int j : s.pending) {
@@ -239,18 +238,20 @@ void Client::reapSplitHoldsLocked(bool all) {
   }
 }
 
+void Client::fillOwnShare(SplitOp& s) {
+  if (s.filled) return;
+  uint64_t b = 0, m = 0;
+  const uint64_t es = dataTypeSize(s.dtype);
+  splitShare(s.count, es, s.parts, s.index, &b, &m);
+  std::memcpy(s.slot_data + b * es, s.input + b * es, m * es);
+  s.filled = true;
+}
+
 void Client::retrySplitLocked(uint64_t handle, Op& op) {
   SubmitDesc d = *op.desc;
   if (op.split) {
-    SplitOp& s = *op.split;
-    if (!s.filled) {  // its own share is still only in the caller's tensor
-      uint64_t b = 0, m = 0;
-      const uint64_t es = dataTypeSize(s.dtype);
-      splitShare(s.count, es, s.parts, s.index, &b, &m);
-      std::memcpy(s.slot_data + b * es, s.input + b * es, m * es);
-      s.filled = true;
-    }
-    op.split.reset();  // completes as an ordinary op now
+    fillOwnShare(*op.split);  // (its own share was only in the caller's tensor)
+    op.split.reset();         // completes as an ordinary op now
     d.flags &= ~kSubmitFlagSplit;
     d.split_epoch = 0;
   }
