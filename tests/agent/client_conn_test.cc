@@ -90,6 +90,52 @@ TEST_F(ClientConnValidate, AStreamedInputIsRefusedUnlessAllowedLargeEnoughAndWit
             "malformed descriptor: only a tensor in the shared arena may be streamed into it");
 }
 
+// A split reduction (kSubmitFlagSplit): accepted only from a trainer the
+// Welcome allowed, for an in-place allreduce of at least the size it was
+// told, copied into the arena, with room for its SplitHeader before the
+// input; every refusal says which.
+TEST_F(ClientConnValidate,
+       ASplitInputIsRefusedUnlessAllowedInPlaceLargeEnoughAndWithRoomForItsHeader) {
+  SubmitDesc d = allreduce(4096, 0, 0);
+  d.flags = kSubmitFlagSplit;
+  Status st = conn_.validate(d);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "malformed descriptor: a split reduction from a trainer the agent did not allow it");
+
+  conn_.split_min_bytes = 1024;
+  EXPECT_TRUE(conn_.validate(d).isOk()) << conn_.validate(d).message();
+
+  const std::string only = "malformed descriptor: only an in-place host allreduce of at least ";
+  conn_.split_min_bytes = 2048;  // 1024 bytes: too small
+  EXPECT_EQ(conn_.validate(d).message(), only + "2048 bytes may be split");
+  conn_.split_min_bytes = 1024;
+  SubmitDesc b = d;
+  b.collective = static_cast<uint8_t>(CollectiveType::kBroadcast);
+  b.root = 0;
+  EXPECT_EQ(conn_.validate(b).message(), only + "1024 bytes may be split");
+  SubmitDesc oop = allreduce(4096, 8192, 1024);
+  oop.flags = kSubmitFlagSplit;
+  EXPECT_EQ(conn_.validate(oop).message(), only + "1024 bytes may be split");
+
+  SubmitDesc first = allreduce(64, 0, 0);  // less than a header before it in the data region
+  first.flags = kSubmitFlagSplit;
+  EXPECT_EQ(conn_.validate(first).message(),
+            "malformed descriptor: a split input at " + std::to_string(base_ + 64) +
+                " has no aligned header before it in the arena's data region");
+  SubmitDesc odd = allreduce(4096 + 8, 0, 0);
+  odd.flags = kSubmitFlagSplit;
+  EXPECT_EQ(conn_.validate(odd).code(), Code::kInvalidArgument);
+
+  for (uint32_t other : {kSubmitFlagUserMemory, kSubmitFlagStreamed}) {
+    SubmitDesc both = d;
+    both.flags |= other;
+    conn_.streamed_min_bytes = 1024;
+    EXPECT_EQ(conn_.validate(both).message(),
+              "malformed descriptor: only a tensor copied into the shared arena may be split");
+  }
+}
+
 TEST_F(ClientConnValidate, AnOutputOfAnotherSizeOrOverlappingTheInputIsMalformed) {
   Status st = conn_.validate(allreduce(0, 4096, 512));
   EXPECT_EQ(st.code(), Code::kInvalidArgument);

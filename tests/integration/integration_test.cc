@@ -340,6 +340,28 @@ TEST(Integration, SplitPeerThatDiesBeforeItsShareFailsThePeersFast) {
   EXPECT_EQ(c.agent(0).exit_code, -1) << "the agent exited:\n" << c.agentLog(0);
 }
 
+// Split reduction: a rank that submitted but does not look at its ops for
+// 3 s (computing) fails the others' op once their KOLO_OP_TIMEOUT (1 s)
+// passed, naming it, not later; it then finishes the op exactly itself and
+// the job goes on.
+TEST(Integration, SplitShareMissingFailsWithinTheOpTimeoutNamingTheRank) {
+  Cluster c;
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("split-stall", 2, {checkBin(), "split-stall", "1", "3000"},
+                           {{"KOLO_OP_TIMEOUT", "1"}});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60))) << c.agentLog(0);
+  expectAllOk(ranks, "OK split stall checked");
+  std::string out = ranks[0].output();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("split op failed after ([0-9.]+) s"))) << out;
+  EXPECT_GE(std::stod(m[1]), 1.0) << out;
+  EXPECT_LT(std::stod(m[1]), 2.5) << out;
+  EXPECT_NE(out.find("local rank(s) 1 did not reduce their share of it within 1"),
+            std::string::npos)
+      << out;
+  EXPECT_GT(splitBytes(c), 0) << c.agentLog(0);
+}
+
 TEST(Integration, NoAgentReachableFailsWithinStartTimeoutNamingTheSocket) {
   char dir[] = "/tmp/kolo-noagent-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);

@@ -607,6 +607,42 @@ int runSplitDie(int victim) {
   return 0;
 }
 
+// Split reduction with a rank that submits but does not look at its ops for
+// `lag_ms` (run with KOLO_OP_TIMEOUT below it): the others fail "mid" with
+// TIMED_OUT naming that rank once their op timeout passed; the late rank
+// then finishes it exactly (their slots are kept for it), and a barrier
+// shows the job goes on.
+int runSplitStall(int late, int lag_ms) {
+  std::vector<float> a(262144, 1);
+  int64_t shape[1] = {262144};
+  // (the first op's wait reads the agent's PeerArenas frame: "mid" splits)
+  if (kolo_allreduce("warm", a.data(), a.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1) !=
+      KOLO_OK) {
+    FAIL("warm-up: %s", kolo_last_error());
+  }
+  std::fill(a.begin(), a.end(), 1.0f);
+  kolo_handle_t h;
+  auto t0 = Clock::now();
+  kolo_status_t st =
+      kolo_allreduce_async("mid", a.data(), a.data(), 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1, &h);
+  if (st != KOLO_OK) FAIL("submit: %s", kolo_last_error());
+  if (g_rank == late) std::this_thread::sleep_for(std::chrono::milliseconds(lag_ms));
+  st = kolo_synchronize(h, 30000);
+  double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (g_rank == late) {
+    if (st != KOLO_OK) FAIL("late rank: %s (%s)", kolo_status_string(st), kolo_last_error());
+    if (a[0] != static_cast<float>(g_size) || a.back() != static_cast<float>(g_size))
+      FAIL("late rank's result");
+  } else {
+    if (st != KOLO_ERR_TIMED_OUT)
+      FAIL("mid gave %s (%s), want KOLO_ERR_TIMED_OUT", kolo_status_string(st), kolo_last_error());
+    std::printf("rank %d: split op failed after %.3f s: %s\n", g_rank, waited, kolo_last_error());
+  }
+  if (kolo_barrier(30000) != KOLO_OK) FAIL("barrier: %s", kolo_last_error());
+  std::printf("rank %d: OK split stall checked\n", g_rank);
+  return 0;
+}
+
 // Rank 1 arrives late at "slow" (a slow rank, as in a stalled job).
 int runStall(int delay_s) {
   std::vector<float> a(64, 1);
@@ -1229,6 +1265,8 @@ int main(int argc, char** argv) {
   else if (mode == "die") rc = runDie(argc > 2 ? std::atoi(argv[2]) : 1);
   else if (mode == "split-die")
     rc = runSplitDie(argc > 2 ? std::atoi(argv[2]) : 1);
+  else if (mode == "split-stall")
+    rc = runSplitStall(argc > 2 ? std::atoi(argv[2]) : 1, argc > 3 ? std::atoi(argv[3]) : 3000);
   else if (mode == "stall") rc = runStall(argc > 2 ? std::atoi(argv[2]) : 3);
   else if (mode == "loop") rc = runLoop(argc > 2 ? std::atoi(argv[2]) : 100, argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 4096);
   else if (mode == "until" && argc > 2) rc = runUntil(argv[2]);
