@@ -844,6 +844,11 @@ void Agent::initMetrics() {
                         "Payload bytes of allreduces across agents that the agent began while "
                         "their trainers were still "
                         "copying them into the arena (streamed copy-in; one rank's tensor per op)");
+  op_metrics_.streamed_out_bytes =
+      &metrics_.counter("kolo_streamed_copy_out_bytes_total",
+                        "Result bytes of streamed allreduces across agents that the agent told "
+                        "their trainers were final chunk by chunk, before the op completed "
+                        "(streamed copy-out; summed over the ranks)");
   op_metrics_.split_bytes =
       &metrics_.counter("kolo_split_bytes_total",
                         "Payload bytes of allreduces the ranks of a job on this agent reduced "

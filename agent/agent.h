@@ -133,6 +133,9 @@ class Agent : private OpHost {
   void copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) override;
   void handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) override;
   uint64_t crossPipelineBytes() const override { return opts_.cross_pipeline_bytes; }
+  metrics::Counter* streamedOutCounter() const override {
+    return opts_.stream_copy_out ? op_metrics_.streamed_out_bytes : nullptr;
+  }
   void observeNegotiation(double seconds) override;
   void observeDirect(uint64_t bytes) override;
   void observeStreamed(uint64_t bytes) override;
@@ -192,6 +195,7 @@ class Agent : private OpHost {
     metrics::Histogram* negotiation;
     metrics::Counter* direct_bytes;
     metrics::Counter* streamed_bytes;
+    metrics::Counter* streamed_out_bytes;
     metrics::Counter* split_bytes;
   } op_metrics_{};
   void initMetrics();

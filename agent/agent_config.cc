@@ -98,6 +98,10 @@ void defineAgentKnobs(Config& c) {
               "copying it into the arena and the agent reads each chunk once it is there, so the "
               "copy overlaps the negotiation and the ring (docs/architecture.md, \"Streamed "
               "copy-in\"); false = copy first")
+      .define("stream-copy-out", KnobType::kBool, "true",
+              "With a streamed copy-in whose result lands in the same slot, the agent publishes "
+              "how much of the result is final as each chunk leaves the ring, and the trainer "
+              "copies it out meanwhile instead of after the op; false = copy out after the op")
       .define("split-min-kb", KnobType::kInt, "256",
               "In a job on one agent, an allreduce of at least this many KiB in the trainers' own "
               "memory is reduced by the ranks themselves, each its share, reading the others' "
@@ -307,6 +311,7 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   if (c.getInt("cross-pipeline-kb") < 0) return invalidArgument("--cross-pipeline-kb must be >= 0");
   o.cross_pipeline_bytes = static_cast<uint64_t>(c.getInt("cross-pipeline-kb")) << 10;
   o.stream_copy_in = c.getBool("stream-copy-in");
+  o.stream_copy_out = c.getBool("stream-copy-out");
   if (c.getInt("split-min-kb") < 0) return invalidArgument("--split-min-kb must be >= 0");
   o.split_min_bytes = static_cast<uint64_t>(c.getInt("split-min-kb")) << 10;
   o.timeline_filename = c.getString("timeline-filename");

@@ -64,6 +64,9 @@ struct AgentOptions {
   // Trainers may publish a pipelined allreduce before its copy-in ends
   // (Welcome.streamed_min_bytes = cross_pipeline_bytes; ipc_layout.h).
   bool stream_copy_in = true;
+  // With it, the agent counts the result's final bytes chunk by chunk for
+  // the trainer's copy-out (ipc_layout.h kStreamedFinalOffset).
+  bool stream_copy_out = true;
   // In a job on one agent, the ranks reduce a host allreduce of at least
   // this many bytes themselves, each its share (split reduction,
   // ipc_layout.h kSubmitFlagSplit; Welcome.split_min_bytes). 0: never.

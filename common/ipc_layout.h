@@ -104,8 +104,18 @@ constexpr uint32_t kSubmitFlagUserMemory = 1u << 1;
 // negotiation and ring. Only for a client the agent told it may
 // (Welcome.streamed_min_bytes > 0), for data_bytes of at least that, and
 // only in a job across several agents.
+//
+// Streamed copy-out: when the result lands in that same slot (in place in
+// the arena) and the agents' ring goes in chunks, the agent also counts
+// the result's bytes that are final in the slot (scaled, nothing left to
+// write) in a std::atomic<uint64_t> at data_offset - kStreamedHeaderBytes
+// + kStreamedFinalOffset (release stores, in order), so the trainer copies
+// each reduced chunk out while later ones still cross the agents. The
+// trainer zeroes it before it publishes; an agent that never stores it
+// leaves the whole copy for the completion.
 constexpr uint32_t kSubmitFlagStreamed = 1u << 2;
 constexpr uint64_t kStreamedHeaderBytes = 64;  // one cache line before the input
+constexpr uint64_t kStreamedFinalOffset = 32;  // the final-bytes count, in that line
 
 // kSubmitFlagSplit ("split reduction", docs/architecture.md): a host
 // allreduce in a job on one agent that the ranks reduce themselves, each

@@ -44,6 +44,10 @@ class FirstError {
 struct StreamedSource {
   const std::atomic<uint64_t>* copied = nullptr;  // bytes copied so far, in the rank's arena
   int local_rank = 0;
+  // Streamed copy-out: the count of the result's bytes final in the rank's
+  // slot (ipc_layout.h kStreamedFinalOffset); null when its result goes
+  // elsewhere (out of place in the arena).
+  std::atomic<uint64_t>* final_bytes = nullptr;
 };
 
 struct LocalReduce {

@@ -615,37 +615,54 @@ void CrossJob::postPipelined(CrossWork w) {
     std::mutex mu;
     Status first_error;
     size_t remaining = 0;
+    std::vector<std::pair<size_t, bool>>
+        ends;              // each chunk's end (elements), and whether it is final
+    size_t published = 0;  // chunks [0, published) were published
   };
   auto state = std::make_shared<State>();
   std::vector<std::pair<size_t, size_t>> ranges;  // in elements
   for (const fusion::Chunk& c : *chunks) {
     ranges.emplace_back(c.offset / es, (c.offset + c.bytes) / es);
+    state->ends.emplace_back(ranges.back().second, false);
   }
   state->remaining = ranges.size();
   auto drain = std::make_shared<std::function<void(size_t, size_t)>>(std::move(w.drain));
+  auto published = std::make_shared<std::function<void(size_t)>>(std::move(w.published));
   char* base = static_cast<char*>(w.staging);
   const char* input = static_cast<const char*>(w.input);
-  for (auto [b, e] : ranges) {
+  for (size_t index = 0; index < ranges.size(); ++index) {
+    const auto [b, e] = ranges[index];
     awaitInput(w, e);  // streamed copy-in: the trainers' copies run ahead of the ring
     if (w.fill && input == nullptr) w.fill(b, e);  // the local reduction of this chunk, while the previous one moves
-    backend_->allreduceOutOfPlace(input != nullptr ? input + b * es : base + b * es, base + b * es, e - b, w.dtype,
-                                  w.op, [this, name, tl, state, drain, b, e, es, keep = w.keep](Status st) {
-      if (st.isOk()) allreduced_bytes_.fetch_add((e - b) * es, std::memory_order_relaxed);
-      drainer_->submit([this, name, tl, state, drain, b, e, st, keep] {
-        if (st.isOk() && *drain) (*drain)(b, e);
-        Status final_status;
-        {
-          std::lock_guard<std::mutex> lk(state->mu);
-          if (!st.isOk() && state->first_error.isOk()) state->first_error = st;
-          if (--state->remaining > 0) return;
-          final_status = state->first_error;
-        }
-        if (tl != nullptr) tl->activityEnd(name);
-        CrossResult r;
-        r.drained = final_status.isOk() && *drain;
-        postDone(name, final_status, std::move(r));
-      });
-    });
+    backend_->allreduceOutOfPlace(
+        input != nullptr ? input + b * es : base + b * es, base + b * es, e - b, w.dtype, w.op,
+        [this, name, tl, state, drain, published, index, b, e, es, keep = w.keep](Status st) {
+          if (st.isOk()) allreduced_bytes_.fetch_add((e - b) * es, std::memory_order_relaxed);
+          drainer_->submit([this, name, tl, state, drain, published, index, b, e, st, keep] {
+            if (st.isOk() && *drain) (*drain)(b, e);
+            Status final_status;
+            {
+              std::lock_guard<std::mutex> lk(state->mu);
+              if (!st.isOk() && state->first_error.isOk()) state->first_error = st;
+              state->ends[index].second = true;
+              if (*published && state->first_error.isOk()) {
+                // Streamed copy-out: the longest run of final chunks from the start.
+                size_t n = state->published;
+                while (n < state->ends.size() && state->ends[n].second) ++n;
+                if (n > state->published) {
+                  state->published = n;
+                  (*published)(state->ends[n - 1].first);
+                }
+              }
+              if (--state->remaining > 0) return;
+              final_status = state->first_error;
+            }
+            if (tl != nullptr) tl->activityEnd(name);
+            CrossResult r;
+            r.drained = final_status.isOk() && *drain;
+            postDone(name, final_status, std::move(r));
+          });
+        });
   }
 }
 

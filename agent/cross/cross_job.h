@@ -69,6 +69,12 @@ struct CrossWork {
   // not (too small, fused or inline), it is filled whole first and the
   // agent copies the result out as for any other work.
   std::function<void(size_t, size_t)> fill, drain;
+  // Posted in chunks: called on the drain thread, in order, once elements
+  // [0, end) of the result are final in the ranks' slots (each chunk
+  // reduced by the agents and drained), so the trainers can copy them out
+  // while later chunks still move (streamed copy-out). Empty: nobody reads
+  // the result before the op completes.
+  std::function<void(size_t end)> published;
   // Out of place with one local rank (the rank's input slot, `staging` being
   // its output slot): posted in chunks, each chunk is reduced by the backend
   // from `input` into `staging` and `fill` is skipped; otherwise `fill`

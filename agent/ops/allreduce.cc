@@ -124,9 +124,11 @@ void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
     if ((d.flags & kSubmitFlagStreamed) != 0) {
       // Still being copied in (validated: the count lies in the cache line
       // before the input, inside the arena that r.keepalive keeps mapped).
-      r.streamed.push_back({reinterpret_cast<const std::atomic<uint64_t>*>(
-                                c->slot(d.data_offset - kStreamedHeaderBytes)),
-                            static_cast<int>(i)});
+      // The result's final-bytes count, where the result lands in that slot.
+      char* line = c->slot(d.data_offset - kStreamedHeaderBytes);
+      r.streamed.push_back(
+          {reinterpret_cast<const std::atomic<uint64_t>*>(line), static_cast<int>(i),
+           oop ? nullptr : reinterpret_cast<std::atomic<uint64_t>*>(line + kStreamedFinalOffset)});
     }
   }
   if (!r.streamed.empty() && job.world().cross_size == 1) {

@@ -113,6 +113,23 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
                                                        std::chrono::milliseconds stall) {
       streamed->await(end * es, stop, stall);
     };
+    // Streamed copy-out: each rank whose result lands in its input slot
+    // learns, chunk by chunk, how much of it is final (ipc_layout.h).
+    std::vector<std::atomic<uint64_t>*> finals;
+    for (const StreamedSource& s : r.streamed) {
+      if (s.final_bytes != nullptr) finals.push_back(s.final_bytes);
+    }
+    metrics::Counter* counter = host.streamedOutCounter();
+    if (leg.pipelined && !finals.empty() && counter != nullptr) {
+      // (called in order, one chunk run at a time: `last` needs no lock)
+      w.published = [finals = std::move(finals), keep = r.keepalive, es, counter,
+                     last = uint64_t{0}](size_t end) mutable {
+        const uint64_t bytes = end * es;
+        for (std::atomic<uint64_t>* f : finals) f->store(bytes, std::memory_order_release);
+        counter->inc((bytes - last) * finals.size());
+        last = bytes;
+      };
+    }
   }
   w.count = op.error.isOk() ? r.count : 0;
   if (streamed && leg.localStepFirst()) {

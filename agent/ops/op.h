@@ -35,6 +35,9 @@
 namespace kolo {
 
 class ClientConn;
+namespace metrics {
+class Counter;
+}
 namespace timeline {
 class Timeline;
 }
@@ -65,6 +68,9 @@ class OpHost {
   // pipelined (--cross-pipeline-kb).
   virtual void handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) = 0;
   virtual uint64_t crossPipelineBytes() const = 0;
+  // Streamed copy-out (--stream-copy-out): the counter of result bytes
+  // published chunk by chunk (thread-safe), or null when it is off.
+  virtual metrics::Counter* streamedOutCounter() const = 0;
   // How long the op waited for its last local rank (metrics).
   virtual void observeNegotiation(double seconds) = 0;
   // The direct user-memory path moved `bytes` of one rank's tensor in place.

@@ -456,6 +456,10 @@ bool Client::drainOnce() {
     any = true;
   }
   if (splitting_.load(std::memory_order_relaxed) > 0 && advanceSplits()) any = true;
+  if (streaming_out_.load(std::memory_order_relaxed) > 0 && advanceStreamOuts()) {
+    any = true;
+    stream_out_sleep_us_ = 0;
+  }
   if (!sock_eof_) {
     // Read the socket only when the agent wrote a frame since the last read
     // or poll() said so (the agent's exit: EOF): a recvmsg per completion
@@ -511,6 +515,13 @@ void Client::blockForEvents(Clock::time_point deadline, milliseconds max_block) 
     }
     wait = std::min<Clock::duration>(wait, std::chrono::microseconds(split_sleep_us_));
     split_sleep_us_ = std::min(split_sleep_us_ * 2, 1000);
+  } else if (streaming_out_.load(std::memory_order_relaxed) > 0) {
+    // Streamed copy-out: the agent publishes a large allreduce's result
+    // chunk by chunk (milliseconds apart) and rings nothing for it: look
+    // again after 50 us, twice as long each time nothing came, up to 500
+    // us (the op's completion still wakes us at once).
+    stream_out_sleep_us_ = stream_out_sleep_us_ == 0 ? 50 : std::min(stream_out_sleep_us_ * 2, 500);
+    wait = std::min<Clock::duration>(wait, std::chrono::microseconds(stream_out_sleep_us_));
   } else if (opts_.spin.count() > 0) {
     // A small collective completes in tens of microseconds: poll the ring
     // for that long first, so the common case needs no sleep and no wake-up.
@@ -626,10 +637,12 @@ void Client::handleCompletion(const CompletionDesc& c) {
     it = ops_.find(c.handle);
   } else if (st.isOk() && !op.released && op.bytes > 0 && op.output != op.result) {
     // Copy out without holding mu_; release() waits for kCompleting to end.
+    // (Streamed copy-out: the first `copied_out` bytes are there already.)
     op.state = OpState::kCompleting;
-    void* out = op.output;
-    const char* src = op.result;
-    uint64_t bytes = op.bytes;
+    const uint64_t from = std::min(op.copied_out, op.bytes);
+    char* out = static_cast<char*>(op.output) + from;
+    const char* src = op.result + from;
+    uint64_t bytes = op.bytes - from;
     // In flight with this op: its bytes are still counted.
     const uint64_t node_bytes = nodeBytesInFlightLocked(0);
     lk.unlock();
@@ -731,7 +744,7 @@ Status Client::poll(uint64_t handle) {
     return invalidArgument("unknown handle " + std::to_string(handle) +
                            ": it was already synchronized or released");
   }
-  if (it->second.state != OpState::kDone) {
+  if (it->second.state != OpState::kDone || it->second.out_copying) {
     if (shutdown_) return usableLocked();
     return Status(Code::kInProgress, "in progress");
   }
@@ -744,7 +757,7 @@ Status Client::wait(uint64_t handle, milliseconds timeout, int64_t* aux) {
   auto deadline = start + limit;
   auto done = [&] {
     auto it = ops_.find(handle);
-    return it == ops_.end() || it->second.state == OpState::kDone;
+    return it == ops_.end() || (it->second.state == OpState::kDone && !it->second.out_copying);
   };
   progressUntil(done, deadline, kDrainerBlockMax);
   std::lock_guard<std::mutex> lock(mu_);
@@ -772,7 +785,7 @@ void Client::release(uint64_t handle) {
   for (;;) {
     auto it = ops_.find(handle);
     if (it == ops_.end()) return;
-    if (it->second.state == OpState::kCompleting) {
+    if (it->second.state == OpState::kCompleting || it->second.out_copying) {
       cv_.wait(lk);  // a copy into its output is running; it is a memcpy, it ends
       continue;
     }

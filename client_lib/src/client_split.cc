@@ -168,7 +168,7 @@ bool Client::advanceSplitLocked(std::unique_lock<std::mutex>& lk, uint64_t handl
     splitShare(s.count, es, s.parts, j, &b, &m);
     char* dst = static_cast<char*>(op.output) + b * es;
     const char* src = s.slots[static_cast<size_t>(j)] + b * es;
-    const uint64_t node_bytes = s.count * es * static_cast<uint64_t>(s.parts);
+    const uint64_t node_bytes = splitCopyNodeBytes(s.count * es * static_cast<uint64_t>(s.parts));
     op.state = OpState::kCompleting;  // release() waits; the table may change meanwhile
     lk.unlock();
     arenaCopy(dst, src, m * es, node_bytes);

@@ -351,6 +351,14 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   const uint64_t base = slot + header;  // where the plan's pieces start
   if (stream) {
     auto* copied = new (arena_.data() + slot) std::atomic<uint64_t>(0);
+    auto* final_bytes = new (arena_.data() + slot + kStreamedFinalOffset) std::atomic<uint64_t>(0);
+    // Streamed copy-out: the result lands where the input was (the slot
+    // plan is in place) and goes to the caller's buffer as the agent
+    // publishes it.
+    if (plan.result && plan.result->offset(base) == plan.input.offset(base) && !a.compressed &&
+        !plan.gather && a.output != nullptr) {
+      op->final_bytes = final_bytes;
+    }
     op->copying = true;
     *streamed = {arena_.data() + plan.input.offset(base), static_cast<const char*>(a.input),
                  plan.input.bytes, copied, node_bytes};
@@ -376,7 +384,7 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
       if (j == s.index) continue;
       uint64_t b = 0, m = 0;
       splitShare(s.count, es, s.parts, j, &b, &m);
-      arenaCopy(s.slot_data + b * es, s.input + b * es, m * es, node_bytes);
+      arenaCopy(s.slot_data + b * es, s.input + b * es, m * es, splitCopyNodeBytes(node_bytes));
     }
     op->split = std::move(s);
   } else {
@@ -420,6 +428,46 @@ void Client::copyStreamed(uint64_t handle, const StreamedCopy& s) {
     if (op.released) ops_.erase(it);
     cv_.notify_all();
   }
+}
+
+bool Client::advanceStreamOuts() {
+  std::unique_lock<std::mutex> lk(mu_);
+  bool any = false;
+  for (size_t i = 0; i < stream_out_ops_.size();) {
+    const uint64_t handle = stream_out_ops_[i];
+    auto it = ops_.find(handle);
+    if (it == ops_.end() || it->second.state != OpState::kSubmitted || it->second.released) {
+      // Ended (its completion copied the rest) or no longer the caller's.
+      stream_out_ops_[i] = stream_out_ops_.back();
+      stream_out_ops_.pop_back();
+      continue;
+    }
+    Op& op = it->second;
+    const uint64_t final_bytes =
+        std::min(op.bytes, op.final_bytes->load(std::memory_order_acquire));
+    if (final_bytes <= op.copied_out) {
+      ++i;
+      continue;
+    }
+    op.out_copying = true;
+    char* out = static_cast<char*>(op.output);
+    const char* src = op.result;
+    const uint64_t from = op.copied_out;
+    const uint64_t node_bytes = nodeBytesInFlightLocked(0);
+    lk.unlock();
+    arenaCopy(out + from, src + from, final_bytes - from, node_bytes);
+    lk.lock();
+    it = ops_.find(handle);  // (an out_copying op stays in the table)
+    if (it != ops_.end()) {
+      it->second.copied_out = final_bytes;
+      it->second.out_copying = false;
+    }
+    cv_.notify_all();
+    any = true;
+    ++i;
+  }
+  streaming_out_.store(stream_out_ops_.size(), std::memory_order_relaxed);
+  return any;
 }
 
 void Client::copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot, uint64_t node_bytes) {
@@ -480,6 +528,10 @@ Status Client::publish(SubmitDesc d, Op& op, Clock::time_point deadline, const s
         }
         if (op.slot) --unpublished_slots_;
         op.desc_bytes = desc_bytes;
+        if (op.final_bytes != nullptr) {
+          stream_out_ops_.push_back(d.handle);
+          streaming_out_.store(stream_out_ops_.size(), std::memory_order_relaxed);
+        }
         ops_.emplace(d.handle, std::move(op));
         ++in_flight_;
         bytes_in_flight_ += desc_bytes;

@@ -88,6 +88,11 @@ TEST(AgreedParams, TheLeadersValuesRoundTripAndOthersSendAllOnes) {
 // `out` must equal `in` afterwards either way.
 struct PipelineRun {
   std::vector<std::pair<size_t, size_t>> fills, drains;
+  // Streamed copy-out: each `published` end, with how far the drains
+  // reached (contiguously) when it came; and how far publishing had reached
+  // when the op completed.
+  std::vector<std::pair<size_t, size_t>> published;
+  size_t published_at_done = 0;
   bool drained = false;
   Status status;
 };
@@ -113,7 +118,13 @@ PipelineRun runPipelined(size_t count, uint64_t pipeline_bytes, uint64_t chunk_b
     co.pipeline_bytes = pipeline_bytes;
     co.fusion_chunk_bytes = chunk_bytes;
     CrossJob job("crossjob-pipeline", std::move(backend).value(), co, loop,
-                 [done](const std::string&, Status st, const CrossResult& r) { done->set_value({st, r.drained}); });
+                 [done, &run, &mu](const std::string&, Status st, const CrossResult& r) {
+                   {
+                     std::lock_guard<std::mutex> lk(mu);
+                     run.published_at_done = run.published.empty() ? 0 : run.published.back().first;
+                   }
+                   done->set_value({st, r.drained});
+                 });
     CrossWork w;
     w.req.name = "big";
     w.req.params.collective = static_cast<uint8_t>(CollectiveType::kAllreduce);
@@ -134,6 +145,20 @@ PipelineRun runPipelined(size_t count, uint64_t pipeline_bytes, uint64_t chunk_b
       std::copy(staging.begin() + b, staging.begin() + e, out.begin() + b);
       std::lock_guard<std::mutex> lk(mu);
       run.drains.emplace_back(b, e);
+    };
+    w.published = [&](size_t end) {
+      std::lock_guard<std::mutex> lk(mu);
+      size_t reached = 0;  // the drains' contiguous prefix
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (auto [b, e] : run.drains) {
+          if (b == reached) {
+            reached = e;
+            moved = true;
+          }
+        }
+      }
+      run.published.emplace_back(end, reached);
     };
     job.submit(std::move(w));
     if (fut.wait_for(20s) != std::future_status::ready) {
@@ -178,6 +203,17 @@ TEST(CrossJobPipeline, ALargeAllreduceIsFilledAndDrainedChunkByChunk) {
   EXPECT_TRUE(tiles(run.drains, count));
   EXPECT_EQ(run.drains, run.fills);
   EXPECT_EQ(out, in);
+  // Streamed copy-out: the result is published in order, never past what
+  // was drained, the whole of it before the op completes.
+  ASSERT_FALSE(run.published.empty());
+  size_t last = 0;
+  for (auto [end, reached] : run.published) {
+    EXPECT_GT(end, last);
+    EXPECT_LE(end, reached) << "published past the drained chunks";
+    last = end;
+  }
+  EXPECT_EQ(last, count);
+  EXPECT_EQ(run.published_at_done, count);
 }
 
 TEST(CrossJobPipeline, BelowTheAgreedSizeItIsFilledWholeAndNotDrained) {
@@ -198,6 +234,7 @@ TEST(CrossJobPipeline, BelowTheAgreedSizeItIsFilledWholeAndNotDrained) {
     ASSERT_EQ(run.fills.size(), 1u) << pipeline;
     EXPECT_EQ(run.fills[0], std::make_pair(size_t{0}, count));
     EXPECT_TRUE(run.drains.empty()) << pipeline;
+    EXPECT_TRUE(run.published.empty()) << pipeline;  // (the agent copies it out at the end)
     EXPECT_EQ(out, in) << pipeline;
   }
 }

@@ -112,14 +112,24 @@ TEST(MultiAgentDirect, PipelinedAcrossAgentsIsExactAndAnUnreadableTensorFailsThe
 // once the trainer's count of bytes copied covers it. kolo_check's direct
 // checks with the direct path off (every dtype and op around that size,
 // odd addresses, in and out of place, scaled, 12 async in flight) are exact
-// with one and two ranks on an agent, and the agents count streamed bytes;
-// with --stream-copy-in false the same checks pass and nothing streams.
-TEST(MultiAgentStreamed, CopyInOverlappingTheRingIsExact) {
-  auto streamedBytes = [](Cluster& c, int a) {
+// with one and two ranks on an agent, and the agents count streamed bytes.
+// Streamed copy-out: the in-place ones' results are published chunk by
+// chunk (1 MiB chunks: the 1.5-2 MiB tensors go in 2-3) and copied out by
+// the trainers while the rest still moves; the agents count those bytes.
+// With --stream-copy-out false the checks pass and only the copy-in
+// streams; with --stream-copy-in false nothing streams.
+TEST(MultiAgentStreamed, CopyInAndOutOverlappingTheRingIsExact) {
+  auto metric = [](Cluster& c, int a, const std::string& name) {
     const std::string metrics = httpGet(c.agentMetrics(a), "/metrics");
-    const std::string key = "\nkolo_streamed_copy_bytes_total ";
+    const std::string key = "\n" + name + " ";
     const size_t at = metrics.find(key);
     return at == std::string::npos ? -1.0 : std::strtod(metrics.c_str() + at + key.size(), nullptr);
+  };
+  auto streamedBytes = [&](Cluster& c, int a) {
+    return metric(c, a, "kolo_streamed_copy_bytes_total");
+  };
+  auto streamedOutBytes = [&](Cluster& c, int a) {
+    return metric(c, a, "kolo_streamed_copy_out_bytes_total");
   };
   for (const std::vector<int>& layout : {std::vector<int>{1, 1}, std::vector<int>{2, 1}}) {
     Cluster c(2, {{"KOLO_CROSS_PIPELINE_KB", "512"}});
@@ -134,6 +144,23 @@ TEST(MultiAgentStreamed, CopyInOverlappingTheRingIsExact) {
     for (int a = 0; a < 2; ++a) {
       EXPECT_GT(streamedBytes(c, a), 0)
           << "agent " << a << " streamed nothing (" << layoutName(layout) << ")";
+      EXPECT_GT(streamedOutBytes(c, a), 0)
+          << "agent " << a << " published no result early (" << layoutName(layout) << ")";
+    }
+  }
+  {
+    Cluster c(2, {{"KOLO_CROSS_PIPELINE_KB", "512"}, {"KOLO_STREAM_COPY_OUT", "false"}});
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto ranks = c.launchMultiJob("xstreamin", {2, 1}, {checkBin(), "direct"},
+                                  {{"KOLO_DIRECT", "off"}, {"KOLO_CHECK_THRESHOLD_KB", "512"}});
+    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 2);
+    for (auto& r : ranks) {
+      EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
+      EXPECT_NE(r.output().find("direct checks passed"), std::string::npos) << r.output();
+    }
+    for (int a = 0; a < 2; ++a) {
+      EXPECT_GT(streamedBytes(c, a), 0) << "agent " << a;
+      EXPECT_EQ(streamedOutBytes(c, a), 0) << "agent " << a;
     }
   }
   Cluster c(2, {{"KOLO_CROSS_PIPELINE_KB", "512"}, {"KOLO_STREAM_COPY_IN", "false"}});
@@ -145,7 +172,10 @@ TEST(MultiAgentStreamed, CopyInOverlappingTheRingIsExact) {
     EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
     EXPECT_NE(r.output().find("direct checks passed"), std::string::npos) << r.output();
   }
-  for (int a = 0; a < 2; ++a) EXPECT_EQ(streamedBytes(c, a), 0) << "agent " << a;
+  for (int a = 0; a < 2; ++a) {
+    EXPECT_EQ(streamedBytes(c, a), 0) << "agent " << a;
+    EXPECT_EQ(streamedOutBytes(c, a), 0) << "agent " << a;
+  }
 }
 
 // Small cached allreduces travel inside the negotiation message
