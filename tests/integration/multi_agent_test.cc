@@ -125,56 +125,58 @@ TEST(MultiAgentStreamed, CopyInAndOutOverlappingTheRingIsExact) {
     const size_t at = metrics.find(key);
     return at == std::string::npos ? -1.0 : std::strtod(metrics.c_str() + at + key.size(), nullptr);
   };
-  auto streamedBytes = [&](Cluster& c, int a) {
-    return metric(c, a, "kolo_streamed_copy_bytes_total");
+  // kolo_check's direct checks on two agents (pipeline 512 KiB, plus
+  // `env`), every rank passing them; then each agent's streamed-in and
+  // streamed-out bytes (empty if the job could not run).
+  struct Streamed {
+    double in = 0, out = 0;
   };
-  auto streamedOutBytes = [&](Cluster& c, int a) {
-    return metric(c, a, "kolo_streamed_copy_out_bytes_total");
+  auto runChecks = [&](const std::string& job, const std::vector<int>& layout,
+                       std::map<std::string, std::string> env) {
+    std::vector<Streamed> counts;
+    env["KOLO_CROSS_PIPELINE_KB"] = "512";
+    Cluster c(2, env);
+    if (!c.ok()) {
+      ADD_FAILURE() << c.error();
+      return counts;
+    }
+    auto ranks = c.launchMultiJob(job, layout, {checkBin(), "direct"},
+                                  {{"KOLO_DIRECT", "off"}, {"KOLO_CHECK_THRESHOLD_KB", "512"}});
+    if (!c.waitJob(ranks, std::chrono::seconds(240))) {
+      ADD_FAILURE() << "job " << job << " did not end\n" << allLogs(c, 2);
+      return counts;
+    }
+    for (auto& r : ranks) {
+      EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
+      EXPECT_NE(r.output().find("direct checks passed"), std::string::npos) << r.output();
+    }
+    for (int a = 0; a < 2; ++a) {
+      counts.push_back({metric(c, a, "kolo_streamed_copy_bytes_total"),
+                        metric(c, a, "kolo_streamed_copy_out_bytes_total")});
+    }
+    return counts;
   };
   for (const std::vector<int>& layout : {std::vector<int>{1, 1}, std::vector<int>{2, 1}}) {
-    Cluster c(2, {{"KOLO_CROSS_PIPELINE_KB", "512"}});
-    ASSERT_TRUE(c.ok()) << c.error();
-    auto ranks = c.launchMultiJob("xstream" + layoutName(layout), layout, {checkBin(), "direct"},
-                                  {{"KOLO_DIRECT", "off"}, {"KOLO_CHECK_THRESHOLD_KB", "512"}});
-    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 2);
-    for (auto& r : ranks) {
-      EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
-      EXPECT_NE(r.output().find("direct checks passed"), std::string::npos) << r.output();
-    }
+    auto counts = runChecks("xstream" + layoutName(layout), layout, {});
+    ASSERT_EQ(counts.size(), 2u) << layoutName(layout);
     for (int a = 0; a < 2; ++a) {
-      EXPECT_GT(streamedBytes(c, a), 0)
-          << "agent " << a << " streamed nothing (" << layoutName(layout) << ")";
-      EXPECT_GT(streamedOutBytes(c, a), 0)
-          << "agent " << a << " published no result early (" << layoutName(layout) << ")";
+      EXPECT_GT(counts[a].in, 0) << "agent " << a << " streamed nothing (" << layoutName(layout)
+                                 << ")";
+      EXPECT_GT(counts[a].out, 0) << "agent " << a << " published no result early ("
+                                  << layoutName(layout) << ")";
     }
   }
-  {
-    Cluster c(2, {{"KOLO_CROSS_PIPELINE_KB", "512"}, {"KOLO_STREAM_COPY_OUT", "false"}});
-    ASSERT_TRUE(c.ok()) << c.error();
-    auto ranks = c.launchMultiJob("xstreamin", {2, 1}, {checkBin(), "direct"},
-                                  {{"KOLO_DIRECT", "off"}, {"KOLO_CHECK_THRESHOLD_KB", "512"}});
-    ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 2);
-    for (auto& r : ranks) {
-      EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
-      EXPECT_NE(r.output().find("direct checks passed"), std::string::npos) << r.output();
-    }
-    for (int a = 0; a < 2; ++a) {
-      EXPECT_GT(streamedBytes(c, a), 0) << "agent " << a;
-      EXPECT_EQ(streamedOutBytes(c, a), 0) << "agent " << a;
-    }
-  }
-  Cluster c(2, {{"KOLO_CROSS_PIPELINE_KB", "512"}, {"KOLO_STREAM_COPY_IN", "false"}});
-  ASSERT_TRUE(c.ok()) << c.error();
-  auto ranks = c.launchMultiJob("xstreamoff", {1, 1}, {checkBin(), "direct"},
-                                {{"KOLO_DIRECT", "off"}, {"KOLO_CHECK_THRESHOLD_KB", "512"}});
-  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(240))) << allLogs(c, 2);
-  for (auto& r : ranks) {
-    EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
-    EXPECT_NE(r.output().find("direct checks passed"), std::string::npos) << r.output();
-  }
+  auto in_only = runChecks("xstreamin", {2, 1}, {{"KOLO_STREAM_COPY_OUT", "false"}});
+  ASSERT_EQ(in_only.size(), 2u);
   for (int a = 0; a < 2; ++a) {
-    EXPECT_EQ(streamedBytes(c, a), 0) << "agent " << a;
-    EXPECT_EQ(streamedOutBytes(c, a), 0) << "agent " << a;
+    EXPECT_GT(in_only[a].in, 0) << "agent " << a;
+    EXPECT_EQ(in_only[a].out, 0) << "agent " << a;
+  }
+  auto off = runChecks("xstreamoff", {1, 1}, {{"KOLO_STREAM_COPY_IN", "false"}});
+  ASSERT_EQ(off.size(), 2u);
+  for (int a = 0; a < 2; ++a) {
+    EXPECT_EQ(off[a].in, 0) << "agent " << a;
+    EXPECT_EQ(off[a].out, 0) << "agent " << a;
   }
 }
 
