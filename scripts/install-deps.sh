@@ -10,11 +10,8 @@ pkgs=(
   openmpi-bin libopenmpi-dev libgloo-dev
   iproute2 iperf3 systemd
   etcd-server etcd-client
-  python3 python3-yaml python3-pytest python3-numpy python3-torch python3-pip
+  python3 python3-venv python3-pip
 )
-if [ "${KOLO_SKIP_PYTHON_DEPS:-0}" = 1 ]; then
-  pkgs=("${pkgs[@]/python3-torch}")
-fi
 missing=()
 for p in "${pkgs[@]}"; do
   [ -n "$p" ] || continue
