@@ -317,6 +317,8 @@ void Agent::onAcceptOnLoop() {
     uid_t uid = cred.isOk() ? cred->uid : 0;
     uint64_t id = next_conn_id_++;
     auto conn = std::make_unique<ClientConn>(id, std::move(sock), pid, uid);
+    conn->gid = cred.isOk() ? cred->gid : 0;
+    conn->peer_pidfd.reset(peerPidfd(conn->socketFd(), pid));
     Status over;
     if (static_cast<int64_t>(conns_.size()) >= opts_.limits.max_connections) {
       over = unavailable(
@@ -546,12 +548,17 @@ void Agent::grantDirectOnLoop(ClientConn& c, const ipc::Hello& h, ipc::Welcome* 
   if (opts_.direct_min_bytes == 0) return refuse("the agent runs with --direct-min-kb 0");
   if (h.direct_probe().size() != 16) return refuse("a malformed probe");
   if (c.pid() <= 0) return refuse("the trainer's pid is not visible in the agent's pid namespace");
+  // Bound to the process that connected (its pidfd from accept, its
+  // credentials, its address space): agent/core/cross_memory.h.
+  auto proc = TrainerProcess::bind(c.pid(), c.uid(), c.gid, h.direct_probe_addr(), c.peer_pidfd.release());
+  if (!proc.isOk()) return refuse(proc.status().message());
   char got[16];
-  Status st = readRemote(c.pid(), h.direct_probe_addr(), got, sizeof got);
+  Status st = (*proc)->read(h.direct_probe_addr(), got, sizeof got);
   if (!st.isOk()) return refuse(st.message());
   if (std::memcmp(got, h.direct_probe().data(), sizeof got) != 0) {
     return refuse("the probe read from pid " + std::to_string(c.pid()) + " does not match what it sent");
   }
+  c.direct_proc = *proc;
   c.direct_min_bytes = opts_.direct_min_bytes;
   w->set_direct_min_bytes(opts_.direct_min_bytes);
   if (opts_.direct_alone_min_bytes > 0) {

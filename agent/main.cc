@@ -8,6 +8,7 @@
 
 #include "agent/agent.h"
 #include "agent/agent_config.h"
+#include "agent/core/cross_memory.h"
 #include "common/log.h"
 
 int main(int argc, char** argv) {
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   if (!cfg.getString("mps-pipe-dir").empty()) {
     ::setenv("CUDA_MPS_PIPE_DIRECTORY", opts->mps_pipe_dir.c_str(), 1);
   }
+  kolo::dropPtraceCapability();  // before any thread: they inherit the effective set
   kolo::Agent agent(*opts);
   st = agent.start();
   if (!st.isOk() && agent.stopSignal() != 0) {

@@ -10,7 +10,7 @@ namespace kolo {
 
 namespace {
 
-bool isRemote(const std::vector<RemoteSpan>& v, size_t j) { return j < v.size() && v[j].pid != 0; }
+bool isRemote(const std::vector<RemoteSpan>& v, size_t j) { return j < v.size() && v[j].proc != nullptr; }
 
 // The direct path: per chunk, every remote source is read into its own
 // buffer, the chunk is reduced into `acc` (and the local destinations), and
@@ -37,7 +37,7 @@ void reduceRangeDirect(const LocalReduce& r, size_t begin, size_t n) {
     for (size_t j = 0; j < nsrc; ++j) {
       if (isRemote(r.remote_slots, j)) {
         char* buf = base + stride * j;
-        Status st = readRemote(r.remote_slots[j].pid, r.remote_slots[j].addr + off, buf, m * es);
+        Status st = r.remote_slots[j].proc->read(r.remote_slots[j].addr + off, buf, m * es);
         if (!st.isOk()) {
           if (r.error) r.error->set(std::move(st));
           return;
@@ -61,7 +61,7 @@ void reduceRangeDirect(const LocalReduce& r, size_t begin, size_t n) {
                  r.prescale, r.postscale);
     for (size_t k = 0; k < dsts.size(); ++k) {
       if (!isRemote(r.remote_dsts, k)) continue;
-      Status st = writeRemote(r.remote_dsts[k].pid, r.remote_dsts[k].addr + off, acc, m * es);
+      Status st = r.remote_dsts[k].proc->write(r.remote_dsts[k].addr + off, acc, m * es);
       if (!st.isOk()) {
         if (r.error) r.error->set(std::move(st));
         return;

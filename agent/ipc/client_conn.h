@@ -11,6 +11,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "agent/core/cross_memory.h"
 #include "agent/core/device_runtime.h"
 #include "common/fd.h"
 #include "common/frame.h"
@@ -93,10 +94,14 @@ class ClientConn {
   // trainer asked for one (device_error; empty: it did not ask).
   std::shared_ptr<DeviceGrant> device;
   std::string device_error;
-  // Direct user memory (docs/architecture.md): > 0 once the agent read the
-  // trainer's probe with process_vm_readv at admission; descriptors with
-  // kSubmitFlagUserMemory are refused otherwise.
+  // The peer's gid (SO_PEERCRED) and pidfd (SO_PEERPIDFD), taken at accept.
+  gid_t gid = 0;
+  UniqueFd peer_pidfd;
+  // Direct user memory (docs/architecture.md): > 0 once the agent bound the
+  // trainer's process (agent/core/cross_memory.h) and read its probe at
+  // admission; descriptors with kSubmitFlagUserMemory are refused otherwise.
   uint64_t direct_min_bytes = 0;
+  std::shared_ptr<const TrainerProcess> direct_proc;
   // Streamed copy-in (ipc_layout.h kSubmitFlagStreamed): > 0 once the
   // Welcome allowed it, from this many bytes; descriptors with the flag are
   // refused otherwise.

@@ -115,8 +115,8 @@ void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
       r.remote_dsts.resize(outs.size());
       r.slots.push_back(nullptr);
       outs.push_back(nullptr);
-      r.remote_slots.push_back({c->pid(), d.data_offset});
-      r.remote_dsts.push_back({c->pid(), oop ? d.out_offset : d.data_offset});
+      r.remote_slots.push_back({c->direct_proc, d.data_offset});
+      r.remote_dsts.push_back({c->direct_proc, oop ? d.out_offset : d.data_offset});
       continue;
     }
     r.slots.push_back(c->slot(d.data_offset));

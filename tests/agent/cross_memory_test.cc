@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -21,43 +22,140 @@ namespace {
 
 uint64_t addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
+// This process, bound as the agent binds a trainer (its own ids).
+std::shared_ptr<const TrainerProcess> self() {
+  static char anchor = 1;
+  auto p = TrainerProcess::bind(::getpid(), ::getuid(), ::getgid(), addr(&anchor));
+  EXPECT_TRUE(p.isOk()) << p.status().toString();
+  return p.isOk() ? *p : nullptr;
+}
+
 TEST(CrossMemory, ReadsAndWritesAProcessExactly) {
+  auto me = self();
+  ASSERT_NE(me, nullptr);
   std::vector<char> src(3 << 20), dst(3 << 20, 0);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + 1);
-  ASSERT_TRUE(readRemote(::getpid(), addr(src.data() + 1), dst.data(), src.size() - 1).isOk());
+  ASSERT_TRUE(me->read(addr(src.data() + 1), dst.data(), src.size() - 1).isOk());
   EXPECT_EQ(std::memcmp(dst.data(), src.data() + 1, src.size() - 1), 0);
   std::vector<char> back(src.size(), 0);
-  ASSERT_TRUE(writeRemote(::getpid(), addr(back.data()), src.data(), src.size()).isOk());
+  ASSERT_TRUE(me->write(addr(back.data()), src.data(), src.size()).isOk());
   EXPECT_EQ(back, src);
 }
 
 TEST(CrossMemory, ErrorsNameTheRangeThePidAndTheCause) {
+  auto me = self();
+  ASSERT_NE(me, nullptr);
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   void* none = ::mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(none, MAP_FAILED);
   char buf[64];
-  Status st = readRemote(::getpid(), addr(none), buf, sizeof buf);
+  Status st = me->read(addr(none), buf, sizeof buf);
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("of pid " + std::to_string(::getpid())), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("not mapped or not readable"), std::string::npos) << st.message();
   void* ro = ::mmap(nullptr, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(ro, MAP_FAILED);
-  st = writeRemote(::getpid(), addr(ro), buf, sizeof buf);
+  st = me->write(addr(ro), buf, sizeof buf);
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("not mapped or not writable"), std::string::npos) << st.message();
-  st = readRemote(::getpid(), UINT64_MAX - 8, buf, sizeof buf);
+  st = me->read(UINT64_MAX - 8, buf, sizeof buf);
   EXPECT_NE(st.message().find("wraps around"), std::string::npos) << st.message();
   ::munmap(none, page);
   ::munmap(ro, page);
-  // A process that is gone.
-  pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
-  ASSERT_GT(child, 0);
+}
+
+// A child bound while it waits on a pipe; `then` is what it does next.
+struct Child {
+  pid_t pid = -1;
+  int go[2] = {-1, -1};
+  int ready[2] = {-1, -1};
+  static char anchor;
+};
+char Child::anchor = 7;
+
+Child startChild(void (*then)()) {
+  Child c;
+  EXPECT_EQ(::pipe(c.go), 0);
+  EXPECT_EQ(::pipe(c.ready), 0);
+  c.pid = ::fork();
+  if (c.pid == 0) {
+    char x = 0;
+    (void)!::write(c.ready[1], &x, 1);
+    (void)!::read(c.go[0], &x, 1);
+    then();
+    ::_exit(0);
+  }
+  char x;
+  EXPECT_EQ(::read(c.ready[0], &x, 1), 1);
+  return c;
+}
+
+void waitChild(Child& c) {
   int status = 0;
-  ::waitpid(child, &status, 0);
-  st = readRemote(child, addr(buf), buf, sizeof buf);
+  ::waitpid(c.pid, &status, 0);
+  for (int fd : {c.go[0], c.go[1], c.ready[0], c.ready[1]}) ::close(fd);
+}
+
+// A process that exec'd keeps its pid but not its address space: the
+// binding refuses every copy from then on (even one the kernel would allow,
+// the same user's new program), naming the pid.
+TEST(CrossMemory, AProcessThatExecsLosesThePathForGood) {
+  Child c = startChild([] { ::execl("/bin/sleep", "sleep", "5", static_cast<char*>(nullptr)); });
+  auto p = TrainerProcess::bind(c.pid, ::getuid(), ::getgid(), addr(&Child::anchor));
+  ASSERT_TRUE(p.isOk()) << p.status().toString();
+  char buf[1];
+  ASSERT_TRUE((*p)->read(addr(&Child::anchor), buf, 1).isOk());
+  EXPECT_EQ(buf[0], 7);
+  char x = 0;
+  ASSERT_EQ(::write(c.go[1], &x, 1), 1);
+  // The exec is done once /proc/PID/exe names sleep.
+  for (int i = 0; i < 500; ++i) {
+    char exe[256] = {};
+    ssize_t n = ::readlink(("/proc/" + std::to_string(c.pid) + "/exe").c_str(), exe, sizeof exe - 1);
+    if (n > 0 && std::string(exe).find("sleep") != std::string::npos) break;
+    ::usleep(10000);
+  }
+  Status st = (*p)->read(addr(&Child::anchor), buf, 1);
   EXPECT_EQ(st.code(), Code::kUnavailable) << st.toString();
-  EXPECT_NE(st.message().find("the process is gone"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("no longer has the address space it connected with"), std::string::npos)
+      << st.message();
+  st = (*p)->write(addr(&Child::anchor), buf, 1);
+  EXPECT_EQ(st.code(), Code::kUnavailable) << st.toString();
+  ::kill(c.pid, SIGKILL);
+  waitChild(c);
+}
+
+// A process that exited (still a zombie, its pid not yet free) is never
+// touched again, and a pid that is free cannot be bound.
+TEST(CrossMemory, AProcessThatExitedIsNeverTouchedAgain) {
+  Child c = startChild([] {});
+  auto p = TrainerProcess::bind(c.pid, ::getuid(), ::getgid(), addr(&Child::anchor));
+  ASSERT_TRUE(p.isOk()) << p.status().toString();
+  char x = 0;
+  ASSERT_EQ(::write(c.go[1], &x, 1), 1);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, c.pid, &info, WEXITED | WNOWAIT), 0);  // a zombie now
+  char buf[1];
+  Status st = (*p)->read(addr(&Child::anchor), buf, 1);
+  EXPECT_EQ(st.code(), Code::kUnavailable) << st.toString();
+  EXPECT_NE(st.message().find("has exited"), std::string::npos) << st.message();
+  waitChild(c);
+  auto gone = TrainerProcess::bind(c.pid, ::getuid(), ::getgid(), addr(&Child::anchor));
+  EXPECT_FALSE(gone.isOk());
+}
+
+// Credentials that are not the connection's on every id: refused at bind.
+TEST(CrossMemory, OtherCredentialsAreRefusedAtBind) {
+  static char anchor = 1;
+  auto p = TrainerProcess::bind(::getpid(), ::getuid() + 1, ::getgid(), addr(&anchor));
+  ASSERT_FALSE(p.isOk());
+  EXPECT_EQ(p.status().code(), Code::kPermissionDenied) << p.status().toString();
+  if (::geteuid() == 0) {
+    EXPECT_NE(p.status().message().find("runs with uids"), std::string::npos) << p.status().message();
+  } else {
+    EXPECT_NE(p.status().message().find("cannot act with the credentials"), std::string::npos)
+        << p.status().message();
+  }
 }
 
 // Three sources (two "remote" in this process, one local), several chunks
@@ -86,8 +184,9 @@ TEST(CrossMemory, DirectReduceRangeMatchesThePlainReduction) {
   r.postscale = 3.0;
   r.slots = {nullptr, nullptr, local.data()};
   r.dsts = {nullptr, nullptr, local_out.data()};
-  r.remote_slots = {{::getpid(), addr(remote[0].data())}, {::getpid(), addr(remote[1].data())}};
-  r.remote_dsts = {{::getpid(), addr(remote[0].data())}, {::getpid(), addr(remote[1].data())}};
+  auto me = self();
+  r.remote_slots = {{me, addr(remote[0].data())}, {me, addr(remote[1].data())}};
+  r.remote_dsts = r.remote_slots;
   r.error = std::make_shared<FirstError>();
   // Two ranges, as two reduce workers would take them.
   const size_t half = n / 2 / 16 * 16;
@@ -111,7 +210,7 @@ TEST(CrossMemory, DirectReduceRangeRecordsTheFirstError) {
   r.op = ReduceOp::kSum;
   r.count = n;
   r.slots = {ok.data(), nullptr};
-  r.remote_slots = {{}, {::getpid(), addr(none)}};
+  r.remote_slots = {{}, {self(), addr(none)}};
   r.remote_dsts = r.remote_slots;  // in place
   r.error = std::make_shared<FirstError>();
   reduceRange(r, 0, n);
