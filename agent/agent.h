@@ -215,6 +215,8 @@ class Agent : private OpHost {
   // is paused (EMFILE back-off), and the job whose trainer started the
   // timeline (and the file), if a trainer did.
   std::unordered_map<uid_t, int> conns_per_uid_;
+  std::unordered_map<uid_t, uint64_t> table_bytes_per_uid_;  // --max-table-mb-per-uid
+  void unchargeTableOnLoop(ClientConn& c, uint64_t bytes);
   UniqueFd spare_fd_;
   bool accept_paused_ = false;
   std::string timeline_job_;

@@ -165,6 +165,10 @@ void defineAgentKnobs(Config& c) {
       .define("max-bytes-in-flight-mb", KnobType::kInt, "0",
               "Payload MiB one rank may have in flight (input plus output regions of its "
               "collectives not yet completed); 0 = the size of the rank's shared and device arenas")
+      .define("max-table-mb-per-uid", KnobType::kInt, "256",
+              "MiB of the agent's tensor table the collectives in flight of one user id "
+              "(SO_PEERCRED) may hold, over all its connections and jobs (each name costs "
+              "about 1 KiB + 64 B per local rank of its job); more are refused one by one")
       .define("max-connections", KnobType::kInt, "1024",
               "Connections the agent keeps open on its socket, admitted or not; more are refused "
               "at accept")
@@ -236,6 +240,8 @@ Status limitsFrom(const Config& c, AgentLimits* l) {
   ASSIGN_OR_RETURN(l->max_names_in_flight, intIn(c, "max-names-in-flight", 1, 1 << 24));
   ASSIGN_OR_RETURN(int64_t bytes, intIn(c, "max-bytes-in-flight-mb", 0, int64_t{1} << 30));
   l->max_bytes_in_flight = static_cast<uint64_t>(bytes) << 20;
+  ASSIGN_OR_RETURN(int64_t table, intIn(c, "max-table-mb-per-uid", 1, 1 << 20));
+  l->max_table_bytes_per_uid = static_cast<uint64_t>(table) << 20;
   ASSIGN_OR_RETURN(int64_t conns, intIn(c, "max-connections", 1, 1 << 20));
   l->max_connections = static_cast<int>(conns);
   ASSIGN_OR_RETURN(int64_t per_uid, intIn(c, "max-connections-per-uid", 1, 1 << 20));

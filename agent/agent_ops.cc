@@ -2,6 +2,7 @@
 // table, execution, completions and job failure.
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <unordered_set>
@@ -23,10 +24,20 @@ log::RateLimiter g_quota_log;
 log::RateLimiter g_backlog_log;
 }  // namespace
 
+void Agent::unchargeTableOnLoop(ClientConn& c, uint64_t bytes) {
+  bytes = std::min(bytes, c.table_bytes);
+  c.table_bytes -= bytes;
+  auto u = table_bytes_per_uid_.find(c.uid());
+  if (u == table_bytes_per_uid_.end()) return;
+  u->second -= std::min(bytes, u->second);
+  if (u->second == 0) table_bytes_per_uid_.erase(u);
+}
+
 void Agent::completeOnLoop(ClientConn& c, uint64_t handle, const Status& st, int64_t aux) {
   if (auto it = c.in_flight.find(handle); it != c.in_flight.end()) {
     c.bytes_in_flight -= it->second;
     c.in_flight.erase(it);
+    if (c.table_bytes > 0) unchargeTableOnLoop(c, c.table_bytes / (c.in_flight.size() + 1));
   }
   c.complete(handle, st, aux);
   c.flushCompletions();
@@ -165,6 +176,11 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   Status q =
       checkSubmitQuota(RankQuota{static_cast<int64_t>(c.in_flight.size()), c.bytes_in_flight},
                        bytes, arenas, opts_.limits, job.globalRank(c.local_rank), job.id());
+  const uint64_t table_cost = tableBytesPerName(job.localSize());
+  if (q.isOk()) {
+    auto u = table_bytes_per_uid_.find(c.uid());
+    q = checkUidTableQuota(u == table_bytes_per_uid_.end() ? 0 : u->second, table_cost, opts_.limits, c.uid());
+  }
   if (!q.isOk()) {
     log::rateLimited(g_quota_log, *opsLog(), spdlog::level::warn, "{}", q.message());
     return completeOnLoop(c, d.handle, q);
@@ -173,6 +189,8 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   // complete inside submit's dispatch (completeOnLoop uncounts it).
   c.in_flight.emplace(d.handle, bytes);
   c.bytes_in_flight += bytes;
+  c.table_bytes += table_cost;
+  table_bytes_per_uid_[c.uid()] += table_cost;
   std::optional<ReadyOp> ready;
   auto now = std::chrono::steady_clock::now();
   size_t before = job.table().pendingCount();

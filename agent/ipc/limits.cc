@@ -91,4 +91,19 @@ Status checkSubmitQuota(const RankQuota& used, uint64_t bytes, uint64_t arena_by
   return okStatus();
 }
 
+uint64_t tableBytesPerName(int local_size) {
+  return 1024 + 64 * static_cast<uint64_t>(local_size > 0 ? local_size : 1);
+}
+
+Status checkUidTableQuota(uint64_t used, uint64_t cost, const AgentLimits& l, uid_t uid) {
+  if (cost > l.max_table_bytes_per_uid || used > l.max_table_bytes_per_uid - cost) {
+    return unavailable("uid " + std::to_string(uid) + " holds " + std::to_string(used >> 10) +
+                       " KiB of the agent's tensor table in collectives in flight (limit " +
+                       std::to_string(l.max_table_bytes_per_uid >> 20) +
+                       " MiB over all its connections, --max-table-mb-per-uid): wait for some to complete "
+                       "before submitting more");
+  }
+  return okStatus();
+}
+
 }  // namespace kolo

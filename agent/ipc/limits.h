@@ -4,6 +4,8 @@
 // names the field, the value and the limit (and the knob, where there is one).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -45,5 +47,14 @@ uint64_t bytesInFlightLimit(const AgentLimits& limits, uint64_t arena_bytes);
 // --max-bytes-in-flight-mb is 0.
 Status checkSubmitQuota(const RankQuota& used, uint64_t bytes, uint64_t arena_bytes,
                         const AgentLimits& limits, int rank, const std::string& job_id);
+
+// What one collective in flight costs the agent's tensor table, charged
+// against --max-table-mb-per-uid: measured, with margin, by
+// HostileClient.NameTableMemoryIsBoundedPerUid (docs/security.md).
+uint64_t tableBytesPerName(int local_size);
+
+// Whether one more collective costing `cost` fits uid `uid`'s share of the
+// tensor table (`used`: what its names in flight already cost).
+Status checkUidTableQuota(uint64_t used, uint64_t cost, const AgentLimits& limits, uid_t uid);
 
 }  // namespace kolo

@@ -10,11 +10,14 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <thread>
 
@@ -411,6 +414,118 @@ TEST(HostileClient, IdleConnectionsAreCappedPerUidAndClosedAfterTheHandshakeTime
   EXPECT_EQ(over, 20);
   EXPECT_EQ(late, 40);
   expectHonestJobFinishes(c, "honest");
+  expectAgentUpAndStatusWorks(c);
+}
+
+// One job of local size 256 per connection, rank 0 only (its names wait
+// for the other 255 for ever), `per_conn` names each, as the user this
+// process runs as. Returns "accepted N refused M" and the last refusal.
+std::string floodTable(const std::string& socket, int conns, int per_conn) {
+  std::vector<std::unique_ptr<RawTrainer>> ts;
+  int accepted = 0, refused = 0;
+  std::string text;
+  uint64_t handle = 1;
+  for (int k = 0; k < conns; ++k) {
+    ts.push_back(std::make_unique<RawTrainer>(socket));
+    RawTrainer& t = *ts.back();
+    Status st = t.admit("table" + std::to_string(k), 0, 256);
+    if (!st.isOk()) return "admit: " + st.toString();
+    for (auto deadline = Clock::now() + std::chrono::seconds(20);;) {  // until the job forms
+      if (Clock::now() > deadline) return "the job never formed";
+      if (!t.submitAllreduce("probe", ++handle)) return "ring full while probing";
+      auto done = t.nextCompletion(std::chrono::milliseconds(500));
+      if (!done) break;  // pending: the job formed
+      std::string m(done->msg, done->msg_len);
+      if (m.find("has not formed yet") == std::string::npos) {  // refused: the quota
+        ++refused;
+        text = m;
+        break;
+      }
+    }
+    ++accepted;
+    for (int i = 1; i < per_conn; ++i) {
+      auto deadline = Clock::now() + std::chrono::seconds(5);
+      while (!t.submitAllreduce("n" + std::to_string(i), ++handle)) {  // the agent drains the ring
+        if (Clock::now() > deadline) return "the agent stopped draining the ring";
+        if (auto done = t.nextCompletion(std::chrono::milliseconds(1))) {
+          ++refused;
+          text = std::string(done->msg, done->msg_len);
+        }
+      }
+      ++accepted;
+    }
+    // What was refused among the last pushes.
+    while (auto done = t.nextCompletion(std::chrono::milliseconds(300))) {
+      ++refused;
+      text = std::string(done->msg, done->msg_len);
+    }
+  }
+  std::string out = "accepted " + std::to_string(accepted - refused) + " refused " + std::to_string(refused) +
+                    "\n" + text;
+  return out;
+}
+
+uint64_t rssKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+  }
+  return 0;
+}
+
+// The tensor table's memory is a quota per user id over all its
+// connections and jobs (--max-table-mb-per-uid), measured against the
+// agent's RSS: a user of the socket group with four connections, each a
+// job of local size 256 (the most a Hello may ask), fills its share and is
+// refused naming the knob; the agent grows by no more than the share (plus
+// the connections' own arenas' pages); another user's job runs meanwhile.
+TEST(HostileClient, NameTableMemoryIsBoundedPerUid) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: the attacker runs as another user";
+  Cluster c(1, {{"KOLO_MAX_TABLE_MB_PER_UID", "32"}});
+  ASSERT_TRUE(c.ok()) << c.error();
+  ASSERT_EQ(::chmod(c.dir().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(c.socket().c_str(), 0666), 0);
+  expectHonestJobFinishes(c, "warm");  // the agent's steady state before measuring
+  const uint64_t before = rssKiB(c.agent(0).pid);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fds[0]);
+    std::string out;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+        ::setresuid(65534, 65534, 65534) != 0) {
+      out = "cannot become uid 65534";
+    } else {
+      out = floodTable(c.socket(), 4, 1200);
+    }
+    (void)!::write(fds[1], out.data(), out.size());
+    ::close(fds[1]);
+    // Hold the connections (and their names) until the parent measured.
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  const uint64_t after = rssKiB(c.agent(0).pid);
+  // 32 MiB at 1 KiB + 64 B x 256 per name: 1927 names of the 4 x 1200 asked.
+  EXPECT_EQ(out.substr(0, out.find('\n')), "accepted 1927 refused 2873") << out << c.agentLog(0);
+  EXPECT_TRUE(std::regex_search(out, std::regex("uid 65534 holds [0-9]+ KiB of the agent's tensor table in "
+                                                "collectives in flight \\(limit 32 MiB over all its connections, "
+                                                "--max-table-mb-per-uid\\): wait for some to complete")))
+      << out;
+  std::printf("agent RSS %llu -> %llu KiB with 1927 names of local size 256 in flight (%.1f KiB per name)\n",
+              static_cast<unsigned long long>(before), static_cast<unsigned long long>(after),
+              (static_cast<double>(after) - static_cast<double>(before)) / 1927.0);
+  EXPECT_LT(after, before + 32 * 1024 + 4 * 1024) << "the agent grew past its quota";
+  expectHonestJobFinishes(c, "honest");  // root's own share is untouched
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
   expectAgentUpAndStatusWorks(c);
 }
 
