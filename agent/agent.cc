@@ -127,6 +127,7 @@ Status Agent::start() {
   {
     timeline::TimelineOptions to;
     to.label = opts_.agent_id;
+    to.max_bytes = opts_.timeline_max_bytes;
     to.dir = opts_.timeline_dir;  // confines every caller's file name
     timeline_ = std::make_unique<Timeline>(to);
   }

@@ -60,7 +60,7 @@ void defineAgentKnobs(Config& c) {
               "kolo_alloc_shared) are "
               "read and written by the agent in place with process_vm_readv/writev instead of "
               "being copied "
-              "through the arena, where the kernel lets the agent (same user, or CAP_SYS_PTRACE); "
+              "through the arena, where the trainer's own credentials let it (same user, dumpable; a root agent copies as the trainer); "
               "0 = never (docs/architecture.md, \"Direct user memory\")")
       .define("spin-us", KnobType::kInt, "50",
               "Microseconds the loop polls the trainers' rings and work posted by its other "
@@ -128,6 +128,9 @@ void defineAgentKnobs(Config& c) {
               "Write a Chrome trace of every collective here (%a = agent id); a relative name is "
               "taken inside "
               "--timeline-dir, an absolute one must lie inside it")
+      .define("timeline-max-mb", KnobType::kInt, "1024",
+              "The most MiB one timeline file may grow to; past it no more events are written "
+              "(logged, counted as dropped); 0 = no cap")
       .define("timeline-dir", KnobType::kString, "/var/log/kolo/timeline",
               "The only directory the agent writes timelines in (--timeline-filename, `kolo "
               "timeline start`, a "
@@ -325,6 +328,8 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.timeline_filename = substitutePathToken(o.timeline_filename, "%a", o.agent_id);
   o.timeline_mark_cycles = c.getBool("timeline-mark-cycles");
   o.timeline_dir = c.getString("timeline-dir");
+  ASSIGN_OR_RETURN(int64_t tl_mb, intIn(c, "timeline-max-mb", 0, 1 << 24));
+  o.timeline_max_bytes = static_cast<uint64_t>(tl_mb) << 20;
   o.autotune = c.getBool("autotune");
   o.autotune_log_file = c.getString("autotune-log-file");
   o.autotune_log_file = substitutePathToken(o.autotune_log_file, "%a", o.agent_id);

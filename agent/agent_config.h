@@ -75,6 +75,7 @@ struct AgentOptions {
   std::string timeline_filename;
   bool timeline_mark_cycles = false;
   std::string timeline_dir;  // every timeline file lies inside it (empty: timelines off)
+  uint64_t timeline_max_bytes = uint64_t{1024} << 20;  // --timeline-max-mb (0: no cap)
   bool autotune = false;
   std::string autotune_log_file;  // %a already replaced; %j is replaced per job
   int autotune_warmup_samples = 3;

@@ -249,6 +249,7 @@ void Timeline::writerMain() {
   std::vector<std::string> lines;
   TraceEvent ev;
   bool failed = false;
+  uint64_t bytes = 0;
   for (;;) {
     bool stopping;
     {
@@ -267,7 +268,17 @@ void Timeline::writerMain() {
     if (failed) {
       dropped_.fetch_add(n, std::memory_order_relaxed);
     } else if (!lines.empty()) {
-      Status st = writer_state_->file.append(lines);
+      uint64_t add = 0;
+      for (const std::string& l : lines) add += l.size() + 2;
+      Status st = okStatus();
+      if (options_.max_bytes > 0 && bytes + add > options_.max_bytes) {
+        st = Status(Code::kUnavailable,
+                    "timeline " + writer_state_->file.path() + " reached its cap of " +
+                        std::to_string(options_.max_bytes) + " bytes (--timeline-max-mb)");
+      } else {
+        st = writer_state_->file.append(lines);
+        bytes += add;
+      }
       if (!st.isOk()) {
         lg->error("{}; no more events will be written", st.toString());
         failed = true;

@@ -73,6 +73,10 @@ struct TimelineOptions {
   // name is taken inside it, refused outside it (timeline_file.h,
   // openTimelineFile). Empty: start() refuses every name.
   std::string dir;
+  // The most bytes one file may grow to (--timeline-max-mb): past it the
+  // writer stops, logs it once and counts the rest as dropped; the file
+  // stays valid JSON. 0: no cap.
+  uint64_t max_bytes = 0;
 };
 
 class Timeline {

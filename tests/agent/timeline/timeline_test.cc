@@ -1,6 +1,7 @@
 #include "agent/timeline/timeline.h"
 
 #include <gtest/gtest.h>
+#include <thread>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -272,6 +273,33 @@ TEST(Timeline, FullQueueDropsAndCounts) {
   EXPECT_EQ(tl.dropped(), 92u);
   ASSERT_TRUE(tl.stop().isOk());
   EXPECT_EQ(parse(parseFile(path)).events.size(), 8u);
+}
+
+TEST(Timeline, AFileStopsGrowingAtItsCapAndStaysValid) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  TimelineOptions opts;
+  opts.flush_interval = 1h;
+  opts.dir = dir.path();
+  opts.max_bytes = 64 << 10;
+  Timeline tl(opts);
+  const std::string path = dir.file("t.json");
+  ASSERT_TRUE(tl.start(path).isOk());
+  uint64_t recorded = 0;
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 200; ++i, ++recorded) tl.opStart("tensor." + std::to_string(i), CollectiveType::kAllreduce);
+    tl.requestFlush();
+    ASSERT_TRUE(tl.waitWritten(0, 10s));
+    uint64_t flushes = tl.flushes();
+    for (int w = 0; w < 1000 && tl.flushes() == flushes; ++w) std::this_thread::sleep_for(1ms);
+  }
+  Status st = tl.stop();
+  EXPECT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("reached its cap of 65536 bytes (--timeline-max-mb)"), std::string::npos) << st.toString();
+  EXPECT_LE(std::filesystem::file_size(path), (64u << 10) + 1024);
+  Parsed p = parse(parseFile(path));  // still valid JSON
+  EXPECT_GT(p.events.size(), 0u);
+  EXPECT_EQ(p.events.size() + tl.dropped(), recorded);
 }
 
 TEST(Timeline, RestartWritesAFreshFileAndBadPathFails) {
