@@ -551,7 +551,8 @@ void Agent::grantDirectOnLoop(ClientConn& c, const ipc::Hello& h, ipc::Welcome* 
   if (c.pid() <= 0) return refuse("the trainer's pid is not visible in the agent's pid namespace");
   // Bound to the process that connected (its pidfd from accept, its
   // credentials, its address space): agent/core/cross_memory.h.
-  auto proc = TrainerProcess::bind(c.pid(), c.uid(), c.gid, h.direct_probe_addr(), c.peer_pidfd.release());
+  auto proc =
+      TrainerProcess::bind(c.pid(), c.uid(), c.gid, h.direct_probe_addr(), c.peer_pidfd.release());
   if (!proc.isOk()) return refuse(proc.status().message());
   char got[16];
   Status st = (*proc)->read(h.direct_probe_addr(), got, sizeof got);

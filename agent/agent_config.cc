@@ -60,7 +60,8 @@ void defineAgentKnobs(Config& c) {
               "kolo_alloc_shared) are "
               "read and written by the agent in place with process_vm_readv/writev instead of "
               "being copied "
-              "through the arena, where the trainer's own credentials let it (same user, dumpable; a root agent copies as the trainer); "
+              "through the arena, where the trainer's own credentials let it (same user, dumpable; "
+              "a root agent copies as the trainer); "
               "0 = never (docs/architecture.md, \"Direct user memory\")")
       .define("spin-us", KnobType::kInt, "50",
               "Microseconds the loop polls the trainers' rings and work posted by its other "

@@ -25,7 +25,8 @@ struct AgentLimits {
   uint64_t max_bytes_in_flight = 0;               // per rank; 0 = the size of the rank's arenas
   int max_connections = 1024;                     // every connection on the socket
   int max_connections_per_uid = 256;              // by SO_PEERCRED uid
-  uint64_t max_table_bytes_per_uid = 256ull << 20;  // tensor-table memory of one uid's names in flight
+  uint64_t max_table_bytes_per_uid = 256ull
+                                     << 20;  // tensor-table memory of one uid's names in flight
   double handshake_timeout_s = 10;  // a connection without an admitted Hello is closed
   int status_max_in_flight = 100;   // in-flight entries per job in status replies
 };

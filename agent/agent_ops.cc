@@ -179,7 +179,8 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   const uint64_t table_cost = tableBytesPerName(job.localSize());
   if (q.isOk()) {
     auto u = table_bytes_per_uid_.find(c.uid());
-    q = checkUidTableQuota(u == table_bytes_per_uid_.end() ? 0 : u->second, table_cost, opts_.limits, c.uid());
+    q = checkUidTableQuota(u == table_bytes_per_uid_.end() ? 0 : u->second, table_cost,
+                           opts_.limits, c.uid());
   }
   if (!q.isOk()) {
     log::rateLimited(g_quota_log, *opsLog(), spdlog::level::warn, "{}", q.message());

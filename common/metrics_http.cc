@@ -26,9 +26,11 @@ constexpr auto kWriteDeadline = std::chrono::seconds(2);    // for the answer to
 constexpr size_t kMaxRequestBytes = 8 << 10;
 constexpr size_t kMaxConnections = 64;
 
-std::string reply(int code, const char* reason, const std::string& type, const std::string& body, bool head) {
+std::string reply(int code, const char* reason, const std::string& type, const std::string& body,
+                  bool head) {
   std::string r = "HTTP/1.1 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
-                  "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+                  "\r\nContent-Length: " + std::to_string(body.size()) +
+                  "\r\nConnection: close\r\n\r\n";
   if (!head) r += body;
   return r;
 }
@@ -91,13 +93,15 @@ Status MetricsHttpServer::start() {
   addrinfo* res = nullptr;
   std::string port = std::to_string(addr.port);
   if (int e = ::getaddrinfo(addr.host.c_str(), port.c_str(), &hints, &res); e != 0) {
-    return unavailable("metrics HTTP server cannot listen on " + listen_address_ + ": " + ::gai_strerror(e));
+    return unavailable("metrics HTTP server cannot listen on " + listen_address_ + ": " +
+                       ::gai_strerror(e));
   }
   int fd = -1, err = 0;
   for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) continue;
-    int yes = 1;  // SO_REUSEADDR only: SO_REUSEPORT would let a second server bind the port silently
+    int yes =
+        1;  // SO_REUSEADDR only: SO_REUSEPORT would let a second server bind the port silently
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
       err = errno;
@@ -179,14 +183,16 @@ void MetricsHttpServer::serve() {
         char buf[4096];
         ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
         if (n <= 0) {
-          if (n == 0 || (errno != EAGAIN && errno != EINTR)) c.deadline = now;  // gone: closed below
+          if (n == 0 || (errno != EAGAIN && errno != EINTR))
+            c.deadline = now;  // gone: closed below
           continue;
         }
         c.in.append(buf, static_cast<size_t>(n));
         if (c.in.find("\r\n\r\n") != std::string::npos) {
           answer(c);
         } else if (c.in.size() > kMaxRequestBytes) {
-          c.out = reply(431, "Request Header Fields Too Large", "text/plain; charset=utf-8", "too large\n", false);
+          c.out = reply(431, "Request Header Fields Too Large", "text/plain; charset=utf-8",
+                        "too large\n", false);
           c.writing = true;
           c.deadline = now + kWriteDeadline;
         }
@@ -194,7 +200,8 @@ void MetricsHttpServer::serve() {
       if (c.writing) {
         ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
         if (n > 0) c.sent += static_cast<size_t>(n);
-        if (c.sent == c.out.size() || (n < 0 && errno != EAGAIN && errno != EINTR)) c.deadline = now;
+        if (c.sent == c.out.size() || (n < 0 && errno != EAGAIN && errno != EINTR))
+          c.deadline = now;
       }
     }
     // Past its deadline (or done): closed. Slow clients end here.

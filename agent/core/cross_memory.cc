@@ -78,7 +78,8 @@ bool allIds(const std::string& status, const char* key, unsigned want, std::stri
   for (unsigned& x : v) {
     if (!(in >> x)) return false;
   }
-  *seen = std::to_string(v[0]) + "/" + std::to_string(v[1]) + "/" + std::to_string(v[2]) + "/" + std::to_string(v[3]);
+  *seen = std::to_string(v[0]) + "/" + std::to_string(v[1]) + "/" + std::to_string(v[2]) + "/" +
+          std::to_string(v[3]);
   return v[0] == want && v[1] == want && v[2] == want && v[3] == want;
 }
 
@@ -115,13 +116,14 @@ void dropPtraceCapability() {
   d[bit / 32].effective &= ~(1u << (bit % 32));
   if (::syscall(SYS_capset, &h, d) == 0) {
     log::get("ipc")->warn(
-        "dropped CAP_SYS_PTRACE: the direct user-memory path copies with each trainer's own credentials, "
+        "dropped CAP_SYS_PTRACE: the direct user-memory path copies with each trainer's own "
+        "credentials, "
         "never with a capability (docs/security.md)");
   }
 }
 
-StatusOr<std::shared_ptr<TrainerProcess>> TrainerProcess::bind(pid_t pid, uid_t uid, gid_t gid, uint64_t anchor,
-                                                              int pidfd) {
+StatusOr<std::shared_ptr<TrainerProcess>> TrainerProcess::bind(pid_t pid, uid_t uid, gid_t gid,
+                                                               uint64_t anchor, int pidfd) {
   const std::string who = "pid " + std::to_string(pid);
   if (pid <= 0) return unavailable("the trainer's pid is not visible in the agent's pid namespace");
   std::shared_ptr<TrainerProcess> p(new TrainerProcess(pid, uid, gid, anchor));
@@ -130,38 +132,47 @@ StatusOr<std::shared_ptr<TrainerProcess>> TrainerProcess::bind(pid_t pid, uid_t 
   const uid_t me = ::geteuid();
   if (me != uid || ::getegid() != gid) {
     if (me != 0) {
-      return permissionDenied("the agent runs as uid " + std::to_string(me) + " and cannot act with the credentials of " +
-                              who + " (uid " + std::to_string(uid) +
-                              "): the direct path needs an agent running as the trainer's user or as root");
+      return permissionDenied(
+          "the agent runs as uid " + std::to_string(me) +
+          " and cannot act with the credentials of " + who + " (uid " + std::to_string(uid) +
+          "): the direct path needs an agent running as the trainer's user or as root");
     }
     p->switch_creds_ = true;
   }
-  p->proc_dir_.reset(::open(("/proc/" + std::to_string(pid)).c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
-  if (!p->proc_dir_.valid()) return unavailable("cannot open /proc/" + std::to_string(pid) + ": " + std::strerror(errno));
+  p->proc_dir_.reset(
+      ::open(("/proc/" + std::to_string(pid)).c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+  if (!p->proc_dir_.valid())
+    return unavailable("cannot open /proc/" + std::to_string(pid) + ": " + std::strerror(errno));
   std::string status;
   if (Status st = readAll(p->proc_dir_.get(), "status", &status); !st.isOk()) {
     return unavailable(who + ": " + st.message());
   }
   std::string seen;
   if (!allIds(status, "\nUid:", uid, &seen)) {
-    return permissionDenied(who + " runs with uids " + seen + " (real/effective/saved/fs), not the connection's " +
+    return permissionDenied(who + " runs with uids " + seen +
+                            " (real/effective/saved/fs), not the connection's " +
                             std::to_string(uid) + " on every one");
   }
   if (!allIds(status, "\nGid:", gid, &seen)) {
-    return permissionDenied(who + " runs with gids " + seen + " (real/effective/saved/fs), not the connection's " +
+    return permissionDenied(who + " runs with gids " + seen +
+                            " (real/effective/saved/fs), not the connection's " +
                             std::to_string(gid) + " on every one");
   }
   {
     AsTrainer as(p->switch_creds_, uid, gid);
-    if (as.error() != 0) return permissionDenied("cannot take uid " + std::to_string(uid) + ": " + std::strerror(as.error()));
+    if (as.error() != 0)
+      return permissionDenied("cannot take uid " + std::to_string(uid) + ": " +
+                              std::strerror(as.error()));
     p->mem_.reset(::openat(p->proc_dir_.get(), "mem", O_RDONLY | O_CLOEXEC));
   }
   if (!p->mem_.valid()) {
     int e = errno;
     return e == EACCES || e == EPERM
-               ? permissionDenied("the trainer's own user may not read " + who +
-                                  "'s memory (not dumpable, or a ptrace policy forbids it): " + std::strerror(e))
-               : unavailable("cannot open /proc/" + std::to_string(pid) + "/mem: " + std::strerror(e));
+               ? permissionDenied(
+                     "the trainer's own user may not read " + who +
+                     "'s memory (not dumpable, or a ptrace policy forbids it): " + std::strerror(e))
+               : unavailable("cannot open /proc/" + std::to_string(pid) +
+                             "/mem: " + std::strerror(e));
   }
   // Alive after /proc/PID was opened: that directory is this process's.
   if (Status st = p->check(); !st.isOk()) return st;
@@ -171,14 +182,16 @@ StatusOr<std::shared_ptr<TrainerProcess>> TrainerProcess::bind(pid_t pid, uid_t 
 Status TrainerProcess::check() const {
   pollfd pf{pidfd_.get(), POLLIN, 0};
   if (::poll(&pf, 1, 0) != 0) {
-    return unavailable("pid " + std::to_string(pid_) + " has exited: the direct user-memory path ended with it");
+    return unavailable("pid " + std::to_string(pid_) +
+                       " has exited: the direct user-memory path ended with it");
   }
   char b;
   ssize_t got = ::pread(mem_.get(), &b, 1, static_cast<off_t>(anchor_));
   if (got != 1) {
-    return unavailable("pid " + std::to_string(pid_) +
-                       " no longer has the address space it connected with (it exec'd a program or is exiting): "
-                       "the direct user-memory path ended with it");
+    return unavailable(
+        "pid " + std::to_string(pid_) +
+        " no longer has the address space it connected with (it exec'd a program or is exiting): "
+        "the direct user-memory path ended with it");
   }
   return okStatus();
 }
@@ -191,21 +204,26 @@ Status TrainerProcess::transfer(bool write, uint64_t addr, char* local, size_t n
   }
   if (Status st = check(); !st.isOk()) return st;
   AsTrainer as(switch_creds_, uid_, gid_);
-  if (as.error() != 0) return permissionDenied("cannot take uid " + std::to_string(uid_) + ": " + std::strerror(as.error()));
+  if (as.error() != 0)
+    return permissionDenied("cannot take uid " + std::to_string(uid_) + ": " +
+                            std::strerror(as.error()));
   size_t done = 0;
   while (done < n) {
     iovec l{local + done, n - done};
     iovec r{reinterpret_cast<void*>(addr + done), n - done};
-    ssize_t got = write ? ::process_vm_writev(pid_, &l, 1, &r, 1, 0) : ::process_vm_readv(pid_, &l, 1, &r, 1, 0);
+    ssize_t got = write ? ::process_vm_writev(pid_, &l, 1, &r, 1, 0)
+                        : ::process_vm_readv(pid_, &l, 1, &r, 1, 0);
     if (got > 0) {
       done += static_cast<size_t>(got);
       continue;
     }
     int e = got == 0 ? EFAULT : errno;
     if (e == EINTR) continue;
-    std::string msg = std::string("cannot ") + what + " " + std::to_string(n - done) + " bytes at " +
-                      hex(addr + done) + " of pid " + std::to_string(pid_) + ": " + std::strerror(e);
-    if (e == EPERM) return permissionDenied(msg + " (the trainer's own credentials do not allow it)");
+    std::string msg = std::string("cannot ") + what + " " + std::to_string(n - done) +
+                      " bytes at " + hex(addr + done) + " of pid " + std::to_string(pid_) + ": " +
+                      std::strerror(e);
+    if (e == EPERM)
+      return permissionDenied(msg + " (the trainer's own credentials do not allow it)");
     if (e == ESRCH) return unavailable(msg + " (the process is gone)");
     if (e == EFAULT) {
       return invalidArgument(msg + " (not mapped or not " + (write ? "writable" : "readable") + " in that process)");

@@ -44,8 +44,8 @@ class TrainerProcess {
   // reason when the process is gone, runs with other credentials, cannot
   // be opened by the trainer's own user, or when this agent cannot act
   // with those credentials (it runs as another user and is not root).
-  static StatusOr<std::shared_ptr<TrainerProcess>> bind(pid_t pid, uid_t uid, gid_t gid, uint64_t anchor,
-                                                        int pidfd = -1);
+  static StatusOr<std::shared_ptr<TrainerProcess>> bind(pid_t pid, uid_t uid, gid_t gid,
+                                                        uint64_t anchor, int pidfd = -1);
 
   pid_t pid() const { return pid_; }
   uid_t uid() const { return uid_; }
@@ -63,7 +63,8 @@ class TrainerProcess {
   Status write(uint64_t addr, const void* src, size_t n) const;
 
  private:
-  TrainerProcess(pid_t pid, uid_t uid, gid_t gid, uint64_t anchor) : pid_(pid), uid_(uid), gid_(gid), anchor_(anchor) {}
+  TrainerProcess(pid_t pid, uid_t uid, gid_t gid, uint64_t anchor)
+      : pid_(pid), uid_(uid), gid_(gid), anchor_(anchor) {}
   Status transfer(bool write, uint64_t addr, char* local, size_t n) const;
 
   pid_t pid_;

@@ -10,7 +10,9 @@ namespace kolo {
 
 namespace {
 
-bool isRemote(const std::vector<RemoteSpan>& v, size_t j) { return j < v.size() && v[j].proc != nullptr; }
+bool isRemote(const std::vector<RemoteSpan>& v, size_t j) {
+  return j < v.size() && v[j].proc != nullptr;
+}
 
 // The direct path: per chunk, every remote source is read into its own
 // buffer, the chunk is reduced into `acc` (and the local destinations), and

@@ -97,11 +97,12 @@ uint64_t tableBytesPerName(int local_size) {
 
 Status checkUidTableQuota(uint64_t used, uint64_t cost, const AgentLimits& l, uid_t uid) {
   if (cost > l.max_table_bytes_per_uid || used > l.max_table_bytes_per_uid - cost) {
-    return unavailable("uid " + std::to_string(uid) + " holds " + std::to_string(used >> 10) +
-                       " KiB of the agent's tensor table in collectives in flight (limit " +
-                       std::to_string(l.max_table_bytes_per_uid >> 20) +
-                       " MiB over all its connections, --max-table-mb-per-uid): wait for some to complete "
-                       "before submitting more");
+    return unavailable(
+        "uid " + std::to_string(uid) + " holds " + std::to_string(used >> 10) +
+        " KiB of the agent's tensor table in collectives in flight (limit " +
+        std::to_string(l.max_table_bytes_per_uid >> 20) +
+        " MiB over all its connections, --max-table-mb-per-uid): wait for some to complete "
+        "before submitting more");
   }
   return okStatus();
 }

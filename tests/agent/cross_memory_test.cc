@@ -5,9 +5,9 @@
 #include "agent/core/cross_memory.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -111,13 +111,15 @@ TEST(CrossMemory, AProcessThatExecsLosesThePathForGood) {
   // The exec is done once /proc/PID/exe names sleep.
   for (int i = 0; i < 500; ++i) {
     char exe[256] = {};
-    ssize_t n = ::readlink(("/proc/" + std::to_string(c.pid) + "/exe").c_str(), exe, sizeof exe - 1);
+    ssize_t n =
+        ::readlink(("/proc/" + std::to_string(c.pid) + "/exe").c_str(), exe, sizeof exe - 1);
     if (n > 0 && std::string(exe).find("sleep") != std::string::npos) break;
     ::usleep(10000);
   }
   Status st = (*p)->read(addr(&Child::anchor), buf, 1);
   EXPECT_EQ(st.code(), Code::kUnavailable) << st.toString();
-  EXPECT_NE(st.message().find("no longer has the address space it connected with"), std::string::npos)
+  EXPECT_NE(st.message().find("no longer has the address space it connected with"),
+            std::string::npos)
       << st.message();
   st = (*p)->write(addr(&Child::anchor), buf, 1);
   EXPECT_EQ(st.code(), Code::kUnavailable) << st.toString();
@@ -151,7 +153,8 @@ TEST(CrossMemory, OtherCredentialsAreRefusedAtBind) {
   ASSERT_FALSE(p.isOk());
   EXPECT_EQ(p.status().code(), Code::kPermissionDenied) << p.status().toString();
   if (::geteuid() == 0) {
-    EXPECT_NE(p.status().message().find("runs with uids"), std::string::npos) << p.status().message();
+    EXPECT_NE(p.status().message().find("runs with uids"), std::string::npos)
+        << p.status().message();
   } else {
     EXPECT_NE(p.status().message().find("cannot act with the credentials"), std::string::npos)
         << p.status().message();

@@ -4,6 +4,7 @@
 // attacker gets a clear refusal (its text asserted) or only its own job
 // fails, that an honest job on the same agent finishes with correct
 // results, and that the agent stays up and still answers `kolo status`.
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -11,7 +12,6 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <grp.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -460,8 +460,8 @@ std::string floodTable(const std::string& socket, int conns, int per_conn) {
       text = std::string(done->msg, done->msg_len);
     }
   }
-  std::string out = "accepted " + std::to_string(accepted - refused) + " refused " + std::to_string(refused) +
-                    "\n" + text;
+  std::string out = "accepted " + std::to_string(accepted - refused) + " refused " +
+                    std::to_string(refused) + "\n" + text;
   return out;
 }
 
@@ -515,13 +515,16 @@ TEST(HostileClient, NameTableMemoryIsBoundedPerUid) {
   const uint64_t after = rssKiB(c.agent(0).pid);
   // 32 MiB at 1 KiB + 64 B x 256 per name: 1927 names of the 4 x 1200 asked.
   EXPECT_EQ(out.substr(0, out.find('\n')), "accepted 1927 refused 2873") << out << c.agentLog(0);
-  EXPECT_TRUE(std::regex_search(out, std::regex("uid 65534 holds [0-9]+ KiB of the agent's tensor table in "
-                                                "collectives in flight \\(limit 32 MiB over all its connections, "
-                                                "--max-table-mb-per-uid\\): wait for some to complete")))
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("uid 65534 holds [0-9]+ KiB of the agent's tensor table in "
+                      "collectives in flight \\(limit 32 MiB over all its connections, "
+                      "--max-table-mb-per-uid\\): wait for some to complete")))
       << out;
-  std::printf("agent RSS %llu -> %llu KiB with 1927 names of local size 256 in flight (%.1f KiB per name)\n",
-              static_cast<unsigned long long>(before), static_cast<unsigned long long>(after),
-              (static_cast<double>(after) - static_cast<double>(before)) / 1927.0);
+  std::printf(
+      "agent RSS %llu -> %llu KiB with 1927 names of local size 256 in flight (%.1f KiB per "
+      "name)\n",
+      static_cast<unsigned long long>(before), static_cast<unsigned long long>(after),
+      (static_cast<double>(after) - static_cast<double>(before)) / 1927.0);
   EXPECT_LT(after, before + 32 * 1024 + 4 * 1024) << "the agent grew past its quota";
   expectHonestJobFinishes(c, "honest");  // root's own share is untouched
   ::kill(child, SIGKILL);

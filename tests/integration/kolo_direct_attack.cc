@@ -7,6 +7,7 @@
 //       program that puts a secret at the same address); rank 0 waits for
 //       READY, then submits its half and reports what came back.
 //   kolo_direct_attack victim READY        the setuid program itself.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,8 +20,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <dirent.h>
 
 #include "check_fail.h"
 #include "kolo/kolo_c.h"
@@ -77,7 +76,8 @@ void keepFdsAcrossExec() {
 
 int attack(const std::string& victim_bin, const std::string& ready) {
   float* t = mapTarget();
-  if (t == nullptr) FAIL("mmap at 0x%lx: %s", static_cast<unsigned long>(kTarget), std::strerror(errno));
+  if (t == nullptr)
+    FAIL("mmap at 0x%lx: %s", static_cast<unsigned long>(kTarget), std::strerror(errno));
   for (size_t i = 0; i < kCount; ++i) t[i] = 1.0f;
   int64_t shape[1] = {static_cast<int64_t>(kCount)};
   // First an honest direct allreduce: the path is granted and exact.
@@ -94,16 +94,19 @@ int attack(const std::string& victim_bin, const std::string& ready) {
     std::printf("rank 1: submitted, exec'ing %s\n", victim_bin.c_str());
     std::fflush(stdout);
     keepFdsAcrossExec();
-    ::execl(victim_bin.c_str(), victim_bin.c_str(), "victim", ready.c_str(), static_cast<char*>(nullptr));
+    ::execl(victim_bin.c_str(), victim_bin.c_str(), "victim", ready.c_str(),
+            static_cast<char*>(nullptr));
     FAIL("exec %s: %s", victim_bin.c_str(), std::strerror(errno));
   }
-  if (!waitFile(ready, std::chrono::seconds(20))) FAIL("the victim never became ready (%s)", ready.c_str());
+  if (!waitFile(ready, std::chrono::seconds(20)))
+    FAIL("the victim never became ready (%s)", ready.c_str());
   for (size_t i = 0; i < kCount; ++i) t[i] = 1.0f;
   st = kolo_allreduce("exec.target", t, t, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1.0, 1.0);
   size_t secret = 0;
-  for (size_t i = 0; i < kCount; ++i) secret += t[i] == kSecret + 1.0f;  // its secret plus this rank's 1
-  std::printf("rank 0: exec.target: %s: %s; %zu elements of the victim's secret\n", kolo_status_string(st),
-              st == KOLO_OK ? "" : kolo_last_error(), secret);
+  for (size_t i = 0; i < kCount; ++i)
+    secret += t[i] == kSecret + 1.0f;  // its secret plus this rank's 1
+  std::printf("rank 0: exec.target: %s: %s; %zu elements of the victim's secret\n",
+              kolo_status_string(st), st == KOLO_OK ? "" : kolo_last_error(), secret);
   kolo_shutdown();
   return 0;
 }

@@ -1,7 +1,6 @@
 #include "agent/timeline/timeline.h"
 
 #include <gtest/gtest.h>
-#include <thread>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -15,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "agent/timeline/mpsc_queue.h"
 #include "agent/timeline/timeline_merge.h"
@@ -287,7 +287,8 @@ TEST(Timeline, AFileStopsGrowingAtItsCapAndStaysValid) {
   ASSERT_TRUE(tl.start(path).isOk());
   uint64_t recorded = 0;
   for (int round = 0; round < 20; ++round) {
-    for (int i = 0; i < 200; ++i, ++recorded) tl.opStart("tensor." + std::to_string(i), CollectiveType::kAllreduce);
+    for (int i = 0; i < 200; ++i, ++recorded)
+      tl.opStart("tensor." + std::to_string(i), CollectiveType::kAllreduce);
     tl.requestFlush();
     ASSERT_TRUE(tl.waitWritten(0, 10s));
     uint64_t flushes = tl.flushes();
@@ -295,7 +296,9 @@ TEST(Timeline, AFileStopsGrowingAtItsCapAndStaysValid) {
   }
   Status st = tl.stop();
   EXPECT_FALSE(st.isOk());
-  EXPECT_NE(st.message().find("reached its cap of 65536 bytes (--timeline-max-mb)"), std::string::npos) << st.toString();
+  EXPECT_NE(st.message().find("reached its cap of 65536 bytes (--timeline-max-mb)"),
+            std::string::npos)
+      << st.toString();
   EXPECT_LE(std::filesystem::file_size(path), (64u << 10) + 1024);
   Parsed p = parse(parseFile(path));  // still valid JSON
   EXPECT_GT(p.events.size(), 0u);
