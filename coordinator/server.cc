@@ -41,15 +41,15 @@ StatusOr<std::string> readPem(const std::string& what, const std::string& path) 
 }
 
 // The bearer token: the file's content without surrounding whitespace.
-StatusOr<std::string> readToken(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, readSmallFile("--auth-token-file", path));
+StatusOr<std::string> readToken(const std::string& path, const std::string& flag) {
+  ASSIGN_OR_RETURN(std::string text, readSmallFile(flag.c_str(), path));
   const char* ws = " \t\r\n";
   size_t first = text.find_first_not_of(ws);
   if (first == std::string::npos)
-    return invalidArgument("--auth-token-file: " + path + " is empty");
+    return invalidArgument(flag + ": " + path + " is empty");
   std::string token = text.substr(first, text.find_last_not_of(ws) - first + 1);
   if (token.find_first_of(ws) != std::string::npos || token.size() < 16) {
-    return invalidArgument("--auth-token-file: " + path +
+    return invalidArgument(flag + ": " + path +
                            " must hold one token of at least 16 characters without spaces");
   }
   struct stat st {};
@@ -115,6 +115,7 @@ CoordinatorServer::CoordinatorServer(const ServerOptions& options, const Clock* 
   }
   core_ = std::make_unique<Core>(&loop_, options.membership, clock, sink, options.watch_limits);
   core_->setCoalesceJobRecords(true);
+  core_->setQuotas(options.quotas);
   service_ = std::make_unique<CoordinatorService>(&loop_, core_.get(), &shutting_down_,
                                                   std::move(auth_token), gate_.get(),
                                                   options.watch_writer_threads);
@@ -205,7 +206,12 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
                    serverCredentials(options));
   std::string auth_token = options.auth_token;
   if (!options.auth_token_file.empty()) {
-    ASSIGN_OR_RETURN(auth_token, readToken(options.auth_token_file));
+    ASSIGN_OR_RETURN(auth_token, readToken(options.auth_token_file, "--auth-token-file"));
+  }
+  std::string operator_token = options.operator_token;
+  if (!options.operator_token_file.empty()) {
+    ASSIGN_OR_RETURN(operator_token,
+                     readToken(options.operator_token_file, "--operator-token-file"));
   }
   auto logger = log::get("coord");
   if (!auth_token.empty() && options.tls_cert_file.empty()) {
@@ -242,6 +248,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
 
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(
       options, clock, std::move(journal), std::move(etcd), std::move(auth_token)));
+  s->service_->setOperatorToken(std::move(operator_token));
   s->loop_.start();
   // With etcd the Core starts when this coordinator is elected (becomeLeader).
   if (s->etcd_ == nullptr) RETURN_IF_ERROR(s->startCore(state, recovered, std::chrono::seconds(30)));

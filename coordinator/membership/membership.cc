@@ -21,8 +21,27 @@ grpc::Status error(grpc::StatusCode code, std::string message) {
 Membership::Membership(MembershipOptions options, const Clock* clock)
     : options_(options), clock_(clock), agents_(clock, options.lease_ms) {}
 
+grpc::Status Membership::refuseTakeover(const coord::RegisterAgentRequest& req,
+                                        const AgentRecord& old) const {
+  int64_t age = clock_->steadyMs() - old.last_heartbeat_ms;
+  int64_t left = options_.lease_ms - age;
+  log::get("coord")->warn(
+      "RegisterAgent for agent {} refused: its lease is live ({} ms since its last heartbeat) "
+      "and the call presents no matching secret (claimed host {})",
+      old.info.agent_id(), age, req.agent().hostname());
+  return error(
+      grpc::StatusCode::ALREADY_EXISTS,
+      fmt::format("RegisterAgent for agent {} refused: the id is registered by a live agent "
+                  "(host {}, last heartbeat {} ms ago) and this call does not present that "
+                  "registration's secret (previous_secret); only that agent process, or an "
+                  "operator (--operator-token-file), may register the id again. A restarted "
+                  "agent with the same id is accepted once the old lease runs out (in {} ms)",
+                  old.info.agent_id(), old.info.hostname(), age, std::max<int64_t>(left, 0)));
+}
+
 grpc::Status Membership::registerAgent(const coord::RegisterAgentRequest& req,
-                                       coord::RegisterAgentReply* reply, Changes* changes) {
+                                       coord::RegisterAgentReply* reply, Changes* changes,
+                                       bool by_operator) {
   const coord::AgentInfo& info = req.agent();
   if (info.agent_id().empty()) {
     return error(grpc::StatusCode::INVALID_ARGUMENT, "RegisterAgent: agent_id must not be empty");
@@ -41,9 +60,15 @@ grpc::Status Membership::registerAgent(const coord::RegisterAgentRequest& req,
     secret = old->secret.empty() ? newAgentSecret() : old->secret;
     logger->info("agent {} (host {}, rpc {}) registered again", info.agent_id(), info.hostname(),
                  info.rpc_address());
+  } else if (!by_operator &&
+             clock_->steadyMs() - old->last_heartbeat_ms < options_.lease_ms) {
+    // Issue 47: without the secret, a live agent's id is not taken over
+    // (that ended the real agent's jobs and locked it out of its own id).
+    return refuseTakeover(req, *old);
   } else {
-    // A new incarnation: whatever the old one was part of is gone with it.
-    // Its jobs are reconciled now, not a lease later.
+    // A new incarnation (the old lease ran out, or an operator says so):
+    // whatever the old one was part of is gone with it. Its jobs are
+    // reconciled now, not when the lease check removes the old record.
     coord::AgentInfo was = old->info;
     secret = newAgentSecret();
     std::string why =

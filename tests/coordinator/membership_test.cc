@@ -14,14 +14,14 @@ class MembershipTest : public ::testing::Test {
  protected:
   MembershipTest() : m_(MembershipOptions{5000, 1000, 300 * 1000}, &clock_) {}
 
-  void registerAgent(const std::string& id, const std::string& host) {
+  void registerAgent(const std::string& id, const std::string& host, bool by_operator = false) {
     coord::RegisterAgentRequest req;
     req.mutable_agent()->set_agent_id(id);
     req.mutable_agent()->set_hostname(host);
     req.mutable_agent()->set_rpc_address(host + ":7471");
     req.set_previous_secret(secrets_[id]);
     coord::RegisterAgentReply reply;
-    ASSERT_TRUE(m_.registerAgent(req, &reply, &changes_).ok());
+    ASSERT_TRUE(m_.registerAgent(req, &reply, &changes_, by_operator).ok());
     EXPECT_EQ(reply.lease_ms(), 5000u);
     EXPECT_EQ(reply.heartbeat_interval_ms(), 1000u);
     EXPECT_EQ(reply.stream_heartbeat_interval_ms(), 1666u);  // lease / 3
@@ -307,11 +307,33 @@ TEST_F(MembershipTest, ARestartedAgentsJobsFailAtOnceNamingIt) {
   EXPECT_TRUE(takeChanges().worlds.empty());
   EXPECT_EQ(m_.findJob("job")->state, coord::RUNNING);
 
-  // b is killed and starts again with the same id: no previous secret. Its
-  // jobs fail now, not a lease later.
+  // A registration in b's name without its secret (issue 47: another
+  // process taking the id over) is refused while b's lease is live, and
+  // changes nothing.
+  clock_.advance(100);
+  {
+    coord::RegisterAgentRequest req;
+    req.mutable_agent()->set_agent_id("b");
+    req.mutable_agent()->set_hostname("evil");
+    coord::RegisterAgentReply reply;
+    grpc::Status st = m_.registerAgent(req, &reply, &changes_);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+    EXPECT_NE(st.error_message().find("only that agent process, or an operator "
+                                      "(--operator-token-file), may register the id again"),
+              std::string::npos)
+        << st.error_message();
+    EXPECT_TRUE(reply.agent_secret().empty());
+    EXPECT_TRUE(takeChanges().worlds.empty());
+    EXPECT_EQ(m_.findJob("job")->state, coord::RUNNING);
+    EXPECT_TRUE(heartbeat("b"));
+  }
+
+  // b is killed and starts again with the same id, and an operator says so
+  // (no previous secret, the operator token). Its jobs fail now, not a
+  // lease later.
   clock_.advance(100);
   secrets_["b"].clear();
-  registerAgent("b", "host-b");
+  registerAgent("b", "host-b", /*by_operator=*/true);
   EXPECT_NE(secrets_["b"], old_secret);
   Changes c = takeChanges();
   ASSERT_EQ(c.worlds.size(), 2u);

@@ -22,7 +22,11 @@ class TenantIsolationTest : public ::testing::Test {
   TenantIsolationTest()
       : loop_("test-loop"),
         core_(&loop_, MembershipOptions{5000, 1000, 60 * 1000}, &clock_, &sink_,
-              WatchLimits{/*total=*/5, /*per_job=*/3}) {}
+              WatchLimits{/*total=*/5, /*per_job=*/3}) {
+    Quotas q;
+    q.reserved_watch_streams = 0;  // these streams are not an agent's: no reserve (issue 47)
+    core_.setQuotas(q);
+  }
 
   // Registers `id` as a new process (no previous secret) or as the same one.
   void registerAgent(const std::string& id, bool same_process = true) {
@@ -31,7 +35,8 @@ class TenantIsolationTest : public ::testing::Test {
     req.mutable_agent()->set_hostname("host-" + id);
     if (same_process) req.set_previous_secret(secrets_[id]);
     coord::RegisterAgentReply reply;
-    ASSERT_TRUE(core_.registerAgentOnLoop(req, &reply).ok());
+    // A new process under a live id needs the operator (issue 47).
+    ASSERT_TRUE(core_.registerAgentOnLoop(req, &reply, /*by_operator=*/!same_process).ok());
     secrets_[id] = reply.agent_secret();
   }
   grpc::Status join(const std::string& job, const std::string& agent, int world) {
