@@ -1,13 +1,17 @@
-// MetricsHttpServer: the daemons' Prometheus endpoint (cpp-httplib).
+// MetricsHttpServer: the daemons' Prometheus endpoint.
 //
 //   GET /metrics   Registry::render(), "text/plain; version=0.0.4"
 //   GET /healthz   200 "ok" (or 503 and the reason, from the health check)
 //
-// It runs on its own threads (an accept thread "metrics-http" and a small
-// named worker pool); it only reads the registry's atomics, so it never
-// touches a daemon's loop. stop() is bounded: idle keep-alive connections
-// are dropped within a second and a slow client cannot hold a worker for
-// more than the I/O timeout (2 s).
+// One thread ("metrics-http") polls the listening socket and every
+// connection, non-blocking; it only reads the registry's atomics, so it
+// never touches a daemon's loop. No client can hold it (docs/security.md,
+// "Health and metrics under slow clients"): a request must arrive whole
+// within 2 s of connecting and its answer leave within 2 s more, headers
+// are at most 8 KiB, and with 64 connections open the oldest is closed for
+// a new one, so a probe (Kubernetes' liveness, Prometheus) is answered at
+// once whatever slow clients hold. One request per connection
+// (`Connection: close`). stop() returns within a poll period.
 #pragma once
 
 #include <functional>
@@ -17,10 +21,6 @@
 
 #include "common/metrics.h"
 #include "common/status.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace kolo::metrics {
 
@@ -62,9 +62,11 @@ class MetricsHttpServer {
   const Registry& registry_;
   std::string listen_address_;
   HealthCheck health_;
-  std::unique_ptr<httplib::Server> server_;
-  struct ThreadDone;                  // the accept thread's end (for stop())
-  std::shared_ptr<ThreadDone> done_;
+  struct Conn;
+  void serve();
+  void answer(Conn& c);
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd: stop()
   std::thread thread_;
   std::string host_;
   int port_ = 0;

@@ -15,6 +15,8 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace kolo::metrics {
 namespace {
@@ -225,6 +227,76 @@ TEST(MetricsHttp, StopRightAfterStart) {
     ASSERT_TRUE(server.start().isOk());
     server.stop();
   }
+}
+
+int connectLoopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Slow-loris (issue 47): 80 connections that trickle a request byte by
+// byte, more than the server keeps open, while /healthz is probed as
+// Kubernetes does (1 s deadline): every probe is answered, well within it,
+// and a trickling connection is closed by its request deadline (2 s).
+TEST(MetricsHttp, SlowClientsCannotStarveTheHealthProbe) {
+  Registry reg;
+  MetricsHttpServer server(reg, "127.0.0.1:0", [] { return okStatus(); });
+  ASSERT_TRUE(server.start().isOk());
+  std::vector<int> slow;
+  for (int i = 0; i < 80; ++i) {
+    int fd = connectLoopback(server.port());
+    ASSERT_GE(fd, 0);
+    slow.push_back(fd);
+  }
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    for (size_t k = 0; !done; ++k) {
+      for (int fd : slow) (void)::send(fd, &req[k % req.size()], 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  double worst = 0;
+  for (int probe = 0; probe < 6; ++probe) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::string r = rawGet(server.port(), "/healthz");
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    worst = std::max(worst, s);
+    EXPECT_EQ(r.rfind("HTTP/1.1 200 OK", 0), 0u) << "probe " << probe << ": '" << r << "'";
+    EXPECT_LT(s, 1.0) << "probe " << probe;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  std::printf("slowest of 6 /healthz probes beside 80 slow clients: %.1f ms\n", worst * 1e3);
+  // Every slow connection was closed by now (request deadline 2 s, or made
+  // way for a newer one): a read sees the end.
+  done = true;
+  trickle.join();
+  int closed = 0;
+  for (int fd : slow) {
+    pollfd p{fd, POLLIN, 0};
+    char b;
+    if (::poll(&p, 1, 3000) > 0 && ::recv(fd, &b, 1, MSG_DONTWAIT) <= 0) ++closed;
+    ::close(fd);
+  }
+  EXPECT_EQ(closed, 80);
+  // Oversized headers get 431 and the connection is closed.
+  int fd = connectLoopback(server.port());
+  std::string big = "GET /metrics HTTP/1.1\r\nX: " + std::string(10000, 'a');
+  (void)::send(fd, big.data(), big.size(), MSG_NOSIGNAL);
+  char buf[256] = {};
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_GT(::poll(&p, 1, 3000), 0);
+  ASSERT_GT(::recv(fd, buf, sizeof buf - 1, 0), 0);
+  EXPECT_EQ(std::string(buf).rfind("HTTP/1.1 431", 0), 0u) << buf;
+  ::close(fd);
 }
 
 }  // namespace
