@@ -98,6 +98,7 @@ class Core {
   coord::ListAgentsReply listAgentsOnLoop() const;
 
   const Membership& membership() const { return membership_; }
+  const WatchAccounting& watchAccounting() const { return watch_accounting_; }
 
  private:
   // Journals the changes, pushes new Worlds to watchers, drops the keys and

@@ -56,6 +56,7 @@ class WatchAccounting {
                      const WatchQueue* queue);
   void release(const WatchQueue* queue);
   size_t others() const { return others_; }
+  size_t open() const { return tickets_.size(); }
 
  private:
   void count(const Ticket& t, int delta);

@@ -6,7 +6,12 @@
 // coordinator, for the "before" column).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -403,6 +408,93 @@ TEST_F(AttackTest, JobsKeysWaitersAndListingsAreBoundedAndNameTheirFlags) {
   for (auto& g : gets) found += g->done.load() && g->status.ok() && g->reply.found() ? 1 : 0;
   EXPECT_EQ(found, 5);
   expectVictimWorks();
+}
+
+}  // namespace
+}  // namespace kolo::coordinator
+
+namespace kolo::coordinator {
+namespace {
+
+// A TCP connection to 127.0.0.1:port (or -1).
+int connectLoopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// GET /healthz with a `deadline` on the whole exchange: the status line, or
+// "" if none came in time.
+std::string probeHealthz(int port, milliseconds deadline) {
+  int fd = connectLoopback(port);
+  if (fd < 0) return "";
+  timeval tv{0, static_cast<suseconds_t>(deadline.count() * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const std::string req = "GET /healthz HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n";
+  std::string got;
+  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+    char buf[512];
+    auto until = SteadyClock::now() + deadline;
+    while (got.find("\r\n") == std::string::npos && SteadyClock::now() < until) {
+      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  auto eol = got.find("\r\n");
+  return eol == std::string::npos ? "" : got.substr(0, eol);
+}
+
+// Attack 8 (coordinator side): slow-loris clients on --metrics-listen while
+// /healthz is probed as a liveness probe would (1 s deadline). Before: 8
+// slow connections made 5 of 6 probes time out.
+TEST_F(AttackTest, HealthzAnswersWithinItsDeadlineUnderSlowLorisClients) {
+  start({"--metrics-listen", "127.0.0.1:0"});
+  // The bound address is logged: "metrics on http://127.0.0.1:PORT/metrics".
+  int port = 0;
+  for (auto until = SteadyClock::now() + std::chrono::seconds(5);
+       port == 0 && SteadyClock::now() < until;) {
+    std::string log = proc_.log();
+    auto at = log.find("metrics on http://127.0.0.1:");
+    if (at != std::string::npos) port = std::atoi(log.c_str() + at + 28);
+    if (port == 0) std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_GT(port, 0) << proc_.log();
+  ASSERT_EQ(probeHealthz(port, milliseconds(1000)), "HTTP/1.1 200 OK");
+  // 80 slow clients (more than the server's 64 connections): each sends
+  // part of a request and then nothing.
+  std::vector<int> slow;
+  for (int i = 0; i < 80; ++i) {
+    int fd = connectLoopback(port);
+    if (fd < 0) continue;
+    const std::string part = "GET /metrics HTTP/1.1\r\nHost: slow\r\nX-Slow: ";
+    (void)::send(fd, part.data(), part.size(), MSG_NOSIGNAL);
+    slow.push_back(fd);
+  }
+  EXPECT_GE(slow.size(), 8u);
+  int answered = 0;
+  milliseconds worst{0};
+  for (int i = 0; i < 6; ++i) {
+    auto t0 = SteadyClock::now();
+    std::string line = probeHealthz(port, milliseconds(1000));
+    auto took = std::chrono::duration_cast<milliseconds>(SteadyClock::now() - t0);
+    worst = std::max(worst, took);
+    answered += line == "HTTP/1.1 200 OK" ? 1 : 0;
+  }
+  std::printf("[attack] /healthz with %zu slow clients: %d of 6 probes answered within 1 s "
+              "(slowest %lld ms)\n",
+              slow.size(), answered, static_cast<long long>(worst.count()));
+  EXPECT_EQ(answered, 6);
+  for (int fd : slow) ::close(fd);
+  ASSERT_TRUE(alive());
 }
 
 }  // namespace
