@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "coordinator/membership/secrets.h"
 
 namespace kolo::coordinator {
 
@@ -182,7 +183,9 @@ grpc::Status Core::registerAgentOnLoop(const coord::RegisterAgentRequest& req,
   grpc::Status st = membership_.registerAgent(req, reply, &changes, by_operator);
   applyOnLoop(changes);  // the jobs of a restarted agent's old incarnation
   if (st.ok()) {
-    recordOnLoop(persist::Record::agentRegistered(req.agent(), reply->agent_secret()));
+    // The hash the registry holds, never the secret itself (issue 47).
+    const AgentRecord* rec = membership_.agents().find(req.agent().agent_id());
+    recordOnLoop(persist::Record::agentRegistered(req.agent(), rec ? rec->secret : ""));
   }
   return st;
 }

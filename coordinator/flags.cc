@@ -30,6 +30,9 @@ void defineFlags(Config& config) {
               "it at start; empty = in memory only")
       .define("state-compact-records", KnobType::kInt, "10000",
               "Journal records after which the state is compacted into a snapshot")
+      .define("state-compact-bytes", KnobType::kInt, "67108864",
+              "Journal bytes after which the state is compacted into a snapshot (whichever of "
+              "this and --state-compact-records comes first)")
       .define("etcd-endpoints", KnobType::kString, "",
               "Keep the state in etcd instead of --state-dir: etcd client endpoints "
               "host:port[,host:port]; coordinators sharing --etcd-prefix elect one leader, the "
@@ -166,6 +169,12 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
                            std::to_string(compact));
   }
   o.compact_records = static_cast<uint64_t>(compact);
+  int64_t compact_bytes = config.getInt("state-compact-bytes");
+  if (compact_bytes < 4096) {
+    return invalidArgument("--state-compact-bytes must be at least 4096, got " +
+                           std::to_string(compact_bytes));
+  }
+  o.compact_bytes = static_cast<uint64_t>(compact_bytes);
   const std::string& endpoints = config.getString("etcd-endpoints");
   if (!endpoints.empty()) {
     if (!o.state_dir.empty()) {

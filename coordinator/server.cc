@@ -241,6 +241,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
     persist::JournalOptions jo;
     jo.dir = options.state_dir;
     jo.compact_records = std::max<uint64_t>(options.compact_records, 1);
+    jo.compact_bytes = std::max<uint64_t>(options.compact_bytes, 1);
     ASSIGN_OR_RETURN(journal, persist::Journal::open(jo, &loaded));
   }
   bool recovered = journal != nullptr && loaded.last_seq > 0;

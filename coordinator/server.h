@@ -53,6 +53,7 @@ struct ServerOptions {
   // this directory and recovered from it at start (coordinator/persist/).
   std::string state_dir;
   uint64_t compact_records = 10000;  // journal records between snapshots
+  uint64_t compact_bytes = uint64_t{64} << 20;  // or journal bytes between snapshots
 
   // High availability (coordinator/ha/, docs/coordinator.md "High
   // availability on etcd"): non-empty = the state is kept in etcd under

@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "coordinator/core.h"
 #include "coordinator/persist/record_sink.h"
+#include "coordinator/membership/secrets.h"
 #include "fuzz/fuzz_util.h"
 
 namespace kolo::coordinator {
@@ -177,7 +178,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (agent == nullptr || agent->secret.empty()) {
           FUZZ_CHECK(st.ok() && !reply.known());
         } else {
-          bool right = req.agent_secret() == agent->secret;
+          bool right = matchesStored(req.agent_secret(), agent->secret);
           FUZZ_CHECK(st.ok() == right);
           FUZZ_CHECK(!st.ok() || reply.known());
         }
@@ -193,7 +194,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         req.set_world_size(in.ConsumeIntegralInRange<int32_t>(-1, 8));
         const AgentRecord* agent = core.membership().agents().find(req.agent_id());
         bool wrong_secret = !req.job_id().empty() && agent != nullptr && !agent->secret.empty() &&
-                            req.agent_secret() != agent->secret;
+                            !matchesStored(req.agent_secret(), agent->secret);
         grpc::Status st = core.joinJobOnLoop(req);
         if (wrong_secret) FUZZ_CHECK(st.error_code() == grpc::StatusCode::PERMISSION_DENIED);
         break;
@@ -209,8 +210,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const Job* job = core.membership().findJob(req.job_id());
         const AgentRecord* agent = core.membership().agents().find(req.agent_id());
         bool refused = job != nullptr &&
-                       (job->token != req.token() || (agent != nullptr && !agent->secret.empty() &&
-                                                      agent->secret != req.agent_secret()));
+                       (!matchesStored(req.token(), job->token) ||
+                        (agent != nullptr && !agent->secret.empty() &&
+                         !matchesStored(req.agent_secret(), agent->secret)));
         std::string before = job != nullptr
                                  ? summaryOf(*job, core.membership().agents()).SerializeAsString()
                                  : std::string();

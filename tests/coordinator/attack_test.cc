@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <thread>
 
@@ -415,6 +416,36 @@ TEST_F(AttackTest, JobsKeysWaitersAndListingsAreBoundedAndNameTheirFlags) {
 
 namespace kolo::coordinator {
 namespace {
+
+// Attack 7 (journal growth): a job's member rewriting one key with values
+// of 2 KB. Before: the journal was compacted only every 10,000 records, so
+// it grew by the values' bytes (GBs with values of MBs). Now it is
+// compacted by bytes too (--state-compact-bytes).
+TEST_F(AttackTest, TheJournalIsCompactedByBytesNotOnlyByRecords) {
+  char tmpl[] = "/tmp/kolo-attack-state-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = std::string(tmpl) + "/state";
+  start({"--state-dir", dir, "--state-compact-bytes", "65536"});
+  startVictim();
+  size_t largest = 0;
+  for (int i = 0; i < 300; ++i) {
+    coord::KvPutRequest put;
+    put.set_job_id("victim");
+    put.set_token("victim-token");
+    put.set_key("big");
+    put.set_value(std::string(2000, static_cast<char>('a' + i % 26)));
+    coord::KvPutReply reply;
+    auto ctx = ctxFor();
+    ASSERT_TRUE(stub_->KvPut(ctx.get(), put, &reply).ok());  // durable when answered
+    std::error_code ec;
+    largest = std::max<size_t>(largest, std::filesystem::file_size(dir + "/journal", ec));
+  }
+  std::printf("[attack] 300 KvPuts of 2 KB (600 KB): the journal peaked at %zu bytes\n", largest);
+  EXPECT_LT(largest, 65536u + 3 * 4096u) << "the journal grew past --state-compact-bytes";
+  expectVictimWorks();
+  proc_.kill();
+  std::filesystem::remove_all(tmpl);
+}
 
 // A TCP connection to 127.0.0.1:port (or -1).
 int connectLoopback(int port) {

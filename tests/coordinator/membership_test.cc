@@ -1,5 +1,6 @@
 // Membership logic with an injected clock: no threads, no sleeps.
 #include "coordinator/membership/membership.h"
+#include "coordinator/membership/secrets.h"
 
 #include <gtest/gtest.h>
 
@@ -381,6 +382,36 @@ TEST_F(MembershipTest, AnAgentRestoredWithoutASecretRegistersAgainAndKeepsItsJob
   EXPECT_TRUE(takeChanges().worlds.empty());
   EXPECT_EQ(m_.findJob("job")->state, coord::RUNNING);
   EXPECT_TRUE(heartbeat("a"));
+}
+
+// Issue 47: secrets and tokens are held (and journaled) as hashes; a state
+// written before holds them in clear and still works after a restart.
+TEST_F(MembershipTest, SecretsAndTokensAreHeldHashedAndAnOlderClearStateStillWorks) {
+  registerAgent("b", "host-b");
+  EXPECT_EQ(m_.agents().find("b")->secret, hashSecret(secrets_["b"]));
+  ASSERT_TRUE(join("job", "b", 1, 1, "job-token").ok());
+  EXPECT_EQ(m_.findJob("job")->token, hashSecret("job-token"));
+  EXPECT_TRUE(m_.checkAccess("job", "job-token").ok());
+  EXPECT_EQ(m_.checkAccess("job", hashSecret("job-token")).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED)
+      << "the stored hash is not a credential";
+  // As restored from a state dir or etcd written before issue 47.
+  coord::AgentInfo info;
+  info.set_agent_id("old");
+  info.set_hostname("host-old");
+  m_.restoreAgent(info, "0123456789abcdef0123456789abcdef");
+  secrets_["old"] = "0123456789abcdef0123456789abcdef";
+  EXPECT_TRUE(heartbeat("old"));
+  Job job;
+  job.id = "old-job";
+  job.token = "clear-token";
+  job.world_size = 1;
+  job.members = {{"old", info, 1, false}};
+  job.state = coord::RUNNING;
+  job.generation = 1;
+  m_.restoreJob(job);
+  EXPECT_EQ(m_.findJob("old-job")->token, hashSecret("clear-token"));
+  EXPECT_TRUE(m_.checkAccess("old-job", "clear-token").ok());
 }
 
 TEST_F(MembershipTest, CleanLeaveFinishesAndRetentionForgets) {
