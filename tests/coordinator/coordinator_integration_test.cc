@@ -804,7 +804,13 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
         "--stream-heartbeat-interval-ms", "--finished-job-retention-s", "--log-level",
         "--state-dir", "--state-compact-records", "--tls-cert", "--tls-key", "--tls-client-ca",
         "--auth-token-file", "--max-watch-streams", "--max-watch-streams-per-job",
-        "--brief-world-slots", "--watch-writer-threads"}) {
+        "--brief-world-slots", "--watch-writer-threads",
+        // issue 47
+        "--operator-token-file", "--reserved-watch-streams", "--max-watch-streams-per-token",
+        "--max-watch-streams-per-peer", "--max-watch-streams-per-member", "--max-jobs",
+        "--max-jobs-per-agent", "--max-kv-keys-per-job", "--max-kv-bytes-per-job",
+        "--max-kv-bytes", "--max-kv-waiters-per-job", "--max-list-reply-bytes",
+        "--state-compact-bytes"}) {
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
   }
   auto dump = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--dump-config", "--lease-ms=750"},
