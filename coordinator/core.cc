@@ -340,6 +340,12 @@ grpc::Status Core::kvGetOnLoop(const coord::KvGetRequest& req, KvDone done) {
                                     kv_.usage(req.job_id()).waiters),
                         "max-kv-waiters-per-job", quotas_.kv_waiters_per_job);
   }
+  if (kv_.waiterCount() >= quotas_.kv_waiters_total) {
+    return quotaRefusal(fmt::format("KvGet of key '{}' of job {}", req.key(), req.job_id()),
+                        fmt::format("{} KvGet calls are waiting on the keys of all jobs",
+                                    kv_.waiterCount()),
+                        "max-kv-waiters", quotas_.kv_waiters_total);
+  }
   uint64_t wait_ms = std::min(req.wait_ms(), kMaxKvWaitMs);
   KvStore::WaiterId id = kv_.addWaiter(req.job_id(), req.key(), std::move(done));
   loop_->addTimer(std::chrono::milliseconds(wait_ms), [this, id] { kv_.expireWaiter(id); });

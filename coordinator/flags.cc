@@ -87,6 +87,8 @@ void defineFlags(Config& config) {
               "Bytes of keys and values all jobs together may hold")
       .define("max-kv-waiters-per-job", KnobType::kInt, "1024",
               "KvGet calls waiting for keys of one job at once")
+      .define("max-kv-waiters", KnobType::kInt, "16384",
+              "KvGet calls waiting for keys of all jobs at once (about 15 KB each)")
       .define("max-list-reply-bytes", KnobType::kInt, "3145728",
               "ListJobs / ListAgents replies are cut to this many bytes (marked truncated, with "
               "the total), so they always fit gRPC's 4 MiB message limit")
@@ -125,6 +127,7 @@ Status readQuotas(const Config& config, Quotas* q) {
   RETURN_IF_ERROR(readQuota(config, "max-kv-bytes-per-job", &q->kv_bytes_per_job));
   RETURN_IF_ERROR(readQuota(config, "max-kv-bytes", &q->kv_bytes_total));
   RETURN_IF_ERROR(readQuota(config, "max-kv-waiters-per-job", &q->kv_waiters_per_job));
+  RETURN_IF_ERROR(readQuota(config, "max-kv-waiters", &q->kv_waiters_total));
   RETURN_IF_ERROR(readQuota(config, "max-list-reply-bytes", &q->list_reply_bytes, 1024));
   return okStatus();
 }

@@ -33,6 +33,7 @@ struct Quotas {
   size_t kv_bytes_per_job = size_t{16} << 20;  // keys + values
   size_t kv_bytes_total = size_t{512} << 20;
   size_t kv_waiters_per_job = 1024;            // KvGet calls waiting on one job's keys
+  size_t kv_waiters_total = 16384;             // ... on all jobs' keys (about 15 KB each)
   size_t list_reply_bytes = size_t{3} << 20;   // ListJobs / ListAgents: truncated past it
 };
 

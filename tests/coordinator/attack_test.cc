@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -526,6 +527,90 @@ TEST_F(AttackTest, HealthzAnswersWithinItsDeadlineUnderSlowLorisClients) {
   EXPECT_EQ(answered, 6);
   for (int fd : slow) ::close(fd);
   ASSERT_TRUE(alive());
+}
+
+}  // namespace
+}  // namespace kolo::coordinator
+
+namespace kolo::coordinator {
+namespace {
+
+int64_t rssKb(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+  }
+  return -1;
+}
+
+// Not a test: what one tenant's quotas cost the coordinator at their
+// defaults (docs/security.md, "Attacks on the coordinator (issue 47)").
+// Run with --gtest_also_run_disabled_tests --gtest_filter='*MeasureDefaultBounds'.
+TEST_F(AttackTest, DISABLED_MeasureDefaultBounds) {
+  start({});
+  startVictim();
+  ASSERT_TRUE(registerAgent("tenant").ok());
+  ASSERT_TRUE(join("t", "T", "tenant", 2).ok());
+  const int64_t base = rssKb(proc_.pid());
+  // KvGet waiters on one job, up to the quota and one more.
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<coord::KvGetRequest>> reqs;
+  std::vector<std::unique_ptr<coord::KvGetReply>> replies;
+  std::atomic<int> refused{0};
+  for (int i = 0; i < 1025; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    ctxs.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    reqs.push_back(std::make_unique<coord::KvGetRequest>());
+    reqs.back()->set_job_id("t");
+    reqs.back()->set_token("T");
+    reqs.back()->set_key("never-" + std::to_string(i));
+    reqs.back()->set_wait_ms(25000);
+    replies.push_back(std::make_unique<coord::KvGetReply>());
+    stub_->async()->KvGet(ctxs.back().get(), reqs.back().get(), replies.back().get(),
+                          [&refused](grpc::Status s) {
+                            if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++refused;
+                          });
+  }
+  for (auto until = SteadyClock::now() + std::chrono::seconds(10);
+       refused.load() < 1 && SteadyClock::now() < until;) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const int64_t waiters = rssKb(proc_.pid());
+  // The job's KV store filled to --max-kv-bytes-per-job (16 MiB) in 4 KB values.
+  int puts = 0;
+  for (int i = 0; i < 4096; ++i) {
+    coord::KvPutRequest put;
+    put.set_job_id("t");
+    put.set_token("T");
+    put.set_key("k" + std::to_string(i));
+    put.set_value(std::string(4080, 'v'));
+    coord::KvPutReply reply;
+    auto ctx = ctxFor();
+    if (!stub_->KvPut(ctx.get(), put, &reply).ok()) break;
+    ++puts;
+  }
+  const int64_t kv = rssKb(proc_.pid());
+  // Non-member watch streams of one token, up to --max-watch-streams-per-token.
+  std::vector<Watch> open;
+  int served = 0;
+  for (int i = 0; i < 260; ++i) {
+    Watch w = watch("t", "T", "tenant", false);
+    if (w.served) {
+      ++served;
+      open.push_back(std::move(w));
+    }
+  }
+  const int64_t streams = rssKb(proc_.pid());
+  std::printf("[bounds] RSS %lld KB idle; +%lld KB with %d KvGet waiters (%d refused); "
+              "+%lld KB with %d KvPuts of 4 KB; +%lld KB with %d watch streams of one token\n",
+              static_cast<long long>(base), static_cast<long long>(waiters - base), 1025 - refused.load(),
+              refused.load(), static_cast<long long>(kv - waiters), puts,
+              static_cast<long long>(streams - kv), served);
+  for (Watch& w : open) w.ctx->TryCancel();
+  for (Watch& w : open) (void)w.reader->Finish();
+  for (auto& c : ctxs) c->TryCancel();
+  proc_.kill();
 }
 
 }  // namespace

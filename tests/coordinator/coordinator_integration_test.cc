@@ -809,7 +809,7 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
         "--operator-token-file", "--reserved-watch-streams", "--max-watch-streams-per-token",
         "--max-watch-streams-per-peer", "--max-watch-streams-per-member", "--max-jobs",
         "--max-jobs-per-agent", "--max-kv-keys-per-job", "--max-kv-bytes-per-job",
-        "--max-kv-bytes", "--max-kv-waiters-per-job", "--max-list-reply-bytes",
+        "--max-kv-bytes", "--max-kv-waiters-per-job", "--max-kv-waiters", "--max-list-reply-bytes",
         "--state-compact-bytes"}) {
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
   }
