@@ -60,6 +60,23 @@ StatusOr<std::string> readToken(const std::string& path, const std::string& flag
   return token;
 }
 
+// Issue 47, attack 6: a fixed unprivileged port served in plain text can be
+// bound by any local user while this coordinator is down, and the agents
+// then send it their secrets and job tokens. (Port 0, kolorun's private
+// coordinator, is picked at random for one job.)
+void warnIfSquattable(const ServerOptions& o) {
+  std::string host;
+  int port = 0;
+  if (!o.tls_cert_file.empty() || !splitHostPort(o.listen, &host, &port).isOk()) return;
+  if (port == 0 || port < 1024) return;
+  log::get("coord")->warn(
+      "serving plain text on port {}: while this coordinator is down, any local user can bind "
+      "the port and collect what agents send (agent secrets, job tokens); use TLS (--tls-cert "
+      "with the agents' --coordinator-ca) or a port below 1024 (docs/security.md, \"Attacks on "
+      "the coordinator\")",
+      port);
+}
+
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> serverCredentials(const ServerOptions& o) {
   bool tls = !o.tls_cert_file.empty() || !o.tls_key_file.empty();
   if (!tls) {
@@ -219,6 +236,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
         "a bearer token is required but TLS is off: the token crosses the network in "
         "clear text (use --tls-cert/--tls-key)");
   }
+  warnIfSquattable(options);
 
   std::unique_ptr<persist::Journal> journal;
   persist::LoadedState loaded;
