@@ -262,13 +262,17 @@ class HeartbeatStreamReactor final
     {
       std::lock_guard<std::mutex> lock(mu_);
       end = end_;
-      if (!end) reading_ = true;
+      if (!end) {
+        reading_ = true;
+        // Under the lock, so that end() cannot finish the stream between
+        // the decision and the read (StartRead after Finish). Safe: a
+        // server read never completes inline (OnReadDone runs later, on
+        // gRPC's thread), unlike Finish, which is never called under mu_.
+        StartRead(&req_);
+        return;
+      }
     }
-    if (end) {
-      finish(*end);
-      return;
-    }
-    StartRead(&req_);
+    finish(*end);
   }
 
   void finish(const grpc::Status& st) {
