@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "coordinator/membership/secrets.h"
 
 namespace kolo::coordinator {
 
@@ -24,7 +25,10 @@ Core::Core(EventLoop* loop, MembershipOptions options, const Clock* clock,
       sink_(sink),
       membership_(options, clock),
       watches_(watch_limits.brief_world_slots),
-      watch_limits_(watch_limits) {}
+      watch_limits_(watch_limits) {
+  // A quarter of the streams for the jobs' agents, unless setQuotas says.
+  quotas_.reserved_watch_streams = watch_limits.total / 4;
+}
 
 Core::~Core() = default;
 
@@ -174,12 +178,14 @@ grpc::Status Core::refuseIfShuttingDown() const {
 }
 
 grpc::Status Core::registerAgentOnLoop(const coord::RegisterAgentRequest& req,
-                                       coord::RegisterAgentReply* reply) {
+                                       coord::RegisterAgentReply* reply, bool by_operator) {
   Changes changes;
-  grpc::Status st = membership_.registerAgent(req, reply, &changes);
+  grpc::Status st = membership_.registerAgent(req, reply, &changes, by_operator);
   applyOnLoop(changes);  // the jobs of a restarted agent's old incarnation
   if (st.ok()) {
-    recordOnLoop(persist::Record::agentRegistered(req.agent(), reply->agent_secret()));
+    // The hash the registry holds, never the secret itself (issue 47).
+    const AgentRecord* rec = membership_.agents().find(req.agent().agent_id());
+    recordOnLoop(persist::Record::agentRegistered(req.agent(), rec ? rec->secret : ""));
   }
   return st;
 }
@@ -193,7 +199,37 @@ grpc::Status Core::heartbeatOnLoop(const coord::HeartbeatRequest& req,
   return st;
 }
 
+grpc::Status Core::checkJobQuotas(const coord::JoinJobRequest& req) const {
+  const Job* job = membership_.findJob(req.job_id());
+  if (job == nullptr && membership_.jobs().size() >= quotas_.max_jobs) {
+    return quotaRefusal(fmt::format("JoinJob of job {} (agent {})", req.job_id(), req.agent_id()),
+                        fmt::format("the coordinator already holds {} jobs (active and retained)",
+                                    membership_.jobs().size()),
+                        "max-jobs", quotas_.max_jobs);
+  }
+  if (job != nullptr && (job->findMember(req.agent_id()) != nullptr)) return grpc::Status::OK;
+  size_t in = 0;
+  for (const auto& [id, j] : membership_.jobs()) {
+    if (!j.active()) continue;
+    const JobMember* m = j.findMember(req.agent_id());
+    bool waiting = std::any_of(j.waiting.begin(), j.waiting.end(),
+                               [&](const JobMember& w) { return w.agent_id == req.agent_id(); });
+    if ((m != nullptr && !m->left) || waiting) ++in;
+  }
+  if (in >= quotas_.jobs_per_agent) {
+    return quotaRefusal(fmt::format("JoinJob of job {} (agent {})", req.job_id(), req.agent_id()),
+                        fmt::format("agent {} is already in {} active jobs", req.agent_id(), in),
+                        "max-jobs-per-agent", quotas_.jobs_per_agent);
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status Core::joinJobOnLoop(const coord::JoinJobRequest& req) {
+  // The agent's secret first: a stranger learns nothing from the quotas.
+  if (auto st = membership_.checkAgent("JoinJob", req.agent_id(), req.agent_secret()); !st.ok()) {
+    return st;
+  }
+  if (auto st = checkJobQuotas(req); !st.ok()) return st;
   Changes changes;
   grpc::Status st = membership_.joinJob(req, &changes);
   applyOnLoop(changes);
@@ -207,8 +243,29 @@ grpc::Status Core::leaveJobOnLoop(const coord::LeaveJobRequest& req) {
   return st;
 }
 
+WatchAccounting::Ticket Core::watchTicket(const coord::WatchJobRequest& req,
+                                          const std::string& peer) const {
+  WatchAccounting::Ticket t;
+  t.job_id = req.job_id();
+  t.token = req.token();
+  t.peer = peerHost(peer);
+  const Job* job = membership_.findJob(req.job_id());
+  if (job == nullptr || req.agent_secret().empty() ||
+      !membership_.checkAgent("WatchJob", req.agent_id(), req.agent_secret()).ok()) {
+    return t;
+  }
+  const JobMember* m = job->findMember(req.agent_id());
+  bool waiting = std::any_of(job->waiting.begin(), job->waiting.end(),
+                             [&](const JobMember& w) { return w.agent_id == req.agent_id(); });
+  if (m != nullptr || waiting) {
+    t.member = true;
+    t.agent_id = req.agent_id();
+  }
+  return t;
+}
+
 grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req,
-                               std::shared_ptr<WatchQueue> queue) {
+                               std::shared_ptr<WatchQueue> queue, const std::string& peer) {
   if (auto st = refuseIfShuttingDown(); !st.ok()) return st;
   coord::World world;
   BriefForm brief{watch_limits_.brief_world_slots, req.agent_id(), req.local_size_runs()};
@@ -234,6 +291,11 @@ grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req,
                     "(--max-watch-streams-per-job {})",
                     req.job_id(), watches_.watcherCount(req.job_id()), watch_limits_.per_job));
   }
+  if (auto st = watch_accounting_.admit(quotas_, watch_limits_, watches_.totalCount(),
+                                        watchTicket(req, peer), queue.get());
+      !st.ok()) {
+    return st;
+  }
   bool terminal = isTerminal(world);
   queue->push(std::move(world));
   if (!terminal) watches_.add(req.job_id(), std::move(queue), req.brief(), req.local_size_runs());
@@ -244,6 +306,7 @@ grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req,
 
 void Core::unwatchOnLoop(const std::string& job_id, const WatchQueue* queue) {
   watches_.remove(job_id, queue);
+  watch_accounting_.release(queue);
 }
 
 grpc::Status Core::kvPutOnLoop(const coord::KvPutRequest& req) {
@@ -253,6 +316,7 @@ grpc::Status Core::kvPutOnLoop(const coord::KvPutRequest& req) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         fmt::format("KvPut: empty key for job {}", req.job_id()));
   }
+  if (auto quota = checkKvQuotas(req); !quota.ok()) return quota;
   kv_.put(req.job_id(), req.key(), req.value());
   recordOnLoop(persist::Record::kvPut(req.job_id(), req.key(), req.value()));
   return grpc::Status::OK;
@@ -270,14 +334,86 @@ grpc::Status Core::kvGetOnLoop(const coord::KvGetRequest& req, KvDone done) {
     return grpc::Status::OK;
   }
   if (auto refuse = refuseIfShuttingDown(); !refuse.ok()) return refuse;
+  if (kv_.usage(req.job_id()).waiters >= quotas_.kv_waiters_per_job) {
+    return quotaRefusal(fmt::format("KvGet of key '{}' of job {}", req.key(), req.job_id()),
+                        fmt::format("the job already has {} KvGet calls waiting",
+                                    kv_.usage(req.job_id()).waiters),
+                        "max-kv-waiters-per-job", quotas_.kv_waiters_per_job);
+  }
+  if (kv_.waiterCount() >= quotas_.kv_waiters_total) {
+    return quotaRefusal(fmt::format("KvGet of key '{}' of job {}", req.key(), req.job_id()),
+                        fmt::format("{} KvGet calls are waiting on the keys of all jobs",
+                                    kv_.waiterCount()),
+                        "max-kv-waiters", quotas_.kv_waiters_total);
+  }
   uint64_t wait_ms = std::min(req.wait_ms(), kMaxKvWaitMs);
   KvStore::WaiterId id = kv_.addWaiter(req.job_id(), req.key(), std::move(done));
   loop_->addTimer(std::chrono::milliseconds(wait_ms), [this, id] { kv_.expireWaiter(id); });
   return grpc::Status::OK;
 }
 
-coord::ListJobsReply Core::listJobsOnLoop() const { return membership_.listJobs(); }
+grpc::Status Core::checkKvQuotas(const coord::KvPutRequest& req) const {
+  KvStore::Usage u = kv_.usage(req.job_id());
+  std::optional<std::string> old = kv_.get(req.job_id(), req.key());
+  const size_t old_bytes = old ? req.key().size() + old->size() : 0;
+  const size_t new_bytes = req.key().size() + req.value().size();
+  const std::string what = fmt::format("KvPut of key '{}' of job {}", req.key(), req.job_id());
+  if (!old && u.keys >= quotas_.kv_keys_per_job) {
+    return quotaRefusal(what, fmt::format("the job already has {} keys", u.keys),
+                        "max-kv-keys-per-job", quotas_.kv_keys_per_job);
+  }
+  if (u.bytes - old_bytes + new_bytes > quotas_.kv_bytes_per_job) {
+    return quotaRefusal(what,
+                        fmt::format("the job's keys and values would take {} bytes",
+                                    u.bytes - old_bytes + new_bytes),
+                        "max-kv-bytes-per-job", quotas_.kv_bytes_per_job);
+  }
+  if (kv_.totalBytes() - old_bytes + new_bytes > quotas_.kv_bytes_total) {
+    return quotaRefusal(what,
+                        fmt::format("the keys of all jobs would take {} bytes",
+                                    kv_.totalBytes() - old_bytes + new_bytes),
+                        "max-kv-bytes", quotas_.kv_bytes_total);
+  }
+  return grpc::Status::OK;
+}
 
-coord::ListAgentsReply Core::listAgentsOnLoop() const { return membership_.listAgents(); }
+namespace {
+// Keeps the first entries of `items` whose encoded size stays within
+// `limit` bytes, so a listing always fits a gRPC message (4 MiB by default).
+template <typename Repeated>
+bool truncateTo(Repeated* items, size_t limit) {
+  size_t bytes = 0;
+  int keep = 0;
+  for (; keep < items->size(); ++keep) {
+    bytes += items->Get(keep).ByteSizeLong() + 8;  // + tag and length
+    if (bytes > limit) break;
+  }
+  if (keep == items->size()) return false;
+  items->DeleteSubrange(keep, items->size() - keep);
+  return true;
+}
+}  // namespace
+
+coord::ListJobsReply Core::listJobsOnLoop() const {
+  coord::ListJobsReply reply = membership_.listJobs();
+  const int total = reply.jobs_size();
+  if (truncateTo(reply.mutable_jobs(), quotas_.list_reply_bytes)) {
+    reply.set_truncated(true);
+    reply.set_total(static_cast<uint64_t>(total));
+    log::get("coord")->warn("ListJobs: {} of {} jobs listed (--max-list-reply-bytes {})",
+                            reply.jobs_size(), total, quotas_.list_reply_bytes);
+  }
+  return reply;
+}
+
+coord::ListAgentsReply Core::listAgentsOnLoop() const {
+  coord::ListAgentsReply reply = membership_.listAgents();
+  const int total = reply.agents_size();
+  if (truncateTo(reply.mutable_agents(), quotas_.list_reply_bytes)) {
+    reply.set_truncated(true);
+    reply.set_total(static_cast<uint64_t>(total));
+  }
+  return reply;
+}
 
 }  // namespace kolo::coordinator

@@ -19,6 +19,7 @@
 #include "coordinator/kv_store.h"
 #include "coordinator/membership/membership.h"
 #include "coordinator/persist/record_sink.h"
+#include "coordinator/quotas.h"
 #include "coordinator/watch_hub.h"
 #include "kolo/proto/coordinator.pb.h"
 
@@ -57,6 +58,10 @@ class Core {
   bool jobRecordsPendingOnLoop() const { return !dirty_jobs_.empty(); }
   void flushJobRecordsOnLoop();
 
+  // The tenant quotas (before serving; defaults otherwise).
+  void setQuotas(const Quotas& quotas) { quotas_ = quotas; }
+  const Quotas& quotas() const { return quotas_; }
+
   // Arms the lease-expiry and retention timers.
   void startOnLoop();
   // What those timers run (public so tests and fuzzers step them by hand).
@@ -65,8 +70,10 @@ class Core {
   // Ends every watch stream and KV wait, refuses new ones, stops the timers.
   void shutdownOnLoop();
 
+  // `by_operator`: the caller presented the operator token, which may
+  // register a live agent's id without its secret (Membership::registerAgent).
   grpc::Status registerAgentOnLoop(const coord::RegisterAgentRequest& req,
-                                   coord::RegisterAgentReply* reply);
+                                   coord::RegisterAgentReply* reply, bool by_operator = false);
   grpc::Status heartbeatOnLoop(const coord::HeartbeatRequest& req, coord::HeartbeatReply* reply);
   grpc::Status joinJobOnLoop(const coord::JoinJobRequest& req);
   grpc::Status leaveJobOnLoop(const coord::LeaveJobRequest& req);
@@ -74,7 +81,10 @@ class Core {
   // Checks the token, queues the current World on `queue` and subscribes it
   // to every later change of the job. RESOURCE_EXHAUSTED past the watch
   // limits (in total, per job).
-  grpc::Status watchOnLoop(const coord::WatchJobRequest& req, std::shared_ptr<WatchQueue> queue);
+  // `peer`: the caller's address (ServerContext::peer()), for the per-peer
+  // quota of streams that are not a member agent's.
+  grpc::Status watchOnLoop(const coord::WatchJobRequest& req, std::shared_ptr<WatchQueue> queue,
+                           const std::string& peer = "");
   void unwatchOnLoop(const std::string& job_id, const WatchQueue* queue);
 
   grpc::Status kvPutOnLoop(const coord::KvPutRequest& req);
@@ -88,6 +98,7 @@ class Core {
   coord::ListAgentsReply listAgentsOnLoop() const;
 
   const Membership& membership() const { return membership_; }
+  const WatchAccounting& watchAccounting() const { return watch_accounting_; }
 
  private:
   // Journals the changes, pushes new Worlds to watchers, drops the keys and
@@ -99,6 +110,14 @@ class Core {
   // job forming writes each member once.
   void recordJobOnLoop(const Job& job);
   grpc::Status refuseIfShuttingDown() const;
+  // RESOURCE_EXHAUSTED when the join would create a job past --max-jobs or
+  // put the agent in more active jobs than --max-jobs-per-agent.
+  grpc::Status checkJobQuotas(const coord::JoinJobRequest& req) const;
+  grpc::Status checkKvQuotas(const coord::KvPutRequest& req) const;
+  // The watch ticket of `req`: a member's when its secret is the agent's
+  // and the agent is in the job (or waits to join it).
+  WatchAccounting::Ticket watchTicket(const coord::WatchJobRequest& req,
+                                      const std::string& peer) const;
 
   EventLoop* loop_;
   persist::RecordSink* sink_;
@@ -107,6 +126,8 @@ class Core {
   KvStore kv_;
   WatchHub watches_;
   WatchLimits watch_limits_;
+  Quotas quotas_;
+  WatchAccounting watch_accounting_;
   EventLoop::TimerId lease_timer_ = 0;
   EventLoop::TimerId retention_timer_ = 0;
   bool shutting_down_ = false;

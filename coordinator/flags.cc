@@ -30,6 +30,9 @@ void defineFlags(Config& config) {
               "it at start; empty = in memory only")
       .define("state-compact-records", KnobType::kInt, "10000",
               "Journal records after which the state is compacted into a snapshot")
+      .define("state-compact-bytes", KnobType::kInt, "67108864",
+              "Journal bytes after which the state is compacted into a snapshot (whichever of "
+              "this and --state-compact-records comes first)")
       .define("etcd-endpoints", KnobType::kString, "",
               "Keep the state in etcd instead of --state-dir: etcd client endpoints "
               "host:port[,host:port]; coordinators sharing --etcd-prefix elect one leader, the "
@@ -58,6 +61,37 @@ void defineFlags(Config& config) {
       .define("max-watch-streams-per-job", KnobType::kInt, "8192",
               "WatchJob streams served at once for one job (at least its agents); past it a new "
               "stream is refused with RESOURCE_EXHAUSTED")
+      .define("operator-token-file", KnobType::kString, "",
+              "File holding the operator token: a RegisterAgent carrying it as the metadata "
+              "'x-kolo-operator-token' may register a live agent's id without that agent's "
+              "secret (its old jobs end at once); empty = only the agent's own secret may")
+      .define("reserved-watch-streams", KnobType::kInt, "-1",
+              "Of --max-watch-streams, streams kept for the jobs' own agents (a request with the "
+              "agent's secret, from a member of the job); other watchers share the rest; "
+              "-1 = a quarter of --max-watch-streams")
+      .define("max-watch-streams-per-token", KnobType::kInt, "256",
+              "WatchJob streams at once on the jobs of one token, not counting their agents'")
+      .define("max-watch-streams-per-peer", KnobType::kInt, "2048",
+              "WatchJob streams at once from one peer address, not counting a job's agents'")
+      .define("max-watch-streams-per-member", KnobType::kInt, "4",
+              "WatchJob streams at once of one member agent on one job")
+      .define("max-jobs", KnobType::kInt, "16384",
+              "Jobs held at once (FORMING, RUNNING and retained FAILED/FINISHED); past it a "
+              "JoinJob that would create one is refused")
+      .define("max-jobs-per-agent", KnobType::kInt, "256",
+              "Active jobs one agent may be in (or wait to join) at once")
+      .define("max-kv-keys-per-job", KnobType::kInt, "4096", "KV keys one job may hold")
+      .define("max-kv-bytes-per-job", KnobType::kInt, "16777216",
+              "Bytes of keys and values one job may hold")
+      .define("max-kv-bytes", KnobType::kInt, "536870912",
+              "Bytes of keys and values all jobs together may hold")
+      .define("max-kv-waiters-per-job", KnobType::kInt, "1024",
+              "KvGet calls waiting for keys of one job at once")
+      .define("max-kv-waiters", KnobType::kInt, "16384",
+              "KvGet calls waiting for keys of all jobs at once (about 15 KB each)")
+      .define("max-list-reply-bytes", KnobType::kInt, "3145728",
+              "ListJobs / ListAgents replies are cut to this many bytes (marked truncated, with "
+              "the total), so they always fit gRPC's 4 MiB message limit")
       .define("brief-world-slots", KnobType::kInt, "256",
               "Worlds pushed to kolo-agents list each agent's slot for jobs of at most this many "
               "agents; a larger job's World carries only the agents' local sizes and each "
@@ -69,6 +103,36 @@ void defineFlags(Config& config) {
       .define("log-level", KnobType::kString, "",
               "Log level: info, or per subsystem 'warn,coord=debug' (overrides KOLO_LOG_LEVEL)");
 }
+
+namespace {
+
+// A quota knob: positive (reserved-watch-streams may be 0).
+Status readQuota(const Config& config, const char* name, size_t* out, int64_t min = 1) {
+  int64_t v = config.getInt(name);
+  if (v < min) return invalidArgument(fmt::format("--{} must be at least {}, got {}", name, min, v));
+  *out = static_cast<size_t>(v);
+  return okStatus();
+}
+
+Status readQuotas(const Config& config, Quotas* q) {
+  if (config.getInt("reserved-watch-streams") != -1) {
+    RETURN_IF_ERROR(readQuota(config, "reserved-watch-streams", &q->reserved_watch_streams, 0));
+  }
+  RETURN_IF_ERROR(readQuota(config, "max-watch-streams-per-token", &q->watch_streams_per_token));
+  RETURN_IF_ERROR(readQuota(config, "max-watch-streams-per-peer", &q->watch_streams_per_peer));
+  RETURN_IF_ERROR(readQuota(config, "max-watch-streams-per-member", &q->watch_streams_per_member));
+  RETURN_IF_ERROR(readQuota(config, "max-jobs", &q->max_jobs));
+  RETURN_IF_ERROR(readQuota(config, "max-jobs-per-agent", &q->jobs_per_agent));
+  RETURN_IF_ERROR(readQuota(config, "max-kv-keys-per-job", &q->kv_keys_per_job));
+  RETURN_IF_ERROR(readQuota(config, "max-kv-bytes-per-job", &q->kv_bytes_per_job));
+  RETURN_IF_ERROR(readQuota(config, "max-kv-bytes", &q->kv_bytes_total));
+  RETURN_IF_ERROR(readQuota(config, "max-kv-waiters-per-job", &q->kv_waiters_per_job));
+  RETURN_IF_ERROR(readQuota(config, "max-kv-waiters", &q->kv_waiters_total));
+  RETURN_IF_ERROR(readQuota(config, "max-list-reply-bytes", &q->list_reply_bytes, 1024));
+  return okStatus();
+}
+
+}  // namespace
 
 StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
   ServerOptions o;
@@ -108,6 +172,12 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
                            std::to_string(compact));
   }
   o.compact_records = static_cast<uint64_t>(compact);
+  int64_t compact_bytes = config.getInt("state-compact-bytes");
+  if (compact_bytes < 4096) {
+    return invalidArgument("--state-compact-bytes must be at least 4096, got " +
+                           std::to_string(compact_bytes));
+  }
+  o.compact_bytes = static_cast<uint64_t>(compact_bytes);
   const std::string& endpoints = config.getString("etcd-endpoints");
   if (!endpoints.empty()) {
     if (!o.state_dir.empty()) {
@@ -149,6 +219,14 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
   }
   o.watch_limits.total = static_cast<size_t>(max_watch);
   o.watch_limits.per_job = static_cast<size_t>(max_watch_job);
+  o.quotas.reserved_watch_streams = o.watch_limits.total / 4;  // -1: a quarter
+  RETURN_IF_ERROR(readQuotas(config, &o.quotas));
+  if (o.quotas.reserved_watch_streams >= o.watch_limits.total) {
+    return invalidArgument(fmt::format(
+        "--reserved-watch-streams ({}) must be below --max-watch-streams ({})",
+        o.quotas.reserved_watch_streams, o.watch_limits.total));
+  }
+  o.operator_token_file = config.getString("operator-token-file");
   int64_t brief_slots = config.getInt("brief-world-slots");
   if (brief_slots < 0 || brief_slots > 1'000'000) {
     return invalidArgument(

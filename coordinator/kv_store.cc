@@ -4,15 +4,36 @@
 
 namespace kolo::coordinator {
 
+KvStore::Usage KvStore::usage(const std::string& job_id) const {
+  auto it = usage_.find(job_id);
+  return it == usage_.end() ? Usage{} : it->second;
+}
+
+void KvStore::dropWaiterUsage(const std::string& job_id) {
+  auto it = usage_.find(job_id);
+  if (it == usage_.end() || it->second.waiters == 0) return;
+  if (--it->second.waiters == 0 && it->second.keys == 0) usage_.erase(it);
+}
+
 void KvStore::put(const std::string& job_id, const std::string& key, std::string value) {
   Slot slot{job_id, key};
-  values_[slot] = value;
+  Usage& u = usage_[job_id];
+  auto [at, added] = values_.try_emplace(slot);
+  if (added) {
+    ++u.keys;
+    u.bytes += key.size();
+    total_bytes_ += key.size();
+  }
+  u.bytes = u.bytes - at->second.size() + value.size();
+  total_bytes_ = total_bytes_ - at->second.size() + value.size();
+  at->second = value;
   auto it = waiters_.find(slot);
   if (it == waiters_.end()) return;
   auto ready = std::move(it->second);
   waiters_.erase(it);
   for (auto& [id, fn] : ready) {
     waiter_keys_.erase(id);
+    dropWaiterUsage(job_id);
     fn(value);
   }
 }
@@ -26,6 +47,7 @@ std::optional<std::string> KvStore::get(const std::string& job_id, const std::st
 KvStore::WaiterId KvStore::addWaiter(const std::string& job_id, const std::string& key, Waiter fn) {
   WaiterId id = next_waiter_++;
   Slot slot{job_id, key};
+  ++usage_[job_id].waiters;
   waiters_[slot].emplace_back(id, std::move(fn));
   waiter_keys_.emplace(id, std::move(slot));
   return id;
@@ -35,6 +57,7 @@ void KvStore::expireWaiter(WaiterId id) {
   auto k = waiter_keys_.find(id);
   if (k == waiter_keys_.end()) return;
   auto it = waiters_.find(k->second);
+  dropWaiterUsage(k->second.first);
   waiter_keys_.erase(k);
   if (it == waiters_.end()) return;
   auto& list = it->second;
@@ -59,6 +82,10 @@ void KvStore::eraseJob(const std::string& job_id) {
     }
     it = waiters_.erase(it);
   }
+  if (auto u = usage_.find(job_id); u != usage_.end()) {
+    total_bytes_ -= u->second.bytes;
+    usage_.erase(u);
+  }
   for (auto& fn : released) fn(std::nullopt);
 }
 
@@ -66,6 +93,10 @@ void KvStore::failAllWaiters() {
   auto all = std::move(waiters_);
   waiters_.clear();
   waiter_keys_.clear();
+  for (auto it = usage_.begin(); it != usage_.end();) {
+    it->second.waiters = 0;
+    it = it->second.keys == 0 ? usage_.erase(it) : std::next(it);
+  }
   for (auto& [slot, list] : all) {
     for (auto& [id, fn] : list) fn(std::nullopt);
   }

@@ -36,6 +36,14 @@ class KvStore {
 
   size_t keyCount(const std::string& job_id) const;
   size_t waiterCount() const { return waiter_keys_.size(); }
+  // What one job holds (quotas: coordinator/quotas.h), kept as keys change.
+  struct Usage {
+    size_t keys = 0;
+    size_t bytes = 0;  // keys + values
+    size_t waiters = 0;
+  };
+  Usage usage(const std::string& job_id) const;
+  size_t totalBytes() const { return total_bytes_; }
   // Every key of every job (snapshots).
   const std::map<Slot, std::string>& values() const { return values_; }
 
@@ -44,6 +52,9 @@ class KvStore {
   std::map<Slot, std::vector<std::pair<WaiterId, Waiter>>> waiters_;
   std::unordered_map<WaiterId, Slot> waiter_keys_;
   WaiterId next_waiter_ = 1;
+  std::map<std::string, Usage> usage_;  // by job
+  size_t total_bytes_ = 0;
+  void dropWaiterUsage(const std::string& job_id);
 };
 
 }  // namespace kolo::coordinator

@@ -41,15 +41,15 @@ StatusOr<std::string> readPem(const std::string& what, const std::string& path) 
 }
 
 // The bearer token: the file's content without surrounding whitespace.
-StatusOr<std::string> readToken(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, readSmallFile("--auth-token-file", path));
+StatusOr<std::string> readToken(const std::string& path, const std::string& flag) {
+  ASSIGN_OR_RETURN(std::string text, readSmallFile(flag.c_str(), path));
   const char* ws = " \t\r\n";
   size_t first = text.find_first_not_of(ws);
   if (first == std::string::npos)
-    return invalidArgument("--auth-token-file: " + path + " is empty");
+    return invalidArgument(flag + ": " + path + " is empty");
   std::string token = text.substr(first, text.find_last_not_of(ws) - first + 1);
   if (token.find_first_of(ws) != std::string::npos || token.size() < 16) {
-    return invalidArgument("--auth-token-file: " + path +
+    return invalidArgument(flag + ": " + path +
                            " must hold one token of at least 16 characters without spaces");
   }
   struct stat st {};
@@ -58,6 +58,23 @@ StatusOr<std::string> readToken(const std::string& path) {
                             st.st_mode & 0777);
   }
   return token;
+}
+
+// Issue 47, attack 6: a fixed unprivileged port served in plain text can be
+// bound by any local user while this coordinator is down, and the agents
+// then send it their secrets and job tokens. (Port 0, kolorun's private
+// coordinator, is picked at random for one job.)
+void warnIfSquattable(const ServerOptions& o) {
+  std::string host;
+  int port = 0;
+  if (!o.tls_cert_file.empty() || !splitHostPort(o.listen, &host, &port).isOk()) return;
+  if (port == 0 || port < 1024) return;
+  log::get("coord")->warn(
+      "serving plain text on port {}: while this coordinator is down, any local user can bind "
+      "the port and collect what agents send (agent secrets, job tokens); use TLS (--tls-cert "
+      "with the agents' --coordinator-ca) or a port below 1024 (docs/security.md, \"Attacks on "
+      "the coordinator\")",
+      port);
 }
 
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> serverCredentials(const ServerOptions& o) {
@@ -115,6 +132,7 @@ CoordinatorServer::CoordinatorServer(const ServerOptions& options, const Clock* 
   }
   core_ = std::make_unique<Core>(&loop_, options.membership, clock, sink, options.watch_limits);
   core_->setCoalesceJobRecords(true);
+  core_->setQuotas(options.quotas);
   service_ = std::make_unique<CoordinatorService>(&loop_, core_.get(), &shutting_down_,
                                                   std::move(auth_token), gate_.get(),
                                                   options.watch_writer_threads);
@@ -205,7 +223,12 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
                    serverCredentials(options));
   std::string auth_token = options.auth_token;
   if (!options.auth_token_file.empty()) {
-    ASSIGN_OR_RETURN(auth_token, readToken(options.auth_token_file));
+    ASSIGN_OR_RETURN(auth_token, readToken(options.auth_token_file, "--auth-token-file"));
+  }
+  std::string operator_token = options.operator_token;
+  if (!options.operator_token_file.empty()) {
+    ASSIGN_OR_RETURN(operator_token,
+                     readToken(options.operator_token_file, "--operator-token-file"));
   }
   auto logger = log::get("coord");
   if (!auth_token.empty() && options.tls_cert_file.empty()) {
@@ -213,6 +236,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
         "a bearer token is required but TLS is off: the token crosses the network in "
         "clear text (use --tls-cert/--tls-key)");
   }
+  warnIfSquattable(options);
 
   std::unique_ptr<persist::Journal> journal;
   persist::LoadedState loaded;
@@ -235,6 +259,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
     persist::JournalOptions jo;
     jo.dir = options.state_dir;
     jo.compact_records = std::max<uint64_t>(options.compact_records, 1);
+    jo.compact_bytes = std::max<uint64_t>(options.compact_bytes, 1);
     ASSIGN_OR_RETURN(journal, persist::Journal::open(jo, &loaded));
   }
   bool recovered = journal != nullptr && loaded.last_seq > 0;
@@ -242,6 +267,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
 
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(
       options, clock, std::move(journal), std::move(etcd), std::move(auth_token)));
+  s->service_->setOperatorToken(std::move(operator_token));
   s->loop_.start();
   // With etcd the Core starts when this coordinator is elected (becomeLeader).
   if (s->etcd_ == nullptr) RETURN_IF_ERROR(s->startCore(state, recovered, std::chrono::seconds(30)));

@@ -17,6 +17,7 @@
 #include "coordinator/ha/leader_gate.h"
 #include "coordinator/membership/clock.h"
 #include "coordinator/membership/membership.h"
+#include "coordinator/quotas.h"
 #include "coordinator/watch_hub.h"
 
 namespace grpc {
@@ -43,6 +44,8 @@ struct ServerOptions {
   MembershipOptions membership;
   // WatchJob streams served at once (RESOURCE_EXHAUSTED past them).
   WatchLimits watch_limits;
+  // Tenant quotas (issue 47): watch streams per token and peer, jobs, keys.
+  Quotas quotas;
   // Threads that write the Worlds a change pushes (0: min(8, max(2, cores))).
   int watch_writer_threads = 0;
 
@@ -50,6 +53,7 @@ struct ServerOptions {
   // this directory and recovered from it at start (coordinator/persist/).
   std::string state_dir;
   uint64_t compact_records = 10000;  // journal records between snapshots
+  uint64_t compact_bytes = uint64_t{64} << 20;  // or journal bytes between snapshots
 
   // High availability (coordinator/ha/, docs/coordinator.md "High
   // availability on etcd"): non-empty = the state is kept in etcd under
@@ -76,6 +80,13 @@ struct ServerOptions {
   // when no file is given (embedding). Empty: no token required.
   std::string auth_token_file;
   std::string auth_token;
+  // The operator credential (issue 47): RegisterAgent carrying it as the
+  // metadata "x-kolo-operator-token" may register a live agent's id
+  // without that agent's secret (ending the old incarnation's jobs at once).
+  // Read from the file at start; `operator_token` when no file is given.
+  // Empty: only the agent's own secret re-registers a live id.
+  std::string operator_token_file;
+  std::string operator_token;
 };
 
 class CoordinatorServer {

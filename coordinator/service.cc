@@ -132,6 +132,17 @@ grpc::Status CoordinatorService::checkBearer(const grpc::ServerContextBase* ctx,
   return grpc::Status::OK;
 }
 
+bool CoordinatorService::byOperator(const grpc::ServerContextBase* ctx) const {
+  if (operator_token_.empty()) return false;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("x-kolo-operator-token");
+  if (it == md.end()) return false;
+  std::string_view value(it->second.data(), it->second.size());
+  if (constantTimeEquals(value, operator_token_)) return true;
+  log::get("coord")->warn("RegisterAgent from {}: wrong operator token, ignored", ctx->peer());
+  return false;
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::RegisterAgent(grpc::CallbackServerContext* ctx,
                                                             const coord::RegisterAgentRequest* req,
                                                             coord::RegisterAgentReply* reply) {
@@ -140,9 +151,11 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterAgent(grpc::CallbackServer
     reactor->Finish(st);
     return reactor;
   }
+  const bool by_operator = byOperator(ctx);
   answerDurably<coord::RegisterAgentReply>(
-      reactor, reply,
-      [req](Core* c, coord::RegisterAgentReply* r) { return c->registerAgentOnLoop(*req, r); });
+      reactor, reply, [req, by_operator](Core* c, coord::RegisterAgentReply* r) {
+        return c->registerAgentOnLoop(*req, r, by_operator);
+      });
   return reactor;
 }
 
@@ -183,6 +196,9 @@ class HeartbeatStreamReactor final
     {
       std::lock_guard<std::mutex> lock(mu_);
       reading_ = false;
+      // end() finished the stream while this read was outstanding: nothing
+      // may touch the stream once it finished (OnDone may delete it).
+      if (finished_) return;
     }
     if (!ok) {  // the agent closed its side, or went away
       finish(grpc::Status::OK);
@@ -221,14 +237,18 @@ class HeartbeatStreamReactor final
   // Any thread: ends the stream now if it waits for a heartbeat, else once
   // the heartbeat in hand is answered.
   void end(const grpc::Status& why) {
-    bool now;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
       end_ = why;
-      now = reading_;
+      // Decided under the lock, with the read's completion (OnReadDone):
+      // either the read is outstanding and the stream finishes here (the
+      // read then ends with ok=false and returns), or the heartbeat read is
+      // queued and its answer ends the stream (read() sees end_).
+      if (!reading_) return;
+      finished_ = true;
     }
-    if (now) finish(why);
+    Finish(why);
   }
 
   void OnDone() override {
@@ -242,13 +262,17 @@ class HeartbeatStreamReactor final
     {
       std::lock_guard<std::mutex> lock(mu_);
       end = end_;
-      if (!end) reading_ = true;
+      if (!end) {
+        reading_ = true;
+        // Under the lock, so that end() cannot finish the stream between
+        // the decision and the read (StartRead after Finish). Safe: a
+        // server read never completes inline (OnReadDone runs later, on
+        // gRPC's thread), unlike Finish, which is never called under mu_.
+        StartRead(&req_);
+        return;
+      }
     }
-    if (end) {
-      finish(*end);
-      return;
-    }
-    StartRead(&req_);
+    finish(*end);
   }
 
   void finish(const grpc::Status& st) {
@@ -357,8 +381,13 @@ grpc::ServerUnaryReactor* CoordinatorService::LeaveJob(grpc::CallbackServerConte
 // starts a write whenever none is in flight. Deletes itself in OnDone.
 class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  WatchReactor(EventLoop* loop, Core* core, coord::WatchJobRequest req, WorkerPool* writers)
-      : loop_(loop), core_(core), req_(std::move(req)), queue_(std::make_shared<WatchQueue>()) {
+  WatchReactor(EventLoop* loop, Core* core, coord::WatchJobRequest req, WorkerPool* writers,
+               std::string peer)
+      : loop_(loop),
+        core_(core),
+        req_(std::move(req)),
+        peer_(std::move(peer)),
+        queue_(std::make_shared<WatchQueue>()) {
     queue_->setWriters(writers);
     queue_->setListener([this] { pump(); });
   }
@@ -367,8 +396,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // there, through the queue: the closure never touches the reactor, which
   // may be gone (cancelled) by the time it runs.
   void start() {
-    loop_->post([core = core_, req = req_, queue = queue_] {
-      grpc::Status st = core->watchOnLoop(req, queue);
+    loop_->post([core = core_, req = req_, peer = peer_, queue = queue_] {
+      grpc::Status st = core->watchOnLoop(req, queue, peer);
       if (!st.ok()) queue->close(st);
     });
   }
@@ -392,12 +421,19 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
   }
 
+  // Ends the stream before it started (a malformed request, a standby, a
+  // shutdown): through the one finish guard, so that OnCancel, which gRPC
+  // also runs after a non-OK Finish, cannot finish it again (issue 47: a
+  // second Finish is a gRPC assertion, and the coordinator aborted).
+  void refuse(const grpc::Status& st) { finishOnce(st); }
+
   void OnCancel() override {
     bool writing;
     {
       std::lock_guard<std::mutex> lock(mu_);
       cancelled_ = true;
       writing = writing_;
+      if (finished_) return;
     }
     log::get("coord")->debug("job {}: watch of agent {} cancelled", req_.job_id(), req_.agent_id());
     // A write in flight ends with ok=false and finishes there.
@@ -460,6 +496,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   EventLoop* loop_;
   Core* core_;  // only dereferenced on the loop
   const coord::WatchJobRequest req_;
+  const std::string peer_;
   std::shared_ptr<WatchQueue> queue_;
   std::mutex mu_;
   bool writing_ = false;
@@ -487,10 +524,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::WatchJob(
   } else if (auto refused = standby(); refused) {
     st = *refused;
   }
-  (void)ctx;
-  auto* reactor = new WatchReactor(loop_, core_, std::move(req), &watch_writers_);
+  auto* reactor = new WatchReactor(loop_, core_, std::move(req), &watch_writers_, ctx->peer());
   if (!st.ok()) {
-    reactor->Finish(st);
+    reactor->refuse(st);
   } else {
     reactor->start();
   }

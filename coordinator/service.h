@@ -99,6 +99,10 @@ class CoordinatorService final : public CoordinatorServiceBase {
   grpc::Status ListAgents(grpc::ServerContext* ctx, const coord::ListAgentsRequest* req,
                           coord::ListAgentsReply* reply) override;
 
+  // The operator token (empty: none): RegisterAgent carrying it as the
+  // metadata "x-kolo-operator-token" may take over a live agent's id.
+  void setOperatorToken(std::string token) { operator_token_ = std::move(token); }
+
   // Ends every HeartbeatStream with `why` (shutdown), and refuses new ones.
   void endHeartbeatStreams(const grpc::Status& why);
 
@@ -139,6 +143,9 @@ class CoordinatorService final : public CoordinatorServiceBase {
   persist::RecordSink* sink_;  // null: in memory only; waitDurable is thread-safe
   const std::atomic<bool>* shutting_down_;
   const std::string auth_token_;  // empty: no token required
+  std::string operator_token_;    // empty: no operator credential; set before serving
+  // The call carries the operator token (constant-time compare).
+  bool byOperator(const grpc::ServerContextBase* ctx) const;
   const ha::LeaderGate* gate_;    // null: always serve (no etcd); else serve only while leading
   // Finishes the mutating calls once durable (null: in memory only). Last:
   // stopped first, after the server that waits for those calls to finish.

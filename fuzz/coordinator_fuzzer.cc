@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "coordinator/core.h"
 #include "coordinator/persist/record_sink.h"
+#include "coordinator/membership/secrets.h"
 #include "fuzz/fuzz_util.h"
 
 namespace kolo::coordinator {
@@ -128,7 +129,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
 
   for (int step = 0; step < 64 && in.remaining_bytes() > 0; ++step) {
-    switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+    switch (in.ConsumeIntegralInRange<int>(0, 9)) {
       case 0: {
         kolo::coord::RegisterAgentRequest req;
         req.mutable_agent()->set_agent_id(pick(in, "agent-", 5));
@@ -138,11 +139,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const AgentRecord* before = core.membership().agents().find(id);
         bool same = in.ConsumeBool();  // the same process again, or a restart
         if (same) req.set_previous_secret(secretOf(id));
+        bool by_operator = in.ConsumeBool();
         bool restarted =
             before != nullptr && !before->secret.empty() && (!same || secretOf(id).empty());
+        // Issue 47: a live agent's id needs its secret or the operator.
+        bool live = before != nullptr && clock.steadyMs() - before->last_heartbeat_ms < kLeaseMs;
+        bool takeover_refused = restarted && live && !by_operator;
+        std::string secret_before = before != nullptr ? before->secret : std::string();
         kolo::coord::RegisterAgentReply reply;
-        grpc::Status st = core.registerAgentOnLoop(req, &reply);
-        FUZZ_CHECK(st.ok() == !id.empty());
+        grpc::Status st = core.registerAgentOnLoop(req, &reply, by_operator);
+        FUZZ_CHECK(st.ok() == (!id.empty() && !takeover_refused));
+        if (takeover_refused) {
+          FUZZ_CHECK(st.error_code() == grpc::StatusCode::ALREADY_EXISTS);
+          const AgentRecord* after = core.membership().agents().find(id);
+          FUZZ_CHECK(after != nullptr && after->secret == secret_before);
+          FUZZ_CHECK(reply.agent_secret().empty());
+        }
         if (!st.ok()) break;
         FUZZ_CHECK(reply.agent_secret().size() == 32);
         if (restarted) {
@@ -166,7 +178,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (agent == nullptr || agent->secret.empty()) {
           FUZZ_CHECK(st.ok() && !reply.known());
         } else {
-          bool right = req.agent_secret() == agent->secret;
+          bool right = matchesStored(req.agent_secret(), agent->secret);
           FUZZ_CHECK(st.ok() == right);
           FUZZ_CHECK(!st.ok() || reply.known());
         }
@@ -182,7 +194,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         req.set_world_size(in.ConsumeIntegralInRange<int32_t>(-1, 8));
         const AgentRecord* agent = core.membership().agents().find(req.agent_id());
         bool wrong_secret = !req.job_id().empty() && agent != nullptr && !agent->secret.empty() &&
-                            req.agent_secret() != agent->secret;
+                            !matchesStored(req.agent_secret(), agent->secret);
         grpc::Status st = core.joinJobOnLoop(req);
         if (wrong_secret) FUZZ_CHECK(st.error_code() == grpc::StatusCode::PERMISSION_DENIED);
         break;
@@ -198,8 +210,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const Job* job = core.membership().findJob(req.job_id());
         const AgentRecord* agent = core.membership().agents().find(req.agent_id());
         bool refused = job != nullptr &&
-                       (job->token != req.token() || (agent != nullptr && !agent->secret.empty() &&
-                                                      agent->secret != req.agent_secret()));
+                       (!matchesStored(req.token(), job->token) ||
+                        (agent != nullptr && !agent->secret.empty() &&
+                         !matchesStored(req.agent_secret(), agent->secret)));
         std::string before = job != nullptr
                                  ? summaryOf(*job, core.membership().agents()).SerializeAsString()
                                  : std::string();
@@ -246,6 +259,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         break;
       }
+      case 8: {
+        // A WatchJob stream cancelled at any point: the reactor's OnDone
+        // unwatches, maybe after the job is gone, maybe twice (a late
+        // subscription and the stream's end).
+        if (watches.empty()) break;
+        size_t i = in.ConsumeIntegralInRange<size_t>(0, watches.size() - 1);
+        core.unwatchOnLoop(pick(in, "job-", 3), watches[i].get());
+        if (in.ConsumeBool()) core.unwatchOnLoop(pick(in, "job-", 3), watches[i].get());
+        watches.erase(watches.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+      case 9: {
+        // A member agent's stream (its secret, maybe wrong), from some peer.
+        kolo::coord::WatchJobRequest req;
+        req.set_job_id(pick(in, "job-", 3));
+        req.set_token(in.ConsumeBool() ? "tok" : "other");
+        req.set_agent_id(pick(in, "agent-", 5));
+        req.set_agent_secret(maybeWrong(secretOf(req.agent_id())));
+        auto queue = std::make_shared<WatchQueue>();
+        grpc::Status st = core.watchOnLoop(req, queue, pick(in, "ipv4:10.0.0.", 3) + ":1");
+        if (st.ok()) watches.push_back(std::move(queue));
+        break;
+      }
       case 6:
       case 7: {
         clock.advance(in.ConsumeIntegralInRange<int64_t>(0, 3 * kLeaseMs));
@@ -261,6 +297,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(sink.errors().empty());
     FUZZ_CHECK(sink.state() == core.persistedStateOnLoop());
   }
+  // Streams ended in any order leave no quota counted.
+  FUZZ_CHECK(core.watchAccounting().others() <= watches.size());
+  for (const auto& q : watches) core.unwatchOnLoop("", q.get());
+  FUZZ_CHECK(core.watchAccounting().others() == 0 && core.watchAccounting().open() == 0);
   // Every World a watcher got is a real generation of its job, in order.
   for (const auto& q : watches) {
     World w;

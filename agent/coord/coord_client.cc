@@ -557,6 +557,7 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
     while (!stop_.load()) {
       const std::string address = endpoints_.current();
       coord::WatchJobRequest req;
+      req.set_agent_secret(agentSecret());  // the stream counts as the job's own agent's
       req.set_job_id(job_id);
       req.set_agent_id(self_.agent_id());
       req.set_token(token);

@@ -21,8 +21,27 @@ grpc::Status error(grpc::StatusCode code, std::string message) {
 Membership::Membership(MembershipOptions options, const Clock* clock)
     : options_(options), clock_(clock), agents_(clock, options.lease_ms) {}
 
+grpc::Status Membership::refuseTakeover(const coord::RegisterAgentRequest& req,
+                                        const AgentRecord& old) const {
+  int64_t age = clock_->steadyMs() - old.last_heartbeat_ms;
+  int64_t left = options_.lease_ms - age;
+  log::get("coord")->warn(
+      "RegisterAgent for agent {} refused: its lease is live ({} ms since its last heartbeat) "
+      "and the call presents no matching secret (claimed host {})",
+      old.info.agent_id(), age, req.agent().hostname());
+  return error(
+      grpc::StatusCode::ALREADY_EXISTS,
+      fmt::format("RegisterAgent for agent {} refused: the id is registered by a live agent "
+                  "(host {}, last heartbeat {} ms ago) and this call does not present that "
+                  "registration's secret (previous_secret); only that agent process, or an "
+                  "operator (--operator-token-file), may register the id again. A restarted "
+                  "agent with the same id is accepted once the old lease runs out (in {} ms)",
+                  old.info.agent_id(), old.info.hostname(), age, std::max<int64_t>(left, 0)));
+}
+
 grpc::Status Membership::registerAgent(const coord::RegisterAgentRequest& req,
-                                       coord::RegisterAgentReply* reply, Changes* changes) {
+                                       coord::RegisterAgentReply* reply, Changes* changes,
+                                       bool by_operator) {
   const coord::AgentInfo& info = req.agent();
   if (info.agent_id().empty()) {
     return error(grpc::StatusCode::INVALID_ARGUMENT, "RegisterAgent: agent_id must not be empty");
@@ -35,15 +54,22 @@ grpc::Status Membership::registerAgent(const coord::RegisterAgentRequest& req,
     logger->info("agent {} (host {}, rpc {}) registered", info.agent_id(), info.hostname(),
                  info.rpc_address());
   } else if (old->secret.empty() || (!req.previous_secret().empty() &&
-                                     constantTimeEquals(req.previous_secret(), old->secret))) {
+                                     matchesStored(req.previous_secret(), old->secret))) {
     // The same incarnation again (or one restored without a secret, which
     // cannot be told apart): it keeps its jobs.
-    secret = old->secret.empty() ? newAgentSecret() : old->secret;
+    // (Only the hash is held: the secret is the one the caller presented.)
+    secret = old->secret.empty() ? newAgentSecret() : req.previous_secret();
     logger->info("agent {} (host {}, rpc {}) registered again", info.agent_id(), info.hostname(),
                  info.rpc_address());
+  } else if (!by_operator &&
+             clock_->steadyMs() - old->last_heartbeat_ms < options_.lease_ms) {
+    // Issue 47: without the secret, a live agent's id is not taken over
+    // (that ended the real agent's jobs and locked it out of its own id).
+    return refuseTakeover(req, *old);
   } else {
-    // A new incarnation: whatever the old one was part of is gone with it.
-    // Its jobs are reconciled now, not a lease later.
+    // A new incarnation (the old lease ran out, or an operator says so):
+    // whatever the old one was part of is gone with it. Its jobs are
+    // reconciled now, not when the lease check removes the old record.
     coord::AgentInfo was = old->info;
     secret = newAgentSecret();
     std::string why =
@@ -52,7 +78,7 @@ grpc::Status Membership::registerAgent(const coord::RegisterAgentRequest& req,
     logger->warn("{}; ending the jobs of the old one", why);
     dropAgentFromJobs(was, why, changes);
   }
-  agents_.upsert(info, secret);
+  agents_.upsert(info, hashSecret(secret));
   reply->set_lease_ms(static_cast<uint64_t>(options_.lease_ms));
   reply->set_heartbeat_interval_ms(static_cast<uint64_t>(options_.heartbeat_interval_ms));
   reply->set_stream_heartbeat_interval_ms(
@@ -70,7 +96,7 @@ grpc::Status Membership::heartbeat(const coord::HeartbeatRequest& req, coord::He
     reply->set_known(false);
     return grpc::Status::OK;
   }
-  if (!constantTimeEquals(req.agent_secret(), agent->secret)) {
+  if (!matchesStored(req.agent_secret(), agent->secret)) {
     log::get("coord")->warn("heartbeat for agent {} refused: wrong agent secret", req.agent_id());
     return error(grpc::StatusCode::PERMISSION_DENIED,
                  fmt::format("Heartbeat for agent {} refused: the agent secret does not match its "
@@ -102,7 +128,7 @@ grpc::Status Membership::checkAgent(const char* method, const std::string& agent
                  fmt::format("{}: agent not registered: agent '{}' must call RegisterAgent first",
                              method, agent_id));
   }
-  if (!constantTimeEquals(secret, agent->secret)) {
+  if (!matchesStored(secret, agent->secret)) {
     return error(grpc::StatusCode::PERMISSION_DENIED,
                  fmt::format("{} for agent {} refused: the agent secret does not match its "
                              "registration",
@@ -172,7 +198,7 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
     }
     Job job;
     job.id = job_id;
-    job.token = req.token();
+    job.token = hashSecret(req.token());  // only its hash is held and journaled
     job.world_size = req.world_size();
     job.created_wall_ms = clock_->wallMs();
     if (req.min_size() > 0) {
@@ -186,7 +212,7 @@ grpc::Status Membership::joinJob(const coord::JoinJobRequest& req, Changes* chan
                             req.world_size());
   } else {
     Job& job = it->second;
-    if (!constantTimeEquals(req.token(), job.token)) {
+    if (!matchesStored(req.token(), job.token)) {
       return error(grpc::StatusCode::PERMISSION_DENIED,
                    fmt::format("wrong token for job {} (agent {})", job_id, agent_id));
     }
@@ -251,7 +277,7 @@ grpc::Status Membership::leaveJob(const coord::LeaveJobRequest& req, Changes* ch
   Job& job = it->second;
   // Only the job's own agents change it: the job's token, and the agent's
   // secret while it is registered (one whose lease ran out may still leave).
-  if (!constantTimeEquals(req.token(), job.token)) {
+  if (!matchesStored(req.token(), job.token)) {
     log::get("coord")->warn("LeaveJob of job {} for agent {} refused: wrong job token", job.id,
                             req.agent_id());
     return error(grpc::StatusCode::PERMISSION_DENIED,
@@ -491,7 +517,7 @@ grpc::Status Membership::checkAccess(const std::string& job_id, const std::strin
   if (it == jobs_.end()) {
     return error(grpc::StatusCode::NOT_FOUND, fmt::format("job {} not found", job_id));
   }
-  if (!constantTimeEquals(token, it->second.token)) {
+  if (!matchesStored(token, it->second.token)) {
     return error(grpc::StatusCode::PERMISSION_DENIED,
                  fmt::format("wrong token for job {}", job_id));
   }
@@ -529,11 +555,12 @@ coord::ListAgentsReply Membership::listAgents() const {
 
 void Membership::restoreAgent(const coord::AgentInfo& info, std::string secret) {
   if (info.agent_id().empty()) return;
-  agents_.upsert(info, std::move(secret));
+  agents_.upsert(info, secret.empty() ? std::string() : storedSecret(secret));
 }
 
 void Membership::restoreJob(Job job) {
   if (job.id.empty()) return;
+  job.token = storedSecret(job.token);  // a state from before issue 47 held it in clear
   if (job.ended()) {
     // Age it by the wall clock: the steady clock of the old process is gone.
     int64_t age =

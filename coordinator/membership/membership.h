@@ -61,8 +61,12 @@ class Membership {
   // registered and does not present that registration's secret
   // (previous_secret) is a new incarnation (the agent restarted): the jobs
   // of the old one fail at once, or lose it (elastic), as on lease loss.
+  // A live agent's id (its lease not run out) is registered again only with
+  // that registration's secret or `by_operator` (the caller presented the
+  // operator token): ALREADY_EXISTS otherwise, and nothing changes.
   grpc::Status registerAgent(const coord::RegisterAgentRequest& req,
-                             coord::RegisterAgentReply* reply, Changes* changes);
+                             coord::RegisterAgentReply* reply, Changes* changes,
+                             bool by_operator = false);
   // Renews the lease. known=false for an unknown agent (or one restored
   // without a secret): it must register again. PERMISSION_DENIED when the
   // secret is not the registration's.
@@ -109,6 +113,8 @@ class Membership {
   const MembershipOptions& options() const { return options_; }
 
  private:
+  grpc::Status refuseTakeover(const coord::RegisterAgentRequest& req,
+                              const AgentRecord& old) const;
   // FORMING/RUNNING -> FAILED with `reason` (the first failure wins).
   void failJob(Job& job, std::string reason, Changes* changes);
   void finishJob(Job& job, Changes* changes);

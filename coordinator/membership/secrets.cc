@@ -1,5 +1,6 @@
 #include "coordinator/membership/secrets.h"
 
+#include <openssl/sha.h>
 #include <sys/random.h>
 
 #include <algorithm>
@@ -43,6 +44,35 @@ std::string newAgentSecret() {
     out += kHex[b & 15];
   }
   return out;
+}
+
+namespace {
+constexpr std::string_view kHashPrefix = "sha256:";
+}  // namespace
+
+std::string hashSecret(std::string_view raw) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(raw.data()), raw.size(), digest);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out(kHashPrefix);
+  for (unsigned char b : digest) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+bool isHashedSecret(std::string_view s) {
+  return s.size() == kHashPrefix.size() + 2 * SHA256_DIGEST_LENGTH &&
+         s.substr(0, kHashPrefix.size()) == kHashPrefix;
+}
+
+std::string storedSecret(std::string_view s) {
+  return isHashedSecret(s) ? std::string(s) : hashSecret(s);
+}
+
+bool matchesStored(std::string_view presented, std::string_view stored) {
+  return constantTimeEquals(hashSecret(presented), stored);
 }
 
 }  // namespace kolo::coordinator

@@ -142,6 +142,7 @@ uint64_t Journal::append(Record record) {
   item.seq = record.seq;
   item.line = encodeRecord(record);
   item.line += '\n';
+  since_snapshot_bytes_ += item.line.size();
   queue_.push_back(std::move(item));
   ++since_snapshot_;
   work_cv_.notify_one();
@@ -150,7 +151,8 @@ uint64_t Journal::append(Record record) {
 
 bool Journal::wantsCompaction() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return !snapshot_queued_ && since_snapshot_ >= options_.compact_records;
+  return !snapshot_queued_ && (since_snapshot_ >= options_.compact_records ||
+                               since_snapshot_bytes_ >= options_.compact_bytes);
 }
 
 void Journal::compact(PersistedState state) {
@@ -160,6 +162,7 @@ void Journal::compact(PersistedState state) {
   item.snapshot = std::move(state);
   queue_.push_back(std::move(item));
   since_snapshot_ = 0;
+  since_snapshot_bytes_ = 0;
   snapshot_queued_ = true;
   work_cv_.notify_one();
 }

@@ -32,6 +32,9 @@ struct JournalOptions {
   std::string dir;
   // Journal records after which the loop is asked for a snapshot.
   uint64_t compact_records = 10000;
+  // Or after this many journal bytes (issue 47: 10000 records of a few MB
+  // each let a tenant's KvPuts grow the journal by GBs between snapshots).
+  uint64_t compact_bytes = uint64_t{64} << 20;
 };
 
 class Journal final : public RecordSink {
@@ -81,6 +84,7 @@ class Journal final : public RecordSink {
   uint64_t next_seq_;             // last seq handed out
   uint64_t durable_seq_;          // every record up to here is on disk
   uint64_t since_snapshot_ = 0;   // records appended since the last compact()
+  uint64_t since_snapshot_bytes_ = 0;  // their bytes
   bool snapshot_queued_ = false;  // a compaction is queued or running
   Status error_;                  // the first write error (sticky)
   bool stopping_ = false;

@@ -7,6 +7,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -42,10 +45,18 @@ class CoordClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string error;
-    ASSERT_TRUE(
-        proc_.start(KOLO_COORDINATOR_BIN,
-                    {"--lease-ms", std::to_string(kLeaseMs), "--heartbeat-interval-ms", "100"},
-                    milliseconds(15000), &error))
+    // An operator may take over a live agent's id (issue 47).
+    char path[] = "/tmp/kolo-operator-XXXXXX";
+    int fd = ::mkstemp(path);
+    ASSERT_GE(fd, 0);
+    const std::string text = std::string(kOperatorToken) + "\n";
+    ASSERT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    ::close(fd);
+    operator_token_file_ = path;
+    ASSERT_TRUE(proc_.start(KOLO_COORDINATOR_BIN,
+                            {"--lease-ms", std::to_string(kLeaseMs), "--heartbeat-interval-ms",
+                             "100", "--operator-token-file", operator_token_file_},
+                            milliseconds(15000), &error))
         << error;
     stub_ = coord::Coordinator::NewStub(
         grpc::CreateChannel(proc_.address(), grpc::InsecureChannelCredentials()));
@@ -55,7 +66,10 @@ class CoordClientTest : public ::testing::Test {
     if (HasFailure()) std::cerr << "--- kolo-coordinator log ---\n" << proc_.log() << "---\n";
     loop_.stop();
     proc_.kill();
+    if (!operator_token_file_.empty()) ::unlink(operator_token_file_.c_str());
   }
+  static constexpr const char* kOperatorToken = "operator-token-0123456789";
+  std::string operator_token_file_;
   std::unique_ptr<CoordClient> client(const std::string& id) {
     coord::AgentInfo self;
     self.set_agent_id(id);
@@ -140,7 +154,8 @@ TEST_F(CoordClientTest, AReplacedAgentIsRefusedAndDoesNotTakeItsIdBack) {
   c->startHeartbeats();
   std::this_thread::sleep_for(milliseconds(300));
   const std::string old_secret = c->agentSecret();
-  // Another process registers the same id.
+  // Another process registers the same id: refused without the agent's
+  // secret (issue 47), accepted with the operator token.
   coord::RegisterAgentRequest req;
   req.mutable_agent()->set_agent_id("a3");
   req.mutable_agent()->set_hostname("other-host");
@@ -148,6 +163,13 @@ TEST_F(CoordClientTest, AReplacedAgentIsRefusedAndDoesNotTakeItsIdBack) {
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    EXPECT_EQ(stub_->RegisterAgent(&ctx, req, &reg).error_code(),
+              grpc::StatusCode::ALREADY_EXISTS);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ctx.AddMetadata("x-kolo-operator-token", kOperatorToken);
     ASSERT_TRUE(stub_->RegisterAgent(&ctx, req, &reg).ok());
   }
   // Its heartbeats are refused (the stream ends PERMISSION_DENIED, then

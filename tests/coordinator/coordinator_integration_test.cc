@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <atomic>
@@ -607,13 +609,37 @@ TEST_F(CoordinatorIntegrationTest, QuietHeartbeatStreamRenewsTheLeaseAndAnswersO
   (void)silent->Finish();
 }
 
-// A coordinator with a long lease: a restarted agent is reconciled at once.
+// A coordinator with a long lease and an operator token: a restarted agent
+// is reconciled at once when the operator says so; without the operator
+// token or the agent's secret the id is not taken over (issue 47).
 class LongLeaseTest : public CoordinatorIntegrationTest {
  protected:
   static constexpr int64_t kLongLeaseMs = 20000;
+  static constexpr const char* kOperatorToken = "operator-token-0123456789";
   LongLeaseTest() {
-    extra_args_ = {"--lease-ms", std::to_string(kLongLeaseMs), "--heartbeat-interval-ms", "1000"};
+    char path[] = "/tmp/kolo-operator-XXXXXX";
+    int fd = ::mkstemp(path);
+    EXPECT_GE(fd, 0);
+    std::string text = std::string(kOperatorToken) + "\n";
+    EXPECT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    ::close(fd);
+    token_file_ = path;
+    extra_args_ = {"--lease-ms",           std::to_string(kLongLeaseMs),
+                   "--heartbeat-interval-ms", "1000",
+                   "--operator-token-file",   token_file_};
   }
+  ~LongLeaseTest() override { std::filesystem::remove(token_file_); }
+  // RegisterAgent of a new process under `id`, with `operator_token` (if any).
+  grpc::Status registerNew(const std::string& id, const std::string& operator_token,
+                           coord::RegisterAgentReply* reply) {
+    coord::RegisterAgentRequest req;
+    req.mutable_agent()->set_agent_id(id);
+    req.mutable_agent()->set_hostname("host-" + id);
+    auto ctx = ctxWithDeadline();
+    if (!operator_token.empty()) ctx->AddMetadata("x-kolo-operator-token", operator_token);
+    return stub_->RegisterAgent(ctx.get(), req, reply);
+  }
+  std::string token_file_;
 };
 
 TEST_F(LongLeaseTest, AnAgentRestartedWithTheSameIdFailsItsOldJobAtOnceNamingIt) {
@@ -631,9 +657,33 @@ TEST_F(LongLeaseTest, AnAgentRestartedWithTheSameIdFailsItsOldJobAtOnceNamingIt)
   auto again = registerAgent("b", "host-b", first.agent_secret());
   EXPECT_EQ(again.agent_secret(), first.agent_secret());
 
-  // b is killed and started again with the same id: a new process.
+  // Another process registering b's id, without b's secret or with a wrong
+  // operator token, is refused and b's job runs on (issue 47: before, this
+  // failed b's job at once and locked b out of its id).
+  for (const char* op : {"", "not-the-operator-token-xx"}) {
+    coord::RegisterAgentReply taken;
+    grpc::Status st = registerNew("b", op, &taken);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS) << st.error_message();
+    EXPECT_NE(st.error_message().find("RegisterAgent for agent b refused: the id is registered "
+                                      "by a live agent (host host-b"),
+              std::string::npos)
+        << st.error_message();
+    EXPECT_TRUE(taken.agent_secret().empty());
+  }
+  {
+    Intruder real(proc_.address());
+    EXPECT_TRUE(real.heartbeat("b", first.agent_secret()).ok());
+    coord::ListJobsReply jobs;
+    auto ctx = ctxWithDeadline();
+    ASSERT_TRUE(stub_->ListJobs(ctx.get(), coord::ListJobsRequest(), &jobs).ok());
+    ASSERT_EQ(jobs.jobs_size(), 1);
+    EXPECT_EQ(jobs.jobs(0).state(), coord::RUNNING);
+  }
+
+  // b is killed and started again with the same id, an operator vouching.
   auto restarted_at = Clock::now();
-  auto second = registerAgent("b", "host-b");
+  coord::RegisterAgentReply second;
+  ASSERT_TRUE(registerNew("b", kOperatorToken, &second).ok());
   EXPECT_NE(second.agent_secret(), first.agent_secret());
   ASSERT_TRUE(w.reader->Read(&world));
   auto failed_at = Clock::now();
@@ -656,8 +706,10 @@ class WatchLimitTest : public CoordinatorIntegrationTest {
   static constexpr int kTotal = 100;
   static constexpr int kPerJob = 60;
   WatchLimitTest() {
-    extra_args_ = {"--max-watch-streams", std::to_string(kTotal), "--max-watch-streams-per-job",
-                   std::to_string(kPerJob)};
+    // No reserve for the jobs' agents: these streams are not an agent's.
+    extra_args_ = {"--max-watch-streams",         std::to_string(kTotal),
+                   "--max-watch-streams-per-job", std::to_string(kPerJob),
+                   "--reserved-watch-streams",    "0"};
   }
 };
 
@@ -752,7 +804,13 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
         "--stream-heartbeat-interval-ms", "--finished-job-retention-s", "--log-level",
         "--state-dir", "--state-compact-records", "--tls-cert", "--tls-key", "--tls-client-ca",
         "--auth-token-file", "--max-watch-streams", "--max-watch-streams-per-job",
-        "--brief-world-slots", "--watch-writer-threads"}) {
+        "--brief-world-slots", "--watch-writer-threads",
+        // issue 47
+        "--operator-token-file", "--reserved-watch-streams", "--max-watch-streams-per-token",
+        "--max-watch-streams-per-peer", "--max-watch-streams-per-member", "--max-jobs",
+        "--max-jobs-per-agent", "--max-kv-keys-per-job", "--max-kv-bytes-per-job",
+        "--max-kv-bytes", "--max-kv-waiters-per-job", "--max-kv-waiters", "--max-list-reply-bytes",
+        "--state-compact-bytes"}) {
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
   }
   auto dump = testing::runToCompletion(KOLO_COORDINATOR_BIN, {"--dump-config", "--lease-ms=750"},

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "kolo/proto/coordinator.grpc.pb.h"
+#include "coordinator/membership/secrets.h"
 #include "tests/coordinator/coordinator_process.h"
 
 #ifndef KOLO_COORDINATOR_BIN
@@ -349,11 +350,13 @@ TEST_F(DurabilityTest, AJournalWithAnAlteredTokenRefusesToStartNamingTheLine) {
     ss << in.rdbuf();
     text = ss.str();
   }
-  const std::string was = "\"token\":\"tok\"";
+  // Only the token's hash is journaled (issue 47), never the token.
+  EXPECT_EQ(text.find("\"tok\""), std::string::npos) << text;
+  const std::string was = "\"token\":\"" + hashSecret("tok") + "\"";
   size_t at = text.find(was);
   ASSERT_NE(at, std::string::npos) << text;
   size_t line = 1 + std::count(text.begin(), text.begin() + at, '\n');
-  text.replace(at, was.size(), "\"token\":\"own\"");
+  text.replace(at, was.size(), "\"token\":\"" + hashSecret("own") + "\"");
   {
     std::ofstream out(path, std::ios::trunc);
     out << text;

@@ -19,6 +19,7 @@
 #include "kolo/proto/coordinator.grpc.pb.h"
 #include "tests/coordinator/coordinator_process.h"
 #include "tests/coordinator/etcd_process.h"
+#include "tests/coordinator/raw_calls.h"
 
 #ifndef KOLO_COORDINATOR_BIN
 #error "KOLO_COORDINATOR_BIN must name the kolo-coordinator binary"
@@ -274,6 +275,48 @@ TEST_F(EtcdHaTest, TwoCoordinatorsOneLeadsTheOtherStandsBy) {
   ASSERT_GE(leader, 0) << logs();
   EXPECT_EQ(clients_[leader]->health(), grpc::health::v1::HealthCheckResponse::SERVING);
   expectStandbys(leader);
+}
+
+// Issue 47: a standby answers every call "standby: ..." and finishes it
+// before the client's cancel arrives; gRPC then also runs OnCancel. Before,
+// WatchJob finished such a call twice and the standby aborted on valid
+// requests. Valid and malformed streaming calls, cancelled at once or 1 ms
+// later, at the standby: it stays up, a standby, and the leader serves.
+TEST_F(EtcdHaTest, AStandbySurvivesValidAndMalformedStreamingCallsCancelledAtOnce) {
+  startCoordinator();
+  startCoordinator();
+  int leader = waitForLeader(milliseconds(5000));
+  ASSERT_GE(leader, 0) << logs();
+  const size_t standby = leader == 0 ? 1 : 0;
+  auto channel =
+      grpc::CreateChannel(procs_[standby]->address(), grpc::InsecureChannelCredentials());
+  coord::WatchJobRequest watch;
+  watch.set_job_id("job-1");
+  watch.set_token("t");
+  coord::HeartbeatRequest hb;
+  hb.set_agent_id("a");
+  hb.set_agent_secret("s");
+  coord::KvGetRequest get;
+  get.set_job_id("job-1");
+  get.set_key("k");
+  get.set_wait_ms(1000);
+  const std::pair<const char*, std::string> calls[] = {
+      {"/kolo.coord.Coordinator/WatchJob", watch.SerializeAsString()},
+      {"/kolo.coord.Coordinator/HeartbeatStream", hb.SerializeAsString()},
+      {"/kolo.coord.Coordinator/KvGet", get.SerializeAsString()},
+      {"/kolo.coord.Coordinator/WatchJob", testing::unparseableBytes(0)}};
+  int unfinished = 0;
+  for (int i = 0; i < 300; ++i) {
+    const auto& [method, bytes] = calls[i % 4];
+    if (!testing::rawCallCancelled(channel, method, bytes, milliseconds(i % 2)).finished) {
+      ++unfinished;
+    }
+  }
+  EXPECT_EQ(unfinished, 0);
+  ASSERT_FALSE(procs_[standby]->waitExit(milliseconds(0)).has_value())
+      << "the standby died: " << procs_[standby]->log();
+  expectStandbys(leader);
+  putState(*clients_[leader]);
 }
 
 TEST_F(EtcdHaTest, KillingTheLeaderOfThreeHandsOverWithTheState) {

@@ -1,5 +1,6 @@
 // Membership logic with an injected clock: no threads, no sleeps.
 #include "coordinator/membership/membership.h"
+#include "coordinator/membership/secrets.h"
 
 #include <gtest/gtest.h>
 
@@ -14,14 +15,14 @@ class MembershipTest : public ::testing::Test {
  protected:
   MembershipTest() : m_(MembershipOptions{5000, 1000, 300 * 1000}, &clock_) {}
 
-  void registerAgent(const std::string& id, const std::string& host) {
+  void registerAgent(const std::string& id, const std::string& host, bool by_operator = false) {
     coord::RegisterAgentRequest req;
     req.mutable_agent()->set_agent_id(id);
     req.mutable_agent()->set_hostname(host);
     req.mutable_agent()->set_rpc_address(host + ":7471");
     req.set_previous_secret(secrets_[id]);
     coord::RegisterAgentReply reply;
-    ASSERT_TRUE(m_.registerAgent(req, &reply, &changes_).ok());
+    ASSERT_TRUE(m_.registerAgent(req, &reply, &changes_, by_operator).ok());
     EXPECT_EQ(reply.lease_ms(), 5000u);
     EXPECT_EQ(reply.heartbeat_interval_ms(), 1000u);
     EXPECT_EQ(reply.stream_heartbeat_interval_ms(), 1666u);  // lease / 3
@@ -307,11 +308,33 @@ TEST_F(MembershipTest, ARestartedAgentsJobsFailAtOnceNamingIt) {
   EXPECT_TRUE(takeChanges().worlds.empty());
   EXPECT_EQ(m_.findJob("job")->state, coord::RUNNING);
 
-  // b is killed and starts again with the same id: no previous secret. Its
-  // jobs fail now, not a lease later.
+  // A registration in b's name without its secret (issue 47: another
+  // process taking the id over) is refused while b's lease is live, and
+  // changes nothing.
+  clock_.advance(100);
+  {
+    coord::RegisterAgentRequest req;
+    req.mutable_agent()->set_agent_id("b");
+    req.mutable_agent()->set_hostname("evil");
+    coord::RegisterAgentReply reply;
+    grpc::Status st = m_.registerAgent(req, &reply, &changes_);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+    EXPECT_NE(st.error_message().find("only that agent process, or an operator "
+                                      "(--operator-token-file), may register the id again"),
+              std::string::npos)
+        << st.error_message();
+    EXPECT_TRUE(reply.agent_secret().empty());
+    EXPECT_TRUE(takeChanges().worlds.empty());
+    EXPECT_EQ(m_.findJob("job")->state, coord::RUNNING);
+    EXPECT_TRUE(heartbeat("b"));
+  }
+
+  // b is killed and starts again with the same id, and an operator says so
+  // (no previous secret, the operator token). Its jobs fail now, not a
+  // lease later.
   clock_.advance(100);
   secrets_["b"].clear();
-  registerAgent("b", "host-b");
+  registerAgent("b", "host-b", /*by_operator=*/true);
   EXPECT_NE(secrets_["b"], old_secret);
   Changes c = takeChanges();
   ASSERT_EQ(c.worlds.size(), 2u);
@@ -359,6 +382,36 @@ TEST_F(MembershipTest, AnAgentRestoredWithoutASecretRegistersAgainAndKeepsItsJob
   EXPECT_TRUE(takeChanges().worlds.empty());
   EXPECT_EQ(m_.findJob("job")->state, coord::RUNNING);
   EXPECT_TRUE(heartbeat("a"));
+}
+
+// Issue 47: secrets and tokens are held (and journaled) as hashes; a state
+// written before holds them in clear and still works after a restart.
+TEST_F(MembershipTest, SecretsAndTokensAreHeldHashedAndAnOlderClearStateStillWorks) {
+  registerAgent("b", "host-b");
+  EXPECT_EQ(m_.agents().find("b")->secret, hashSecret(secrets_["b"]));
+  ASSERT_TRUE(join("job", "b", 1, 1, "job-token").ok());
+  EXPECT_EQ(m_.findJob("job")->token, hashSecret("job-token"));
+  EXPECT_TRUE(m_.checkAccess("job", "job-token").ok());
+  EXPECT_EQ(m_.checkAccess("job", hashSecret("job-token")).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED)
+      << "the stored hash is not a credential";
+  // As restored from a state dir or etcd written before issue 47.
+  coord::AgentInfo info;
+  info.set_agent_id("old");
+  info.set_hostname("host-old");
+  m_.restoreAgent(info, "0123456789abcdef0123456789abcdef");
+  secrets_["old"] = "0123456789abcdef0123456789abcdef";
+  EXPECT_TRUE(heartbeat("old"));
+  Job job;
+  job.id = "old-job";
+  job.token = "clear-token";
+  job.world_size = 1;
+  job.members = {{"old", info, 1, false}};
+  job.state = coord::RUNNING;
+  job.generation = 1;
+  m_.restoreJob(job);
+  EXPECT_EQ(m_.findJob("old-job")->token, hashSecret("clear-token"));
+  EXPECT_TRUE(m_.checkAccess("old-job", "clear-token").ok());
 }
 
 TEST_F(MembershipTest, CleanLeaveFinishesAndRetentionForgets) {

@@ -9,6 +9,7 @@
 
 #include "common/event_loop.h"
 #include "coordinator/core.h"
+#include "coordinator/membership/secrets.h"
 #include "coordinator/persist/record_sink.h"
 #include "tests/coordinator/manual_clock.h"
 
@@ -22,7 +23,11 @@ class TenantIsolationTest : public ::testing::Test {
   TenantIsolationTest()
       : loop_("test-loop"),
         core_(&loop_, MembershipOptions{5000, 1000, 60 * 1000}, &clock_, &sink_,
-              WatchLimits{/*total=*/5, /*per_job=*/3}) {}
+              WatchLimits{/*total=*/5, /*per_job=*/3}) {
+    Quotas q;
+    q.reserved_watch_streams = 0;  // these streams are not an agent's: no reserve (issue 47)
+    core_.setQuotas(q);
+  }
 
   // Registers `id` as a new process (no previous secret) or as the same one.
   void registerAgent(const std::string& id, bool same_process = true) {
@@ -31,7 +36,8 @@ class TenantIsolationTest : public ::testing::Test {
     req.mutable_agent()->set_hostname("host-" + id);
     if (same_process) req.set_previous_secret(secrets_[id]);
     coord::RegisterAgentReply reply;
-    ASSERT_TRUE(core_.registerAgentOnLoop(req, &reply).ok());
+    // A new process under a live id needs the operator (issue 47).
+    ASSERT_TRUE(core_.registerAgentOnLoop(req, &reply, /*by_operator=*/!same_process).ok());
     secrets_[id] = reply.agent_secret();
   }
   grpc::Status join(const std::string& job, const std::string& agent, int world) {
@@ -111,7 +117,68 @@ TEST_F(TenantIsolationTest, ARestartedAgentsJobFailsAtOnceJournaledAndPushed) {
   EXPECT_TRUE(sink_.errors().empty()) << sink_.errors();
   EXPECT_TRUE(sink_.state() == core_.persistedStateOnLoop());
   EXPECT_EQ(sink_.state().jobs.at("run").state, coord::FAILED);
-  EXPECT_EQ(sink_.state().agent_secrets.at("b"), secrets_["b"]);
+  // Journaled as its hash only (issue 47).
+  EXPECT_EQ(sink_.state().agent_secrets.at("b"), hashSecret(secrets_["b"]));
+}
+
+}  // namespace
+}  // namespace kolo::coordinator
+
+namespace kolo::coordinator {
+namespace {
+
+// Issue 47: non-member streams are bounded per peer address (port aside),
+// members' streams are not counted there, and an ended stream frees its
+// place in every count.
+TEST(WatchQuotaTest, PerPeerBoundCountsNonMembersOnlyAndEndedStreamsFreeTheirPlace) {
+  ManualClock clock;
+  EventLoop loop("unused");
+  Core core(&loop, MembershipOptions{5000, 1000, 60 * 1000}, &clock, nullptr,
+            WatchLimits{/*total=*/100, /*per_job=*/100});
+  Quotas q;
+  q.reserved_watch_streams = 10;
+  q.watch_streams_per_peer = 3;
+  q.watch_streams_per_token = 50;
+  core.setQuotas(q);
+  coord::RegisterAgentRequest reg;
+  reg.mutable_agent()->set_agent_id("a");
+  coord::RegisterAgentReply reply;
+  ASSERT_TRUE(core.registerAgentOnLoop(reg, &reply).ok());
+  coord::JoinJobRequest join;
+  join.set_job_id("j");
+  join.set_token("t");
+  join.set_agent_id("a");
+  join.set_agent_secret(reply.agent_secret());
+  join.set_local_size(1);
+  join.set_world_size(2);
+  ASSERT_TRUE(core.joinJobOnLoop(join).ok());
+  std::vector<std::shared_ptr<WatchQueue>> open;
+  auto watch = [&](const std::string& peer, bool member) {
+    coord::WatchJobRequest req;
+    req.set_job_id("j");
+    req.set_token("t");
+    req.set_agent_id("a");
+    if (member) req.set_agent_secret(reply.agent_secret());
+    auto queue = std::make_shared<WatchQueue>();
+    grpc::Status st = core.watchOnLoop(req, queue, peer);
+    if (st.ok()) open.push_back(queue);
+    return st;
+  };
+  for (int port = 1; port <= 3; ++port) {
+    ASSERT_TRUE(watch("ipv4:10.0.0.7:" + std::to_string(port), false).ok());
+  }
+  grpc::Status st = watch("ipv4:10.0.0.7:4", false);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(st.error_message(),
+            "WatchJob of job j refused: peer ipv4:10.0.0.7 already has 3 watch streams (not as a "
+            "job's agent) (--max-watch-streams-per-peer 3)");
+  EXPECT_TRUE(watch("ipv4:10.0.0.8:1", false).ok()) << "another peer";
+  EXPECT_TRUE(watch("ipv4:10.0.0.7:5", true).ok()) << "the job's own agent, from the same peer";
+  EXPECT_EQ(core.watchAccounting().others(), 4u);
+  core.unwatchOnLoop("j", open[0].get());
+  core.unwatchOnLoop("j", open[0].get());  // a second end counts once
+  EXPECT_EQ(core.watchAccounting().others(), 3u);
+  EXPECT_TRUE(watch("ipv4:10.0.0.7:6", false).ok()) << "the ended stream's place is free";
 }
 
 }  // namespace
