@@ -17,6 +17,10 @@ void defineAgentKnobs(Config& c) {
       .define("socket-mode", KnobType::kString, "0660", "File mode of the socket (octal)")
       .define("socket-group", KnobType::kString, "",
               "Group owning the socket (members may connect); empty keeps the agent's group")
+      .define("coordinator-uid", KnobType::kInt, "-1",
+              "Over plain text, the user id besides root and the agent's own that may serve the "
+              "coordinator's address on this host; a listener of any other user gets nothing "
+              "(a port taken while the coordinator was down). -1: none")
       .define("coordinator", KnobType::kString, "127.0.0.1:7470",
               "kolo-coordinator address host:port, or several: host:port,host:port (one leads, the "
               "others stand by; see docs/coordinator.md)")
@@ -355,6 +359,7 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
                            std::to_string(o.limits.max_arena_bytes >> 20));
   }
   ASSIGN_OR_RETURN(o.coordinator_security, grpcClientSecurityFrom(c, "coordinator"));
+  ASSIGN_OR_RETURN(o.coordinator_security.server_uid, intIn(c, "coordinator-uid", -1, int64_t{1} << 32));
   ASSIGN_OR_RETURN(o.rpc_security, grpcServerSecurityFrom(c, "rpc"));
   return o;
 }

@@ -34,6 +34,9 @@ struct GrpcClientSecurity {
   std::string server_name;      // overrides the name checked in the server's certificate
   std::string token;            // sent as "authorization: Bearer <token>"
   std::string ca_file;          // for messages
+  // Plain text only: the uid besides root and the client's own that may
+  // serve the address on this host (-1: none; agent/coord/listener_owner.h).
+  int64_t server_uid = -1;
 };
 
 struct GrpcServerSecurity {

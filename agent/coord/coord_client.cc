@@ -1,4 +1,5 @@
 #include "agent/coord/coord_client.h"
+#include "agent/coord/listener_owner.h"
 
 #include <unistd.h>
 
@@ -85,6 +86,14 @@ CoordClient::CoordClient(std::string address, coord::AgentInfo self, EventLoop& 
 
 void CoordClient::prepare(grpc::ClientContext& ctx) const { addBearerToken(ctx, security_); }
 
+grpc::Status CoordClient::verifyServer(const std::string& address) const {
+  if (security_.tls) return grpc::Status::OK;  // the certificate is the check
+  Status st = checkPlainCoordinator(address, security_.server_uid);
+  if (st.isOk()) return grpc::Status::OK;
+  log::rateLimited(squat_log_, *logger(), spdlog::level::err, "{}", st.message());
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, st.message());
+}
+
 std::string CoordClient::agentSecret() const {
   std::lock_guard<std::mutex> lock(secret_mu_);
   return agent_secret_;
@@ -148,6 +157,8 @@ CoordClient::Outcome CoordClient::callWithFailover(Clock::time_point deadline, s
       }
       *track = &ctx;  // shutdown() cancels it: a stop does not wait for its deadline
     }
+    out.status = verifyServer(out.address);
+    if (!out.status.ok()) return out;
     out.status = rpc(stub(out.address), ctx);
     if (track != nullptr) {
       std::lock_guard<std::mutex> lock(register_mu_);
@@ -219,6 +230,15 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
     ctx.set_deadline(std::chrono::system_clock::now() + std::max<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(50)));
     // One address: wait for it to come up. Several: fail fast and try the next.
     ctx.set_wait_for_ready(!several);
+    if (grpc::Status v = verifyServer(address); !v.ok()) {
+      // Another user's listener (a port taken while the coordinator is
+      // down): nothing is sent; the real one may come back before the deadline.
+      last = Status(Code::kPermissionDenied, "cannot register with the coordinator at " + address + ": " +
+                                                 v.error_message());
+      if (several) failOver(address, v.error_message());
+      if (std::chrono::steady_clock::now() >= deadline || !pause(std::chrono::milliseconds(200))) return last;
+      continue;
+    }
     prepare(ctx);
     coord::RegisterAgentRequest req;
     *req.mutable_agent() = self_;
@@ -356,6 +376,7 @@ grpc::Status CoordClient::streamHeartbeat() {
     }
   }
   if (!hb_stream_) {
+    if (grpc::Status v = verifyServer(endpoints_.current()); !v.ok()) return v;
     auto h = std::make_unique<HbStream>();
     prepare(h->ctx);
     {
@@ -568,6 +589,10 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
         std::lock_guard<std::mutex> lock(watch_mu_);
         w->ctx = std::move(ctx);
         if (w->cancelled) break;
+      }
+      if (grpc::Status v = verifyServer(address); !v.ok()) {
+        last = v;
+        break;
       }
       auto reader = stub(address).WatchJob(w->ctx.get(), req);
       coord::World world;

@@ -104,6 +104,10 @@ class CoordClient {
   std::string address_;
   coord::AgentInfo self_;
   EventLoop& loop_;
+  // Plain text: whether `address` on this host is served by an allowed
+  // user (agent/coord/listener_owner.h); PERMISSION_DENIED otherwise.
+  grpc::Status verifyServer(const std::string& address) const;
+  mutable log::RateLimiter squat_log_;
   GrpcClientSecurity security_;
   CoordEndpoints endpoints_;
   // One channel and stub per address, made at construction (channels
