@@ -359,7 +359,8 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
                            std::to_string(o.limits.max_arena_bytes >> 20));
   }
   ASSIGN_OR_RETURN(o.coordinator_security, grpcClientSecurityFrom(c, "coordinator"));
-  ASSIGN_OR_RETURN(o.coordinator_security.server_uid, intIn(c, "coordinator-uid", -1, int64_t{1} << 32));
+  ASSIGN_OR_RETURN(o.coordinator_security.server_uid,
+                   intIn(c, "coordinator-uid", -1, int64_t{1} << 32));
   ASSIGN_OR_RETURN(o.rpc_security, grpcServerSecurityFrom(c, "rpc"));
   return o;
 }

@@ -264,8 +264,8 @@ WatchAccounting::Ticket Core::watchTicket(const coord::WatchJobRequest& req,
   return t;
 }
 
-grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req,
-                               std::shared_ptr<WatchQueue> queue, const std::string& peer) {
+grpc::Status Core::watchOnLoop(const coord::WatchJobRequest& req, std::shared_ptr<WatchQueue> queue,
+                               const std::string& peer) {
   if (auto st = refuseIfShuttingDown(); !st.ok()) return st;
   coord::World world;
   BriefForm brief{watch_limits_.brief_world_slots, req.agent_id(), req.local_size_runs()};
@@ -335,16 +335,16 @@ grpc::Status Core::kvGetOnLoop(const coord::KvGetRequest& req, KvDone done) {
   }
   if (auto refuse = refuseIfShuttingDown(); !refuse.ok()) return refuse;
   if (kv_.usage(req.job_id()).waiters >= quotas_.kv_waiters_per_job) {
-    return quotaRefusal(fmt::format("KvGet of key '{}' of job {}", req.key(), req.job_id()),
-                        fmt::format("the job already has {} KvGet calls waiting",
-                                    kv_.usage(req.job_id()).waiters),
-                        "max-kv-waiters-per-job", quotas_.kv_waiters_per_job);
+    return quotaRefusal(
+        fmt::format("KvGet of key '{}' of job {}", req.key(), req.job_id()),
+        fmt::format("the job already has {} KvGet calls waiting", kv_.usage(req.job_id()).waiters),
+        "max-kv-waiters-per-job", quotas_.kv_waiters_per_job);
   }
   if (kv_.waiterCount() >= quotas_.kv_waiters_total) {
-    return quotaRefusal(fmt::format("KvGet of key '{}' of job {}", req.key(), req.job_id()),
-                        fmt::format("{} KvGet calls are waiting on the keys of all jobs",
-                                    kv_.waiterCount()),
-                        "max-kv-waiters", quotas_.kv_waiters_total);
+    return quotaRefusal(
+        fmt::format("KvGet of key '{}' of job {}", req.key(), req.job_id()),
+        fmt::format("{} KvGet calls are waiting on the keys of all jobs", kv_.waiterCount()),
+        "max-kv-waiters", quotas_.kv_waiters_total);
   }
   uint64_t wait_ms = std::min(req.wait_ms(), kMaxKvWaitMs);
   KvStore::WaiterId id = kv_.addWaiter(req.job_id(), req.key(), std::move(done));

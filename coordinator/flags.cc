@@ -109,7 +109,8 @@ namespace {
 // A quota knob: positive (reserved-watch-streams may be 0).
 Status readQuota(const Config& config, const char* name, size_t* out, int64_t min = 1) {
   int64_t v = config.getInt(name);
-  if (v < min) return invalidArgument(fmt::format("--{} must be at least {}, got {}", name, min, v));
+  if (v < min)
+    return invalidArgument(fmt::format("--{} must be at least {}, got {}", name, min, v));
   *out = static_cast<size_t>(v);
   return okStatus();
 }
@@ -222,9 +223,9 @@ StatusOr<ServerOptions> serverOptionsFrom(const Config& config) {
   o.quotas.reserved_watch_streams = o.watch_limits.total / 4;  // -1: a quarter
   RETURN_IF_ERROR(readQuotas(config, &o.quotas));
   if (o.quotas.reserved_watch_streams >= o.watch_limits.total) {
-    return invalidArgument(fmt::format(
-        "--reserved-watch-streams ({}) must be below --max-watch-streams ({})",
-        o.quotas.reserved_watch_streams, o.watch_limits.total));
+    return invalidArgument(
+        fmt::format("--reserved-watch-streams ({}) must be below --max-watch-streams ({})",
+                    o.quotas.reserved_watch_streams, o.watch_limits.total));
   }
   o.operator_token_file = config.getString("operator-token-file");
   int64_t brief_slots = config.getInt("brief-world-slots");

@@ -41,14 +41,14 @@ grpc::Status WatchAccounting::admit(const Quotas& q, const WatchLimits& limits, 
   const std::string what = fmt::format("WatchJob of job {}", t.job_id);
   if (t.member) {
     if (countOf(per_member_, memberKey(t)) >= q.watch_streams_per_member) {
-      return quotaRefusal(what, fmt::format("agent {} already has {} watch streams on the job",
-                                            t.agent_id, countOf(per_member_, memberKey(t))),
+      return quotaRefusal(what,
+                          fmt::format("agent {} already has {} watch streams on the job",
+                                      t.agent_id, countOf(per_member_, memberKey(t))),
                           "max-watch-streams-per-member", q.watch_streams_per_member);
     }
   } else {
-    const size_t shared = limits.total > q.reserved_watch_streams
-                              ? limits.total - q.reserved_watch_streams
-                              : 0;
+    const size_t shared =
+        limits.total > q.reserved_watch_streams ? limits.total - q.reserved_watch_streams : 0;
     if (others_ >= shared || hub_total >= limits.total) {
       return quotaRefusal(
           what,

@@ -24,22 +24,22 @@ struct Quotas {
   // member of the job, or waits to join it). Every other stream (a CLI, a
   // tenant's own client) shares the rest.
   size_t reserved_watch_streams = 4096;  // --reserved-watch-streams -1: a quarter of the total
-  size_t watch_streams_per_token = 256;   // non-member streams on jobs of one token
-  size_t watch_streams_per_peer = 2048;   // non-member streams from one peer address
-  size_t watch_streams_per_member = 4;    // one member agent's streams on one job
-  size_t max_jobs = 16384;                // jobs known at once (active and retained)
-  size_t jobs_per_agent = 256;            // active jobs one agent is in (or waits for)
+  size_t watch_streams_per_token = 256;  // non-member streams on jobs of one token
+  size_t watch_streams_per_peer = 2048;  // non-member streams from one peer address
+  size_t watch_streams_per_member = 4;   // one member agent's streams on one job
+  size_t max_jobs = 16384;               // jobs known at once (active and retained)
+  size_t jobs_per_agent = 256;           // active jobs one agent is in (or waits for)
   size_t kv_keys_per_job = 4096;
   size_t kv_bytes_per_job = size_t{16} << 20;  // keys + values
   size_t kv_bytes_total = size_t{512} << 20;
-  size_t kv_waiters_per_job = 1024;            // KvGet calls waiting on one job's keys
-  size_t kv_waiters_total = 16384;             // ... on all jobs' keys (about 15 KB each)
-  size_t list_reply_bytes = size_t{3} << 20;   // ListJobs / ListAgents: truncated past it
+  size_t kv_waiters_per_job = 1024;           // KvGet calls waiting on one job's keys
+  size_t kv_waiters_total = 16384;            // ... on all jobs' keys (about 15 KB each)
+  size_t list_reply_bytes = size_t{3} << 20;  // ListJobs / ListAgents: truncated past it
 };
 
 // RESOURCE_EXHAUSTED "<what> refused: <quota> (--<flag> <limit>)".
-grpc::Status quotaRefusal(const std::string& what, const std::string& quota,
-                          const char* flag, size_t limit);
+grpc::Status quotaRefusal(const std::string& what, const std::string& quota, const char* flag,
+                          size_t limit);
 
 // The watch streams open, by what they count against. Loop-only.
 class WatchAccounting {

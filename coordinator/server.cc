@@ -45,8 +45,7 @@ StatusOr<std::string> readToken(const std::string& path, const std::string& flag
   ASSIGN_OR_RETURN(std::string text, readSmallFile(flag.c_str(), path));
   const char* ws = " \t\r\n";
   size_t first = text.find_first_not_of(ws);
-  if (first == std::string::npos)
-    return invalidArgument(flag + ": " + path + " is empty");
+  if (first == std::string::npos) return invalidArgument(flag + ": " + path + " is empty");
   std::string token = text.substr(first, text.find_last_not_of(ws) - first + 1);
   if (token.find_first_of(ws) != std::string::npos || token.size() < 16) {
     return invalidArgument(flag + ": " + path +

@@ -29,8 +29,8 @@
 #include "common/event_loop.h"
 #include "common/log.h"
 #include "coordinator/core.h"
-#include "coordinator/persist/record_sink.h"
 #include "coordinator/membership/secrets.h"
+#include "coordinator/persist/record_sink.h"
 #include "fuzz/fuzz_util.h"
 
 namespace kolo::coordinator {
@@ -209,10 +209,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         req.set_reason(in.ConsumeRandomLengthString(8));
         const Job* job = core.membership().findJob(req.job_id());
         const AgentRecord* agent = core.membership().agents().find(req.agent_id());
-        bool refused = job != nullptr &&
-                       (!matchesStored(req.token(), job->token) ||
-                        (agent != nullptr && !agent->secret.empty() &&
-                         !matchesStored(req.agent_secret(), agent->secret)));
+        bool refused = job != nullptr && (!matchesStored(req.token(), job->token) ||
+                                          (agent != nullptr && !agent->secret.empty() &&
+                                           !matchesStored(req.agent_secret(), agent->secret)));
         std::string before = job != nullptr
                                  ? summaryOf(*job, core.membership().agents()).SerializeAsString()
                                  : std::string();

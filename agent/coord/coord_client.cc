@@ -1,11 +1,11 @@
 #include "agent/coord/coord_client.h"
-#include "agent/coord/listener_owner.h"
 
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "agent/coord/listener_owner.h"
 #include "common/config_grpc.h"
 #include "common/fd.h"
 #include "common/log.h"
@@ -233,10 +233,11 @@ Status CoordClient::registerAgent(std::chrono::steady_clock::time_point deadline
     if (grpc::Status v = verifyServer(address); !v.ok()) {
       // Another user's listener (a port taken while the coordinator is
       // down): nothing is sent; the real one may come back before the deadline.
-      last = Status(Code::kPermissionDenied, "cannot register with the coordinator at " + address + ": " +
-                                                 v.error_message());
+      last = Status(Code::kPermissionDenied, "cannot register with the coordinator at " + address +
+                                                 ": " + v.error_message());
       if (several) failOver(address, v.error_message());
-      if (std::chrono::steady_clock::now() >= deadline || !pause(std::chrono::milliseconds(200))) return last;
+      if (std::chrono::steady_clock::now() >= deadline || !pause(std::chrono::milliseconds(200)))
+        return last;
       continue;
     }
     prepare(ctx);

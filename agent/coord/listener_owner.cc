@@ -49,7 +49,8 @@ std::optional<Target> targetOf(std::string host) {
   return t;
 }
 
-std::optional<uid_t> scan(const std::string& path, const std::string& want, size_t hex_len, int port) {
+std::optional<uid_t> scan(const std::string& path, const std::string& want, size_t hex_len,
+                          int port) {
   std::ifstream in(path);
   std::string line;
   std::getline(in, line);  // header
@@ -71,7 +72,8 @@ std::optional<uid_t> scan(const std::string& path, const std::string& want, size
 
 }  // namespace
 
-std::optional<uid_t> localListenerUid(const std::string& host, int port, const std::string& proc_net) {
+std::optional<uid_t> localListenerUid(const std::string& host, int port,
+                                      const std::string& proc_net) {
   auto t = targetOf(host);
   if (!t) return std::nullopt;
   if (!t->v4.empty()) {
@@ -81,11 +83,13 @@ std::optional<uid_t> localListenerUid(const std::string& host, int port, const s
   return std::nullopt;
 }
 
-Status checkPlainCoordinator(const std::string& address, int64_t allowed_uid, const std::string& proc_net) {
+Status checkPlainCoordinator(const std::string& address, int64_t allowed_uid,
+                             const std::string& proc_net) {
   size_t colon = address.rfind(':');
   if (colon == std::string::npos) return okStatus();
   std::string host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   int port = 0;
   try {
     port = std::stoi(address.substr(colon + 1));
@@ -95,15 +99,19 @@ Status checkPlainCoordinator(const std::string& address, int64_t allowed_uid, co
   auto owner = localListenerUid(host, port, proc_net);
   if (!owner) return okStatus();
   const uid_t me = ::geteuid();
-  if (*owner == 0 || *owner == me || (allowed_uid >= 0 && *owner == static_cast<uid_t>(allowed_uid))) {
+  if (*owner == 0 || *owner == me ||
+      (allowed_uid >= 0 && *owner == static_cast<uid_t>(allowed_uid))) {
     return okStatus();
   }
   return permissionDenied(
-      "the coordinator address " + address + " is served by a process of uid " + std::to_string(*owner) +
-      ", not root's, this agent's (uid " + std::to_string(me) + ") or --coordinator-uid's" +
+      "the coordinator address " + address + " is served by a process of uid " +
+      std::to_string(*owner) + ", not root's, this agent's (uid " + std::to_string(me) +
+      ") or --coordinator-uid's" +
       (allowed_uid >= 0 ? " (" + std::to_string(allowed_uid) + ")" : std::string()) +
-      ": the agent sends it nothing over plain text (another user may have taken the port while the "
-      "coordinator was down); give --coordinator-uid for a coordinator running as its own user, or use TLS "
+      ": the agent sends it nothing over plain text (another user may have taken the port while "
+      "the "
+      "coordinator was down); give --coordinator-uid for a coordinator running as its own user, or "
+      "use TLS "
       "(--coordinator-ca)");
 }
 

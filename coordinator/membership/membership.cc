@@ -61,8 +61,7 @@ grpc::Status Membership::registerAgent(const coord::RegisterAgentRequest& req,
     secret = old->secret.empty() ? newAgentSecret() : req.previous_secret();
     logger->info("agent {} (host {}, rpc {}) registered again", info.agent_id(), info.hostname(),
                  info.rpc_address());
-  } else if (!by_operator &&
-             clock_->steadyMs() - old->last_heartbeat_ms < options_.lease_ms) {
+  } else if (!by_operator && clock_->steadyMs() - old->last_heartbeat_ms < options_.lease_ms) {
     // Issue 47: without the secret, a live agent's id is not taken over
     // (that ended the real agent's jobs and locked it out of its own id).
     return refuseTakeover(req, *old);

@@ -113,8 +113,7 @@ class Membership {
   const MembershipOptions& options() const { return options_; }
 
  private:
-  grpc::Status refuseTakeover(const coord::RegisterAgentRequest& req,
-                              const AgentRecord& old) const;
+  grpc::Status refuseTakeover(const coord::RegisterAgentRequest& req, const AgentRecord& old) const;
   // FORMING/RUNNING -> FAILED with `reason` (the first failure wins).
   void failJob(Job& job, std::string reason, Changes* changes);
   void finishJob(Job& job, Changes* changes);

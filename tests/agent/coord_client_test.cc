@@ -6,7 +6,6 @@
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -163,8 +162,7 @@ TEST_F(CoordClientTest, AReplacedAgentIsRefusedAndDoesNotTakeItsIdBack) {
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    EXPECT_EQ(stub_->RegisterAgent(&ctx, req, &reg).error_code(),
-              grpc::StatusCode::ALREADY_EXISTS);
+    EXPECT_EQ(stub_->RegisterAgent(&ctx, req, &reg).error_code(), grpc::StatusCode::ALREADY_EXISTS);
   }
   {
     grpc::ClientContext ctx;

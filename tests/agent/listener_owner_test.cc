@@ -32,7 +32,8 @@ int listenOn(const char* host, int* port) {
     len = sizeof *a;
   }
   int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, 4) != 0) return -1;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, 4) != 0)
+    return -1;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
   *port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
                                   : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
@@ -48,13 +49,16 @@ TEST(ListenerOwner, FindsThisProcesssListenersInBothFamilies) {
   ASSERT_GE(c, 0);
   EXPECT_EQ(localListenerUid("127.0.0.1", p4), ::geteuid());
   EXPECT_EQ(localListenerUid("localhost", p4), ::geteuid());
-  EXPECT_EQ(localListenerUid("127.0.0.1", pany), ::geteuid()) << "a socket on every address serves loopback too";
+  EXPECT_EQ(localListenerUid("127.0.0.1", pany), ::geteuid())
+      << "a socket on every address serves loopback too";
   if (b >= 0) EXPECT_EQ(localListenerUid("::1", p6), ::geteuid());
   EXPECT_TRUE(checkPlainCoordinator("127.0.0.1:" + std::to_string(p4), -1).isOk());
   ::close(a);
   EXPECT_FALSE(localListenerUid("127.0.0.1", p4).has_value()) << "nothing listens there any more";
-  EXPECT_TRUE(checkPlainCoordinator("127.0.0.1:" + std::to_string(p4), -1).isOk()) << "nobody to send to";
-  EXPECT_FALSE(localListenerUid("coordinator.example", 7470).has_value()) << "not a literal of this host";
+  EXPECT_TRUE(checkPlainCoordinator("127.0.0.1:" + std::to_string(p4), -1).isOk())
+      << "nobody to send to";
+  EXPECT_FALSE(localListenerUid("coordinator.example", 7470).has_value())
+      << "not a literal of this host";
   if (b >= 0) ::close(b);
   ::close(c);
 }
@@ -82,8 +86,9 @@ TEST(ListenerOwner, AnotherUsersListenerIsRefusedUnlessNamed) {
   EXPECT_EQ(localListenerUid("127.0.0.1", port), 65534u);
   Status st = checkPlainCoordinator(addr, -1);
   EXPECT_EQ(st.code(), Code::kPermissionDenied);
-  EXPECT_NE(st.message().find("the coordinator address " + addr + " is served by a process of uid 65534"),
-            std::string::npos)
+  EXPECT_NE(
+      st.message().find("the coordinator address " + addr + " is served by a process of uid 65534"),
+      std::string::npos)
       << st.message();
   EXPECT_NE(st.message().find("--coordinator-uid"), std::string::npos) << st.message();
   EXPECT_TRUE(checkPlainCoordinator(addr, 65534).isOk());

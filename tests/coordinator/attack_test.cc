@@ -4,9 +4,9 @@
 // listed in docs/security.md, "Attacks on the coordinator (issue 47)".
 // KOLO_TEST_COORDINATOR_BIN runs them against another binary (an older
 // coordinator, for the "before" column).
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -53,8 +53,8 @@ class AttackTest : public ::testing::Test {
     std::string error;
     ASSERT_TRUE(proc_.start(binary(), args, milliseconds(15000), &error)) << error;
     channel_ = grpc::CreateChannel(proc_.address(), grpc::InsecureChannelCredentials());
-    ASSERT_TRUE(channel_->WaitForConnected(std::chrono::system_clock::now() +
-                                           std::chrono::seconds(10)));
+    ASSERT_TRUE(
+        channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
     stub_ = coord::Coordinator::NewStub(channel_);
   }
   void TearDown() override {
@@ -521,9 +521,10 @@ TEST_F(AttackTest, HealthzAnswersWithinItsDeadlineUnderSlowLorisClients) {
     worst = std::max(worst, took);
     answered += line == "HTTP/1.1 200 OK" ? 1 : 0;
   }
-  std::printf("[attack] /healthz with %zu slow clients: %d of 6 probes answered within 1 s "
-              "(slowest %lld ms)\n",
-              slow.size(), answered, static_cast<long long>(worst.count()));
+  std::printf(
+      "[attack] /healthz with %zu slow clients: %d of 6 probes answered within 1 s "
+      "(slowest %lld ms)\n",
+      slow.size(), answered, static_cast<long long>(worst.count()));
   EXPECT_EQ(answered, 6);
   for (int fd : slow) ::close(fd);
   ASSERT_TRUE(alive());
@@ -602,11 +603,12 @@ TEST_F(AttackTest, DISABLED_MeasureDefaultBounds) {
     }
   }
   const int64_t streams = rssKb(proc_.pid());
-  std::printf("[bounds] RSS %lld KB idle; +%lld KB with %d KvGet waiters (%d refused); "
-              "+%lld KB with %d KvPuts of 4 KB; +%lld KB with %d watch streams of one token\n",
-              static_cast<long long>(base), static_cast<long long>(waiters - base), 1025 - refused.load(),
-              refused.load(), static_cast<long long>(kv - waiters), puts,
-              static_cast<long long>(streams - kv), served);
+  std::printf(
+      "[bounds] RSS %lld KB idle; +%lld KB with %d KvGet waiters (%d refused); "
+      "+%lld KB with %d KvPuts of 4 KB; +%lld KB with %d watch streams of one token\n",
+      static_cast<long long>(base), static_cast<long long>(waiters - base), 1025 - refused.load(),
+      refused.load(), static_cast<long long>(kv - waiters), puts,
+      static_cast<long long>(streams - kv), served);
   for (Watch& w : open) w.ctx->TryCancel();
   for (Watch& w : open) (void)w.reader->Finish();
   for (auto& c : ctxs) c->TryCancel();

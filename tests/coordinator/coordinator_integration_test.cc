@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -624,9 +624,8 @@ class LongLeaseTest : public CoordinatorIntegrationTest {
     EXPECT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
     ::close(fd);
     token_file_ = path;
-    extra_args_ = {"--lease-ms",           std::to_string(kLongLeaseMs),
-                   "--heartbeat-interval-ms", "1000",
-                   "--operator-token-file",   token_file_};
+    extra_args_ = {"--lease-ms", std::to_string(kLongLeaseMs), "--heartbeat-interval-ms",
+                   "1000",       "--operator-token-file",      token_file_};
   }
   ~LongLeaseTest() override { std::filesystem::remove(token_file_); }
   // RegisterAgent of a new process under `id`, with `operator_token` (if any).
@@ -808,8 +807,8 @@ TEST(CoordinatorBinaryTest, HelpAndDumpConfig) {
         // issue 47
         "--operator-token-file", "--reserved-watch-streams", "--max-watch-streams-per-token",
         "--max-watch-streams-per-peer", "--max-watch-streams-per-member", "--max-jobs",
-        "--max-jobs-per-agent", "--max-kv-keys-per-job", "--max-kv-bytes-per-job",
-        "--max-kv-bytes", "--max-kv-waiters-per-job", "--max-kv-waiters", "--max-list-reply-bytes",
+        "--max-jobs-per-agent", "--max-kv-keys-per-job", "--max-kv-bytes-per-job", "--max-kv-bytes",
+        "--max-kv-waiters-per-job", "--max-kv-waiters", "--max-list-reply-bytes",
         "--state-compact-bytes"}) {
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
   }

@@ -15,8 +15,8 @@
 #include <sstream>
 #include <thread>
 
-#include "kolo/proto/coordinator.grpc.pb.h"
 #include "coordinator/membership/secrets.h"
+#include "kolo/proto/coordinator.grpc.pb.h"
 #include "tests/coordinator/coordinator_process.h"
 
 #ifndef KOLO_COORDINATOR_BIN

@@ -1,11 +1,11 @@
 // Membership logic with an injected clock: no threads, no sleeps.
 #include "coordinator/membership/membership.h"
-#include "coordinator/membership/secrets.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
+#include "coordinator/membership/secrets.h"
 #include "tests/coordinator/manual_clock.h"
 
 namespace kolo::coordinator {

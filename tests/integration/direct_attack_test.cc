@@ -115,10 +115,11 @@ TEST(CoordinatorSquat, APortTakenByAnotherUserGetsNothing) {
   char tmpl[] = "/tmp/kolo-squat-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   std::string dir = tmpl;
-  Proc agent = spawnProcess({bin("kolo-agent"), "--socket", dir + "/a.sock", "--coordinator",
-                             "127.0.0.1:" + std::to_string(port), "--rpc-listen", "127.0.0.1:0",
-                             "--metrics-listen", "127.0.0.1:0", "--agent-id", "squat", "--register-timeout-s", "3"},
-                            {}, dir + "/agent.log");
+  Proc agent = spawnProcess(
+      {bin("kolo-agent"), "--socket", dir + "/a.sock", "--coordinator",
+       "127.0.0.1:" + std::to_string(port), "--rpc-listen", "127.0.0.1:0", "--metrics-listen",
+       "127.0.0.1:0", "--agent-id", "squat", "--register-timeout-s", "3"},
+      {}, dir + "/agent.log");
   ASSERT_TRUE(waitProcess(agent, std::chrono::seconds(15))) << agent.output();
   std::string out = agent.output();
   EXPECT_NE(agent.exit_code, 0) << out;
@@ -129,7 +130,8 @@ TEST(CoordinatorSquat, APortTakenByAnotherUserGetsNothing) {
   EXPECT_NE(out.find("--coordinator-uid"), std::string::npos) << out;
   int status = 0;
   ASSERT_EQ(::waitpid(squatter, &status, 0), squatter);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the squatter received bytes (status " << status << ")";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the squatter received bytes (status " << status << ")";
   char c;
   ::close(pipefd[1]);
   EXPECT_EQ(::read(pipefd[0], &c, 1), 0) << "the agent connected to the squatter";
