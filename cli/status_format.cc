@@ -174,7 +174,12 @@ json toJson(const coord::ListJobsReply& r, int64_t now_unix_ms) {
     if (j.created_unix_ms() > 0) job["age_ms"] = now_unix_ms - j.created_unix_ms();
     jobs.push_back(job);
   }
-  return {{"jobs", jobs}};
+  json out = {{"jobs", jobs}};
+  if (r.truncated()) {
+    out["truncated"] = true;
+    out["total"] = r.total();
+  }
+  return out;
 }
 
 json toJson(const coord::ListAgentsReply& r) {
@@ -266,7 +271,12 @@ std::string renderCoordinatorJobs(const coord::ListJobsReply& r, int64_t now_uni
            j.created_unix_ms() > 0 ? formatDuration(now_unix_ms - j.created_unix_ms()) : "-",
            j.reason().empty() ? "-" : j.reason()});
   }
-  return t.render();
+  std::string out = t.render();
+  if (r.truncated()) {
+    out += "(" + std::to_string(r.jobs_size()) + " of " + std::to_string(r.total()) +
+           " jobs listed: the reply stops at the coordinator's --max-list-reply-bytes)\n";
+  }
+  return out;
 }
 
 std::string renderCoordinatorAgents(const coord::ListAgentsReply& r) {
@@ -278,7 +288,12 @@ std::string renderCoordinatorAgents(const coord::ListAgentsReply& r) {
            a.agent().rpc_address().empty() ? "-" : a.agent().rpc_address(),
            formatDuration(a.last_heartbeat_age_ms()) + " ago", jobs.empty() ? "-" : jobs});
   }
-  return t.render();
+  std::string out = t.render();
+  if (r.truncated()) {
+    out += "(" + std::to_string(r.agents_size()) + " of " + std::to_string(r.total()) +
+           " agents listed: the reply stops at the coordinator's --max-list-reply-bytes)\n";
+  }
+  return out;
 }
 
 }  // namespace kolo::cli

@@ -193,6 +193,15 @@ TEST(Format, CoordinatorJobsAndAgents) {
   EXPECT_EQ(js["jobs"][0]["age_ms"], 5000);
   EXPECT_EQ(js["jobs"][0]["agents"][0]["agent_id"], "node0");
   EXPECT_EQ(renderCoordinatorJobs(coord::ListJobsReply(), 0), "no jobs\n");
+  // A reply cut at the coordinator's size limit says so.
+  coord::ListJobsReply cut = r;
+  cut.set_truncated(true);
+  cut.set_total(5000);
+  EXPECT_NE(renderCoordinatorJobs(cut, 1'005'000)
+                .find("(" + std::to_string(r.jobs_size()) +
+                      " of 5000 jobs listed: the reply stops at the coordinator's "
+                      "--max-list-reply-bytes)"),
+            std::string::npos);
 
   coord::ListAgentsReply a;
   auto* s = a.add_agents();
