@@ -313,6 +313,7 @@ int ElasticRunner::run() {
   plan_.user_env = userEnv(opts_, processEnvironment());
   plan_.wdir = opts_.wdir;
   plan_.ssh_options = sshOptions(opts_);
+  setTorchrunMaster(plan_, processEnvironment());
   for (auto& [k, v] : privateClientEnv()) plan_.extra_env[k] = v;
   plan_.extra_env["KOLO_AGENT_TOKEN_FILE"] =
       daemons_->adminTokenFile();  // `kolo drain` on a private agent
