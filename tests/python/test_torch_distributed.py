@@ -174,3 +174,31 @@ def test_env_rendezvous_without_kolorun(stack, tmp_path):
                     p.wait(timeout=10)
         for log in logs:
             log.close()
+
+
+@pytest.mark.parametrize("np_,agents,init", [(2, None, "env"), (3, 2, "env"), (2, None, "kolo")])
+def test_torchrun_script_runs_unchanged_under_kolorun(kolorun, np_, agents, init):
+    """workers/torchrun_style.py is a torchrun script (torchrun's variables,
+    init_process_group(backend="kolo") with env://, DDP): under kolorun
+    every rank sees torchrun's variables (3 ranks on 2 agents: two nodes,
+    GROUP_RANK 0 and 1) and ends with the parameters of one process on the
+    whole batch (1e-6)."""
+    res = kolorun(np_, os.path.join(WORKERS, "torchrun_style.py"), init, timeout=180,
+                  agents=agents)
+    assert res.rc == 0, res.describe()
+    per_node = [2, 1] if agents == 2 else [np_]
+    masters = set()
+    for r in range(np_):
+        node = 0 if r < per_node[0] else 1
+        local = r if node == 0 else r - per_node[0]
+        env = [l for l in res.rank_lines(r) if l.startswith("ENV ")]
+        assert len(env) == 1, res.describe()
+        fields = dict(kv.split("=", 1) for kv in env[0].split()[1:])
+        assert fields["rank"] == str(r) and fields["world"] == str(np_), env
+        assert fields["local_rank"] == str(local), env
+        assert fields["local_world"] == str(per_node[node]), env
+        assert fields["group_rank"] == str(node), env
+        masters.add(fields["master"])
+        assert any(l.startswith("TORCHRUN-OK rank %d" % r) for l in res.rank_lines(r)), \
+            res.describe()
+    assert len(masters) == 1 and masters.pop().startswith("127.0.0.1:"), res.describe()

@@ -1,12 +1,14 @@
 """kolo as a torch.distributed backend: ``init_process_group(backend="kolo")``.
 
-    import kolo.torch.distributed            # registers the backend "kolo"
+    import kolo.torch                        # registers the backend "kolo"
     torch.distributed.init_process_group(backend="kolo")
     model = torch.nn.parallel.DistributedDataParallel(model)
 
 Launch with ``kolorun -np N python train.py``: kolorun's environment names
-the job, the rank and the size, and init_process_group needs no address
-(``init_method`` defaults to ``kolo://`` here, see below). Without kolorun
+the job, the rank and the size, and exports torchrun's variables (RANK,
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+MASTER_PORT), so torch's default ``env://`` works unchanged, as does
+``init_method="kolo://"`` (kolo's own rendezvous, below). Without kolorun
 (torchrun, or MASTER_ADDR/RANK/WORLD_SIZE set by hand) a kolo agent must
 already run on every node (KOLO_AGENT_SOCKET, default /run/kolo/agent.sock);
 the job id is then agreed through torch's store. See
