@@ -229,8 +229,10 @@ void setTorchrunMaster(LaunchPlan& plan, const std::map<std::string, std::string
   auto port = env.find("MASTER_PORT");
   if (addr != env.end() && port != env.end() && !addr->second.empty()) {
     int v = 0;
-    auto [end, ec] = std::from_chars(port->second.data(), port->second.data() + port->second.size(), v);
-    if (ec == std::errc() && end == port->second.data() + port->second.size() && v > 0 && v < 65536) {
+    auto [end, ec] =
+        std::from_chars(port->second.data(), port->second.data() + port->second.size(), v);
+    if (ec == std::errc() && end == port->second.data() + port->second.size() && v > 0 &&
+        v < 65536) {
       plan.master_addr = addr->second;
       plan.master_port = v;
       return;
@@ -238,7 +240,8 @@ void setTorchrunMaster(LaunchPlan& plan, const std::map<std::string, std::string
   }
   if (plan.nodes.empty()) return;
   const NodeEndpoint& n0 = plan.nodes[0];
-  bool all_local = std::all_of(plan.nodes.begin(), plan.nodes.end(), [](const NodeEndpoint& n) { return n.local; });
+  bool all_local = std::all_of(plan.nodes.begin(), plan.nodes.end(),
+                               [](const NodeEndpoint& n) { return n.local; });
   if (all_local) {
     plan.master_addr = "127.0.0.1";
   } else if (!n0.local) {
