@@ -15,8 +15,9 @@ the job id is then agreed through torch's store. See
 docs/user-guide-python.md, "Using kolo from DDP".
 
 The process group is a Python subclass of torch.distributed.ProcessGroup
-(torch 1.13's pybind trampoline lets C++ callers such as DDP's reducer call
-back into it). Every collective is submitted through kolo.torch's
+(torch 2.x's pybind trampoline, PyProcessGroup, lets C++ callers such as
+DDP's reducer and the functional collectives call back into it; tested
+under torch 2.11). Every collective is submitted through kolo.torch's
 asynchronous handles; a completion thread of this process waits for them in
 submission order and completes the torch Future behind the returned Work
 (``_create_work_from_future``), with the op's result or a RuntimeError that
@@ -192,7 +193,7 @@ _WorkBase = getattr(dist, "Work", None) or getattr(dist, "_Work")
 
 class KoloWork(_WorkBase):
     """The Work handed to Python callers (torch.distributed's functions):
-    wait() raises the collective's error. torch 1.13's future-wrapping Work
+    wait() raises the collective's error. torch's future-wrapping Work (1.13 to 2.11)
     (what C++ callers such as DDP get) returns from wait() even when its
     future failed, and C++ cannot call back into a Python Work, so each
     caller gets the kind it can use (see ProcessGroupKolo._work)."""
@@ -871,7 +872,7 @@ def register():
     """Registers backend "kolo" with torch.distributed (idempotent)."""
     if _create_work_from_future is None:
         raise RuntimeError("kolo backend: this torch has no _create_work_from_future; the "
-                           "kolo backend needs torch 1.13's Python ProcessGroup support")
+                           "kolo backend needs torch 2.x's Python ProcessGroup support")
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         import inspect
         kwargs = {"extended_api": True}
