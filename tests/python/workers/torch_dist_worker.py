@@ -546,6 +546,11 @@ def functional():
     check("f_all_to_all_single", funcol.all_to_all_single(rows, None, None, g).wait(),
           torch.stack([torch.full((3,), float(100 * s + R)) for s in range(N)]))
     check("f_broadcast", funcol.broadcast(mine, 0, g).wait(), x[0])
+    # kolo's kernels for the two functional ops serve every group: a gloo one too
+    gl = dist.new_group(backend="gloo")
+    check("f_gloo_all_gather", funcol.all_gather_tensor(mine, 0, gl).wait(), cat)
+    check("f_gloo_reduce_scatter", funcol.reduce_scatter_tensor(big, "sum", 0, gl).wait(),
+          want_rs)
     passed("functional")
 
     # the group's own methods, as C++ callers reach them (future-wrapping Work)
