@@ -1,6 +1,6 @@
 """DDP on backend "kolo" vs backend "gloo": same script, same processes.
 
-    kolorun -np 2 /usr/bin/python3 bench/ddp_bench.py [--model resnet18|convnet]
+    kolorun -np 2 "$KOLO_PYTHON" bench/ddp_bench.py [--model resnet18|convnet]
         [--batch 16] [--image 64] [--steps 10] [--warmup 3] [--rounds 3]
 
 The default group is kolo (init_method="kolo://": kolorun's job, a TCPStore

@@ -41,7 +41,7 @@
 # With the device tool: run(command="bench/gpu_issue16.sh build-gpubundle",
 #                           carry=["build-gpubundle"], timeout_s=600)
 # --list prints the phases and their commands, checks the inputs, runs nothing.
-# Knobs: KOLO_GPU16_BUDGET_S, KOLO_GPU16_PYTHON (default python3),
+# Knobs: KOLO_GPU16_BUDGET_S, KOLO_GPU16_PYTHON (default $KOLO_PYTHON, else python3),
 # KOLO_GPU16_SYNTH_ARGS (the benchmarks' options).
 set -uo pipefail
 
@@ -60,7 +60,13 @@ done
 DIR=$(cd "$DIR" 2>/dev/null && pwd) || { echo "no such directory: $DIR" >&2; exit 2; }
 BIN="$DIR/bin"
 BUDGET=${KOLO_GPU16_BUDGET_S:-480}
-PY=${KOLO_GPU16_PYTHON:-$(command -v python3 || echo python3)}
+# The interpreter: KOLO_GPU16_PYTHON, else $KOLO_PYTHON when it exists (kolo's
+# venv, scripts/python-env.sh), else the machine's python3 (the GPU machine's
+# has torch 2.11). Exported as KOLO_PYTHON: the tests start workers with it.
+PY=${KOLO_GPU16_PYTHON:-}
+if [[ -z $PY && -n ${KOLO_PYTHON:-} && -x ${KOLO_PYTHON:-} ]]; then PY=$KOLO_PYTHON; fi
+PY=${PY:-$(command -v python3 || echo python3)}
+export KOLO_PYTHON=$PY
 SYNTH_ARGS=(--model resnet50 --batch-size 64 --image-size 224 --num-warmup-batches 5
             --num-batches-per-iter 5 --num-iters 4)
 # KOLO_GPU16_SYNTH_ARGS replaces them (e.g. a small model for a smoke run of
@@ -156,10 +162,6 @@ phase() {
 # (phase runs one program: `timeout` cannot run shell functions.)
 phase env 5 30 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
 phase torch 5 60 "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "devices", torch.cuda.device_count())'
-if [[ "$PY" != /usr/bin/python3 && -x /usr/bin/python3 ]]; then
-  # The Python tests start their workers with /usr/bin/python3.
-  phase torch-usr-bin 5 60 /usr/bin/python3 -c 'import torch; print("/usr/bin/python3: torch", torch.__version__, torch.cuda.is_available())'
-fi
 
 mps_up=0
 if [[ $LIST == 0 ]] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then

@@ -20,6 +20,7 @@ set -u -o pipefail
 export LC_ALL=C
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/python-env.sh"  # KOLO_PYTHON: kolo's venv (matplotlib for the plot)
 build_dir=$root/build nps="2 4" minb=4 maxb=64M repeats=2 maxtime=0.5 run_timeout=600
 data=$root/docs/data/one-node png=$root/docs/img/one_node_busbw.png doc=$root/docs/benchmarks.md
 while [ $# -gt 0 ]; do
@@ -95,7 +96,7 @@ for n in $nps; do
     [ -n "$files" ] && series+=(-s "N=$n|$(label "$sys")=$files")
   done
 done
-/usr/bin/python3 "$root/bench/plot_busbw.py" "${series[@]}" --out "$png" --markdown "$data/headline.md" \
+"$KOLO_PYTHON" "$root/bench/plot_busbw.py" "${series[@]}" --out "$png" --markdown "$data/headline.md" \
   --title "One node, allreduce float32 in place ($(date -u +%Y-%m-%d), load $load_range)" || status=1
 cat "$data/headline.md"
 
@@ -114,7 +115,7 @@ cmdline="bench/headline.sh"
 } >"$data/headline-block.md"
 if [ -n "$doc" ]; then
   if grep -q '<!-- headline:one-node:begin -->' "$doc" && grep -q '<!-- headline:one-node:end -->' "$doc"; then
-    /usr/bin/python3 - "$doc" "$data/headline-block.md" <<'EOF'
+    "$KOLO_PYTHON" - "$doc" "$data/headline-block.md" <<'EOF'
 import sys
 doc, block = sys.argv[1], open(sys.argv[2]).read()
 text = open(doc).read()

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """plot_busbw.py: busbw against message size, from the tables the benchmarks print.
 
 Reads nccl-tests style tables (kolo-bench, mpi-allreduce-bench,

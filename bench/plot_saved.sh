@@ -6,7 +6,8 @@
 #   bench/plot_saved.sh [REPO_ROOT]
 set -eu
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
-plot=("/usr/bin/python3" "$root/bench/plot_busbw.py")
+. "$root/scripts/python-env.sh"  # KOLO_PYTHON: kolo's venv (it has matplotlib)
+plot=("$KOLO_PYTHON" "$root/bench/plot_busbw.py")
 a=$root/docs/data/across-agents
 if [ -d "$a" ]; then
   s=()

@@ -119,6 +119,16 @@ void ElasticRunner::spawnRank(Rank& r) {
   for (auto& [k, v] : spec.env) {
     if (k == "KOLO_SIZE" || k == "HOROVOD_SIZE") v = std::to_string(r.world);
   }
+  // torchrun's variables (RANK, WORLD_SIZE, ...) are fixed for a process's
+  // life, an elastic rank's numbers are not: an elastic rank gets none of them.
+  static const char* const kTorchrun[] = {
+      "RANK",        "LOCAL_RANK",       "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+      "GROUP_RANK",  "GROUP_WORLD_SIZE", "ROLE_RANK",  "ROLE_WORLD_SIZE",
+      "MASTER_ADDR", "MASTER_PORT"};
+  std::erase_if(spec.env, [](const auto& kv) {
+    return std::any_of(std::begin(kTorchrun), std::end(kTorchrun),
+                       [&](const char* n) { return kv.first == n; });
+  });
   const std::string tag = std::to_string(r.id);
   spec.on_stdout = [tag](std::string_view line) { writeAll(STDOUT_FILENO, "[" + tag + "]<stdout>:" + std::string(line) + "\n"); };
   spec.on_stderr = [tag](std::string_view line) { writeAll(STDERR_FILENO, "[" + tag + "]<stderr>:" + std::string(line) + "\n"); };

@@ -88,6 +88,7 @@ int JobRunner::run() {
   plan_.user_env = userEnv(opts_, processEnvironment());
   plan_.wdir = opts_.wdir;
   plan_.ssh_options = sshOptions(opts_);
+  setTorchrunMaster(plan_, processEnvironment());
 
   if (opts_.verbose) {
     say("job " + plan_.job.job_id + ": " + std::to_string(plan_.size()) + " rank(s) on " +

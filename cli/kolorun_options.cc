@@ -67,10 +67,15 @@ bool validEnvName(const std::string& n) {
 // What kolorun sets per rank (launch_plan.cc rankEnv): -x may not change it.
 bool isJobVariable(const std::string& n) {
   static const char* const kNames[] = {
-      "KOLO_AGENT_SOCKET", "KOLO_JOB_ID",     "KOLO_JOB_TOKEN",   "KOLO_RANK",       "KOLO_SIZE",
-      "KOLO_LOCAL_RANK",   "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK",  "KOLO_CROSS_SIZE", "HOROVOD_RANK",
-      "HOROVOD_SIZE",      "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
-      "HOROVOD_CROSS_SIZE", "KOLO_COORDINATOR", "KOLO_AGENT_RPC"};
+      "KOLO_AGENT_SOCKET",  "KOLO_JOB_ID",        "KOLO_JOB_TOKEN",
+      "KOLO_RANK",          "KOLO_SIZE",          "KOLO_LOCAL_RANK",
+      "KOLO_LOCAL_SIZE",    "KOLO_CROSS_RANK",    "KOLO_CROSS_SIZE",
+      "HOROVOD_RANK",       "HOROVOD_SIZE",       "HOROVOD_LOCAL_RANK",
+      "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE",
+      "KOLO_COORDINATOR",   "KOLO_AGENT_RPC",     "RANK",
+      "LOCAL_RANK",         "WORLD_SIZE",         "LOCAL_WORLD_SIZE",
+      "GROUP_RANK",         "GROUP_WORLD_SIZE",   "ROLE_RANK",
+      "ROLE_WORLD_SIZE"};
   return std::any_of(std::begin(kNames), std::end(kNames), [&](const char* k) { return n == k; });
 }
 

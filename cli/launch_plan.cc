@@ -1,6 +1,9 @@
 #include "cli/launch_plan.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -177,6 +180,19 @@ std::vector<std::pair<std::string, std::string>> rankEnv(const LaunchPlan& plan,
   for (auto& [name, value] : numbers) put(std::string("KOLO_") + name, std::to_string(value));
   put("KOLO_START_TIMEOUT", std::to_string(plan.start_timeout_s));
   for (auto& [name, value] : numbers) put(std::string("HOROVOD_") + name, std::to_string(value));
+  // torchrun's variables (docs/kolorun.md): a torchrun script runs unchanged.
+  put("RANK", std::to_string(p.rank));
+  put("LOCAL_RANK", std::to_string(p.local_rank));
+  put("WORLD_SIZE", std::to_string(plan.size()));
+  put("LOCAL_WORLD_SIZE", std::to_string(p.local_size));
+  put("GROUP_RANK", std::to_string(p.node));
+  put("GROUP_WORLD_SIZE", std::to_string(plan.nodes.size()));
+  put("ROLE_RANK", std::to_string(p.rank));
+  put("ROLE_WORLD_SIZE", std::to_string(plan.size()));
+  if (plan.master_port > 0) {
+    put("MASTER_ADDR", plan.master_addr);
+    put("MASTER_PORT", std::to_string(plan.master_port));
+  }
   if (!node.agent_rpc.empty()) put("KOLO_AGENT_RPC", node.agent_rpc);
   if (!plan.coordinator.empty()) put("KOLO_COORDINATOR", plan.coordinator);
   for (auto& [k, v] : plan.extra_env) put(k, v);
@@ -189,6 +205,58 @@ std::vector<std::pair<std::string, std::string>> rankEnv(const LaunchPlan& plan,
     }
   }
   return env;
+}
+
+namespace {
+int freeLocalTcpPort() {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    return 0;
+  }
+  return ntohs(a.sin_port);
+}
+}  // namespace
+
+void setTorchrunMaster(LaunchPlan& plan, const std::map<std::string, std::string>& env) {
+  auto addr = env.find("MASTER_ADDR");
+  auto port = env.find("MASTER_PORT");
+  if (addr != env.end() && port != env.end() && !addr->second.empty()) {
+    int v = 0;
+    auto [end, ec] =
+        std::from_chars(port->second.data(), port->second.data() + port->second.size(), v);
+    if (ec == std::errc() && end == port->second.data() + port->second.size() && v > 0 &&
+        v < 65536) {
+      plan.master_addr = addr->second;
+      plan.master_port = v;
+      return;
+    }
+  }
+  if (plan.nodes.empty()) return;
+  const NodeEndpoint& n0 = plan.nodes[0];
+  bool all_local = std::all_of(plan.nodes.begin(), plan.nodes.end(),
+                               [](const NodeEndpoint& n) { return n.local; });
+  if (all_local) {
+    plan.master_addr = "127.0.0.1";
+  } else if (!n0.local) {
+    plan.master_addr = n0.host;
+  } else {
+    char host[256] = {};
+    plan.master_addr = ::gethostname(host, sizeof host - 1) == 0 ? host : "127.0.0.1";
+  }
+  if (n0.local) {
+    plan.master_port = freeLocalTcpPort();
+  } else {
+    unsigned h = 0;
+    for (char c : plan.job.job_id) h = h * 131u + static_cast<unsigned char>(c);
+    plan.master_port = 29500 + static_cast<int>(h % 1000u);
+  }
 }
 
 bool isSecretVariable(std::string_view name) {

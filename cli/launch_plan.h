@@ -77,11 +77,25 @@ struct LaunchPlan {
   std::string wdir;                      // --wdir (empty: kolorun's / ssh's own)
   std::vector<std::string> ssh_options;  // e.g. {"-p", "2222", "-i", "key"}
   std::vector<std::string> command;
+  // torchrun's MASTER_ADDR / MASTER_PORT for the ranks (torch.distributed's
+  // env:// store, hosted by rank 0); port 0: not set (setTorchrunMaster).
+  std::string master_addr;
+  int master_port = 0;
 
   int size() const { return static_cast<int>(ranks.size()); }
 };
 
-// The variables kolorun sets for `rank` (in a fixed order).
+// torchrun's MASTER_ADDR / MASTER_PORT for a plan whose nodes are set: the
+// ones in kolorun's environment `env` when both are there; else node 0's
+// address (127.0.0.1 when every node is this machine, else its host name or
+// this machine's) and, when node 0 is this machine, a port free on it now
+// (I/O: a bind to port 0), else 29500 + a number from the job id (< 1000).
+void setTorchrunMaster(LaunchPlan& plan, const std::map<std::string, std::string>& env);
+
+// The variables kolorun sets for `rank` (in a fixed order): KOLO_*,
+// HOROVOD_*, and torchrun's RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+// GROUP_RANK (the node's index), GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE
+// and, when plan.master_port is set, MASTER_ADDR and MASTER_PORT.
 std::vector<std::pair<std::string, std::string>> rankEnv(const LaunchPlan& plan, int rank);
 // Variables that never go on a command line, where `ps` shows them to every
 // user of the host: KOLO_JOB_TOKEN and any *_TOKEN, *SECRET*, *PASSWORD*.

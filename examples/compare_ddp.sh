@@ -6,6 +6,8 @@
 #   examples/compare_ddp.sh [--build-dir DIR] [--np "2 4"] [--python PY]
 #                           [--zero-copy] [-- extra benchmark options]
 #
+# --python defaults to $KOLO_PYTHON (scripts/python-env.sh: kolo's venv).
+#
 # Benchmark options default to a short CPU run (resnet18, batch 16, 64x64
 # images, 2 warm-up batches, 3 iterations of 3 batches); anything after --
 # is passed to both benchmarks (e.g. -- --model resnet50 --image-size 224).
@@ -16,7 +18,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/.." && pwd)"
 build_dir="${repo}/build"
 np_list="2 4"
-python=/usr/bin/python3
+# kolo's Python environment ($KOLO_PYTHON, scripts/python-env.sh)
+. "${repo}/scripts/python-env.sh"
+python=$KOLO_PYTHON
 kolo_extra=()
 bench_args=(--model resnet18 --batch-size 16 --image-size 64 --num-warmup-batches 2
             --num-batches-per-iter 3 --num-iters 3)

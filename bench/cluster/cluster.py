@@ -51,6 +51,9 @@ import time
 PREFIX = "kcl-"
 SUBNET = "10.231.0"
 DEV = "kc0"
+# kolo's Python environment (scripts/python-env.sh): $KOLO_PYTHON, else the
+# interpreter running this script.
+KOLO_PYTHON = os.environ.get("KOLO_PYTHON") or sys.executable
 
 
 def log(*a):
@@ -518,7 +521,7 @@ else:
         name = "model-%s-ddp-%s" % (a.model, rtag)
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_model_step.py")
         init = "tcp://%s:29511" % self.net.addr(0)
-        ranks = [self.procs.start(ns, ["/usr/bin/python3", script, "--model", mfile, "--compute-ms", "%.1f" % compute,
+        ranks = [self.procs.start(ns, [KOLO_PYTHON, script, "--model", mfile, "--compute-ms", "%.1f" % compute,
                                        "--rank", str(i), "--size", str(k), "--init", init, "-w", str(a.model_warmup),
                                        "-n", str(a.model_iters)] + pargs,
                                   env={"GLOO_SOCKET_IFNAME": DEV, "OMP_NUM_THREADS": "1"},
@@ -620,7 +623,7 @@ def main():
                          'give it --model-warmup steps to settle)')
     ap.add_argument("--model-peers", default="kolo",
                     help='who runs --model: "kolo" and/or "ddp" (ddp_model_step.py: DDP\'s 25 MiB buckets on '
-                         'torch.distributed gloo, /usr/bin/python3 with torch)')
+                         'torch.distributed gloo, $KOLO_PYTHON with torch)')
     ap.add_argument("--model-warmup", type=int, default=1, help="untimed steps first for --model (default 1)")
     ap.add_argument("--profile", default="flops", choices=["flops", "params"],
                     help="--model's compute per gradient: by the layer's forward FLOPs (bench/models/MODEL.flops, "

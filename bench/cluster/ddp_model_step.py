@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ddp_model_step.py: the model step of kolo-bench --model-step, done the way PyTorch DDP does it on Gloo.
 
 One process per rank (cluster.py --model-peers ddp starts one in each node). Each step replays a model's

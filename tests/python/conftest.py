@@ -18,7 +18,9 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 PKG_DIR = os.path.join(REPO, "client_lib", "python")
 WORKERS = os.path.join(HERE, "workers")
 EXAMPLES = os.path.join(REPO, "examples")
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+# The interpreter every worker runs under: $KOLO_PYTHON (scripts/python-env.sh,
+# CTest passes it), else the one running pytest. Never a system path.
+PYTHON = os.environ.get("KOLO_PYTHON") or sys.executable
 
 sys.path.insert(0, PKG_DIR)
 sys.path.insert(0, WORKERS)

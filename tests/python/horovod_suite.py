@@ -73,6 +73,11 @@ def horovod_files(src):
     return test, common
 
 
+_OPTIM_LIST = "subclass != torch.optim.LBFGS and"
+_OPTIM_LIST_NO_MUON = ("subclass != torch.optim.LBFGS and "
+                       "subclass.__name__ != 'Muon' and")
+
+
 def prepare(src, work):
     """Copies and adapts Horovod's files into `work`; returns the test path."""
     test, common = horovod_files(src)
@@ -82,9 +87,15 @@ def prepare(src, work):
         text = f.read()
     if text.count(_IMPORT) != 1:
         raise SystemExit("%s: expected one `%s` line" % (test, _IMPORT))
+    text = text.replace(_IMPORT, "import kolo.torch as hvd")
+    # torch >= 2.9 has torch.optim.Muon, which refuses the 1-D parameters of
+    # the suite's models (ValueError: Muon only supports 2D parameters); the
+    # three tests that try every torch.optim optimizer fail so with Horovod
+    # itself. Leave it out of their lists, as they leave out LBFGS.
+    text = text.replace(_OPTIM_LIST, _OPTIM_LIST_NO_MUON)
     out = os.path.join(work, "parallel", "test_torch.py")
     with open(out, "w") as f:
-        f.write(text.replace(_IMPORT, "import kolo.torch as hvd"))
+        f.write(text)
     with open(common) as f:
         text = f.read()
     for old, new in _COMMON_SUBS:

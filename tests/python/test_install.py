@@ -1,4 +1,6 @@
-"""`pip install ./client_lib/python` bundles libkolo.so and works offline."""
+"""`pip install ./client_lib/python` bundles libkolo.so and works offline
+(--no-build-isolation: pip >= 25 otherwise fetches setuptools into a
+build environment; the venv has setuptools)."""
 
 import os
 import shutil
@@ -15,7 +17,7 @@ def test_pip_install_bundles_libkolo(stack, tmp_path):
     env = rank_env({"KOLO_BUILD_DIR": stack})
     env.pop("KOLO_LIBRARY")
     res = run_bounded([PYTHON, "-m", "pip", "install", "--no-index", "--no-deps",
-                       "--disable-pip-version-check", "--target", str(target), str(src)],
+                       "--disable-pip-version-check", "--no-build-isolation", "--target", str(target), str(src)],
                       180, env=env, cwd=str(tmp_path))
     assert res.rc == 0, res.describe()
     lib = target / "kolo" / "libkolo.so"

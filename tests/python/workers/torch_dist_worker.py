@@ -41,6 +41,11 @@ def data(rank, dtype, shape=(5, 3), lo=-20, hi=21, seed=0):
 
 
 def check(name, got, want):
+    if isinstance(want, (list, tuple)):
+        assert len(got) == len(want), (name, len(got), len(want))
+        for i, (g, w) in enumerate(zip(got, want)):
+            check("%s[%d]" % (name, i), g, w)
+        return
     assert got.dtype == want.dtype, (name, got.dtype, want.dtype)
     assert torch.equal(got, want), "%s: got\n%s\nwant\n%s" % (name, got, want)
 
@@ -222,12 +227,13 @@ def async_errors():
         raise AssertionError("mismatched allreduce did not fail")
     except RuntimeError as e:
         msg = str(e)
-        assert msg.startswith("kolo backend: allreduce failed") and "shape" in msg.lower(), msg
+        assert msg.startswith("kolo backend: allreduce (tensor ") and " failed: " in msg \
+            and "shape" in msg.lower(), msg
         try:
             w.get_future().wait()
             raise AssertionError("the future of a failed allreduce completed")
         except RuntimeError as e2:
-            assert "kolo backend: allreduce failed" in str(e2), str(e2)
+            assert "kolo backend: allreduce (tensor " in str(e2), str(e2)
         assert not w.is_success() and w.is_completed()
         print("mismatch error: %s" % msg.splitlines()[0][:300])
     passed("error_mismatch")
@@ -321,6 +327,7 @@ def ddp():
     cases = [("plain", {}, None, 1, 1e-6), ("no_sync", {}, None, 2, 1e-6),
              ("find_unused", {"find_unused_parameters": True}, None, 1, 1e-6),
              ("fp16_hook", {}, default_hooks.fp16_compress_hook, 1, 2e-3),
+             ("bf16_hook", {}, default_hooks.bf16_compress_hook, 1, 2e-2),
              ("small_buckets", {"bucket_cap_mb": 0.0005}, None, 1, 1e-6)]
     for name, kw, hook, acc, tol in cases:
         unused = name == "find_unused"
@@ -434,14 +441,21 @@ def cuda():
 
 
 def fsdp():
-    """FSDP (torch.distributed.fsdp) on the kolo backend: FullyShardedDataParallel
-    (FULL_SHARD: parameters all-gathered with all_gather_into_tensor before
-    each forward and backward, gradients reduce_scatter_tensor'ed into the
-    shards) and, where this torch has it, FSDP2's fully_shard, each trained 6
-    steps from ranks that start with different weights (sync_module_states)
-    against one process on the concatenated batch. argv[2]: cpu | cuda."""
+    """FSDP (torch.distributed.fsdp) on the kolo backend, each trained 6 SGD
+    steps against one process on the concatenated batch, parameters within
+    FSDP_TOL (float32 rounding of a different summation order):
+    FullyShardedDataParallel with FULL_SHARD (parameters all-gathered with
+    all_gather_into_tensor before each forward and backward, gradients
+    reduce_scatter_tensor'ed into the shards) and SHARD_GRAD_OP (gathered
+    once, kept through backward), from ranks that start with different
+    weights (sync_module_states on CUDA; on CPU, which torch's
+    sync_module_states refuses, a dist.broadcast of each parameter first); and FSDP2's fully_shard
+    (DTensor parameters; its all-gather and reduce-scatter go through the
+    process group's allgather_into_tensor_coalesced / reduce_scatter_tensor).
+    argv[2]: cpu | cuda."""
     import os
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+    from torch.distributed.fsdp import fully_shard
     where = sys.argv[2]
     if where == "cuda":
         dev = torch.device("cuda", int(os.environ.get("KOLO_LOCAL_RANK", "0"))
@@ -462,50 +476,136 @@ def fsdp():
         return m
 
     ref = _train(start(False), batches, per, rank_slice=False)
-    try:
-        import inspect
-        kw = {"device_id": dev} if where == "cuda" else {}
-        if "use_orig_params" in inspect.signature(FSDP.__init__).parameters:
-            kw["use_orig_params"] = True  # torch >= 2.0; 1.13 trains its flat parameters
-        model = FSDP(start(True), sync_module_states=True, **kw)
-    except Exception as e:  # a torch whose FSDP has no CPU support says so here
-        if where == "cpu":
-            print("fsdp-unsupported: %s" % str(e).splitlines()[0][:300])
-            return
-        raise
-    _train(model, batches, per, ddp=None)
-    with FSDP.summon_full_params(model):
-        _compare("fsdp_%s" % where, model.module, ref, 1e-5)
-        flat = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()])
-    outs = [torch.empty_like(flat) for _ in range(N)]
-    dist.all_gather(outs, flat)
-    assert all(torch.equal(o, flat) for o in outs), "fsdp: ranks disagree"
-    passed("fsdp_%s" % where)
+    for label, strategy in (("full_shard", ShardingStrategy.FULL_SHARD),
+                            ("shard_grad_op", ShardingStrategy.SHARD_GRAD_OP)):
+        # device_id=cpu: torch 2.x's FSDP takes CPU modules when told so
+        m = start(True)
+        if where == "cpu":  # torch's sync_module_states refuses CPU modules: broadcast here
+            for p in m.parameters():
+                dist.broadcast(p.data, 0)
+        model = FSDP(m, sync_module_states=where != "cpu", device_id=dev,
+                     sharding_strategy=strategy, use_orig_params=True)
+        _train(model, batches, per, ddp=None)
+        with FSDP.summon_full_params(model):
+            _compare("fsdp_%s_%s" % (label, where), model.module, ref, FSDP_TOL)
+            flat = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()])
+        outs = [torch.empty_like(flat) for _ in range(N)]
+        dist.all_gather(outs, flat)
+        assert all(torch.equal(o, flat) for o in outs), "fsdp %s: ranks disagree" % label
+        passed("fsdp_%s_%s" % (label, where))
 
-    try:
-        from torch.distributed.fsdp import fully_shard
-    except ImportError:
-        print("fsdp2-unsupported: this torch has no torch.distributed.fsdp.fully_shard")
-        return
     m = start(False)  # FSDP2 does not broadcast rank 0's weights: start equal
-    try:
-        for layer in (m.a, m.b):
-            fully_shard(layer)
-        fully_shard(m)
-    except Exception as e:
-        if where == "cpu":
-            print("fsdp2-unsupported: %s" % str(e).splitlines()[0][:300])
-            return
-        raise
+    for layer in (m.a, m.b):
+        fully_shard(layer)
+    fully_shard(m)
+    from torch.distributed.tensor import DTensor
+    assert all(isinstance(p, DTensor) for p in m.parameters()), "fully_shard: not DTensors"
     _train(m, batches, per)
     full = [p.full_tensor() for p in m.parameters()]
     worst = max((p - q).abs().max().item() for p, q in zip(full, ref.parameters()))
-    assert worst <= 1e-5, "fsdp2_%s: parameters differ by %g" % (where, worst)
+    assert worst <= FSDP_TOL, "fsdp2_%s: parameters differ by %g" % (where, worst)
     print("fsdp2_%s max |param diff| %.3g" % (where, worst))
     passed("fsdp2_%s" % where)
 
 
+FSDP_TOL = 1e-5
+
+
+def functional():
+    """torch 2.x's functional collectives, the process group's coalesced
+    and base forms called directly (as FSDP2 and C++ callers do), DTensor
+    redistribution, and an error that names the tensor; bit-exact
+    (integer-valued floats)."""
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+    g = dist.group.WORLD
+    pg = dist.distributed_c10d._get_default_group()
+    assert pg.getBackendName() == "kolo", pg.getBackendName()
+    x = [torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 * r for r in range(N)]
+    mine = x[R]
+    total = sum(x)
+    cat = torch.cat(x)
+
+    check("f_all_reduce", funcol.all_reduce(mine, "sum", g).wait(), total)
+    check("f_all_reduce_avg", funcol.all_reduce(mine, "avg", g).wait(), total / N)
+    check("f_all_gather", funcol.all_gather_tensor(mine, 0, g).wait(), cat)
+    big = torch.cat([xi * (k + 1) for k, xi in enumerate([mine] * N)])  # N blocks of 2 rows
+    want_rs = sum(xi for xi in x) * (R + 1)
+    check("f_reduce_scatter", funcol.reduce_scatter_tensor(big, "sum", 0, g).wait(), want_rs)
+    a, b = mine.clone(), mine[0].clone()
+    got = funcol.all_reduce_coalesced([a, b], "sum", g)
+    check("f_all_reduce_coalesced", [t.wait() for t in got], [total, total[0]])
+    got = funcol.all_gather_into_tensor_coalesced([mine, mine[1]], g)
+    check("f_all_gather_coalesced", [t.wait() for t in got],
+          [cat, torch.cat([xi[1] for xi in x])])
+    got = funcol.reduce_scatter_tensor_coalesced([big, big.reshape(-1)], "sum", [0, 0], g)
+    check("f_reduce_scatter_coalesced", [t.wait() for t in got],
+          [want_rs, want_rs.reshape(-1)])
+    rows = torch.stack([torch.full((3,), float(100 * R + d)) for d in range(N)])
+    check("f_all_to_all_single", funcol.all_to_all_single(rows, None, None, g).wait(),
+          torch.stack([torch.full((3,), float(100 * s + R)) for s in range(N)]))
+    check("f_broadcast", funcol.broadcast(mine, 0, g).wait(), x[0])
+    # kolo's kernels for the two functional ops serve every group: a gloo one too
+    gl = dist.new_group(backend="gloo")
+    check("f_gloo_all_gather", funcol.all_gather_tensor(mine, 0, gl).wait(), cat)
+    check("f_gloo_reduce_scatter", funcol.reduce_scatter_tensor(big, "sum", 0, gl).wait(),
+          want_rs)
+    passed("functional")
+
+    # the group's own methods, as C++ callers reach them (future-wrapping Work)
+    o1, o2 = torch.empty(2 * N, 3), torch.empty(3 * N)
+    w = pg.allgather_into_tensor_coalesced([o1, o2], [mine, mine[0].clone()])
+    w.get_future().wait()
+    check("pg_allgather_into_tensor_coalesced", [o1, o2],
+          [cat, torch.cat([xi[0] for xi in x])])
+    r1, r2 = torch.empty(2, 3), torch.empty(3)
+    opts = dist.ReduceScatterOptions()
+    opts.reduceOp = dist.ReduceOp.SUM
+    w = pg.reduce_scatter_tensor_coalesced([r1, r2], [big, torch.cat([mine[0]] * N)], opts)
+    w.get_future().wait()
+    check("pg_reduce_scatter_tensor_coalesced", [r1, r2], [want_rs, total[0]])
+    opts = dist.ReduceScatterOptions()
+    opts.reduceOp = dist.ReduceOp.MAX
+    w = pg.reduce_scatter_tensor_coalesced([r2], [torch.cat([mine[0]] * N)], opts)
+    w.get_future().wait()
+    check("pg_reduce_scatter_tensor_coalesced_max", r2, x[N - 1][0])
+    a, b = mine.clone(), mine[1].clone()
+    w = pg.allreduce_coalesced([a, b], dist.AllreduceCoalescedOptions())
+    w.get_future().wait()
+    check("pg_allreduce_coalesced", [a, b], [total, total[1]])
+    out = torch.empty(2 * N, 3)
+    pg._allgather_base(out, mine).get_future().wait()
+    check("pg_allgather_base", out, cat)
+    rs = torch.empty(2, 3)
+    pg._reduce_scatter_base(rs, big).get_future().wait()
+    check("pg_reduce_scatter_base", rs, want_rs)
+    w = pg.allreduce([mine.clone()])
+    assert isinstance(w, dist.Work) and torch.equal(w.get_future().wait()[0], total)
+    passed("pg_methods")
+
+    # DTensor on a mesh of the kolo group: shard, then replicate
+    mesh = init_device_mesh("cpu", (N,))
+    full = torch.arange(4.0 * N * 3).reshape(4 * N, 3)
+    d = distribute_tensor(full, mesh, [Shard(0)])
+    assert isinstance(d, DTensor) and d.to_local().shape == (4, 3), d.to_local().shape
+    check("dtensor_full_tensor", d.full_tensor(), full)
+    check("dtensor_replicate", d.redistribute(mesh, [Replicate()]).to_local(), full)
+    passed("dtensor")
+
+    # errors name the tensor
+    w = dist.all_reduce(torch.ones(3 + R), async_op=True)
+    try:
+        w.wait()
+        raise AssertionError("mismatched allreduce did not fail")
+    except RuntimeError as e:
+        msg = str(e)
+        assert "tensor float32[%d]" % (3 + R) in msg and "kolo name tdist." in msg, msg
+        print("named error: %s" % msg.splitlines()[0][:300])
+    passed("error_names_tensor")
+
+
 {"collectives": collectives, "async_errors": async_errors, "ddp": ddp,
- "cuda": cuda, "fsdp": fsdp}[MODE]()
+ "cuda": cuda, "fsdp": fsdp, "functional": functional}[MODE]()
 dist.destroy_process_group()
 print("WORKER-OK rank %d" % R)

@@ -162,3 +162,10 @@ def stop_timeline():
     if _basics.local_rank() == 0:
         _native.timeline(False)
 
+
+# Importing kolo.torch registers the torch.distributed backend "kolo" (and the
+# init_method "kolo://"): init_process_group(backend="kolo") needs nothing else.
+import torch.distributed as _tdist  # noqa: E402
+
+if _tdist.is_available():
+    from . import distributed  # noqa: F401,E402  (registers on import)

@@ -1,20 +1,23 @@
 """kolo as a torch.distributed backend: ``init_process_group(backend="kolo")``.
 
-    import kolo.torch.distributed            # registers the backend "kolo"
+    import kolo.torch                        # registers the backend "kolo"
     torch.distributed.init_process_group(backend="kolo")
     model = torch.nn.parallel.DistributedDataParallel(model)
 
 Launch with ``kolorun -np N python train.py``: kolorun's environment names
-the job, the rank and the size, and init_process_group needs no address
-(``init_method`` defaults to ``kolo://`` here, see below). Without kolorun
+the job, the rank and the size, and exports torchrun's variables (RANK,
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+MASTER_PORT), so torch's default ``env://`` works unchanged, as does
+``init_method="kolo://"`` (kolo's own rendezvous, below). Without kolorun
 (torchrun, or MASTER_ADDR/RANK/WORLD_SIZE set by hand) a kolo agent must
 already run on every node (KOLO_AGENT_SOCKET, default /run/kolo/agent.sock);
 the job id is then agreed through torch's store. See
 docs/user-guide-python.md, "Using kolo from DDP".
 
 The process group is a Python subclass of torch.distributed.ProcessGroup
-(torch 1.13's pybind trampoline lets C++ callers such as DDP's reducer call
-back into it). Every collective is submitted through kolo.torch's
+(torch 2.x's pybind trampoline, PyProcessGroup, lets C++ callers such as
+DDP's reducer and the functional collectives call back into it; tested
+under torch 2.11). Every collective is submitted through kolo.torch's
 asynchronous handles; a completion thread of this process waits for them in
 submission order and completes the torch Future behind the returned Work
 (``_create_work_from_future``), with the op's result or a RuntimeError that
@@ -190,7 +193,7 @@ _WorkBase = getattr(dist, "Work", None) or getattr(dist, "_Work")
 
 class KoloWork(_WorkBase):
     """The Work handed to Python callers (torch.distributed's functions):
-    wait() raises the collective's error. torch 1.13's future-wrapping Work
+    wait() raises the collective's error. torch's future-wrapping Work (1.13 to 2.11)
     (what C++ callers such as DDP get) returns from wait() even when its
     future failed, and C++ cannot call back into a Python Work, so each
     caller gets the kind it can use (see ProcessGroupKolo._work)."""
@@ -234,6 +237,17 @@ class KoloWork(_WorkBase):
         pass  # CPU tensors: nothing to order on a stream
 
 
+_last_name = threading.local()  # the kolo name of this thread's last submission
+
+
+def _describe(tensors):
+    """'float32[4, 3]' for an op's first tensor (errors name the tensor)."""
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            return "%s%s" % (str(t.dtype).replace("torch.", ""), list(t.shape))
+    return "no tensor"
+
+
 _C10D_FILE = os.path.normcase(os.path.abspath(dist.distributed_c10d.__file__)).rstrip("co")
 
 
@@ -263,17 +277,38 @@ class ProcessGroupKolo(dist.ProcessGroup):
         self._tag = tag
         self._seq = 0
         self._seq_lock = threading.Lock()
+        self._group_name = None
+        self._group_desc = ""
 
     # -- helpers ------------------------------------------------------------
 
     def getBackendName(self):
         return BACKEND_NAME
 
+    # torch 2.x keeps a group's name and description in its C++ backends; a
+    # Python ProcessGroup has none, so its trampoline asks these (DeviceMesh,
+    # FSDP2 and the functional collectives look groups up by name).
+    def getGroupName(self):
+        if self._group_name is None:
+            raise RuntimeError("kolo backend: the process group's name is not set yet")
+        return self._group_name
+
+    def setGroupName(self, name):
+        self._group_name = name
+
+    def getGroupDesc(self):
+        return self._group_desc
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
+
     def _name(self):
         with self._seq_lock:
             n = self._seq
             self._seq += 1
-        return "tdist.%s.%d" % (self._tag, n)
+        name = "tdist.%s.%d" % (self._tag, n)
+        _last_name.value = name
+        return name
 
     def _global(self, group_rank):
         if not 0 <= group_rank < self.size():
@@ -301,15 +336,18 @@ class ProcessGroupKolo(dist.ProcessGroup):
         as with torch's backends; collective failures go to the Future.
         `tensors`: the op's inputs and outputs; CUDA ones make it a CUDA
         work ordered on their device's current stream."""
+        desc = _describe(tensors)
+        _last_name.value = None
         try:
             cuda = _cuda_of(tensors)
             h = start()
         except (ValueError, TypeError) as e:
-            raise RuntimeError("kolo backend: %s: %s" % (what, e)) from None
+            raise RuntimeError("kolo backend: %s of tensor %s: %s" % (what, desc, e)) from None
         except Exception as e:
-            return self._work(_failed_future(RuntimeError("kolo backend: %s failed: %s"
-                                                          % (what, e))))
-        return self._work(_completer.submit(h, finish, self._timeout, what, cuda))
+            return self._work(_failed_future(RuntimeError(
+                "kolo backend: %s failed for tensor %s: %s" % (what, desc, e))))
+        label = "%s (tensor %s, kolo name %s)" % (what, desc, _last_name.value)
+        return self._work(_completer.submit(h, finish, self._timeout, label, cuda))
 
     @staticmethod
     def _one(tensors, what):
@@ -417,6 +455,70 @@ class ProcessGroupKolo(dist.ProcessGroup):
 
         return self._allgather_flat(cat, "allgather_coalesced", finish,
                                     [o for outs in output_lists for o in outs])
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        """One atomic grouped allgather (FSDP2, functional collectives):
+        outputs[i] gets every rank's inputs[i], in rank order."""
+        outputs, inputs = list(outputs), list(inputs)
+        if len(outputs) != len(inputs):
+            raise RuntimeError("kolo backend: allgather_into_tensor_coalesced: %d outputs for %d "
+                               "inputs" % (len(outputs), len(inputs)))
+        for o, i in zip(outputs, inputs):
+            if o.numel() != i.numel() * self.size():
+                raise RuntimeError("kolo backend: allgather_into_tensor_coalesced: output %s "
+                                   "has %d elements, needs %d x %d" % (
+                                       _describe([o]), o.numel(), self.size(), i.numel()))
+        flats = [_flat(i) for i in inputs]
+
+        def start():
+            return _ops.grouped_allgather_async(flats, name=self._name(), process_set=self._ps)
+
+        def finish(res):
+            for o, r in zip(outputs, res):
+                _copy_back(o, r)
+            return outputs
+
+        return self._run("allgather_into_tensor_coalesced", start, finish, inputs + outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        """One atomic grouped reducescatter (SUM, AVG; MIN/MAX/PRODUCT as a
+        grouped allreduce of which each rank keeps its block)."""
+        op = _kolo_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                      "reduce_scatter_tensor_coalesced")
+        outputs, inputs = list(outputs), list(inputs)
+        n, r = self.size(), self.rank()
+        if len(outputs) != len(inputs):
+            raise RuntimeError("kolo backend: reduce_scatter_tensor_coalesced: %d outputs for %d "
+                               "inputs" % (len(outputs), len(inputs)))
+        for o, i in zip(outputs, inputs):
+            if i.numel() != o.numel() * n:
+                raise RuntimeError("kolo backend: reduce_scatter_tensor_coalesced: input %s has "
+                                   "%d elements, needs %d x %d" % (
+                                       _describe([i]), i.numel(), n, o.numel()))
+        if op in (_ops.Sum, _ops.Average):
+            rows = [_flat(i).reshape(n, o.numel()) for o, i in zip(outputs, inputs)]
+
+            def start():
+                return _ops.grouped_reducescatter_async(rows, name=self._name(), op=op,
+                                                        process_set=self._ps)
+
+            def finish(res):
+                for o, x in zip(outputs, res):
+                    _copy_back(o, x)
+                return outputs
+        else:
+            bufs = [_flat(i).clone() for i in inputs]
+
+            def start():
+                return _ops.grouped_allreduce_async_(bufs, name=self._name(), op=op,
+                                                     process_set=self._ps)
+
+            def finish(_):
+                for o, b in zip(outputs, bufs):
+                    k = o.numel()
+                    _copy_back(o, b[r * k:(r + 1) * k])
+                return outputs
+        return self._run("reduce_scatter_tensor_coalesced", start, finish, inputs + outputs)
 
     # -- reduce_scatter -------------------------------------------------------
 
@@ -698,11 +800,79 @@ def _kolo_rendezvous(url, timeout=timedelta(minutes=30), **kwargs):
     raise RuntimeError("kolo:// rendezvous cannot run twice (re-initialization)")
 
 
+_FUNCTIONAL_REDUCE_OPS = {"sum": "SUM", "avg": "AVG", "product": "PRODUCT", "min": "MIN",
+                          "max": "MAX"}
+_functional_lib = None
+
+
+def _install_functional_kernels():
+    """torch 2.x's functional collectives (torch.distributed._functional_collectives,
+    DTensor's redistribute, FSDP2's full_tensor) call the C++ group directly.
+    Python process groups are reached through their trampoline's methods,
+    which cover every functional collective but two: all_gather_into_tensor
+    and reduce_scatter_tensor call _allgather_base / _reduce_scatter_base,
+    which the trampoline does not forward (torch's kernel then looks for a
+    C++ backend of the device and fails: "No backend type associated with
+    device type cpu"). For CPU and CUDA tensors these two ops (and their
+    _out forms) get kernels here that do what torch's do (Functional.cpp:
+    allocate, call the group, register the Work for wait_tensor) from
+    Python, so any group's Python methods are reached; for gloo and NCCL
+    groups that is the same C++ call as before."""
+    global _functional_lib
+    if _functional_lib is not None:
+        return
+    try:
+        ops = torch.ops._c10d_functional
+        ops.all_gather_into_tensor, ops.reduce_scatter_tensor  # noqa: B018 (present?)
+        from torch._C._distributed_c10d import (AllgatherOptions as _AllgatherOptions,
+                                                _register_work, _resolve_process_group)
+    except (AttributeError, ImportError, RuntimeError):
+        return  # a torch without functional collectives
+    lib = torch.library.Library("_c10d_functional", "IMPL")
+
+    def gather_out(input, group_size, group_name, out):
+        group = _resolve_process_group(group_name)
+        work = group._allgather_base(out, input.contiguous(), _AllgatherOptions())
+        _register_work(out, work)
+        return out
+
+    def gather(input, group_size, group_name):
+        out = input.new_empty((input.shape[0] * group_size,) + tuple(input.shape[1:])
+                              if input.dim() else (group_size,))
+        return gather_out(input, group_size, group_name, out)
+
+    def scatter_out(input, reduce_op, group_size, group_name, out):
+        name = _FUNCTIONAL_REDUCE_OPS.get(str(reduce_op).lower())
+        if name is None:
+            raise RuntimeError("reduce_scatter_tensor: reduce op %r is not supported by the kolo "
+                               "backend's functional kernel" % (reduce_op,))
+        opts = dist.ReduceScatterOptions()
+        opts.reduceOp = getattr(dist.ReduceOp, name)
+        group = _resolve_process_group(group_name)
+        work = group._reduce_scatter_base(out, input.contiguous(), opts)
+        _register_work(out, work)
+        return out
+
+    def scatter(input, reduce_op, group_size, group_name):
+        if input.shape[0] % group_size:
+            raise RuntimeError("reduce_scatter_tensor: dim 0 (%d) does not divide by the group "
+                               "size %d" % (input.shape[0], group_size))
+        out = input.new_empty((input.shape[0] // group_size,) + tuple(input.shape[1:]))
+        return scatter_out(input, reduce_op, group_size, group_name, out)
+
+    for key in ("CPU", "CUDA"):
+        lib.impl("all_gather_into_tensor", gather, key)
+        lib.impl("all_gather_into_tensor_out", gather_out, key)
+        lib.impl("reduce_scatter_tensor", scatter, key)
+        lib.impl("reduce_scatter_tensor_out", scatter_out, key)
+    _functional_lib = lib
+
+
 def register():
     """Registers backend "kolo" with torch.distributed (idempotent)."""
     if _create_work_from_future is None:
         raise RuntimeError("kolo backend: this torch has no _create_work_from_future; the "
-                           "kolo backend needs torch 1.13's Python ProcessGroup support")
+                           "kolo backend needs torch 2.x's Python ProcessGroup support")
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         import inspect
         kwargs = {"extended_api": True}
@@ -712,6 +882,7 @@ def register():
             kwargs["devices"] = ["cpu", "cuda"]
         dist.Backend.register_backend(BACKEND_NAME, _create, **kwargs)
     _install_new_group_hook()
+    _install_functional_kernels()
     import importlib
     _rdzv = importlib.import_module("torch.distributed.rendezvous")
     if "kolo" not in _rdzv._rendezvous_handlers:
