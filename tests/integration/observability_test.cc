@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "harness.h"
 
@@ -143,7 +144,13 @@ TEST(Timeline, ApiStartsAndStopsTheAgentsTimeline) {
     auto ranks = c.launchJob("tlapi", 2, {checkBin(), "api-timeline", path});
     ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60)));
     for (auto& r : ranks) EXPECT_EQ(r.exit_code, 0) << r.output() << c.agentLog(0);
+    // The stop travels on the socket, the barriers on the rings: the agent
+    // may close the file just after the ranks are gone (bounded wait).
     std::string log = c.agentLog(0);
+    for (int i = 0; i < 100 && log.find("timeline " + path + " closed") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      log = c.agentLog(0);
+    }
     EXPECT_NE(log.find("timeline recording to " + path), std::string::npos) << log;
     EXPECT_NE(log.find("timeline " + path + " closed"), std::string::npos) << log;
   }
