@@ -73,10 +73,7 @@ std::string unparseableBytes(int variant) {
     case 2:
       return std::string("\x0b", 1);  // a group start, never ended
     default:
-      return std::string(
-          "\x12\x05"
-          "ab",
-          4);  // field 2: 5 bytes announced, 2 sent
+      return std::string("\x12\x05", 2) + "ab";  // field 2: 5 bytes announced, 2 sent
   }
 }
 
