@@ -46,7 +46,8 @@ def bench(group, args, classes):
     x = torch.randn(args.batch, 3, args.image, args.image)
     y = torch.randint(0, classes, (args.batch,))
     model(x)  # materializes lazy layers before DDP
-    ddp = nn.parallel.DistributedDataParallel(model, process_group=group)
+    # group None: the compute-only ceiling (no DDP, no communication).
+    ddp = model if group is None else nn.parallel.DistributedDataParallel(model, process_group=group)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
 
     def step():
@@ -56,11 +57,11 @@ def bench(group, args, classes):
 
     for _ in range(args.warmup):
         step()
-    dist.barrier(group=group)
+    dist.barrier()
     t0 = time.perf_counter()
     for _ in range(args.steps):
         step()
-    dist.barrier(group=group)
+    dist.barrier()
     dt = time.perf_counter() - t0
     return args.steps * args.batch * dist.get_world_size() / dt
 
@@ -73,15 +74,19 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--ceiling", action="store_true",
+                   help="also time the model alone on every rank (no DDP): the compute-only ceiling")
     args = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group(backend="kolo", init_method="kolo://")
     groups = {"kolo": dist.group.WORLD,
               "gloo": dist.new_group(list(range(dist.get_world_size())), backend="gloo")}
+    if args.ceiling:
+        groups["compute-only"] = None
     classes = 1000 if args.model == "resnet18" else 10
     res = {k: [] for k in groups}
     for r in range(args.rounds):
-        order = ["kolo", "gloo"] if r % 2 == 0 else ["gloo", "kolo"]
+        order = list(groups) if r % 2 == 0 else list(reversed(list(groups)))
         for name in order:
             res[name].append(bench(groups[name], args, classes))
         if dist.get_rank() == 0:
@@ -94,6 +99,11 @@ def main():
               % (args.model, dist.get_world_size(), args.batch, args.image, args.steps,
                  statistics.median(res["kolo"]), statistics.median(res["gloo"]), args.rounds,
                  " ".join(load)), flush=True)
+        if args.ceiling:
+            print("RESULT compute-only (no DDP) %.1f img/s: kolo at %.2f of it, gloo at %.2f"
+                  % (statistics.median(res["compute-only"]),
+                     statistics.median(res["kolo"]) / statistics.median(res["compute-only"]),
+                     statistics.median(res["gloo"]) / statistics.median(res["compute-only"])), flush=True)
     dist.destroy_process_group()
 
 
