@@ -770,7 +770,7 @@ void Agent::dropClientOnLoop(uint64_t conn_id, const std::string& why, bool brok
   conns_.erase(it);
   if (auto u = conns_per_uid_.find(c->uid()); u != conns_per_uid_.end() && --u->second <= 0)
     conns_per_uid_.erase(u);
-  unchargeTableOnLoop(*c, c->table_bytes);
+  unchargeTableOnLoop(*c, c->in_flight.size() * c->table_cost);  // what it still had in flight
   loop_.removeFd(c->socketFd());
   if (c->hasArena()) loop_.removeFd(c->doorbellFd());
   updateGaugesOnLoop();

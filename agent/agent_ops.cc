@@ -25,8 +25,6 @@ log::RateLimiter g_backlog_log;
 }  // namespace
 
 void Agent::unchargeTableOnLoop(ClientConn& c, uint64_t bytes) {
-  bytes = std::min(bytes, c.table_bytes);
-  c.table_bytes -= bytes;
   auto u = table_bytes_per_uid_.find(c.uid());
   if (u == table_bytes_per_uid_.end()) return;
   u->second -= std::min(bytes, u->second);
@@ -37,7 +35,7 @@ void Agent::completeOnLoop(ClientConn& c, uint64_t handle, const Status& st, int
   if (auto it = c.in_flight.find(handle); it != c.in_flight.end()) {
     c.bytes_in_flight -= it->second;
     c.in_flight.erase(it);
-    if (c.table_bytes > 0) unchargeTableOnLoop(c, c.table_bytes / (c.in_flight.size() + 1));
+    unchargeTableOnLoop(c, c.table_cost);
   }
   c.complete(handle, st, aux);
   c.flushCompletions();
@@ -190,7 +188,7 @@ void Agent::onSubmitOnLoop(ClientConn& c, const SubmitDesc& d) {
   // complete inside submit's dispatch (completeOnLoop uncounts it).
   c.in_flight.emplace(d.handle, bytes);
   c.bytes_in_flight += bytes;
-  c.table_bytes += table_cost;
+  c.table_cost = table_cost;  // the same for every name of this connection's job
   table_bytes_per_uid_[c.uid()] += table_cost;
   std::optional<ReadyOp> ready;
   auto now = std::chrono::steady_clock::now();

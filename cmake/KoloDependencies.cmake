@@ -50,7 +50,7 @@ if(KOLO_HAVE_CUDA)
 endif()
 kolo_resolve_option(NCCL _kolo_nccl_found "NCCL needs CUDA; install NCCL under /usr/local/cuda (libnccl-dev)")
 
-# cpp-httplib (the metrics HTTP endpoint, common/metrics_http.cc) as
+# cpp-httplib (the metrics endpoint's tests use its client, tests/metrics) as
 # httplib::httplib. Upstream installs a CMake package; Debian's
 # libcpp-httplib-dev ships a compiled library and only a pkg-config file,
 # whose Cflags (CPPHTTPLIB_OPENSSL_SUPPORT...) must match how it was built.

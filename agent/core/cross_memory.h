@@ -48,7 +48,6 @@ class TrainerProcess {
                                                         uint64_t anchor, int pidfd = -1);
 
   pid_t pid() const { return pid_; }
-  uid_t uid() const { return uid_; }
 
   // OK while it is the same process with the same address space (both
   // ends are for good: an exited or exec'd process never passes again).
