@@ -115,7 +115,8 @@ class ClientConn {
   std::chrono::steady_clock::time_point accepted_at = std::chrono::steady_clock::now();
   std::unordered_map<uint64_t, uint64_t> in_flight;
   uint64_t bytes_in_flight = 0;
-  uint64_t table_cost = 0;  // what each of its names in flight costs its uid's table quota (tableBytesPerName)
+  uint64_t table_cost =
+      0;  // what each of its names in flight costs its uid's table quota (tableBytesPerName)
   // Completions that did not fit the completion ring (the trainer has not
   // read it). The agent takes no new submission from a trainer with
   // kMaxCompletionBacklog of them, so one that never reads its completions
