@@ -33,7 +33,7 @@ import synthetic_models  # noqa: E402
 def resnet18(classes=1000):
     """torchvision's ResNet-18 layout (stem, 2 basic blocks per stage at 64,
     128, 256, 512 channels): the examples' ConvNet at width 64, defined
-    there once (torchvision is not installed here)."""
+    there once (the examples run without torchvision)."""
     return synthetic_models.ConvNet(classes, width=64)
 
 
