@@ -112,6 +112,11 @@ enum class DeviceKind { kCuda, kHostEmulated };
 StatusOr<DeviceKind> parseDeviceKind(const std::string& s);
 bool deviceEmulationBuilt();
 
+// The daemon's loop thread marks itself; the host emulation refuses (and
+// logs as a bug) any call that would block on the device from it.
+void markLoopThread();
+bool onLoopThread();
+
 // Chooses the process's implementation; before the first deviceApi() call
 // (a later call with another kind is refused). The host emulation logs a
 // loud warning.

@@ -11,6 +11,13 @@ bool deviceEmulationBuilt() {
 #endif
 }
 
+namespace {
+thread_local bool t_loop = false;
+}
+
+void markLoopThread() { t_loop = true; }
+bool onLoopThread() { return t_loop; }
+
 StatusOr<DeviceKind> parseDeviceKind(const std::string& s) {
   if (s == "cuda") return DeviceKind::kCuda;
   if (s == "host-emulated") {

@@ -141,7 +141,8 @@ TEST(Seam, ATrainerThatDiesMidOpFailsTheOthersNotTheAgent) {
   if (has(ranks[0].output(), "SKIP:")) GTEST_SKIP() << ranks[0].output();
   EXPECT_EQ(ranks[2].exit_code, 7) << ranks[2].output();
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output() << c.agentLog(0);
+    EXPECT_EQ(ranks[r].exit_code, 0) << "signal " << ranks[r].term_signal << "\n"
+                                     << ranks[r].output() << c.agentLog(0);
     EXPECT_TRUE(has(ranks[r].output(), "DIE OK")) << ranks[r].output();
     EXPECT_LT(ranks[r].seconds(), 30.0);
   }

@@ -21,6 +21,7 @@
 #include "agent/gpu/emu/host_event.h"
 #include "agent/gpu/emu/host_faults.h"
 #include "agent/gpu/emu/host_stream.h"
+#include "common/log.h"
 #include "common/reduce.h"
 
 namespace kolo::gpu::emu {
@@ -204,6 +205,7 @@ class HostDeviceApi final : public DeviceApi {
     return p;
   }
   void freeDevice(void* p) override {
+    HostStream::synchronizeAll(10'000);  // cudaFree synchronises the device
     size_t n = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -217,6 +219,11 @@ class HostDeviceApi final : public DeviceApi {
   }
   Status streamSynchronize(void* stream, int64_t timeout_ms) override {
     RETURN_IF_ERROR(stickyError());
+    if (onLoopThread()) {
+      log::get("device")->critical("a blocking device call on the agent's loop thread (a bug)");
+      return internalError(
+          "the host emulation refuses a blocking device call on the agent's loop thread");
+    }
     return HostStream::of(stream)->synchronize(timeout_ms);
   }
 

@@ -1,14 +1,38 @@
 #include "agent/gpu/emu/host_stream.h"
 
 #include <chrono>
+#include <set>
 
 #include "common/log.h"
 
 namespace kolo::gpu::emu {
 
-HostStream::HostStream() : worker_([this] { run(); }) {}
+namespace {
+struct Registry {
+  std::mutex mu;
+  std::set<HostStream*> live;
+};
+Registry& registry() {
+  static Registry* r = new Registry;  // used until exit
+  return *r;
+}
+}  // namespace
+
+HostStream::HostStream() : worker_([this] { run(); }) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().live.insert(this);
+}
+
+void HostStream::synchronizeAll(int64_t timeout_ms) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  for (HostStream* s : registry().live) (void)s->synchronize(timeout_ms);
+}
 
 HostStream::~HostStream() {
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    registry().live.erase(this);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;

@@ -31,6 +31,9 @@ class HostStream {
 
   // nullptr (the legacy default stream) maps to one process-wide stream.
   static HostStream* of(void* stream);
+  // Every live stream synchronised (bounded each), as cudaFree and
+  // cudaDeviceSynchronize wait for the whole device.
+  static void synchronizeAll(int64_t timeout_ms);
 
  private:
   void run();
