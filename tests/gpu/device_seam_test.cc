@@ -19,7 +19,12 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const std::string kRank = KOLO_GPU_SEAM_RANK;
+// The rank binary: $KOLO_GPU_SEAM_RANK (bench/gpu_issue16.sh sets it for a
+// carried bundle), else the one built next to this test.
+const std::string kRank = [] {
+  const char* env = std::getenv("KOLO_GPU_SEAM_RANK");
+  return std::string(env != nullptr && env[0] != '\0' ? env : KOLO_GPU_SEAM_RANK);
+}();
 
 bool has(const std::string& s, const std::string& needle) {
   return s.find(needle) != std::string::npos;
