@@ -1,8 +1,6 @@
 // Agent lifecycle and the local IPC server (accept, Hello, disconnects).
 #include "agent/agent.h"
 
-#include "agent/core/cross_memory.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -22,10 +20,11 @@
 #include <thread>
 
 #include "agent/core/cross_memory.h"
+#include "agent/gpu/device_api.h"
 #include "agent/ipc/limits.h"
 #include "agent/rpc/status_service.h"
-#include "common/log.h"
 #include "common/job_settings.h"
+#include "common/log.h"
 #include "common/sd_notify.h"
 #include "common/unix_socket.h"
 
@@ -279,7 +278,10 @@ Status Agent::startRpcServer() {
   return okStatus();
 }
 
-void Agent::run() { loop_.run(); }
+void Agent::run() {
+  gpu::markLoopThread();  // the host emulation checks that nothing blocks it
+  loop_.run();
+}
 
 void Agent::stop() {
   loop_.post([this] {

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <thread>
 
+#include "agent/gpu/device_api.h"
 #include "agent/gpu/device_cross.h"
 #include "agent/gpu/mps_probe.h"
 #include "common/coord_endpoints.h"
@@ -155,6 +156,10 @@ void defineAgentKnobs(Config& c) {
               "and a GPU for it, host staging otherwise), nccl (forced: the job's device ops fail "
               "when it is not viable), staged (always through host memory). Not wired yet: device "
               "tensors cross agents by host staging whatever it says (docs/gpu.md)")
+      .define("device", KnobType::kString, "cuda",
+              "The device implementation under the device path: cuda, or host-emulated (the test "
+              "emulation: device tensors in host memory, no GPU; only in builds with "
+              "KOLO_DEVICE_EMULATION=ON, and the agent says so loudly; docs/gpu.md)")
       .define("idle-cycle-ms", KnobType::kInt, "100",
               "An agent with nothing to negotiate still joins a cycle this often, so peers never "
               "wait long")
@@ -310,6 +315,11 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   RETURN_IF_ERROR(parseReduceThread(c.getString("backend-reduce-thread")).status());
   o.backend_name = c.getString("backend");
   ASSIGN_OR_RETURN(o.device_cross, gpu::parseDeviceCrossMode(c.getString("device-cross")));
+  {
+    auto kind = gpu::parseDeviceKind(c.getString("device"));
+    if (!kind.isOk()) return invalidArgument("--" + kind.status().message());
+    o.device = *kind;
+  }
   o.cache_capacity = static_cast<size_t>(std::max<int64_t>(0, c.getInt("cache-capacity")));
   o.idle_cycle_ms = std::max<int64_t>(1, c.getInt("idle-cycle-ms"));
   if (c.getInt("fusion-threshold-mb") < 0) return invalidArgument("--fusion-threshold-mb must be >= 0");

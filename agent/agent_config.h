@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "agent/backends/backend.h"
+#include "agent/gpu/device_api.h"
 #include "agent/gpu/device_cross.h"
 #include "common/config.h"
 #include "common/config_tls.h"
@@ -56,6 +57,8 @@ struct AgentOptions {
   std::string backend_name = "ucx";
   // --device-cross: NCCL or host staging for device tensors across agents.
   gpu::DeviceCrossMode device_cross = gpu::DeviceCrossMode::kAuto;
+  // --device: CUDA, or the host emulation (test builds; docs/gpu.md).
+  gpu::DeviceKind device = gpu::DeviceKind::kCuda;
   size_t cache_capacity = 1024;
   int64_t idle_cycle_ms = 100;
   uint64_t fusion_threshold_bytes = 128ull << 20;

@@ -73,6 +73,15 @@ int main(int argc, char** argv) {
   if (!cfg.getString("mps-pipe-dir").empty()) {
     ::setenv("CUDA_MPS_PIPE_DIRECTORY", opts->mps_pipe_dir.c_str(), 1);
   }
+  // --device: chosen before anything uses the device path (the host
+  // emulation warns loudly here).
+  if (opts->device != kolo::gpu::DeviceKind::kCuda) {
+    st = kolo::gpu::selectDeviceApi(opts->device);
+    if (!st.isOk()) {
+      std::fprintf(stderr, "kolo-agent: %s\n", st.message().c_str());
+      return 2;
+    }
+  }
   kolo::dropPtraceCapability();  // before any thread: they inherit the effective set
   kolo::Agent agent(*opts);
   st = agent.start();

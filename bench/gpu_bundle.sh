@@ -16,7 +16,8 @@
 #         harness has it compiled in, and gpu_check.sh links it to bin/.
 # Build first (CUDA and NCCL on, tests on):
 #   ninja -C build kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer \
-#     kolo-gpu-bench kolo_gpu_device_path_tests kolo_gpu_device_rank kolo-agent kolo-coordinator \
+#     kolo-gpu-bench kolo_gpu_device_path_tests kolo_gpu_device_rank kolo_gpu_seam_tests \
+#     kolo_gpu_seam_rank kolo-agent kolo-coordinator \
 #     kolorun kolo_client
 # Then, with the device tool: run(command="bench/gpu_issue16.sh build-gpubundle",
 # carry=["build-gpubundle"]) (or bench/gpu_check.sh for the C++ part only).
@@ -26,7 +27,7 @@ set -euo pipefail
 BUILD_DIR=$(cd "${1:-build}" && pwd)
 BUNDLE=${2:-build-gpubundle}
 BINS=(kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer kolo-gpu-bench kolo_gpu_device_path_tests
-      kolo_gpu_device_rank kolo-agent kolo-coordinator kolorun)
+      kolo_gpu_device_rank kolo_gpu_seam_tests kolo_gpu_seam_rank kolo-agent kolo-coordinator kolorun)
 
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"

@@ -86,7 +86,7 @@ declare -a summary phases
 # Inputs: the binaries, libkolo, the Python package and the examples.
 missing=()
 for f in bin/kolorun bin/kolo-agent bin/kolo-coordinator bin/kolo_gpu_device_path_tests \
-         bin/kolo_gpu_device_rank lib/libkolo.so; do
+         bin/kolo_gpu_device_rank bin/kolo_gpu_seam_tests bin/kolo_gpu_seam_rank lib/libkolo.so; do
   [[ -e "$DIR/$f" ]] || missing+=("$DIR/$f")
 done
 for f in client_lib/python/kolo/torch/_cuda.py tests/python/test_device_ops.py \
@@ -127,6 +127,7 @@ fi
 export PYTHONPATH="$REPO/client_lib/python${PYTHONPATH:+:$PYTHONPATH}"
 export KOLO_LIBRARY="$DIR/lib/libkolo.so" KOLO_BUILD_DIR="$DIR"
 export KOLO_GPU_TEST_PEER="$BIN/kolo_gpu_test_peer" KOLO_GPU_DEVICE_RANK="$BIN/kolo_gpu_device_rank"
+export KOLO_GPU_SEAM_RANK="$BIN/kolo_gpu_seam_rank"
 export KOLO_PYTHON_TESTS_REQUIRE_BUILD=1 OMP_NUM_THREADS=4
 
 # phase NAME MIN_S MAX_S COMMAND...: runs COMMAND (bounded by MAX_S and
@@ -181,6 +182,9 @@ fi
 
 # --- 2. the device path through the daemons (C ABI stream included) --------
 phase cxx-stream 60 150 "$BIN/kolo_gpu_device_path_tests" --gtest_brief=1 --gtest_filter='DevicePath.*'
+# The device protocol tests of the host emulation (issue 39), unchanged, on
+# the real CUDA implementation (the fault cases skip: the emulation injects them).
+phase cxx-seam-cuda 30 120 env KOLO_TEST_DEVICE=cuda "$BIN/kolo_gpu_seam_tests" --gtest_brief=1
 
 # --- 3. every kolo.torch op on CUDA tensors ----------------------------------
 phase py-ops 90 200 "$PY" -m pytest -q -p no:cacheprovider -rs "$REPO/tests/python/test_device_ops.py" -k cuda

@@ -4,8 +4,10 @@
 // on one agent stream per GPU, ordered by the clients' in_ready events and
 // signalling the clients' out_ready events, with no host synchronisation.
 //
-// Built with CUDA: device_runtime_cuda.cc; without: device_runtime_none.cc,
-// whose grant() always answers why not (the trainer is admitted without a
+// Built with CUDA or the host emulation: device_runtime_device.cc, the
+// protocol over the device seam (agent/gpu/device_api.h: CUDA, or the host
+// emulation when kolo-agent --device=host-emulated); without either:
+// device_runtime_none.cc, whose grant() always answers why not (the trainer is admitted without a
 // device arena and its device tensors are refused with that reason).
 // Loop thread only.
 #pragma once
@@ -21,9 +23,10 @@
 
 namespace kolo {
 
-// One client's device arena and event pairs. Destroying it waits (bounded)
-// for the agent's stream on that GPU to drain, so no kernel still reads the
-// arena when it is unmapped (a trainer that died with work in flight).
+// One client's device arena and event pairs. Destroying it does not wait:
+// the arena and events are kept until the agent's stream on that GPU has
+// passed a marker recorded at the drop, so no kernel still reads the arena
+// when it is unmapped (a trainer that died with work in flight).
 class DeviceGrant {
  public:
   virtual ~DeviceGrant() = default;

@@ -11,7 +11,9 @@
 // and e are reused once a plain event recorded after that copy has passed.
 // No host synchronisation anywhere.
 //
-// Built with CUDA: device_client_cuda.cc; without: device_client_none.cc
+// Built with CUDA or the host emulation: device_client_device.cc, over the
+// device seam (agent/gpu/device_api.h; KOLO_DEVICE=host-emulated selects the
+// emulation, test builds only); without either: device_client_none.cc
 // (never ready; device tensors are refused with the reason). Nothing here
 // touches CUDA unless the process asked (KOLO_DEVICE_ARENA_MB > 0), so the
 // host path is unchanged and libkolo loads without a driver.
@@ -81,9 +83,10 @@ class DeviceClient {
   // reason) when only ops still in flight hold what it needs: the caller
   // drains completions and asks again.
   virtual StatusOr<Staged> stageIn(const void* src, uint64_t bytes, void* stream, Clock::time_point deadline) = 0;
-  // At completion (or when the op is dropped): when `copy`, `stream` waits
-  // on out_ready and the result is copied to `dst`; the slot and the event
-  // pair retire behind a plain event on `stream`.
+  // At completion (or when the op is dropped): `stream` waits on out_ready
+  // (always: after an agent error the agent may still write the slot), when
+  // `copy` the result is copied to `dst`; the slot and the event pair retire
+  // behind a plain event on `stream`.
   virtual Status finish(const Staged& s, void* dst, uint64_t bytes, void* stream, bool copy) = 0;
 };
 

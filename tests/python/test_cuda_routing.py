@@ -108,3 +108,16 @@ def test_revision_2_functions_through_ctypes(stack):
     dev = ctypes.c_int(7)
     assert lib.kolo_device_path(ctypes.byref(dev)) == 2  # not initialized
     assert dev.value == -1 and "kolo_init" in _library.last_error()
+
+
+def test_the_arena_gpu_follows_kolorun_then_torchrun_local_rank(monkeypatch):
+    # kolo.torch.init() and the torch.distributed backend (issue 39) choose
+    # local_rank % device_count: kolorun's KOLO_LOCAL_RANK, else torchrun's.
+    monkeypatch.delenv("KOLO_LOCAL_RANK", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert _cuda._local_rank_from_env() == 0
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert _cuda._local_rank_from_env() == 3
+    monkeypatch.setenv("KOLO_LOCAL_RANK", "1")
+    assert _cuda._local_rank_from_env() == 1
+

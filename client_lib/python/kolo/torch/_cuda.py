@@ -65,10 +65,13 @@ def forget_session():
 
 
 def _local_rank_from_env():
-    try:
-        return int(os.environ.get("KOLO_LOCAL_RANK", "0"))
-    except ValueError:
-        return 0
+    """kolorun's KOLO_LOCAL_RANK, else torchrun's LOCAL_RANK, else 0."""
+    for name in ("KOLO_LOCAL_RANK", "LOCAL_RANK"):
+        try:
+            return int(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return 0
 
 
 @contextlib.contextmanager

@@ -41,6 +41,7 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from .. import basics
+from . import _cuda
 from . import _handles
 from . import mpi_ops as _ops
 from . import process_sets as _psets
@@ -726,6 +727,15 @@ def _rendezvous_without_kolorun(store, rank, size):
 _subgroup_sets = {}  # sorted global ranks -> kolo ProcessSet (None: every rank)
 
 
+def _init_with_device_arena():
+    """kolo's init as kolo.torch.init() does it: with CUDA available, the
+    rank asks for a device arena on its GPU (the current device, else
+    local_rank % device_count), so CUDA tensors take the device path
+    instead of host staging (docs/user-guide-python.md)."""
+    with _cuda.init_context():
+        basics.init()
+
+
 def _create(opts, pg_options=None):
     store, rank, size = opts.store, opts.group_rank, opts.group_size
     timeout = opts.timeout
@@ -734,7 +744,7 @@ def _create(opts, pg_options=None):
         if not basics.is_initialized():
             if "KOLO_JOB_ID" not in os.environ:
                 _rendezvous_without_kolorun(store, rank, size)
-            basics.init()
+            _init_with_device_arena()
         if basics.rank() != rank or basics.size() != size:
             raise RuntimeError(
                 "kolo backend: torch's rank/world_size (%d/%d) do not match kolo's (%d/%d); "
@@ -783,7 +793,7 @@ def _kolo_rendezvous(url, timeout=timedelta(minutes=30), **kwargs):
     import socket
     from .functions import broadcast_object
     if not basics.is_initialized():
-        basics.init()
+        _init_with_device_arena()
     rank, size = basics.rank(), basics.size()
     store = None
     if rank == 0:

@@ -1,0 +1,241 @@
+// The device seam's host emulation (device_api.h; docs/gpu.md, "The host
+// emulation"): one emulated GPU whose memory is host memory registered as
+// "device" (arenas are memfds shared across processes, test buffers are
+// anonymous mappings), copies and reductions run on the streams' FIFO
+// workers (the reduction through common/reduce, the CPU path's own code),
+// events as host_event.h says, faults as host_faults.h says.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "agent/gpu/device_api.h"
+#include "agent/gpu/emu/host_event.h"
+#include "agent/gpu/emu/host_faults.h"
+#include "agent/gpu/emu/host_stream.h"
+#include "common/log.h"
+#include "common/reduce.h"
+
+namespace kolo::gpu::emu {
+
+namespace {
+
+constexpr size_t kGranularity = 2u << 20;  // as the VMM arenas
+
+// The fake device heaps: address ranges that answer "device 0".
+struct Heaps {
+  std::mutex mu;
+  std::map<uintptr_t, size_t> ranges;  // base -> bytes
+};
+Heaps& heaps() {
+  static Heaps* h = new Heaps;
+  return *h;
+}
+void registerHeap(void* p, size_t n) {
+  std::lock_guard<std::mutex> lock(heaps().mu);
+  heaps().ranges[reinterpret_cast<uintptr_t>(p)] = n;
+}
+void unregisterHeap(void* p) {
+  std::lock_guard<std::mutex> lock(heaps().mu);
+  heaps().ranges.erase(reinterpret_cast<uintptr_t>(p));
+}
+bool inHeap(const void* p) {
+  std::lock_guard<std::mutex> lock(heaps().mu);
+  auto& r = heaps().ranges;
+  auto it = r.upper_bound(reinterpret_cast<uintptr_t>(p));
+  if (it == r.begin()) return false;
+  --it;
+  return reinterpret_cast<uintptr_t>(p) < it->first + it->second;
+}
+
+class HostArena final : public DevArena {
+ public:
+  HostArena(UniqueFd fd, void* p, size_t n) : fd_(std::move(fd)), p_(p), n_(n) {
+    registerHeap(p_, n_);
+  }
+  ~HostArena() override {
+    unregisterHeap(p_);
+    ::munmap(p_, n_);
+  }
+  void* data() const override { return p_; }
+  size_t size() const override { return n_; }
+  StatusOr<UniqueFd> exportFd() const override {
+    if (!fd_.valid()) return internalError("an imported device arena is not exported again");
+    int d = ::dup(fd_.get());
+    if (d < 0) return internalError("dup of the emulated device arena failed");
+    return UniqueFd(d);
+  }
+
+ private:
+  UniqueFd fd_;
+  void* p_;
+  size_t n_;
+};
+
+class HostStreamOwner final : public DevStream {
+ public:
+  void* get() const override { return const_cast<HostStream*>(&s_); }
+
+ private:
+  HostStream s_;
+};
+
+// Runs `task` on `stream` after the injected delay.
+void enqueueTask(void* stream, std::function<void()> task) {
+  const int64_t delay = faults().delay_us;
+  HostStream::of(stream)->enqueue([delay, task = std::move(task)](const std::atomic<bool>&) {
+    if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+    task();
+  });
+}
+
+class HostDeviceApi final : public DeviceApi {
+ public:
+  const char* name() const override { return "host-emulated"; }
+  StatusOr<int> deviceCount() override { return 1; }
+  Status setDevice(int d) override {
+    RETURN_IF_ERROR(stickyError());
+    if (d != 0)
+      return invalidArgument(
+          "cudaSetDevice: cudaErrorInvalidDevice: the emulation has device 0 only");
+    return okStatus();
+  }
+  StatusOr<int> currentDevice() override { return 0; }
+  StatusOr<std::string> deviceUuid(int d) override {
+    RETURN_IF_ERROR(setDevice(d));
+    return std::string("kolo-emu-gpu-0\0\0", 16);
+  }
+  StatusOr<std::unique_ptr<DevStream>> createStream() override {
+    RETURN_IF_ERROR(stickyError());
+    return std::unique_ptr<DevStream>(std::make_unique<HostStreamOwner>());
+  }
+  StatusOr<std::unique_ptr<DevEvent>> createEvent(bool ipc) override {
+    return createHostEvent(ipc);
+  }
+  StatusOr<std::unique_ptr<DevEvent>> openEvent(const IpcEventBytes& h) override {
+    return openHostEvent(h);
+  }
+
+  StatusOr<std::unique_ptr<DevArena>> createArena(int device, size_t min_bytes) override {
+    RETURN_IF_ERROR(setDevice(device));
+    const size_t n =
+        (std::max<size_t>(min_bytes, 1) + kGranularity - 1) / kGranularity * kGranularity;
+    UniqueFd fd(::memfd_create("kolo-emu-device-arena", MFD_CLOEXEC));
+    if (!fd.valid() || ::ftruncate(fd.get(), static_cast<off_t>(n)) != 0) {
+      return unavailable(
+          "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY: the emulated device arena (memfd) of " +
+          std::to_string(n) + " bytes");
+    }
+    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (p == MAP_FAILED)
+      return unavailable("cuMemMap: CUDA_ERROR_OUT_OF_MEMORY: mapping the emulated arena");
+    return std::unique_ptr<DevArena>(std::make_unique<HostArena>(std::move(fd), p, n));
+  }
+  StatusOr<std::unique_ptr<DevArena>> importArena(int fd, size_t bytes, int device) override {
+    RETURN_IF_ERROR(setDevice(device));
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+      return invalidArgument(
+          "cuMemImportFromShareableHandle: the emulated arena fd cannot be mapped");
+    return std::unique_ptr<DevArena>(std::make_unique<HostArena>(UniqueFd(), p, bytes));
+  }
+
+  Status copyAsync(void* dst, const void* src, size_t bytes, void* stream) override {
+    RETURN_IF_ERROR(stickyError());
+    if (bytes == 0) return okStatus();
+    if (!inHeap(src)) {
+      // CUDA stages pageable host memory at enqueue time: the caller may
+      // reuse the source once the call returns.
+      auto copy = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + bytes);
+      enqueueTask(stream, [dst, copy] { std::memcpy(dst, copy->data(), copy->size()); });
+      return okStatus();
+    }
+    // Not emulated: a copy to pageable host memory returns at once here,
+    // where CUDA returns only once it is done (docs/gpu.md).
+    enqueueTask(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+    return okStatus();
+  }
+
+  Status launchReduce(DataType dtype, ReduceOp op, const void* const* srcs, int nsrc,
+                      void* const* dsts, int ndst, size_t count, double pre, double post,
+                      void* stream) override {
+    RETURN_IF_ERROR(stickyError());
+    if (faults().sticky) setStickyError();
+    if (faults().fail_launch) return injectedLaunchFailure();
+    if (nsrc < 1 || nsrc > kMaxDeviceSources || ndst < 1 || ndst > kMaxDeviceOutputs) {
+      return invalidArgument("launchReduce: " + std::to_string(nsrc) + " sources and " +
+                             std::to_string(ndst) + " outputs (1.." +
+                             std::to_string(kMaxDeviceSources) + " and 1.." +
+                             std::to_string(kMaxDeviceOutputs) + ")");
+    }
+    std::vector<const void*> s(srcs, srcs + nsrc);
+    std::vector<void*> d(dsts, dsts + ndst);
+    enqueueTask(stream,
+                [=] { reduceBlocks(dtype, op, s.data(), nsrc, d.data(), ndst, count, pre, post); });
+    return okStatus();
+  }
+
+  PointerInfo pointerInfo(const void* p) override {
+    PointerInfo info;
+    if (p != nullptr && inHeap(p)) {
+      info.device = true;
+      info.ordinal = 0;
+    }
+    return info;
+  }
+
+  StatusOr<void*> allocDevice(size_t bytes) override {
+    RETURN_IF_ERROR(stickyError());
+    const size_t n = std::max<size_t>(bytes, 1);
+    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      return unavailable("cudaMalloc: cudaErrorMemoryAllocation: emulated device memory");
+    registerHeap(p, n);
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[p] = n;
+    return p;
+  }
+  void freeDevice(void* p) override {
+    HostStream::synchronizeAll(10'000);  // cudaFree synchronises the device
+    size_t n = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sizes_.find(p);
+      if (it == sizes_.end()) return;
+      n = it->second;
+      sizes_.erase(it);
+    }
+    unregisterHeap(p);
+    ::munmap(p, n);
+  }
+  Status streamSynchronize(void* stream, int64_t timeout_ms) override {
+    RETURN_IF_ERROR(stickyError());
+    if (onLoopThread()) {
+      log::get("device")->critical("a blocking device call on the agent's loop thread (a bug)");
+      return internalError(
+          "the host emulation refuses a blocking device call on the agent's loop thread");
+    }
+    return HostStream::of(stream)->synchronize(timeout_ms);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<void*, size_t> sizes_;
+};
+
+}  // namespace
+
+}  // namespace kolo::gpu::emu
+
+namespace kolo::gpu {
+std::unique_ptr<DeviceApi> makeHostDeviceApi() { return std::make_unique<emu::HostDeviceApi>(); }
+}  // namespace kolo::gpu

@@ -1,0 +1,290 @@
+// DeviceClient over the device seam (device_client.h, agent/gpu/device_api.h;
+// docs/gpu.md): the same protocol on CUDA and on the host emulation
+// (KOLO_DEVICE=host-emulated, test builds only).
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "agent/gpu/device_api.h"
+#include "agent/gpu/device_ipc.h"
+#include "arena_allocator.h"
+#include "device_client.h"
+#include "kolo/proto/ipc.pb.h"
+
+namespace kolo {
+
+namespace {
+
+constexpr uint32_t kEventPairs = kMaxDeviceEvents;
+
+// Makes `device` current on this (the caller's) thread for the scope and
+// restores the caller's device after: libkolo must not move a trainer's
+// thread to another GPU behind its back.
+class DeviceScope {
+ public:
+  DeviceScope(gpu::DeviceApi& api, int device) : api_(api) {
+    auto cur = api.currentDevice();
+    prev_ = cur.isOk() ? *cur : -1;
+    if (prev_ != device) st_ = api.setDevice(device);
+  }
+  ~DeviceScope() {
+    if (prev_ >= 0 && st_.isOk()) (void)api_.setDevice(prev_);
+  }
+  const Status& status() const { return st_; }
+
+ private:
+  gpu::DeviceApi& api_;
+  int prev_ = -1;
+  Status st_;
+};
+
+// KOLO_DEVICE: unset or "cuda" (the default), "host-emulated" (tests).
+Status selectFromEnv() {
+  const char* env = std::getenv("KOLO_DEVICE");
+  if (env == nullptr || *env == '\0') return okStatus();
+  ASSIGN_OR_RETURN(gpu::DeviceKind kind, gpu::parseDeviceKind(env));
+  return gpu::selectDeviceApi(kind);
+}
+
+class SeamDeviceClient final : public DeviceClient {
+ public:
+  SeamDeviceClient() {
+    auto b = parseDeviceArenaMb(std::getenv("KOLO_DEVICE_ARENA_MB"));
+    if (!b.isOk()) {
+      asked_ = true;
+      why_ = b.status().message();
+      return;
+    }
+    bytes_ = *b;
+    asked_ = bytes_ > 0;
+    why_ = asked_ ? "the kolo agent did not answer the request for a device arena"
+                  : "this process asked for none: set KOLO_DEVICE_ARENA_MB before kolo_init";
+    if (!asked_) return;  // no device API touched at all
+    Status sel = selectFromEnv();
+    if (!sel.isOk()) {
+      why_ = "KOLO_DEVICE: " + sel.message();
+      bytes_ = 0;
+      return;
+    }
+    api_ = gpu::deviceApi();
+    if (api_ == nullptr) {
+      why_ = "this libkolo was built without CUDA (KOLO_WITH_CUDA=OFF)";
+      bytes_ = 0;
+    }
+  }
+
+  ~SeamDeviceClient() override {
+    // Our copies may still run on the callers' streams: let them finish
+    // (bounded) before the arena is unmapped.
+    if (!arena_) return;
+    DeviceScope scope(*api_, device_);
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    auto pending = [](gpu::DevEvent& e) { return e.query().code() == Code::kInProgress; };
+    for (size_t i = 0; i < done_.size(); ++i) {  // copy-ins (in_) and copy-outs (done_)
+      while ((pending(*done_[i]) || pending(*in_[i])) && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+  }
+
+  void prepareHello(ipc::Hello* h) override {
+    if (!asked_ || bytes_ == 0) return;
+    Status st = createEvents(h);
+    if (!st.isOk()) {
+      why_ = "this process cannot use the device path: " + st.message();
+      in_.clear();
+      return;
+    }
+    h->set_device_arena_bytes(bytes_);
+  }
+
+  void attach(const ipc::Welcome& w, UniqueFd fd) override {
+    if (in_.empty()) return;
+    if (w.device_arena_bytes() == 0 || !fd.valid()) {
+      why_ = w.device_error().empty() ? "the kolo agent granted no device arena" : w.device_error();
+      return;
+    }
+    Status st = importArena(w, fd.get());
+    if (!st.isOk()) {
+      why_ = "mapping the device arena from the kolo agent failed: " + st.message();
+      arena_.reset();
+      out_.clear();
+      return;
+    }
+    alloc_ = std::make_unique<ArenaAllocator>(0, arena_->size());
+  }
+
+  bool asked() const override { return asked_; }
+  bool ready() const override { return alloc_ != nullptr; }
+  std::string why() const override { return why_; }
+  bool isDevicePointer(const void* p) override {
+    return api_ != nullptr && api_->pointerInfo(p).device;
+  }
+  int pointerDevice(const void* p) override {
+    return api_ != nullptr ? api_->pointerInfo(p).ordinal : -1;
+  }
+  int device() const override { return ready() ? device_ : -1; }
+
+  StatusOr<Staged> stageIn(const void* src, uint64_t bytes, void* stream,
+                           Clock::time_point deadline) override;
+  Status finish(const Staged& s, void* dst, uint64_t bytes, void* stream, bool copy) override;
+
+ private:
+  Status createEvents(ipc::Hello* h) {
+    ASSIGN_OR_RETURN(int n, api_->deviceCount());
+    (void)n;
+    ASSIGN_OR_RETURN(device_, api_->currentDevice());
+    RETURN_IF_ERROR(api_->setDevice(device_));
+    ASSIGN_OR_RETURN(std::string uuid, api_->deviceUuid(device_));
+    h->set_cuda_device(device_);
+    h->set_gpu_uuid(uuid);
+    std::string handles;
+    for (uint32_t i = 0; i < kEventPairs; ++i) {
+      ASSIGN_OR_RETURN(auto e, api_->createEvent(true));
+      ASSIGN_OR_RETURN(gpu::IpcEventBytes hb, e->exportHandle());
+      handles.append(reinterpret_cast<const char*>(hb.data()), hb.size());
+      in_.push_back(std::move(e));
+      ASSIGN_OR_RETURN(auto d, api_->createEvent(false));
+      done_.push_back(std::move(d));
+    }
+    h->set_device_events(handles);
+    return okStatus();
+  }
+
+  Status importArena(const ipc::Welcome& w, int fd) {
+    ASSIGN_OR_RETURN(uint32_t n, gpu::countEventHandles(w.device_events().size()));
+    if (n != in_.size()) {
+      return internalError("the agent sent " + std::to_string(n) + " event handles for our " +
+                           std::to_string(in_.size()));
+    }
+    ASSIGN_OR_RETURN(arena_, api_->importArena(fd, w.device_arena_bytes(), device_));
+    for (uint32_t i = 0; i < n; ++i) {
+      gpu::IpcEventBytes hb;
+      std::memcpy(hb.data(), w.device_events().data() + i * hb.size(), hb.size());
+      ASSIGN_OR_RETURN(auto e, api_->openEvent(hb));
+      out_.push_back(std::move(e));
+    }
+    return okStatus();
+  }
+
+  // Takes a slot and an event pair, or says why not (InProgress: ops in
+  // flight hold them).
+  StatusOr<Staged> takeLocked(uint64_t bytes, bool* retry);
+  // Gives back the slots and event pairs whose copy-out has passed.
+  void sweepLocked() {
+    while (!retiring_.empty()) {
+      const Staged& s = retiring_.front();
+      if (done_[s.event]->query().code() == Code::kInProgress) break;
+      alloc_->free(s.offset);
+      pool_.release(s.event);
+      retiring_.pop_front();
+    }
+  }
+  char* slot(uint64_t offset) const { return static_cast<char*>(arena_->data()) + offset; }
+
+  gpu::DeviceApi* api_ = nullptr;
+  bool asked_ = false;
+  uint64_t bytes_ = 0;
+  std::string why_;
+  int device_ = 0;
+  std::vector<std::unique_ptr<gpu::DevEvent>> in_;    // ours, exported
+  std::vector<std::unique_ptr<gpu::DevEvent>> out_;   // the agent's, opened
+  std::vector<std::unique_ptr<gpu::DevEvent>> done_;  // copy-out passed, per pair
+  std::unique_ptr<gpu::DevArena> arena_;
+
+  std::mutex mu_;
+  std::unique_ptr<ArenaAllocator> alloc_;
+  gpu::EventSlotPool pool_{kEventPairs};
+  std::deque<Staged> retiring_;  // in finish order
+  bool leaked_ = false;
+};
+
+StatusOr<DeviceClient::Staged> SeamDeviceClient::takeLocked(uint64_t bytes, bool* retry) {
+  *retry = false;
+  sweepLocked();
+  auto e = pool_.acquire();
+  if (e) {
+    auto off = alloc_->allocate(bytes);
+    if (off) return Staged{*off, *e};
+    pool_.release(*e);
+    if (retiring_.empty()) {
+      return Status(Code::kInProgress,
+                    "its " + std::to_string(bytes) + " bytes do not fit in the device arena (" +
+                        std::to_string(alloc_->capacity()) + " bytes, " +
+                        std::to_string(alloc_->usedBytes()) + " held by ops in flight)");
+    }
+  } else if (retiring_.empty()) {
+    return Status(Code::kInProgress, "all " + std::to_string(kEventPairs) +
+                                         " device event pairs are held by ops in flight");
+  }
+  *retry = true;
+  return Status(Code::kInProgress, "retiring");
+}
+
+StatusOr<DeviceClient::Staged> SeamDeviceClient::stageIn(const void* src, uint64_t bytes,
+                                                         void* stream, Clock::time_point deadline) {
+  if (!ready()) return unavailable(why_);
+  DeviceScope scope(*api_, device_);
+  RETURN_IF_ERROR(scope.status());
+  if (bytes > alloc_->capacity()) {
+    return invalidArgument(
+        "its " + std::to_string(bytes) + " bytes are more than the whole device arena (" +
+        std::to_string(alloc_->capacity()) + " bytes); raise KOLO_DEVICE_ARENA_MB");
+  }
+  Staged s;
+  for (;;) {
+    bool retry = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto t = takeLocked(bytes, &retry);
+      if (t.isOk()) {
+        s = *t;
+        break;
+      }
+      if (!retry) return t.status();
+    }
+    if (Clock::now() >= deadline) {
+      return timedOut(
+          "waited for device arena space or an event pair until the op timeout (KOLO_OP_TIMEOUT); "
+          "the copies of earlier results are still queued on their streams");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  Status st = bytes == 0 ? okStatus() : api_->copyAsync(slot(s.offset), src, bytes, stream);
+  if (st.isOk()) st = in_[s.event]->record(stream);
+  if (!st.isOk()) {
+    (void)finish(s, nullptr, 0, stream, false);
+    return st;
+  }
+  return s;
+}
+
+Status SeamDeviceClient::finish(const Staged& s, void* dst, uint64_t bytes, void* stream,
+                                bool copy) {
+  DeviceScope scope(*api_, device_);
+  Status st = scope.status();
+  // Always behind out_ready, copy or not: after an agent error the agent
+  // stream may still write the slot (it records out_ready after anything
+  // it enqueued), and a wait on a never-recorded event passes at once.
+  Status waited = st.isOk() ? out_[s.event]->streamWait(stream) : st;
+  if (st.isOk()) st = waited;
+  if (st.isOk() && copy && bytes > 0) st = api_->copyAsync(dst, slot(s.offset), bytes, stream);
+  Status rec = waited.isOk() ? done_[s.event]->record(stream) : waited;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (rec.isOk()) {
+    retiring_.push_back(s);
+  } else {  // cannot order the reuse: never reuse them
+    leaked_ = true;
+  }
+  return st;
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceClient> DeviceClient::create() {
+  return std::make_unique<SeamDeviceClient>();
+}
+
+}  // namespace kolo

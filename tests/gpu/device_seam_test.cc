@@ -1,0 +1,206 @@
+// The device protocol through the real daemons on the device seam
+// (docs/gpu.md, "The device seam"): a real kolo-agent and trainer processes
+// (kolo_gpu_seam_rank) that use the seam only. By default the host emulation
+// (builds with KOLO_DEVICE_EMULATION, so every CPU machine and the sanitizer
+// builds run it); with KOLO_TEST_DEVICE=cuda the same tests run unchanged on
+// the real CUDA implementation (a GPU machine; they skip without a GPU).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/integration/harness.h"
+
+namespace kolo::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The rank binary: $KOLO_GPU_SEAM_RANK (bench/gpu_issue16.sh sets it for a
+// carried bundle), else the one built next to this test.
+const std::string kRank = [] {
+  const char* env = std::getenv("KOLO_GPU_SEAM_RANK");
+  return std::string(env != nullptr && env[0] != '\0' ? env : KOLO_GPU_SEAM_RANK);
+}();
+
+bool has(const std::string& s, const std::string& needle) {
+  return s.find(needle) != std::string::npos;
+}
+
+// "host-emulated" unless KOLO_TEST_DEVICE says cuda.
+std::string testDevice() {
+  const char* env = std::getenv("KOLO_TEST_DEVICE");
+  return env != nullptr && *env != '\0' ? env : "host-emulated";
+}
+
+#define KOLO_REQUIRE_SEAM()                                                                    \
+  do {                                                                                         \
+    if (testDevice() == "host-emulated" && !kEmulationBuilt)                                   \
+      GTEST_SKIP() << "skipped: this build has no host emulation (KOLO_DEVICE_EMULATION=OFF)"; \
+  } while (0)
+
+#ifdef KOLO_TEST_EMULATION
+constexpr bool kEmulationBuilt = true;
+#else
+constexpr bool kEmulationBuilt = false;
+#endif
+
+std::map<std::string, std::string> withDevice(std::map<std::string, std::string> env) {
+  env["KOLO_DEVICE"] = testDevice();
+  return env;
+}
+
+std::map<std::string, std::string> rankEnv(const std::string& arena_mb = "16",
+                                           std::map<std::string, std::string> extra = {}) {
+  extra["KOLO_DEVICE_ARENA_MB"] = arena_mb;
+  return withDevice(std::move(extra));
+}
+
+// Every rank must print `ok`; all SKIP (no GPU for KOLO_TEST_DEVICE=cuda) skips.
+void expectAll(Cluster& c, std::vector<Proc>& ranks, const std::string& ok, int agents,
+               bool* skipped) {
+  ASSERT_TRUE(c.waitJob(ranks, 120s)) << "ranks did not finish\n" << allLogs(c, agents);
+  int skips = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string out = ranks[r].output();
+    if (has(out, "SKIP:")) {
+      ++skips;
+      continue;
+    }
+    EXPECT_EQ(ranks[r].exit_code, 0) << "rank " << r << ":\n" << out << allLogs(c, agents);
+    EXPECT_TRUE(has(out, ok)) << "rank " << r << ":\n" << out << allLogs(c, agents);
+  }
+  *skipped = skips == static_cast<int>(ranks.size());
+  EXPECT_TRUE(skips == 0 || *skipped) << "some ranks skipped, some did not";
+}
+
+class SeamRanks : public ::testing::TestWithParam<int> {};
+
+// Every dtype and op (in and out of place) and a broadcast per dtype, bit
+// for bit against common/reduce, 2-4 trainers on one agent.
+TEST_P(SeamRanks, EveryDtypeAndOpOnOneAgent) {
+  KOLO_REQUIRE_SEAM();
+  Cluster c(1, withDevice({}));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("seamevery", GetParam(), {kRank, "every"}, rankEnv());
+  bool skipped = false;
+  expectAll(c, ranks, "EVERY OK", 1, &skipped);
+  if (skipped) GTEST_SKIP() << ranks[0].output();
+  if (testDevice() == "host-emulated") {
+    EXPECT_TRUE(has(c.agentLog(0), "THE DEVICE PATH IS HOST-EMULATED")) << c.agentLog(0);
+    EXPECT_TRUE(has(ranks[0].output(), "THE DEVICE PATH IS HOST-EMULATED")) << ranks[0].output();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Trainers, SeamRanks, ::testing::Values(2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "n" + std::to_string(i.param);
+                         });
+
+// Two agents ("nodes"): reduced per agent on the device, staged through host
+// memory across agents, copied back.
+TEST(Seam, EveryDtypeAndOpAcrossTwoAgents) {
+  KOLO_REQUIRE_SEAM();
+  Cluster c(2, withDevice({}));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("seamcross", {2, 1}, {kRank, "every"}, rankEnv());
+  bool skipped = false;
+  expectAll(c, ranks, "EVERY OK", 2, &skipped);
+}
+
+TEST(Seam, MoreDeviceOpsInFlightThanEventPairs) {
+  KOLO_REQUIRE_SEAM();
+  Cluster c(1, withDevice({}));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("seaminflight", 2, {kRank, "inflight"}, rankEnv());
+  bool skipped = false;
+  expectAll(c, ranks, "INFLIGHT OK", 1, &skipped);
+}
+
+TEST(Seam, ATensorLargerThanTheDeviceArenaIsRefused) {
+  KOLO_REQUIRE_SEAM();
+  Cluster c(1, withDevice({}));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("seamfull", 2, {kRank, "full"}, rankEnv("2"));
+  bool skipped = false;
+  expectAll(c, ranks, "FULL OK", 1, &skipped);
+  if (skipped) return;
+  for (auto& r : ranks) {
+    EXPECT_TRUE(has(r.output(), "INVALID_ARGUMENT")) << r.output();
+    EXPECT_TRUE(has(r.output(),
+                    "bytes are more than the whole device arena (2097152 bytes); raise "
+                    "KOLO_DEVICE_ARENA_MB"))
+        << r.output();
+  }
+}
+
+TEST(Seam, ATrainerThatDiesMidOpFailsTheOthersNotTheAgent) {
+  KOLO_REQUIRE_SEAM();
+  Cluster c(1, withDevice({}));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("seamdie", 3, {kRank, "die"}, rankEnv());
+  ASSERT_TRUE(c.waitJob(ranks, 60s)) << c.agentLog(0);
+  if (has(ranks[0].output(), "SKIP:")) GTEST_SKIP() << ranks[0].output();
+  EXPECT_EQ(ranks[2].exit_code, 7) << ranks[2].output();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r].exit_code, 0) << "signal " << ranks[r].term_signal << "\n"
+                                     << ranks[r].output() << c.agentLog(0);
+    EXPECT_TRUE(has(ranks[r].output(), "DIE OK")) << ranks[r].output();
+    EXPECT_LT(ranks[r].seconds(), 30.0);
+  }
+  // The agent survived and its device path serves a new job.
+  auto again = c.launchJob("seamafter", 2, {kRank, "every"}, rankEnv());
+  bool skipped = false;
+  expectAll(c, again, "EVERY OK", 1, &skipped);
+}
+
+// Each injected fault (host emulation only): where it is injected, and the
+// text every rank must see.
+struct FaultCase {
+  const char* name;
+  bool in_agent;  // else in the trainers
+  const char* faults;
+  const char* text;
+};
+
+class SeamFaults : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(SeamFaults, ReachesEveryRankWithItsText) {
+  if (testDevice() != "host-emulated" || !kEmulationBuilt)
+    GTEST_SKIP() << "skipped: faults are injected by the emulation";
+  const FaultCase& f = GetParam();
+  std::map<std::string, std::string> agent_env = withDevice({});
+  std::map<std::string, std::string> extra;
+  (f.in_agent ? agent_env : extra)["KOLO_DEVICE_EMU_FAULTS"] = f.faults;
+  Cluster c(1, agent_env);
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks =
+      c.launchJob(std::string("seamfault") + f.name, 2, {kRank, "fault"}, rankEnv("16", extra));
+  ASSERT_TRUE(c.waitJob(ranks, 60s)) << c.agentLog(0);
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.exit_code, 0) << r.output() << c.agentLog(0);
+    EXPECT_TRUE(has(r.output(), "FAULT DONE")) << r.output();
+    EXPECT_TRUE(has(r.output(), f.text)) << r.output() << c.agentLog(0);
+    EXPECT_LT(r.seconds(), 30.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Injected, SeamFaults,
+    ::testing::Values(
+        FaultCase{"launch", true, "fail-launch",
+                  "cudaLaunchKernel: cudaErrorLaunchFailure: unspecified launch failure"},
+        FaultCase{"sticky", true, "sticky",
+                  "cudaErrorIllegalAddress: an illegal memory access was encountered (sticky"},
+        FaultCase{"record", false, "fail-record",
+                  "cudaEventRecord: cudaErrorInvalidResourceHandle: invalid resource handle"},
+        FaultCase{"hang", false, "hang-events",
+                  "the emulated device stream was not done after 3000 ms"},
+        FaultCase{"slow", true, "delay-us=20000", "FAULT: OK"}),
+    [](const ::testing::TestParamInfo<FaultCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace kolo::testing
