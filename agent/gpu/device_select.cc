@@ -1,5 +1,6 @@
 // The process's device seam implementation (device_api.h): CUDA unless the
 // host emulation was selected explicitly.
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 
@@ -21,7 +22,8 @@ struct Selected {
   std::mutex mu;
   bool chosen = false;
   DeviceKind kind = DeviceKind::kCuda;
-  DeviceApi* api = nullptr;  // never destroyed (used until exit)
+  DeviceApi* api = nullptr;                    // never destroyed (used until exit)
+  std::atomic<DeviceApi*> published{nullptr};  // api once chosen: read without the lock
 };
 
 Selected& selected() {
@@ -40,6 +42,7 @@ DeviceApi* makeLocked(Selected& s) {
     s.api = makeCudaDeviceApi().release();
 #endif
   }
+  s.published.store(s.api, std::memory_order_release);
   return s.api;
 }
 
@@ -59,9 +62,8 @@ Status selectDeviceApi(DeviceKind kind) {
   makeLocked(s);
   if (kind == DeviceKind::kHostEmulated) {
     const char* text =
-        "THE DEVICE PATH IS HOST-EMULATED (KOLO_DEVICE=host-emulated): device tensors live in host "
-        "memory "
-        "and no GPU is used; this is for tests only";
+        "THE DEVICE PATH IS HOST-EMULATED (KOLO_DEVICE=host-emulated): device tensors live in "
+        "host memory and no GPU is used; this is for tests only";
     log::get("device")->warn("{}", text);
     std::fprintf(stderr, "kolo: WARNING: %s\n", text);
   }
@@ -70,6 +72,7 @@ Status selectDeviceApi(DeviceKind kind) {
 
 DeviceApi* deviceApi() {
   Selected& s = selected();
+  if (DeviceApi* api = s.published.load(std::memory_order_acquire)) return api;
   std::lock_guard<std::mutex> lock(s.mu);
   return s.chosen ? s.api : makeLocked(s);
 }
