@@ -143,8 +143,21 @@ TEST(KoloCli, AgentReadsKoloAgentSocketAndKoloSocketAsADeprecatedAlias) {
 TEST(KoloCli, UsageErrors) {
   auto none = runCommand(kolo({}), {}, 30s);
   EXPECT_EQ(none.code, 2) << none.err;
-  EXPECT_NE(none.err.find("kolo: A subcommand is required (see kolo --help)\n"), std::string::npos)
+  EXPECT_NE(none.err.find("kolo: a command is required: one of status, jobs, agents, job, "
+                          "timeline, drain, undrain (see kolo --help)\n"),
+            std::string::npos)
       << none.err;
+  // Issue 45: an unknown word is named, with the commands there are.
+  auto word = runCommand(kolo({"bogus"}), {}, 30s);
+  EXPECT_EQ(word.code, 2) << word.err;
+  EXPECT_NE(word.err.find("kolo: unknown command 'bogus'; the commands are status, jobs, agents, "
+                          "job, timeline, drain, undrain (see kolo --help)\n"),
+            std::string::npos)
+      << word.err;
+  auto wait = runCommand(kolo({"drain", "--wait", "-1"}), {}, 30s);
+  EXPECT_EQ(wait.code, 2) << wait.err;
+  EXPECT_NE(wait.err.find("--wait: must be a number of 0 or more, got '-1'"), std::string::npos)
+      << wait.err;
   auto job = runCommand(kolo({"job"}), {}, 30s);
   EXPECT_EQ(job.code, 2) << job.err;
   EXPECT_NE(job.err.find("kolo: ID is required (see kolo --help)"), std::string::npos) << job.err;
