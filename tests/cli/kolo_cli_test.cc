@@ -257,6 +257,73 @@ TEST(KoloAgentLifecycle, SigtermWhileWaitingForAnAbsentCoordinatorStopsItWithin1
       << agent.err();
 }
 
+// Issue 45: an unknown socket-group fails the start before anything is
+// created (no socket file left for kolorun to misread), with what to do.
+TEST(KoloAgentLifecycle, UnknownSocketGroupFailsAtOnceAndLeavesNoSocket) {
+  ClosedPort closed;
+  TempDir tmp;
+  const std::string sock = tmp.path() + "/agent.sock";
+  auto t0 = std::chrono::steady_clock::now();
+  auto r =
+      runCommand({binDir() + "/kolo-agent", "--socket", sock, "--socket-group", "nosuchgroup45",
+                  "--coordinator", closed.address(), "--rpc-listen", "127.0.0.1:0"},
+                 {{"KOLO_LOG_LEVEL", "warn"}}, 30s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("unknown group for the agent socket: 'nosuchgroup45' (socket-group takes "
+                       "a group name from /etc/group or a numeric gid; create it with `sudo "
+                       "groupadd nosuchgroup45`)"),
+            std::string::npos)
+      << r.err;
+  struct stat st {};
+  EXPECT_NE(::lstat(sock.c_str(), &st), 0) << sock << " was left behind";
+}
+
+// A numeric gid is a group too (containers often have no /etc/group entry).
+TEST(KoloAgentLifecycle, NumericSocketGroupIsTaken) {
+  ClosedPort closed;
+  TempDir tmp;
+  const std::string sock = tmp.path() + "/agent.sock";
+  TestProcess agent(
+      {binDir() + "/kolo-agent", "--socket", sock, "--socket-group", "65533", "--coordinator",
+       closed.address(), "--rpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"},
+      {{"KOLO_LOG_LEVEL", "info"}});
+  ASSERT_TRUE(agent.waitForStderr("metrics on http://", 30s)) << agent.err();
+  struct stat st {};
+  ASSERT_EQ(::stat(sock.c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, 65533u);
+  agent.signal(SIGTERM);
+  EXPECT_EQ(agent.wait(5s), 0) << agent.err();
+}
+
+// A socket whose group lets nobody in (root, 0755: an agent without
+// socket-group) is explained as such, never with "usermod -aG root".
+TEST(KoloAgentLifecycle, ASocketNoGroupMayUseIsNotAnsweredWithJoinRoot) {
+  if (::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) {
+    GTEST_SKIP() << "needs root and setpriv (runs kolorun as uid 65534)";
+  }
+  TempDir tmp;
+  ASSERT_EQ(::chmod(tmp.path().c_str(), 0755), 0);
+  const std::string sock = tmp.path() + "/agent.sock";
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, sock.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd.get(), 4), 0);
+  ASSERT_EQ(::chmod(sock.c_str(), 0755), 0);
+  auto r = runCommand({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                       binDir() + "/kolorun", "-np", "1", "--agent-socket", sock, "true"},
+                      {}, 30s);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("which lets no group of users in; the agent was started without "
+                       "socket-group (or a failed start left the file). Ask the node's "
+                       "administrator to set socket-group in /etc/kolo/agent.conf"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("usermod"), std::string::npos) << r.err;
+}
+
 TEST(KoloAgentLifecycle, AbsentCoordinatorIsSaidSoWithoutATlsHint) {
   ClosedPort closed;
   TempDir tmp;
