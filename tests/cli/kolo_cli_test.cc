@@ -606,6 +606,60 @@ TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
 // directory (--mps-pipe-dir) holds a real unix socket named `control`, as
 // nvidia-cuda-mps-control -d makes. Without a GPU (this CI) the agent says
 // "no GPU" and reports the node's MPS state; with one, a line per GPU.
+// Issue 45: the shipped agent.conf's admin token (rpc-auth-token-create)
+// makes the socket's group the agent's admins: an outsider (uid 65534, in
+// no group) cannot drain or see the trainers' pids; the token's readers can.
+class KoloCliSharedNode : public KoloCliDaemons {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) {
+      GTEST_SKIP() << "needs root and setpriv (runs kolo as uid 65534)";
+    }
+    token_ = tmp_.path() + "/admin/admin.token";
+    extra_agent_args_ = {"--rpc-auth-token-file", token_, "--rpc-auth-token-create",
+                         "--socket-group", "65533"};
+    KoloCliDaemons::SetUp();
+  }
+  std::string token_;
+};
+
+TEST_F(KoloCliSharedNode, OutsidersCannotDrainOrSeePidsTheGroupsTokenCan) {
+  struct stat st {};
+  ASSERT_EQ(::stat(token_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  EXPECT_EQ(st.st_gid, 65533u);
+  ASSERT_EQ(::chmod(tmp_.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((tmp_.path() + "/admin").c_str(), 0755), 0);
+  auto outsider = [&](std::vector<std::string> args) {
+    std::vector<std::string> cmd = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                                    "--clear-groups", binDir() + "/kolo"};
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    return runCommand(cmd, {}, 30s, {"KOLO_AGENT_TOKEN_FILE", "KOLO_AGENT_TOKEN"});
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = outsider({"drain", "--agent", agent_address_});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("refused the call: Drain needs a bearer token"), std::string::npos) << r.err;
+  r = outsider({"undrain", "--agent", agent_address_});
+  EXPECT_NE(r.err.find("Undrain needs a bearer token"), std::string::npos) << r.err;
+  r = outsider({"timeline", "start", "--agent", agent_address_, tmp_.path() + "/t.json"});
+  EXPECT_NE(r.err.find("Timeline needs a bearer token"), std::string::npos) << r.err;
+  r = outsider({"drain", "--agent", agent_address_, "--agent-token-file", token_});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(token_), std::string::npos) << r.err;
+  r = outsider({"status", "--agent", agent_address_, "--json"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"pids_hidden\": true"), std::string::npos) << r.out;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
+  // The token's reader (root here; the socket's group on a node) is an admin.
+  auto admin =
+      runCommand(kolo({"drain", "--agent", agent_address_, "--agent-token-file", token_}), {}, 30s);
+  EXPECT_EQ(admin.code, 0) << admin.err;
+  admin = runCommand(
+      kolo({"status", "--agent", agent_address_, "--json", "--agent-token-file", token_}), {}, 30s);
+  EXPECT_NE(admin.out.find("\"pids_hidden\": false"), std::string::npos) << admin.out;
+}
+
 class KoloCliDaemonsWithMps : public KoloCliDaemons {
  protected:
   void SetUp() override {
