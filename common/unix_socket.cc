@@ -160,7 +160,7 @@ std::string explainSocketError(const std::string& path, int err) {
           // without its socket-group, or a failed start left the file.
           return "permission denied: the socket belongs to group " + g + " with mode " +
                  octal(st.st_mode) +
-                 ", which lets no group of users in; the agent was started "
+                 ": no users' group may use it; the agent was started "
                  "without socket-group (or a failed start left the file). Ask the node's "
                  "administrator to set socket-group in /etc/kolo/agent.conf and restart "
                  "kolo-agent (docs/security.md, \"Agent (node-local)\")";

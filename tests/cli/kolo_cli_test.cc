@@ -316,7 +316,7 @@ TEST(KoloAgentLifecycle, ASocketNoGroupMayUseIsNotAnsweredWithJoinRoot) {
                        binDir() + "/kolorun", "-np", "1", "--agent-socket", sock, "true"},
                       {}, 30s);
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("which lets no group of users in; the agent was started without "
+  EXPECT_NE(r.err.find(": no users' group may use it; the agent was started without "
                        "socket-group (or a failed start left the file). Ask the node's "
                        "administrator to set socket-group in /etc/kolo/agent.conf"),
             std::string::npos)
