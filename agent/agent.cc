@@ -228,17 +228,28 @@ Status Agent::trainerTimelineOnLoop(ClientConn& c, const ipc::TimelineControl& t
 }
 
 void Agent::checkStallsOnLoop() {
+  // check() logs the report; each job's part of it goes to the job's ranks
+  // too (a Notice they print on stderr), so a hang is never silent.
   stall::StallReport report = stalls_.check(std::chrono::steady_clock::now());
-  if (!report.text.empty()) log::get("agent.stall")->warn("{}", report.text);
   for (const auto& j : report.jobs) {
     metrics_.counter("kolo_stalls_total", "Collectives reported as stalled").inc(j.tensors.size());
-  }
-  for (const std::string& job_id : report.shutdown) {
-    auto it = jobs_.find(job_id);
+    auto it = jobs_.find(j.job_id);
     if (it == jobs_.end()) continue;
+    const std::string text = stall::StallInspector::formatJob(j, stalls_.options());
+    ipc::AgentFrame f;
+    f.mutable_notice()->set_kind("stall");
+    f.mutable_notice()->set_message(text);
+    for (ClientConn* c : it->second->clients()) {
+      if (c != nullptr) (void)c->send(f);
+    }
+    if (!j.must_shut_down) continue;
+    // The failure's text reaches every pending op (a completion holds a
+    // short text): the missing ranks in one line; the report above has all.
     failJobOnLoop(*it->second,
-                  aborted("job " + job_id + " stalled longer than --stall-shutdown-time-s=" +
-                          std::to_string(opts_.stall_shutdown_time_s) + " s; see the agent log for the missing ranks"),
+                  aborted("job " + j.job_id + " stalled longer than --stall-shutdown-time-s=" +
+                          std::to_string(opts_.stall_shutdown_time_s) +
+                          " s: " + stall::StallInspector::summarizeJob(j) +
+                          " (the stall report on stderr lists every collective)"),
                   true);
   }
 }

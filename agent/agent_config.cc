@@ -8,6 +8,7 @@
 #include "agent/gpu/device_api.h"
 #include "agent/gpu/device_cross.h"
 #include "agent/gpu/mps_probe.h"
+#include "agent/rpc/admin_token_file.h"
 #include "common/coord_endpoints.h"
 
 namespace kolo {
@@ -199,6 +200,10 @@ void defineAgentKnobs(Config& c) {
               "Log level: trace|debug|info|warn|error, or per subsystem 'info,agent.ipc=debug'");
   defineGrpcClientKnobs(c, "coordinator", "coordinator");
   defineGrpcServerKnobs(c, "rpc", "gRPC status service");
+  c.define("rpc-auth-token-create", KnobType::kBool, "false",
+           "Make --rpc-auth-token-file at start where it is missing: a fresh random token, mode "
+           "0640, group --socket-group, so that the socket's group (and root) are the agent's "
+           "admins and nobody else (drain, timeline, the trainers' pids in `kolo status`)");
   defineBackendKnobs(c);
   c.alias("fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD",
           [](const std::string& b) { return std::to_string(std::stoll(b) >> 20); });
@@ -371,6 +376,14 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   ASSIGN_OR_RETURN(o.coordinator_security, grpcClientSecurityFrom(c, "coordinator"));
   ASSIGN_OR_RETURN(o.coordinator_security.server_uid,
                    intIn(c, "coordinator-uid", -1, int64_t{1} << 32));
+  if (c.getBool("rpc-auth-token-create")) {
+    const std::string file = c.getString("rpc-auth-token-file");
+    if (file.empty()) {
+      return invalidArgument(
+          "--rpc-auth-token-create needs --rpc-auth-token-file (the file to make)");
+    }
+    RETURN_IF_ERROR(createAdminTokenFileIfMissing(file, o.socket_group));
+  }
   ASSIGN_OR_RETURN(o.rpc_security, grpcServerSecurityFrom(c, "rpc"));
   return o;
 }

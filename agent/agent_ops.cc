@@ -418,7 +418,7 @@ void Agent::onWorldOnLoop(const std::string& job_id, StatusOr<coord::World> w) {
   {
     std::vector<int> ranks;
     for (int r = 0; r < job.localSize(); ++r) ranks.push_back(job.globalRank(r));
-    stalls_.setJobRanks(job_id, ranks);
+    stalls_.setJobRanks(job_id, ranks, opts_.hostname);
   }
   opsLog()->info("job {} generation {}: {} ranks on {} agents; local ranks start at {}", job_id, jw.generation,
                  jw.world_size, jw.cross_size, jw.rank_offset);

@@ -326,6 +326,7 @@ int ElasticRunner::run() {
   for (auto& [k, v] : privateClientEnv()) plan_.extra_env[k] = v;
   plan_.extra_env["KOLO_AGENT_TOKEN_FILE"] =
       daemons_->adminTokenFile();  // `kolo drain` on a private agent
+  plan_.extra_env["KOLO_EMBEDDED_AGENT"] = "1";  // (gone after the job)
   plan_.extra_env["KOLO_MIN_NP"] = std::to_string(opts_.min_np);
   plan_.extra_env["KOLO_MAX_NP"] = std::to_string(opts_.max_np);
   char timeout[32];

@@ -233,6 +233,9 @@ Status JobRunner::startEmbedded(int num_agents) {
   for (auto& [k, v] : privateClientEnv()) plan_.extra_env[k] = v;
   // ...except the token file of the private agents' admin calls (`kolo drain`).
   plan_.extra_env["KOLO_AGENT_TOKEN_FILE"] = daemons_->adminTokenFile();
+  // The private agents stop with the job: libkolo's messages must not send
+  // users to `kolo job` afterwards.
+  plan_.extra_env["KOLO_EMBEDDED_AGENT"] = "1";
   for (const EmbeddedAgent& a : daemons_->agents()) {
     plan_.nodes.push_back({"localhost", true, a.id, a.socket, a.rpc_address});
   }
@@ -250,19 +253,29 @@ Status JobRunner::spawnRanks() {
   }
   ranks_.resize(static_cast<size_t>(plan_.size()));
   if (!opts_.output_filename.empty()) {
-    RETURN_IF_ERROR(makeDirs(opts_.output_filename, 0755));
+    // Horovod's layout: DIR/rank.N/stdout and DIR/rank.N/stderr, N padded
+    // with zeros to the width of the last rank (rank.07 of 16 ranks).
+    const size_t width = std::to_string(std::max(plan_.size() - 1, 0)).size();
     for (int r = 0; r < plan_.size(); ++r) {
-      std::string path = opts_.output_filename + "/rank." + std::to_string(r);
-      ranks_[static_cast<size_t>(r)].output_file.reset(
-          ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-      if (!ranks_[static_cast<size_t>(r)].output_file.valid()) return errnoStatus("cannot create " + path, errno);
+      std::string n = std::to_string(r);
+      n.insert(0, width - std::min(width, n.size()), '0');
+      const std::string dir = opts_.output_filename + "/rank." + n;
+      RETURN_IF_ERROR(makeDirs(dir, 0755).withContext("--output-filename"));
+      RankState& rs = ranks_[static_cast<size_t>(r)];
+      const std::pair<UniqueFd*, const char*> files[] = {{&rs.output_file, "/stdout"},
+                                                         {&rs.error_file, "/stderr"}};
+      for (auto [file, name] : files) {
+        const std::string path = dir + name;
+        file->reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+        if (!file->valid()) return errnoStatus("--output-filename: cannot create " + path, errno);
+      }
     }
   }
   started_ = Clock::now();
   for (int r = 0; r < plan_.size() && !kill_deadline_; ++r) {
     RankState& rs = ranks_[static_cast<size_t>(r)];
-    const int file = rs.output_file.valid() ? rs.output_file.get() : -1;
-    auto forward = [file](int fd, std::string prefix) {
+    auto forward = [](int fd, std::string prefix, const UniqueFd& copy) {
+      const int file = copy.valid() ? copy.get() : -1;
       return [fd, file, prefix = std::move(prefix)](std::string_view line) {
         std::string out = prefix;
         out.append(line);
@@ -281,8 +294,10 @@ Status JobRunner::spawnRanks() {
       spec.stdin_data = rankStdin(plan_, r);  // the job token: never on ssh's command line
     }
     const std::string tag = std::to_string(r);
-    spec.on_stdout = forward(STDOUT_FILENO, std::string("[").append(tag).append("]<stdout>:"));
-    spec.on_stderr = forward(STDERR_FILENO, std::string("[").append(tag).append("]<stderr>:"));
+    spec.on_stdout =
+        forward(STDOUT_FILENO, std::string("[").append(tag).append("]<stdout>:"), rs.output_file);
+    spec.on_stderr =
+        forward(STDERR_FILENO, std::string("[").append(tag).append("]<stderr>:"), rs.error_file);
     spec.on_exit = [this, r](const ExitInfo& info) { onRankExit(r, info); };
     auto id = sup_->spawn(std::move(spec));
     if (!id.isOk()) return id.status().withContext("cannot start rank " + std::to_string(r));

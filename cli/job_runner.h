@@ -27,7 +27,8 @@ class JobRunner {
     int child = -1;
     bool done = false;
     ExitInfo exit;
-    UniqueFd output_file;  // --output-filename
+    UniqueFd output_file;  // --output-filename: DIR/rank.N/stdout
+    UniqueFd error_file;   // DIR/rank.N/stderr
   };
 
   // Fills plan_.nodes/ranks (and starts embedded daemons when needed).

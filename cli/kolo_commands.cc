@@ -1,6 +1,7 @@
 #include "cli/kolo_commands.h"
 
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -165,6 +166,11 @@ Status resolveSecurity(KoloCliOptions& o, const std::map<std::string, std::strin
   RETURN_IF_ERROR(c.loadWithEnv(static_cast<int>(argv.size()), argv.data(), e));
   ASSIGN_OR_RETURN(o.agent_security, grpcClientSecurityFrom(c, "agent"));
   ASSIGN_OR_RETURN(o.coordinator_security, grpcClientSecurityFrom(c, "coordinator"));
+  if (o.agent_security.token.empty() && c.getString("agent-token-file").empty() &&
+      ::access(kDefaultAgentTokenFile, R_OK) == 0) {
+    ASSIGN_OR_RETURN(o.agent_security.token,
+                     readTokenFile(kDefaultAgentTokenFile, kDefaultAgentTokenFile));
+  }
   return okStatus();
 }
 

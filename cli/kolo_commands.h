@@ -13,6 +13,9 @@
 namespace kolo::cli {
 
 constexpr const char* kDefaultAgentRpc = "127.0.0.1:7471";
+// The shipped agent.conf's admin token (rpc-auth-token-create): kolo reads it
+// when no agent token is given and the user may read it (the socket's group).
+constexpr const char* kDefaultAgentTokenFile = "/run/kolo/admin.token";
 constexpr const char* kDefaultCoordinator = "127.0.0.1:7470";
 
 struct KoloCliOptions {

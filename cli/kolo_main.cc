@@ -1,6 +1,5 @@
 // kolo: status and control of kolo daemons over gRPC. See docs/cli.md.
 #include <CLI/CLI.hpp>
-
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -8,6 +7,7 @@
 
 #include "agent/timeline/timeline_merge.h"
 #include "cli/kolo_commands.h"
+#include "cli/number_checks.h"
 
 namespace {
 
@@ -19,6 +19,26 @@ std::string envOr(const char* name, const char* dflt) {
 }  // namespace
 
 extern char** environ;
+
+namespace {
+
+// CLI11 says only "A subcommand is required" for `kolo bogus`: name the word
+// and the commands there are.
+std::string usageErrorText(CLI::App& app, int argc, char** argv, const std::string& what) {
+  std::string names;
+  bool known = false;
+  std::string first = argc > 1 ? argv[1] : "";
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known = known || sub->get_name() == first;
+  }
+  if (first.empty()) return "a command is required: one of " + names;
+  if (!known && first[0] != '-')
+    return "unknown command '" + first + "'; the commands are " + names;
+  return what;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace kolo::cli;
@@ -104,7 +124,7 @@ int main(int argc, char** argv) {
   drain
       ->add_option("--wait", drain_wait_s,
                    "Then wait up to SECONDS until no job is left on the agent (exit 1 if some are)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonNegative());
   CLI::App* undrain = app.add_subcommand("undrain", "Undo drain: the agent takes new jobs again");
   agent_opt(undrain);
   json_opt(undrain);
@@ -119,7 +139,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // Usage errors: one readable line, exit 2 (CLI11's own codes are 100+).
-    std::cerr << "kolo: " << e.what() << " (see kolo --help)\n";
+    std::cerr << "kolo: " << usageErrorText(app, argc, argv, e.what()) << " (see kolo --help)\n";
     return 2;
   }
 

@@ -1,9 +1,10 @@
 #include "cli/kolorun_options.h"
 
-#include <algorithm>
-
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <filesystem>
+
+#include "cli/number_checks.h"
 
 extern char** environ;
 
@@ -105,12 +106,13 @@ std::string checkBuildText() {
 void defineOptions(CLI::App& app, KolorunOptions& o) {
   app.add_option("--np,--num-proc", o.np, "Number of ranks (also spelt -np)")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   app.add_flag("--version", o.version, "Print kolorun's version and exit");
   app.add_flag("--check-build", o.check_build, "Print what this kolo build supports and exit");
-  app.add_option("--agents", o.agents,
-                 "Embedded mode: K agents on this machine acting as K nodes (ranks in contiguous blocks)")
-      ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--agents", o.agents,
+         "Embedded mode: K agents on this machine acting as K nodes (ranks in contiguous blocks)")
+      ->check(positive());
   app.add_option("-H,--hosts", o.hosts, "Hosts and slots, e.g. \"h1:2,h2:2\" (ranks start over ssh)");
   app.add_option("--hostfile", o.hostfile, "File of \"host slots=N\" lines")->check(CLI::ExistingFile);
   app.add_option("-x,--env", o.env_vars,
@@ -129,7 +131,7 @@ void defineOptions(CLI::App& app, KolorunOptions& o) {
                  "The node agent's socket (default $KOLO_AGENT_SOCKET or /run/kolo/agent.sock)");
   app.add_option("--start-timeout", o.start_timeout_s,
                  "Seconds to wait for the daemons (and, in the ranks, for the job to form)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   app.add_flag("--verbose", o.verbose, "Print the plan, the daemons' output and a summary per rank");
   app.add_option("--log-level", o.log_level, "Log level of kolo (trace, debug, info, warn, error)");
   // Integers where the agent's knob is an integer, so a bad value fails here
@@ -137,7 +139,7 @@ void defineOptions(CLI::App& app, KolorunOptions& o) {
   app.add_option("--fusion-threshold-mb", o.fusion_threshold_mb, "Tensor Fusion buffer size in MiB")
       ->check(CLI::TypeValidator<uint64_t>());
   app.add_option("--cycle-time-ms", o.cycle_time_ms, "Fusion cycle time in milliseconds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonNegative());
   app.add_option("--cache-capacity", o.cache_capacity, "Response cache capacity (entries)")
       ->check(CLI::TypeValidator<uint64_t>());
   app.add_option("--timeline-filename", o.timeline_filename, "Write a Chrome-trace timeline to this file");
@@ -153,22 +155,24 @@ void defineOptions(CLI::App& app, KolorunOptions& o) {
             flag, [&o, var](const std::string& v) { o.horovod_env.emplace_back(var, v); }, help + " (" + var + ")");
   };
   env_option("--autotune-log-file", "HOROVOD_AUTOTUNE_LOG", "Autotune: write the samples to this file");
-  env_option("--autotune-warmup-samples", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "Autotune: samples discarded first")
-      ->check(CLI::NonNegativeNumber);
-  env_option("--autotune-steps-per-sample", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "Autotune: steps per sample")
-      ->check(CLI::PositiveNumber);
+  env_option("--autotune-warmup-samples", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
+             "Autotune: samples discarded first")
+      ->check(nonNegative());
+  env_option("--autotune-steps-per-sample", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE",
+             "Autotune: steps per sample")
+      ->check(positive());
   env_option("--autotune-bayes-opt-max-samples", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
              "Autotune: the most samples Bayesian optimization takes")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   env_option("--autotune-gaussian-process-noise", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
              "Autotune: the Gaussian process's noise regularization")
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonNegative());
   env_option("--stall-check-warning-time-seconds", "HOROVOD_STALL_CHECK_TIME_SECONDS",
              "Seconds before the agent reports a stalled collective")
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonNegative());
   env_option("--stall-check-shutdown-time-seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
              "Seconds before a stalled collective fails the job (0: never)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonNegative());
   app.add_flag_function(
       "--no-stall-check", [&o](int64_t) { o.horovod_env.emplace_back("HOROVOD_STALL_CHECK_DISABLE", "1"); },
       "Do not check for stalled collectives (HOROVOD_STALL_CHECK_DISABLE)");
@@ -183,20 +187,25 @@ void defineOptions(CLI::App& app, KolorunOptions& o) {
       [](int64_t) {},
       "Accepted for horovodrun compatibility: kolo's collectives are always hierarchical "
       "(within each node's agent, then across agents)");
-  app.add_option("--output-filename", o.output_filename, "Also write each rank's output to DIR/rank.N");
-  app.add_option("--min-np,--min-num-proc", o.min_np, "Elastic: the job goes on while it has at least this many ranks")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--max-np,--max-num-proc", o.max_np, "Elastic: the most ranks the job admits as hosts are added")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--output-filename", o.output_filename,
+                 "Also write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr "
+                 "(Horovod's layout)");
+  app.add_option("--min-np,--min-num-proc", o.min_np,
+                 "Elastic: the job goes on while it has at least this many ranks")
+      ->check(positive());
+  app.add_option("--max-np,--max-num-proc", o.max_np,
+                 "Elastic: the most ranks the job admits as hosts are added")
+      ->check(positive());
   app.add_option("--host-discovery-script", o.host_discovery_script,
                  "Elastic: a program printing the current hosts as \"host:slots\" lines (polled every second; "
                  "each host is one embedded agent on this machine)");
-  app.add_option("--elastic-timeout", o.elastic_timeout_s,
-                 "Elastic: seconds the job waits below --min-np for hosts before it fails (default 600)")
-      ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--elastic-timeout", o.elastic_timeout_s,
+         "Elastic: seconds the job waits below --min-np for hosts before it fails (default 600)")
+      ->check(positive());
   app.add_option("--max-restarts", o.max_restarts,
                  "Elastic: times a crashed rank is restarted before the job fails (default 3)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonNegative());
 }
 
 }  // namespace

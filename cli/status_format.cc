@@ -125,8 +125,8 @@ json toJson(const agentrpc::AgentStatus& s) {
     clients.push_back({{"job_id", c.job_id()},
                        {"local_rank", c.local_rank()},
                        {"rank", c.rank()},
-                       {"pid", c.pid()},
-                       {"uid", c.uid()},
+                       {"pid", s.pids_hidden() ? json(nullptr) : json(c.pid())},
+                       {"uid", s.pids_hidden() ? json(nullptr) : json(c.uid())},
                        {"arena_bytes", c.arena_bytes()}});
   }
   json jobs = json::array();
@@ -143,6 +143,7 @@ json toJson(const agentrpc::AgentStatus& s) {
           {"coordinator", s.coordinator()},
           {"uptime_ms", s.uptime_ms()},
           {"draining", s.draining()},
+          {"pids_hidden", s.pids_hidden()},
           {"clients", clients},
           {"clients_omitted", s.clients_omitted()},
           {"jobs", jobs},
@@ -222,11 +223,19 @@ std::string renderAgentStatus(const agentrpc::AgentStatus& s) {
     out += "no clients connected\n";
   } else {
     Table t({"PID", "UID", "JOB", "RANK", "LOCAL RANK", "ARENA"});
+    const bool hidden = s.pids_hidden();
     for (auto& c : s.clients()) {
-      t.add({std::to_string(c.pid()), std::to_string(c.uid()), c.job_id().empty() ? "-" : c.job_id(),
-             std::to_string(c.rank()), std::to_string(c.local_rank()), formatBytes(c.arena_bytes())});
+      t.add({hidden ? "-" : std::to_string(c.pid()), hidden ? "-" : std::to_string(c.uid()),
+             c.job_id().empty() ? "-" : c.job_id(), std::to_string(c.rank()),
+             std::to_string(c.local_rank()), formatBytes(c.arena_bytes())});
     }
     out += t.render();
+    if (hidden) {
+      out +=
+          "pids and uids are shown to the agent's admins only: give kolo the agent's token "
+          "(--agent-token-file, readable by the socket's group on a default install; "
+          "docs/security.md)\n";
+    }
   }
   return out;
 }

@@ -40,9 +40,47 @@ static Status fillAddr(const std::string& path, sockaddr_un* addr) {
   return okStatus();
 }
 
+StatusOr<gid_t> resolveGroup(const std::string& group) {
+  if (!group.empty() && group.find_first_not_of("0123456789") == std::string::npos &&
+      group.size() < 10) {
+    return static_cast<gid_t>(std::stoul(group));  // a numeric gid, named in /etc/group or not
+  }
+  struct group* g = ::getgrnam(group.c_str());
+  if (g == nullptr) {
+    return invalidArgument("unknown group for the agent socket: '" + group +
+                           "' (socket-group takes a group name from /etc/group or a numeric "
+                           "gid; create it with `sudo groupadd " +
+                           group + "`)");
+  }
+  return g->gr_gid;
+}
+
+namespace {
+
+// Removes the socket file it was given unless released: a listener that
+// failed half-way leaves nothing behind (issue 45).
+class UnlinkUnlessReleased {
+ public:
+  explicit UnlinkUnlessReleased(std::string path) : path_(std::move(path)) {}
+  ~UnlinkUnlessReleased() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  void release() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
 StatusOr<UniqueFd> listenUnix(const std::string& path, mode_t mode, const std::string& group) {
   sockaddr_un addr;
   RETURN_IF_ERROR(fillAddr(path, &addr));
+  // The group first: an unknown one fails before anything is created.
+  gid_t gid = static_cast<gid_t>(-1);
+  if (!group.empty()) {
+    ASSIGN_OR_RETURN(gid, resolveGroup(group));
+  }
   auto slash = path.rfind('/');
   if (slash != std::string::npos && slash > 0) {
     RETURN_IF_ERROR(makeDirs(path.substr(0, slash), 0755));
@@ -62,15 +100,13 @@ StatusOr<UniqueFd> listenUnix(const std::string& path, mode_t mode, const std::s
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     return errnoStatus("bind " + path, errno);
   }
+  UnlinkUnlessReleased cleanup(path);
   if (::chmod(path.c_str(), mode) != 0) return errnoStatus("chmod " + path, errno);
-  if (!group.empty()) {
-    struct group* g = ::getgrnam(group.c_str());
-    if (g == nullptr) return invalidArgument("unknown group for the agent socket: " + group);
-    if (::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
-      return errnoStatus("chgrp " + path, errno);
-    }
+  if (gid != static_cast<gid_t>(-1) && ::chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0) {
+    return errnoStatus("chgrp " + path + " to group " + group, errno);
   }
   if (::listen(fd.get(), 128) != 0) return errnoStatus("listen " + path, errno);
+  cleanup.release();
   return fd;
 }
 
@@ -119,6 +155,16 @@ std::string explainSocketError(const std::string& path, int err) {
     case EPERM: {
       if (::stat(path.c_str(), &st) == 0) {
         std::string g = groupName(st.st_gid);
+        if (st.st_gid == 0 || (st.st_mode & 0060) != 0060) {
+          // Joining root (or a group without rw) is no fix: the agent runs
+          // without its socket-group, or a failed start left the file.
+          return "permission denied: the socket belongs to group " + g + " with mode " +
+                 octal(st.st_mode) +
+                 ": no users' group may use it; the agent was started "
+                 "without socket-group (or a failed start left the file). Ask the node's "
+                 "administrator to set socket-group in /etc/kolo/agent.conf and restart "
+                 "kolo-agent (docs/security.md, \"Agent (node-local)\")";
+        }
         return "permission denied: the socket belongs to group " + g + " (mode " +
                octal(st.st_mode) + "); join group " + g + " (sudo usermod -aG " + g +
                " $USER) and log in again";

@@ -12,6 +12,8 @@ namespace kolo {
 
 // Creates the parent directory if needed, removes a stale socket file, binds,
 // chmods to `mode` (and chgrp to `group` when non-empty) and listens.
+// A socket-group value: a group name, or a numeric gid.
+StatusOr<gid_t> resolveGroup(const std::string& group);
 StatusOr<UniqueFd> listenUnix(const std::string& path, mode_t mode, const std::string& group);
 // Connects (blocking). Errors name the path.
 StatusOr<UniqueFd> connectUnix(const std::string& path);

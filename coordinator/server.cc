@@ -333,8 +333,13 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
       return st;
     }
   }
+  // What it listens on, and (for a wildcard) the local address it was
+  // reached at in tests, so the log never claims loopback only (issue 45).
+  const std::string listening = wildcard ? "every interface, port " + std::to_string(bound_port) +
+                                               " (local address " + s->address_ + ")"
+                                         : s->address_;
   logger->info("serving on {} (lease {} ms, heartbeat every {} ms, {} ms on a stream; {}{}; {})",
-               s->address_, options.membership.lease_ms, options.membership.heartbeat_interval_ms,
+               listening, options.membership.lease_ms, options.membership.heartbeat_interval_ms,
                options.membership.streamHeartbeatIntervalMs(),
                options.tls_cert_file.empty() ? "plain text" : "TLS",
                options.tls_client_ca_file.empty() ? "" : " with client certificates",

@@ -19,11 +19,21 @@ class StatusService final : public agentrpc::Agent::Service {
  public:
   explicit StatusService(kolo::Agent& a) : agent_(a), token_(a.options().rpc_security.token) {}
 
-  grpc::Status GetStatus(grpc::ServerContext*, const agentrpc::StatusRequest*,
+  grpc::Status GetStatus(grpc::ServerContext* ctx, const agentrpc::StatusRequest*,
                          agentrpc::AgentStatus* out) override {
     auto r = agent_.loop().call<agentrpc::AgentStatus>([this] { return agent_.statusOnLoop(); }, kLoopTimeout);
     if (!r.isOk()) return loopTimeout(r.status());
     *out = std::move(r.value());
+    // Which processes of which users train here is for the agent's admins:
+    // with a token configured, only a call that carries it sees them.
+    if (!token_.empty() &&
+        !checkAdminCall("GetStatus", token_, authorization(*ctx), ctx->peer()).ok()) {
+      for (auto& c : *out->mutable_clients()) {
+        c.set_pid(0);
+        c.set_uid(0);
+      }
+      out->set_pids_hidden(true);
+    }
     return grpc::Status::OK;
   }
 
@@ -106,13 +116,15 @@ class StatusService final : public agentrpc::Agent::Service {
 
  private:
   // Drain, Undrain and Timeline: the token, or without one a loopback peer (admin_auth.h).
-  grpc::Status authorize(const grpc::ServerContext& ctx, const std::string& call) const {
-    std::optional<std::string> authorization;
+  static std::optional<std::string> authorization(const grpc::ServerContext& ctx) {
     const auto& md = ctx.client_metadata();
     if (auto it = md.find("authorization"); it != md.end()) {
-      authorization.emplace(it->second.data(), it->second.size());
+      return std::string(it->second.data(), it->second.size());
     }
-    grpc::Status s = checkAdminCall(call, token_, authorization, ctx.peer());
+    return std::nullopt;
+  }
+  grpc::Status authorize(const grpc::ServerContext& ctx, const std::string& call) const {
+    grpc::Status s = checkAdminCall(call, token_, authorization(ctx), ctx.peer());
     if (!s.ok()) log::get("agent.rpc")->warn("refused {} from {}: {}", call, ctx.peer(), s.error_message());
     return s;
   }

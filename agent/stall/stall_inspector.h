@@ -40,6 +40,7 @@ struct PendingTensor {
   std::string name;
   std::vector<RankWait> submitted;  // ordered by rank
   std::vector<int> missing;         // ranks that have not submitted, ascending
+  std::string host;                 // where the missing ranks run ("" = not known)
   std::chrono::milliseconds age{0};  // since the first submission
   bool past_shutdown = false;         // waited longer than the shutdown time
 };
@@ -64,9 +65,10 @@ class StallInspector {
   const StallOptions& options() const { return options_; }
   void setOptions(const StallOptions& options) { options_ = options; }
 
-  // The ranks a job's names wait for (global ranks). Replaces any previous
-  // set; names already tracked keep their submissions.
-  void setJobRanks(const std::string& job, std::vector<int> ranks);
+  // The ranks a job's names wait for (global ranks), and the host they run
+  // on (named in the report; "" = not named). Replaces any previous set;
+  // names already tracked keep their submissions.
+  void setJobRanks(const std::string& job, std::vector<int> ranks, const std::string& host = "");
   void setJobSize(const std::string& job, int world_size);
   void removeJob(const std::string& job);
 
@@ -76,16 +78,22 @@ class StallInspector {
   void recordDone(const std::string& job, const std::string& name);
 
   // Reports names waiting longer than the warning time (each once per
-  // warning period) and jobs past the shutdown time. Logs the text at warn
-  // level unless it is empty.
+  // warning period) and jobs past the shutdown time (with every name that
+  // waits longer than the warning time). Logs the text at warn level
+  // unless it is empty.
   StallReport check(TimePoint now);
 
   // Everything a job is waiting for now, stalled or not (for `kolo job ID`).
   std::vector<PendingTensor> pending(const std::string& job, TimePoint now) const;
   size_t pendingCount(const std::string& job) const;
 
-  // Log text for a report (our words, in Horovod's shape).
+  // Log text for a report (our words, in Horovod's shape), and for one job
+  // of it (what that job's ranks are shown).
   static std::string formatReport(const StallReport& report, const StallOptions& options);
+  static std::string formatJob(const JobStalls& job, const StallOptions& options);
+  // One line for a job's failure status (it must fit a completion's error
+  // text): "rank 1 (host h) has not submitted a, b; rank 3 ...".
+  static std::string summarizeJob(const JobStalls& job);
 
  private:
   struct Tensor {
@@ -96,6 +104,7 @@ class StallInspector {
   };
   struct Job {
     std::vector<int> ranks;
+    std::string host;
     std::map<std::string, Tensor> tensors;
     bool shutdown_reported = false;
   };

@@ -697,6 +697,10 @@ void Client::handleAgentFrame(const std::string& payload) {
     Status st = wireStatus(f.job_failed().code(), f.job_failed().message(), Code::kAborted);
     logger()->debug("job failed: {}", st.toString());
     failAllLocked(st);
+  } else if (f.has_notice()) {
+    // The agent's stall report (and anything else the user must see).
+    logger()->warn("{}", f.notice().message());
+    if (f.notice().kind() == "stall") stall_notice_ = f.notice().message();
   } else if (f.has_refused()) {
     // A frame the agent did not act on (a TimelineControl outside this job).
     logger()->warn("the kolo agent refused a {} frame: {}", f.refused().frame(),
@@ -768,10 +772,15 @@ Status Client::wait(uint64_t handle, milliseconds timeout, int64_t* aux) {
   }
   if (it->second.state != OpState::kDone) {
     if (shutdown_) return usableLocked();
+    std::string where =
+        !stall_notice_.empty() ? "; the agent's last stall report:\n" + stall_notice_
+        : opts_.embedded_agent
+            ? " (kolorun's private agent reports the ranks it waits for on the ranks' stderr "
+              "after its stall-check time; it stops with the job)"
+            : " (wait again, or see `kolo job " + opts_.job_id + "` for the ranks it waits for)";
     return timedOut(describeTensor(it->second.collective, it->second.name) + " (handle " +
                     std::to_string(handle) + ") did not complete within " + fmtSeconds(limit) +
-                    " s; it is still pending (wait again, or see `kolo job " + opts_.job_id +
-                    "` for the ranks it waits for)");
+                    " s; it is still pending" + where);
   }
   Status st = std::move(it->second.status);
   if (aux != nullptr) *aux = it->second.aux;

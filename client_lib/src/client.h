@@ -471,6 +471,7 @@ class Client {
   // Elastic: the generation that replaced the one this process last used;
   // its next submission fails once with MEMBERSHIP_CHANGED (docs/elastic.md).
   uint64_t generation_notice_ = 0;
+  std::string stall_notice_;  // the agent's last stall report for this job (Notice)
   std::unordered_map<uint64_t, GatherResult> results_;  // allgather outputs until release()
   pid_t owner_pid_ = -1;
   std::unique_ptr<DeviceClient> device_;  // set in connect(); never null after

@@ -51,6 +51,9 @@ Config ClientOptions::makeConfig() {
       "room for it at submission, instead of waiting for space; always (1): every such tensor; "
       "off (0): every tensor through the arena. The agent falls back to the arena where the "
       "kernel refuses it");
+  c.define("embedded-agent", KnobType::kBool, "false",
+           "the agent is kolorun's private one, gone when the job ends (set by kolorun): "
+           "messages point at its stall reports on stderr instead of `kolo job`");
   c.alias("size", "HOROVOD_SIZE");
   c.alias("local-rank", "HOROVOD_LOCAL_RANK");
   c.alias("local-size", "HOROVOD_LOCAL_SIZE");
@@ -137,6 +140,7 @@ StatusOr<ClientOptions> ClientOptions::fromEnv(const std::map<std::string, std::
   o.min_np = static_cast<int>(min_np);
   o.max_np = static_cast<int>(max_np);
   o.elastic_timeout = seconds(et);
+  o.embedded_agent = c.getBool("embedded-agent");
   std::string direct = c.getString("direct");
   std::transform(direct.begin(), direct.end(), direct.begin(),
                  [](unsigned char ch) { return std::tolower(ch); });

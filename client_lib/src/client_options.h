@@ -28,6 +28,9 @@ struct ClientOptions {
   int min_np = 0;
   int max_np = 0;  // 0: no limit
   std::chrono::milliseconds elastic_timeout{0};  // 0: the coordinator's default (600 s)
+  // KOLO_EMBEDDED_AGENT (kolorun): the agent goes away with the job, so
+  // `kolo job` cannot be pointed at after the fact.
+  bool embedded_agent = false;
   // KOLO_DIRECT: offer the agent the direct user-memory path (it decides
   // the size it starts at). kAuto takes it only for a tensor that would
   // otherwise wait for arena space; kAlways for every tensor from the

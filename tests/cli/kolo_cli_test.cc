@@ -143,8 +143,21 @@ TEST(KoloCli, AgentReadsKoloAgentSocketAndKoloSocketAsADeprecatedAlias) {
 TEST(KoloCli, UsageErrors) {
   auto none = runCommand(kolo({}), {}, 30s);
   EXPECT_EQ(none.code, 2) << none.err;
-  EXPECT_NE(none.err.find("kolo: A subcommand is required (see kolo --help)\n"), std::string::npos)
+  EXPECT_NE(none.err.find("kolo: a command is required: one of status, jobs, agents, job, "
+                          "timeline, drain, undrain (see kolo --help)\n"),
+            std::string::npos)
       << none.err;
+  // Issue 45: an unknown word is named, with the commands there are.
+  auto word = runCommand(kolo({"bogus"}), {}, 30s);
+  EXPECT_EQ(word.code, 2) << word.err;
+  EXPECT_NE(word.err.find("kolo: unknown command 'bogus'; the commands are status, jobs, agents, "
+                          "job, timeline, drain, undrain (see kolo --help)\n"),
+            std::string::npos)
+      << word.err;
+  auto wait = runCommand(kolo({"drain", "--wait", "-1"}), {}, 30s);
+  EXPECT_EQ(wait.code, 2) << wait.err;
+  EXPECT_NE(wait.err.find("--wait: must be a number of 0 or more, got '-1'"), std::string::npos)
+      << wait.err;
   auto job = runCommand(kolo({"job"}), {}, 30s);
   EXPECT_EQ(job.code, 2) << job.err;
   EXPECT_NE(job.err.find("kolo: ID is required (see kolo --help)"), std::string::npos) << job.err;
@@ -242,6 +255,73 @@ TEST(KoloAgentLifecycle, SigtermWhileWaitingForAnAbsentCoordinatorStopsItWithin1
                              closed.address()),
             std::string::npos)
       << agent.err();
+}
+
+// Issue 45: an unknown socket-group fails the start before anything is
+// created (no socket file left for kolorun to misread), with what to do.
+TEST(KoloAgentLifecycle, UnknownSocketGroupFailsAtOnceAndLeavesNoSocket) {
+  ClosedPort closed;
+  TempDir tmp;
+  const std::string sock = tmp.path() + "/agent.sock";
+  auto t0 = std::chrono::steady_clock::now();
+  auto r =
+      runCommand({binDir() + "/kolo-agent", "--socket", sock, "--socket-group", "nosuchgroup45",
+                  "--coordinator", closed.address(), "--rpc-listen", "127.0.0.1:0"},
+                 {{"KOLO_LOG_LEVEL", "warn"}}, 30s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("unknown group for the agent socket: 'nosuchgroup45' (socket-group takes "
+                       "a group name from /etc/group or a numeric gid; create it with `sudo "
+                       "groupadd nosuchgroup45`)"),
+            std::string::npos)
+      << r.err;
+  struct stat st {};
+  EXPECT_NE(::lstat(sock.c_str(), &st), 0) << sock << " was left behind";
+}
+
+// A numeric gid is a group too (containers often have no /etc/group entry).
+TEST(KoloAgentLifecycle, NumericSocketGroupIsTaken) {
+  ClosedPort closed;
+  TempDir tmp;
+  const std::string sock = tmp.path() + "/agent.sock";
+  TestProcess agent(
+      {binDir() + "/kolo-agent", "--socket", sock, "--socket-group", "65533", "--coordinator",
+       closed.address(), "--rpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"},
+      {{"KOLO_LOG_LEVEL", "info"}});
+  ASSERT_TRUE(agent.waitForStderr("metrics on http://", 30s)) << agent.err();
+  struct stat st {};
+  ASSERT_EQ(::stat(sock.c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, 65533u);
+  agent.signal(SIGTERM);
+  EXPECT_EQ(agent.wait(5s), 0) << agent.err();
+}
+
+// A socket whose group lets nobody in (root, 0755: an agent without
+// socket-group) is explained as such, never with "usermod -aG root".
+TEST(KoloAgentLifecycle, ASocketNoGroupMayUseIsNotAnsweredWithJoinRoot) {
+  if (::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) {
+    GTEST_SKIP() << "needs root and setpriv (runs kolorun as uid 65534)";
+  }
+  TempDir tmp;
+  ASSERT_EQ(::chmod(tmp.path().c_str(), 0755), 0);
+  const std::string sock = tmp.path() + "/agent.sock";
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, sock.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd.get(), 4), 0);
+  ASSERT_EQ(::chmod(sock.c_str(), 0755), 0);
+  auto r = runCommand({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                       binDir() + "/kolorun", "-np", "1", "--agent-socket", sock, "true"},
+                      {}, 30s);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find(": no users' group may use it; the agent was started without "
+                       "socket-group (or a failed start left the file). Ask the node's "
+                       "administrator to set socket-group in /etc/kolo/agent.conf"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("usermod"), std::string::npos) << r.err;
 }
 
 TEST(KoloAgentLifecycle, AbsentCoordinatorIsSaidSoWithoutATlsHint) {
@@ -526,6 +606,60 @@ TEST_F(KoloCliDaemons, DrainIsVisibleInStatusAndMetricsAndUndrainUndoesIt) {
 // directory (--mps-pipe-dir) holds a real unix socket named `control`, as
 // nvidia-cuda-mps-control -d makes. Without a GPU (this CI) the agent says
 // "no GPU" and reports the node's MPS state; with one, a line per GPU.
+// Issue 45: the shipped agent.conf's admin token (rpc-auth-token-create)
+// makes the socket's group the agent's admins: an outsider (uid 65534, in
+// no group) cannot drain or see the trainers' pids; the token's readers can.
+class KoloCliSharedNode : public KoloCliDaemons {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) {
+      GTEST_SKIP() << "needs root and setpriv (runs kolo as uid 65534)";
+    }
+    token_ = tmp_.path() + "/admin/admin.token";
+    extra_agent_args_ = {"--rpc-auth-token-file", token_, "--rpc-auth-token-create",
+                         "--socket-group", "65533"};
+    KoloCliDaemons::SetUp();
+  }
+  std::string token_;
+};
+
+TEST_F(KoloCliSharedNode, OutsidersCannotDrainOrSeePidsTheGroupsTokenCan) {
+  struct stat st {};
+  ASSERT_EQ(::stat(token_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  EXPECT_EQ(st.st_gid, 65533u);
+  ASSERT_EQ(::chmod(tmp_.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((tmp_.path() + "/admin").c_str(), 0755), 0);
+  auto outsider = [&](std::vector<std::string> args) {
+    std::vector<std::string> cmd = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                                    "--clear-groups", binDir() + "/kolo"};
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    return runCommand(cmd, {}, 30s, {"KOLO_AGENT_TOKEN_FILE", "KOLO_AGENT_TOKEN"});
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = outsider({"drain", "--agent", agent_address_});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("refused the call: Drain needs a bearer token"), std::string::npos) << r.err;
+  r = outsider({"undrain", "--agent", agent_address_});
+  EXPECT_NE(r.err.find("Undrain needs a bearer token"), std::string::npos) << r.err;
+  r = outsider({"timeline", "start", "--agent", agent_address_, tmp_.path() + "/t.json"});
+  EXPECT_NE(r.err.find("Timeline needs a bearer token"), std::string::npos) << r.err;
+  r = outsider({"drain", "--agent", agent_address_, "--agent-token-file", token_});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(token_), std::string::npos) << r.err;
+  r = outsider({"status", "--agent", agent_address_, "--json"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"pids_hidden\": true"), std::string::npos) << r.out;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
+  // The token's reader (root here; the socket's group on a node) is an admin.
+  auto admin =
+      runCommand(kolo({"drain", "--agent", agent_address_, "--agent-token-file", token_}), {}, 30s);
+  EXPECT_EQ(admin.code, 0) << admin.err;
+  admin = runCommand(
+      kolo({"status", "--agent", agent_address_, "--json", "--agent-token-file", token_}), {}, 30s);
+  EXPECT_NE(admin.out.find("\"pids_hidden\": false"), std::string::npos) << admin.out;
+}
+
 class KoloCliDaemonsWithMps : public KoloCliDaemons {
  protected:
   void SetUp() override {

@@ -309,19 +309,26 @@ TEST_F(KolorunTest, MissingCommandIsReported) {
   EXPECT_TRUE(leftovers().empty());
 }
 
-TEST_F(KolorunTest, OutputFilenameKeepsEachRanksOutput) {
+TEST_F(KolorunTest, OutputFilenameWritesHorovodsLayout) {
+  // Issue 45: DIR/rank.N/stdout and DIR/rank.N/stderr, N zero-padded to the
+  // width of the last rank (11 ranks: rank.00 .. rank.10), as horovodrun.
   std::string dir = tmp_.path() + "/out";
-  auto r = runCommand(kolorun({"-np", "2", "--output-filename", dir, "sh", "-c", "echo a$KOLO_RANK; echo b >&2"}),
+  auto r = runCommand(kolorun({"-np", "11", "--output-filename", dir, "sh", "-c",
+                               "echo a$KOLO_RANK; echo b$KOLO_RANK >&2"}),
                       env(), 60s, unset());
   ASSERT_EQ(r.code, 0) << r.err;
-  for (int rank = 0; rank < 2; ++rank) {
-    std::ifstream in(dir + "/rank." + std::to_string(rank));
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
     std::stringstream ss;
     ss << in.rdbuf();
-    EXPECT_NE(ss.str().find("a" + std::to_string(rank) + "\n"), std::string::npos) << ss.str();
-    EXPECT_NE(ss.str().find("b\n"), std::string::npos) << ss.str();
-    EXPECT_EQ(ss.str().find("<stdout>"), std::string::npos) << "the files hold the output unprefixed";
+    return ss.str();
+  };
+  for (int rank : {0, 7, 10}) {
+    std::string n = (rank < 10 ? "0" : "") + std::to_string(rank);
+    EXPECT_EQ(read(dir + "/rank." + n + "/stdout"), "a" + std::to_string(rank) + "\n") << n;
+    EXPECT_EQ(read(dir + "/rank." + n + "/stderr"), "b" + std::to_string(rank) + "\n") << n;
   }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/rank.0")) << "the names are padded";
 }
 
 TEST_F(KolorunTest, VerbosePrintsThePlanAndASummaryPerRank) {
@@ -403,6 +410,14 @@ TEST_F(KolorunTest, UsageErrorsExit2) {
   auto r = runCommand(kolorun({"--agents", "2", "true"}), env(), 30s);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("kolorun: -np N is required"), std::string::npos) << r.err;
+  // Issue 45: what is wanted, not CLI11's "Value 0 not in range 0.000000 to 1797...".
+  r = runCommand(kolorun({"-np", "0", "true"}), env(), 30s);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(
+      r.err.find("kolorun: --np: must be a number greater than 0, got '0' (see kolorun --help)"),
+      std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("not in range"), std::string::npos) << r.err;
 }
 
 #if KOLO_TEST_REAL_DAEMONS

@@ -135,9 +135,10 @@ def run_bounded(cmd, timeout, env=None, cwd=None):
 
 @pytest.fixture
 def kolorun(stack, tmp_path):
-    """kolorun(np, script, *args, timeout=...) -> RunResult; asserts nothing."""
-    def run(np, script, *args, timeout=120, env=None, agents=None):
-        cmd = [os.path.join(stack, "bin", "kolorun"), "-np", str(np)]
+    """kolorun(np, script, *args, timeout=..., flags=[kolorun flags]) -> RunResult;
+    asserts nothing."""
+    def run(np, script, *args, timeout=120, env=None, agents=None, flags=()):
+        cmd = [os.path.join(stack, "bin", "kolorun"), "-np", str(np)] + list(flags)
         if agents:
             cmd += ["--agents", str(agents)]
         cmd += ["--", PYTHON, script] + [str(a) for a in args]

@@ -29,6 +29,19 @@ Status notViable(const std::string& what, ucs_status_t s) {
   return unavailable("not viable: " + what + ": " + ucsText(s));
 }
 
+// What to do when no transport reaches a peer (issue 45).
+std::string unreachableHint() {
+  const char* tls = std::getenv("UCX_TLS");
+  const char* dev = std::getenv("UCX_NET_DEVICES");
+  return std::string(
+             ". The two agents share no UCX transport that connects them: give both "
+             "the same UCX_TLS (tcp always works between hosts; this agent has ") +
+         (tls != nullptr ? std::string("UCX_TLS=") + tls : "no UCX_TLS") + ", " +
+         (dev != nullptr ? std::string("UCX_NET_DEVICES=") + dev : "no UCX_NET_DEVICES") +
+         "), name in UCX_NET_DEVICES an interface both hosts have, and check that the hosts "
+         "reach each other on it (`ucx_info -d` lists the transports)";
+}
+
 class UcxTransport;
 
 struct PeerArg {
@@ -122,7 +135,8 @@ class UcxTransport final : public P2pTransport {
       s = ucp_ep_create(worker_, &ep, &eps_[p]);
       if (s != UCS_OK) {
         eps_[p] = nullptr;
-        return notViable("no UCX transport reaches agent rank " + std::to_string(p), s);
+        Status st = notViable("no UCX transport reaches agent rank " + std::to_string(p), s);
+        return Status(st.code(), st.message() + unreachableHint());
       }
     }
     return okStatus();

@@ -84,8 +84,11 @@ TEST(StallInspector, ShutdownTimeNamesTheJobOnce) {
   EXPECT_EQ(r.shutdown, (std::vector<std::string>{"j"}));
   ASSERT_EQ(r.jobs.size(), 1u);
   EXPECT_TRUE(r.jobs[0].must_shut_down);
-  // "late" was reported at 25 s: not again before 35 s; "recent" is only 6 s old.
-  EXPECT_TRUE(r.jobs[0].tensors.empty());
+  // "late" was reported at 25 s, but the shutdown names everything stalled
+  // (its text ends the job on every rank); "recent" is only 6 s old.
+  ASSERT_EQ(r.jobs[0].tensors.size(), 1u);
+  EXPECT_EQ(r.jobs[0].tensors[0].name, "late");
+  EXPECT_NE(r.text.find("Missing ranks:"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("Shutting the job down"), std::string::npos) << r.text;
 
   r = si.check(t0() + 41s);
@@ -104,6 +107,17 @@ TEST(StallInspector, ShutdownTimeNamesTheJobOnce) {
   // misses a name that is past the shutdown time.
   EXPECT_NE(r.text.find("6!: [late, recent]"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("5!: [late]"), std::string::npos) << r.text;
+}
+
+TEST(StallInspector, MissingRanksNameTheirHostAndWhatToDo) {
+  StallInspector si;  // 60 s
+  si.setJobRanks("j", {0, 1}, "node-a");
+  si.recordSubmit("j", "x", 0, t0());
+  StallReport r = si.check(t0() + 61s);
+  EXPECT_NE(r.text.find("1 (host node-a): [x]"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("py-spy dump --pid"), std::string::npos) << r.text;
+  ASSERT_EQ(r.jobs.size(), 1u);
+  EXPECT_EQ(StallInspector::formatJob(r.jobs[0], si.options()), r.text);
 }
 
 TEST(StallInspector, DisabledReportsNothingButStillTracks) {
