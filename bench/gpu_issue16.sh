@@ -9,6 +9,11 @@
 #   2. cxx-stream the device path tests through the real daemons, under MPS
 #                 (kolo_gpu_device_path_tests DevicePath*: the C ABI's
 #                 kolo_set_stream on device tensors included)
+#   2b. cxx-seam-cuda the device seam tests on the real CUDA implementation;
+#                 nccl-procs NCCL with one rank per process, two processes on
+#                 one GPU with their own NCCL_HOSTID, a killed and a stopped
+#                 peer, the same host id refused (kolo_gpu_nccl_process_tests);
+#                 kolo-status `kolo status` against a live agent (kolo_cli_tests)
 #   3. py-ops     every kolo.torch op on CUDA tensors (tests/python/
 #                 test_device_ops.py: 2 and 4 trainers sharing the GPU on the
 #                 device path, and 2 with every op staged through host memory)
@@ -28,7 +33,9 @@
 #                 device allreduce timings under its own MPS daemon (the
 #                 timings without MPS skipped: KOLO_GPU_CHECK_PLAIN_BENCH=0)
 #
-# and ends with a summary table (also $OUT/summary.txt). Logs go to $OUT
+# and ends with a summary table ($OUT/summary.txt, written after every phase
+# as far as it got). What a phase leaves running when it ends (a timed-out
+# phase's agents and trainers) is killed before the next one starts. Logs go to $OUT
 # (the device tool brings them back) or a temporary directory. Exit status
 # 0 when every phase that ran passed.
 #
@@ -36,12 +43,15 @@
 # libkolo.so, origin_bin_dir) or a build tree; the Python package, tests and
 # examples come from this checkout. On the build machine:
 #   ninja -C build-cuda kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer kolo-gpu-bench \
-#     kolo_gpu_device_path_tests kolo_gpu_device_rank kolo-agent kolo-coordinator kolorun kolo_client
+#     kolo_gpu_device_path_tests kolo_gpu_device_rank kolo_gpu_seam_tests kolo_gpu_seam_rank \
+#     kolo_gpu_nccl_process_tests kolo_gpu_nccl_rank kolo_cli_tests \
+#     kolo-agent kolo-coordinator kolorun kolo kolo_client
 #   bench/gpu_bundle.sh build-cuda build-gpubundle
 # With the device tool: run(command="bench/gpu_issue16.sh build-gpubundle",
 #                           carry=["build-gpubundle"], timeout_s=600)
 # --list prints the phases and their commands, checks the inputs, runs nothing.
-# Knobs: KOLO_GPU16_BUDGET_S, KOLO_GPU16_PYTHON (default $KOLO_PYTHON, else python3),
+# Knobs: KOLO_GPU16_BUDGET_S, KOLO_GPU16_PHASES (a comma list: only those
+# phases, e.g. a rerun of the failed ones), KOLO_GPU16_PYTHON (default $KOLO_PYTHON, else python3),
 # KOLO_GPU16_SYNTH_ARGS (the benchmarks' options).
 set -uo pipefail
 
@@ -60,6 +70,8 @@ done
 DIR=$(cd "$DIR" 2>/dev/null && pwd) || { echo "no such directory: $DIR" >&2; exit 2; }
 BIN="$DIR/bin"
 BUDGET=${KOLO_GPU16_BUDGET_S:-480}
+# KOLO_GPU16_PHASES=a,b: run only those phases (a rerun of what failed).
+ONLY=${KOLO_GPU16_PHASES:-}
 # The interpreter: KOLO_GPU16_PYTHON, else $KOLO_PYTHON when it exists (kolo's
 # venv, scripts/python-env.sh), else the machine's python3 (the GPU machine's
 # has torch 2.11). Exported as KOLO_PYTHON: the tests start workers with it.
@@ -81,12 +93,14 @@ else
   mkdir -p "$log_dir"
 fi
 status=0
+min_total=0
 declare -a summary phases
 
 # Inputs: the binaries, libkolo, the Python package and the examples.
 missing=()
-for f in bin/kolorun bin/kolo-agent bin/kolo-coordinator bin/kolo_gpu_device_path_tests \
-         bin/kolo_gpu_device_rank bin/kolo_gpu_seam_tests bin/kolo_gpu_seam_rank lib/libkolo.so; do
+for f in bin/kolorun bin/kolo-agent bin/kolo-coordinator bin/kolo bin/kolo_gpu_device_path_tests \
+         bin/kolo_gpu_device_rank bin/kolo_gpu_seam_tests bin/kolo_gpu_seam_rank \
+         bin/kolo_gpu_nccl_process_tests bin/kolo_gpu_nccl_rank bin/kolo_cli_tests lib/libkolo.so; do
   [[ -e "$DIR/$f" ]] || missing+=("$DIR/$f")
 done
 for f in client_lib/python/kolo/torch/_cuda.py tests/python/test_device_ops.py \
@@ -136,8 +150,13 @@ export KOLO_PYTHON_TESTS_REQUIRE_BUILD=1 OMP_NUM_THREADS=4
 phase() {
   local name=$1 min=$2 max=$3
   shift 3
-  phases+=("$(printf '%-22s %s' "$name" "$*")")
+  phases+=("$(printf '%-22s %4d-%4ds  %s' "$name" "$min" "$max" "$*")")
+  [[ $name == synth-* || $name == collectives-* || $name == gpu-check ]] || min_total=$((min_total + min))
   if [[ $LIST == 1 ]]; then
+    return 0
+  fi
+  if [[ -n $ONLY && ",$ONLY," != *",$name,"* ]]; then
+    summary+=("$(printf '%-22s not selected (KOLO_GPU16_PHASES)' "$name")")
     return 0
   fi
   local left=$((BUDGET - SECONDS))
@@ -148,15 +167,37 @@ phase() {
   local t=$((left < max ? left : max))
   echo "== $name (up to ${t}s): $*"
   local start=$SECONDS
-  timeout -k 10 "$t" "$@" > "$log_dir/$name.log" 2>&1
+  # Every process of the phase carries its tag, whatever it detaches from:
+  # what is left when the phase ends (a timed-out phase's agents and
+  # trainers) is found by it and killed before the next phase starts.
+  local tag="$name.$$.$SECONDS"
+  KOLO_GPU16_PHASE=$tag timeout -k 10 "$t" "$@" > "$log_dir/$name.log" 2>&1
   local rc=$?
   tail -n 25 "$log_dir/$name.log"
-  summary+=("$(printf '%-22s rc=%-3s %4ds' "$name" "$rc" $((SECONDS - start)))")
+  local left_over
+  left_over=$(kill_tagged "$tag")
+  summary+=("$(printf '%-22s rc=%-3s %4ds%s' "$name" "$rc" $((SECONDS - start)) \
+    "${left_over:+  (left $left_over processes behind: killed)}")")
+  printf '%s\n' "${summary[@]}" > "$log_dir/summary.txt"  # as far as it got
   if [[ $rc -ne 0 ]]; then
     status=1
     echo "$name FAILED (rc $rc; $log_dir/$name.log)" >&2
   fi
   return 0
+}
+
+# kill_tagged TAG: SIGKILLs every process whose environment has
+# KOLO_GPU16_PHASE=TAG; prints how many there were (nothing for none).
+kill_tagged() {
+  local pids=() f pid
+  for f in /proc/[0-9]*/environ; do
+    pid=${f#/proc/}
+    pid=${pid%/environ}
+    if { tr '\0' '\n' < "$f"; } 2>/dev/null | grep -qxF "KOLO_GPU16_PHASE=$1"; then pids+=("$pid"); fi
+  done
+  [[ ${#pids[@]} -eq 0 ]] && return 0
+  kill -9 "${pids[@]}" 2>/dev/null
+  echo "${#pids[@]}"
 }
 
 # --- 1. the machine, torch, MPS ----------------------------------------------
@@ -185,6 +226,12 @@ phase cxx-stream 60 150 "$BIN/kolo_gpu_device_path_tests" --gtest_brief=1 --gtes
 # The device protocol tests of the host emulation (issue 39), unchanged, on
 # the real CUDA implementation (the fault cases skip: the emulation injects them).
 phase cxx-seam-cuda 30 120 env KOLO_TEST_DEVICE=cuda "$BIN/kolo_gpu_seam_tests" --gtest_brief=1
+# NCCL with one rank per process, two processes on the one GPU with their
+# own NCCL_HOSTID each; a killed and a stopped peer; the same host id refused.
+phase nccl-procs 20 90 "$BIN/kolo_gpu_nccl_process_tests" --gtest_brief=1
+# kolo status against a live agent on the GPU (its GPU and MPS lines).
+phase kolo-status 10 60 "$BIN/kolo_cli_tests" --gtest_brief=1 \
+  --gtest_filter='KoloCliDaemons.Status:KoloCliDaemonsWithMps.*'
 
 # --- 3. every kolo.torch op on CUDA tensors ----------------------------------
 phase py-ops 90 200 "$PY" -m pytest -q -p no:cacheprovider -rs "$REPO/tests/python/test_device_ops.py" -k cuda
@@ -198,21 +245,19 @@ phase torch-dist 60 240 "$PY" -m pytest -q -p no:cacheprovider -rs \
 
 # --- 4. synthetic ResNet-50 on CUDA: ceiling, kolo, torch DDP/gloo ----------
 SYNTH=("$REPO/examples/pytorch_synthetic_benchmark.py" "${SYNTH_ARGS[@]}")
-for k in 1 2 4; do
-  phase "synth-ceiling-$k" 40 120 "$BIN/kolorun" -np "$k" -- "$PY" "${SYNTH[@]}" --no-allreduce
-  [[ $k == 1 ]] && continue
-  phase "synth-kolo-$k" 40 120 "$BIN/kolorun" -np "$k" -- "$PY" "${SYNTH[@]}"
-done
+# The figures in the order they matter, so that a short window gets the
+# headline first: k = 2 (ceiling, kolo, DDP over gloo, every collective's
+# busbw), then k = 4, then one trainer alone.
 for k in 2 4; do
+  phase "synth-ceiling-$k" 40 120 "$BIN/kolorun" -np "$k" -- "$PY" "${SYNTH[@]}" --no-allreduce
+  phase "synth-kolo-$k" 40 120 "$BIN/kolorun" -np "$k" -- "$PY" "${SYNTH[@]}"
   phase "synth-ddp-gloo-$k" 40 120 "$PY" "$REPO/examples/ddp_synthetic_benchmark.py" --np "$k" \
     "${SYNTH_ARGS[@]}"
-done
-
-# --- 5. per-op time and busbw of every collective on CUDA tensors -----------
-for k in 2 4; do
+  # --- 5. per-op time and busbw of every collective on CUDA tensors ---------
   phase "collectives-$k" 40 90 "$BIN/kolorun" -np "$k" -- "$PY" \
     "$REPO/bench/gpu/torch_collectives_bench.py" --time-per-size 0.1
 done
+phase "synth-ceiling-1" 40 120 "$BIN/kolorun" -np 1 -- "$PY" "${SYNTH[@]}" --no-allreduce
 
 if [[ $mps_up == 1 ]]; then
   echo quit | nvidia-cuda-mps-control
@@ -224,8 +269,12 @@ fi
 phase gpu-check 90 400 env KOLO_GPU_CHECK_PLAIN_BENCH=0 "$REPO/bench/gpu_check.sh" "$DIR"
 
 if [[ $LIST == 1 ]]; then
-  echo "bench/gpu_issue16.sh: inputs present; budget ${BUDGET}s; logs would go to $log_dir; phases:"
+  echo "bench/gpu_issue16.sh: inputs present; budget ${BUDGET}s; logs would go to $log_dir"
+  echo "phases (name, least-most seconds, command), in order:"
   printf '  %s\n' "${phases[@]}"
+  echo "the regression phases (before synth-*) need at least ${min_total}s of the ${BUDGET}s budget;"
+  echo "the figures run with what is left, in order: a phase that would start with less than its"
+  echo "minimum is skipped and says so"
   exit 0
 fi
 

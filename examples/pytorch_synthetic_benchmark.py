@@ -4,9 +4,9 @@ examples/pytorch/pytorch_synthetic_benchmark.py (same options and output).
 
     kolorun -np 2 python3 examples/pytorch_synthetic_benchmark.py --model resnet18
 
-Models come from torchvision when it is installed (any name of
-torchvision.models); otherwise, or with --model convnet, a small ResNet-style
-network defined here is used. As in Horovod, it trains on the GPU when CUDA
+Models are torchvision's (any name of torchvision.models; without torchvision
+that is an error, never a silent swap), or with --model convnet a small
+ResNet-style network defined in synthetic_models.py. As in Horovod, it trains on the GPU when CUDA
 is available (each rank on GPU local_rank % device_count; --no-cuda: CPU).
 --no-allreduce trains without any gradient exchange (a plain optimizer): the
 compute-only ceiling of the same processes. --image-size (default 224, as Horovod) and

@@ -1,5 +1,5 @@
-"""Models for the synthetic benchmarks: torchvision's when it is installed,
-else (or with --model convnet) a small ResNet-style network defined here."""
+"""Models for the synthetic benchmarks: torchvision's by name, or with
+--model convnet a small ResNet-style network defined here."""
 
 import torch
 import torch.nn as nn
@@ -49,6 +49,14 @@ class ConvNet(nn.Module):
 
 
 def make_model(name, num_classes):
-    if name == "convnet" or tv_models is None:
+    """The model and its name. A torchvision model without torchvision is an
+    error, never a silent swap for the small network: a figure must be of the
+    model it names."""
+    if name == "convnet":
         return ConvNet(num_classes), "convnet"
+    if tv_models is None:
+        raise SystemExit(f"--model {name} needs torchvision, which this interpreter lacks: "
+                         "install it (scripts/install-python.sh pins it) or pass --model convnet")
+    if not hasattr(tv_models, name):
+        raise SystemExit(f"--model {name}: torchvision.models has no such model")
     return getattr(tv_models, name)(num_classes=num_classes), name

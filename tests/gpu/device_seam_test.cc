@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,9 @@ struct FaultCase {
   const char* faults;
   const char* text;
 };
+
+// gtest prints the case by its name in test listings, not as raw bytes.
+void PrintTo(const FaultCase& f, std::ostream* os) { *os << f.name; }
 
 class SeamFaults : public ::testing::TestWithParam<FaultCase> {};
 

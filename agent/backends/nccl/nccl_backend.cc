@@ -155,6 +155,12 @@ class NcclBackend final : public Backend {
         return peerFailure("nccl: communicator of " + std::to_string(opts_.size) +
                            " ranks not up after " + std::to_string(opts_.timeout.count()) +
                            " ms (a peer did not join)");
+      if (s.message().find("invalid usage") != std::string::npos) {
+        // NCCL's refusal of two ranks of one communicator on one GPU.
+        s = Status(s.code(), s.message() +
+                                 " (several processes on one GPU need their own NCCL_HOSTID "
+                                 "each, and CUDA MPS)");
+      }
       return s.withContext("nccl init");
     }
     log_->debug("{}: NCCL rank {}/{} up on device {}", opts_.name, opts_.rank, opts_.size, device_);
