@@ -298,6 +298,7 @@ void Agent::stop() {
   loop_.post([this] {
     if (stopping_) return;
     stopping_ = true;
+    staging_cancel_ = true;  // a device staging wait ends now, not at its deadline
     (void)sdNotifyStopping("draining jobs");
     if (timeline_ && timeline_->active()) (void)timeline_->stop();
     for (auto& [id, job] : jobs_) {

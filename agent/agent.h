@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -141,7 +142,11 @@ class Agent : private OpHost {
   void observeStreamed(uint64_t bytes) override;
   void failJobForOpOnLoop(Job& job, const Status& st) override { failJobOnLoop(job, st, true); }
   Job* opJobOnLoop(const std::string& job_id) override;
-  void offLoopThenOnLoop(std::function<Status()> work, std::function<void(Status)> then) override;
+  void stageDeviceThenOnLoop(std::function<Status()> work,
+                             std::function<void(Status)> then) override;
+  DeviceStaging deviceStaging() const override {
+    return {opts_.device_staging_timeout_s * 1000, &staging_cancel_};
+  }
   void updateGaugesOnLoop();
   void failJobOnLoop(Job& job, const Status& st, bool tell_coordinator);
   void endJobForRankOnLoop(Job& job, int local_rank);
@@ -204,6 +209,10 @@ class Agent : private OpHost {
   std::unique_ptr<Timeline> timeline_;
   stall::StallInspector stalls_;
   WorkerPool setup_pool_{"cross-setup", 2};  // blocking backend rendezvous, off the loop
+  // Device tensors staged to the host (bounded waits on the GPU), one at a
+  // time: they are ordered on the GPU's agent stream anyway.
+  std::atomic<bool> staging_cancel_{false};
+  WorkerPool device_stage_pool_{"device-stage", 1};
   uint64_t next_conn_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<ClientConn>> conns_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;

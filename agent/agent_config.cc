@@ -161,6 +161,10 @@ void defineAgentKnobs(Config& c) {
               "The device implementation under the device path: cuda, or host-emulated (the test "
               "emulation: device tensors in host memory, no GPU; only in builds with "
               "KOLO_DEVICE_EMULATION=ON, and the agent says so loudly; docs/gpu.md)")
+      .define("device-staging-timeout-s", KnobType::kInt, "600",
+              "A device tensor staged through host memory for the exchange across agents fails "
+              "with its name when the GPU has not copied it out within this long (a trainer's "
+              "stream that never reaches its copy-in)")
       .define("idle-cycle-ms", KnobType::kInt, "100",
               "An agent with nothing to negotiate still joins a cycle this often, so peers never "
               "wait long")
@@ -325,6 +329,7 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
     if (!kind.isOk()) return invalidArgument("--" + kind.status().message());
     o.device = *kind;
   }
+  ASSIGN_OR_RETURN(o.device_staging_timeout_s, intIn(c, "device-staging-timeout-s", 1, 86400));
   o.cache_capacity = static_cast<size_t>(std::max<int64_t>(0, c.getInt("cache-capacity")));
   o.idle_cycle_ms = std::max<int64_t>(1, c.getInt("idle-cycle-ms"));
   if (c.getInt("fusion-threshold-mb") < 0) return invalidArgument("--fusion-threshold-mb must be >= 0");

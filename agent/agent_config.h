@@ -59,6 +59,9 @@ struct AgentOptions {
   gpu::DeviceCrossMode device_cross = gpu::DeviceCrossMode::kAuto;
   // --device: CUDA, or the host emulation (test builds; docs/gpu.md).
   gpu::DeviceKind device = gpu::DeviceKind::kCuda;
+  // --device-staging-timeout-s: a device tensor staged to the host for the
+  // agents' exchange fails past it (a trainer's stream never reached it).
+  int64_t device_staging_timeout_s = 600;
   size_t cache_capacity = 1024;
   int64_t idle_cycle_ms = 100;
   uint64_t fusion_threshold_bytes = 128ull << 20;

@@ -260,8 +260,8 @@ Job* Agent::opJobOnLoop(const std::string& job_id) {
   return it == jobs_.end() ? nullptr : it->second.get();
 }
 
-void Agent::offLoopThenOnLoop(std::function<Status()> work, std::function<void(Status)> then) {
-  setup_pool_.submit([this, work = std::move(work), then = std::move(then)]() {
+void Agent::stageDeviceThenOnLoop(std::function<Status()> work, std::function<void(Status)> then) {
+  device_stage_pool_.submit([this, work = std::move(work), then = std::move(then)]() {
     Status st = work();
     loop_.post([then, st]() { then(st); });
   });

@@ -20,6 +20,16 @@ const char* codeName(Code c) {
   return "UNKNOWN";
 }
 
+Status statusFromText(const std::string& text, Code fallback) {
+  for (int c = static_cast<int>(Code::kInProgress); c <= static_cast<int>(Code::kPermissionDenied);
+       ++c) {
+    const std::string prefix = std::string(codeName(static_cast<Code>(c))) + ": ";
+    if (text.compare(0, prefix.size(), prefix) == 0)
+      return Status(static_cast<Code>(c), text.substr(prefix.size()));
+  }
+  return Status(fallback, text);
+}
+
 std::string Status::toString() const {
   if (isOk()) return "OK";
   return std::string(codeName(code_)) + ": " + message_;

@@ -29,6 +29,12 @@ enum class Code : int {
 
 const char* codeName(Code c);
 
+class Status;
+// The inverse of Status::toString() for a text that crossed a process
+// boundary as one string ("TIMED_OUT: ..."): its code when the text starts
+// with a code's name and ": ", else `fallback` with the whole text.
+Status statusFromText(const std::string& text, Code fallback);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;

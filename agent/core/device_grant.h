@@ -1,5 +1,6 @@
 // The device runtime's grants over the device seam (device_runtime.h,
-// agent/gpu/device_api.h). Loop thread only.
+// agent/gpu/device_api.h). Loop thread only, but for DeviceCtx::staging and
+// what the staging thread reads of a grant its op holds (slots, events).
 #pragma once
 
 #include <deque>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "agent/core/device_runtime.h"
+#include "agent/core/device_staging.h"
 #include "agent/gpu/device_api.h"
 
 namespace kolo {
@@ -25,6 +27,7 @@ struct RetiredGrant {
 struct DeviceCtx {
   int device = 0;
   std::unique_ptr<gpu::DevStream> stream;
+  std::shared_ptr<PinnedStaging> staging;  // thread-safe; parks behind `stream`
   std::deque<RetiredGrant> retired;
   void* s() const { return stream->get(); }
   // Frees the retired grants the stream has passed.

@@ -12,6 +12,7 @@
 // Loop thread only.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -69,16 +70,23 @@ class DeviceRuntime {
   virtual Status enqueueLocal(const DeviceLocalOp& op) = 0;
 
   // Device tensors across agents, staged through host memory (the host
-  // backend carries them; docs/gpu.md). Step 1 may run on a worker thread
-  // and blocks until done (bounded by `timeout_ms`): every rank's in_ready
+  // backend carries them; docs/gpu.md). Step 0, on the staging thread:
+  // pinned host memory for `bytes` on the op's GPU (reused once the GPU's
+  // agent stream has passed everything enqueued before its release).
+  virtual StatusOr<std::shared_ptr<char>> stagingBuffer(const DeviceLocalOp& op, size_t bytes) = 0;
+  // Step 1, on the staging thread, blocks until done (bounded by
+  // `timeout_ms`; into the pinned buffer of step 0 the copy is asynchronous,
+  // so the deadline fires even when a trainer's stream never reaches its
+  // copy-in): every rank's in_ready
   // wait, the reduction of the k slots into slot 0 with the prescale (no
   // postscale: it is applied after the agents' reduction), and the copy of
   // slot 0 (for a broadcast: the root's slot, when broadcast_root >= 0;
   // nothing otherwise) into `host` (op.count elements).
-  virtual Status stageToHost(const DeviceLocalOp& op, void* host, int64_t timeout_ms) = 0;
+  virtual Status stageToHost(const DeviceLocalOp& op, void* host, int64_t timeout_ms,
+                             const std::atomic<bool>* cancel) = 0;
   // Step 2, on the loop once the agents' result is in `host`: copies it into
-  // every rank's slot and records every out_ready (no host wait; `host` may
-  // be freed on return).
+  // every rank's slot and records every out_ready (no host wait; the pinned
+  // buffer of step 0 waits for these copies when released).
   virtual Status stageFromHost(const DeviceLocalOp& op, const void* host) = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -68,14 +69,22 @@ class SeamDeviceRuntime final : public DeviceRuntime {
     return std::shared_ptr<DeviceGrant>(std::move(g));
   }
 
-  Status stageToHost(const DeviceLocalOp& op, void* host, int64_t timeout_ms) override;
+  StatusOr<std::shared_ptr<char>> stagingBuffer(const DeviceLocalOp& op, size_t bytes) override {
+    if (gpu::deviceApi() == nullptr) return noDevice();
+    if (op.grants.empty()) return internalError("device op without ranks");
+    return seam(op.grants[0])->ctx_->staging->acquire(bytes);
+  }
+  Status stageToHost(const DeviceLocalOp& op, void* host, int64_t timeout_ms,
+                     const std::atomic<bool>* cancel) override;
   Status stageFromHost(const DeviceLocalOp& op, const void* host) override;
   Status enqueueLocal(const DeviceLocalOp& op) override;
 
  private:
   // The agent stream of the op's GPU, made to wait for every rank's
   // in_ready; `slots` receives the ranks' slot addresses (agent mapping).
-  StatusOr<DeviceCtx*> waitInputs(const DeviceLocalOp& op, std::vector<void*>* slots) {
+  // `on_loop`: the retired grants are swept too (the loop thread owns them).
+  StatusOr<DeviceCtx*> waitInputs(const DeviceLocalOp& op, std::vector<void*>* slots,
+                                  bool on_loop) {
     const size_t k = op.grants.size();
     if (k == 0 || op.offsets.size() != k || op.events.size() != k)
       return internalError("device op without ranks");
@@ -86,7 +95,7 @@ class SeamDeviceRuntime final : public DeviceRuntime {
     }
     DeviceCtx* ctx = seam(op.grants[0])->ctx_.get();
     RETURN_IF_ERROR(gpu::deviceApi()->setDevice(ctx->device));
-    ctx->sweep();
+    if (on_loop) ctx->sweep();
     slots->resize(k);
     for (size_t i = 0; i < k; ++i) {
       SeamGrant* g = seam(op.grants[i]);
@@ -105,6 +114,7 @@ class SeamDeviceRuntime final : public DeviceRuntime {
     auto ctx = std::make_shared<DeviceCtx>();
     ctx->device = dev;
     ASSIGN_OR_RETURN(ctx->stream, api.createStream());
+    ctx->staging = PinnedStaging::create(api, dev, ctx->s());
     c = std::move(ctx);
     devLog()->info("device path: agent stream on {} device {}", api.name(), dev);
     // The agent works on the trainers' GPU from another process: without
@@ -156,7 +166,7 @@ Status SeamDeviceRuntime::enqueueLocal(const DeviceLocalOp& op) {
     return internalError("broadcast root is not a local rank");
   }
   std::vector<void*> slots;
-  auto ctx = waitInputs(op, &slots);
+  auto ctx = waitInputs(op, &slots, true);
   if (!ctx.isOk()) {
     // Some waits may be enqueued: out_ready still goes after them.
     if (!op.grants.empty() && op.events.size() == op.grants.size()) {
@@ -170,11 +180,12 @@ Status SeamDeviceRuntime::enqueueLocal(const DeviceLocalOp& op) {
   return st.isOk() ? rec : st;
 }
 
-Status SeamDeviceRuntime::stageToHost(const DeviceLocalOp& op, void* host, int64_t timeout_ms) {
+Status SeamDeviceRuntime::stageToHost(const DeviceLocalOp& op, void* host, int64_t timeout_ms,
+                                      const std::atomic<bool>* cancel) {
   gpu::DeviceApi* api = gpu::deviceApi();
   if (api == nullptr) return noDevice();
   std::vector<void*> slots;
-  ASSIGN_OR_RETURN(DeviceCtx * ctx, waitInputs(op, &slots));
+  ASSIGN_OR_RETURN(DeviceCtx * ctx, waitInputs(op, &slots, false));
   void* s = ctx->s();
   const size_t bytes = op.count * dataTypeSize(op.dtype);
   if (bytes == 0) return okStatus();
@@ -196,10 +207,13 @@ Status SeamDeviceRuntime::stageToHost(const DeviceLocalOp& op, void* host, int64
     Status q = done->query();
     if (q.code() != Code::kInProgress) return q;
     if (std::chrono::steady_clock::now() >= deadline) {
-      return timedOut("staging a device tensor to the host: the copy did not finish within " +
+      return timedOut("the GPU did not copy it to the host within " +
                       std::to_string(timeout_ms / 1000) +
-                      " s (a trainer's stream never reached the copy-in?)");
+                      " s (--device-staging-timeout-s): a trainer's stream never reached its "
+                      "copy-in (a trainer stuck before the collective, or its stream waiting on "
+                      "something that never happens)");
     }
+    if (cancel != nullptr && cancel->load()) return aborted("the kolo agent is stopping");
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }

@@ -1,4 +1,6 @@
 // DeviceRuntime of a build without CUDA: no grants (docs/gpu.md).
+#include <atomic>
+
 #include "agent/core/device_runtime.h"
 
 namespace kolo {
@@ -13,7 +15,10 @@ class NoDeviceRuntime final : public DeviceRuntime {
   Status enqueueLocal(const DeviceLocalOp&) override {
     return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
   }
-  Status stageToHost(const DeviceLocalOp&, void*, int64_t) override {
+  StatusOr<std::shared_ptr<char>> stagingBuffer(const DeviceLocalOp&, size_t) override {
+    return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
+  }
+  Status stageToHost(const DeviceLocalOp&, void*, int64_t, const std::atomic<bool>*) override {
     return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
   }
   Status stageFromHost(const DeviceLocalOp&, const void*) override {

@@ -233,7 +233,8 @@ std::vector<CrossResponse> NegotiationState::complete(const std::vector<uint8_t>
       const CrossRequest& first = *r.by_agent[0];
       CrossResponse resp{req.name, okStatus(), first.params};
       for (int o = 0; o < size_ && resp.error.isOk(); ++o) {
-        if (!r.by_agent[o]->error.empty()) resp.error = invalidArgument(r.by_agent[o]->error);
+        if (!r.by_agent[o]->error.empty())
+          resp.error = statusFromText(r.by_agent[o]->error, Code::kInvalidArgument);
       }
       for (int o = 1; o < size_ && resp.error.isOk(); ++o) {
         std::string m = TensorTable::describeMismatch(req.name, first.params, first.first_rank,

@@ -31,7 +31,8 @@ struct CrossRequest {
   std::string name;
   SubmitDesc params{};     // collective, dtype, op, shape, scale factors, root (handles unused)
   int first_rank = 0;      // a global rank that submitted it on that agent (for messages)
-  std::string error;       // the ranks of that agent disagreed: every agent fails the name with this
+  std::string error;  // that agent failed the op (Status::toString(): its code crosses too), e.g.
+                      // its ranks disagreed: every agent fails the name with this
 };
 
 struct CrossResponse {

@@ -62,6 +62,16 @@ class DevArena {
   virtual StatusOr<UniqueFd> exportFd() const = 0;
 };
 
+// Page-locked host memory (cudaHostAlloc): copies to and from it are
+// asynchronous. A copy between the device and pageable host memory is not:
+// CUDA returns from a device-to-pageable copy only once it is done.
+class DevHostBuffer {
+ public:
+  virtual ~DevHostBuffer() = default;
+  virtual void* data() const = 0;
+  virtual size_t size() const = 0;
+};
+
 struct PointerInfo {
   bool device = false;  // device or managed memory
   int ordinal = -1;     // device memory: its device; -1 for host or managed
@@ -85,7 +95,11 @@ class DeviceApi {
   virtual StatusOr<std::unique_ptr<DevArena>> createArena(int device, size_t min_bytes) = 0;
   virtual StatusOr<std::unique_ptr<DevArena>> importArena(int fd, size_t bytes, int device) = 0;
 
-  // Any direction (cudaMemcpyDefault), ordered on `stream`.
+  // Pinned host memory, portable across devices (cudaHostAllocPortable).
+  virtual StatusOr<std::unique_ptr<DevHostBuffer>> allocPinned(size_t bytes) = 0;
+
+  // Any direction (cudaMemcpyDefault), ordered on `stream`. From the device
+  // into pageable host memory it blocks until the copy is done (as CUDA).
   virtual Status copyAsync(void* dst, const void* src, size_t bytes, void* stream) = 0;
   // agent/gpu/reduce.h's launchReduce.
   virtual Status launchReduce(DataType dtype, ReduceOp op, const void* const* srcs, int nsrc,

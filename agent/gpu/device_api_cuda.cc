@@ -2,6 +2,7 @@
 // wrappers (device.h, vmm_arena.h, reduce.h); see device_api.h.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -71,6 +72,18 @@ class CudaArena final : public DevArena {
   std::unique_ptr<A> a_;
 };
 
+class CudaHostBuffer final : public DevHostBuffer {
+ public:
+  CudaHostBuffer(void* p, size_t n) : p_(p), n_(n) {}
+  ~CudaHostBuffer() override { (void)cudaFreeHost(p_); }
+  void* data() const override { return p_; }
+  size_t size() const override { return n_; }
+
+ private:
+  void* p_;
+  size_t n_;
+};
+
 class CudaDeviceApi final : public DeviceApi {
  public:
   const char* name() const override { return "cuda"; }
@@ -135,6 +148,12 @@ class CudaDeviceApi final : public DeviceApi {
     void* p = nullptr;
     KOLO_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
     return p;
+  }
+  StatusOr<std::unique_ptr<DevHostBuffer>> allocPinned(size_t bytes) override {
+    void* p = nullptr;
+    const size_t n = std::max<size_t>(bytes, 1);
+    KOLO_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, n, cudaHostAllocPortable));
+    return std::unique_ptr<DevHostBuffer>(new CudaHostBuffer(p, n));
   }
   void freeDevice(void* p) override { (void)cudaFree(p); }
   int mpsClient(int d) override {

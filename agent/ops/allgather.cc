@@ -192,7 +192,7 @@ void AllgatherOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   w.req.params.handle = 0;
   w.req.params.data_offset = w.req.params.out_offset = 0;
   w.req.first_rank = job.globalRank(0);
-  if (!op.error.isOk()) w.req.error = op.error.message();
+  if (!op.error.isOk()) w.req.error = op.error.toString();  // its code crosses too
   w.staging = p.staging.get();
   w.count = op.error.isOk() ? total : 0;
   w.dtype = DataType::kUint8;

@@ -168,7 +168,7 @@ void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   w.req.params.data_offset = w.req.params.out_offset = 0;
   w.req.params.data_bytes = w.req.params.out_bytes = 0;
   w.req.first_rank = job.globalRank(0);
-  if (!op.error.isOk()) w.req.error = op.error.message();
+  if (!op.error.isOk()) w.req.error = op.error.toString();  // its code crosses too
   w.dtype = DataType::kUint8;
   w.collective = CollectiveType::kAlltoall;
   uint64_t send_total = 0, recv_total = 0, all_total = 0;

@@ -77,7 +77,7 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
       0;  // device tensors staged through host look like host ones to the other agents
   w.req.params.device_event = 0;
   w.req.first_rank = job.globalRank(0);
-  if (!op.error.isOk()) w.req.error = op.error.message();
+  if (!op.error.isOk()) w.req.error = op.error.toString();  // its code crosses too
   w.staging = leg.in_place ? p.slots[0] : p.stagingData();
   if (leg.pipelined) {
     if (leg.copy_in)
@@ -177,7 +177,7 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
     if (error && error->failed()) {
       // A rank's tensor could not be read: every agent fails the op with
       // this text (no ring over a half-filled buffer).
-      w.req.error = error->get().message();
+      w.req.error = error->get().toString();
       w.count = 0;
     }
     h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));

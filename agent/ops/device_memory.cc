@@ -98,21 +98,23 @@ void DeviceMemory::stageCrossOnLoop(OpHost& host, Job& job, ReadyOp op, const De
                                     std::vector<std::shared_ptr<DeviceGrant>> hold,
                                     std::vector<uint64_t> handles) {
   const uint64_t bytes = op.descs[0].data_bytes;
-  std::shared_ptr<char> staged(static_cast<char*>(std::malloc(bytes + 64)), std::free);
-  if (!staged) {
-    op.error = internalError("out of host memory staging device tensor '" + op.name + "'");
-    return hostMemory().runOnLoop(host, job,
-                                  collectiveOp(static_cast<CollectiveType>(op.descs[0].collective)),
-                                  std::move(op), std::move(handles));
-  }
   auto sop = std::make_shared<ReadyOp>(std::move(op));
   InFlight in_flight = job.beginExecuting();
   std::string job_id = job.id();
   const int k = job.localSize();
   OpHost* h = &host;
-  host.offLoopThenOnLoop(
-      [dop, staged, hold]() { return deviceRuntime().stageToHost(dop, staged.get(), 600'000); },
-      [h, in_flight, dop, staged, hold, sop, handles, job_id, k](Status st) mutable {
+  // Filled on the staging thread: pinned, so the copy out of the GPU is
+  // asynchronous and its deadline fires (device_staging.h).
+  auto staged = std::make_shared<std::shared_ptr<char>>();
+  const OpHost::DeviceStaging limits = host.deviceStaging();
+  host.stageDeviceThenOnLoop(
+      [dop, staged, hold, bytes, limits]() -> Status {
+        ASSIGN_OR_RETURN(*staged, deviceRuntime().stagingBuffer(dop, bytes));
+        return deviceRuntime().stageToHost(dop, staged->get(), limits.timeout_ms, limits.cancel);
+      },
+      [h, in_flight, dop, staged_at = staged, hold, sop, handles, job_id, k,
+       bytes](Status st) mutable {
+        std::shared_ptr<char> staged = std::move(*staged_at);
         Job* j = h->opJobOnLoop(job_id);
         if (j == nullptr) return;
         in_flight.end();
@@ -122,8 +124,14 @@ void DeviceMemory::stageCrossOnLoop(OpHost& host, Job& job, ReadyOp op, const De
                             DataType::kFloat32, {}, CollectiveType::kAllreduce);
           return;
         }
-        if (!st.isOk())
+        if (!st.isOk()) {
           sop->error = st.withContext("device tensor '" + sop->name + "' staged to the host");
+          // The agents' exchange still runs and fails with this error on
+          // every rank; without a pinned buffer it gets a host one.
+          if (staged == nullptr) {
+            staged = std::shared_ptr<char>(new char[bytes + 64](), std::default_delete<char[]>());
+          }
+        }
         // Allreduce: one source (the GPU already reduced the k ranks), the
         // postscale after the agents' reduction. Broadcast: a byte copy (as
         // on the host path), slots indexed by local rank.

@@ -20,6 +20,7 @@
 // (agent_join.cc). Loop thread only.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -82,10 +83,17 @@ class OpHost {
   virtual void failJobForOpOnLoop(Job& job, const Status& st) = 0;
   // The job, or null once it is gone (an op that comes back to the loop).
   virtual Job* opJobOnLoop(const std::string& job_id) = 0;
-  // Runs `work` on a worker thread (it may block), then `then` with its
+  // Runs `work` on the agent's device staging thread (it may block, bounded
+  // by deviceStaging().timeout_ms; apart from the backends' setup workers,
+  // so a stuck staging delays no job's rendezvous), then `then` with its
   // status on the loop (device tensors staged to the host).
-  virtual void offLoopThenOnLoop(std::function<Status()> work,
-                                 std::function<void(Status)> then) = 0;
+  virtual void stageDeviceThenOnLoop(std::function<Status()> work,
+                                     std::function<void(Status)> then) = 0;
+  struct DeviceStaging {
+    int64_t timeout_ms = 600'000;               // --device-staging-timeout-s
+    const std::atomic<bool>* cancel = nullptr;  // set when the agent stops
+  };
+  virtual DeviceStaging deviceStaging() const = 0;
 };
 
 class CollectiveOp {

@@ -157,7 +157,7 @@ void ReducescatterOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   w.req.params.data_offset = w.req.params.out_offset = 0;
   w.req.params.out_bytes = 0;  // differs per rank
   w.req.first_rank = job.globalRank(0);
-  if (!op.error.isOk()) w.req.error = op.error.message();
+  if (!op.error.isOk()) w.req.error = op.error.toString();  // its code crosses too
   w.staging = p.staging.get();
   w.count = op.error.isOk() ? count : 0;
   w.dtype = dtype;

@@ -167,6 +167,29 @@ struct FaultCase {
   const char* text;
 };
 
+// Across agents a device tensor is staged through pinned host memory: a
+// trainer stream that never reaches its copy-in (its events never complete)
+// fails the op on every rank at --device-staging-timeout-s, with the text,
+// instead of blocking a worker in the copy (into pageable memory it would
+// never return: the emulation blocks there as CUDA does).
+TEST(Seam, AStuckTrainerStreamAcrossAgentsFailsAtTheStagingDeadline) {
+  if (testDevice() != "host-emulated" || !kEmulationBuilt)
+    GTEST_SKIP() << "skipped: faults are injected by the emulation";
+  Cluster c(2, withDevice({{"KOLO_DEVICE_STAGING_TIMEOUT_S", "3"}}));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("seamstuck", {1, 1}, {kRank, "fault"},
+                                rankEnv("16", {{"KOLO_DEVICE_EMU_FAULTS", "hang-events"}}));
+  ASSERT_TRUE(c.waitJob(ranks, 60s)) << allLogs(c, 2);
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
+    EXPECT_TRUE(has(r.output(), "FAULT DONE")) << r.output();
+    EXPECT_TRUE(has(r.output(), "device tensor 'fault.0' staged to the host")) << r.output();
+    EXPECT_TRUE(has(r.output(), "within 3 s (--device-staging-timeout-s)")) << r.output();
+    EXPECT_LT(r.seconds(), 25.0) << r.output();
+    std::printf("[stuck] rank done in %.1f s: %s\n", r.seconds(), r.output().c_str());
+  }
+}
+
 // gtest prints the case by its name in test listings, not as raw bytes.
 void PrintTo(const FaultCase& f, std::ostream* os) { *os << f.name; }
 

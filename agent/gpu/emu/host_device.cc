@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,30 +31,60 @@ namespace {
 
 constexpr size_t kGranularity = 2u << 20;  // as the VMM arenas
 
-// The fake device heaps: address ranges that answer "device 0".
-struct Heaps {
+// Address ranges: the fake device heaps (they answer "device 0") and the
+// pinned host buffers (copies to and from them stay asynchronous).
+struct Ranges {
   std::mutex mu;
   std::map<uintptr_t, size_t> ranges;  // base -> bytes
+  void add(void* p, size_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    ranges[reinterpret_cast<uintptr_t>(p)] = n;
+  }
+  void remove(void* p) {
+    std::lock_guard<std::mutex> lock(mu);
+    ranges.erase(reinterpret_cast<uintptr_t>(p));
+  }
+  bool contains(const void* p) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = ranges.upper_bound(reinterpret_cast<uintptr_t>(p));
+    if (it == ranges.begin()) return false;
+    --it;
+    return reinterpret_cast<uintptr_t>(p) < it->first + it->second;
+  }
 };
-Heaps& heaps() {
-  static Heaps* h = new Heaps;
+Ranges& heaps() {
+  static Ranges* h = new Ranges;  // used until exit
   return *h;
 }
-void registerHeap(void* p, size_t n) {
-  std::lock_guard<std::mutex> lock(heaps().mu);
-  heaps().ranges[reinterpret_cast<uintptr_t>(p)] = n;
+Ranges& pinnedRanges() {
+  static Ranges* h = new Ranges;
+  return *h;
 }
-void unregisterHeap(void* p) {
-  std::lock_guard<std::mutex> lock(heaps().mu);
-  heaps().ranges.erase(reinterpret_cast<uintptr_t>(p));
-}
-bool inHeap(const void* p) {
-  std::lock_guard<std::mutex> lock(heaps().mu);
-  auto& r = heaps().ranges;
-  auto it = r.upper_bound(reinterpret_cast<uintptr_t>(p));
-  if (it == r.begin()) return false;
-  --it;
-  return reinterpret_cast<uintptr_t>(p) < it->first + it->second;
+void registerHeap(void* p, size_t n) { heaps().add(p, n); }
+void unregisterHeap(void* p) { heaps().remove(p); }
+bool inHeap(const void* p) { return heaps().contains(p); }
+bool pinned(const void* p) { return pinnedRanges().contains(p); }
+
+class HostPinned final : public DevHostBuffer {
+ public:
+  HostPinned(void* p, size_t n) : p_(p), n_(n) { pinnedRanges().add(p_, n_); }
+  ~HostPinned() override {
+    pinnedRanges().remove(p_);
+    ::munmap(p_, n_);
+  }
+  void* data() const override { return p_; }
+  size_t size() const override { return n_; }
+
+ private:
+  void* p_;
+  size_t n_;
+};
+
+Status refuseOnLoopThread() {
+  if (!onLoopThread()) return okStatus();
+  log::get("device")->critical("a blocking device call on the agent's loop thread (a bug)");
+  return internalError(
+      "the host emulation refuses a blocking device call on the agent's loop thread");
 }
 
 class HostArena final : public DevArena {
@@ -151,7 +182,7 @@ class HostDeviceApi final : public DeviceApi {
   Status copyAsync(void* dst, const void* src, size_t bytes, void* stream) override {
     RETURN_IF_ERROR(stickyError());
     if (bytes == 0) return okStatus();
-    if (!inHeap(src)) {
+    if (!inHeap(src) && !pinned(src)) {
       // CUDA stages pageable host memory at enqueue time: the caller may
       // reuse the source once the call returns.
       auto copy = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
@@ -159,10 +190,28 @@ class HostDeviceApi final : public DeviceApi {
       enqueueTask(stream, [dst, copy] { std::memcpy(dst, copy->data(), copy->size()); });
       return okStatus();
     }
-    // Not emulated: a copy to pageable host memory returns at once here,
-    // where CUDA returns only once it is done (docs/gpu.md).
+    if (!inHeap(dst) && !pinned(dst)) {
+      // Into pageable host memory CUDA returns only once the copy is done,
+      // however long the stream takes to reach it.
+      RETURN_IF_ERROR(refuseOnLoopThread());
+      auto done = std::make_shared<std::promise<void>>();
+      auto f = done->get_future();
+      enqueueTask(stream, [dst, src, bytes, done] {
+        std::memmove(dst, src, bytes);
+        done->set_value();
+      });
+      f.wait();
+      return okStatus();
+    }
     enqueueTask(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
     return okStatus();
+  }
+  StatusOr<std::unique_ptr<DevHostBuffer>> allocPinned(size_t bytes) override {
+    const size_t n = std::max<size_t>(bytes, 1);
+    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      return unavailable("cudaHostAlloc: cudaErrorMemoryAllocation: emulated pinned memory");
+    return std::unique_ptr<DevHostBuffer>(std::make_unique<HostPinned>(p, n));
   }
 
   Status launchReduce(DataType dtype, ReduceOp op, const void* const* srcs, int nsrc,
@@ -219,11 +268,7 @@ class HostDeviceApi final : public DeviceApi {
   }
   Status streamSynchronize(void* stream, int64_t timeout_ms) override {
     RETURN_IF_ERROR(stickyError());
-    if (onLoopThread()) {
-      log::get("device")->critical("a blocking device call on the agent's loop thread (a bug)");
-      return internalError(
-          "the host emulation refuses a blocking device call on the agent's loop thread");
-    }
+    RETURN_IF_ERROR(refuseOnLoopThread());
     return HostStream::of(stream)->synchronize(timeout_ms);
   }
 
