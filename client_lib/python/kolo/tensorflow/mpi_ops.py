@@ -8,13 +8,16 @@ graph (tf.function, Keras fit) an unnamed op is named after its input
 tensor ("KoloAllreduce_<tensor>", made unique by TensorFlow within the
 graph), as Horovod names them; the kernel then uses its node name. Eagerly
 ops run one after another, so an unnamed one is named after its op.
+
+XLA: a tf.function(jit_compile=True) that reaches a kolo op fails with
+TensorFlow's "Detected unsupported operations ... KoloAllreduce" (XLA has
+no kernel for them): reduce outside the jit-compiled function.
 """
 
 import os
 import re
 
 import tensorflow as tf
-from tensorflow.python.framework import ops as _tf_ops
 
 from .. import _library, basics
 from ..process_sets import global_process_set, resolve as _resolve_set
@@ -78,19 +81,6 @@ def _names(prefix, tensor, name):
     return name, ""
 
 
-def _check_jit():
-    """XLA cannot compile kolo's ops: one clear error when a jit_compile
-    function reaches them."""
-    g = _tf_ops.get_default_graph()
-    while g is not None:
-        if getattr(g, "_jit_compile", None) or getattr(g, "_xla_compile", None):
-            raise NotImplementedError(
-                "kolo.tensorflow collectives cannot run inside tf.function(jit_compile=True) (XLA "
-                "has no kernel for kolo's ops); compute the gradients in the jit-compiled function "
-                "and reduce them outside it, or drop jit_compile (docs/tensorflow.md)")
-        g = getattr(g, "outer_graph", None)
-
-
 def _set_id(process_set, what):
     return _resolve_set(process_set, what).id
 
@@ -111,7 +101,6 @@ def _op_value(op, average, what):
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
                ignore_name_scope=False, process_set=global_process_set):
     """The KoloAllreduce op on a dense tensor."""
-    _check_jit()
     node, tname = _names("KoloAllreduce", tensor, name)
     return load_ops().kolo_allreduce(tensor, reduce_op=op, prescale_factor=prescale_factor,
                                      postscale_factor=postscale_factor, tensor_name=tname,
@@ -121,7 +110,6 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
 
 def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
                        ignore_name_scope=False, process_set=global_process_set):
-    _check_jit()
     if not tensors:
         return []
     node, tname = _names("KoloGroupedAllreduce", tensors[0], name)
@@ -134,14 +122,12 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenation of every rank's `tensor` along the first dimension
     (which may differ per rank), in rank order (Horovod's allgather)."""
-    _check_jit()
     node, tname = _names("KoloAllgather", tensor, name)
     return load_ops().kolo_allgather(tensor, tensor_name=tname, ignore_name_scope=ignore_name_scope,
                                      process_set_id=_set_id(process_set, "allgather"), name=node)
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
-    _check_jit()
     if not tensors:
         return []
     node, tname = _names("KoloGroupedAllgather", tensors[0], name)
@@ -153,7 +139,6 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
     """The tensor of global rank `root_rank`, on every rank of the set."""
-    _check_jit()
     node, tname = _names("KoloBroadcast", tensor, name)
     return load_ops().kolo_broadcast(tensor, root_rank=int(root_rank), tensor_name=tname,
                                      ignore_name_scope=ignore_name_scope,
@@ -165,7 +150,6 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     """(output, received_splits): sends splits[d] rows to rank d (None: an
     even split) and returns the rows every rank sent here, from rank 0 up,
     with how many came from each (Horovod's alltoall)."""
-    _check_jit()
     node, tname = _names("KoloAlltoall", tensor, name)
     splits = tf.zeros([0], tf.int32) if splits is None else tf.cast(splits, tf.int32)
     return load_ops().kolo_alltoall(tensor, splits, tensor_name=tname,
@@ -175,7 +159,6 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
 
 def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False,
                    process_set=global_process_set):
-    _check_jit()
     node, tname = _names("KoloReducescatter", tensor, name)
     return load_ops().kolo_reducescatter(tensor, reduce_op=op, tensor_name=tname,
                                          ignore_name_scope=ignore_name_scope,
@@ -185,7 +168,6 @@ def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False,
 
 def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False,
                            process_set=global_process_set):
-    _check_jit()
     if not tensors:
         return []
     node, tname = _names("KoloGroupedReducescatter", tensors[0], name)
@@ -261,8 +243,9 @@ def _gather_grad_slice(x, grad, ps):
     grad = _allreduce(grad, op=Sum, process_set=ps)
     d = tf.reshape(tf.shape(x, out_type=tf.int64)[0], [1])
     sizes = allgather(d, process_set=ps)
-    splits = tf.split(grad, num_or_size_splits=sizes, axis=0)
-    return splits[_resolve_set(ps, "allgather").rank]
+    info = _resolve_set(ps, "allgather")
+    splits = tf.split(grad, num_or_size_splits=sizes, axis=0, num=info.size)
+    return splits[info.rank]
 
 
 @tf.RegisterGradient("KoloAllgather")
