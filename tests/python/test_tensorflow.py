@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import PYTHON, WORKERS, rank_env, run_bounded
+from conftest import EXAMPLES, PYTHON, WORKERS, rank_env, run_bounded
 
 CHECKS = ["allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall",
           "reducescatter", "gradients", "tape_training sparse_as_dense=False",
@@ -37,3 +37,25 @@ def test_collectives_gradients_and_tape_on_two_ranks(stack, kolorun):
         lines = res.rank_lines(rank)
         for check in CHECKS:
             assert "CHECK %s ok" % check in lines, (check, res.describe())
+
+
+def _kolo_lines(path):
+    code = open(path).read().split('"""', 2)[2]  # after the module docstring
+    return [l for l in code.splitlines() if "kolo" in l]
+
+
+def test_horovod_tf2_examples_with_only_the_import_changed(stack, kolorun):
+    """Horovod's TF2 custom loop and Keras fit examples, import changed only."""
+    tf_available(stack)
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    loop = os.path.join(EXAMPLES, "tensorflow2_mnist.py")
+    assert _kolo_lines(loop) == ["import kolo.tensorflow as hvd"], _kolo_lines(loop)
+    res = kolorun(2, loop, "--steps", "8", "--batch-size", "16", timeout=180, env=env)
+    assert res.rc == 0, res.describe()
+    assert "Done: 2 ranks, identical weights" in res.rank_lines(0), res.describe()
+    fit = os.path.join(EXAMPLES, "tensorflow2_keras_mnist.py")
+    assert _kolo_lines(fit) == ["import kolo.tensorflow.keras as hvd"], _kolo_lines(fit)
+    res = kolorun(2, fit, "--epochs", "2", "--steps-per-epoch", "8", "--batch-size", "16",
+                  timeout=180, env=env)
+    assert res.rc == 0, res.describe()
+    assert any(l.startswith("Done: 2 ranks, final loss") for l in res.rank_lines(0)), res.describe()
