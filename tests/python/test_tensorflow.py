@@ -7,6 +7,7 @@ to one process on the whole batch; errors naming the tensor; XLA's error.
 All checks run in one job (TensorFlow imports slowly): workers/tf_ops_worker.py."""
 
 import os
+import re
 
 import pytest
 
@@ -59,3 +60,28 @@ def test_horovod_tf2_examples_with_only_the_import_changed(stack, kolorun):
                   timeout=180, env=env)
     assert res.rc == 0, res.describe()
     assert any(l.startswith("Done: 2 ranks, final loss") for l in res.rank_lines(0)), res.describe()
+
+
+def test_elastic_a_crashed_rank_restarts_and_resumes_from_the_commit(stack, tmp_path):
+    """kolo.tensorflow.elastic: rank 1 aborts at step 12; kolorun restarts it,
+    both resume from the commit at step 10 (TensorFlowKerasState) and end
+    with every step applied exactly once."""
+    tf_available(stack)
+    (tmp_path / "hosts").write_text("hostA:1\nhostB:1\n")
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\ncat %s\n" % (tmp_path / "hosts"))
+    script.chmod(0o755)
+    crash = tmp_path / "crash-once"
+    crash.write_text("x")
+    cmd = [os.path.join(stack, "bin", "kolorun"), "-np", "2", "--min-np", "2", "--max-np", "2",
+           "--host-discovery-script", str(script), "--", PYTHON,
+           os.path.join(WORKERS, "tf_elastic_worker.py"), "30"]
+    res = run_bounded(cmd, 240, env=rank_env({"ELASTIC_CRASH_ONCE": str(crash),
+                                              "TF_CPP_MIN_LOG_LEVEL": "2"}), cwd=str(tmp_path))
+    text = res.out + res.err
+    assert res.rc == 0, res.describe()
+    assert "crashing at step 12" in text, res.describe()
+    assert "restarting it (restart 1 of" in text, res.describe()
+    done = dict(re.findall(r"TF-ELASTIC-OK rank (\d+) size 2 step 30 resets (\d+)", text))
+    assert set(done) == {"0", "1"}, res.describe()
+    assert int(done["0"]) >= 1, res.describe()  # rank 0 went through a reset (restore + sync)

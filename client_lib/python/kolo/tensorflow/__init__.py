@@ -77,6 +77,7 @@ from .mpi_ops import (  # noqa: F401
 )
 from .reduce import allreduce, grouped_allreduce, grouped_reducescatter, reducescatter  # noqa: F401
 from .optimizer import DistributedOptimizer  # noqa: F401
+from . import elastic  # noqa: F401,E402  (kolo.tensorflow.elastic: TensorFlowKerasState, run)
 
 
 def init(comm=None, process_sets=None):

@@ -46,7 +46,7 @@ from .. import (  # noqa: F401
     shutdown,
     size,
 )
-from . import callbacks  # noqa: F401
+from . import callbacks, elastic  # noqa: F401
 from .optimizer import DistributedOptimizer, _distributed_class  # noqa: F401
 
 
