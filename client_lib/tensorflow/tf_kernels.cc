@@ -26,16 +26,35 @@ using Status = ::tensorflow::Status;
 
 bool ToKolo(tfw::DataType t, kolo_dtype_t* out) {
   switch (t) {
-    case tfw::DT_HALF: *out = KOLO_FLOAT16; return true;
-    case tfw::DT_BFLOAT16: *out = KOLO_BFLOAT16; return true;
-    case tfw::DT_FLOAT: *out = KOLO_FLOAT32; return true;
-    case tfw::DT_DOUBLE: *out = KOLO_FLOAT64; return true;
-    case tfw::DT_INT8: *out = KOLO_INT8; return true;
-    case tfw::DT_UINT8: *out = KOLO_UINT8; return true;
-    case tfw::DT_BOOL: *out = KOLO_UINT8; return true;  // one byte; never reduced (op definitions)
-    case tfw::DT_INT32: *out = KOLO_INT32; return true;
-    case tfw::DT_INT64: *out = KOLO_INT64; return true;
-    default: return false;
+    case tfw::DT_HALF:
+      *out = KOLO_FLOAT16;
+      return true;
+    case tfw::DT_BFLOAT16:
+      *out = KOLO_BFLOAT16;
+      return true;
+    case tfw::DT_FLOAT:
+      *out = KOLO_FLOAT32;
+      return true;
+    case tfw::DT_DOUBLE:
+      *out = KOLO_FLOAT64;
+      return true;
+    case tfw::DT_INT8:
+      *out = KOLO_INT8;
+      return true;
+    case tfw::DT_UINT8:
+      *out = KOLO_UINT8;
+      return true;
+    case tfw::DT_BOOL:
+      *out = KOLO_UINT8;
+      return true;  // one byte; never reduced (op definitions)
+    case tfw::DT_INT32:
+      *out = KOLO_INT32;
+      return true;
+    case tfw::DT_INT64:
+      *out = KOLO_INT64;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -46,17 +65,25 @@ std::vector<int64_t> Dims(const TensorShape& s) {
 }
 
 // The error a failed collective surfaces as: the op, the tensor and the cause.
-Status Failure(const std::string& what, const std::string& name, kolo_status_t st, const std::string& err) {
-  std::string msg = "kolo " + what + " of tensor '" + name + "' failed (" + kolo_status_string(st) + "): " + err;
+Status Failure(const std::string& what, const std::string& name, kolo_status_t st,
+               const std::string& err) {
+  std::string msg =
+      "kolo " + what + " of tensor '" + name + "' failed (" + kolo_status_string(st) + "): " + err;
   switch (st) {
-    case KOLO_ERR_INVALID_ARGUMENT: return tfw::errors::InvalidArgument(msg);
-    case KOLO_ERR_TIMED_OUT: return tfw::errors::DeadlineExceeded(msg);
+    case KOLO_ERR_INVALID_ARGUMENT:
+      return tfw::errors::InvalidArgument(msg);
+    case KOLO_ERR_TIMED_OUT:
+      return tfw::errors::DeadlineExceeded(msg);
     case KOLO_ERR_ABORTED:
-    case KOLO_ERR_MEMBERSHIP_CHANGED: return tfw::errors::Aborted(msg);
+    case KOLO_ERR_MEMBERSHIP_CHANGED:
+      return tfw::errors::Aborted(msg);
     case KOLO_ERR_UNAVAILABLE:
-    case KOLO_ERR_PEER_FAILURE: return tfw::errors::Unavailable(msg);
-    case KOLO_ERR_PERMISSION_DENIED: return tfw::errors::PermissionDenied(msg);
-    default: return tfw::errors::Internal(msg);
+    case KOLO_ERR_PEER_FAILURE:
+      return tfw::errors::Unavailable(msg);
+    case KOLO_ERR_PERMISSION_DENIED:
+      return tfw::errors::PermissionDenied(msg);
+    default:
+      return tfw::errors::Internal(msg);
   }
 }
 
@@ -74,7 +101,8 @@ class KoloKernel : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("ignore_name_scope", &ignore_scope));
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &ps_));
     if (name_.empty()) name_ = name();
-    if (ignore_scope && name_.find('/') != std::string::npos) name_ = name_.substr(name_.rfind('/') + 1);
+    if (ignore_scope && name_.find('/') != std::string::npos)
+      name_ = name_.substr(name_.rfind('/') + 1);
   }
 
  protected:
@@ -90,21 +118,25 @@ class KoloKernel : public AsyncOpKernel {
       if (ctx->input_dtype(i) != tfw::DT_INT32 || i == 0) {
         if (!ToKolo(ctx->input_dtype(i), &dt)) {
           return tfw::errors::InvalidArgument("kolo ", what_, " of tensor '", name_, "': dtype ",
-                                              tfw::DataTypeString(ctx->input_dtype(i)), " is not supported");
+                                              tfw::DataTypeString(ctx->input_dtype(i)),
+                                              " is not supported");
         }
       }
     }
     return Status();
   }
-  Status Submitted(kolo_status_t st) const { return st == KOLO_OK ? Status() : Failure(what_, name_, st, LastError(st)); }
+  Status Submitted(kolo_status_t st) const {
+    return st == KOLO_OK ? Status() : Failure(what_, name_, st, LastError(st));
+  }
   std::string Member(int i) const { return name_ + "_" + std::to_string(i); }
   // Watches `hs`; on failure the op's status names the tensor.
   void Finish(OpKernelContext* ctx, DoneCallback done, std::vector<kolo_handle_t> hs) const {
     std::string what = what_, name = name_;
-    WatchHandles(std::move(hs), false, [ctx, done, what, name](kolo_status_t st, const std::string& err) {
-      if (st != KOLO_OK) ctx->SetStatus(Failure(what, name, st, err));
-      done();
-    });
+    WatchHandles(std::move(hs), false,
+                 [ctx, done, what, name](kolo_status_t st, const std::string& err) {
+                   if (st != KOLO_OK) ctx->SetStatus(Failure(what, name, st, err));
+                   done();
+                 });
   }
 
   std::string what_;
@@ -130,7 +162,8 @@ class AllreduceOp : public KoloKernel {
     for (int i = 0; i < n; ++i) {
       const Tensor& in = ctx->input(i);
       Tensor* out = nullptr;
-      OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out), done);
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out),
+                           done);
       ins[i] = in.tensor_data().data();
       outs[i] = const_cast<char*>(out->tensor_data().data());
       dims[i] = Dims(in.shape());
@@ -143,11 +176,12 @@ class AllreduceOp : public KoloKernel {
     std::vector<kolo_handle_t> hs(n, 0);
     kolo_status_t st;
     if (grouped_) {
-      st = kolo_ps_grouped_allreduce_async(ps_, n, cnames.data(), ins.data(), outs.data(), ndims.data(),
-                                           shapes.data(), dts.data(), op_, pre_, post_, hs.data());
+      st = kolo_ps_grouped_allreduce_async(ps_, n, cnames.data(), ins.data(), outs.data(),
+                                           ndims.data(), shapes.data(), dts.data(), op_, pre_,
+                                           post_, hs.data());
     } else {
-      st = kolo_ps_allreduce_async(ps_, cnames[0], ins[0], outs[0], ndims[0], shapes[0], dts[0], op_, pre_,
-                                   post_, hs.data());
+      st = kolo_ps_allreduce_async(ps_, cnames[0], ins[0], outs[0], ndims[0], shapes[0], dts[0],
+                                   op_, pre_, post_, hs.data());
     }
     OP_REQUIRES_OK_ASYNC(ctx, Submitted(st), done);
     Finish(ctx, std::move(done), std::move(hs));
@@ -160,10 +194,13 @@ class AllreduceOp : public KoloKernel {
     OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
     OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &pre));
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &post));
-    OP_REQUIRES(c, op == KOLO_AVERAGE || op == KOLO_SUM || op == KOLO_MIN || op == KOLO_MAX || op == KOLO_PRODUCT,
-                tfw::errors::InvalidArgument("kolo allreduce of tensor '", name_, "': reduce_op ", op,
-                                             " is not one of Average (0), Sum (1), Min (3), Max (4), Product (5)",
-                                             op == 2 ? " (Adasum is not supported by kolo.tensorflow)" : ""));
+    OP_REQUIRES(c,
+                op == KOLO_AVERAGE || op == KOLO_SUM || op == KOLO_MIN || op == KOLO_MAX ||
+                    op == KOLO_PRODUCT,
+                tfw::errors::InvalidArgument(
+                    "kolo allreduce of tensor '", name_, "': reduce_op ", op,
+                    " is not one of Average (0), Sum (1), Min (3), Max (4), Product (5)",
+                    op == 2 ? " (Adasum is not supported by kolo.tensorflow)" : ""));
     op_ = static_cast<kolo_op_t>(op);
     pre_ = pre;
     post_ = post;
@@ -190,9 +227,9 @@ class BroadcastOp : public KoloKernel {
     ToKolo(in.dtype(), &dt);
     auto dims = Dims(in.shape());
     kolo_handle_t h = 0;
-    kolo_status_t st =
-        kolo_ps_broadcast_oop_async(ps_, name_.c_str(), in.tensor_data().data(), const_cast<char*>(out->tensor_data().data()),
-                                    static_cast<int>(dims.size()), dims.data(), dt, root_, &h);
+    kolo_status_t st = kolo_ps_broadcast_oop_async(
+        ps_, name_.c_str(), in.tensor_data().data(), const_cast<char*>(out->tensor_data().data()),
+        static_cast<int>(dims.size()), dims.data(), dt, root_, &h);
     OP_REQUIRES_OK_ASYNC(ctx, Submitted(st), done);
     Finish(ctx, std::move(done), {h});
   }
@@ -216,7 +253,8 @@ Status TakeResult(OpKernelContext* ctx, int index, kolo_handle_t h, const Tensor
   shape.set_dim(0, dim0);
   Tensor* out = nullptr;
   Status s = ctx->allocate_output(index, shape, &out);
-  if (s.ok() && out->TotalBytes() > 0) std::memcpy(const_cast<char*>(out->tensor_data().data()), data, out->TotalBytes());
+  if (s.ok() && out->TotalBytes() > 0)
+    std::memcpy(const_cast<char*>(out->tensor_data().data()), data, out->TotalBytes());
   kolo_release(h);
   return s;
 }
@@ -228,10 +266,11 @@ class AllgatherOp : public KoloKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     OP_REQUIRES_OK_ASYNC(ctx, Precheck(ctx), done);
     for (int i = 0; i < ctx->num_inputs(); ++i) {
-      OP_REQUIRES_ASYNC(ctx, ctx->input(i).dims() >= 1,
-                        tfw::errors::InvalidArgument("kolo allgather of tensor '", name_,
-                                                     "': a tensor of rank >= 1 is needed, got a scalar"),
-                        done);
+      OP_REQUIRES_ASYNC(
+          ctx, ctx->input(i).dims() >= 1,
+          tfw::errors::InvalidArgument("kolo allgather of tensor '", name_,
+                                       "': a tensor of rank >= 1 is needed, got a scalar"),
+          done);
     }
     bool grouped = type_string() == "KoloGroupedAllgather";
     std::string what = what_, name = name_;
@@ -255,9 +294,11 @@ class AllgatherOp : public KoloKernel {
         cnames[i] = names[i].c_str();
       }
       std::vector<kolo_handle_t> hs(n, 0);
-      kolo_status_t st = grouped ? kolo_ps_grouped_allgather_async(ps, n, cnames.data(), ins.data(), ndims.data(),
-                                                                   shapes.data(), dts.data(), hs.data())
-                                 : kolo_ps_allgather_async(ps, cnames[0], ins[0], ndims[0], shapes[0], dts[0], hs.data());
+      kolo_status_t st =
+          grouped ? kolo_ps_grouped_allgather_async(ps, n, cnames.data(), ins.data(), ndims.data(),
+                                                    shapes.data(), dts.data(), hs.data())
+                  : kolo_ps_allgather_async(ps, cnames[0], ins[0], ndims[0], shapes[0], dts[0],
+                                            hs.data());
       if (st != KOLO_OK) {
         ctx->SetStatus(Failure(what, name, st, LastError(st)));
         done();
@@ -288,35 +329,43 @@ class AlltoallOp : public KoloKernel {
     const Tensor& sp = ctx->input(1);
     const int n = SetSize(ps_), r = SetRank(ps_);
     OP_REQUIRES_ASYNC(ctx, in.dims() >= 1,
-                      tfw::errors::InvalidArgument("kolo alltoall of tensor '", name_, "': a scalar cannot be split"),
+                      tfw::errors::InvalidArgument("kolo alltoall of tensor '", name_,
+                                                   "': a scalar cannot be split"),
                       done);
     OP_REQUIRES_ASYNC(ctx, n > 0 && r >= 0,
-                      tfw::errors::InvalidArgument("kolo alltoall of tensor '", name_, "': this rank is not in process set ",
-                                                   ps_),
+                      tfw::errors::InvalidArgument("kolo alltoall of tensor '", name_,
+                                                   "': this rank is not in process set ", ps_),
                       done);
     const int64_t d0 = in.dim_size(0);
     auto splits = std::make_shared<std::vector<int64_t>>();
     if (sp.NumElements() == 0) {
-      OP_REQUIRES_ASYNC(ctx, d0 % n == 0,
-                        tfw::errors::InvalidArgument("kolo alltoall of tensor '", name_, "': without splits the first dimension (",
-                                                     d0, ") must divide evenly by the number of ranks (", n, ")"),
-                        done);
+      OP_REQUIRES_ASYNC(
+          ctx, d0 % n == 0,
+          tfw::errors::InvalidArgument("kolo alltoall of tensor '", name_,
+                                       "': without splits the first dimension (", d0,
+                                       ") must divide evenly by the number of ranks (", n, ")"),
+          done);
       splits->assign(n, d0 / n);
     } else {
       OP_REQUIRES_ASYNC(ctx, sp.dims() == 1 && sp.NumElements() == n,
-                        tfw::errors::InvalidArgument("kolo alltoall of tensor '", name_, "': splits has ", sp.NumElements(),
+                        tfw::errors::InvalidArgument("kolo alltoall of tensor '", name_,
+                                                     "': splits has ", sp.NumElements(),
                                                      " entries; it needs one per rank (", n, ")"),
                         done);
       int64_t sum = 0;
       for (int i = 0; i < n; ++i) {
         int64_t v = sp.flat<int32_t>()(i);
-        OP_REQUIRES_ASYNC(ctx, v >= 0, tfw::errors::InvalidArgument("kolo alltoall of tensor '", name_, "': negative split ", v), done);
+        OP_REQUIRES_ASYNC(ctx, v >= 0,
+                          tfw::errors::InvalidArgument("kolo alltoall of tensor '", name_,
+                                                       "': negative split ", v),
+                          done);
         splits->push_back(v);
         sum += v;
       }
       OP_REQUIRES_ASYNC(ctx, sum <= d0,
-                        tfw::errors::InvalidArgument("kolo alltoall of tensor '", name_, "': the splits add up to ", sum,
-                                                     " rows, more than the first dimension (", d0, ")"),
+                        tfw::errors::InvalidArgument(
+                            "kolo alltoall of tensor '", name_, "': the splits add up to ", sum,
+                            " rows, more than the first dimension (", d0, ")"),
                         done);
     }
     // Row r of the set's n x n split matrix, summed over the ranks: column r
@@ -326,8 +375,8 @@ class AlltoallOp : public KoloKernel {
     const int64_t mshape[2] = {n, n};
     kolo_handle_t hm = 0;
     std::string mname = name_ + ".__recv_splits";
-    kolo_status_t st = kolo_ps_allreduce_async(ps_, mname.c_str(), matrix->data(), matrix->data(), 2, mshape, KOLO_INT64,
-                                               KOLO_SUM, 1.0, 1.0, &hm);
+    kolo_status_t st = kolo_ps_allreduce_async(ps_, mname.c_str(), matrix->data(), matrix->data(),
+                                               2, mshape, KOLO_INT64, KOLO_SUM, 1.0, 1.0, &hm);
     OP_REQUIRES_OK_ASYNC(ctx, Submitted(st), done);
     std::string what = what_, name = name_;
     int ps = ps_;
@@ -340,29 +389,34 @@ class AlltoallOp : public KoloKernel {
       kolo_dtype_t dt;
       ToKolo(in.dtype(), &dt);
       kolo_handle_t ha = 0;
-      kolo_status_t st = kolo_ps_alltoall_async(ps, name.c_str(), in.tensor_data().data(), static_cast<int>(dims.size()),
-                                                dims.data(), dt, splits->data(), &ha);
+      kolo_status_t st = kolo_ps_alltoall_async(ps, name.c_str(), in.tensor_data().data(),
+                                                static_cast<int>(dims.size()), dims.data(), dt,
+                                                splits->data(), &ha);
       if (st != KOLO_OK) {
         ctx->SetStatus(Failure(what, name, st, LastError(st)));
         kolo_synchronize(hm, -1);
         done();
         return;
       }
-      WatchHandles({hm, ha}, true, [ctx, done, what, name, matrix, ha, n, r](kolo_status_t st, const std::string& err) {
-        if (st != KOLO_OK) {
-          ctx->SetStatus(Failure(what, name, st, err));
-          done();
-          return;
-        }
-        Status s = TakeResult(ctx, 0, ha, ctx->input(0).shape());
-        Tensor* recv = nullptr;
-        if (s.ok()) s = ctx->allocate_output(1, TensorShape({n}), &recv);
-        if (s.ok()) {
-          for (int i = 0; i < n; ++i) recv->flat<int32_t>()(i) = static_cast<int32_t>((*matrix)[static_cast<size_t>(i) * n + r]);
-        }
-        if (!s.ok()) ctx->SetStatus(s);
-        done();
-      });
+      WatchHandles(
+          {hm, ha}, true,
+          [ctx, done, what, name, matrix, ha, n, r](kolo_status_t st, const std::string& err) {
+            if (st != KOLO_OK) {
+              ctx->SetStatus(Failure(what, name, st, err));
+              done();
+              return;
+            }
+            Status s = TakeResult(ctx, 0, ha, ctx->input(0).shape());
+            Tensor* recv = nullptr;
+            if (s.ok()) s = ctx->allocate_output(1, TensorShape({n}), &recv);
+            if (s.ok()) {
+              for (int i = 0; i < n; ++i)
+                recv->flat<int32_t>()(i) =
+                    static_cast<int32_t>((*matrix)[static_cast<size_t>(i) * n + r]);
+            }
+            if (!s.ok()) ctx->SetStatus(s);
+            done();
+          });
     });
   }
 };
@@ -394,7 +448,8 @@ class ReducescatterOp : public KoloKernel {
     for (int i = 0; i < n; ++i) {
       const Tensor& in = ctx->input(i);
       OP_REQUIRES_ASYNC(ctx, in.dims() >= 1,
-                        tfw::errors::InvalidArgument("kolo reducescatter of tensor '", name_, "': a scalar cannot be scattered"),
+                        tfw::errors::InvalidArgument("kolo reducescatter of tensor '", name_,
+                                                     "': a scalar cannot be scattered"),
                         done);
       TensorShape oshape = in.shape();
       oshape.set_dim(0, BlockRows(in.dim_size(0), size, rank));
@@ -410,10 +465,12 @@ class ReducescatterOp : public KoloKernel {
       cnames[i] = names[i].c_str();
     }
     std::vector<kolo_handle_t> hs(n, 0);
-    kolo_status_t st = grouped_ ? kolo_ps_grouped_reducescatter_async(ps_, n, cnames.data(), ins.data(), outs.data(),
-                                                                      ndims.data(), shapes.data(), dts.data(), op_, hs.data())
-                                : kolo_ps_reducescatter_async(ps_, cnames[0], ins[0], outs[0], ndims[0], shapes[0], dts[0],
-                                                              op_, hs.data());
+    kolo_status_t st =
+        grouped_ ? kolo_ps_grouped_reducescatter_async(ps_, n, cnames.data(), ins.data(),
+                                                       outs.data(), ndims.data(), shapes.data(),
+                                                       dts.data(), op_, hs.data())
+                 : kolo_ps_reducescatter_async(ps_, cnames[0], ins[0], outs[0], ndims[0], shapes[0],
+                                               dts[0], op_, hs.data());
     OP_REQUIRES_OK_ASYNC(ctx, Submitted(st), done);
     Finish(ctx, std::move(done), std::move(hs));
   }
@@ -425,7 +482,9 @@ class ReducescatterOp : public KoloKernel {
 
 class BarrierOp : public AsyncOpKernel {
  public:
-  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &ps_)); }
+  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &ps_));
+  }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     int ps = ps_;
@@ -459,7 +518,8 @@ class JoinOp : public AsyncOpKernel {
 
 }  // namespace
 
-#define KOLO_CPU_KERNEL(op, cls) REGISTER_KERNEL_BUILDER(Name(op).Device(::tensorflow::DEVICE_CPU), cls)
+#define KOLO_CPU_KERNEL(op, cls) \
+  REGISTER_KERNEL_BUILDER(Name(op).Device(::tensorflow::DEVICE_CPU), cls)
 KOLO_CPU_KERNEL("KoloAllreduce", AllreduceOp);
 KOLO_CPU_KERNEL("KoloGroupedAllreduce", AllreduceOp);
 KOLO_CPU_KERNEL("KoloBroadcast", BroadcastOp);

@@ -34,7 +34,9 @@ class Waiter {
   }
 
  private:
-  Waiter() { std::thread([this] { Loop(); }).detach(); }
+  Waiter() {
+    std::thread([this] { Loop(); }).detach();
+  }
 
   static bool Finished(const Entry& e) {
     return std::all_of(e.handles.begin(), e.handles.end(),
