@@ -40,6 +40,19 @@ def test_collectives_gradients_and_tape_on_two_ranks(stack, kolorun):
             assert "CHECK %s ok" % check in lines, (check, res.describe())
 
 
+@pytest.mark.skipif(os.environ.get("KOLO_TF_LONG") != "1",
+                    reason="4 ranks over 2 agents: about 75 s; KOLO_TF_LONG=1 (scripts/test-long.sh)")
+def test_collectives_on_four_ranks_over_two_agents(stack, kolorun):
+    tf_available(stack)
+    res = kolorun(4, os.path.join(WORKERS, "tf_ops_worker.py"), timeout=480, agents=2,
+                  env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert res.rc == 0, res.describe()
+    for rank in range(4):
+        lines = res.rank_lines(rank)
+        for check in CHECKS:
+            assert "CHECK %s ok" % check in lines, (check, res.describe())
+
+
 def _kolo_lines(path):
     code = open(path).read().split('"""', 2)[2]  # after the module docstring
     return [l for l in code.splitlines() if "kolo" in l]

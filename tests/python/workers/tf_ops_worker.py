@@ -19,10 +19,15 @@ FLOATS = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
 INTS = [np.int32, np.int64, np.uint8, np.int8]
 
 
-def data(rank, shape, dt, seed=0):
-    """Values k/8 (k small): exact in every dtype, so sums, scalings by 2
-    and two-operand products round the same everywhere."""
+def data(rank, shape, dt, seed=0, product=False):
+    """Values k/8 (k small): exact in every dtype, so sums and scalings by 2
+    round the same everywhere; for products, powers of two (+-1/2, 1, 2),
+    whose products over any number of ranks are exact and fit int8."""
     rng = np.random.default_rng(1000 * seed + rank)
+    if product:
+        vals = np.array([1, 2] if dt is np.uint8 else [-2, -1, 1, 2] if dt in INTS
+                        else [-2, -1, -0.5, 0.5, 1, 2])
+        return vals[rng.integers(0, len(vals), size=shape)].astype(np.float32).astype(dt)
     if dt in (np.uint8,):
         return rng.integers(0, 12, size=shape).astype(dt)
     if dt in INTS:
@@ -70,7 +75,7 @@ def check_allreduce():
         ops = [hvd.Sum, hvd.Min, hvd.Max, hvd.Product] + ([hvd.Average] if dt in FLOATS else [])
         for shape in [(), (7,), (3, 4)]:
             for op in ops:
-                xs = [data(r, shape, dt, seed=op) for r in range(N)]
+                xs = [data(r, shape, dt, seed=op, product=op == hvd.Product) for r in range(N)]
                 want = reduce_ref(xs, op, dt)
                 for got in run_both(lambda x: hvd.allreduce(x, op=op), tf.constant(xs[R])):
                     same(got.numpy(), want, "allreduce %s %s %s" % (np.dtype(dt), shape, op))
