@@ -98,3 +98,17 @@ def test_elastic_a_crashed_rank_restarts_and_resumes_from_the_commit(stack, tmp_
     done = dict(re.findall(r"TF-ELASTIC-OK rank (\d+) size 2 step 30 resets (\d+)", text))
     assert set(done) == {"0", "1"}, res.describe()
     assert int(done["0"]) >= 1, res.describe()  # rank 0 went through a reset (restore + sync)
+
+
+@pytest.mark.skipif(os.environ.get("KOLO_TF_LONG") != "1",
+                    reason="about 20 s more of CI; KOLO_TF_LONG=1 (scripts/test-long.sh)")
+def test_horovod_tf2_synthetic_benchmark_with_only_the_import_changed(stack, kolorun):
+    tf_available(stack)
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    bench = os.path.join(EXAMPLES, "tensorflow2_synthetic_benchmark.py")
+    assert _kolo_lines(bench) == ["import kolo.tensorflow as hvd"], _kolo_lines(bench)
+    res = kolorun(2, bench, "--model", "small", "--image-size", "32", "--batch-size", "8",
+                  "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "2",
+                  "--fp16-allreduce", timeout=240, env=env)
+    assert res.rc == 0, res.describe()
+    assert any(l.startswith("Total img/sec on 2 CPU(s): ") for l in res.rank_lines(0)), res.describe()
