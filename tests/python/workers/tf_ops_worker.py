@@ -237,6 +237,7 @@ def check_tape_training(sparse_as_dense):
                 loss = tf.reduce_mean((pred - y) ** 2)
             if distributed:
                 tape = hvd.DistributedGradientTape(tape, sparse_as_dense=sparse_as_dense)
+                assert isinstance(tape, tf.GradientTape)
             grads = tape.gradient(loss, [w, e])
             assert isinstance(grads[1], tf.IndexedSlices) != sparse_as_dense or not distributed
             opt.apply_gradients(zip(grads, [w, e]))

@@ -66,27 +66,20 @@ def _buckets(dense, grads, num_groups, groups):
     return [dense]
 
 
-class _DistributedGradientTape:
-    """Wraps a tf.GradientTape that recorded the forward pass."""
+_tape_classes = {}
 
-    def __init__(self, tape, fn):
-        self._kolo_tape = tape
-        self._kolo_fn = fn
 
-    def gradient(self, target, sources, output_gradients=None, **kwargs):
-        grads = self._kolo_tape.gradient(target, sources, output_gradients, **kwargs)
-        flat = tf.nest.flatten(grads, expand_composites=False)
-        return tf.nest.pack_sequence_as(grads, self._kolo_fn(flat), expand_composites=False)
-
-    def __enter__(self):
-        self._kolo_tape.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._kolo_tape.__exit__(*exc)
-
-    def __getattr__(self, item):
-        return getattr(self._kolo_tape, item)
+def _distributed_tape_class(base):
+    """A subclass of the tape's class whose gradient() reduces the result
+    (as Horovod builds one), so the wrapped tape is still a GradientTape."""
+    if base not in _tape_classes:
+        def gradient(self, target, sources, output_gradients=None, **kwargs):
+            grads = base.gradient(self, target, sources, output_gradients, **kwargs)
+            flat = tf.nest.flatten(grads, expand_composites=False)
+            return tf.nest.pack_sequence_as(grads, self._kolo_fn(flat), expand_composites=False)
+        _tape_classes[base] = type(base.__name__, (base,), {"gradient": gradient,
+                                                            "_kolo_distributed": True})
+    return _tape_classes[base]
 
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
@@ -101,7 +94,12 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     op = _op_value(op, None, "DistributedGradientTape")
     fn = make_allreduce_grads_fn("DistributedGradientTape", compression, sparse_as_dense, op,
                                  gradient_predivide_factor, process_set, num_groups, groups)
-    return _DistributedGradientTape(gradtape, fn)
+    # The new tape shares the recorded tape's state (its attributes, which hold
+    # the recording), as Horovod's wrapper takes over gradtape._tape.
+    tape = object.__new__(_distributed_tape_class(gradtape.__class__))
+    tape.__dict__.update(gradtape.__dict__)
+    tape._kolo_fn = fn
+    return tape
 
 
 __all__ = ["DistributedGradientTape", "Average", "Sum"]
