@@ -25,8 +25,9 @@ def make_allreduce_grads_fn(name, compression, sparse_as_dense, op, gradient_pre
         if sparse_as_dense:
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                      for g in grads]
-        if _resolve_set(process_set, name).size == 1 and pre * post == 1.0:
-            return grads
+        if tf.executing_eagerly() and pre * post == 1.0 and \
+                _resolve_set(process_set, name).size == 1:
+            return grads  # (not in a graph: an elastic job's size may change after tracing)
         out = list(grads)
         dense = [i for i, g in enumerate(grads)
                  if g is not None and not isinstance(g, tf.IndexedSlices)]
