@@ -12,6 +12,11 @@ import tensorflow as tf  # noqa: E402
 
 import kolo.tensorflow.keras as hvd  # noqa: E402
 
+import kolo.keras  # noqa: E402  (horovod.keras' name for the same API)
+import kolo.keras.callbacks  # noqa: E402
+
+assert kolo.keras.DistributedOptimizer is hvd.DistributedOptimizer
+assert kolo.keras.callbacks.MetricAverageCallback is hvd.callbacks.MetricAverageCallback
 tf.get_logger().setLevel("ERROR")
 keras = tf.keras
 hvd.init()

@@ -2,9 +2,9 @@
 Keras on the TensorFlow backend). See docs/tensorflow.md."""
 
 from ..tensorflow.keras import *  # noqa: F401,F403
+from . import callbacks, elastic  # noqa: F401,E402  (kolo.keras.callbacks as a module too)
 from ..tensorflow.keras import (  # noqa: F401
     DistributedOptimizer,
     broadcast_global_variables,
-    callbacks,
     load_model,
 )
