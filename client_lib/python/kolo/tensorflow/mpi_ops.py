@@ -68,6 +68,9 @@ def _normalize_name(name):
     return re.sub("[^a-zA-Z0-9_]", "_", name)
 
 
+_VALID_NODE_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/>]*$")
+
+
 def _executing_eagerly():
     return tf.executing_eagerly()
 
@@ -78,6 +81,8 @@ def _names(prefix, tensor, name):
         return None, name or prefix
     if name is None:
         name = "%s_%s" % (prefix, _normalize_name(tensor.name))
+    elif not _VALID_NODE_NAME.match(name):
+        name = "%s_%s" % (prefix, _normalize_name(name))  # what TensorFlow accepts as a node name
     return name, ""
 
 
