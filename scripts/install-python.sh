@@ -43,6 +43,6 @@ if ! pip_install -r "$req"; then
   echo "install-python: the install failed or stalled; retrying once" >&2
   pip_install -r "$req"
 fi
-"$KOLO_PYTHON" -c 'import torch, pytest, numpy, yaml, torchvision, lightning_fabric, pytorch_lightning, accelerate' 
+TF_CPP_MIN_LOG_LEVEL=3 "$KOLO_PYTHON" -c 'import torch, pytest, numpy, yaml, torchvision, lightning_fabric, pytorch_lightning, accelerate, tensorflow, keras, tf_keras'
 cp "$req" "$stamp"
 echo "install-python: $KOLO_VENV ready in $((SECONDS - start)) s ($("$KOLO_PYTHON" -c 'import torch; print("torch", torch.__version__)'))"

@@ -10,7 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rc=0
-KOLO_CI_FUZZ=1 scripts/test.sh || rc=$?
+# KOLO_TF_LONG: kolo.tensorflow's collectives on 4 ranks over 2 agents (tests/python/test_tensorflow.py)
+KOLO_CI_FUZZ=1 KOLO_TF_LONG=1 scripts/test.sh || rc=$?
 if [ -n "${KOLO_HOROVOD_SRC:-}" ]; then
   . scripts/python-env.sh
   for np in 2 4; do

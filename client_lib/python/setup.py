@@ -55,6 +55,13 @@ class BuildPyWithLibkolo(build_py):
         shutil.copyfile(os.path.realpath(lib), dest)  # the real file, not the symlink
         os.chmod(dest, 0o755)
         print("kolo setup: bundled %s" % os.path.realpath(lib))
+        # kolo.tensorflow's op library, when the build made it (KOLO_PYTHON had TensorFlow).
+        tf_ops = os.path.join(os.path.dirname(os.path.realpath(lib)), "libkolo_tensorflow.so")
+        if os.path.isfile(tf_ops):
+            dest = os.path.join(self.build_lib, "kolo", "libkolo_tensorflow.so")
+            shutil.copyfile(tf_ops, dest)
+            os.chmod(dest, 0o755)
+            print("kolo setup: bundled %s" % tf_ops)
 
 
 class BinaryDistribution(Distribution):
@@ -76,8 +83,8 @@ setup(
     name="kolo",
     version=read_version(),
     description="kolo: data-parallel training collectives through a per-node agent "
-                "(Horovod-compatible PyTorch API)",
-    packages=["kolo", "kolo.torch"],
+                "(Horovod-compatible PyTorch, TensorFlow and Keras APIs)",
+    packages=["kolo", "kolo.torch", "kolo.tensorflow", "kolo.tensorflow.keras", "kolo.keras"],
     python_requires=">=3.8",
     extras_require={"torch": ["torch"]},
     cmdclass={"build_py": BuildPyWithLibkolo},

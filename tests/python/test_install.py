@@ -36,3 +36,17 @@ def test_pip_install_bundles_libkolo(stack, tmp_path):
                        code], 120, env=env, cwd=str(tmp_path))
     assert res.rc == 0, res.describe()
     assert res.rank_lines(0) == ["SUM [2.0, 2.0]"], res.describe()
+
+    # kolo.tensorflow from the installed package: its bundled op library
+    # (when the build made one: KOLO_PYTHON has TensorFlow).
+    if not os.path.exists(os.path.join(stack, "lib", "libkolo_tensorflow.so")):
+        return
+    tf_lib = target / "kolo" / "libkolo_tensorflow.so"
+    assert tf_lib.is_file(), "libkolo_tensorflow.so was not bundled"
+    code = ("import tensorflow as tf, kolo.tensorflow as hvd; hvd.init(); "
+            "print('TF', hvd.allreduce(tf.ones([2]), op=hvd.Sum).numpy().tolist())")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    res = run_bounded([os.path.join(stack, "bin", "kolorun"), "-np", "2", "--", PYTHON, "-c",
+                       code], 120, env=env, cwd=str(tmp_path))
+    assert res.rc == 0, res.describe()
+    assert "TF [2.0, 2.0]" in res.rank_lines(0), res.describe()

@@ -18,6 +18,7 @@ kolo_synchronize does not stop other Python threads.
 import ctypes
 import ctypes.util
 import os
+import sys
 import threading
 
 from .errors import KoloLibraryNotFound
@@ -196,7 +197,7 @@ def _resolve():
         if n:
             tried.append(n + " (system loader)")
             try:
-                ctypes.CDLL(n)
+                ctypes.CDLL(n, mode=_dlopen_mode())
                 return n, tried
             except OSError:
                 pass
@@ -205,6 +206,18 @@ def _resolve():
         "`ninja -C build kolo_client`), then set KOLO_LIBRARY=<build>/lib/libkolo.so or "
         "KOLO_BUILD_DIR=<build>, or reinstall the package with KOLO_BUILD_DIR set "
         "(pip install ./client_lib/python)." % ", ".join(tried))
+
+
+def _dlopen_mode():
+    """RTLD_DEEPBIND when TensorFlow is already loaded: its
+    libtensorflow_framework.so exports a protobuf of its own, which would
+    otherwise take the place of the libprotobuf libkolo links to (a crash in
+    kolo_init; docs/tensorflow.md). Loaded before TensorFlow, libkolo binds
+    its own at load time (ctypes loads with RTLD_NOW) and needs nothing."""
+    mode = ctypes.DEFAULT_MODE
+    if "tensorflow" in sys.modules and hasattr(os, "RTLD_DEEPBIND"):
+        mode |= os.RTLD_DEEPBIND
+    return mode
 
 
 def _bind(lib):
@@ -233,7 +246,7 @@ def lib():
         if _lib is None:
             path, _ = _resolve()
             try:
-                loaded = ctypes.CDLL(path)
+                loaded = ctypes.CDLL(path, mode=_dlopen_mode())
             except OSError as e:
                 raise KoloLibraryNotFound("cannot load %s: %s" % (path, e))
             _lib_path = path
