@@ -77,7 +77,7 @@ setup(
     version=read_version(),
     description="kolo: data-parallel training collectives through a per-node agent "
                 "(Horovod-compatible PyTorch API)",
-    packages=["kolo", "kolo.torch"],
+    packages=["kolo", "kolo.torch", "kolo.ray", "kolo.spark"],
     python_requires=">=3.8",
     extras_require={"torch": ["torch"]},
     cmdclass={"build_py": BuildPyWithLibkolo},
