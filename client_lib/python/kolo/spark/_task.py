@@ -23,6 +23,15 @@ def _host_of(address):
     return address.rsplit(":", 1)[0]
 
 
+def _task_hosts(ctx, part):
+    """The executor host of every task, in partition order: the host's
+    $SPARK_LOCAL_IP when it sets one (the address Spark binds there; several
+    workers on one machine differ only by it), else the host of the task's
+    executor address in the barrier's task infos."""
+    mine = os.environ.get("SPARK_LOCAL_IP") or _host_of(ctx.getTaskInfos()[part].address)
+    return [json.loads(m) for m in ctx.allGather(json.dumps(mine))]
+
+
 class _DriverLink:
     def __init__(self, driver, secret, partition, host):
         self.sock = socket.create_connection(tuple(driver), timeout=30)
@@ -79,19 +88,18 @@ def run_task(job, fn, args, kwargs):
     from pyspark import BarrierTaskContext
     ctx = BarrierTaskContext.get()
     part = ctx.partitionId()
-    hosts = [_host_of(t.address) for t in ctx.getTaskInfos()]
+    hosts = _task_hosts(ctx, part)
     rank_of, layout = _daemons.node_blocks(hosts)
     lay = layout[part]
+    os.environ.update(job["env"])  # KOLO_BUILD_DIR etc.: where this host finds kolo-agent
     link = _DriverLink(job["driver"], job["secret"], part, hosts[part])
     agent = None
     try:
         deadline = time.monotonic() + job["start_timeout"]
         agent_id = _daemons.agent_id(lay["node_index"], lay["num_nodes"])
         agent, sock, rpc, token_file = _start_or_wait_agent(job, lay, agent_id, deadline)
-        env = dict(job["env"])
-        env.update(_daemons.rank_environment(lay, len(hosts), sock, rpc, job["coordinator"],
-                                             job["job_id"], job["token"], job["start_timeout"],
-                                             token_file))
+        env = _daemons.rank_environment(lay, len(hosts), sock, rpc, job["coordinator"],
+                                        job["job_id"], job["token"], job["start_timeout"], token_file)
         os.environ.update(env)
         link.send({"rank": lay["rank"], "state": "running"})
         try:

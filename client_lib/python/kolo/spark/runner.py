@@ -174,19 +174,32 @@ def _run_stage(sc, group, listener, job, fn, args, kwargs, num_proc, start_timeo
         _wait(listener, t, outcome, deadline, num_proc, start_timeout)
     except BaseException:
         sc.cancelJobGroup(group)
-        t.join(timeout=60)
+        t.join(timeout=5)  # Spark kills the tasks (and so the agents) on its own; do not wait on it long
         raise
     t.join()
     if "error" in outcome:
-        raise KoloSparkError("kolo.spark.run: the Spark stage failed: %s" % _first_line(outcome["error"])) \
-            from outcome["error"]
+        # A killed executor: Spark may notice before the rank's connection
+        # drops; the rank's own report names it better, so wait for it briefly.
+        with listener.cond:
+            listener.cond.wait_for(lambda: listener.failure is not None, timeout=3)
+            failure = listener.failure
+        reason = _spark_reason(outcome["error"])
+        if failure is not None:
+            raise KoloSparkError("kolo.spark.run: %s failed: %s (Spark: %s)"
+                                 % (failure[0], failure[1].strip(), reason)) from outcome["error"]
+        raise KoloSparkError("kolo.spark.run: the Spark stage failed: %s" % reason) from outcome["error"]
     results = dict(outcome["results"])
     return [results[r] for r in range(num_proc)]
 
 
-def _first_line(e):
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+def _spark_reason(e):
+    """The line of a Spark job failure that says why (Py4J's first line
+    only names the call)."""
+    lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+    for l in lines:
+        if "Job aborted" in l or "Exception:" in l and "Py4J" not in l:
+            return l[:600]
+    return lines[0][:600] if lines else type(e).__name__
 
 
 def _wait(listener, thread, outcome, deadline, num_proc, start_timeout):
