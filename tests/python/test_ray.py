@@ -74,24 +74,9 @@ def test_four_ranks_in_node_blocks_share_their_node_agent(cluster):
             [(0, 2, 0, 2), (1, 2, 0, 2), (0, 2, 1, 2), (1, 2, 1, 2)]
         # local ranks share their node's agent; the two nodes have one each
         assert res[0]["socket"] == res[1]["socket"] != res[2]["socket"] == res[3]["socket"]
-        # a second call on the same executor, through execute()
-        again = ex.execute(lambda _: cluster_fns.train_and_allreduce())
-        check_training(again, 4)
-    finally:
-        ex.shutdown()
-    assert wait_gone(MARKER, 20) == []
-
-
-def test_two_workers_one_per_node(cluster):
-    ex = RayExecutor(settings(), num_workers=2, cpus_per_worker=NODE_CPUS)
-    ex.start()
-    try:
-        assert len(set(ex.nodes)) == 2
-        res = ex.run(cluster_fns.train_and_allreduce)
-        check_training(res, 2)
-        assert [(r["local_size"], r["cross_size"]) for r in res] == [(1, 2), (1, 2)]
-        refs = ex.run_remote(lambda x: x * 2, args=(21,))
-        assert ray.get(refs) == [42, 42]
+        # more calls on the same executor: execute() and run_remote()
+        assert ex.execute(lambda _: int(os.environ["KOLO_LOCAL_RANK"])) == [0, 1, 0, 1]
+        assert ray.get(ex.run_remote(lambda x: x * 2, args=(21,))) == [42] * 4
     finally:
         ex.shutdown()
     assert wait_gone(MARKER, 20) == []
@@ -136,13 +121,18 @@ def test_too_few_resources_is_a_clear_error_within_the_timeout(cluster):
     assert "could not place 3 workers" in str(e.value) and "STRICT_SPREAD" in str(e.value)
     assert "add nodes" in str(e.value)
     assert wait_gone(MARKER, 10) == []
-    # the placement group was removed: a fitting executor still starts
-    ex = RayExecutor(settings(), num_workers=4)
+    # the placement group was removed: a fitting executor still starts (num_workers,
+    # PACK; cpus_per_worker=NODE_CPUS puts one worker on each node)
+    ex = RayExecutor(settings(), num_workers=2, cpus_per_worker=NODE_CPUS)
     ex.start()
     try:
-        assert sorted(ex.run(lambda: int(os.environ["KOLO_RANK"]))) == [0, 1, 2, 3]
+        assert len(set(ex.nodes)) == 2
+        res = ex.run(cluster_fns.train_and_allreduce)
+        check_training(res, 2)
+        assert [(r["local_size"], r["cross_size"]) for r in res] == [(1, 2), (1, 2)]
     finally:
         ex.shutdown()
+    assert wait_gone(MARKER, 20) == []
 
 
 def test_bad_arguments():

@@ -128,6 +128,7 @@ def test_a_failing_rank_fails_run_with_its_error(spark):
     t0 = time.monotonic()
     with pytest.raises(KoloSparkError) as e:
         kolo.spark.run(cluster_fns.fail_on, args=(1,), num_proc=4, start_timeout=60)
+    print("failing rank: %.1f s: %s" % (time.monotonic() - t0, str(e.value).splitlines()[0]))
     assert time.monotonic() - t0 < 60
     assert "rank 1 failed: ValueError: rank 1 says boom on purpose" in str(e.value)
     assert wait_gone(MARKER, 30) == []

@@ -45,10 +45,13 @@ def fail_on(bad_rank):
     """Rank bad_rank raises after the first allreduce; the others go on to a
     second allreduce that can never complete."""
     import kolo.torch as hvd
+    t0 = time.monotonic()
     hvd.init()
+    t1 = time.monotonic()
     hvd.allreduce(torch.ones(4), name="fail.first")
     if hvd.rank() == bad_rank:
-        raise ValueError("rank %d says boom on purpose" % bad_rank)
+        raise ValueError("rank %d says boom on purpose (init %.1f s, allreduce %.1f s)"
+                         % (bad_rank, t1 - t0, time.monotonic() - t1))
     hvd.allreduce(torch.ones(4), name="fail.second")
     return hvd.rank()
 

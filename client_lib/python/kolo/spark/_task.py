@@ -71,16 +71,14 @@ def _start_or_wait_agent(job, lay, agent_id, deadline):
         time.sleep(0.05)
 
 
-def _run_fn(job, fn, args, kwargs):
-    import kolo
+def _shutdown_kolo():
+    """A reused Python worker must not keep this job's kolo state."""
     try:
-        return fn(*args, **kwargs)
-    finally:
-        try:
-            if kolo.is_initialized():
-                kolo.shutdown()
-        except Exception:  # noqa: BLE001 -- a reused Python worker must not keep the job
-            pass
+        import kolo
+        if kolo.is_initialized():
+            kolo.shutdown()
+    except Exception:  # noqa: BLE001 -- best effort
+        pass
 
 
 def run_task(job, fn, args, kwargs):
@@ -103,11 +101,15 @@ def run_task(job, fn, args, kwargs):
         os.environ.update(env)
         link.send({"rank": lay["rank"], "state": "running"})
         try:
-            result = _run_fn(job, fn, args, kwargs)
+            result = fn(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001 -- reported to the driver with its text
+            # first the report (the driver cancels the stage), then kolo's
+            # shutdown, which may wait on the ranks still in a collective
             link.send({"rank": lay["rank"], "state": "failed", "error": "%s: %s" % (type(e).__name__, e),
                        "traceback": traceback.format_exc()})
+            _shutdown_kolo()
             raise
+        _shutdown_kolo()
         link.send({"rank": lay["rank"], "state": "done"})
         # The host's agent serves every local rank: its starter waits for all.
         ctx.barrier()
