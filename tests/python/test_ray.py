@@ -27,6 +27,7 @@ NODE_CPUS = 2
 
 @pytest.fixture(scope="module")
 def cluster(stack):
+    saved = dict(os.environ)
     os.environ.update({
         "PYTHONPATH": os.pathsep.join([PKG_DIR, WORKERS, os.path.dirname(WORKERS)]),
         "KOLO_LIBRARY": os.path.join(build_dir(), "lib", "libkolo.so"),
@@ -37,13 +38,17 @@ def cluster(stack):
     c = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "include_dashboard": False, "object_store_memory": mem,
         "node_ip_address": "127.0.0.1"})
-    nodes = [c.add_node(num_cpus=NODE_CPUS, object_store_memory=mem, node_ip_address="127.0.0.1")
-             for _ in range(2)]
-    ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
-    c.wait_for_nodes()
-    yield c, nodes
-    ray.shutdown()
-    c.shutdown()
+    try:
+        nodes = [c.add_node(num_cpus=NODE_CPUS, object_store_memory=mem, node_ip_address="127.0.0.1")
+                 for _ in range(2)]
+        c.wait_for_nodes(timeout=60)
+        ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
+        yield c, nodes
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        os.environ.clear()
+        os.environ.update(saved)  # the later test modules see the environment they had
 
 
 def settings(**kw):

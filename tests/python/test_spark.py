@@ -50,6 +50,7 @@ def wait_executors(sc, n, timeout):
 @pytest.fixture(scope="module")
 def spark(stack, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("spark")
+    saved = dict(os.environ)
     env = dict(os.environ, SPARK_HOME=os.path.dirname(pyspark.__file__), PYSPARK_PYTHON=PYTHON,
                SPARK_DAEMON_MEMORY="256m", SPARK_LOCAL_IP="127.0.0.1")
     port = free_port()
@@ -96,6 +97,8 @@ def spark(stack, tmp_path_factory):
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
         log.close()
+        os.environ.clear()
+        os.environ.update(saved)  # the later test modules see the environment they had
 
 
 def check(results, n):
