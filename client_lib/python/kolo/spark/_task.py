@@ -53,12 +53,43 @@ def _agent_dir(job_id, agent_id):
     return os.path.join(base, "kolo-spark-%s-%s" % (job_id, agent_id))
 
 
+def _stale(d):
+    """True for a job directory of this user whose agent.pid names a
+    process that is not that directory's kolo-agent any more."""
+    try:
+        if os.stat(d).st_uid != os.getuid():
+            return False
+        with open(os.path.join(d, "agent.pid")) as f:
+            pid = int(f.read())
+    except (OSError, ValueError):
+        return False  # no pid file: being started right now
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = f.read()
+    except OSError:
+        return True
+    return not (b"kolo-agent" in argv and d.encode() in argv)
+
+
+def _remove_stale_dirs():
+    """Directories of earlier jobs whose task was killed before it could
+    remove them (a cancelled stage, a lost executor)."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    for name in os.listdir(base):
+        d = os.path.join(base, name)
+        if name.startswith("kolo-spark-job-") and _stale(d):
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def _start_or_wait_agent(job, lay, agent_id, deadline):
     d = _agent_dir(job["job_id"], agent_id)
     if lay["local_rank"] == 0:
+        _remove_stale_dirs()
         os.makedirs(d, mode=0o700, exist_ok=True)
         left = max(1.0, deadline - time.monotonic())
         agent = _daemons.start_agent(d, agent_id, job["coordinator"], left, log_level=job.get("log_level"))
+        with open(os.path.join(d, "agent.pid"), "w") as f:
+            f.write("%d\n" % agent.proc.pid)
         return agent, agent.socket, agent.address, agent.token_file
     base = os.path.join(d, "agent-" + agent_id)
     while True:
