@@ -14,6 +14,7 @@ pkgs=(
   iproute2 iperf3 systemd
   etcd-server etcd-client
   python3 python3-venv python3-pip
+  openjdk-17-jre-headless
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -84,7 +84,8 @@ setup(
     version=read_version(),
     description="kolo: data-parallel training collectives through a per-node agent "
                 "(Horovod-compatible PyTorch, TensorFlow and Keras APIs)",
-    packages=["kolo", "kolo.torch", "kolo.tensorflow", "kolo.tensorflow.keras", "kolo.keras"],
+    packages=["kolo", "kolo.torch", "kolo.tensorflow", "kolo.tensorflow.keras", "kolo.keras",
+              "kolo.ray", "kolo.spark"],
     python_requires=">=3.8",
     extras_require={"torch": ["torch"]},
     cmdclass={"build_py": BuildPyWithLibkolo},

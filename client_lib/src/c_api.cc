@@ -241,10 +241,14 @@ kolo_status_t kolo_init(void) {
     // failed attempt counts too: when one rank's init times out, the
     // incarnation it tried is over for everyone (the others' attempts at it
     // fail as well), and the next attempt on every rank meets at the next one.
+    // The count is per job: a process reused for another job (a Spark
+    // Python worker, kolo.spark.run) starts that job's count afresh.
     static pid_t counted_pid = 0;
+    static std::string counted_job;
     static uint64_t attempts = 0;
-    if (counted_pid != kolo::currentPid()) {
+    if (counted_pid != kolo::currentPid() || counted_job != opts->job_id) {
       counted_pid = kolo::currentPid();
+      counted_job = opts->job_id;
       attempts = 0;
     }
     opts->job_id = incarnationJobId(opts->job_id, ++attempts);
