@@ -498,7 +498,14 @@ void Agent::handleFrameOnLoop(ClientConn& c, const std::string& payload) {
       return;
     case ipc::ClientFrame::kTimeline: {
       Status st = trainerTimelineOnLoop(c, f.timeline());
-      if (!st.isOk()) refuseFrameOnLoop(c, st, "TimelineControl", false);
+      if (!st.isOk()) {
+        refuseFrameOnLoop(c, st, "TimelineControl", false);
+      } else if (f.timeline().want_reply()) {
+        ipc::AgentFrame reply;
+        reply.mutable_notice()->set_kind("timeline");
+        reply.mutable_notice()->set_message(timeline_->active() ? timeline_->path() : "stopped");
+        (void)c.send(reply);
+      }
       return;
     }
     default:
