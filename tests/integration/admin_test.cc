@@ -253,11 +253,15 @@ TEST_F(AgentTimelineDir, NamesOutsideAreRefusedOverGrpcAndTheFileIsUnchanged) {
 TEST_F(AgentTimelineDir, ATrainersRequestOnTheSocketIsConfinedToo) {
   Cluster c(1, {{"KOLO_TIMELINE_DIR", tl_dir_}});
   ASSERT_TRUE(c.ok()) << c.error();
-  // The trainer's start_timeline is one-way: its job goes on; the agent
-  // refuses the name (logged with the reason) and writes nothing.
+  // The agent refuses the name (logged with the reason) and writes nothing;
+  // the trainer's start_timeline returns that refusal, naming the folder.
   auto ranks = c.launchJob("tlout", 2, {binDir() + "/kolo_check", "api-timeline", victim_});
   ASSERT_TRUE(c.waitJob(ranks, seconds(60))) << c.agentLog(0);
-  for (auto& r : ranks) EXPECT_EQ(r.exit_code, 0) << r.output() << c.agentLog(0);
+  EXPECT_NE(ranks[0].exit_code, 0) << ranks[0].output();
+  EXPECT_NE(ranks[0].output().find("start_timeline: KOLO_ERR_PERMISSION_DENIED: start_timeline: timeline path '" +
+                                   victim_ + "' is outside the timeline directory" + where()),
+            std::string::npos)
+      << ranks[0].output();
   const std::string log = c.agentLog(0);
   EXPECT_NE(log.find("timeline path '" + victim_ + "' is outside the timeline directory" + where()),
             std::string::npos)
