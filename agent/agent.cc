@@ -76,9 +76,17 @@ Status Agent::start() {
   updateGaugesOnLoop();
   mps_ = std::make_unique<MpsMonitor>(opts_.mps_pipe_dir, &metrics_);
   {
+    // What `kolo agents` and the other hosts are told: --rpc-advertise-address
+    // (e.g. a pod's IP, where the node's name answers nothing), else the
+    // listening host, else --hostname.
+    const std::string& adv = opts_.rpc_advertise_address;
+    const bool has_port = !adv.empty() && adv.back() != ']' &&
+                          adv.rfind(':') != std::string::npos &&
+                          (adv.front() != '[' || adv.find("]:") != std::string::npos);
     std::string host = opts_.rpc_listen.substr(0, opts_.rpc_listen.rfind(':'));
     if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = opts_.hostname;
-    coord_->setRpcAddress(host + ":" + std::to_string(rpc_port_));
+    if (!adv.empty()) host = adv;
+    coord_->setRpcAddress(has_port ? adv : host + ":" + std::to_string(rpc_port_));
   }
   // Signals arrive as events on the loop (they are blocked in every thread by
   // main()). Already while registering: SIGTERM must not wait for an absent

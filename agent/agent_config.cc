@@ -32,6 +32,10 @@ void defineAgentKnobs(Config& c) {
               "hosts, set an address and --rpc-auth-token-file (Drain and Timeline need the token, "
               "or, without "
               "one, a loopback peer)")
+      .define("rpc-advertise-address", KnobType::kString, "",
+              "The status service address other hosts and `kolo agents` are told (host or "
+              "host:port; the port defaults to the bound one). Empty: the --rpc-listen host, or "
+              "--hostname when it listens on every address. In a pod: its IP (status.podIP)")
       .define("metrics-listen", KnobType::kString, "0.0.0.0:7472",
               "Prometheus /metrics HTTP address (port 0 picks a free port; empty disables)")
       .define("mps-pipe-dir", KnobType::kString, "",
@@ -285,6 +289,24 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.coordinator = c.getString("coordinator");
   RETURN_IF_ERROR(parseCoordinatorList(o.coordinator, "--coordinator").status());
   o.rpc_listen = c.getString("rpc-listen");
+  o.rpc_advertise_address = c.getString("rpc-advertise-address");
+  if (!o.rpc_advertise_address.empty()) {
+    const std::string& a = o.rpc_advertise_address;
+    const bool bracketed = a.front() == '[';
+    const size_t colon = bracketed ? a.find("]:") : a.rfind(':');
+    const std::string port =
+        colon == std::string::npos ? "" : a.substr(colon + (bracketed ? 2 : 1));
+    const bool bad_port =
+        colon != std::string::npos &&
+        (port.empty() || port.find_first_not_of("0123456789") != std::string::npos ||
+         port.size() > 5 || std::stoi(port) == 0 || std::stoi(port) > 65535);
+    if (a.find_first_of(" \t,/") != std::string::npos || colon == 0 || bad_port) {
+      return invalidArgument(
+          "--rpc-advertise-address must be host or host:port (an address other hosts reach "
+          "this agent's status service at, e.g. the pod IP), got '" +
+          a + "'");
+    }
+  }
   o.metrics_listen = c.getString("metrics-listen");
   o.ready_file = c.getString("ready-file");
   o.mps_pipe_dir = c.getString("mps-pipe-dir");

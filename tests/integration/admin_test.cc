@@ -258,8 +258,9 @@ TEST_F(AgentTimelineDir, ATrainersRequestOnTheSocketIsConfinedToo) {
   auto ranks = c.launchJob("tlout", 2, {binDir() + "/kolo_check", "api-timeline", victim_});
   ASSERT_TRUE(c.waitJob(ranks, seconds(60))) << c.agentLog(0);
   EXPECT_NE(ranks[0].exit_code, 0) << ranks[0].output();
-  EXPECT_NE(ranks[0].output().find("start_timeline: KOLO_ERR_PERMISSION_DENIED: start_timeline: timeline path '" +
-                                   victim_ + "' is outside the timeline directory" + where()),
+  EXPECT_NE(ranks[0].output().find(
+                "start_timeline: KOLO_ERR_PERMISSION_DENIED: start_timeline: timeline path '" +
+                victim_ + "' is outside the timeline directory" + where()),
             std::string::npos)
       << ranks[0].output();
   const std::string log = c.agentLog(0);
@@ -392,6 +393,31 @@ TEST(AdminCalls, FromANonLoopbackPeerNeedTheToken) {
                             {}, ns.prefix());
   EXPECT_EQ(with_token.exit_code, 0) << with_token.output();
   EXPECT_NE(with_token.output().find("is draining"), std::string::npos) << with_token.output();
+}
+
+// --rpc-advertise-address: what `kolo agents` lists is the address given
+// (e.g. a pod's IP; the node's name may answer nothing), with the bound
+// port, and it answers; a bad value is refused naming the knob.
+TEST(AgentAdvertise, TheListedAddressIsTheAdvertisedOneAndAnswers) {
+  ClusterOptions o;
+  o.agents = 1;
+  o.agent_env = {{"KOLO_RPC_ADVERTISE_ADDRESS", "localhost"}};
+  Cluster c(o);
+  ASSERT_TRUE(c.ok()) << c.error();
+  const std::string port = c.agentRpc(0).substr(c.agentRpc(0).rfind(':') + 1);
+  Proc agents = runKolo(c.dir(), {"agents", "--coordinator", c.coordinatorAddress()});
+  EXPECT_EQ(agents.exit_code, 0) << agents.output();
+  EXPECT_NE(agents.output().find("localhost:" + port), std::string::npos) << agents.output();
+  Proc status = runKolo(c.dir(), {"status", "--agent", "localhost:" + port});
+  EXPECT_EQ(status.exit_code, 0) << status.output();
+
+  Owned bad(spawnProcess({binDir() + "/kolo-agent", "--rpc-advertise-address", "10.0.0.1:http"}, {},
+                         c.dir() + "/bad-agent.log"));
+  ASSERT_TRUE(waitProcess(bad.p, seconds(30))) << bad.p.output();
+  EXPECT_NE(bad.p.exit_code, 0);
+  EXPECT_NE(bad.p.output().find("--rpc-advertise-address must be host or host:port"),
+            std::string::npos)
+      << bad.p.output();
 }
 
 }  // namespace
