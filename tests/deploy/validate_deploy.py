@@ -1476,6 +1476,9 @@ def check_dockerfile(root, text):
             for m in re.finditer(r"(deploy/\S+\.sh)", r):
                 if not os.path.isfile(os.path.join(root, m.group(1))):
                     errors.append(f"RUN uses {m.group(1)}, which does not exist")
+    errors += check_trainer_stage(root, stages, lineage, stage_ops)
+    if order and order[-1] != "agent":
+        errors.append(f"the last stage (docker build's default target) is {order[-1]}, want agent")
     ignore = os.path.join(root, "deploy", "container", "Dockerfile.dockerignore")
     if not os.path.isfile(ignore):
         errors.append("deploy/container/Dockerfile.dockerignore missing")
@@ -1485,6 +1488,37 @@ def check_dockerfile(root, text):
         for want in (".git", "build", "build-*"):
             if want not in entries:
                 errors.append(f"Dockerfile.dockerignore does not exclude {want}")
+    return errors
+
+
+def check_trainer_stage(root, stages, lineage, stage_ops):
+    """The trainer image (docs/kubernetes.md): on the runtime stage (libkolo,
+    kolorun), Python with scripts/python-requirements.txt's torch pin and the
+    kolo package installed with the built libkolo, checked by an import, run
+    as the kolo user with $KOLO_PYTHON set."""
+    errors = []
+    if "trainer" not in stages:
+        return ["Dockerfile has no 'trainer' stage (a PyTorch trainer image with the kolo package)"]
+    if "runtime" not in lineage("trainer"):
+        errors.append("stage trainer is not built on the runtime stage (libkolo, kolorun)")
+    runs = " ".join(stage_ops("trainer", "RUN"))
+    copies = " ".join(stage_ops("trainer", "COPY"))
+    if "scripts/python-requirements.txt" not in copies or "pin torch" not in runs:
+        errors.append("stage trainer does not install torch at scripts/python-requirements.txt's pin")
+    if "client_lib/python" not in copies or not re.search(r"pip install [^&]*/tmp/kolo-python", runs):
+        errors.append("stage trainer does not pip install the kolo package (client_lib/python)")
+    if "KOLO_LIBRARY=" not in runs:
+        errors.append("stage trainer installs the kolo package without the built libkolo (KOLO_LIBRARY)")
+    if "import kolo, kolo.torch" not in runs:
+        errors.append("stage trainer does not check that kolo.torch imports")
+    if "KOLO_PYTHON=/opt/kolo/venv/bin/python" not in " ".join(stage_ops("trainer", "ENV")):
+        errors.append("stage trainer does not set KOLO_PYTHON")
+    users = stage_ops("trainer", "USER")
+    if not users or users[-1].split(":")[0] not in (str(KOLO_UID), "kolo"):
+        errors.append(f"stage trainer: runs as root (want USER {KOLO_UID} last)")
+    req = os.path.join(root, "scripts", "python-requirements.txt")
+    if not os.path.isfile(req) or not re.search(r"^torch==", open(req).read(), re.M):
+        errors.append("scripts/python-requirements.txt has no torch== pin for the trainer image")
     return errors
 
 
@@ -1906,6 +1940,14 @@ def self_test(root):
     expect("Dockerfile agent ENTRYPOINT in shell form",
            check_dockerfile(root, dtext.replace('ENTRYPOINT ["/usr/bin/kolo-agent"]',
                                                 "ENTRYPOINT /usr/bin/kolo-agent")))
+    expect("Dockerfile without the trainer stage",
+           check_dockerfile(root, dtext.replace("FROM runtime AS trainer", "FROM runtime AS other")))
+    expect("Dockerfile trainer image without the kolo package",
+           check_dockerfile(root, dtext.replace("/opt/kolo/venv/bin/pip install --no-cache-dir --no-build-isolation "
+                                                "/tmp/kolo-python", "true")))
+    expect("Dockerfile trainer image as root",
+           check_dockerfile(root, re.sub(r"(ENV KOLO_PYTHON[^\n]*\n[^\n]*\n)USER 10001:10001", r"\1USER root",
+                                         dtext)))
     expect("Dockerfile from a non-Debian-12 base",
            check_dockerfile(root, dtext.replace("debian:12-slim", "ubuntu:22.04")))
 
