@@ -1319,6 +1319,18 @@ def check_gpu_overlay(objs):
             if "nvidia-cuda-mps-control" not in " ".join(c.get("command") or []):
                 errors.append(f"{object_id(d)}[{c.get('name')}]: does not start "
                               "nvidia-cuda-mps-control (the node's MPS daemon)")
+            # The overlay's requirement (time-slicing replicas: 2), stated
+            # and checked: KOLO_NODE_GPUS = the request, and the command
+            # compares it with the distinct GPUs the pod sees.
+            env = {e.get("name"): e.get("value") for e in c.get("env") or []}
+            if str(env.get("KOLO_NODE_GPUS")) != str(gpu_request(c)):
+                errors.append(f"{object_id(d)}[{c.get('name')}]: KOLO_NODE_GPUS "
+                              f"{env.get('KOLO_NODE_GPUS')} != its nvidia.com/gpu request {gpu_request(c)} "
+                              "(one time-sliced replica of each of the node's GPUs)")
+            script = " ".join(c.get("command") or [])
+            if "nvidia-smi -L" not in script or "KOLO_NODE_GPUS" not in script:
+                errors.append(f"{object_id(d)}[{c.get('name')}]: does not check that the pod sees "
+                              "KOLO_NODE_GPUS distinct GPUs (the time-slicing requirement)")
             if not (c.get("image") or "").startswith("kolo-agent-cuda"):
                 errors.append(f"{object_id(d)}[{c.get('name')}]: image {c.get('image')} is not "
                               "the CUDA agent image (kolo-agent-cuda)")
@@ -1997,6 +2009,11 @@ def self_test(root):
 
         expect("GPU agent with NVIDIA_VISIBLE_DEVICES=all and no GPU request",
                check_gpu_overlay(gpu_mutate(gpu, "DaemonSet", visible_all)))
+        def gpus_mismatch(spec, c):
+            c["resources"]["limits"]["nvidia.com/gpu"] = "4"
+
+        expect("GPU agent whose KOLO_NODE_GPUS is not its GPU request",
+               check_gpu_overlay(gpu_mutate(gpu, "DaemonSet", gpus_mismatch)))
         expect("GPU agent without the MPS pipe directory",
                check_gpu_overlay(gpu_mutate(gpu, "DaemonSet", no_mps_mount)))
         expect("GPU trainers without a GPU request",
