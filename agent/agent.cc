@@ -698,6 +698,7 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
   }
   c.job_id = h.job_id();
   c.local_rank = h.local_rank();
+  c.own_pid = h.pid();
   job->attach(h.local_rank(), &c);
   job->markConnected(h.local_rank());
   uint64_t id = c.id();

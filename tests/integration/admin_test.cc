@@ -420,5 +420,39 @@ TEST(AgentAdvertise, TheListedAddressIsTheAdvertisedOneAndAnswers) {
       << bad.p.output();
 }
 
+// Agent and trainer in sibling PID namespaces (Kubernetes pods without
+// hostPID): the agent cannot see the trainer's pid (0), and `kolo status`
+// shows the trainer's own pid, the one `kubectl exec` into its pod sees.
+TEST(AgentStatusPids, SiblingPidNamespacesShowTheTrainersOwnPid) {
+  if (std::system("/usr/bin/unshare -p -f --kill-child true >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "needs PID namespaces (root)";
+  }
+  ClusterOptions o;
+  o.agents = 1;
+  o.agent_prefix = {{"/usr/bin/unshare", "-p", "-f", "--kill-child"}};
+  Cluster c(o);
+  ASSERT_TRUE(c.ok()) << c.error();
+  const std::string stop = c.dir() + "/stop";
+  auto env = c.rankEnv("pidns", "secret-pidns", 1, 0, 1, 0);
+  // The trainer's own namespace: it is pid 1 there (unshare -f forks it).
+  Owned rank(spawnProcess(
+      {"/usr/bin/unshare", "-p", "-f", "--kill-child", binDir() + "/kolo_check", "until", stop},
+      env, c.dir() + "/rank.log"));
+  std::string out;
+  for (int i = 0; i < 200; ++i) {
+    Proc st = runKolo(c.dir(), {"status", "--agent", c.agentRpc(0)});
+    out = st.output();
+    if (out.find("pidns") != std::string::npos) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_NE(out.find("0 (own 1)"), std::string::npos) << out << c.agentLog(0);
+  Proc js = runKolo(c.dir(), {"status", "--agent", c.agentRpc(0), "--json"});
+  EXPECT_NE(js.output().find("\"own_pid\": 1,"), std::string::npos) << js.output();
+  EXPECT_NE(js.output().find("\"pid\": 0,"), std::string::npos) << js.output();
+  std::ofstream(stop) << "x";
+  EXPECT_TRUE(waitProcess(rank.p, seconds(60))) << rank.p.output();
+  EXPECT_EQ(rank.p.exit_code, 0) << rank.p.output();
+}
+
 }  // namespace
 }  // namespace kolo::testing
