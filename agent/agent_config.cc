@@ -1,5 +1,6 @@
 #include "agent/agent_config.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -53,8 +54,10 @@ void defineAgentKnobs(Config& c) {
       .define(
           "arena-mb", KnobType::kInt, "1024",
           "Default size of each trainer's shared arena in MiB (sparse; pages are used on touch)")
-      .define("reduce-threads", KnobType::kInt, "0",
-              "Threads for large local reductions (0 = number of cores)")
+      .define(
+          "reduce-threads", KnobType::kInt, "0",
+          "Threads for large local reductions (0 = the cores the agent may run on, its affinity "
+          "mask; kolorun gives each of K embedded agents 1/K of them)")
       .define("direct-alone-min-kb", KnobType::kInt, "0",
               "Across agents, a trainer alone on this agent takes the direct path from this many "
               "KiB (at least "
@@ -320,7 +323,15 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   if (mb < 16 || mb > (1 << 20)) return invalidArgument("--arena-mb must be between 16 and 1048576");
   o.arena_bytes = static_cast<uint64_t>(mb) << 20;
   o.reduce_threads = static_cast<int>(c.getInt("reduce-threads"));
-  if (o.reduce_threads <= 0) o.reduce_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.reduce_threads <= 0) {
+    // The cores this agent may use (its affinity mask: a cpuset or
+    // `taskset` splits a machine's cores between agents), not the machine's.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    o.reduce_threads = ::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0
+                           ? CPU_COUNT(&set)
+                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
   o.inline_reduce_bytes = static_cast<uint64_t>(c.getInt("inline-reduce-kb")) << 10;
   if (c.getInt("direct-min-kb") < 0 || c.getInt("direct-min-kb") > (int64_t{1} << 30)) {
     return invalidArgument("--direct-min-kb must be between 0 (off) and 1073741824");
