@@ -76,9 +76,17 @@ Status Agent::start() {
   updateGaugesOnLoop();
   mps_ = std::make_unique<MpsMonitor>(opts_.mps_pipe_dir, &metrics_);
   {
+    // What `kolo agents` and the other hosts are told: --rpc-advertise-address
+    // (e.g. a pod's IP, where the node's name answers nothing), else the
+    // listening host, else --hostname.
+    const std::string& adv = opts_.rpc_advertise_address;
+    const bool has_port = !adv.empty() && adv.back() != ']' &&
+                          adv.rfind(':') != std::string::npos &&
+                          (adv.front() != '[' || adv.find("]:") != std::string::npos);
     std::string host = opts_.rpc_listen.substr(0, opts_.rpc_listen.rfind(':'));
     if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = opts_.hostname;
-    coord_->setRpcAddress(host + ":" + std::to_string(rpc_port_));
+    if (!adv.empty()) host = adv;
+    coord_->setRpcAddress(has_port ? adv : host + ":" + std::to_string(rpc_port_));
   }
   // Signals arrive as events on the loop (they are blocked in every thread by
   // main()). Already while registering: SIGTERM must not wait for an absent
@@ -499,7 +507,14 @@ void Agent::handleFrameOnLoop(ClientConn& c, const std::string& payload) {
       return;
     case ipc::ClientFrame::kTimeline: {
       Status st = trainerTimelineOnLoop(c, f.timeline());
-      if (!st.isOk()) refuseFrameOnLoop(c, st, "TimelineControl", false);
+      if (!st.isOk()) {
+        refuseFrameOnLoop(c, st, "TimelineControl", false);
+      } else if (f.timeline().want_reply()) {
+        ipc::AgentFrame reply;
+        reply.mutable_notice()->set_kind("timeline");
+        reply.mutable_notice()->set_message(timeline_->active() ? timeline_->path() : "stopped");
+        (void)c.send(reply);
+      }
       return;
     }
     default:
@@ -684,6 +699,7 @@ void Agent::handleHelloOnLoop(ClientConn& c, const ipc::Hello& h) {
   }
   c.job_id = h.job_id();
   c.local_rank = h.local_rank();
+  c.own_pid = h.pid();
   job->attach(h.local_rank(), &c);
   job->markConnected(h.local_rank());
   uint64_t id = c.id();

@@ -1,5 +1,6 @@
 #include "agent/agent_config.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -32,6 +33,10 @@ void defineAgentKnobs(Config& c) {
               "hosts, set an address and --rpc-auth-token-file (Drain and Timeline need the token, "
               "or, without "
               "one, a loopback peer)")
+      .define("rpc-advertise-address", KnobType::kString, "",
+              "The status service address other hosts and `kolo agents` are told (host or "
+              "host:port; the port defaults to the bound one). Empty: the --rpc-listen host, or "
+              "--hostname when it listens on every address. In a pod: its IP (status.podIP)")
       .define("metrics-listen", KnobType::kString, "0.0.0.0:7472",
               "Prometheus /metrics HTTP address (port 0 picks a free port; empty disables)")
       .define("mps-pipe-dir", KnobType::kString, "",
@@ -49,8 +54,10 @@ void defineAgentKnobs(Config& c) {
       .define(
           "arena-mb", KnobType::kInt, "1024",
           "Default size of each trainer's shared arena in MiB (sparse; pages are used on touch)")
-      .define("reduce-threads", KnobType::kInt, "0",
-              "Threads for large local reductions (0 = number of cores)")
+      .define(
+          "reduce-threads", KnobType::kInt, "0",
+          "Threads for large local reductions (0 = the cores the agent may run on, its affinity "
+          "mask; kolorun gives each of K embedded agents 1/K of them)")
       .define("direct-alone-min-kb", KnobType::kInt, "0",
               "Across agents, a trainer alone on this agent takes the direct path from this many "
               "KiB (at least "
@@ -289,6 +296,24 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.coordinator = c.getString("coordinator");
   RETURN_IF_ERROR(parseCoordinatorList(o.coordinator, "--coordinator").status());
   o.rpc_listen = c.getString("rpc-listen");
+  o.rpc_advertise_address = c.getString("rpc-advertise-address");
+  if (!o.rpc_advertise_address.empty()) {
+    const std::string& a = o.rpc_advertise_address;
+    const bool bracketed = a.front() == '[';
+    const size_t colon = bracketed ? a.find("]:") : a.rfind(':');
+    const std::string port =
+        colon == std::string::npos ? "" : a.substr(colon + (bracketed ? 2 : 1));
+    const bool bad_port =
+        colon != std::string::npos &&
+        (port.empty() || port.find_first_not_of("0123456789") != std::string::npos ||
+         port.size() > 5 || std::stoi(port) == 0 || std::stoi(port) > 65535);
+    if (a.find_first_of(" \t,/") != std::string::npos || colon == 0 || bad_port) {
+      return invalidArgument(
+          "--rpc-advertise-address must be host or host:port (an address other hosts reach "
+          "this agent's status service at, e.g. the pod IP), got '" +
+          a + "'");
+    }
+  }
   o.metrics_listen = c.getString("metrics-listen");
   o.ready_file = c.getString("ready-file");
   o.mps_pipe_dir = c.getString("mps-pipe-dir");
@@ -302,7 +327,15 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   if (mb < 16 || mb > (1 << 20)) return invalidArgument("--arena-mb must be between 16 and 1048576");
   o.arena_bytes = static_cast<uint64_t>(mb) << 20;
   o.reduce_threads = static_cast<int>(c.getInt("reduce-threads"));
-  if (o.reduce_threads <= 0) o.reduce_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.reduce_threads <= 0) {
+    // The cores this agent may use (its affinity mask: a cpuset or
+    // `taskset` splits a machine's cores between agents), not the machine's.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    o.reduce_threads = ::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0
+                           ? CPU_COUNT(&set)
+                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
   o.inline_reduce_bytes = static_cast<uint64_t>(c.getInt("inline-reduce-kb")) << 10;
   if (c.getInt("direct-min-kb") < 0 || c.getInt("direct-min-kb") > (int64_t{1} << 30)) {
     return invalidArgument("--direct-min-kb must be between 0 (off) and 1073741824");

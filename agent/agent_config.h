@@ -38,6 +38,7 @@ struct AgentOptions {
   std::string socket_group;
   std::string coordinator;
   std::string rpc_listen;
+  std::string rpc_advertise_address;  // "" : from rpc_listen / hostname
   std::string metrics_listen;
   std::string ready_file;
   std::string mps_pipe_dir;  // resolved: --mps-pipe-dir, CUDA_MPS_PIPE_DIRECTORY, /tmp/nvidia-mps

@@ -117,6 +117,7 @@ agentrpc::AgentStatus Agent::statusOnLoop() const {
     const Job* j = findJobOnLoop(c->job_id);
     ci->set_rank(j != nullptr ? j->globalRank(c->local_rank) : -1);
     ci->set_pid(c->pid());
+    ci->set_own_pid(c->own_pid);
     ci->set_uid(static_cast<int>(c->uid()));
     ci->set_arena_bytes(c->arenaBytes());
     budget -= std::min(budget, ci->ByteSizeLong());

@@ -1,6 +1,7 @@
 #include "cli/daemons.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "cli/launch_plan.h"
 
@@ -129,6 +131,13 @@ Status EmbeddedDaemons::start(const std::function<bool()>& cancelled) {
   return okStatus();
 }
 
+int usableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 StatusOr<EmbeddedAgent*> EmbeddedDaemons::spawnAgent(const std::string& id) {
   EmbeddedAgent a;
   a.id = id;
@@ -142,6 +151,19 @@ StatusOr<EmbeddedAgent*> EmbeddedDaemons::spawnAgent(const std::string& id) {
       "--agent-id", a.id,
       // Several agents (and maybe a system agent) share this machine: no fixed port.
       "--metrics-listen", "127.0.0.1:0"};
+  // Agents sharing this machine split its cores: each one's reduction pool
+  // gets its share (by default a pool takes every core, and K agents on one
+  // machine would each run one thread per core), unless the user set it.
+  const char* user_threads = std::getenv("KOLO_REDUCE_THREADS");
+  const bool env_threads =
+      std::any_of(opts_.agent_env.begin(), opts_.agent_env.end(),
+                  [](const auto& kv) { return kv.first == "KOLO_REDUCE_THREADS"; });
+  if ((user_threads == nullptr || *user_threads == '\0') && !env_threads) {
+    const int k = std::max<int>(
+        1, opts_.agent_ids.empty() ? opts_.num_agents : static_cast<int>(opts_.agent_ids.size()));
+    argv.push_back("--reduce-threads");
+    argv.push_back(std::to_string(std::max(1, usableCpus() / k)));
+  }
   if (opts_.elastic) {  // each agent stands for one host: the coordinator orders agents by it
     argv.push_back("--hostname");
     argv.push_back(a.id);

@@ -25,6 +25,9 @@
 
 namespace kolo::cli {
 
+// The CPUs this process may run on (its affinity mask), at least 1.
+int usableCpus();
+
 // The path of a kolo program: `override_env` (e.g. KOLO_AGENT_BIN) when set,
 // else the directory of this executable (/proc/self/exe), else PATH.
 StatusOr<std::string> findKoloProgram(const std::string& name, const char* override_env);

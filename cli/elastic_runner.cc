@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 namespace kolo::cli {
 
@@ -14,6 +16,11 @@ constexpr auto kKillGrace = std::chrono::seconds(5);
 constexpr auto kDiscoveryInterval = std::chrono::seconds(1);
 constexpr auto kDiscoveryTimeout = std::chrono::seconds(10);
 constexpr auto kRestartDelay = std::chrono::seconds(1);
+
+std::string envOr(const char* name, const std::string& dflt) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string(v) : dflt;
+}
 
 std::string trim(std::string_view s) {
   size_t b = s.find_first_not_of(" \t\r");
@@ -51,7 +58,17 @@ StatusOr<std::vector<HostSlots>> parseDiscoveryOutput(std::string_view text, std
 
 void ElasticRunner::say(const std::string& line) const { writeAll(STDERR_FILENO, "kolorun: " + line + "\n"); }
 
+StatusOr<std::vector<HostSlots>> ElasticRunner::fixedHosts() const {
+  if (!opts_.hosts.empty()) return parseHostList(opts_.hosts);
+  std::ifstream in(opts_.hostfile);
+  if (!in) return invalidArgument("cannot read the hostfile " + opts_.hostfile);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parseHostfile(ss.str(), opts_.hostfile);
+}
+
 StatusOr<std::vector<HostSlots>> ElasticRunner::discover() {
+  if (opts_.host_discovery_script.empty()) return fixedHosts();
   std::string out;
   SpawnSpec spec;
   spec.name = "host discovery script";
@@ -82,7 +99,7 @@ int ElasticRunner::placedRanks() const {
 }
 
 Status ElasticRunner::startHost(Host& h, int ranks, int world) {
-  if (h.agent.child < 0 || h.removed) {
+  if (!remote_ && (h.agent.child < 0 || h.removed)) {
     auto cancelled = [this] { return received_signal_ != 0; };
     ASSIGN_OR_RETURN(h.agent, daemons_->addAgent(h.name, cancelled));
   }
@@ -107,7 +124,14 @@ void ElasticRunner::spawnRank(Rank& r) {
     if (h.name == r.host) host = &h;
   }
   LaunchPlan p = plan_;
-  p.nodes = {NodeEndpoint{"localhost", true, host->agent.id, host->agent.socket, host->agent.rpc_address}};
+  // Remote hosts (-H, --hostfile, or a discovery script with the agents'
+  // socket named) run their own kolo-agent at --agent-socket; this machine's
+  // ranks use it too. Else each host is an embedded agent here.
+  const bool local = !remote_ || isLocalHost(r.host);
+  p.nodes = {remote_ ? NodeEndpoint{r.host, local, "", opts_.agent_socket,
+                                    local ? envOr("KOLO_AGENT_RPC", "") : ""}
+                     : NodeEndpoint{"localhost", true, host->agent.id, host->agent.socket,
+                                    host->agent.rpc_address}};
   p.ranks = {RankPlacement{r.id, 0, r.local_rank, r.local_size, 0, 1}};
   SpawnSpec spec;
   spec.name = "rank " + std::to_string(r.id) + " (host " + r.host + ", local rank " + std::to_string(r.local_rank) + ")";
@@ -129,6 +153,12 @@ void ElasticRunner::spawnRank(Rank& r) {
     return std::any_of(std::begin(kTorchrun), std::end(kTorchrun),
                        [&](const char* n) { return kv.first == n; });
   });
+  if (!local) {  // over ssh, as kolorun's -H ranks (the job token on ssh's stdin)
+    spec.argv = sshArgv(p, r.host, spec.env);
+    spec.stdin_data = secretStdin(spec.env);
+    spec.env.clear();
+    spec.cwd.clear();
+  }
   const std::string tag = std::to_string(r.id);
   spec.on_stdout = [tag](std::string_view line) { writeAll(STDOUT_FILENO, "[" + tag + "]<stdout>:" + std::string(line) + "\n"); };
   spec.on_stderr = [tag](std::string_view line) { writeAll(STDERR_FILENO, "[" + tag + "]<stderr>:" + std::string(line) + "\n"); };
@@ -158,6 +188,19 @@ void ElasticRunner::onRankExit(size_t index, const ExitInfo& info) {
   const std::string who = "rank " + std::to_string(r.id) + " (host " + r.host + ", local rank " +
                           std::to_string(r.local_rank) + ")";
   if (host == nullptr || host->lost || host->removed) return;
+  const int left = placedRanks();
+  if (left < opts_.min_np) {
+    // The coordinator fails a job that stays below --min-np for
+    // --elastic-timeout: a restarted rank would only join the FAILED job.
+    say(who + " " + info.describe() + "; the job has " + std::to_string(left) +
+        " rank(s) on its hosts, below --min-np " + std::to_string(opts_.min_np) +
+        ", so it failed (or cannot go on): not restarting it; stopping the job. Add hosts (the "
+        "discovery script) "
+        "within --elastic-timeout, or lower --min-np");
+    failed_ = info.shellCode() != 0 ? info.shellCode() : 1;
+    stopAll(SIGTERM);
+    return;
+  }
   if (r.restarts < opts_.max_restarts) {
     ++r.restarts;
     r.restart_at = Clock::now() + kRestartDelay;
@@ -200,7 +243,7 @@ void ElasticRunner::applyDiscovery(const std::vector<HostSlots>& found) {
       }
       if (r.host == h.name) r.restart_at.reset();
     }
-    daemons_->stopAgent(h.agent.id);
+    if (!remote_) daemons_->stopAgent(h.agent.id);
     h.agent = EmbeddedAgent{};
     h.ranks = 0;
   }
@@ -241,6 +284,56 @@ void ElasticRunner::stopAll(int sig) {
   }
 }
 
+Status ElasticRunner::startEmbedded(const std::vector<HostSlots>& found,
+                                    const std::vector<int>& per) {
+  EmbeddedOptions eo;
+  ASSIGN_OR_RETURN(eo.coordinator_bin, findKoloProgram("kolo-coordinator", "KOLO_COORDINATOR_BIN"));
+  ASSIGN_OR_RETURN(eo.agent_bin, findKoloProgram("kolo-agent", "KOLO_AGENT_BIN"));
+  eo.log_level = opts_.log_level;
+  eo.verbose = opts_.verbose;
+  eo.start_timeout = std::chrono::seconds(opts_.start_timeout_s);
+  // With its timeline directory: the agent writes timelines only inside it.
+  eo.agent_env = embeddedAgentEnv(opts_, processEnvironment(), currentDirectory());
+  eo.elastic = true;
+  // A dead agent is found by its lease: 2 s here (5 s by default).
+  eo.coordinator_args = {"--lease-ms", "2000", "--heartbeat-interval-ms", "400"};
+  for (size_t i = 0; i < per.size(); ++i) {
+    if (per[i] > 0) eo.agent_ids.push_back(found[i].host);
+  }
+  ASSIGN_OR_RETURN(daemons_, EmbeddedDaemons::create(*sup_, std::move(eo)));
+  auto cancelled = [this] {
+    for (int sig : sup_->takeSignals()) {
+      if (received_signal_ == 0) received_signal_ = sig;
+    }
+    return received_signal_ != 0;
+  };
+  Status st = daemons_->start(cancelled);
+  if (!st.isOk()) {
+    daemons_->stop();
+    return st;
+  }
+  plan_.coordinator = daemons_->coordinatorAddress();
+  for (auto& [k, v] : privateClientEnv()) plan_.extra_env[k] = v;
+  plan_.extra_env["KOLO_AGENT_TOKEN_FILE"] =
+      daemons_->adminTokenFile();                // `kolo drain` on a private agent
+  plan_.extra_env["KOLO_EMBEDDED_AGENT"] = "1";  // (gone after the job)
+  return okStatus();
+}
+
+void ElasticRunner::setupPlan() {
+  plan_.start_timeout_s = opts_.start_timeout_s;
+  plan_.command = opts_.command;
+  for (auto& [k, v] : tuningEnv(opts_)) plan_.extra_env[k] = v;
+  plan_.user_env = userEnv(opts_, processEnvironment());
+  plan_.wdir = opts_.wdir;
+  plan_.ssh_options = sshOptions(opts_);
+  plan_.extra_env["KOLO_MIN_NP"] = std::to_string(opts_.min_np);
+  plan_.extra_env["KOLO_MAX_NP"] = std::to_string(opts_.max_np);
+  char timeout[32];
+  std::snprintf(timeout, sizeof timeout, "%g", opts_.elastic_timeout_s);
+  plan_.extra_env["KOLO_ELASTIC_TIMEOUT"] = timeout;
+}
+
 int ElasticRunner::run() {
   auto sup = Supervisor::create();
   if (!sup.isOk()) {
@@ -248,9 +341,15 @@ int ElasticRunner::run() {
     return 1;
   }
   sup_ = std::move(sup.value());
+  // -H / --hostfile, or a discovery script with the agents' socket named:
+  // real hosts, each with its kolo-agent (Horovod's elastic hosts).
+  const char* env_socket = std::getenv("KOLO_AGENT_SOCKET");
+  remote_ = !opts_.hosts.empty() || !opts_.hostfile.empty() ||
+            opts_.agent_socket != kDefaultAgentSocket ||
+            (env_socket != nullptr && *env_socket != '\0');
 
   std::vector<HostSlots> found;
-  if (!opts_.host_discovery_script.empty()) {
+  if (!opts_.host_discovery_script.empty() || remote_) {
     auto d = discover();
     if (!d.isOk()) {
       say(d.status().message());
@@ -265,87 +364,52 @@ int ElasticRunner::run() {
   for (auto& h : found) slots.push_back(h.slots);
   auto per = fillSlots(opts_.np, slots);
   if (!per.isOk()) {
-    say(per.status().message() + " (the discovered hosts)");
+    say(per.status().message() + " (the " +
+        (opts_.host_discovery_script.empty() ? "given" : "discovered") + " hosts)");
     return 1;
   }
   for (size_t i = 0; i < found.size(); ++i) hosts_.push_back(Host{found[i].host, found[i].slots});
 
-  EmbeddedOptions eo;
-  auto coord_bin = findKoloProgram("kolo-coordinator", "KOLO_COORDINATOR_BIN");
-  auto agent_bin = findKoloProgram("kolo-agent", "KOLO_AGENT_BIN");
-  if (!coord_bin.isOk() || !agent_bin.isOk()) {
-    say((coord_bin.isOk() ? agent_bin.status() : coord_bin.status()).message());
-    return 1;
-  }
-  eo.coordinator_bin = *coord_bin;
-  eo.agent_bin = *agent_bin;
-  eo.log_level = opts_.log_level;
-  eo.verbose = opts_.verbose;
-  eo.start_timeout = std::chrono::seconds(opts_.start_timeout_s);
-  // With its timeline directory: the agent writes timelines only inside it.
-  eo.agent_env = embeddedAgentEnv(opts_, processEnvironment(), currentDirectory());
-  eo.elastic = true;
-  // A dead agent is found by its lease: 2 s here (5 s by default).
-  eo.coordinator_args = {"--lease-ms", "2000", "--heartbeat-interval-ms", "400"};
-  for (size_t i = 0; i < per->size(); ++i) {
-    if ((*per)[i] > 0) eo.agent_ids.push_back(found[i].host);
-  }
-  const size_t first_hosts = eo.agent_ids.size();
-  auto daemons = EmbeddedDaemons::create(*sup_, std::move(eo));
-  if (!daemons.isOk()) {
-    say(daemons.status().message());
-    return 1;
-  }
-  daemons_ = std::move(daemons.value());
-  auto cancelled = [this] {
-    for (int sig : sup_->takeSignals()) {
-      if (received_signal_ == 0) received_signal_ = sig;
+  if (remote_) {
+    plan_.coordinator = envOr("KOLO_COORDINATOR", "");
+  } else {
+    Status st = startEmbedded(found, *per);
+    if (!st.isOk()) {
+      say(st.message());
+      return received_signal_ != 0 ? 128 + received_signal_ : 1;
     }
-    return received_signal_ != 0;
-  };
-  Status st = daemons_->start(cancelled);
-  if (!st.isOk()) {
-    say(st.message());
-    daemons_->stop();
-    return received_signal_ != 0 ? 128 + received_signal_ : 1;
   }
   auto job = newJobIdentity();
   if (!job.isOk()) {
     say(job.status().message());
-    daemons_->stop();
+    if (daemons_) daemons_->stop();
     return 1;
   }
   plan_.job = *job;
-  plan_.coordinator = daemons_->coordinatorAddress();
-  plan_.start_timeout_s = opts_.start_timeout_s;
-  plan_.command = opts_.command;
-  for (auto& [k, v] : tuningEnv(opts_)) plan_.extra_env[k] = v;
-  plan_.user_env = userEnv(opts_, processEnvironment());
-  plan_.wdir = opts_.wdir;
-  plan_.ssh_options = sshOptions(opts_);
-  for (auto& [k, v] : privateClientEnv()) plan_.extra_env[k] = v;
-  plan_.extra_env["KOLO_AGENT_TOKEN_FILE"] =
-      daemons_->adminTokenFile();  // `kolo drain` on a private agent
-  plan_.extra_env["KOLO_EMBEDDED_AGENT"] = "1";  // (gone after the job)
-  plan_.extra_env["KOLO_MIN_NP"] = std::to_string(opts_.min_np);
-  plan_.extra_env["KOLO_MAX_NP"] = std::to_string(opts_.max_np);
-  char timeout[32];
-  std::snprintf(timeout, sizeof timeout, "%g", opts_.elastic_timeout_s);
-  plan_.extra_env["KOLO_ELASTIC_TIMEOUT"] = timeout;
+  setupPlan();
+  size_t first_hosts = 0;
+  for (int n : *per) first_hosts += n > 0 ? 1 : 0;
   say("elastic job " + plan_.job.job_id + ": " + std::to_string(opts_.np) + " rank(s) on " +
       std::to_string(first_hosts) + " host(s), --min-np " + std::to_string(opts_.min_np) +
-      (opts_.max_np > 0 ? ", --max-np " + std::to_string(opts_.max_np) : "") + "; logs in " + daemons_->dir());
+      (opts_.max_np > 0 ? ", --max-np " + std::to_string(opts_.max_np) : "") +
+      (remote_ ? "; the hosts' kolo-agents at " + opts_.agent_socket + " (remote ones over ssh)"
+               : "; logs in " + daemons_->dir()));
 
   ranks_.reserve(1024);  // onRankExit captures indices; spawnRank takes references
   for (size_t i = 0; i < per->size(); ++i) {
     if ((*per)[i] == 0) continue;
     Host& h = hosts_[i];
-    for (const EmbeddedAgent& a : daemons_->agents()) {
-      if (a.id == h.name) h.agent = a;
+    if (daemons_) {
+      for (const EmbeddedAgent& a : daemons_->agents()) {
+        if (a.id == h.name) h.agent = a;
+      }
     }
     (void)startHost(h, (*per)[i], opts_.np);
   }
+  return superviseAndFinish();
+}
 
+int ElasticRunner::superviseAndFinish() {
   auto next_discovery = Clock::now() + kDiscoveryInterval;
   std::optional<Clock::time_point> kill_at;
   const auto started = Clock::now();
@@ -360,7 +424,9 @@ int ElasticRunner::run() {
         stopAll(SIGKILL);
       }
     }
-    for (const std::string& id : daemons_->takeLostAgents()) onAgentLost(id);
+    if (daemons_) {
+      for (const std::string& id : daemons_->takeLostAgents()) onAgentLost(id);
+    }
     if (stopping_) {
       if (!kill_at) kill_at = Clock::now() + kKillGrace;
       if (Clock::now() >= *kill_at) stopAll(SIGKILL);
@@ -376,7 +442,8 @@ int ElasticRunner::run() {
       }
       spawnRank(r);
     }
-    if (!opts_.host_discovery_script.empty() && Clock::now() >= next_discovery && !stopping_) {
+    if (!opts_.host_discovery_script.empty() && Clock::now() >= next_discovery &&
+        !stopping_) {  // (-H: fixed)
       auto d = discover();
       if (d.isOk()) {
         applyDiscovery(*d);
@@ -406,7 +473,7 @@ int ElasticRunner::run() {
   std::snprintf(secs, sizeof secs, "%.1f", std::chrono::duration<double>(Clock::now() - started).count());
   say("elastic job " + plan_.job.job_id + ": " + std::to_string(ok) + " rank(s) succeeded, " +
       std::to_string(failed) + " failed, in " + secs + " s" + (code == 0 ? "" : " (exit code " + std::to_string(code) + ")"));
-  daemons_->stop();
+  if (daemons_) daemons_->stop();
   return code;
 }
 

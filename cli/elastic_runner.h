@@ -1,16 +1,21 @@
 // kolorun's elastic mode (--min-np / --max-np / --host-discovery-script;
-// docs/elastic.md). On this one machine each discovered host is an embedded
-// kolo-agent (its "node"), started and stopped as the host list changes:
+// docs/elastic.md). Either the hosts are real hosts, each running its own
+// kolo-agent at --agent-socket (-H / --hostfile, or a discovery script with
+// --agent-socket or KOLO_AGENT_SOCKET given): ranks on other hosts start
+// over ssh as kolorun's -H ranks do; or, on this one machine, each
+// discovered host is an embedded kolo-agent (its "node"), started and
+// stopped as the host list changes:
 //
 // - the hosts come from --host-discovery-script ("host:slots" lines, run
-//   every second), or are --agents K fixed nodes;
+//   every second), -H / --hostfile (fixed), or are --agents K fixed nodes;
 // - -np ranks fill the hosts in order at the start; a host that appears
 //   later gets an agent and `slots` ranks while the job stays within
 //   --max-np (they join at the next generation); a host that disappears has
 //   its ranks and agent stopped (the job goes on at the next generation);
 // - a rank that fails is restarted on its host (up to --max-restarts times
 //   per slot) without touching the others; a host whose agent died is
-//   blacklisted and its ranks are not restarted;
+//   blacklisted and its ranks are not restarted; below --min-np nothing is
+//   restarted (the job failed);
 // - the job succeeds when every rank still placed exits 0.
 #pragma once
 
@@ -59,7 +64,11 @@ class ElasticRunner {
     int id = 0;          // output prefix [id]
   };
 
+  StatusOr<std::vector<HostSlots>> fixedHosts() const;  // -H / --hostfile
   StatusOr<std::vector<HostSlots>> discover();
+  Status startEmbedded(const std::vector<HostSlots>& found, const std::vector<int>& per);
+  void setupPlan();
+  int superviseAndFinish();
   Status startHost(Host& h, int ranks, int world);
   void spawnRank(Rank& r);
   void onRankExit(size_t index, const ExitInfo& info);
@@ -77,6 +86,7 @@ class ElasticRunner {
   std::vector<Host> hosts_;
   std::vector<Rank> ranks_;
   int next_rank_id_ = 0;
+  bool remote_ = false;  // hosts run their own agents (ranks over ssh); else embedded agents
   bool stopping_ = false;
   std::optional<int> failed_;  // exit code of the failure that ended the job
   int received_signal_ = 0;

@@ -228,6 +228,13 @@ Status JobRunner::startEmbedded(int num_agents) {
         std::to_string(num_agents) + " kolo-agent(s); logs in " + daemons_->dir());
   }
   plan_.coordinator = daemons_->coordinatorAddress();
+  // Every rank is on this machine: they share its cores (torch's intra-op
+  // pool takes every core by default, so np ranks would run np threads per
+  // core), unless the user set OMP_NUM_THREADS (as torchrun does).
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    plan_.extra_env["OMP_NUM_THREADS"] =
+        std::to_string(std::max(1, usableCpus() / std::max(1, opts_.np)));
+  }
   // The ranks' KOLO_COORDINATOR and KOLO_AGENT_RPC name the private plain-text
   // daemons: `kolo` inside a rank must not use TLS settings meant for others.
   for (auto& [k, v] : privateClientEnv()) plan_.extra_env[k] = v;

@@ -298,9 +298,10 @@ StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
   }
   if (o.elastic()) {
     if (o.min_np == 0) o.min_np = o.np;
-    if (!o.hosts.empty() || !o.hostfile.empty()) {
-      return invalidArgument("elastic jobs (--min-np, --host-discovery-script) run on embedded agents on this "
-                             "machine: give hosts with --host-discovery-script, not -H/--hostfile");
+    if ((!o.hosts.empty() || !o.hostfile.empty()) && !o.host_discovery_script.empty()) {
+      return invalidArgument(
+          "give the elastic job's hosts either with --host-discovery-script or with "
+          "-H/--hostfile (fixed hosts), not both");
     }
     if (o.min_np > o.np) {
       return invalidArgument("--min-np " + std::to_string(o.min_np) + " is more than -np " + std::to_string(o.np));

@@ -267,11 +267,9 @@ bool isSecretVariable(std::string_view name) {
          name.find("PASSWORD") != std::string_view::npos;
 }
 
-std::vector<std::string> rankArgv(const LaunchPlan& plan, int rank) {
-  const RankPlacement& p = plan.ranks.at(static_cast<size_t>(rank));
-  const NodeEndpoint& node = plan.nodes.at(static_cast<size_t>(p.node));
-  if (node.local) return plan.command;
-  // The remote shell reads "NAME=value" lines from stdin (rankStdin: the
+std::vector<std::string> sshArgv(const LaunchPlan& plan, const std::string& host,
+                                 const std::vector<std::pair<std::string, std::string>>& env) {
+  // The remote shell reads "NAME=value" lines from stdin (secretStdin: the
   // secrets, never on a command line) and exports them, then runs the
   // command under the other variables. ssh joins its arguments with spaces
   // into one remote shell command line, so the script is one quoted word
@@ -279,25 +277,36 @@ std::vector<std::string> rankArgv(const LaunchPlan& plan, int rank) {
   std::string script = "while IFS= read -r kolo_kv; do export \"$kolo_kv\"; done; unset kolo_kv; ";
   if (!plan.wdir.empty()) script += "cd " + shellQuote(plan.wdir) + " || exit 127; ";
   script += "exec env";
-  for (auto& [k, v] : rankEnv(plan, rank)) {
+  for (auto& [k, v] : env) {
     if (!isSecretVariable(k)) script += " " + shellQuote(k + "=" + v);
   }
   for (const std::string& word : plan.command) script += " " + shellQuote(word);
   std::vector<std::string> argv = {"ssh", "-o", "BatchMode=yes"};
   argv.insert(argv.end(), plan.ssh_options.begin(), plan.ssh_options.end());
-  argv.insert(argv.end(), {node.host, "sh", "-c", shellQuote(script)});
+  argv.insert(argv.end(), {host, "sh", "-c", shellQuote(script)});
   return argv;
+}
+
+std::string secretStdin(const std::vector<std::pair<std::string, std::string>>& env) {
+  std::string lines;
+  for (auto& [k, v] : env) {
+    // One line each: a value cannot hold a newline (the job token is hex).
+    if (isSecretVariable(k) && v.find('\n') == std::string::npos) lines += k + "=" + v + "\n";
+  }
+  return lines;
+}
+
+std::vector<std::string> rankArgv(const LaunchPlan& plan, int rank) {
+  const RankPlacement& p = plan.ranks.at(static_cast<size_t>(rank));
+  const NodeEndpoint& node = plan.nodes.at(static_cast<size_t>(p.node));
+  if (node.local) return plan.command;
+  return sshArgv(plan, node.host, rankEnv(plan, rank));
 }
 
 std::string rankStdin(const LaunchPlan& plan, int rank) {
   const RankPlacement& p = plan.ranks.at(static_cast<size_t>(rank));
   if (plan.nodes.at(static_cast<size_t>(p.node)).local) return "";
-  std::string lines;
-  for (auto& [k, v] : rankEnv(plan, rank)) {
-    // One line each: a value cannot hold a newline (the job token is hex).
-    if (isSecretVariable(k) && v.find('\n') == std::string::npos) lines += k + "=" + v + "\n";
-  }
-  return lines;
+  return secretStdin(rankEnv(plan, rank));
 }
 
 std::string shellQuote(std::string_view s) {

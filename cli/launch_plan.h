@@ -111,6 +111,12 @@ std::vector<std::string> rankArgv(const LaunchPlan& plan, int rank);
 // per secret variable, then EOF. Empty for a local rank.
 std::string rankStdin(const LaunchPlan& plan, int rank);
 
+// rankArgv's remote form for any variables `env` (the secret ones left out:
+// secretStdin gives them as the "NAME=value" lines the remote shell reads).
+std::vector<std::string> sshArgv(const LaunchPlan& plan, const std::string& host,
+                                 const std::vector<std::pair<std::string, std::string>>& env);
+std::string secretStdin(const std::vector<std::pair<std::string, std::string>>& env);
+
 // Quotes `s` for a POSIX shell (unchanged when it holds only safe characters).
 std::string shellQuote(std::string_view s);
 // localhost, 127.0.0.1, ::1 or this machine's hostname (short or full).

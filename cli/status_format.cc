@@ -126,6 +126,7 @@ json toJson(const agentrpc::AgentStatus& s) {
                        {"local_rank", c.local_rank()},
                        {"rank", c.rank()},
                        {"pid", s.pids_hidden() ? json(nullptr) : json(c.pid())},
+                       {"own_pid", s.pids_hidden() ? json(nullptr) : json(c.own_pid())},
                        {"uid", s.pids_hidden() ? json(nullptr) : json(c.uid())},
                        {"arena_bytes", c.arena_bytes()}});
   }
@@ -225,7 +226,13 @@ std::string renderAgentStatus(const agentrpc::AgentStatus& s) {
     Table t({"PID", "UID", "JOB", "RANK", "LOCAL RANK", "ARENA"});
     const bool hidden = s.pids_hidden();
     for (auto& c : s.clients()) {
-      t.add({hidden ? "-" : std::to_string(c.pid()), hidden ? "-" : std::to_string(c.uid()),
+      // The agent's view of the pid, and the trainer's own when they differ
+      // (a container's PID namespace): "0 (own 7)" when the agent cannot
+      // see the trainer at all (sibling namespaces, e.g. Kubernetes pods).
+      std::string pid = std::to_string(c.pid());
+      if (c.own_pid() != 0 && c.own_pid() != c.pid())
+        pid += " (own " + std::to_string(c.own_pid()) + ")";
+      t.add({hidden ? "-" : pid, hidden ? "-" : std::to_string(c.uid()),
              c.job_id().empty() ? "-" : c.job_id(), std::to_string(c.rank()),
              std::to_string(c.local_rank()), formatBytes(c.arena_bytes())});
     }

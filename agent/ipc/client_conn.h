@@ -86,6 +86,7 @@ class ClientConn {
   // Job membership (set on admission).
   std::string job_id;
   int local_rank = -1;
+  int32_t own_pid = 0;  // Hello.pid: the trainer's pid in its own PID namespace
   bool said_goodbye = false;
   uint64_t world_sent = 0;  // generation of the last WorldInfo sent
   uint64_t submitted = 0;

@@ -30,6 +30,7 @@ class StatusService final : public agentrpc::Agent::Service {
         !checkAdminCall("GetStatus", token_, authorization(*ctx), ctx->peer()).ok()) {
       for (auto& c : *out->mutable_clients()) {
         c.set_pid(0);
+        c.set_own_pid(0);
         c.set_uid(0);
       }
       out->set_pids_hidden(true);

@@ -6,8 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -205,6 +206,38 @@ std::string kolo::capi::incarnationJobId(const std::string& job_id, uint64_t ses
 
 namespace {
 
+// Whether this process started the agent's timeline from KOLO_TIMELINE_FILENAME
+// (kolo_shutdown stops it, so the file ends as valid JSON).
+bool& timelineFromEnv() {
+  static bool started = false;
+  return started;
+}
+
+// kolorun's --timeline-filename (KOLO_TIMELINE_FILENAME) on an agent kolorun
+// did not start (a system agent, the hosts of -H): the job's local rank 0 on
+// each agent asks it for the timeline, as hvd.start_timeline does, and a
+// refusal fails kolo_init with the agent's reason (which names the folder it
+// writes timelines in). kolorun's embedded agents (KOLO_EMBEDDED_AGENT=1)
+// take the name as their own --timeline-filename instead.
+Status startTimelineFromEnv(Client& c) {
+  const char* file = std::getenv("KOLO_TIMELINE_FILENAME");
+  const char* embedded = std::getenv("KOLO_EMBEDDED_AGENT");
+  if (file == nullptr || *file == '\0' || (embedded != nullptr && std::string(embedded) == "1")) {
+    return kolo::okStatus();
+  }
+  if (c.world().local_rank != 0) return kolo::okStatus();
+  const char* marks = std::getenv("HOROVOD_TIMELINE_MARK_CYCLES");
+  Status st = c.timelineControl(true, file, marks != nullptr && std::string(marks) == "1");
+  if (!st.isOk()) {
+    return Status(st.code(),
+                  "KOLO_TIMELINE_FILENAME=" + std::string(file) +
+                      " (kolorun --timeline-filename): the kolo agent writes no timeline there: " +
+                      st.message() + "; give a name inside that folder, or leave the option out");
+  }
+  timelineFromEnv() = true;
+  return kolo::okStatus();
+}
+
 // Shuts down every process set's connection (kolo_shutdown, or a fork).
 void dropProcessSetsLocked() {
   for (auto& [id, e] : processSets()) {
@@ -256,6 +289,11 @@ kolo_status_t kolo_init(void) {
     if (!client.isOk()) return fail(client.status());
     g = std::shared_ptr<Client>(std::move(client).value());
     ++sessionGeneration();
+    if (Status tl = startTimelineFromEnv(*g); !tl.isOk()) {
+      g->shutdown();
+      g.reset();
+      return fail(tl);
+    }
     return KOLO_OK;
   })
 }
@@ -268,6 +306,10 @@ kolo_status_t kolo_shutdown(void) {
       dropProcessSetsLocked();
       c = std::move(globalClient());
       globalClient().reset();
+    }
+    if (c && timelineFromEnv()) {
+      timelineFromEnv() = false;
+      (void)c->timelineControl(false, "", false);  // (best effort: the file ends as valid JSON)
     }
     if (c) c->shutdown();
     return KOLO_OK;

@@ -697,6 +697,15 @@ void Client::handleAgentFrame(const std::string& payload) {
     Status st = wireStatus(f.job_failed().code(), f.job_failed().message(), Code::kAborted);
     logger()->debug("job failed: {}", st.toString());
     failAllLocked(st);
+  } else if (f.has_notice() && f.notice().kind() == "timeline") {
+    timeline_reply_ = okStatus();  // the answer to timelineControl
+    ++timeline_replies_;
+    cv_.notify_all();
+  } else if (f.has_refused() && f.refused().frame() == "TimelineControl") {
+    timeline_reply_ =
+        wireStatus(f.refused().code(), f.refused().message(), Code::kPermissionDenied);
+    ++timeline_replies_;
+    cv_.notify_all();
   } else if (f.has_notice()) {
     // The agent's stall report (and anything else the user must see).
     logger()->warn("{}", f.notice().message());
@@ -900,14 +909,35 @@ void Client::shutdown() {
 }
 
 Status Client::timelineControl(bool start, const std::string& path, bool mark_cycles) {
+  const char* what = start ? "start_timeline" : "stop_timeline";
+  uint64_t before = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    RETURN_IF_ERROR(usableLocked());
+    if (start && path.empty()) return invalidArgument("start_timeline: the file name is empty");
+    ipc::ClientFrame f;
+    f.mutable_timeline()->set_start(start);
+    f.mutable_timeline()->set_path(path);
+    f.mutable_timeline()->set_mark_cycles(mark_cycles);
+    f.mutable_timeline()->set_want_reply(true);
+    RETURN_IF_ERROR(sendFrame(sock_.get(), f).withContext(what));
+    before = timeline_replies_;
+  }
+  // The agent answers on its loop: the file it writes, or why not (a path
+  // outside its --timeline-dir names the folder where it can write).
+  constexpr auto kReplyTimeout = std::chrono::seconds(10);
+  progressUntil([&] { return timeline_replies_ != before || !failed_.isOk(); },
+                Clock::now() + kReplyTimeout, std::chrono::milliseconds(50));
   std::lock_guard<std::mutex> lk(mu_);
-  RETURN_IF_ERROR(usableLocked());
-  if (start && path.empty()) return invalidArgument("start_timeline: the file name is empty");
-  ipc::ClientFrame f;
-  f.mutable_timeline()->set_start(start);
-  f.mutable_timeline()->set_path(path);
-  f.mutable_timeline()->set_mark_cycles(mark_cycles);
-  return sendFrame(sock_.get(), f).withContext(start ? "start_timeline" : "stop_timeline");
+  if (timeline_replies_ == before) {
+    RETURN_IF_ERROR(usableLocked());
+    return Status(Code::kTimedOut,
+                  std::string(what) + ": the kolo agent did not answer within 10 s");
+  }
+  if (!timeline_reply_.isOk()) {
+    return Status(timeline_reply_.code(), std::string(what) + ": " + timeline_reply_.message());
+  }
+  return okStatus();
 }
 
 }  // namespace kolo

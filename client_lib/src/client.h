@@ -202,9 +202,9 @@ class Client {
   StatusOr<void*> allocShared(size_t bytes);
   Status freeShared(void* ptr);
 
-  // Starts (path non-empty) or stops the agent's timeline. The agent applies
-  // it on its loop and logs a failure (e.g. an unwritable path); the call
-  // reports only whether the request reached the agent.
+  // Starts (path non-empty) or stops the agent's timeline and waits (10 s at
+  // most) for the agent's answer: an error when it refused (e.g. a path
+  // outside its --timeline-dir: the message names that folder).
   Status timelineControl(bool start, const std::string& path, bool mark_cycles);
 
   // Sends Goodbye, fails pending handles with ABORTED and refuses new work.
@@ -471,7 +471,9 @@ class Client {
   // Elastic: the generation that replaced the one this process last used;
   // its next submission fails once with MEMBERSHIP_CHANGED (docs/elastic.md).
   uint64_t generation_notice_ = 0;
-  std::string stall_notice_;  // the agent's last stall report for this job (Notice)
+  std::string stall_notice_;       // the agent's last stall report for this job (Notice)
+  uint64_t timeline_replies_ = 0;  // the agent's answers to timelineControl so far
+  Status timeline_reply_;          // the last of them
   std::unordered_map<uint64_t, GatherResult> results_;  // allgather outputs until release()
   pid_t owner_pid_ = -1;
   std::unique_ptr<DeviceClient> device_;  // set in connect(); never null after

@@ -32,6 +32,12 @@ TEST(ElasticOptions, MinMaxDiscoveryTimeoutAndRestarts) {
   o = parse({"-np", "3", "prog"});
   ASSERT_TRUE(o.isOk());
   EXPECT_FALSE(o->elastic());
+
+  // Horovod's elastic mode on fixed hosts: -H with --min-np.
+  o = parse({"-np", "2", "--min-np", "1", "-H", "a:1,b:1", "prog"});
+  ASSERT_TRUE(o.isOk()) << o.status().toString();
+  EXPECT_TRUE(o->elastic());
+  EXPECT_EQ(o->hosts, "a:1,b:1");
 }
 
 TEST(ElasticOptions, Errors) {
@@ -43,7 +49,9 @@ TEST(ElasticOptions, Errors) {
   expect({"-np", "2", "--min-np", "3", "prog"}, "--min-np 3 is more than -np 2");
   expect({"-np", "4", "--min-np", "2", "--max-np", "3", "prog"}, "--max-np 3 is less than -np 4");
   expect({"-np", "4", "--max-np", "8", "prog"}, "--max-np needs an elastic job");
-  expect({"-np", "2", "--min-np", "1", "-H", "a:1,b:1", "prog"}, "not -H/--hostfile");
+  expect(
+      {"-np", "2", "--min-np", "1", "-H", "a:1,b:1", "--host-discovery-script", "./d.sh", "prog"},
+      "either with --host-discovery-script or with -H/--hostfile (fixed hosts), not both");
   expect({"-np", "2", "--min-np", "0", "prog"}, "--min-np");
 }
 

@@ -3,6 +3,7 @@
 // else with the stand-in script; ranks are plain shell commands.
 // Daemon failures are provoked with the stand-in agent.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -421,6 +422,37 @@ TEST_F(KolorunTest, UsageErrorsExit2) {
 }
 
 #if KOLO_TEST_REAL_DAEMONS
+TEST_F(KolorunTest, TwoAgentsOnOneMachineSplitItsCoresAndSoDoTheRanks) {
+  // Each embedded agent's reduction pool gets its share of the cores, and
+  // each rank's OMP_NUM_THREADS its share, unless the user set them.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  const std::string share = std::to_string(std::max(1, cpus / 2));
+  const std::string script =
+      "echo omp=$OMP_NUM_THREADS; ps -eo args= | grep -F -- \"--socket $KOLO_AGENT_SOCKET \" | "
+      "grep -v grep | "
+      "grep -o -- '--reduce-threads [0-9]*'";
+  std::vector<std::string> none = unset();
+  none.insert(none.end(), {"OMP_NUM_THREADS", "KOLO_REDUCE_THREADS"});
+  auto r = runCommand(kolorun({"-np", "2", "--agents", "2", "sh", "-c", script}), env(), 60s, none);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string p = "[" + std::to_string(rank) + "]<stdout>:";
+    EXPECT_NE(r.out.find(p + "omp=" + std::to_string(std::max(1, cpus / 2)) + "\n"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find(p + "--reduce-threads " + share + "\n"), std::string::npos) << r.out;
+  }
+  // The user's choice wins.
+  r = runCommand(kolorun({"-np", "2", "--agents", "2", "sh", "-c", script + "; true"}),
+                 env({{"OMP_NUM_THREADS", "3"}, {"KOLO_REDUCE_THREADS", "5"}}), 60s, unset());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[0]<stdout>:omp=3\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--reduce-threads"), std::string::npos) << r.out;
+}
+
 TEST_F(KolorunTest, RanksSeeTheirEmbeddedAgentsThroughTheKoloCli) {
   // Each rank asks its own agent for its status, and rank 0 asks the
   // coordinator for the agents: the real daemons, end to end.

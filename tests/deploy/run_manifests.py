@@ -318,16 +318,24 @@ def wait_ready(proc, c, rewrite):
 
 def pod_env(c, rewrite, env_base, sandbox, fields):
     env = dict(env_base)
+    # The pod's IP: the sandbox's pods share loopback.
+    fields = dict(fields, **{"status.podIP": fields.get("status.podIP", "127.0.0.1")})
+    defined = {}
     for e in c.get("env") or []:
         if "value" in e:
-            env[e["name"]] = rewrite(str(e["value"]))
-        elif e["name"] == "KOLO_HOSTNAME":
+            # Kubernetes expands $(VAR) with the variables defined before it.
+            value = re.sub(r"\$\((\w+)\)", lambda m: defined.get(m.group(1), m.group(0)), str(e["value"]))
+            env[e["name"]] = rewrite(value)
+            defined[e["name"]] = env[e["name"]]
+            continue
+        if e["name"] == "KOLO_HOSTNAME":
             env[e["name"]] = sandbox.node
         else:
             path = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
             if path not in fields:
                 raise ValueError(f"{c['name']}: no stand-in for {e['name']} ({path})")
             env[e["name"]] = fields[path]
+        defined[e["name"]] = env[e["name"]]
     return env
 
 

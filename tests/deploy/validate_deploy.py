@@ -1319,6 +1319,18 @@ def check_gpu_overlay(objs):
             if "nvidia-cuda-mps-control" not in " ".join(c.get("command") or []):
                 errors.append(f"{object_id(d)}[{c.get('name')}]: does not start "
                               "nvidia-cuda-mps-control (the node's MPS daemon)")
+            # The overlay's requirement (time-slicing replicas: 2), stated
+            # and checked: KOLO_NODE_GPUS = the request, and the command
+            # compares it with the distinct GPUs the pod sees.
+            env = {e.get("name"): e.get("value") for e in c.get("env") or []}
+            if str(env.get("KOLO_NODE_GPUS")) != str(gpu_request(c)):
+                errors.append(f"{object_id(d)}[{c.get('name')}]: KOLO_NODE_GPUS "
+                              f"{env.get('KOLO_NODE_GPUS')} != its nvidia.com/gpu request {gpu_request(c)} "
+                              "(one time-sliced replica of each of the node's GPUs)")
+            script = " ".join(c.get("command") or [])
+            if "nvidia-smi -L" not in script or "KOLO_NODE_GPUS" not in script:
+                errors.append(f"{object_id(d)}[{c.get('name')}]: does not check that the pod sees "
+                              "KOLO_NODE_GPUS distinct GPUs (the time-slicing requirement)")
             if not (c.get("image") or "").startswith("kolo-agent-cuda"):
                 errors.append(f"{object_id(d)}[{c.get('name')}]: image {c.get('image')} is not "
                               "the CUDA agent image (kolo-agent-cuda)")
@@ -1476,6 +1488,9 @@ def check_dockerfile(root, text):
             for m in re.finditer(r"(deploy/\S+\.sh)", r):
                 if not os.path.isfile(os.path.join(root, m.group(1))):
                     errors.append(f"RUN uses {m.group(1)}, which does not exist")
+    errors += check_trainer_stage(root, stages, lineage, stage_ops)
+    if order and order[-1] != "agent":
+        errors.append(f"the last stage (docker build's default target) is {order[-1]}, want agent")
     ignore = os.path.join(root, "deploy", "container", "Dockerfile.dockerignore")
     if not os.path.isfile(ignore):
         errors.append("deploy/container/Dockerfile.dockerignore missing")
@@ -1485,6 +1500,37 @@ def check_dockerfile(root, text):
         for want in (".git", "build", "build-*"):
             if want not in entries:
                 errors.append(f"Dockerfile.dockerignore does not exclude {want}")
+    return errors
+
+
+def check_trainer_stage(root, stages, lineage, stage_ops):
+    """The trainer image (docs/kubernetes.md): on the runtime stage (libkolo,
+    kolorun), Python with scripts/python-requirements.txt's torch pin and the
+    kolo package installed with the built libkolo, checked by an import, run
+    as the kolo user with $KOLO_PYTHON set."""
+    errors = []
+    if "trainer" not in stages:
+        return ["Dockerfile has no 'trainer' stage (a PyTorch trainer image with the kolo package)"]
+    if "runtime" not in lineage("trainer"):
+        errors.append("stage trainer is not built on the runtime stage (libkolo, kolorun)")
+    runs = " ".join(stage_ops("trainer", "RUN"))
+    copies = " ".join(stage_ops("trainer", "COPY"))
+    if "scripts/python-requirements.txt" not in copies or "pin torch" not in runs:
+        errors.append("stage trainer does not install torch at scripts/python-requirements.txt's pin")
+    if "client_lib/python" not in copies or not re.search(r"pip install [^&]*/tmp/kolo-python", runs):
+        errors.append("stage trainer does not pip install the kolo package (client_lib/python)")
+    if "KOLO_LIBRARY=" not in runs:
+        errors.append("stage trainer installs the kolo package without the built libkolo (KOLO_LIBRARY)")
+    if "import kolo, kolo.torch" not in runs:
+        errors.append("stage trainer does not check that kolo.torch imports")
+    if "KOLO_PYTHON=/opt/kolo/venv/bin/python" not in " ".join(stage_ops("trainer", "ENV")):
+        errors.append("stage trainer does not set KOLO_PYTHON")
+    users = stage_ops("trainer", "USER")
+    if not users or users[-1].split(":")[0] not in (str(KOLO_UID), "kolo"):
+        errors.append(f"stage trainer: runs as root (want USER {KOLO_UID} last)")
+    req = os.path.join(root, "scripts", "python-requirements.txt")
+    if not os.path.isfile(req) or not re.search(r"^torch==", open(req).read(), re.M):
+        errors.append("scripts/python-requirements.txt has no torch== pin for the trainer image")
     return errors
 
 
@@ -1906,6 +1952,14 @@ def self_test(root):
     expect("Dockerfile agent ENTRYPOINT in shell form",
            check_dockerfile(root, dtext.replace('ENTRYPOINT ["/usr/bin/kolo-agent"]',
                                                 "ENTRYPOINT /usr/bin/kolo-agent")))
+    expect("Dockerfile without the trainer stage",
+           check_dockerfile(root, dtext.replace("FROM runtime AS trainer", "FROM runtime AS other")))
+    expect("Dockerfile trainer image without the kolo package",
+           check_dockerfile(root, dtext.replace("/opt/kolo/venv/bin/pip install --no-cache-dir --no-build-isolation "
+                                                "/tmp/kolo-python", "true")))
+    expect("Dockerfile trainer image as root",
+           check_dockerfile(root, re.sub(r"(ENV KOLO_PYTHON[^\n]*\n[^\n]*\n)USER 10001:10001", r"\1USER root",
+                                         dtext)))
     expect("Dockerfile from a non-Debian-12 base",
            check_dockerfile(root, dtext.replace("debian:12-slim", "ubuntu:22.04")))
 
@@ -1955,6 +2009,11 @@ def self_test(root):
 
         expect("GPU agent with NVIDIA_VISIBLE_DEVICES=all and no GPU request",
                check_gpu_overlay(gpu_mutate(gpu, "DaemonSet", visible_all)))
+        def gpus_mismatch(spec, c):
+            c["resources"]["limits"]["nvidia.com/gpu"] = "4"
+
+        expect("GPU agent whose KOLO_NODE_GPUS is not its GPU request",
+               check_gpu_overlay(gpu_mutate(gpu, "DaemonSet", gpus_mismatch)))
         expect("GPU agent without the MPS pipe directory",
                check_gpu_overlay(gpu_mutate(gpu, "DaemonSet", no_mps_mount)))
         expect("GPU trainers without a GPU request",

@@ -253,11 +253,16 @@ TEST_F(AgentTimelineDir, NamesOutsideAreRefusedOverGrpcAndTheFileIsUnchanged) {
 TEST_F(AgentTimelineDir, ATrainersRequestOnTheSocketIsConfinedToo) {
   Cluster c(1, {{"KOLO_TIMELINE_DIR", tl_dir_}});
   ASSERT_TRUE(c.ok()) << c.error();
-  // The trainer's start_timeline is one-way: its job goes on; the agent
-  // refuses the name (logged with the reason) and writes nothing.
+  // The agent refuses the name (logged with the reason) and writes nothing;
+  // the trainer's start_timeline returns that refusal, naming the folder.
   auto ranks = c.launchJob("tlout", 2, {binDir() + "/kolo_check", "api-timeline", victim_});
   ASSERT_TRUE(c.waitJob(ranks, seconds(60))) << c.agentLog(0);
-  for (auto& r : ranks) EXPECT_EQ(r.exit_code, 0) << r.output() << c.agentLog(0);
+  EXPECT_NE(ranks[0].exit_code, 0) << ranks[0].output();
+  EXPECT_NE(ranks[0].output().find(
+                "start_timeline: KOLO_ERR_PERMISSION_DENIED: start_timeline: timeline path '" +
+                victim_ + "' is outside the timeline directory" + where()),
+            std::string::npos)
+      << ranks[0].output();
   const std::string log = c.agentLog(0);
   EXPECT_NE(log.find("timeline path '" + victim_ + "' is outside the timeline directory" + where()),
             std::string::npos)
@@ -388,6 +393,65 @@ TEST(AdminCalls, FromANonLoopbackPeerNeedTheToken) {
                             {}, ns.prefix());
   EXPECT_EQ(with_token.exit_code, 0) << with_token.output();
   EXPECT_NE(with_token.output().find("is draining"), std::string::npos) << with_token.output();
+}
+
+// --rpc-advertise-address: what `kolo agents` lists is the address given
+// (e.g. a pod's IP; the node's name may answer nothing), with the bound
+// port, and it answers; a bad value is refused naming the knob.
+TEST(AgentAdvertise, TheListedAddressIsTheAdvertisedOneAndAnswers) {
+  ClusterOptions o;
+  o.agents = 1;
+  o.agent_env = {{"KOLO_RPC_ADVERTISE_ADDRESS", "localhost"}};
+  Cluster c(o);
+  ASSERT_TRUE(c.ok()) << c.error();
+  const std::string port = c.agentRpc(0).substr(c.agentRpc(0).rfind(':') + 1);
+  Proc agents = runKolo(c.dir(), {"agents", "--coordinator", c.coordinatorAddress()});
+  EXPECT_EQ(agents.exit_code, 0) << agents.output();
+  EXPECT_NE(agents.output().find("localhost:" + port), std::string::npos) << agents.output();
+  Proc status = runKolo(c.dir(), {"status", "--agent", "localhost:" + port});
+  EXPECT_EQ(status.exit_code, 0) << status.output();
+
+  Owned bad(spawnProcess({binDir() + "/kolo-agent", "--rpc-advertise-address", "10.0.0.1:http"}, {},
+                         c.dir() + "/bad-agent.log"));
+  ASSERT_TRUE(waitProcess(bad.p, seconds(30))) << bad.p.output();
+  EXPECT_NE(bad.p.exit_code, 0);
+  EXPECT_NE(bad.p.output().find("--rpc-advertise-address must be host or host:port"),
+            std::string::npos)
+      << bad.p.output();
+}
+
+// Agent and trainer in sibling PID namespaces (Kubernetes pods without
+// hostPID): the agent cannot see the trainer's pid (0), and `kolo status`
+// shows the trainer's own pid, the one `kubectl exec` into its pod sees.
+TEST(AgentStatusPids, SiblingPidNamespacesShowTheTrainersOwnPid) {
+  if (std::system("/usr/bin/unshare -p -f --kill-child true >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "needs PID namespaces (root)";
+  }
+  ClusterOptions o;
+  o.agents = 1;
+  o.agent_prefix = {{"/usr/bin/unshare", "-p", "-f", "--kill-child"}};
+  Cluster c(o);
+  ASSERT_TRUE(c.ok()) << c.error();
+  const std::string stop = c.dir() + "/stop";
+  auto env = c.rankEnv("pidns", "secret-pidns", 1, 0, 1, 0);
+  // The trainer's own namespace: it is pid 1 there (unshare -f forks it).
+  Owned rank(spawnProcess(
+      {"/usr/bin/unshare", "-p", "-f", "--kill-child", binDir() + "/kolo_check", "until", stop},
+      env, c.dir() + "/rank.log"));
+  std::string out;
+  for (int i = 0; i < 200; ++i) {
+    Proc st = runKolo(c.dir(), {"status", "--agent", c.agentRpc(0)});
+    out = st.output();
+    if (out.find("pidns") != std::string::npos) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_NE(out.find("0 (own 1)"), std::string::npos) << out << c.agentLog(0);
+  Proc js = runKolo(c.dir(), {"status", "--agent", c.agentRpc(0), "--json"});
+  EXPECT_NE(js.output().find("\"own_pid\": 1,"), std::string::npos) << js.output();
+  EXPECT_NE(js.output().find("\"pid\": 0,"), std::string::npos) << js.output();
+  std::ofstream(stop) << "x";
+  EXPECT_TRUE(waitProcess(rank.p, seconds(60))) << rank.p.output();
+  EXPECT_EQ(rank.p.exit_code, 0) << rank.p.output();
 }
 
 }  // namespace

@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -301,10 +303,12 @@ TEST(KolorunElasticTest, BelowMinNpTheJobFailsAfterTheElasticTimeout) {
   KolorunElastic k;
   ASSERT_FALSE(k.dir.empty());
   k.writeHosts("hostA:1\nhostB:1\n");
-  Proc run = spawnProcess({binDir() + "/kolorun", "-np", "2", "--min-np", "2", "--elastic-timeout", "2",
-                           "--max-restarts", "0", "--host-discovery-script", k.script(),
-                           binDir() + "/kolo_elastic_check", "100000", "20"},
-                          {}, k.dir + "/kolorun.log");
+  // The default --max-restarts (3): below --min-np the failed rank is not
+  // restarted into the FAILED job.
+  Proc run = spawnProcess(
+      {binDir() + "/kolorun", "-np", "2", "--min-np", "2", "--elastic-timeout", "2",
+       "--host-discovery-script", k.script(), binDir() + "/kolo_elastic_check", "100000", "20"},
+      {}, k.dir + "/kolorun.log");
   ASSERT_TRUE(waitForOutput(run, "started rank", 30s)) << run.output();
   std::this_thread::sleep_for(1s);
   auto removed = std::chrono::steady_clock::now();
@@ -314,9 +318,95 @@ TEST(KolorunElasticTest, BelowMinNpTheJobFailsAfterTheElasticTimeout) {
   std::string out = run.output();
   EXPECT_EQ(run.exit_code, 3) << out;
   EXPECT_NE(out.find("1 rank left, below --min-np 2, for 2 s"), std::string::npos) << out;
+  EXPECT_NE(out.find("the job has 1 rank(s) on its hosts, below --min-np 2, so it failed (or "
+                     "cannot go on): not "
+                     "restarting it; stopping the job"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("restarting it (restart"), std::string::npos) << out;
   EXPECT_GE(took, 2.0) << out;
   EXPECT_LT(took, 15.0) << out;
   std::printf("[elastic] kolorun below --min-np: exit %.2f s after the host was removed (timeout 2 s)\n", took);
+}
+
+}  // namespace
+}  // namespace kolo::testing
+
+namespace kolo::testing {
+namespace {
+
+bool mountNamespacesWork() { return std::system("unshare -m true >/dev/null 2>&1") == 0; }
+
+// Horovod's elastic mode on fixed hosts (-H): two "hosts", each with its own
+// kolo-agent (a real coordinator and agents, as on two machines), reached
+// through kolorun's ssh stand-in, which gives every host its own view of the
+// one --agent-socket path (a mount namespace binds ROOT/hostX at ROOT/host).
+// A crashed rank on hostB is restarted over ssh and rejoins the job.
+TEST(KolorunElasticTest, FixedHostsOverSshTrainAndRestartACrashedRank) {
+  if (!mountNamespacesWork())
+    GTEST_SKIP() << "needs mount namespaces (root) for the ssh stand-in's hosts";
+  Cluster c(elasticCluster(2));
+  ASSERT_TRUE(c.ok()) << c.error();
+  const std::string root = c.dir() + "/hosts";
+  for (const char* d : {"hostA", "hostB", "host"})
+    std::filesystem::create_directories(root + "/" + d);
+  std::filesystem::create_symlink(c.socket(0), root + "/hostA/agent.sock");
+  std::filesystem::create_symlink(c.socket(1), root + "/hostB/agent.sock");
+  const std::string crash = c.dir() + "/crash-once";
+  std::ofstream(crash) << "x";
+  const std::string ssh_log = c.dir() + "/ssh-argv.log";
+  const char* path = std::getenv("PATH");
+  Proc run =
+      spawnProcess({binDir() + "/kolorun", "-np", "2", "--min-np", "1", "-H", "hostA:1,hostB:1",
+                    "--agent-socket", root + "/host/agent.sock", "-x", "ELASTIC_CRASH_ONCE", "-x",
+                    "ELASTIC_CRASH_RANK", binDir() + "/kolo_elastic_check", "200", "20"},
+                   {{"PATH", std::string(KOLO_SSH_STANDIN_DIR) + ":" +
+                                 (path != nullptr ? path : "/usr/bin:/bin")},
+                    {"FAKE_SSH_ROOT", root},
+                    {"FAKE_SSH_LOG", ssh_log},
+                    {"KOLO_COORDINATOR", c.coordinatorAddress()},
+                    {"ELASTIC_CRASH_ONCE", crash},
+                    {"ELASTIC_CRASH_RANK", "1"}},
+                   c.dir() + "/kolorun.log");
+  ASSERT_TRUE(waitProcess(run, 120s)) << run.output() << logsOf(c, 2, {});
+  const std::string out = run.output();
+  EXPECT_EQ(run.exit_code, 0) << out << logsOf(c, 2, {});
+  EXPECT_NE(out.find("2 rank(s) on 2 host(s), --min-np 1; the hosts' kolo-agents at " + root +
+                     "/host/agent.sock (remote ones over ssh)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("crashing at step 30 (rank 1)"), std::string::npos) << out;
+  std::smatch crashed;
+  ASSERT_TRUE(std::regex_search(
+      out, crashed,
+      std::regex("rank [01] \\(host (host[AB]), local rank 0\\) [^\n]*; restarting it "
+                 "\\(restart 1 of 3\\)")))
+      << out;
+  std::regex ok_re("elastic ok rank ([0-9]+) size 2 step 200");
+  std::set<std::string> finished;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), ok_re); it != std::sregex_iterator();
+       ++it) {
+    finished.insert((*it)[1]);
+  }
+  EXPECT_EQ(finished, (std::set<std::string>{"0", "1"})) << out << logsOf(c, 2, {});
+  // Each host's ranks ran through ssh, the crashed one's host twice (the restart).
+  std::ifstream f(ssh_log);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string argv_log = ss.str();
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t p = argv_log.find(needle); p != std::string::npos; p = argv_log.find(needle, p + 1))
+      ++n;
+    return n;
+  };
+  const std::string again = crashed[1].str();
+  const std::string once = again == "hostA" ? "hostB" : "hostA";
+  EXPECT_EQ(count("BatchMode=yes\n" + again + "\nsh\n-c\n"), 2u) << argv_log;
+  EXPECT_EQ(count("BatchMode=yes\n" + once + "\nsh\n-c\n"), 1u) << argv_log;
+  // Each "host"'s rank reached that host's agent.
+  EXPECT_NE(c.agentLog(0).find("job-"), std::string::npos) << c.agentLog(0);
+  EXPECT_NE(c.agentLog(1).find("job-"), std::string::npos) << c.agentLog(1);
 }
 
 }  // namespace

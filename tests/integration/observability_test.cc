@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -153,6 +154,53 @@ TEST(Timeline, ApiStartsAndStopsTheAgentsTimeline) {
     }
     EXPECT_NE(log.find("timeline recording to " + path), std::string::npos) << log;
     EXPECT_NE(log.find("timeline " + path + " closed"), std::string::npos) << log;
+  }
+  std::string err;
+  auto j = readJson(path, &err);
+  ASSERT_TRUE(err.empty()) << err;
+  EXPECT_TRUE(eventNames(j).count("ALLREDUCE")) << j.dump().substr(0, 1500);
+  std::remove(path.c_str());
+  ::rmdir(dir);
+}
+
+// kolorun's --timeline-filename with a system agent (one kolorun did not
+// start): the ranks ask it for the timeline; a name outside its
+// --timeline-dir fails the job with the agent's reason, naming the folder.
+TEST(Timeline, KolorunTimelineFilenameWithASystemAgentWorksOrSaysWhyNot) {
+  char dir[] = "/tmp/kolo-tl-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/sys.json";
+  {
+    Cluster c(1, {{"KOLO_TIMELINE_DIR", dir}});
+    ASSERT_TRUE(c.ok()) << c.error();
+    const std::map<std::string, std::string> env = {{"KOLO_AGENT_SOCKET", c.socket(0)},
+                                                    {"KOLO_AGENT_RPC", c.agentRpc(0)}};
+    Proc ok = spawnProcess({binDir() + "/kolorun", "-np", "2", "--timeline-filename", "sys.json",
+                            checkBin(), "loop", "20"},
+                           env, c.dir() + "/kolorun-ok.log");
+    ASSERT_TRUE(waitProcess(ok, std::chrono::seconds(60))) << ok.output();
+    EXPECT_EQ(ok.exit_code, 0) << ok.output() << c.agentLog(0);
+    std::string log = c.agentLog(0);
+    for (int i = 0; i < 100 && log.find("timeline " + path + " closed") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      log = c.agentLog(0);
+    }
+    EXPECT_NE(log.find("timeline " + path + " closed"), std::string::npos) << log;
+
+    Proc bad = spawnProcess({binDir() + "/kolorun", "-np", "2", "--timeline-filename",
+                             "/proc/kolo-nope/tl.json", checkBin(), "loop", "5"},
+                            env, c.dir() + "/kolorun-bad.log");
+    ASSERT_TRUE(waitProcess(bad, std::chrono::seconds(60))) << bad.output();
+    const std::string out = bad.output();
+    EXPECT_NE(bad.exit_code, 0) << out;
+    EXPECT_NE(out.find("KOLO_TIMELINE_FILENAME=/proc/kolo-nope/tl.json (kolorun "
+                       "--timeline-filename): the kolo "
+                       "agent writes no timeline there"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("this agent writes timelines only inside " + std::string(dir)),
+              std::string::npos)
+        << out;
   }
   std::string err;
   auto j = readJson(path, &err);

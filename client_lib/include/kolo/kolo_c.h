@@ -317,9 +317,10 @@ void kolo_free_shared(void* ptr);
 /* Starts the agent's Chrome-trace timeline, written to `path` on the
  * agent's machine (as `kolo timeline start PATH`, HOROVOD's
  * start_timeline); `mark_cycles` adds a mark per negotiation cycle. Stop
- * closes the file as valid JSON. The agent applies the request
- * asynchronously and logs a path it cannot open; the call reports only
- * whether the request reached the agent. */
+ * closes the file as valid JSON. The call waits (10 s at most) for the
+ * agent's answer and returns its refusal, e.g. KOLO_ERR_PERMISSION_DENIED
+ * for a path outside the agent's timeline directory (kolo_last_error()
+ * names that directory). */
 kolo_status_t kolo_start_timeline(const char* path, int mark_cycles);
 kolo_status_t kolo_stop_timeline(void);
 

@@ -428,6 +428,19 @@ def test_errors_and_unsupported(r, n):
         for fn in files:
             os.unlink(fn)
     hvd.barrier()
+    # A timeline that cannot be written where asked is the caller's error,
+    # naming the folder where it can be written (the agent's --timeline-dir:
+    # kolorun's directory for its embedded agents).
+    if hvd.local_rank() == 0:
+        from kolo.errors import KoloInternalError
+        try:
+            hvd.start_timeline("/proc/kolo-no-such-dir/tl.json")
+        except KoloInternalError as e:
+            assert "'/proc/kolo-no-such-dir/tl.json' is outside the timeline directory" in str(e), str(e)
+            assert "this agent writes timelines only inside " + os.getcwd() in str(e), str(e)
+        else:
+            raise AssertionError("start_timeline outside the agent's timeline directory returned")
+    hvd.barrier()
     out, recv = hvd.alltoall(torch.full((n,), r), splits=[1] * n, name="a2a_smoke")
     assert out.tolist() == list(range(n)) and recv.tolist() == [1] * n
     got = hvd.reducescatter(torch.ones(n, 2), op=hvd.Sum, name="rs_smoke")

@@ -8,7 +8,11 @@ whatever the world size, and a state that is right has w == -step. The
 loop commits every 5 steps. ELASTIC_CRASH_ONCE=FILE: rank 1 removes FILE
 and aborts at step 20 (a crash its restart does not repeat). At the end it
 checks w == -STEPS (no step lost or applied twice) and prints
-"ELASTIC-OK rank R size S step N resets K".
+"ELASTIC-OK rank R size S step N resets K". Each reset callback prints
+"RESET rank R size S" with hvd.size() as the callback sees it (and appends
+S to ELASTIC_STARTED_DIR/resets.PID). ELASTIC_STOP_FILE=FILE: the job
+stops at the first commit after FILE exists on any rank (the steps done
+so far must then be right).
 """
 
 import os
@@ -33,8 +37,17 @@ def main():
                                    named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model, opt, step=0)
     resets = []
-    state.register_reset_callbacks([lambda: resets.append(hvd.size())])
+
+    def on_reset():
+        resets.append(hvd.size())
+        print("RESET rank %d size %d" % (hvd.rank(), hvd.size()), flush=True)
+        if os.environ.get("ELASTIC_STARTED_DIR"):
+            with open(os.path.join(os.environ["ELASTIC_STARTED_DIR"], "resets.%d" % os.getpid()), "a") as f:
+                f.write("%d\n" % hvd.size())
+
+    state.register_reset_callbacks([on_reset])
     crash = os.environ.get("ELASTIC_CRASH_ONCE")
+    stop_file = os.environ.get("ELASTIC_STOP_FILE")
 
     @hvd.elastic.run
     def train(state):
@@ -56,10 +69,15 @@ def main():
                 raise AssertionError("step %d: w = %s" % (state.step, model.weight.data.tolist()))
             if state.step % 5 == 0:
                 state.commit()
+                if stop_file:
+                    flag = torch.tensor([1.0 if os.path.exists(stop_file) else 0.0])
+                    if hvd.allreduce(flag, op=hvd.Sum, name="stop").item() > 0:
+                        return
             time.sleep(0.02)
 
     train(state)
-    assert torch.equal(model.weight.data, torch.full_like(model.weight, -float(steps))), model.weight
+    want = steps if not stop_file else state.step
+    assert torch.equal(model.weight.data, torch.full_like(model.weight, -float(want))), model.weight
     print("ELASTIC-OK rank %d size %d step %d resets %d" % (hvd.rank(), hvd.size(), state.step,
                                                            len(resets)), flush=True)
     hvd.shutdown()

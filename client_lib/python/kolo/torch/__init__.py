@@ -145,8 +145,9 @@ def start_timeline(file_path, mark_cycles=False):
     trace of every collective to `file_path` (on the agent's machine). Any
     rank may call it; the local rank 0 of each agent sends the request, so
     each agent writes one file (the same as `kolo timeline start PATH`).
-    The agent applies it asynchronously and logs a path it cannot open;
-    merge several agents' files with `kolo timeline merge`."""
+    It waits for the agent's answer: a path the agent may not write (outside
+    its timeline folder) raises KoloInternalError naming that folder.
+    Merge several agents' files with `kolo timeline merge`."""
     from . import _native
     if not _basics.is_initialized():
         raise ValueError("start_timeline: kolo is not initialized (call init() first)")

@@ -23,8 +23,10 @@ When the job's membership changes (a node is lost, or a trainer restarted;
 an added node is admitted at the next ``commit()``), the coordinator seals a
 new generation and every collective of the old one fails with
 KOLO_ERR_MEMBERSHIP_CHANGED. ``run`` catches it,
-restores the state of the last ``commit()`` (the steps since are lost), runs
-the reset callbacks and syncs the state from rank 0 of the new generation,
+restores the state of the last ``commit()`` (the steps since are lost),
+learns the new world (a one-element allreduce over the new generation),
+runs the reset callbacks (``hvd.size()`` there is the new size, as in
+Horovod) and syncs the state from rank 0 of the new generation,
 then calls the function again. ``HostsUpdatedInterrupt`` (raised by
 ``commit()`` / ``check_host_updates()`` when the generation changed since the
 last sync) keeps the state as just committed. Any other error (the job
@@ -78,7 +80,8 @@ def _sync_deadline():
 class State:
     """Horovod's elastic State: save/restore/sync are the subclass's; commit()
     saves, then checks for a membership change; reset callbacks run after
-    each change, before the next sync."""
+    each change, once the new world is known (rank() and size() are the new
+    ones), before the state is synced."""
 
     def __init__(self):
         self._reset_callbacks = []
@@ -286,10 +289,28 @@ class TorchState(ObjectState):
             handles.clear()
 
 
-def _sync(state):
+def _learn_world():
+    """A one-element allreduce over the whole job: it completes only in the
+    generation this rank's world now is (an op of an older one fails with
+    MEMBERSHIP_CHANGED), so once it returns rank() and size() are the new
+    world's on every rank. Horovod learns it in hvd.init() (its reset()),
+    before the reset callbacks."""
+    allreduce(torch.zeros(1), name="__kolo.elastic.world")
+
+
+def _sync(state, reset=False):
+    """Learns the new world, runs the reset callbacks when `reset` (they see
+    the new rank() and size(), as in Horovod, where reset() re-initializes
+    before State.on_reset()), then syncs the state from rank 0. A further
+    change meanwhile starts again (the callbacks run again for it)."""
     deadline = _sync_deadline()
+    seen = None  # the world the callbacks ran in
     while True:
         try:
+            _learn_world()
+            if reset and seen != (basics.rank(), basics.size()):
+                seen = (basics.rank(), basics.size())
+                state.on_reset()
             state.sync()
             state._synced()
             return
@@ -302,16 +323,19 @@ def _sync(state):
 
 def run(func):
     """Horovod's @hvd.elastic.run: calls func(state, ...) until it returns.
-    Before each call the state is synced from rank 0. A MEMBERSHIP_CHANGED
-    failure restores the last commit; HostsUpdatedInterrupt keeps the state;
-    either way the reset callbacks run and the function is called again."""
+    Before each call the new world is learnt and the state synced from rank
+    0. A MEMBERSHIP_CHANGED failure restores the last commit;
+    HostsUpdatedInterrupt keeps the state; either way the reset callbacks
+    run (after the new world is known: hvd.size() in a callback is the new
+    size) and the function is called again."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         if not basics.is_initialized():
             raise ValueError("kolo.torch.elastic.run: call kolo.torch.init() first")
+        reset = False
         while True:
-            _sync(state)
+            _sync(state, reset)
             try:
                 return func(state, *args, **kwargs)
             except HostsUpdatedInterrupt:
@@ -320,6 +344,6 @@ def run(func):
                 if not _membership_changed(e):
                     raise
                 state.restore()
-            state.on_reset()
+            reset = True
 
     return wrapper
