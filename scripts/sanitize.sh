@@ -12,11 +12,12 @@
 # start), at -O1 -g1 (line tables: full stacks, a third less compile time
 # than -O2 -g), and runs those ctest labels:
 #   asan  unit, agent, client, fusion, backend, coordinator, integration,
-#         integration-multiagent, integration-collectives, device-emulation
+#         integration-multiagent, integration-collectives
 #   tsan  unit (event loop, worker pool, staging pool), agent (negotiation
 #         join: CrossJob over real peers), integration, integration-multiagent
-#         (the agent's threads under real jobs, one and several agents),
-#         device-emulation (the device protocol over the host emulation)
+#         (the agent's threads under real jobs, one and several agents)
+# (device-emulation, the device protocol over the host emulation, is not in
+# them yet: it has not run under ASan/TSan.)
 #
 # Every process a test starts (kolo-agent, kolo-coordinator, trainers)
 # inherits the sanitizer options and writes its reports to
@@ -44,12 +45,12 @@ asan_targets=(kolo-agent kolo-coordinator kolo_check
   kolo_timeline_tests kolo_stall_tests kolo_autotuner_tests
   kolo_backend_tests kolo_backend_test_peer kolo_coordinator_tests
   kolo_integration_tests kolo_shm_attack_tests kolo_multi_agent_tests kolo_autotune_tests
-  kolo_collectives_tests kolo_gpu_seam_tests kolo_gpu_seam_rank kolo_gpu_staging_tests)
-asan_labels='^(unit|agent|client|fusion|backend|coordinator|integration|integration-multiagent|integration-collectives|device-emulation)$'
+  kolo_collectives_tests)
+asan_labels='^(unit|agent|client|fusion|backend|coordinator|integration|integration-multiagent|integration-collectives)$'
 tsan_targets=(kolo-agent kolo-coordinator kolo_check
   kolo_unit_tests kolo_agent_tests kolo_integration_tests kolo_shm_attack_tests kolo_multi_agent_tests
-  kolo_autotune_tests kolo_gpu_seam_tests kolo_gpu_seam_rank kolo_gpu_staging_tests)
-tsan_labels='^(unit|agent|integration|integration-multiagent|device-emulation)$'
+  kolo_autotune_tests)
+tsan_labels='^(unit|agent|integration|integration-multiagent)$'
 
 kinds=()
 build_only=0
