@@ -8,7 +8,8 @@ SGD lr 1 through DistributedGradientTape: every step moves each weight by
 exactly -1 whatever the world size, so a right state has w == -step. The
 state (TensorFlowKerasState: model, optimizer, step) is committed every 5
 steps. ELASTIC_CRASH_ONCE=FILE: rank 1 removes FILE and aborts at step 12.
-Prints "TF-ELASTIC-OK rank R size S step N resets K".
+Prints "TF-ELASTIC-OK rank R size S step N resets K sizes A,B,..." (the
+sizes hvd.size() gave in each reset callback, "-" for none).
 """
 
 import os
@@ -69,8 +70,9 @@ def main():
     train(state)
     w = model.get_weights()[0]
     assert np.array_equal(w, np.full_like(w, -float(steps))), w
-    print("TF-ELASTIC-OK rank %d size %d step %d resets %d" % (hvd.rank(), hvd.size(), state.step,
-                                                              len(resets)), flush=True)
+    print("TF-ELASTIC-OK rank %d size %d step %d resets %d sizes %s"
+          % (hvd.rank(), hvd.size(), state.step, len(resets), ",".join(map(str, resets)) or "-"),
+          flush=True)
     hvd.shutdown()
 
 

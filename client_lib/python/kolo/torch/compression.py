@@ -7,27 +7,7 @@ floating-point tensors to float16 for the collective and back afterwards
 
 import torch
 
-
-class Compressor:
-    """compress(tensor) -> (tensor_to_send, ctx); decompress(tensor, ctx) -> tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from .._compression import Compressor, NoneCompressor  # noqa: F401 (kolo.*.compression.Compressor)
 
 
 class FP16Compressor(Compressor):

@@ -36,128 +36,34 @@ new world (``rank()`` and ``size()`` report it).
 """
 
 import copy
-import functools
 import math
-import os
 import random
-import time
 
 import torch
 
-from .. import basics
-from ..errors import ERR_MEMBERSHIP_CHANGED, KoloInternalError
+from .. import _elastic
+from .._elastic import HostsUpdatedInterrupt
+from ..errors import KoloInternalError
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .mpi_ops import allreduce
 
 __all__ = ["ElasticSampler", "HostsUpdatedInterrupt", "ObjectState", "State", "TorchState", "run"]
 
-
-class HostsUpdatedInterrupt(RuntimeError):
-    """The job's membership changed at a point where the state is consistent
-    (after commit()): training restarts from the current state, without a
-    restore. ``skip_sync`` is Horovod's flag (kolo always syncs)."""
-
-    def __init__(self, skip_sync=False):
-        super().__init__("the job's hosts were updated")
-        self.skip_sync = skip_sync
+_FW = _elastic.Framework("kolo.torch", (KoloInternalError,),
+                         lambda name: allreduce(torch.zeros(1), name=name), broadcast_object)
 
 
-def _membership_changed(e):
-    return isinstance(e, KoloInternalError) and e.code == ERR_MEMBERSHIP_CHANGED
+class State(_elastic.State):
+    """Horovod's elastic State (kolo/_elastic.py): save/restore/sync are the
+    subclass's; commit() saves, then checks for a membership change; reset
+    callbacks run after each change, once the new world is known."""
+
+    _fw = _FW
 
 
-def _sync_deadline():
-    """How long a sync keeps retrying while the new generation forms: the
-    job's elastic timeout (KOLO_ELASTIC_TIMEOUT, 600 s by default) plus a
-    margin; the coordinator fails the job before that if it cannot form."""
-    try:
-        t = float(os.environ.get("KOLO_ELASTIC_TIMEOUT") or 600)
-    except ValueError:
-        t = 600.0
-    return time.monotonic() + (t if t > 0 else 600.0) + 30.0
-
-
-class State:
-    """Horovod's elastic State: save/restore/sync are the subclass's; commit()
-    saves, then checks for a membership change; reset callbacks run after
-    each change, once the new world is known (rank() and size() are the new
-    ones), before the state is synced."""
-
-    def __init__(self):
-        self._reset_callbacks = []
-        self._world = None
-        self._commits = 0
-
-    def register_reset_callbacks(self, callbacks):
-        self._reset_callbacks.extend(callbacks)
-
-    def on_reset(self):
-        self.reset()
-        for callback in self._reset_callbacks:
-            callback()
-
-    def commit(self):
-        """Saves the state (restore() goes back to it), then raises
-        HostsUpdatedInterrupt if the membership changed since the last sync."""
-        self.save()
-        self._commits += 1
-        self.check_host_updates()
-
-    def check_host_updates(self):
-        """A zero-cost check of the world this rank sees, then a one-element
-        allreduce named __kolo.elastic.commit: the agents admit the hosts
-        waiting to join at it (the next collective then fails with
-        MEMBERSHIP_CHANGED), and it fails with MEMBERSHIP_CHANGED itself
-        when a new generation was sealed since the last sync. A changed world
-        or that failure mean HostsUpdatedInterrupt."""
-        if self._world is not None and (basics.rank(), basics.size()) != self._world:
-            raise HostsUpdatedInterrupt()
-        try:
-            allreduce(torch.zeros(1), name="__kolo.elastic.commit")
-        except KoloInternalError as e:
-            if _membership_changed(e):
-                raise HostsUpdatedInterrupt() from e
-            raise
-
-    def _synced(self):
-        self._world = (basics.rank(), basics.size())
-
-    def save(self):
-        raise NotImplementedError()
-
-    def restore(self):
-        raise NotImplementedError()
-
-    def sync(self):
-        raise NotImplementedError()
-
-    def reset(self):
-        pass
-
-
-class ObjectState(State):
+class ObjectState(_elastic.ObjectStateMixin, State):
     """State made of picklable attributes (kwargs): saved by value, synced by
     broadcast_object from rank 0."""
-
-    def __init__(self, **kwargs):
-        super().__init__()
-        self._saved_state = kwargs
-        self._set_attrs()
-
-    def save(self):
-        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
-
-    def restore(self):
-        self._set_attrs()
-
-    def sync(self):
-        if self._saved_state:
-            self._saved_state = broadcast_object(self._saved_state, root_rank=0, name="__kolo.elastic.state")
-            self._set_attrs()
-
-    def _set_attrs(self):
-        for k, v in self._saved_state.items():
-            setattr(self, k, copy.deepcopy(v))
 
 
 class ElasticSampler(torch.utils.data.Sampler):
@@ -289,61 +195,4 @@ class TorchState(ObjectState):
             handles.clear()
 
 
-def _learn_world():
-    """A one-element allreduce over the whole job: it completes only in the
-    generation this rank's world now is (an op of an older one fails with
-    MEMBERSHIP_CHANGED), so once it returns rank() and size() are the new
-    world's on every rank. Horovod learns it in hvd.init() (its reset()),
-    before the reset callbacks."""
-    allreduce(torch.zeros(1), name="__kolo.elastic.world")
-
-
-def _sync(state, reset=False):
-    """Learns the new world, runs the reset callbacks when `reset` (they see
-    the new rank() and size(), as in Horovod, where reset() re-initializes
-    before State.on_reset()), then syncs the state from rank 0. A further
-    change meanwhile starts again (the callbacks run again for it)."""
-    deadline = _sync_deadline()
-    seen = None  # the world the callbacks ran in
-    while True:
-        try:
-            _learn_world()
-            if reset and seen != (basics.rank(), basics.size()):
-                seen = (basics.rank(), basics.size())
-                state.on_reset()
-            state.sync()
-            state._synced()
-            return
-        except KoloInternalError as e:
-            # The new generation is still forming (or changed again): retry.
-            if not _membership_changed(e) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def run(func):
-    """Horovod's @hvd.elastic.run: calls func(state, ...) until it returns.
-    Before each call the new world is learnt and the state synced from rank
-    0. A MEMBERSHIP_CHANGED failure restores the last commit;
-    HostsUpdatedInterrupt keeps the state; either way the reset callbacks
-    run (after the new world is known: hvd.size() in a callback is the new
-    size) and the function is called again."""
-
-    @functools.wraps(func)
-    def wrapper(state, *args, **kwargs):
-        if not basics.is_initialized():
-            raise ValueError("kolo.torch.elastic.run: call kolo.torch.init() first")
-        reset = False
-        while True:
-            _sync(state, reset)
-            try:
-                return func(state, *args, **kwargs)
-            except HostsUpdatedInterrupt:
-                pass
-            except KoloInternalError as e:
-                if not _membership_changed(e):
-                    raise
-                state.restore()
-            reset = True
-
-    return wrapper
+run = _elastic.make_run(_FW)
