@@ -98,6 +98,46 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> serverCredentials(const Serve
   return grpc::SslServerCredentials(ssl);
 }
 
+Status checkMembershipTimes(const ServerOptions& options) {
+  if (options.membership.lease_ms <= 0) return invalidArgument("lease-ms must be positive");
+  if (options.membership.heartbeat_interval_ms <= 0 ||
+      options.membership.heartbeat_interval_ms >= options.membership.lease_ms) {
+    return invalidArgument("heartbeat-interval-ms (" +
+                           std::to_string(options.membership.heartbeat_interval_ms) +
+                           ") must be positive and below lease-ms (" +
+                           std::to_string(options.membership.lease_ms) + ")");
+  }
+  return okStatus();
+}
+
+// Where the state lives: etcd (reachable within --etcd-connect-timeout-ms),
+// a journal in --state-dir (loaded into *loaded), or neither (memory only).
+Status openStateStore(const ServerOptions& options, std::unique_ptr<persist::Journal>* journal,
+                      persist::LoadedState* loaded, std::unique_ptr<ha::EtcdClient>* etcd) {
+  if (!options.etcd_endpoints.empty()) {
+    if (!options.state_dir.empty()) {
+      return invalidArgument(
+          "--state-dir and --etcd-endpoints are mutually exclusive: the state "
+          "is kept either in a directory or in etcd");
+    }
+    ha::EtcdOptions eo;
+    eo.endpoints = options.etcd_endpoints;
+    ASSIGN_OR_RETURN(*etcd, ha::EtcdClient::create(eo));
+    log::get("coord")->info("waiting for etcd at {} (at most {} ms)", (*etcd)->endpointsText(),
+                            options.etcd_connect_timeout_ms);
+    RETURN_IF_ERROR(
+        (*etcd)->waitReachable(std::chrono::milliseconds(options.etcd_connect_timeout_ms)));
+  }
+  if (!options.state_dir.empty()) {
+    persist::JournalOptions jo;
+    jo.dir = options.state_dir;
+    jo.compact_records = std::max<uint64_t>(options.compact_records, 1);
+    jo.compact_bytes = std::max<uint64_t>(options.compact_bytes, 1);
+    ASSIGN_OR_RETURN(*journal, persist::Journal::open(jo, loaded));
+  }
+  return okStatus();
+}
+
 }  // namespace
 
 Status splitHostPort(const std::string& address, std::string* host, int* port) {
@@ -209,14 +249,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
   std::string host;
   int requested_port = 0;
   RETURN_IF_ERROR(splitHostPort(options.listen, &host, &requested_port));
-  if (options.membership.lease_ms <= 0) return invalidArgument("lease-ms must be positive");
-  if (options.membership.heartbeat_interval_ms <= 0 ||
-      options.membership.heartbeat_interval_ms >= options.membership.lease_ms) {
-    return invalidArgument("heartbeat-interval-ms (" +
-                           std::to_string(options.membership.heartbeat_interval_ms) +
-                           ") must be positive and below lease-ms (" +
-                           std::to_string(options.membership.lease_ms) + ")");
-  }
+  RETURN_IF_ERROR(checkMembershipTimes(options));
 
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    serverCredentials(options));
@@ -240,27 +273,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
   std::unique_ptr<persist::Journal> journal;
   persist::LoadedState loaded;
   std::unique_ptr<ha::EtcdClient> etcd;
-  if (!options.etcd_endpoints.empty()) {
-    if (!options.state_dir.empty()) {
-      return invalidArgument(
-          "--state-dir and --etcd-endpoints are mutually exclusive: the state "
-          "is kept either in a directory or in etcd");
-    }
-    ha::EtcdOptions eo;
-    eo.endpoints = options.etcd_endpoints;
-    ASSIGN_OR_RETURN(etcd, ha::EtcdClient::create(eo));
-    logger->info("waiting for etcd at {} (at most {} ms)", etcd->endpointsText(),
-                 options.etcd_connect_timeout_ms);
-    RETURN_IF_ERROR(
-        etcd->waitReachable(std::chrono::milliseconds(options.etcd_connect_timeout_ms)));
-  }
-  if (!options.state_dir.empty()) {
-    persist::JournalOptions jo;
-    jo.dir = options.state_dir;
-    jo.compact_records = std::max<uint64_t>(options.compact_records, 1);
-    jo.compact_bytes = std::max<uint64_t>(options.compact_bytes, 1);
-    ASSIGN_OR_RETURN(journal, persist::Journal::open(jo, &loaded));
-  }
+  RETURN_IF_ERROR(openStateStore(options, &journal, &loaded, &etcd));
   bool recovered = journal != nullptr && loaded.last_seq > 0;
   auto state = std::make_shared<persist::PersistedState>(std::move(loaded.state));
 
@@ -305,51 +318,62 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(const Serv
   s->address_ = host + ":" + std::to_string(bound_port);
   s->setHealth(s->etcd_ == nullptr);  // a standby is NOT_SERVING until elected
   if (s->etcd_ != nullptr) {
-    if (s->options_.advertise_address.empty()) {
-      char name[256] = {};
-      std::string h = host;
-      if (wildcard && ::gethostname(name, sizeof(name) - 1) == 0) h = name;
-      s->options_.advertise_address = h + ":" + std::to_string(bound_port);
-    }
-    ha::ElectionOptions eo;
-    eo.key = s->options_.etcd_prefix + "leader";
-    eo.value = s->options_.advertise_address;
-    eo.ttl = std::chrono::milliseconds(s->options_.election_ttl_ms > 0
-                                           ? s->options_.election_ttl_ms
-                                           : s->options_.membership.lease_ms);
-    CoordinatorServer* self = s.get();
-    ha::ElectionCallbacks cb;
-    cb.elected = [self](int64_t revision) { return self->becomeLeader(revision); };
-    cb.lost = [self](const Status& why) { self->leadershipLost(why); };
-    cb.renewed = [self](int64_t serve_until_ms) { self->gate_->setServeUntil(serve_until_ms); };
-    // The standby answer names the leader the election thread last read.
-    cb.leader_seen = [self](const std::string& leader) {
-      if (!self->lost_.load()) self->gate_->setLeaderAddress(leader);
-    };
-    s->election_ = std::make_unique<ha::LeaderElection>(s->etcd_.get(), eo, std::move(cb));
-    Status st = s->election_->start();
+    Status st = s->startElection(host, wildcard);
     if (!st.isOk()) {
       s->shutdown(std::chrono::milliseconds(0));
       return st;
     }
   }
-  // What it listens on, and (for a wildcard) the local address it was
-  // reached at in tests, so the log never claims loopback only (issue 45).
-  const std::string listening = wildcard ? "every interface, port " + std::to_string(bound_port) +
-                                               " (local address " + s->address_ + ")"
-                                         : s->address_;
-  logger->info("serving on {} (lease {} ms, heartbeat every {} ms, {} ms on a stream; {}{}; {})",
-               listening, options.membership.lease_ms, options.membership.heartbeat_interval_ms,
-               options.membership.streamHeartbeatIntervalMs(),
-               options.tls_cert_file.empty() ? "plain text" : "TLS",
-               options.tls_client_ca_file.empty() ? "" : " with client certificates",
-               !options.etcd_endpoints.empty()
-                   ? "state in etcd " + s->etcd_->endpointsText() + " " + options.etcd_prefix +
-                         ", advertised as " + s->options_.advertise_address +
-                         " (standby until elected)"
-               : options.state_dir.empty() ? "state in memory only"
-                                           : "state journaled in " + options.state_dir);
+  s->logServing(wildcard);
   return s;
+}
+
+// Campaigns for leadership in etcd under the advertised address (the
+// listening one, or this host's name for a wildcard); the Core starts when
+// this coordinator is elected (becomeLeader).
+Status CoordinatorServer::startElection(const std::string& host, bool wildcard) {
+  if (options_.advertise_address.empty()) {
+    char name[256] = {};
+    std::string h = host;
+    if (wildcard && ::gethostname(name, sizeof(name) - 1) == 0) h = name;
+    options_.advertise_address = h + ":" + std::to_string(port_);
+  }
+  ha::ElectionOptions eo;
+  eo.key = options_.etcd_prefix + "leader";
+  eo.value = options_.advertise_address;
+  eo.ttl = std::chrono::milliseconds(options_.election_ttl_ms > 0 ? options_.election_ttl_ms
+                                                                  : options_.membership.lease_ms);
+  CoordinatorServer* self = this;
+  ha::ElectionCallbacks cb;
+  cb.elected = [self](int64_t revision) { return self->becomeLeader(revision); };
+  cb.lost = [self](const Status& why) { self->leadershipLost(why); };
+  cb.renewed = [self](int64_t serve_until_ms) { self->gate_->setServeUntil(serve_until_ms); };
+  // The standby answer names the leader the election thread last read.
+  cb.leader_seen = [self](const std::string& leader) {
+    if (!self->lost_.load()) self->gate_->setLeaderAddress(leader);
+  };
+  election_ = std::make_unique<ha::LeaderElection>(etcd_.get(), eo, std::move(cb));
+  return election_->start();
+}
+
+// What it listens on, and (for a wildcard) the local address it was reached
+// at in tests, so the log never claims loopback only.
+void CoordinatorServer::logServing(bool wildcard) const {
+  const ServerOptions& options = options_;
+  const std::string listening = wildcard ? "every interface, port " + std::to_string(port_) +
+                                               " (local address " + address_ + ")"
+                                         : address_;
+  log::get("coord")->info(
+      "serving on {} (lease {} ms, heartbeat every {} ms, {} ms on a stream; {}{}; {})", listening,
+      options.membership.lease_ms, options.membership.heartbeat_interval_ms,
+      options.membership.streamHeartbeatIntervalMs(),
+      options.tls_cert_file.empty() ? "plain text" : "TLS",
+      options.tls_client_ca_file.empty() ? "" : " with client certificates",
+      !options.etcd_endpoints.empty()
+          ? "state in etcd " + etcd_->endpointsText() + " " + options.etcd_prefix +
+                ", advertised as " + options.advertise_address + " (standby until elected)"
+      : options.state_dir.empty() ? "state in memory only"
+                                  : "state journaled in " + options.state_dir);
 }
 
 CoordinatorServer::~CoordinatorServer() { shutdown(std::chrono::milliseconds(500)); }

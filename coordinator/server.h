@@ -125,6 +125,8 @@ class CoordinatorServer {
                    std::chrono::milliseconds timeout);
   void leadershipLost(const Status& why);
   void setHealth(bool serving);
+  Status startElection(const std::string& host, bool wildcard);
+  void logServing(bool wildcard) const;
 
   ServerOptions options_;
   std::unique_ptr<persist::Journal> journal_;  // null: in memory only; outlives core_
