@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <numeric>
 #include <tuple>
 
+#include "agent/gpu/device_api.h"
 #include "tests/backend/test_util.h"
 
 namespace kolo::testing_backend {
@@ -33,6 +35,21 @@ struct Variant {
 const Variant kAuto{"auto", 64 * 1024, 256 * 1024, 4, true};
 const Variant kPipelined{"pipelined", 0, 256, 2, false};
 const Variant* const kVariants[] = {&kAuto, &kPipelined};
+
+// The nccl backend joins the suite over the host emulation of the device and
+// of NCCL (KOLO_TEST_NCCL=host-emulated: ctest backend.conformance.nccl-emu.n*;
+// docs/gpu.md "The NCCL emulation"), on these host buffers, which are what
+// the emulated device's memory is. NCCL has no algorithm knobs: one variant.
+std::vector<std::string> conformanceBackends() {
+  std::vector<std::string> names = compiledBackends();
+  const char* e = std::getenv("KOLO_TEST_NCCL");
+  if (e != nullptr && std::string(e) == "host-emulated") names.push_back("nccl");
+  return names;
+}
+std::vector<const Variant*> variantsFor(const std::string& backend) {
+  if (backend == "nccl") return {&kAuto};
+  return {std::begin(kVariants), std::end(kVariants)};
+}
 
 constexpr size_t kBigCount = (size_t{1} << 20) + 3;
 const int kSizes[] = {2, 3, 4};
@@ -62,6 +79,13 @@ class Groups : public ::testing::Environment {
     o.chunk_bytes = std::get<2>(key)->chunk_bytes;
     o.pipeline_depth = std::get<2>(key)->pipeline_depth;
     o.reduce_thread = std::get<2>(key)->reduce_thread;
+    if (std::get<0>(key) == "nccl") {
+      Status sel = gpu::selectDeviceApi(gpu::DeviceKind::kHostEmulated);
+      if (!sel.isOk()) {
+        *why = sel;
+        return nullptr;
+      }
+    }
     auto g = PeerGroup::create(std::get<0>(key), std::get<1>(key), o);
     if (!g.isOk()) {
       *why = g.status();
@@ -109,9 +133,9 @@ struct AllreduceCase {
 
 std::vector<AllreduceCase> allreduceCases() {
   std::vector<AllreduceCase> cases;
-  for (const auto& b : compiledBackends()) {
+  for (const auto& b : conformanceBackends()) {
     for (int n : kSizes) {
-      for (const Variant* v : kVariants) {
+      for (const Variant* v : variantsFor(b)) {
         for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}}) {
           for (DataType t : kAllTypes) {
             for (ReduceOp op : kAllOps) cases.push_back({b, n, v, count, t, op});
@@ -204,9 +228,9 @@ std::vector<size_t> reducescatterCounts(const std::string& pattern, int n) {
 
 std::vector<ReducescatterCase> reducescatterCases() {
   std::vector<ReducescatterCase> cases;
-  for (const auto& b : compiledBackends()) {
+  for (const auto& b : conformanceBackends()) {
     for (int n : kSizes) {
-      for (const Variant* v : kVariants) {
+      for (const Variant* v : variantsFor(b)) {
         for (const char* pattern : {"even", "uneven", "inplace"}) {
           for (DataType t :
                {DataType::kFloat16, DataType::kFloat32, DataType::kInt8, DataType::kInt64}) {
@@ -272,9 +296,9 @@ struct BroadcastCase {
 
 std::vector<BroadcastCase> broadcastCases() {
   std::vector<BroadcastCase> cases;
-  for (const auto& b : compiledBackends()) {
+  for (const auto& b : conformanceBackends()) {
     for (int n : kSizes) {
-      for (const Variant* v : kVariants) {
+      for (const Variant* v : variantsFor(b)) {
         for (size_t bytes : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, kBigCount}) {
           for (int root : {0, n - 1}) cases.push_back({b, n, v, bytes, root});
         }
@@ -335,9 +359,9 @@ std::vector<size_t> allgatherBytes(const std::string& pattern, int n) {
 
 std::vector<AllgathervCase> allgathervCases() {
   std::vector<AllgathervCase> cases;
-  for (const auto& b : compiledBackends()) {
+  for (const auto& b : conformanceBackends()) {
     for (int n : kSizes) {
-      for (const Variant* v : kVariants) {
+      for (const Variant* v : variantsFor(b)) {
         for (const char* p : {"equal", "uneven", "empty", "inplace"}) cases.push_back({b, n, v, p});
       }
       cases.push_back({b, n, &kAuto, "big"});
@@ -403,7 +427,7 @@ size_t alltoallBytes(const std::string& pattern, int from, int to) {
 
 std::vector<AlltoallvCase> alltoallvCases() {
   std::vector<AlltoallvCase> cases;
-  for (const auto& b : compiledBackends()) {
+  for (const auto& b : conformanceBackends()) {
     for (int n : kSizes) {
       for (const char* p : {"equal", "uneven", "big"}) cases.push_back({b, n, p});
     }
@@ -461,7 +485,7 @@ struct GroupCase {
 
 std::vector<GroupCase> groupCases() {
   std::vector<GroupCase> cases;
-  for (const auto& b : compiledBackends()) {
+  for (const auto& b : conformanceBackends()) {
     for (int n : kSizes) cases.push_back({b, n});
   }
   return cases;

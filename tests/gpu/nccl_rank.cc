@@ -12,21 +12,21 @@
 //   loop   allreduce of 1 Mi float32 over and over, printing "iter N"; on
 //          the first failure prints "RESULT <status>" and exits 2 (or 4 when
 //          no completion came within TIMEOUT_MS + 5 s).
-// On the device: GPU RANK % device count.
-#include <cuda_runtime.h>
-
+// On the device: GPU RANK % device count. With KOLO_DEVICE=host-emulated
+// the device seam and NCCL are the host emulation (docs/gpu.md, "The NCCL
+// emulation"), so the same rank runs on CPU machines.
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <future>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/backends/kv_store.h"
 #include "agent/backends/nccl/factory.h"
-#include "agent/gpu/cuda_status.h"
-#include "agent/gpu/device.h"
+#include "agent/gpu/device_api.h"
 #include "tests/backend/test_util.h"
 
 using namespace kolo;
@@ -49,20 +49,41 @@ Status runOne(const std::function<void(Backend::Done)>& post) {
   return f.get();
 }
 
+gpu::DeviceApi* g_dev = nullptr;
+
+// Device memory on the seam (freed at exit with the process).
+class DevBuf {
+ public:
+  explicit DevBuf(void* p) : p_(p) {}
+  DevBuf(DevBuf&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  ~DevBuf() {
+    if (p_ != nullptr) g_dev->freeDevice(p_);
+  }
+  void* data() const { return p_; }
+
+ private:
+  void* p_;
+};
+
+// Synchronous copy on the legacy stream, bounded.
+Status copySync(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return okStatus();
+  RETURN_IF_ERROR(g_dev->copyAsync(dst, src, bytes, nullptr));
+  return g_dev->streamSynchronize(nullptr, 60000);
+}
+
 // Device buffers holding `host` (at least `capacity` bytes, never 0).
-StatusOr<gpu::DeviceBuffer> toDevice(const Bytes& host, size_t capacity = 0) {
-  ASSIGN_OR_RETURN(auto b,
-                   gpu::DeviceBuffer::allocate(std::max<size_t>({host.size(), capacity, 1})));
-  if (!host.empty() &&
-      cudaMemcpy(b.data(), host.data(), host.size(), cudaMemcpyHostToDevice) != cudaSuccess)
-    return internalError("cudaMemcpy to the device failed");
+StatusOr<DevBuf> toDevice(const Bytes& host, size_t capacity = 0) {
+  ASSIGN_OR_RETURN(void* p, g_dev->allocDevice(std::max<size_t>({host.size(), capacity, 1})));
+  DevBuf b(p);
+  RETURN_IF_ERROR(copySync(b.data(), host.data(), host.size()));
   return b;
 }
 
 Bytes toHost(const void* dev, size_t bytes) {
   Bytes h(bytes);
-  if (bytes > 0 && cudaMemcpy(h.data(), dev, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
-    std::printf("FAIL cudaMemcpy from the device\n");
+  Status s = copySync(h.data(), dev, bytes);
+  if (!s.isOk()) std::printf("FAIL copy from the device: %s\n", s.toString().c_str());
   return h;
 }
 
@@ -188,8 +209,7 @@ int loop(Backend& b, int rank) {
       std::fflush(stdout);
       return 2;
     }
-    if (cudaMemcpy(buf->data(), input.data(), input.size(), cudaMemcpyHostToDevice) != cudaSuccess)
-      return 3;
+    if (!copySync(buf->data(), input.data(), input.size()).isOk()) return 3;
     std::printf("iter %d\n", iter);
     std::fflush(stdout);
   }
@@ -212,7 +232,20 @@ int main(int argc, char** argv) {
   o.key_prefix = "test/nccl-procs";
   o.name = "nccl-rank" + std::to_string(o.rank);
   g_bound = o.timeout + std::chrono::seconds(5);
-  auto n = gpu::deviceCount();
+  const char* kind = std::getenv("KOLO_DEVICE");
+  if (kind != nullptr && std::string(kind) == "host-emulated") {
+    Status sel = gpu::selectDeviceApi(gpu::DeviceKind::kHostEmulated);
+    if (!sel.isOk()) {
+      std::printf("FAIL select: %s\n", sel.toString().c_str());
+      return 1;
+    }
+  }
+  g_dev = gpu::deviceApi();
+  if (g_dev == nullptr) {
+    std::printf("FAIL no device implementation in this build\n");
+    return 1;
+  }
+  auto n = g_dev->deviceCount();
   if (!n.isOk() || *n == 0) {
     std::printf("FAIL no GPU: %s\n", n.isOk() ? "0 devices" : n.status().toString().c_str());
     return 1;

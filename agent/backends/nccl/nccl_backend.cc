@@ -10,7 +10,6 @@
 // The communicator is non-blocking (ncclConfig_t.blocking = 0): every NCCL
 // call may answer ncclInProgress, and we then poll ncclCommGetAsyncError
 // under the deadline, so neither creation nor teardown can hang.
-#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <algorithm>
@@ -26,8 +25,8 @@
 
 #include "agent/backends/nccl/call_plan.h"
 #include "agent/backends/nccl/factory.h"
-#include "agent/gpu/cuda_status.h"
-#include "agent/gpu/device.h"
+#include "agent/backends/nccl/nccl_api.h"
+#include "agent/gpu/device_api.h"
 #include "common/log.h"
 
 namespace kolo {
@@ -37,10 +36,14 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kPollInterval = std::chrono::microseconds(50);
 constexpr auto kWatchdogInterval = std::chrono::milliseconds(100);
 
+// The process's NCCL (libnccl, or the emulation with the host-emulated
+// device), set once by createNcclBackend before any backend exists.
+const nccl::NcclApi* g_nccl = &nccl::realNccl();
+
 Status ncclStatus(ncclResult_t r, std::string_view api, ncclComm_t comm = nullptr) {
   if (r == ncclSuccess) return okStatus();
-  std::string msg = std::string(api) + ": " + ncclGetErrorString(r);
-  const char* last = ncclGetLastError(comm);
+  std::string msg = std::string(api) + ": " + g_nccl->getErrorString(r);
+  const char* last = g_nccl->getLastError(comm);
   if (last != nullptr && last[0] != '\0') msg += std::string(" (") + last + ")";
   switch (r) {
     case ncclInvalidArgument:
@@ -85,7 +88,7 @@ StatusOr<ncclRedOp_t> ncclOp(ReduceOp op) {
 Status waitComm(ncclComm_t comm, Clock::time_point deadline, std::string_view what) {
   for (;;) {
     ncclResult_t state = ncclSuccess;
-    const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    const ncclResult_t r = g_nccl->commGetAsyncError(comm, &state);
     if (r != ncclSuccess) return ncclStatus(r, "ncclCommGetAsyncError", comm);
     if (state == ncclSuccess) return okStatus();
     if (state != ncclInProgress) return ncclStatus(state, what, comm);
@@ -106,8 +109,8 @@ class NcclBackend final : public Backend {
   // ncclGroupStart/End done by the caller.
   using Enqueue = std::function<Status(ncclComm_t, cudaStream_t)>;
 
-  NcclBackend(const BackendOptions& o, int device)
-      : opts_(o), device_(device), log_(log::get("agent.nccl")) {}
+  NcclBackend(const BackendOptions& o, int device, gpu::DeviceApi* dev)
+      : opts_(o), device_(device), dev_(dev), log_(log::get("agent.nccl")) {}
 
   ~NcclBackend() override {
     {
@@ -117,16 +120,17 @@ class NcclBackend final : public Backend {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
-    if (comm_ != nullptr) (void)ncclCommAbort(comm_);  // never hangs, unlike destroy
+    if (comm_ != nullptr) (void)g_nccl->commAbort(comm_);  // never hangs, unlike destroy
+    if (scratch_ != nullptr) dev_->freeDevice(scratch_);
   }
 
   Status init(KvStore& kv) {
-    RETURN_IF_ERROR(gpu::setDevice(device_));
+    RETURN_IF_ERROR(dev_->setDevice(device_));
     const auto deadline = Clock::now() + opts_.timeout;
     ncclUniqueId id;
     const std::string key = opts_.key_prefix + "/0";
     if (opts_.rank == 0) {
-      RETURN_IF_ERROR(ncclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+      RETURN_IF_ERROR(ncclStatus(g_nccl->getUniqueId(&id), "ncclGetUniqueId"));
       RETURN_IF_ERROR(kv.put(key, std::string_view(reinterpret_cast<const char*>(&id), sizeof(id))));
     } else {
       auto v = kv.get(key, opts_.timeout);
@@ -139,17 +143,19 @@ class NcclBackend final : public Backend {
                              " bytes, want " + std::to_string(sizeof(id)));
       std::memcpy(&id, v->data(), sizeof(id));
     }
-    ASSIGN_OR_RETURN(stream_, gpu::Stream::create());
-    ASSIGN_OR_RETURN(done_event_, gpu::Event::create(cudaEventDisableTiming));
-    ASSIGN_OR_RETURN(scratch_, gpu::DeviceBuffer::allocate(sizeof(int32_t)));
-    KOLO_CUDA_RETURN_IF_ERROR(cudaMemset(scratch_.data(), 0, sizeof(int32_t)));
+    ASSIGN_OR_RETURN(stream_, dev_->createStream());
+    ASSIGN_OR_RETURN(done_event_, dev_->createEvent(false));
+    ASSIGN_OR_RETURN(scratch_, dev_->allocDevice(sizeof(int32_t)));
+    const int32_t zero = 0;
+    RETURN_IF_ERROR(dev_->copyAsync(scratch_, &zero, sizeof(zero), stream_->get()));
+    RETURN_IF_ERROR(dev_->streamSynchronize(stream_->get(), opts_.timeout.count()));
 
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    const ncclResult_t r = ncclCommInitRankConfig(&comm_, opts_.size, id, opts_.rank, &config);
+    const ncclResult_t r = g_nccl->commInitRankConfig(&comm_, opts_.size, id, opts_.rank, &config);
     Status s = settle(r, comm_, deadline, "ncclCommInitRankConfig");
     if (!s.isOk()) {
-      if (comm_ != nullptr) (void)ncclCommAbort(comm_);
+      if (comm_ != nullptr) (void)g_nccl->commAbort(comm_);
       comm_ = nullptr;
       if (s.code() == Code::kTimedOut)
         return peerFailure("nccl: communicator of " + std::to_string(opts_.size) +
@@ -163,7 +169,8 @@ class NcclBackend final : public Backend {
       }
       return s.withContext("nccl init");
     }
-    log_->debug("{}: NCCL rank {}/{} up on device {}", opts_.name, opts_.rank, opts_.size, device_);
+    log_->debug("{}: NCCL ({}) rank {}/{} up on device {}", opts_.name, g_nccl->name, opts_.rank,
+                opts_.size, device_);
     thread_ = std::thread([this] { progressLoop(); });
     return okStatus();
   }
@@ -179,7 +186,7 @@ class NcclBackend final : public Backend {
     if (!t.isOk() || !o.isOk()) return done(!t.isOk() ? t.status() : o.status());
     post("allreduce", std::move(done), [=, t = *t, o = *o](ncclComm_t c, cudaStream_t s) {
       if (count == 0) return okStatus();
-      return ncclStatus(ncclAllReduce(in, out, count, t, o, c, s), "ncclAllReduce", c);
+      return ncclStatus(g_nccl->allReduce(in, out, count, t, o, c, s), "ncclAllReduce", c);
     });
   }
 
@@ -188,7 +195,8 @@ class NcclBackend final : public Backend {
       return done(invalidArgument("broadcast root " + std::to_string(root) + " out of range"));
     post("broadcast", std::move(done), [=](ncclComm_t c, cudaStream_t s) {
       if (bytes == 0) return okStatus();
-      return ncclStatus(ncclBroadcast(buf, buf, bytes, ncclUint8, root, c, s), "ncclBroadcast", c);
+      return ncclStatus(g_nccl->broadcast(buf, buf, bytes, ncclUint8, root, c, s), "ncclBroadcast",
+                        c);
     });
   }
 
@@ -201,10 +209,13 @@ class NcclBackend final : public Backend {
            for (const nccl::Call& k : calls) {
              char* dst = static_cast<char*>(out) + k.out_offset;
              if (k.kind == nccl::Call::kAllGather) {
-               RETURN_IF_ERROR(ncclStatus(ncclAllGather(in, out, k.count, ncclUint8, c, s), "ncclAllGather", c));
+               RETURN_IF_ERROR(ncclStatus(g_nccl->allGather(in, out, k.count, ncclUint8, c, s),
+                                          "ncclAllGather", c));
              } else {
                const void* src = k.use_in ? in : dst;
-               RETURN_IF_ERROR(ncclStatus(ncclBroadcast(src, dst, k.count, ncclUint8, k.peer, c, s), "ncclBroadcast", c));
+               RETURN_IF_ERROR(
+                   ncclStatus(g_nccl->broadcast(src, dst, k.count, ncclUint8, k.peer, c, s),
+                              "ncclBroadcast", c));
              }
            }
            return okStatus();
@@ -224,12 +235,14 @@ class NcclBackend final : public Backend {
          [=, calls = nccl::planReducescatter(me, recv_counts), t = *t, o = *o](ncclComm_t c, cudaStream_t s) {
            for (const nccl::Call& k : calls) {
              if (k.kind == nccl::Call::kReduceScatter) {
-               RETURN_IF_ERROR(ncclStatus(ncclReduceScatter(in, out, k.count, t, o, c, s), "ncclReduceScatter", c));
+               RETURN_IF_ERROR(ncclStatus(g_nccl->reduceScatter(in, out, k.count, t, o, c, s),
+                                          "ncclReduceScatter", c));
              } else {
                const char* src = static_cast<const char*>(in) + k.in_offset * es;
                // recvbuff only matters on the root; elsewhere any valid pointer.
                void* dst = k.peer == me ? out : const_cast<char*>(src);
-               RETURN_IF_ERROR(ncclStatus(ncclReduce(src, dst, k.count, t, o, k.peer, c, s), "ncclReduce", c));
+               RETURN_IF_ERROR(ncclStatus(g_nccl->reduce(src, dst, k.count, t, o, k.peer, c, s),
+                                          "ncclReduce", c));
              }
            }
            return okStatus();
@@ -245,11 +258,13 @@ class NcclBackend final : public Backend {
          [=, calls = nccl::planAlltoallv(send_bytes, recv_bytes)](ncclComm_t c, cudaStream_t s) {
            for (const nccl::Call& k : calls) {
              if (k.kind == nccl::Call::kSend) {
-               RETURN_IF_ERROR(ncclStatus(
-                   ncclSend(static_cast<const char*>(in) + k.in_offset, k.count, ncclUint8, k.peer, c, s), "ncclSend", c));
+               RETURN_IF_ERROR(ncclStatus(g_nccl->send(static_cast<const char*>(in) + k.in_offset,
+                                                       k.count, ncclUint8, k.peer, c, s),
+                                          "ncclSend", c));
              } else {
-               RETURN_IF_ERROR(ncclStatus(
-                   ncclRecv(static_cast<char*>(out) + k.out_offset, k.count, ncclUint8, k.peer, c, s), "ncclRecv", c));
+               RETURN_IF_ERROR(ncclStatus(g_nccl->recv(static_cast<char*>(out) + k.out_offset,
+                                                       k.count, ncclUint8, k.peer, c, s),
+                                          "ncclRecv", c));
              }
            }
            return okStatus();
@@ -257,9 +272,10 @@ class NcclBackend final : public Backend {
   }
 
   void barrier(Done done) override {
-    void* scratch = scratch_.data();
+    void* scratch = scratch_;
     post("barrier", std::move(done), [scratch](ncclComm_t c, cudaStream_t s) {
-      return ncclStatus(ncclAllReduce(scratch, scratch, 1, ncclInt32, ncclSum, c, s), "ncclAllReduce", c);
+      return ncclStatus(g_nccl->allReduce(scratch, scratch, 1, ncclInt32, ncclSum, c, s),
+                        "ncclAllReduce", c);
     });
   }
 
@@ -297,7 +313,7 @@ class NcclBackend final : public Backend {
 
   void progressLoop() {
     log::setThreadName("kolo-nccl-" + std::to_string(opts_.rank));
-    (void)gpu::setDevice(device_);
+    (void)dev_->setDevice(device_);
     for (;;) {
       Op op;
       {
@@ -341,7 +357,7 @@ class NcclBackend final : public Backend {
   void watchdog() {
     if (comm_ == nullptr) return;
     ncclResult_t state = ncclSuccess;
-    const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+    const ncclResult_t r = g_nccl->commGetAsyncError(comm_, &state);
     if (r != ncclSuccess) return breakWith(ncclStatus(r, "ncclCommGetAsyncError", comm_));
     if (state != ncclSuccess && state != ncclInProgress)
       breakWith(ncclStatus(state, "nccl async error", comm_).withContext("watchdog"));
@@ -354,21 +370,21 @@ class NcclBackend final : public Backend {
 
   Status run(const Op& op) {
     const auto deadline = Clock::now() + opts_.timeout;
-    Status s = settle(ncclGroupStart(), comm_, deadline, "ncclGroupStart");
+    Status s = settle(g_nccl->groupStart(), comm_, deadline, "ncclGroupStart");
     if (!s.isOk()) return s;
-    Status enq = op.enqueue(comm_, stream_.get());
+    Status enq = op.enqueue(comm_, static_cast<cudaStream_t>(stream_->get()));
     // End the group even when enqueueing failed half way, so NCCL's group
     // state is clean before the abort.
-    s = settle(ncclGroupEnd(), comm_, deadline, "ncclGroupEnd");
+    s = settle(g_nccl->groupEnd(), comm_, deadline, "ncclGroupEnd");
     RETURN_IF_ERROR(enq);
     RETURN_IF_ERROR(s);
-    RETURN_IF_ERROR(done_event_.record(stream_.get()));
+    RETURN_IF_ERROR(done_event_->record(stream_->get()));
     for (;;) {
-      Status q = done_event_.query();
+      Status q = done_event_->query();
       if (q.isOk()) return okStatus();
       if (q.code() != Code::kInProgress) return q;
       ncclResult_t state = ncclSuccess;
-      const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+      const ncclResult_t r = g_nccl->commGetAsyncError(comm_, &state);
       if (r != ncclSuccess) return ncclStatus(r, "ncclCommGetAsyncError", comm_);
       if (state != ncclSuccess && state != ncclInProgress) return ncclStatus(state, "nccl async error", comm_);
       Status why = abortRequested();
@@ -391,7 +407,7 @@ class NcclBackend final : public Backend {
       pending.swap(queue_);
     }
     if (comm_ != nullptr) {
-      (void)ncclCommAbort(comm_);
+      (void)g_nccl->commAbort(comm_);
       comm_ = nullptr;
     }
     if (running != nullptr) running->done(why);
@@ -400,11 +416,12 @@ class NcclBackend final : public Backend {
 
   const BackendOptions opts_;
   const int device_;
+  gpu::DeviceApi* const dev_;  // the device seam: CUDA, or the host emulation
   std::shared_ptr<spdlog::logger> log_;
   ncclComm_t comm_ = nullptr;  // progress thread only, after init
-  gpu::Stream stream_;
-  gpu::Event done_event_;
-  gpu::DeviceBuffer scratch_;
+  std::unique_ptr<gpu::DevStream> stream_;
+  std::unique_ptr<gpu::DevEvent> done_event_;
+  void* scratch_ = nullptr;
   std::thread thread_;
 
   std::mutex mu_;
@@ -418,22 +435,28 @@ class NcclBackend final : public Backend {
 }  // namespace
 
 StatusOr<std::unique_ptr<Backend>> createNcclBackend(const BackendOptions& options, KvStore& kv) {
-  auto n = gpu::deviceCount();
+  gpu::DeviceApi* dev = gpu::deviceApi();
+  if (dev == nullptr) return unavailable("not viable: this build has no device implementation");
+  auto n = dev->deviceCount();
   if (!n.isOk()) return unavailable("not viable: " + n.status().message());
-  int device = 0;
-  KOLO_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  ASSIGN_OR_RETURN(int device, dev->currentDevice());
   return createNcclBackend(options, kv, device);
 }
 
 StatusOr<std::unique_ptr<Backend>> createNcclBackend(const BackendOptions& options, KvStore& kv,
                                                      int device) {
   RETURN_IF_ERROR(validateBackendOptions(options));
-  auto n = gpu::deviceCount();
+  gpu::DeviceApi* dev = gpu::deviceApi();
+  if (dev == nullptr) return unavailable("not viable: this build has no device implementation");
+  auto n = dev->deviceCount();
   if (!n.isOk()) return unavailable("not viable: " + n.status().message());
   if (device < 0 || device >= *n)
     return invalidArgument("nccl: CUDA device " + std::to_string(device) + " out of range [0, " +
                            std::to_string(*n) + ")");
-  auto b = std::make_unique<NcclBackend>(options, device);
+  ASSIGN_OR_RETURN(const nccl::NcclApi* api, nccl::processNccl());
+  static std::once_flag chosen;  // the device seam is chosen once per process, so is NCCL
+  std::call_once(chosen, [api] { g_nccl = api; });
+  auto b = std::make_unique<NcclBackend>(options, device, dev);
   RETURN_IF_ERROR(b->init(kv));
   return std::unique_ptr<Backend>(std::move(b));
 }
