@@ -74,10 +74,16 @@ class Runner:
         self.common = ["-b", str(args.minbytes), "-e", str(args.maxbytes), "-f", str(args.stepfactor),
                        "-w", str(args.warmup), "-n", str(args.iters), "-T", str(args.max_time),
                        "-c", "1", "--inplace"]
-        self.kolo_env = dict(os.environ)
-        for kv in args.kolo_env.split():
+        self.kolo_env = self.env_with(args.kolo_env)
+        self.ab_env = self.env_with(args.kolo_env + " " + args.ab) if args.ab else None
+
+    @staticmethod
+    def env_with(pairs):
+        env = dict(os.environ)
+        for kv in pairs.split():
             k, _, v = kv.partition("=")
-            self.kolo_env[k] = v
+            env[k] = v
+        return env
 
     def run(self, tag, cmd, env=None, procs=None):
         """Runs one benchmark (cmd, or several processes `procs`); returns its rows by size."""
@@ -137,22 +143,23 @@ class Runner:
         return ["ip", "netns", "exec", NS_A if i < n // 2 else NS_B] + cmd
 
     # --- the systems -------------------------------------------------------
-    def kolo(self, tag, n, agents, rpa, memory):
+    def kolo(self, tag, n, agents, rpa, memory, ab=False):
         args = ["-d", "float32", "-o", "sum"] + self.common + (["--zero-copy"] if memory == "shared" else [])
         bench = [os.path.join(self.bin, "kolo-bench")] + args
         if self.a.veth:
             cmd = [os.path.join(self.a.script_dir, "multi_agent_run.sh"), "--build-dir", self.a.build_dir,
                    "--agents", str(agents), "--ranks-per-agent", str(rpa), "--netns", f"{NS_A} {NS_B}",
                    "--coord-host", HOST_A, "--timeout", str(self.a.timeout)]
-            if self.a.kolo_env:
-                cmd += ["--agent-env", self.a.kolo_env]
+            extra = (self.a.kolo_env + " " + self.a.ab) if ab else self.a.kolo_env
+            if extra.strip():
+                cmd += ["--agent-env", extra.strip()]
             cmd += ["--"] + bench
         else:
             cmd = [os.path.join(self.bin, "kolorun"), "-np", str(n)]
             if agents > 1:
                 cmd += ["--agents", str(agents)]
             cmd += ["--"] + bench
-        return self.run(tag, cmd, env=self.kolo_env)
+        return self.run(tag, cmd, env=self.ab_env if ab else self.kolo_env)
 
     def mpi(self, tag, n):
         cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n), "--mca", "pml", "ob1",
@@ -276,6 +283,8 @@ def main():
     ap.add_argument("--skip-one-node", action="store_true")
     ap.add_argument("--skip-across", action="store_true")
     ap.add_argument("--kolo-env", default="", help="'K=V ...' for kolo's processes (an A/B; default: none)")
+    ap.add_argument("--ab", default="", help="'K=V ...': also run kolo with these added, as its own "
+                    "column 'kolo M (ab)', alternating with the rest (before/after figures in one run)")
     ap.add_argument("--timeout", type=int, default=600, help="per run, seconds")
     ap.add_argument("--out", default="", help="keep logs and JSON here")
     ap.add_argument("--markdown", default="", help="also write the tables and header to this file")
@@ -297,7 +306,8 @@ def main():
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     start = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     header = (f"head_to_head.py {start} (commit {commit}) on {socket.gethostname()}, {os.cpu_count()} cores "
-              f"({cpu}); kolo environment: {a.kolo_env or 'defaults'}; path across agents: "
+              f"({cpu}); kolo environment: {a.kolo_env or 'defaults'}"
+              + (f"; 'kolo ... (ab)': with {a.ab}" if a.ab else "") + "; path across agents: "
               f"{'veth between two namespaces' if a.veth else 'loopback'}; float32 sum, in place")
     print("# " + header, flush=True)
     if a.veth:
@@ -307,13 +317,15 @@ def main():
     try:
         if not a.skip_one_node:
             for n in [int(x) for x in a.one_node.split()]:
-                series = {"kolo user": [], "Open MPI": []}
+                systems = ["kolo user"] + (["kolo user (ab)"] if a.ab else []) + ["Open MPI"]
+                series = {s: [] for s in systems}
                 lo = len(r.loads)
                 for rep in range(a.repeats):
-                    order = ["kolo user", "Open MPI"] if rep % 2 == 0 else ["Open MPI", "kolo user"]
+                    order = systems if rep % 2 == 0 else list(reversed(systems))
                     for s in order:
-                        tag = f"one-n{n}-{'kolo' if s.startswith('kolo') else 'mpi'}-r{rep}"
-                        series[s].append(r.kolo(tag, n, 1, n, "user") if s.startswith("kolo") else r.mpi(tag, n))
+                        tag = f"one-n{n}-{s.replace(' ', '-').replace('(', '').replace(')', '').lower()}-r{rep}"
+                        series[s].append(r.kolo(tag, n, 1, n, "user", ab=s.endswith("(ab)"))
+                                         if s.startswith("kolo") else r.mpi(tag, n))
                 md, med = summarise("One node, kolo (one agent, user memory) against Open MPI (vader), in place",
                                     n, series, "Open MPI", min(r.loads[lo:]), max(r.loads[lo:]))
                 print(md, flush=True)
@@ -323,14 +335,16 @@ def main():
             for kr in a.across.split():
                 k, rpa = (int(x) for x in kr.split("x"))
                 n = k * rpa
-                systems = [f"kolo {m}" for m in a.memory.split()] + ["Gloo"]
+                systems = [f"kolo {m}{x}" for m in a.memory.split() for x in ([""] + ([" (ab)"] if a.ab else []))]
+                systems += ["Gloo"]
                 series = {s: [] for s in systems}
                 lo = len(r.loads)
                 for rep in range(a.repeats):
                     order = systems if rep % 2 == 0 else list(reversed(systems))
                     for s in order:
-                        tag = f"across-k{k}x{rpa}-{s.replace(' ', '-').lower()}-r{rep}"
-                        series[s].append(r.gloo(tag, n) if s == "Gloo" else r.kolo(tag, n, k, rpa, s.split()[1]))
+                        tag = f"across-k{k}x{rpa}-{s.replace(' ', '-').replace('(', '').replace(')', '').lower()}-r{rep}"
+                        series[s].append(r.gloo(tag, n) if s == "Gloo" else
+                                         r.kolo(tag, n, k, rpa, s.split()[1], ab=s.endswith("(ab)")))
                 label = f"K={k} agents x {rpa} rank{'s' if rpa > 1 else ''}"
                 md, med = summarise(f"Across agents ({'veth' if a.veth else 'loopback'}), {label}, "
                                     "kolo against Gloo's ring (tcp), in place", n, series, "Gloo",

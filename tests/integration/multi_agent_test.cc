@@ -375,7 +375,9 @@ TEST(MultiAgentTcp, EveryDtypeOpAndSizeMatchesReference) {
     EXPECT_NE(ranks[r].output().find("allreduce checks passed"), std::string::npos) << ranks[r].output();
   }
   // The agents did use it.
-  EXPECT_NE(c.agentLog(0).find("other agents over tcp"), std::string::npos) << c.agentLog(0);
+  EXPECT_NE(c.agentLog(0).find("job multitcp: backend tcp (set by agent rank 0)"),
+            std::string::npos)
+      << c.agentLog(0);
 }
 
 // The default backend (auto): both agents agree before they connect, and
