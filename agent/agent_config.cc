@@ -6,6 +6,7 @@
 #include <cctype>
 #include <thread>
 
+#include "agent/backends/backend_choice.h"
 #include "agent/gpu/device_api.h"
 #include "agent/gpu/device_cross.h"
 #include "agent/gpu/mps_probe.h"
@@ -158,7 +159,11 @@ void defineAgentKnobs(Config& c) {
       .define("stall-shutdown-time-s", KnobType::kInt, "0",
               "Fail a job whose collective has stalled this long (0 = never)")
       .define("stall-check-disable", KnobType::kBool, "false", "Turn the stall warnings off")
-      .define("backend", KnobType::kString, "ucx", "Cross-agent backend for host memory")
+      .define(
+          "backend", KnobType::kString, "auto",
+          "Cross-agent backend for host memory: auto (agreed by the job's agents before they "
+          "connect: ucx when every node has an RDMA device and UCX, plain tcp otherwise), ucx or "
+          "tcp (docs/backends.md)")
       .define("device-cross", KnobType::kString, "auto",
               "How device tensors cross agents: auto (NCCL when every agent of the job has NCCL "
               "and a GPU for it, host staging otherwise), nccl (forced: the job's device ops fail "
@@ -356,6 +361,9 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   RETURN_IF_ERROR(validateBackendOptions(o.backend));
   RETURN_IF_ERROR(parseReduceThread(c.getString("backend-reduce-thread")).status());
   o.backend_name = c.getString("backend");
+  if (!isBackendSetting(o.backend_name)) {
+    return invalidArgument("--backend must be auto, ucx or tcp, not '" + o.backend_name + "'");
+  }
   ASSIGN_OR_RETURN(o.device_cross, gpu::parseDeviceCrossMode(c.getString("device-cross")));
   {
     auto kind = gpu::parseDeviceKind(c.getString("device"));

@@ -55,7 +55,7 @@ struct AgentOptions {
   int coordinator_watch_retry_s = 30;
   int64_t stall_check_time_s = 60;
   BackendOptions backend;          // tuning for the cross-agent backend
-  std::string backend_name = "ucx";
+  std::string backend_name = "auto";  // auto, ucx or tcp (agent/backends/backend_choice.h)
   // --device-cross: NCCL or host staging for device tensors across agents.
   gpu::DeviceCrossMode device_cross = gpu::DeviceCrossMode::kAuto;
   // --device: CUDA, or the host emulation (test builds; docs/gpu.md).

@@ -3,11 +3,13 @@
 // agent/ops/cross_plan.h; negotiated collective among agents); when it comes
 // back, failures here and the copy into the slots by the op type
 // (CollectiveOp::finishCrossOnLoop).
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <regex>
 
 #include "agent/agent.h"
+#include "agent/backends/backend_choice.h"
 #include "agent/coord/coord_kv_store.h"
 #include "agent/ops/cross_plan.h"
 #include "agent/ops/op.h"
@@ -41,21 +43,44 @@ void Agent::startCrossOnLoop(Job& job) {
   BackendOptions bo = opts_.backend;
   bo.rank = w.cross_rank;
   bo.size = w.cross_size;
-  bo.key_prefix = "g" + std::to_string(w.generation) + "/" + opts_.backend_name;
   bo.name = job.id() + "/g" + std::to_string(w.generation);
-  std::string job_id = job.id(), token = job.token(), backend = opts_.backend_name;
+  std::string job_id = job.id(), token = job.token(), setting = opts_.backend_name;
   uint64_t gen = w.generation;
-  crossLog()->info("job {}: connecting to {} other agents over {}", job_id, w.cross_size - 1, backend);
-  setup_pool_.submit([this, job_id, token, bo, gen, backend] {
+  job.cross_backend.clear();
+  job.cross_backend_reason.clear();
+  crossLog()->info("job {}: connecting to {} other agents (backend {})", job_id, w.cross_size - 1,
+                   setting);
+  setup_pool_.submit([this, job_id, token, bo, gen, setting]() mutable {
     CoordKvStore kv(*coord_, job_id, token);
-    auto made = std::make_shared<StatusOr<std::unique_ptr<Backend>>>(createBackend(backend, bo, kv));
-    loop_.post([this, job_id, gen, made] {
+    // Every agent states its setting and what its node offers; all take the
+    // same backend before the first connection (backend_choice.h).
+    const std::string gen_prefix = "g" + std::to_string(gen);
+    const std::vector<std::string> compiled = compiledBackends();
+    const bool ucx = std::find(compiled.begin(), compiled.end(), "ucx") != compiled.end();
+    auto choice = std::make_shared<StatusOr<BackendChoice>>(
+        agreeBackendOverKv(kv, gen_prefix + "/backend-offer", bo.rank, bo.size,
+                           localBackendOffer(setting, ucx), bo.timeout));
+    auto made = std::make_shared<StatusOr<std::unique_ptr<Backend>>>(
+        choice->isOk() ? StatusOr<std::unique_ptr<Backend>>(unavailable("not tried"))
+                       : StatusOr<std::unique_ptr<Backend>>(choice->status()));
+    if (choice->isOk()) {
+      bo.key_prefix = gen_prefix + "/" + choice->value().backend;
+      crossLog()->info("job {}: backend {} ({})", job_id, choice->value().backend,
+                       choice->value().reason);
+      *made = createBackend(choice->value().backend, bo, kv);
+    }
+    loop_.post([this, job_id, gen, made, choice] {
       auto it = jobs_.find(job_id);
       if (it == jobs_.end() || it->second->cross_generation != gen) return;
       Job& job = *it->second;
+      if (choice->isOk()) {
+        job.cross_backend = choice->value().backend;
+        job.cross_backend_reason = choice->value().reason;
+      }
       if (!made->isOk()) {
         Status st = made->status().withContext("job " + job_id + ": cannot connect the agents");
-        if (job.elastic.enabled()) return suspendOnLoop(job, st);  // the next generation may do better
+        if (job.elastic.enabled())
+          return suspendOnLoop(job, st);  // the next generation may do better
         failJobOnLoop(job, st, true);
         return;
       }

@@ -61,6 +61,8 @@ agentrpc::JobInfo Agent::jobInfoOnLoop(const Job& job, size_t* budget) const {
   info.set_connected_clients(job.connectedClients());
   fillCounters(job.counters(), info.mutable_counters());
   if (!job.failure().isOk()) info.set_reason(job.failure().message());
+  info.set_backend(job.cross_backend);
+  info.set_backend_reason(job.cross_backend_reason);
   auto now = std::chrono::steady_clock::now();
   size_t omitted = 0;
   size_t local_budget = kStatusReplyBudget;

@@ -81,7 +81,9 @@ json toJson(const agentrpc::JobInfo& j) {
           {"counters", countersJson(j.counters())},
           {"in_flight", in_flight},
           {"in_flight_omitted", j.in_flight_omitted()},
-          {"reason", j.reason()}};
+          {"reason", j.reason()},
+          {"backend", j.backend()},
+          {"backend_reason", j.backend_reason()}};
 }
 
 namespace {
@@ -254,6 +256,8 @@ std::string renderAgentJob(const agentrpc::JobInfo& j) {
       {"ranks here", localRanks(j) + " of " + std::to_string(j.world_size()) + ", " +
                          std::to_string(j.connected_clients()) + " connected"},
       {"collectives", countersText(j.counters())}};
+  if (!j.backend().empty())
+    kv.emplace_back("backend", j.backend() + " (" + j.backend_reason() + ")");
   if (!j.reason().empty()) kv.emplace_back("reason", j.reason());
   std::string out = keyValues(kv) + "\n";
   if (j.in_flight_size() == 0 && j.in_flight_omitted() == 0)

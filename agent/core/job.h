@@ -160,6 +160,9 @@ class Job {
   };
   std::unique_ptr<CrossJob> cross;
   uint64_t cross_generation = 0;  // generation whose backend is being built or runs
+  // The host backend the agents agreed on for cross_generation, and why
+  // (agent/backends/backend_choice.h); empty until agreed.
+  std::string cross_backend, cross_backend_reason;
   std::unordered_map<std::string, CrossPending> cross_pending;
 
   // Join (kolo_join): each local rank's pending join handle (0: none), when

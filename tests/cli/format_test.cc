@@ -77,6 +77,16 @@ TEST(Format, AgentJobShowsWhatEachCollectiveWaitsFor) {
   agentrpc::JobInfo idle = sampleJob();
   idle.clear_in_flight();
   EXPECT_NE(renderAgentJob(idle).find("no collective in flight"), std::string::npos);
+  // A one-agent job has no backend line; a job across agents names the agreed one.
+  EXPECT_EQ(text.find("backend"), std::string::npos) << text;
+  agentrpc::JobInfo across = sampleJob();
+  across.set_backend("tcp");
+  across.set_backend_reason("auto: agent rank 1 offers tcp (no RDMA device)");
+  std::string t2 = renderAgentJob(across);
+  EXPECT_NE(t2.find("tcp (auto: agent rank 1 offers tcp (no RDMA device))"), std::string::npos)
+      << t2;
+  EXPECT_EQ(toJson(across)["backend"], "tcp");
+  EXPECT_EQ(toJson(across)["backend_reason"], "auto: agent rank 1 offers tcp (no RDMA device)");
 }
 
 TEST(Format, AgentJobJson) {

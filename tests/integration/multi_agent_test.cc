@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -22,7 +24,9 @@ TEST_P(MultiAgent, EveryDtypeOpAndSizeMatchesReference) {
   int k = static_cast<int>(sizes.size());
   // The mixed layout pipelines from 2 MiB (default 8 MiB), so that the
   // 1M-element cases of every dtype wider than a byte cross in chunks.
-  std::map<std::string, std::string> agent_env;
+  // backend = ucx: the default (auto) takes tcp on a machine without RDMA,
+  // which MultiAgentTcp.* covers.
+  std::map<std::string, std::string> agent_env{{"KOLO_BACKEND", "ucx"}};
   if (sizes == std::vector<int>{1, 2, 1}) agent_env["KOLO_CROSS_PIPELINE_KB"] = "2048";
   Cluster c(k, agent_env);
   ASSERT_TRUE(c.ok()) << c.error();
@@ -371,7 +375,61 @@ TEST(MultiAgentTcp, EveryDtypeOpAndSizeMatchesReference) {
     EXPECT_NE(ranks[r].output().find("allreduce checks passed"), std::string::npos) << ranks[r].output();
   }
   // The agents did use it.
-  EXPECT_NE(c.agentLog(0).find("other agents over tcp"), std::string::npos) << c.agentLog(0);
+  EXPECT_NE(c.agentLog(0).find("job multitcp: backend tcp (set by agent rank 0)"),
+            std::string::npos)
+      << c.agentLog(0);
+}
+
+// The default backend (auto): both agents agree before they connect, and
+// `kolo job` on each says which and why (agent/backends/backend_choice.h).
+TEST(MultiAgentBackend, AutoIsAgreedBeforeConnectingAndKoloJobSaysWhich) {
+  Cluster c(2);
+  ASSERT_TRUE(c.ok()) << c.error();
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool rdma =
+      fs::exists("/sys/class/infiniband", ec) && !fs::is_empty("/sys/class/infiniband", ec);
+  const std::string stop = c.dir() + "/stop-auto", steps = c.dir() + "/steps-auto";
+  auto ranks = c.launchMultiJob("auto", {1, 1}, {checkBin(), "until", stop},
+                                {{"KOLO_CHECK_PROGRESS", steps}});
+  std::string step;
+  ASSERT_TRUE(waitForFile(steps, ranks[0], std::chrono::seconds(60), &step)) << allLogs(c, 2);
+  for (int a = 0; a < 2; ++a) {
+    Proc p = spawnProcess({binDir() + "/kolo", "job", "auto", "--agent", c.agentRpc(a)}, {},
+                          c.dir() + "/kolo-job-" + std::to_string(a) + ".log");
+    ASSERT_TRUE(waitProcess(p, std::chrono::seconds(20)));
+    EXPECT_EQ(p.exit_code, 0) << p.output();
+    const std::string want = rdma ? "ucx (auto: every agent has RDMA"
+                                  : "tcp (auto: agent rank 0 offers tcp (no RDMA device))";
+    EXPECT_NE(p.output().find(want), std::string::npos) << p.output();
+    EXPECT_NE(c.agentLog(a).find("job auto: backend " + std::string(rdma ? "ucx" : "tcp")),
+              std::string::npos)
+        << c.agentLog(a);
+  }
+  std::ofstream(stop) << "stop\n";
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(60))) << allLogs(c, 2);
+  for (auto& r : ranks) EXPECT_EQ(r.exit_code, 0) << r.output() << allLogs(c, 2);
+}
+
+// Agents set to different backends fail the job on every rank with the
+// reason, within the backend timeout, instead of half connecting.
+TEST(MultiAgentBackend, AgentsSetToDifferentBackendsFailTheJobNamingBoth) {
+  ClusterOptions o;
+  o.agents = 2;
+  o.agent_env = {{"KOLO_BACKEND_TIMEOUT_MS", "5000"}};
+  o.per_agent_env = {{{"KOLO_BACKEND", "tcp"}}, {{"KOLO_BACKEND", "ucx"}}};
+  Cluster c(o);
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("clash", {1, 1}, {checkBin(), "loop", "3"});
+  ASSERT_TRUE(c.waitJob(ranks, std::chrono::seconds(30))) << allLogs(c, 2);
+  for (auto& r : ranks) {
+    EXPECT_NE(r.exit_code, 0) << r.output();
+    EXPECT_NE(
+        r.output().find(
+            "the agents disagree on the backend: agent rank 0 is set to tcp, agent rank 1 to ucx"),
+        std::string::npos)
+        << r.output() << allLogs(c, 2);
+  }
 }
 
 }  // namespace
