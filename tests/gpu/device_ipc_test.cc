@@ -98,13 +98,16 @@ TEST(DeviceIpc, ValidationTexts) {
   s = validateDeviceDesc(deviceDesc(0, 16, 64), 1 << 20, 64, "");
   EXPECT_EQ(s.message(), "malformed descriptor: device event 64 is not one of the 64 registered at Hello");
   SubmitDesc g = deviceDesc(0, 16, 0);
-  g.collective = static_cast<uint8_t>(CollectiveType::kAllgather);
+  g.collective = static_cast<uint8_t>(CollectiveType::kJoin);
   s = validateDeviceDesc(g, 1 << 20, 64, "");
   EXPECT_EQ(s.message(),
-            "allgather of device tensor 't.w': device tensors are wired for allreduce and broadcast only so far; "
-            "copy the tensor to the host for this collective (docs/gpu.md)");
-  g.collective = static_cast<uint8_t>(CollectiveType::kBroadcast);
-  EXPECT_TRUE(validateDeviceDesc(g, 1 << 20, 64, "").isOk());
+            "join of device tensor 't.w': device tensors are wired for allreduce, broadcast, allgather, "
+            "reducescatter and alltoall; copy the tensor to the host for this collective (docs/gpu.md)");
+  for (auto c : {CollectiveType::kBroadcast, CollectiveType::kAllgather, CollectiveType::kReducescatter,
+                 CollectiveType::kAlltoall}) {
+    g.collective = static_cast<uint8_t>(c);
+    EXPECT_TRUE(validateDeviceDesc(g, 1 << 20, 64, "").isOk()) << collectiveName(c);
+  }
 }
 
 TEST(DeviceIpc, PlanRoutes) {
