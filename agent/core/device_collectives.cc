@@ -57,8 +57,7 @@ StatusOr<DeviceCollectiveWork> enqueueDeviceCollective(gpu::DeviceApi& api, cons
     case CollectiveType::kReducescatter: {
       const size_t es = dataTypeSize(op.dtype);
       const uint64_t row_elems = es > 0 ? op.row_bytes / es : 0;
-      ASSIGN_OR_RETURN(auto blocks,
-                       gpu::planReducescatter(slots, op.dim0, row_elems, es, op.name));
+      ASSIGN_OR_RETURN(auto blocks, gpu::planReducescatter(slots, op.dim0, row_elems, es, op.name));
       DeviceCollectiveWork w;
       for (const gpu::ReduceBlock& b : blocks) {
         std::vector<const void*> srcs;

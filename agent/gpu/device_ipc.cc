@@ -68,9 +68,10 @@ bool deviceCollectiveWired(uint8_t collective) {
 }
 
 Status deviceNotWired(const SubmitDesc& d) {
-  return invalidArgument(what(d) +
-                         ": device tensors are wired for allreduce, broadcast, allgather, reducescatter and "
-                         "alltoall; copy the tensor to the host for this collective (docs/gpu.md)");
+  return invalidArgument(
+      what(d) +
+      ": device tensors are wired for allreduce, broadcast, allgather, reducescatter and "
+      "alltoall; copy the tensor to the host for this collective (docs/gpu.md)");
 }
 
 Status validateDeviceDesc(const SubmitDesc& d, uint64_t arena_bytes, uint32_t events,

@@ -34,10 +34,12 @@ Status describeLayoutOp(const Job& job, const ReadyOp& op, gpu::DeviceRoute rout
                         DeviceLocalOp* dop) {
   const SubmitDesc& d0 = op.descs[0];
   const auto coll = static_cast<CollectiveType>(d0.collective);
-  const std::string what = std::string(collectiveName(coll)) + " of device tensor '" + op.name + "'";
+  const std::string what =
+      std::string(collectiveName(coll)) + " of device tensor '" + op.name + "'";
   const int world = job.worldSize();
   if (route == gpu::DeviceRoute::kStagedCross || world != job.localSize()) {
-    return invalidArgument(what + ": device tensors of this collective are wired for the ranks of " +
+    return invalidArgument(what +
+                           ": device tensors of this collective are wired for the ranks of " +
                            "one agent only so far (this job has " + std::to_string(world) +
                            " ranks, " + std::to_string(job.localSize()) +
                            " of them here); copy the tensor to the host for it across agents");
@@ -63,10 +65,9 @@ Status describeLayoutOp(const Job& job, const ReadyOp& op, gpu::DeviceRoute rout
     dop->meta = op.metas[0];
     for (size_t i = 1; i < op.metas.size(); ++i) {
       if (op.metas[i] != dop->meta) {
-        return invalidArgument(what + ": local ranks 0 and " + std::to_string(i) +
-                               " list different " +
-                               (coll == CollectiveType::kAllgather ? "first dimensions"
-                                                                   : "split matrices"));
+        return invalidArgument(
+            what + ": local ranks 0 and " + std::to_string(i) + " list different " +
+            (coll == CollectiveType::kAllgather ? "first dimensions" : "split matrices"));
       }
     }
   }

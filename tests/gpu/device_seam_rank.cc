@@ -9,20 +9,20 @@
 
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "agent/gpu/device_api.h"
 #include "client.h"
-#include "common/ipc_layout.h"
-#include "device_client.h"
 #include "common/dtype.h"
 #include "common/half.h"
+#include "common/ipc_layout.h"
 #include "common/reduce.h"
+#include "device_client.h"
 
 namespace {
 
