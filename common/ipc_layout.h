@@ -28,8 +28,9 @@ namespace kolo {
 constexpr uint32_t kArenaMagic = 0x4b4f4c41;  // "KOLA"
 // 2: SubmitDesc gained the group fields; 3: generation; 4: the header's
 // wake-up flags (agent_polling, client_waiting honoured, frames_sent);
-// 5: SubmitDesc.split_epoch (split reduction).
-constexpr uint32_t kIpcProtocolVersion = 5;
+// 5: SubmitDesc.split_epoch (split reduction); 6: SubmitDesc.meta_offset
+// (the header of a device allgather / alltoall, in the shared arena).
+constexpr uint32_t kIpcProtocolVersion = 6;
 constexpr size_t kMaxNameBytes = 255;
 constexpr int kMaxDims = 8;
 constexpr size_t kMaxErrorBytes = 440;
@@ -80,6 +81,13 @@ struct SubmitDesc {
   // Split reduction (kSubmitFlagSplit): the PeerArenas frame whose mappings
   // this rank will read the other ranks' slots through. 0 otherwise.
   uint64_t split_epoch;
+  // Device allgather / alltoall (flags & kSubmitFlagDevice): the offset in
+  // this (host) shared arena of the int64 header the host path puts at the
+  // start of the output region (every rank's first dimension, the split
+  // matrix), since the agent reads it on the host and the output region is
+  // device memory (docs/gpu.md, "Allgather, reducescatter, alltoall").
+  // The device output region keeps the header's room, unwritten. 0 otherwise.
+  uint64_t meta_offset;
 };
 
 // SubmitDesc.flags. kSubmitFlagDevice: data_offset/out_offset refer to the

@@ -51,6 +51,18 @@ struct DeviceLocalOp {
   std::vector<DeviceGrant*> grants;  // one per local rank, all on one GPU
   std::vector<uint64_t> offsets;     // into each grant's arena
   std::vector<uint32_t> events;      // each rank's event pair
+  // Allgather, reducescatter, alltoall (one agent, every rank of the job
+  // local; agent/core/device_collectives.h): the op, its tensor's name (for
+  // errors), each rank's output region (device-arena offsets, after the host
+  // path's header room), the first dimension's rows and one row's bytes, and
+  // the host copy of the ranks' first dimensions (allgather) or of the split
+  // matrix (alltoall). Empty `collective`: allreduce or broadcast above.
+  CollectiveType collective = CollectiveType::kAllreduce;
+  std::string name;
+  std::vector<uint64_t> out_offsets;
+  int64_t dim0 = 0;
+  uint64_t row_bytes = 0;
+  std::vector<int64_t> meta;
 };
 
 class DeviceRuntime {

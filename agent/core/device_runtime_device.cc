@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "agent/core/device_collectives.h"
 #include "agent/core/device_grant.h"
 #include "agent/core/device_runtime.h"
 #include "agent/gpu/device_ipc.h"
@@ -27,6 +28,12 @@ Status noDevice() {
 }
 
 SeamGrant* seam(DeviceGrant* g) { return static_cast<SeamGrant*>(g); }
+
+// Allgather, reducescatter, alltoall: inputs and outputs apart (device_collectives.h).
+bool isLayoutCollective(CollectiveType c) {
+  return c == CollectiveType::kAllgather || c == CollectiveType::kReducescatter ||
+         c == CollectiveType::kAlltoall;
+}
 
 // Records every rank's out_ready on `s`: after anything was enqueued for
 // the op, even when a later step failed, so a client's copy-out (and its
@@ -141,6 +148,13 @@ class SeamDeviceRuntime final : public DeviceRuntime {
 Status SeamDeviceRuntime::enqueueWork(const DeviceLocalOp& op, const std::vector<void*>& slots,
                                       void* s) {
   gpu::DeviceApi& api = *gpu::deviceApi();
+  if (isLayoutCollective(op.collective)) {
+    if (op.out_offsets.size() != slots.size()) return internalError("device op without outputs");
+    std::vector<void*> outs;
+    for (size_t i = 0; i < slots.size(); ++i)
+      outs.push_back(seam(op.grants[i])->slot(op.out_offsets[i]));
+    return enqueueDeviceCollective(api, op, slots, outs, s).status();
+  }
   const size_t k = slots.size();
   const size_t bytes = op.count * dataTypeSize(op.dtype);
   if (bytes == 0) return okStatus();

@@ -55,14 +55,23 @@ void markDevice(SubmitDesc* d, uint32_t event) {
 }
 
 bool deviceCollectiveWired(uint8_t collective) {
-  return collective == static_cast<uint8_t>(CollectiveType::kAllreduce) ||
-         collective == static_cast<uint8_t>(CollectiveType::kBroadcast);
+  switch (static_cast<CollectiveType>(collective)) {
+    case CollectiveType::kAllreduce:
+    case CollectiveType::kBroadcast:
+    case CollectiveType::kAllgather:
+    case CollectiveType::kReducescatter:
+    case CollectiveType::kAlltoall:
+      return true;
+    default:
+      return false;
+  }
 }
 
 Status deviceNotWired(const SubmitDesc& d) {
-  return invalidArgument(what(d) +
-                         ": device tensors are wired for allreduce and broadcast only so far; copy the tensor "
-                         "to the host for this collective (docs/gpu.md)");
+  return invalidArgument(
+      what(d) +
+      ": device tensors are wired for allreduce, broadcast, allgather, reducescatter and "
+      "alltoall; copy the tensor to the host for this collective (docs/gpu.md)");
 }
 
 Status validateDeviceDesc(const SubmitDesc& d, uint64_t arena_bytes, uint32_t events,

@@ -49,8 +49,8 @@ inline bool isDevice(const SubmitDesc& d) { return (d.flags & kSubmitFlagDevice)
 Status validateDeviceDesc(const SubmitDesc& d, uint64_t arena_bytes, uint32_t events,
                           const std::string& no_arena_reason);
 
-// The collectives the device path carries today (others are refused with
-// deviceNotWired()).
+// The collectives the device path carries (allreduce, broadcast, allgather,
+// reducescatter, alltoall; others are refused with deviceNotWired()).
 bool deviceCollectiveWired(uint8_t collective);
 Status deviceNotWired(const SubmitDesc& d);
 

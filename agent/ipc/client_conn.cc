@@ -40,6 +40,18 @@ uint64_t ClientConn::allArenasBytes() const {
   return arenaBytes() + (device ? device->bytes() : 0);
 }
 
+bool ClientConn::inData(uint64_t off, uint64_t len) const {
+  if (!arena_) return false;
+  const ArenaLayout layout = ArenaLayout::compute(arena_->size());
+  return len == 0 || (off >= layout.data_offset && len <= layout.data_bytes &&
+                      off - layout.data_offset <= layout.data_bytes - len);
+}
+
+const char* ClientConn::metaOf(const SubmitDesc& d, uint64_t bytes) const {
+  if (!gpu::isDevice(d)) return slot(d.out_offset);  // (validate() checked the output region)
+  return inData(d.meta_offset, bytes) ? slot(d.meta_offset) : nullptr;
+}
+
 Status ClientConn::validate(const SubmitDesc& d) const {
   auto* hdr = reinterpret_cast<const ArenaHeader*>(arena_->data());
   (void)hdr;

@@ -56,6 +56,13 @@ class ClientConn {
   Status validateDirect(const SubmitDesc& d) const;
   // Pointer to a slot inside the arena (validated first).
   char* slot(uint64_t offset) const { return arena_->data() + offset; }
+  // Whether [offset, +len) lies in the arena's data region.
+  bool inData(uint64_t offset, uint64_t len) const;
+  // Where the header of an allgather / alltoall (`bytes`: the int64 list or
+  // matrix) is: ahead of the output region, or, for a device op, at
+  // meta_offset in this arena (ipc_layout.h). nullptr when it is not inside
+  // the arena's data region.
+  const char* metaOf(const SubmitDesc& d, uint64_t bytes) const;
 
   // The rings keep their capacity and this side's index in agent memory
   // (common/spsc_ring.h). A trainer that moved the other index out of

@@ -46,7 +46,14 @@ Status AllgatherOp::validateOnLoop(const Job& job, ClientConn& c, const SubmitDe
   // c.validate() put the output region inside the arena: the sizes are read
   // from it once, here, and only this copy is used from now on.
   if (d.ndim >= 1 && world > 0 && d.out_bytes >= allgatherSizesBytes(world)) {
-    *meta = copyShmMeta(c.slot(d.out_offset), static_cast<size_t>(world));
+    // (a device op's header is in the shared arena at meta_offset)
+    const char* m = c.metaOf(d, static_cast<uint64_t>(world) * sizeof(int64_t));
+    if (m == nullptr) {
+      return invalidArgument("malformed descriptor: the first dimensions of device allgather '" +
+                             std::string(d.name, std::min<size_t>(d.name_len, kMaxNameBytes)) +
+                             "' are outside the shared arena");
+    }
+    *meta = copyShmMeta(m, static_cast<size_t>(world));
   }
   return checkAllgatherSizes(d, world, job.globalRank(c.local_rank), *meta);
 }

@@ -57,7 +57,14 @@ Status AlltoallOp::validateOnLoop(const Job& job, ClientConn& c, const SubmitDes
   // c.validate() put the output region inside the arena: the matrix is read
   // from it once, here, and only this copy is used from now on.
   if (d.ndim >= 1 && n > 0 && d.out_bytes >= alltoallSplitsBytes(n)) {
-    *meta = copyShmMeta(c.slot(d.out_offset), static_cast<size_t>(n) * n);
+    // (a device op's matrix is in the shared arena at meta_offset)
+    const char* m = c.metaOf(d, static_cast<uint64_t>(n) * n * sizeof(int64_t));
+    if (m == nullptr) {
+      return invalidArgument("malformed descriptor: the split matrix of device alltoall '" +
+                             std::string(d.name, std::min<size_t>(d.name_len, kMaxNameBytes)) +
+                             "' is outside the shared arena");
+    }
+    *meta = copyShmMeta(m, static_cast<size_t>(n) * n);
   }
   return checkAlltoallSplits(d, n, job.globalRank(c.local_rank), *meta);
 }

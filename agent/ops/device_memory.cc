@@ -6,8 +6,10 @@
 // refuses (or that failed before it ran) is announced as on the host path.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "agent/core/device_runtime.h"
+#include "agent/core/shm_meta.h"
 #include "agent/gpu/device_ipc.h"
 #include "agent/ipc/client_conn.h"
 #include "agent/ops/memory.h"
@@ -18,6 +20,59 @@
 namespace kolo {
 
 namespace {
+
+bool isLayoutCollective(CollectiveType c) {
+  return c == CollectiveType::kAllgather || c == CollectiveType::kReducescatter ||
+         c == CollectiveType::kAlltoall;
+}
+
+// Allgather, reducescatter, alltoall (docs/gpu.md): every rank of the job
+// on this agent and GPU; the output regions after the host path's header
+// room, and the host copy of the header every local rank's validation took
+// (the first local rank's; the op types check they agree).
+Status describeLayoutOp(const Job& job, const ReadyOp& op, gpu::DeviceRoute route,
+                        DeviceLocalOp* dop) {
+  const SubmitDesc& d0 = op.descs[0];
+  const auto coll = static_cast<CollectiveType>(d0.collective);
+  const std::string what =
+      std::string(collectiveName(coll)) + " of device tensor '" + op.name + "'";
+  const int world = job.worldSize();
+  if (route == gpu::DeviceRoute::kStagedCross || world != job.localSize()) {
+    return invalidArgument(what +
+                           ": device tensors of this collective are wired for the ranks of " +
+                           "one agent only so far (this job has " + std::to_string(world) +
+                           " ranks, " + std::to_string(job.localSize()) +
+                           " of them here); copy the tensor to the host for it across agents");
+  }
+  dop->collective = coll;
+  dop->name = op.name;
+  dop->dim0 = d0.ndim >= 1 ? d0.shape[0] : 0;
+  dop->row_bytes = rowBytesOf(d0);
+  const uint64_t prefix = coll == CollectiveType::kAllgather  ? allgatherSizesBytes(world)
+                          : coll == CollectiveType::kAlltoall ? alltoallSplitsBytes(world)
+                                                              : 0;
+  for (size_t i = 0; i < op.descs.size(); ++i) {
+    const SubmitDesc& d = op.descs[i];
+    if (d.out_bytes < prefix) return internalError(what + ": an output region without its header");
+    dop->out_offsets.push_back(d.out_offset + prefix);
+    if (i > 0 && std::memcmp(d.shape + 1, d0.shape + 1, sizeof(int64_t) * (kMaxDims - 1)) != 0 &&
+        coll != CollectiveType::kReducescatter) {
+      return invalidArgument(what + ": the ranks' tensors differ beyond the first dimension");
+    }
+  }
+  if (coll != CollectiveType::kReducescatter) {
+    if (op.metas.empty()) return internalError(what + ": no header copy");
+    dop->meta = op.metas[0];
+    for (size_t i = 1; i < op.metas.size(); ++i) {
+      if (op.metas[i] != dop->meta) {
+        return invalidArgument(
+            what + ": local ranks 0 and " + std::to_string(i) + " list different " +
+            (coll == CollectiveType::kAllgather ? "first dimensions" : "split matrices"));
+      }
+    }
+  }
+  return okStatus();
+}
 
 class DeviceMemory final : public OpMemory {
  public:
@@ -80,6 +135,13 @@ void DeviceMemory::runOnLoop(OpHost& host, Job& job, const CollectiveOp* kind, R
     dop.grants.push_back(c->device.get());
     dop.offsets.push_back(op.descs[i].data_offset);
     dop.events.push_back(op.descs[i].device_event);
+  }
+  if (isLayoutCollective(coll)) {
+    Status ready = describeLayoutOp(job, op, plan.route, &dop);
+    if (!ready.isOk()) {
+      op.error = ready;  // and the other agents learn of it on the host path
+      return hostMemory().runOnLoop(host, job, kind, std::move(op), std::move(handles));
+    }
   }
   if (plan.route == gpu::DeviceRoute::kStagedCross) {
     return stageCrossOnLoop(host, job, std::move(op), dop, std::move(hold), std::move(handles));

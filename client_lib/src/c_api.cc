@@ -434,7 +434,7 @@ kolo_status_t kolo_result(kolo_handle_t handle, void** data, int64_t* dim0) {
     if (!c) return staleHandle(handle);
     auto r = c->result(raw);
     if (!r.isOk()) return fail(r.status());
-    *data = const_cast<char*>((*r)->data.data());
+    *data = const_cast<void*>((*r)->bytes());  // (device ops: a device address)
     *dim0 = (*r)->dim0;
     return KOLO_OK;
   })

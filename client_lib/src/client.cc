@@ -606,8 +606,22 @@ void Client::handleCompletion(const CompletionDesc& c) {
     }
   } else if (op.device) {
     // Enqueued on the caller's stream behind the agent's out_ready (no host wait).
-    Status ds = device_->finish(op.staged, op.output, op.bytes, op.stream, st.isOk() && !op.released);
+    // A device allgather / alltoall keeps its result in the device arena
+    // (library-owned, as the host path's) until release().
+    const bool keep = st.isOk() && !op.released && op.gather;
+    Status ds = device_->finish(op.staged, op.output, op.device_result_at, op.bytes, op.stream,
+                                st.isOk() && !op.released && !op.gather, keep);
     if (st.isOk()) st = ds;
+    if (keep && ds.isOk()) {
+      GatherResult res;
+      res.dim0 = op.gather_dim0;
+      res.device = device_->address(op.staged, op.device_result_at);
+      res.staged = op.staged;
+      res.stream = op.stream;
+      results_[c.handle] = std::move(res);
+    } else if (keep) {
+      device_->retire(op.staged, op.stream);
+    }
   } else if (st.isOk() && !op.released && op.gather) {
     // Copy the gathered tensor out of the arena (the slot is freed below).
     op.state = OpState::kCompleting;
@@ -799,7 +813,11 @@ Status Client::wait(uint64_t handle, milliseconds timeout, int64_t* aux) {
 
 void Client::release(uint64_t handle) {
   std::unique_lock<std::mutex> lk(mu_);
-  results_.erase(handle);
+  if (auto r = results_.find(handle); r != results_.end()) {
+    // A device result's slot is reused once its stream passed this point.
+    if (r->second.device != nullptr) device_->retire(r->second.staged, r->second.stream);
+    results_.erase(r);
+  }
   for (;;) {
     auto it = ops_.find(handle);
     if (it == ops_.end()) return;

@@ -186,6 +186,12 @@ class Client {
   struct GatherResult {
     std::vector<char> data;
     int64_t dim0 = 0;
+    // A device allgather / alltoall: the result stays in the device arena
+    // (this address, ready on `stream`) until release(); data is empty.
+    void* device = nullptr;
+    DeviceClient::Staged staged;
+    void* stream = nullptr;
+    const void* bytes() const { return device != nullptr ? device : data.data(); }
   };
   // The output of a completed allgather, valid until release(handle).
   StatusOr<const GatherResult*> result(uint64_t handle) const;
@@ -283,6 +289,7 @@ class Client {
     int decompress = -1;           // compressed allreduce: the wire DataType to convert to float32
     bool device = false;           // device path: the result is copied out on `stream`
     DeviceClient::Staged staged;
+    uint64_t device_result_at = 0;  // device path: the result's offset in the staged slot
     void* stream = nullptr;
     uint64_t desc_bytes = 0;  // counted in bytes_in_flight_ while in flight
     // Streamed copy-in: the submitting thread still copies into the slot

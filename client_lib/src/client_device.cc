@@ -1,8 +1,10 @@
 // Client: the device path's submission (docs/gpu.md, "The device data
 // path"; the copies and events are in device_client.h).
+#include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <cstring>
+#include <map>
 
 #include "agent/gpu/device_ipc.h"
 #include "client.h"
@@ -23,8 +25,11 @@ Status Client::deviceAdmits(const OpArgs& a, const std::string& what) const {
   }
   if (!gpu::deviceCollectiveWired(static_cast<uint8_t>(a.collective)) || a.compressed) {
     return invalidArgument(
-        what + ": device tensors are wired for allreduce and broadcast only so far" +
-        (a.compressed ? " (not compressed)" : "") + "; copy the tensor to the host for this");
+        what + ": " +
+        (a.compressed ? std::string("a compressed allreduce of device tensors is not wired (cast "
+                                    "the tensor to float16/bfloat16 on the device instead)")
+                      : std::string("this collective is not wired for device tensors")) +
+        "; copy the tensor to the host for this");
   }
   // The GPU: the device arena is on the device that was current at
   // kolo_init; the stream (kolo_set_stream) and the tensors must be there.
@@ -58,7 +63,33 @@ static void* deviceStream(const OpArgs& a) { return a.stream != nullptr ? a.stre
 Status Client::prepareDevice(const OpArgs& a, uint64_t bytes, const std::string& what,
                              Clock::time_point deadline, SubmitDesc* d, Op* op) {
   void* const stream = deviceStream(a);
-  auto staged = device_->stageIn(a.input, bytes, stream, deadline);
+  // The host path's slot layout (common/slot_plan.h), placed in the device
+  // arena: [input] for allreduce and broadcast (in place), [input | output]
+  // for reducescatter, [header room | output | input] for allgather and
+  // alltoall, whose header itself goes to the shared arena (meta_offset).
+  SlotRequest r = slotRequest(a, bytes);
+  r.has_output = a.output != nullptr;
+  SlotPlan plan;
+  const auto coll = static_cast<CollectiveType>(a.collective);
+  const bool layout = coll == CollectiveType::kAllgather || coll == CollectiveType::kAlltoall ||
+                      coll == CollectiveType::kReducescatter;
+  if (layout) {
+    static const std::map<uint64_t, uint64_t> kNoShared;
+    const WorldView w = world();
+    ASSIGN_OR_RETURN(plan, planSlots(r, SlotGeometry{&kNoShared, w.rank, w.size, 0}));
+  } else {
+    plan.slot_bytes = bytes;
+    plan.input = SlotPiece{0, bytes, true};
+    plan.result = plan.input;
+    plan.result_bytes = bytes;
+  }
+  if (plan.header.bytes > 0) {  // the agent reads it on the host
+    ASSIGN_OR_RETURN(uint64_t meta, allocateSlot(plan.header.bytes, what, deadline));
+    op->slot = meta;
+    std::memcpy(arena_.data() + meta, plan.header_src, plan.header.bytes);
+  }
+  const uint64_t slot_bytes = std::max<uint64_t>(plan.slot_bytes, 1);
+  auto staged = device_->stageIn(a.input, bytes, slot_bytes, plan.input.at, stream, deadline);
   while (!staged.isOk() && staged.status().code() == Code::kInProgress) {
     // Ops in flight hold the device arena space or the event pairs: let
     // their completions free them (bounded by the op timeout).
@@ -87,19 +118,20 @@ Status Client::prepareDevice(const OpArgs& a, uint64_t bytes, const std::string&
         break;
       }
     }
-    staged = device_->stageIn(a.input, bytes, stream, deadline);
+    staged = device_->stageIn(a.input, bytes, slot_bytes, plan.input.at, stream, deadline);
   }
   if (!staged.isOk())
     return Status(staged.status().code(), what + ": " + staged.status().message());
-  // The descriptor as the slot plan describes one: the input at its
-  // device-arena offset, in place.
-  SlotRequest r = slotRequest(a, bytes);
-  SlotPlan plan;
-  plan.input = SlotPiece{staged->offset, bytes, false};
-  *d = describeSubmit(r, plan, 0);
+  // Offsets are device-arena offsets (the slot's), the header's a shared-arena one.
+  *d = describeSubmit(r, plan, staged->offset);
+  if (!layout) d->out_offset = d->out_bytes = 0;  // in place, as before
+  if (op->slot) d->meta_offset = *op->slot;
   gpu::markDevice(d, staged->event);
-  op->bytes = bytes;
+  op->bytes = plan.result_bytes;
   op->device = true;
+  op->device_result_at = plan.result ? plan.result->at : 0;
+  op->gather = plan.gather;
+  op->gather_dim0 = plan.gather_dim0;
   op->staged = *staged;
   op->stream = stream;
   return okStatus();

@@ -564,7 +564,7 @@ Status Client::publish(SubmitDesc d, Op& op, Clock::time_point deadline, const s
 }
 
 void Client::abandon(Op& op) {
-  if (op.device) (void)device_->finish(op.staged, nullptr, 0, op.stream, false);
+  if (op.device) (void)device_->finish(op.staged, nullptr, 0, 0, op.stream, false, false);
   if (!op.slot) return;
   std::lock_guard<std::mutex> lock(mu_);
   --unpublished_slots_;

@@ -77,17 +77,26 @@ class DeviceClient {
   // The CUDA device of the device arena (-1 when not ready()).
   virtual int device() const = 0;
 
-  // Takes a slot of `bytes` and an event pair (waiting for retiring ones
-  // until `deadline`), enqueues the copy from `src` on `stream` and records
+  // Takes a slot of `slot_bytes` (at least `bytes`) and an event pair
+  // (waiting for retiring ones until `deadline`), enqueues the copy of
+  // `bytes` from `src` to the slot's offset `in_at` on `stream` and records
   // in_ready. TimedOut when nothing frees up in time; InProgress (with the
   // reason) when only ops still in flight hold what it needs: the caller
   // drains completions and asks again.
-  virtual StatusOr<Staged> stageIn(const void* src, uint64_t bytes, void* stream, Clock::time_point deadline) = 0;
+  virtual StatusOr<Staged> stageIn(const void* src, uint64_t bytes, uint64_t slot_bytes,
+                                   uint64_t in_at, void* stream, Clock::time_point deadline) = 0;
   // At completion (or when the op is dropped): `stream` waits on out_ready
   // (always: after an agent error the agent may still write the slot), when
-  // `copy` the result is copied to `dst`; the slot and the event pair retire
-  // behind a plain event on `stream`.
-  virtual Status finish(const Staged& s, void* dst, uint64_t bytes, void* stream, bool copy) = 0;
+  // `copy` the `bytes` at the slot's offset `result_at` are copied to `dst`;
+  // the slot and the event pair retire behind a plain event on `stream`,
+  // unless `hold`: then the slot stays (a library-owned device result,
+  // address()) until retire().
+  virtual Status finish(const Staged& s, void* dst, uint64_t result_at, uint64_t bytes,
+                        void* stream, bool copy, bool hold) = 0;
+  // A held slot (finish with `hold`) retires behind a plain event on `stream`.
+  virtual void retire(const Staged& s, void* stream) = 0;
+  // The device address of the slot's offset `at` (this process's mapping).
+  virtual void* address(const Staged& s, uint64_t at) const = 0;
 };
 
 }  // namespace kolo

@@ -1,6 +1,7 @@
 // DeviceClient over the device seam (device_client.h, agent/gpu/device_api.h;
 // docs/gpu.md): the same protocol on CUDA and on the host emulation
 // (KOLO_DEVICE=host-emulated, test builds only).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -127,9 +128,12 @@ class SeamDeviceClient final : public DeviceClient {
   }
   int device() const override { return ready() ? device_ : -1; }
 
-  StatusOr<Staged> stageIn(const void* src, uint64_t bytes, void* stream,
-                           Clock::time_point deadline) override;
-  Status finish(const Staged& s, void* dst, uint64_t bytes, void* stream, bool copy) override;
+  StatusOr<Staged> stageIn(const void* src, uint64_t bytes, uint64_t slot_bytes, uint64_t in_at,
+                           void* stream, Clock::time_point deadline) override;
+  Status finish(const Staged& s, void* dst, uint64_t result_at, uint64_t bytes, void* stream,
+                bool copy, bool hold) override;
+  void retire(const Staged& s, void* stream) override;
+  void* address(const Staged& s, uint64_t at) const override { return slot(s.offset + at); }
 
  private:
   Status createEvents(ipc::Hello* h) {
@@ -224,13 +228,15 @@ StatusOr<DeviceClient::Staged> SeamDeviceClient::takeLocked(uint64_t bytes, bool
 }
 
 StatusOr<DeviceClient::Staged> SeamDeviceClient::stageIn(const void* src, uint64_t bytes,
+                                                         uint64_t slot_bytes, uint64_t in_at,
                                                          void* stream, Clock::time_point deadline) {
   if (!ready()) return unavailable(why_);
   DeviceScope scope(*api_, device_);
   RETURN_IF_ERROR(scope.status());
-  if (bytes > alloc_->capacity()) {
+  slot_bytes = std::max(slot_bytes, in_at + bytes);
+  if (slot_bytes > alloc_->capacity()) {
     return invalidArgument(
-        "its " + std::to_string(bytes) + " bytes are more than the whole device arena (" +
+        "its " + std::to_string(slot_bytes) + " bytes are more than the whole device arena (" +
         std::to_string(alloc_->capacity()) + " bytes); raise KOLO_DEVICE_ARENA_MB");
   }
   Staged s;
@@ -238,7 +244,7 @@ StatusOr<DeviceClient::Staged> SeamDeviceClient::stageIn(const void* src, uint64
     bool retry = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto t = takeLocked(bytes, &retry);
+      auto t = takeLocked(slot_bytes, &retry);
       if (t.isOk()) {
         s = *t;
         break;
@@ -252,17 +258,17 @@ StatusOr<DeviceClient::Staged> SeamDeviceClient::stageIn(const void* src, uint64
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  Status st = bytes == 0 ? okStatus() : api_->copyAsync(slot(s.offset), src, bytes, stream);
+  Status st = bytes == 0 ? okStatus() : api_->copyAsync(slot(s.offset + in_at), src, bytes, stream);
   if (st.isOk()) st = in_[s.event]->record(stream);
   if (!st.isOk()) {
-    (void)finish(s, nullptr, 0, stream, false);
+    (void)finish(s, nullptr, 0, 0, stream, false, false);
     return st;
   }
   return s;
 }
 
-Status SeamDeviceClient::finish(const Staged& s, void* dst, uint64_t bytes, void* stream,
-                                bool copy) {
+Status SeamDeviceClient::finish(const Staged& s, void* dst, uint64_t result_at, uint64_t bytes,
+                                void* stream, bool copy, bool hold) {
   DeviceScope scope(*api_, device_);
   Status st = scope.status();
   // Always behind out_ready, copy or not: after an agent error the agent
@@ -270,7 +276,9 @@ Status SeamDeviceClient::finish(const Staged& s, void* dst, uint64_t bytes, void
   // it enqueued), and a wait on a never-recorded event passes at once.
   Status waited = st.isOk() ? out_[s.event]->streamWait(stream) : st;
   if (st.isOk()) st = waited;
-  if (st.isOk() && copy && bytes > 0) st = api_->copyAsync(dst, slot(s.offset), bytes, stream);
+  if (st.isOk() && copy && bytes > 0)
+    st = api_->copyAsync(dst, slot(s.offset + result_at), bytes, stream);
+  if (hold && waited.isOk()) return st;  // retire() gives it back
   Status rec = waited.isOk() ? done_[s.event]->record(stream) : waited;
   std::lock_guard<std::mutex> lock(mu_);
   if (rec.isOk()) {
@@ -279,6 +287,17 @@ Status SeamDeviceClient::finish(const Staged& s, void* dst, uint64_t bytes, void
     leaked_ = true;
   }
   return st;
+}
+
+void SeamDeviceClient::retire(const Staged& s, void* stream) {
+  DeviceScope scope(*api_, device_);
+  Status rec = scope.status().isOk() ? done_[s.event]->record(stream) : scope.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (rec.isOk()) {
+    retiring_.push_back(s);
+  } else {
+    leaked_ = true;
+  }
 }
 
 }  // namespace

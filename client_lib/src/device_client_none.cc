@@ -21,8 +21,15 @@ class NoDeviceClient final : public DeviceClient {
   bool isDevicePointer(const void*) override { return false; }
   int pointerDevice(const void*) override { return -1; }
   int device() const override { return -1; }
-  StatusOr<Staged> stageIn(const void*, uint64_t, void*, Clock::time_point) override { return unavailable(why()); }
-  Status finish(const Staged&, void*, uint64_t, void*, bool) override { return unavailable(why()); }
+  StatusOr<Staged> stageIn(const void*, uint64_t, uint64_t, uint64_t, void*,
+                           Clock::time_point) override {
+    return unavailable(why());
+  }
+  Status finish(const Staged&, void*, uint64_t, uint64_t, void*, bool, bool) override {
+    return unavailable(why());
+  }
+  void retire(const Staged&, void*) override {}
+  void* address(const Staged&, uint64_t) const override { return nullptr; }
 
  private:
   bool asked_ = false;

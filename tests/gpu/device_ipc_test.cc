@@ -37,10 +37,13 @@ TEST(DeviceIpc, DescriptorEncoding) {
   // The field took the old `reserved` word: the layout did not change.
   EXPECT_EQ(sizeof(SubmitDesc) % 8, 0u);
   EXPECT_EQ(offsetof(SubmitDesc, device_event), offsetof(SubmitDesc, group_size) + sizeof(uint32_t));
-  // The elastic generation follows it, and the split epoch ends the descriptor.
+  // The elastic generation follows it, then the split epoch, and the device
+  // header's offset (protocol 6) ends the descriptor.
   EXPECT_EQ(offsetof(SubmitDesc, generation), offsetof(SubmitDesc, device_event) + sizeof(uint32_t));
   EXPECT_EQ(offsetof(SubmitDesc, split_epoch), offsetof(SubmitDesc, generation) + sizeof(uint64_t));
-  EXPECT_EQ(offsetof(SubmitDesc, split_epoch) + sizeof(uint64_t), sizeof(SubmitDesc));
+  EXPECT_EQ(offsetof(SubmitDesc, meta_offset),
+            offsetof(SubmitDesc, split_epoch) + sizeof(uint64_t));
+  EXPECT_EQ(offsetof(SubmitDesc, meta_offset) + sizeof(uint64_t), sizeof(SubmitDesc));
 }
 
 TEST(DeviceIpc, EventSlotPoolHandsOutEachSlotOnceAndReusesFreedOnes) {
@@ -98,13 +101,17 @@ TEST(DeviceIpc, ValidationTexts) {
   s = validateDeviceDesc(deviceDesc(0, 16, 64), 1 << 20, 64, "");
   EXPECT_EQ(s.message(), "malformed descriptor: device event 64 is not one of the 64 registered at Hello");
   SubmitDesc g = deviceDesc(0, 16, 0);
-  g.collective = static_cast<uint8_t>(CollectiveType::kAllgather);
+  g.collective = static_cast<uint8_t>(CollectiveType::kJoin);
   s = validateDeviceDesc(g, 1 << 20, 64, "");
-  EXPECT_EQ(s.message(),
-            "allgather of device tensor 't.w': device tensors are wired for allreduce and broadcast only so far; "
-            "copy the tensor to the host for this collective (docs/gpu.md)");
-  g.collective = static_cast<uint8_t>(CollectiveType::kBroadcast);
-  EXPECT_TRUE(validateDeviceDesc(g, 1 << 20, 64, "").isOk());
+  EXPECT_EQ(
+      s.message(),
+      "join of device tensor 't.w': device tensors are wired for allreduce, broadcast, allgather, "
+      "reducescatter and alltoall; copy the tensor to the host for this collective (docs/gpu.md)");
+  for (auto c : {CollectiveType::kBroadcast, CollectiveType::kAllgather,
+                 CollectiveType::kReducescatter, CollectiveType::kAlltoall}) {
+    g.collective = static_cast<uint8_t>(c);
+    EXPECT_TRUE(validateDeviceDesc(g, 1 << 20, 64, "").isOk()) << collectiveName(c);
+  }
 }
 
 TEST(DeviceIpc, PlanRoutes) {

@@ -7,10 +7,12 @@
 // arena was granted; "FAULT: <status>" for the fault mode.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,7 +20,9 @@
 #include "client.h"
 #include "common/dtype.h"
 #include "common/half.h"
+#include "common/ipc_layout.h"
 #include "common/reduce.h"
+#include "device_client.h"
 
 namespace {
 
@@ -309,11 +313,13 @@ int fault(Client& c) {
   return 0;
 }
 
+#include "tests/gpu/device_seam_colls.inc"
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s every|inflight|full|die|fault\n", argv[0]);
+    std::fprintf(stderr, "usage: %s every|inflight|full|die|fault|colls|mixed|cross\n", argv[0]);
     return 2;
   }
   auto opts = kolo::ClientOptions::fromEnvironment();
@@ -339,6 +345,12 @@ int main(int argc, char** argv) {
     rc = die(c);
   else if (mode == "fault")
     rc = fault(c);
+  else if (mode == "colls")
+    rc = colls(c);
+  else if (mode == "mixed")
+    rc = mixed(c);
+  else if (mode == "cross")
+    rc = cross(c);
   std::fflush(stdout);
   c.shutdown();
   return rc;

@@ -96,6 +96,21 @@ TEST_P(SeamRanks, EveryDtypeAndOpOnOneAgent) {
   }
 }
 
+// Issue 40: allgather (different first dimensions), reducescatter (uneven
+// blocks, every op, prescale/postscale), alltoall (splits) and grouped
+// allreduce of device tensors, every dtype, bit for bit, 2-4 trainers on
+// one agent.
+TEST_P(SeamRanks, EveryCollectiveOnOneAgent) {
+  KOLO_REQUIRE_SEAM();
+  Cluster c(1, withDevice({}));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("seamcolls", GetParam(), {kRank, "colls"}, rankEnv());
+  bool skipped = false;
+  expectAll(c, ranks, "COLLS OK", 1, &skipped);
+  if (skipped) GTEST_SKIP() << ranks[0].output();
+  std::printf("[colls] rank 0: %s", ranks[0].output().c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(Trainers, SeamRanks, ::testing::Values(2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "n" + std::to_string(i.param);
@@ -110,6 +125,43 @@ TEST(Seam, EveryDtypeAndOpAcrossTwoAgents) {
   auto ranks = c.launchMultiJob("seamcross", {2, 1}, {kRank, "every"}, rankEnv());
   bool skipped = false;
   expectAll(c, ranks, "EVERY OK", 2, &skipped);
+}
+
+// A host tensor on one rank and device tensors on the others: every rank
+// gets the refusal with its text.
+TEST(Seam, MixedHostAndDeviceTensorsAreRefusedWithTheText) {
+  KOLO_REQUIRE_SEAM();
+  Cluster c(1, withDevice({}));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("seammixed", 2, {kRank, "mixed"}, rankEnv());
+  bool skipped = false;
+  expectAll(c, ranks, "MIXED DONE", 1, &skipped);
+  if (skipped) GTEST_SKIP() << ranks[0].output();
+  for (auto& r : ranks) {
+    EXPECT_TRUE(has(r.output(), "INVALID_ARGUMENT")) << r.output();
+    EXPECT_TRUE(has(r.output(),
+                    "tensor 'mixed.gather': local rank 0 submitted a host tensor and "
+                    "another a device tensor"))
+        << r.output();
+  }
+}
+
+// Across two agents a device allgather is refused on every rank with the
+// text (not wired yet); a device allreduce after it works.
+TEST(Seam, DeviceAllgatherAcrossAgentsIsRefusedWithTheText) {
+  KOLO_REQUIRE_SEAM();
+  Cluster c(2, withDevice({}));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("seamxgather", {1, 1}, {kRank, "cross"}, rankEnv());
+  bool skipped = false;
+  expectAll(c, ranks, "CROSS DONE", 2, &skipped);
+  if (skipped) GTEST_SKIP() << ranks[0].output();
+  for (auto& r : ranks) {
+    EXPECT_TRUE(has(r.output(),
+                    "allgather of device tensor 'cross.gather': device tensors of this "
+                    "collective are wired for the ranks of one agent only so far"))
+        << r.output();
+  }
 }
 
 TEST(Seam, MoreDeviceOpsInFlightThanEventPairs) {

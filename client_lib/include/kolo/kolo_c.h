@@ -157,7 +157,10 @@ kolo_status_t kolo_allreduce_compressed(const char* name, const float* input, fl
  * kolo_synchronize(handle) returns KOLO_OK, kolo_result(handle, &data, &dim0)
  * gives a pointer to a library-owned copy of the output (dim0 = its first
  * dimension, the sum over ranks) that stays valid until
- * kolo_release(handle), which the caller must call to free it. */
+ * kolo_release(handle), which the caller must call to free it. A device
+ * tensor's allgather (and alltoall) leaves its output in this rank's device
+ * arena: `data` is then a device address, ready on the thread's stream
+ * (kolo_set_stream), reused once that stream passed kolo_release. */
 kolo_status_t kolo_allgather_async(const char* name, const void* input, int ndim, const int64_t* shape,
                                    kolo_dtype_t dtype, kolo_handle_t* handle);
 kolo_status_t kolo_result(kolo_handle_t handle, void** data, int64_t* dim0);
