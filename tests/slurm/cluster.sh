@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# A real Slurm cluster on this machine (sourced by tests/slurm/*.sh):
+# munged, slurmctld and one kolo-coordinator in a "control" network
+# namespace holding a bridge on 10.77.0.0/24, and N nodes, each a network
+# namespace with a veth on that bridge (10.77.0.1X), its own slurmd
+# (`slurmd -N nX`) and its own kolo-agent. Nothing is added to the host's
+# own network namespace. slurm_cluster_down (run by the caller's EXIT trap)
+# stops every process it started and removes the namespaces and files.
+#
+# Needs root, iproute2, munge, slurmctld, slurmd, slurm-client
+# (scripts/install-deps.sh) and a build (KOLO_BIN: build/bin).
+set -euo pipefail
+
+SC_ID=${SC_ID:-$$}
+SC_DIR=$(mktemp -d /tmp/kolo-slurm-XXXXXX)
+SC_CTL_NS=ksl${SC_ID}c
+SC_BR=kslbr${SC_ID}
+SC_NODES=()
+SC_PIDS=()
+export SLURM_CONF=$SC_DIR/slurm.conf
+
+sc_log() { echo "slurm-cluster: $*" >&2; }
+sc_in() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+sc_node_ns() { echo "ksl${SC_ID}n$1"; }
+
+# Waits (bounded) until "$@" succeeds.
+sc_wait() {
+  local secs=$1 what=$2; shift 2
+  local end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $end ]; then sc_log "timed out after ${secs}s waiting for $what"; return 1; fi
+    sleep 0.2
+  done
+}
+
+slurm_cluster_down() {
+  local p
+  for p in "${SC_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${SC_PIDS[@]}"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  # slurmstepd and job tasks left by a killed slurmd.
+  for p in $(pgrep -f "$SC_DIR" 2>/dev/null || true); do kill -KILL "$p" 2>/dev/null || true; done
+  local i
+  for i in "${SC_NODES[@]}"; do ip netns del "$(sc_node_ns "$i")" 2>/dev/null || true; done
+  ip netns del "$SC_CTL_NS" 2>/dev/null || true
+  [ "${KOLO_SLURM_KEEP:-0}" = 1 ] && { sc_log "kept $SC_DIR"; return; }
+  rm -rf "$SC_DIR"
+}
+
+# slurm_cluster_up N: munge, slurmctld, coordinator, N nodes (n1..nN) with
+# CPUs=$SC_CPUS each (default 2), each with its slurmd and kolo-agent.
+slurm_cluster_up() {
+  local n=$1 cpus=${SC_CPUS:-2} i
+  mkdir -p "$SC_DIR"/{munge,ctl,log}
+  ip netns add "$SC_CTL_NS"
+  sc_in "$SC_CTL_NS" ip link set lo up
+  sc_in "$SC_CTL_NS" ip link add "$SC_BR" type bridge
+  sc_in "$SC_CTL_NS" ip addr add 10.77.0.1/24 dev "$SC_BR"
+  sc_in "$SC_CTL_NS" ip link set "$SC_BR" up
+  local nodes_conf=""
+  for i in $(seq 1 "$n"); do
+    local ns; ns=$(sc_node_ns "$i")
+    ip netns add "$ns"
+    SC_NODES+=("$i")
+    sc_in "$ns" ip link set lo up
+    ip link add "kslv${SC_ID}a$i" netns "$SC_CTL_NS" type veth peer name eth0 netns "$ns"
+    sc_in "$SC_CTL_NS" ip link set "kslv${SC_ID}a$i" master "$SC_BR" up
+    sc_in "$ns" ip addr add "10.77.0.1$i/24" dev eth0
+    sc_in "$ns" ip link set eth0 up
+    nodes_conf+="NodeName=n$i NodeAddr=10.77.0.1$i CPUs=$cpus State=UNKNOWN"$'\n'
+  done
+  dd if=/dev/urandom of="$SC_DIR/munge/munge.key" bs=1024 count=1 status=none
+  chmod 0400 "$SC_DIR/munge/munge.key"
+  /usr/sbin/munged --foreground --force --key-file="$SC_DIR/munge/munge.key" \
+    --socket="$SC_DIR/munge/munge.sock" --pid-file="$SC_DIR/munge/munged.pid" \
+    --seed-file="$SC_DIR/munge/seed" --log-file="$SC_DIR/log/munged.log" &
+  SC_PIDS+=($!)
+  sc_wait 10 munged test -S "$SC_DIR/munge/munge.sock"
+  cat > "$SLURM_CONF" <<CONF
+ClusterName=kolotest
+SlurmctldHost=$(hostname -s)(10.77.0.1)
+MailProg=/bin/true
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$SC_DIR/munge/munge.sock
+StateSaveLocation=$SC_DIR/ctl
+SlurmdSpoolDir=$SC_DIR/spool-%n
+SlurmctldPidFile=$SC_DIR/ctl/slurmctld.pid
+SlurmdPidFile=$SC_DIR/slurmd-%n.pid
+SlurmctldLogFile=$SC_DIR/log/slurmctld.log
+SlurmdLogFile=$SC_DIR/log/slurmd-%n.log
+SlurmctldPort=${SC_CTL_PORT:-6817}
+SlurmdPort=6818
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+SwitchType=switch/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+ReturnToService=2
+SlurmdTimeout=${SC_SLURMD_TIMEOUT:-30}
+InactiveLimit=0
+KillWait=5
+MinJobAge=10
+${SC_PROLOG:+Prolog=$SC_PROLOG}
+${SC_EPILOG:+Epilog=$SC_EPILOG}
+$nodes_conf
+PartitionName=kolo Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONF
+  # slurmd 22.05 always loads a cgroup plugin; this machine has the v1
+  # hierarchies mounted (nothing is confined: proctrack/linuxproc, task/none).
+  echo "CgroupPlugin=${SC_CGROUP_PLUGIN:-cgroup/v1}" > "$SC_DIR/cgroup.conf"
+  for i in $(seq 1 "$n"); do mkdir -p "$SC_DIR/spool-n$i"; done
+  sc_in "$SC_CTL_NS" /usr/sbin/slurmctld -D -i -f "$SLURM_CONF" >"$SC_DIR/log/slurmctld.out" 2>&1 &
+  SC_PIDS+=($!)
+  sc_wait 20 slurmctld sc_in "$SC_CTL_NS" scontrol ping
+  for i in $(seq 1 "$n"); do
+    sc_in "$(sc_node_ns "$i")" /usr/sbin/slurmd -D -N "n$i" -f "$SLURM_CONF" >"$SC_DIR/log/slurmd-n$i.out" 2>&1 &
+    SC_PIDS+=($!)
+    eval "SC_SLURMD_PID_$i=$!"
+  done
+  sc_wait 30 "every node idle" sc_all_idle "$n"
+}
+
+sc_all_idle() {
+  local idle
+  idle=$(sc_in "$SC_CTL_NS" sinfo -h -N -t idle -o %N | sort -u | wc -l)
+  [ "$idle" -eq "$1" ]
+}
+
+# sc_ctl CMD...: a Slurm client command (sbatch, srun, squeue, scancel)
+# where slurmctld and the nodes reach it.
+sc_ctl() { sc_in "$SC_CTL_NS" "$@"; }
