@@ -1,8 +1,7 @@
 #include "cli/job_runner.h"
 
-#include <sys/stat.h>
-
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -130,8 +129,8 @@ int JobRunner::run() {
 
 Status JobRunner::prepareNodes() {
   ASSIGN_OR_RETURN(Launcher launcher,
-                   chooseLauncher(opts_.launcher, !opts_.hosts.empty() || !opts_.hostfile.empty(), opts_.agents,
-                                  findOnPath("srun"), processEnvironment()));
+                   chooseLauncher(opts_.launcher, !opts_.hosts.empty() || !opts_.hostfile.empty(),
+                                  opts_.agents, findOnPath("srun"), processEnvironment()));
   if (launcher == Launcher::kSrun) return prepareSrunNodes();
   std::vector<HostSlots> hosts;
   if (!opts_.hosts.empty()) {
@@ -408,8 +407,8 @@ void JobRunner::printSummary() {
   const int n = plan_.size();
   const bool failed = exit_code_ != 0;
   if (srun_) {  // one srun step: srun reports the tasks that failed
-    say(std::to_string(n) + (n == 1 ? " rank" : " ranks") + " finished in " + seconds(finished_ - started_) +
-        " as one srun step, " +
+    say(std::to_string(n) + (n == 1 ? " rank" : " ranks") + " finished in " +
+        seconds(finished_ - started_) + " as one srun step, " +
         (received_signal_ != 0 ? "stopped by " + signalName(received_signal_)
          : failed              ? "which failed (" + ranks_[0].exit.describe() + ")"
                                : std::string("all succeeded")));

@@ -27,30 +27,35 @@ const std::set<std::string>& perRankNames() {
   return names;
 }
 
-std::string getOr(const std::map<std::string, std::string>& env, const char* name, const std::string& dflt) {
+std::string getOr(const std::map<std::string, std::string>& env, const char* name,
+                  const std::string& dflt) {
   auto it = env.find(name);
   return it == env.end() || it->second.empty() ? dflt : it->second;
 }
 
 }  // namespace
 
-StatusOr<Launcher> chooseLauncher(const std::string& flag, bool hosts_given, int agents, bool srun_found,
-                                  const std::map<std::string, std::string>& env) {
+StatusOr<Launcher> chooseLauncher(const std::string& flag, bool hosts_given, int agents,
+                                  bool srun_found, const std::map<std::string, std::string>& env) {
   const bool in_allocation = !getOr(env, "SLURM_JOB_ID", getOr(env, "SLURM_JOBID", "")).empty();
   if (flag == "ssh") return Launcher::kSsh;
   if (flag == "auto" || flag.empty()) {
-    return in_allocation && !hosts_given && agents == 1 && srun_found ? Launcher::kSrun : Launcher::kSsh;
+    return in_allocation && !hosts_given && agents == 1 && srun_found ? Launcher::kSrun
+                                                                      : Launcher::kSsh;
   }
-  if (flag != "srun") return invalidArgument("--launcher must be ssh, srun or auto, got '" + flag + "'");
+  if (flag != "srun")
+    return invalidArgument("--launcher must be ssh, srun or auto, got '" + flag + "'");
   if (!in_allocation) {
     return invalidArgument(
         "--launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not set); run kolorun in "
         "an sbatch script or under salloc");
   }
   if (hosts_given) {
-    return invalidArgument("--launcher srun takes the hosts from the allocation: give no -H/--hostfile");
+    return invalidArgument(
+        "--launcher srun takes the hosts from the allocation: give no -H/--hostfile");
   }
-  if (agents != 1) return invalidArgument("--launcher srun uses each node's kolo-agent: --agents must be 1");
+  if (agents != 1)
+    return invalidArgument("--launcher srun uses each node's kolo-agent: --agents must be 1");
   if (!srun_found) return invalidArgument("--launcher srun: no srun on PATH");
   return Launcher::kSrun;
 }
@@ -86,7 +91,8 @@ std::vector<std::string> srunArgv(const LaunchPlan& plan, const std::string& kol
 
 std::string srunHostfile(const LaunchPlan& plan) {
   std::string text;
-  for (const RankPlacement& p : plan.ranks) text += plan.nodes.at(static_cast<size_t>(p.node)).host + "\n";
+  for (const RankPlacement& p : plan.ranks)
+    text += plan.nodes.at(static_cast<size_t>(p.node)).host + "\n";
   return text;
 }
 
@@ -94,9 +100,11 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> slurmTaskEnv(
     const std::map<std::string, std::string>& env) {
   ASSIGN_OR_RETURN(std::optional<LauncherIdentity> id, launcherIdentity(env));
   if (!id || id->launcher != "slurm") {
-    return invalidArgument("--slurm-task runs only in a task of kolorun's srun step (SLURM_PROCID is not set)");
+    return invalidArgument(
+        "--slurm-task runs only in a task of kolorun's srun step (SLURM_PROCID is not set)");
   }
-  auto per_node_text = getOr(env, "SLURM_STEP_TASKS_PER_NODE", getOr(env, "SLURM_TASKS_PER_NODE", ""));
+  auto per_node_text =
+      getOr(env, "SLURM_STEP_TASKS_PER_NODE", getOr(env, "SLURM_TASKS_PER_NODE", ""));
   ASSIGN_OR_RETURN(std::vector<int> per_node, expandSlurmTasksPerNode(per_node_text));
   LaunchPlan plan;
   plan.job.job_id = getOr(env, "KOLO_JOB_ID", id->job_id);
@@ -106,15 +114,16 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> slurmTaskEnv(
   for (size_t n = 0; n < per_node.size(); ++n) plan.nodes.push_back({"", false, "", socket, ""});
   plan.ranks = placeRanks(per_node);
   if (id->rank >= plan.size() || plan.size() != id->size) {
-    return invalidArgument("SLURM_STEP_TASKS_PER_NODE '" + per_node_text + "' does not add up to SLURM_NTASKS " +
-                           std::to_string(id->size));
+    return invalidArgument("SLURM_STEP_TASKS_PER_NODE '" + per_node_text +
+                           "' does not add up to SLURM_NTASKS " + std::to_string(id->size));
   }
   const RankPlacement& p = plan.ranks[static_cast<size_t>(id->rank)];
   if (p.node != id->node || p.local_rank != id->local_rank) {
     return invalidArgument("srun placed task " + std::to_string(id->rank) + " as local task " +
                            std::to_string(id->local_rank) + " of node " + std::to_string(id->node) +
-                           ", but kolorun's plan has it as local rank " + std::to_string(p.local_rank) +
-                           " of node " + std::to_string(p.node) + " (is SLURM_DISTRIBUTION overridden?)");
+                           ", but kolorun's plan has it as local rank " +
+                           std::to_string(p.local_rank) + " of node " + std::to_string(p.node) +
+                           " (is SLURM_DISTRIBUTION overridden?)");
   }
   std::vector<std::pair<std::string, std::string>> out;
   for (auto& kv : rankEnv(plan, id->rank)) {
@@ -162,8 +171,8 @@ bool findOnPath(const std::string& name) {
 
 }  // namespace kolo::cli
 
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace kolo::cli {
@@ -176,7 +185,8 @@ int execSlurmTask(const std::map<std::string, std::string>& env, char** command)
   }
   for (auto& [k, v] : *vars) ::setenv(k.c_str(), v.c_str(), 1);
   ::execvp(command[0], command);
-  std::fprintf(stderr, "kolorun --slurm-task: cannot run '%s': %s\n", command[0], std::strerror(errno));
+  std::fprintf(stderr, "kolorun --slurm-task: cannot run '%s': %s\n", command[0],
+               std::strerror(errno));
   return 127;
 }
 

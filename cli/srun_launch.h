@@ -21,8 +21,8 @@ enum class Launcher { kSsh, kSrun };
 // in `env`) when no -H/--hostfile is given and `srun_found`, else ssh.
 // srun outside an allocation, or with -H/--hostfile or --agents > 1, is an
 // error that says why.
-StatusOr<Launcher> chooseLauncher(const std::string& flag, bool hosts_given, int agents, bool srun_found,
-                                  const std::map<std::string, std::string>& env);
+StatusOr<Launcher> chooseLauncher(const std::string& flag, bool hosts_given, int agents,
+                                  bool srun_found, const std::map<std::string, std::string>& env);
 
 // The allocation's hosts and tasks per node as -H would give them.
 StatusOr<std::vector<HostSlots>> allocationHosts(const std::map<std::string, std::string>& env);

@@ -18,14 +18,17 @@ Status JobRunner::prepareSrunNodes() {
   for (const HostSlots& h : hosts) slots.push_back(h.slots);
   auto per_node = fillSlots(opts_.np, slots);
   if (!per_node.isOk()) {
-    return invalidArgument(per_node.status().message() + " (the Slurm allocation " + env["SLURM_JOB_ID"] +
-                           ": SLURM_TASKS_PER_NODE " + env["SLURM_TASKS_PER_NODE"] + ")");
+    return invalidArgument(per_node.status().message() + " (the Slurm allocation " +
+                           env["SLURM_JOB_ID"] + ": SLURM_TASKS_PER_NODE " +
+                           env["SLURM_TASKS_PER_NODE"] + ")");
   }
   srun_ = true;
   const char* env_socket = std::getenv("KOLO_AGENT_SOCKET");
-  const std::string socket =
-      opts_.agent_socket != kDefaultAgentSocket || env_socket == nullptr ? opts_.agent_socket : env_socket;
-  for (size_t i = 0; i < per_node->size(); ++i) plan_.nodes.push_back({hosts[i].host, false, "", socket, ""});
+  const std::string socket = opts_.agent_socket != kDefaultAgentSocket || env_socket == nullptr
+                                 ? opts_.agent_socket
+                                 : env_socket;
+  for (size_t i = 0; i < per_node->size(); ++i)
+    plan_.nodes.push_back({hosts[i].host, false, "", socket, ""});
   plan_.coordinator = env.count("KOLO_COORDINATOR") != 0 ? env["KOLO_COORDINATOR"] : "";
   plan_.ranks = placeRanks(*per_node);
   if (opts_.verbose) {
@@ -38,8 +41,10 @@ Status JobRunner::prepareSrunNodes() {
 Status JobRunner::spawnSrunStep() {
   // The placement: one host per rank in SLURM_HOSTFILE (srun reads it here).
   const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/kolorun-srun-XXXXXX";
-  if (::mkdtemp(templ.data()) == nullptr) return errnoStatus("cannot create a directory for SLURM_HOSTFILE", errno);
+  std::string templ =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/kolorun-srun-XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr)
+    return errnoStatus("cannot create a directory for SLURM_HOSTFILE", errno);
   srun_hostfile_dir_ = templ;
   const std::string hostfile = templ + "/hostfile";
   {

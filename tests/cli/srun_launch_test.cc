@@ -13,7 +13,8 @@ namespace {
 using Env = std::map<std::string, std::string>;
 using Vars = std::vector<std::pair<std::string, std::string>>;
 
-const Env kAlloc = {{"SLURM_JOB_ID", "55"}, {"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x2),1"}};
+const Env kAlloc = {
+    {"SLURM_JOB_ID", "55"}, {"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x2),1"}};
 
 std::string find(const Vars& v, const std::string& k) {
   auto it = std::find_if(v.begin(), v.end(), [&](auto& kv) { return kv.first == k; });
@@ -27,20 +28,23 @@ TEST(SrunLaunch, ChoosesTheLauncher) {
   EXPECT_EQ(chooseLauncher("auto", false, 1, true, Env{}).value(), Launcher::kSsh);
   EXPECT_EQ(chooseLauncher("ssh", false, 1, true, kAlloc).value(), Launcher::kSsh);
   EXPECT_EQ(chooseLauncher("srun", false, 1, true, Env{}).status().message(),
-            "--launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not set); run kolorun in an sbatch "
+            "--launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not set); run kolorun "
+            "in an sbatch "
             "script or under salloc");
   EXPECT_EQ(chooseLauncher("srun", true, 1, true, kAlloc).status().message(),
             "--launcher srun takes the hosts from the allocation: give no -H/--hostfile");
   EXPECT_EQ(chooseLauncher("srun", false, 2, true, kAlloc).status().message(),
             "--launcher srun uses each node's kolo-agent: --agents must be 1");
-  EXPECT_EQ(chooseLauncher("srun", false, 1, false, kAlloc).status().message(), "--launcher srun: no srun on PATH");
+  EXPECT_EQ(chooseLauncher("srun", false, 1, false, kAlloc).status().message(),
+            "--launcher srun: no srun on PATH");
 }
 
 LaunchPlan planOf(const std::vector<int>& per_node) {
   LaunchPlan plan;
   plan.job = {"job-abc", "secret"};
   auto hosts = allocationHosts(kAlloc).value();
-  for (size_t i = 0; i < per_node.size(); ++i) plan.nodes.push_back({hosts[i].host, false, "", "/run/kolo/agent.sock", ""});
+  for (size_t i = 0; i < per_node.size(); ++i)
+    plan.nodes.push_back({hosts[i].host, false, "", "/run/kolo/agent.sock", ""});
   plan.ranks = placeRanks(per_node);
   plan.coordinator = "10.0.0.1:7470";
   plan.command = {"python", "train.py", "--lr", "0.1"};
@@ -57,21 +61,29 @@ TEST(SrunLaunch, OneStepWithTheRanksPlacedByTheHostfile) {
   plan.wdir = "/scratch/run";
   EXPECT_EQ(srunArgv(plan, "/usr/bin/kolorun"),
             (std::vector<std::string>{"srun", "--ntasks=5", "--nodes=3", "--distribution=arbitrary",
-                                      "--kill-on-bad-exit=1", "--label", "--chdir=/scratch/run", "/usr/bin/kolorun",
-                                      "--slurm-task", "--", "python", "train.py", "--lr", "0.1"}));
+                                      "--kill-on-bad-exit=1", "--label", "--chdir=/scratch/run",
+                                      "/usr/bin/kolorun", "--slurm-task", "--", "python",
+                                      "train.py", "--lr", "0.1"}));
   EXPECT_EQ(srunHostfile(plan), "n1\nn1\nn2\nn2\nn3\n");
   Vars env = srunStepEnv(plan);
   EXPECT_EQ(find(env, "KOLO_JOB_ID"), "job-abc");
-  EXPECT_EQ(find(env, "KOLO_JOB_TOKEN"), "secret");  // in srun's environment, never on its command line
+  EXPECT_EQ(find(env, "KOLO_JOB_TOKEN"),
+            "secret");  // in srun's environment, never on its command line
   EXPECT_EQ(find(env, "KOLO_COORDINATOR"), "10.0.0.1:7470");
   EXPECT_EQ(find(env, "KOLO_RANK"), "<unset>");
   EXPECT_EQ(find(env, "LOCAL_RANK"), "<unset>");
 }
 
 TEST(SrunLaunch, ATaskComputesItsRankVariables) {
-  Env task = {{"SLURM_JOB_ID", "55"},        {"SLURM_STEP_ID", "0"},     {"SLURM_PROCID", "3"},
-              {"SLURM_LOCALID", "1"},        {"SLURM_NODEID", "1"},      {"SLURM_NTASKS", "5"},
-              {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"}, {"KOLO_JOB_ID", "job-abc"}, {"KOLO_JOB_TOKEN", "secret"}};
+  Env task = {{"SLURM_JOB_ID", "55"},
+              {"SLURM_STEP_ID", "0"},
+              {"SLURM_PROCID", "3"},
+              {"SLURM_LOCALID", "1"},
+              {"SLURM_NODEID", "1"},
+              {"SLURM_NTASKS", "5"},
+              {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"},
+              {"KOLO_JOB_ID", "job-abc"},
+              {"KOLO_JOB_TOKEN", "secret"}};
   auto vars = slurmTaskEnv(task);
   ASSERT_TRUE(vars.isOk()) << vars.status().message();
   EXPECT_EQ(find(*vars, "KOLO_RANK"), "3");
@@ -84,9 +96,10 @@ TEST(SrunLaunch, ATaskComputesItsRankVariables) {
   EXPECT_EQ(find(*vars, "GROUP_RANK"), "1");
   EXPECT_EQ(find(*vars, "GROUP_WORLD_SIZE"), "3");
   EXPECT_EQ(find(*vars, "KOLO_JOB_TOKEN"), "<unset>");  // inherited, not rewritten
-  task["SLURM_NODEID"] = "2";
+  task["SLURM_NODEID"] = "0";
   EXPECT_EQ(slurmTaskEnv(task).status().message(),
-            "srun placed task 3 as local task 1 of node 2, but kolorun's plan has it as local rank 1 of node 1 "
+            "srun placed task 3 as local task 1 of node 0, but kolorun's plan has it as local rank "
+            "1 of node 1 "
             "(is SLURM_DISTRIBUTION overridden?)");
   EXPECT_EQ(slurmTaskEnv(Env{}).status().message(),
             "--slurm-task runs only in a task of kolorun's srun step (SLURM_PROCID is not set)");

@@ -12,6 +12,8 @@
 set -euo pipefail
 
 SC_ID=${SC_ID:-$$}
+SC_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+KOLO_BIN=${KOLO_BIN:-$SC_REPO/build/bin}
 SC_DIR=$(mktemp -d /tmp/kolo-slurm-XXXXXX)
 SC_CTL_NS=ksl${SC_ID}c
 SC_BR=kslbr${SC_ID}
@@ -108,8 +110,8 @@ SlurmdTimeout=${SC_SLURMD_TIMEOUT:-30}
 InactiveLimit=0
 KillWait=5
 MinJobAge=10
-${SC_PROLOG:+Prolog=$SC_PROLOG}
-${SC_EPILOG:+Epilog=$SC_EPILOG}
+Prolog=$SC_DIR/prolog
+Epilog=$SC_DIR/epilog
 $nodes_conf
 PartitionName=kolo Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
@@ -117,15 +119,50 @@ CONF
   # hierarchies mounted (nothing is confined: proctrack/linuxproc, task/none).
   echo "CgroupPlugin=${SC_CGROUP_PLUGIN:-cgroup/v1}" > "$SC_DIR/cgroup.conf"
   for i in $(seq 1 "$n"); do mkdir -p "$SC_DIR/spool-n$i"; done
+  # The cluster's kolo-coordinator, next to slurmctld.
+  SC_COORD_PORT=7470
+  sc_in "$SC_CTL_NS" "$KOLO_BIN/kolo-coordinator" --listen "10.77.0.1:$SC_COORD_PORT" \
+    --ready-file "$SC_DIR/coordinator.ready" --lease-ms 3000 --heartbeat-interval-ms 500 \
+    >"$SC_DIR/log/coordinator.log" 2>&1 &
+  SC_PIDS+=($!)
+  sc_wait 20 kolo-coordinator test -s "$SC_DIR/coordinator.ready"
+  # The prolog and epilog of deploy/slurm, with this cluster's site key.
+  dd if=/dev/urandom of="$SC_DIR/site.key" bs=32 count=1 status=none
+  chmod 0400 "$SC_DIR/site.key"
+  for p in prolog epilog; do
+    printf '#!/bin/sh\nKOLO_SLURM_JOB_KEY=%s exec %s\n' "$SC_DIR/site.key" "$SC_REPO/deploy/slurm/$p.sh" > "$SC_DIR/$p"
+    chmod 0755 "$SC_DIR/$p"
+  done
   sc_in "$SC_CTL_NS" /usr/sbin/slurmctld -D -i -f "$SLURM_CONF" >"$SC_DIR/log/slurmctld.out" 2>&1 &
   SC_PIDS+=($!)
   sc_wait 20 slurmctld sc_in "$SC_CTL_NS" scontrol ping
-  for i in $(seq 1 "$n"); do
-    sc_in "$(sc_node_ns "$i")" /usr/sbin/slurmd -D -N "n$i" -f "$SLURM_CONF" >"$SC_DIR/log/slurmd-n$i.out" 2>&1 &
-    SC_PIDS+=($!)
-    eval "SC_SLURMD_PID_$i=$!"
-  done
+  for i in $(seq 1 "$n"); do sc_node_up "$i"; done
   sc_wait 30 "every node idle" sc_all_idle "$n"
+}
+
+# A node: a private mount namespace in which /run/kolo is the node's own
+# directory (the system agent's default socket /run/kolo/agent.sock and the
+# prolog's /run/kolo/jobs), its kolo-agent and its slurmd, all in its network
+# namespace. SC_AGENT_PID_i and SC_SLURMD_PID_i are their pids.
+sc_node_up() {
+  local i=$1 ns holder
+  ns=$(sc_node_ns "$i")
+  mkdir -p "$SC_DIR/run-n$i" /run/kolo
+  unshare -m --propagation private sh -c "mount --bind '$SC_DIR/run-n$i' /run/kolo && exec sleep 100000" &
+  holder=$!
+  SC_PIDS+=("$holder")
+  sc_wait 10 "node n$i's mount namespace" nsenter -t "$holder" -m mountpoint -q /run/kolo
+  nsenter -t "$holder" -m ip netns exec "$ns" env KOLO_BACKEND=tcp "$KOLO_BIN/kolo-agent" \
+    --socket /run/kolo/agent.sock --coordinator "10.77.0.1:$SC_COORD_PORT" --agent-id "n$i" --hostname "n$i" \
+    --rpc-listen "10.77.0.1$i:7471" --metrics-listen "10.77.0.1$i:0" --ready-file "$SC_DIR/agent-n$i.ready" \
+    --backend-timeout-ms "${SC_BACKEND_TIMEOUT_MS:-5000}" >"$SC_DIR/log/agent-n$i.log" 2>&1 &
+  SC_PIDS+=($!)
+  eval "SC_AGENT_PID_$i=$!"
+  sc_wait 30 "the kolo-agent of n$i" test -s "$SC_DIR/agent-n$i.ready"
+  nsenter -t "$holder" -m ip netns exec "$ns" /usr/sbin/slurmd -D -N "n$i" -f "$SLURM_CONF" \
+    >"$SC_DIR/log/slurmd-n$i.out" 2>&1 &
+  SC_PIDS+=($!)
+  eval "SC_SLURMD_PID_$i=$!"
 }
 
 sc_all_idle() {

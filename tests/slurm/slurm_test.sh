@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# kolo on a real Slurm cluster built on this machine (tests/slurm/cluster.sh:
+# munge, slurmctld and a kolo-coordinator, and SLURM_TEST_NODES nodes, each a
+# network namespace with its slurmd and kolo-agent; default 2). Runs:
+#   direct   sbatch -N2 -n4: `srun kolo_check M` for every collective (results
+#            checked exactly by kolo_check), ranks from srun's variables, the
+#            token from deploy/slurm/prolog.sh
+#   kolorun  sbatch -N2 -n4: `kolorun -np 4 kolo_check M` (--launcher auto:
+#            one srun step, hosts from the allocation)
+#   nodelost a running srun job loses node n2 (its slurmd and kolo-agent
+#            SIGKILLed): every remaining rank fails naming n2 within the bound
+#   scancel  scancel of a running job ends every rank; every agent drops the job
+# Exit 0 when all pass; 77 when it cannot run here (not root, no Slurm).
+# Bounded: every wait has a deadline; the EXIT trap removes everything.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+[ "$(id -u)" = 0 ] || { echo "slurm_test: SKIP: needs root (network namespaces)"; exit 77; }
+for p in slurmctld slurmd munged srun sbatch; do
+  command -v "$p" >/dev/null || [ -x "/usr/sbin/$p" ] || { echo "slurm_test: SKIP: no $p (scripts/install-deps.sh)"; exit 77; }
+done
+source "$here/cluster.sh"
+trap slurm_cluster_down EXIT
+N=${SLURM_TEST_NODES:-2}
+T0=$SECONDS
+slurm_cluster_up "$N"
+echo "slurm_test: cluster of $N nodes up in $((SECONDS - T0)) s"
+CHECK=$KOLO_BIN/kolo_check
+fails=0
+pass() { echo "slurm_test: PASS $1 ($2)"; }
+fail() { echo "slurm_test: FAIL $1: $2"; fails=$((fails + 1)); }
+ranks=$((2 * N))
+collectives="allreduce broadcast allgather reducescatter alltoall barrier"
+
+# sbatch -W with a deadline; prints the job's output.
+run_batch() {
+  local name=$1 secs=$2; shift 2
+  local out=$SC_DIR/$name.out
+  timeout "$secs" ip netns exec "$SC_CTL_NS" sbatch -W -N "$N" -n "$ranks" -o "$out" "$@" >/dev/null 2>&1
+  local rc=$?
+  cat "$out" 2>/dev/null || true
+  return $rc
+}
+
+# 1. Direct launch: srun starts the ranks, no kolorun.
+cat > "$SC_DIR/direct.sh" <<S
+#!/bin/bash
+for m in $collectives; do
+  srun --label --kill-on-bad-exit=1 "$CHECK" \$m || { echo "collective \$m failed"; exit 1; }
+done
+srun --label "$CHECK" init-only
+S
+t=$SECONDS
+if out=$(run_batch direct 300 "$SC_DIR/direct.sh"); then
+  passed=$(grep -c "checks passed" <<<"$out" || true)
+  if [ "$passed" -ge $((ranks * 5)) ]; then pass direct "$passed 'checks passed' lines, $((SECONDS - t)) s"
+  else fail direct "only $passed 'checks passed' lines: $out"; fi
+else
+  fail direct "the job failed: $out $(tail -n 20 "$SC_DIR"/log/agent-n1.log)"
+fi
+
+# 2. kolorun inside the allocation: one srun step.
+cat > "$SC_DIR/kolorun.sh" <<S
+#!/bin/bash
+for m in $collectives; do
+  "$KOLO_BIN/kolorun" --verbose -np $ranks "$CHECK" \$m || { echo "collective \$m failed"; exit 1; }
+done
+S
+t=$SECONDS
+if out=$(run_batch kolorun 300 "$SC_DIR/kolorun.sh"); then
+  passed=$(grep -c "checks passed" <<<"$out" || true)
+  if [ "$passed" -ge $((ranks * 5)) ] && grep -q "as one srun step, all succeeded" <<<"$out"; then
+    pass kolorun "$passed 'checks passed' lines, $((SECONDS - t)) s"
+  else fail kolorun "$passed 'checks passed' lines: $out"; fi
+else
+  fail kolorun "the job failed: $out"
+fi
+
+# A long-running srun job; waits until every rank trains.
+start_loop_job() {
+  local name=$1
+  cat > "$SC_DIR/$name.sh" <<S
+#!/bin/bash
+srun --label "$CHECK" until "$SC_DIR/$name.stop"
+S
+  ip netns exec "$SC_CTL_NS" sbatch -N "$N" -n "$ranks" -o "$SC_DIR/$name.out" "$SC_DIR/$name.sh" | awk '{print $4}'
+}
+wait_training() {
+  sc_wait 90 "job $1 training" grep -q "training" "$SC_DIR/$1.out"
+}
+
+# 3. A node lost mid-job: n2's slurmd and agent SIGKILLed.
+jid=$(start_loop_job nodelost)
+if wait_training nodelost; then
+  t=$SECONDS
+  kill -KILL "$SC_AGENT_PID_2" "$SC_SLURMD_PID_2"
+  bound=$(( (${SC_BACKEND_TIMEOUT_MS:-5000} + 999) / 1000 + 2 + 10 ))
+  # Every rank must end within the bound: n1's by their agent's failure of
+  # the job, n2's when their agent's socket closes.
+  sc_wait "$bound" "the ranks to end" sh -c "! pgrep -f 'kolo_check until $SC_DIR/nodelost.stop' >/dev/null" || true
+  dt=$((SECONDS - t))
+  out=$(cat "$SC_DIR/nodelost.out")
+  n1_err=$(grep -E '^ *[01]: .*(KOLO_ERR|failed)' <<<"$out" | head -n 2 || true)
+  if grep -qE '^ *[01]: .*n2' <<<"$out" && [ "$dt" -le "$bound" ]; then
+    pass nodelost "n1's ranks failed naming n2 ${dt} s after the kill (bound ${bound} s): $(head -c 300 <<<"$n1_err")"
+  else
+    fail nodelost "after ${dt} s (bound ${bound} s): $out"
+  fi
+else
+  fail nodelost "the job did not start training: $(cat "$SC_DIR/nodelost.out" 2>/dev/null)"
+fi
+ip netns exec "$SC_CTL_NS" scancel "$jid" 2>/dev/null || true
+
+# 4. scancel ends every rank and the agents drop the job.
+jid=$(start_loop_job cancelled)
+if wait_training cancelled; then
+  t=$SECONDS
+  ip netns exec "$SC_CTL_NS" scancel "$jid"
+  if sc_wait 30 "the cancelled job's ranks to end" sh -c "! pgrep -f 'kolo_check until $SC_DIR/cancelled.stop' >/dev/null"; then
+    dt=$((SECONDS - t))
+    jobs=$(ip netns exec "$(sc_node_ns 1)" "$KOLO_BIN/kolo" --agent 10.77.0.11:7471 jobs 2>&1 || true)
+    if grep -q "slurm-$jid" <<<"$jobs"; then fail scancel "agent n1 still lists the job: $jobs"
+    else pass scancel "every rank ended ${dt} s after scancel; agent n1 lists no job slurm-$jid"; fi
+  else
+    fail scancel "ranks still running 30 s after scancel: $(pgrep -af kolo_check)"
+  fi
+else
+  fail scancel "the job did not start training: $(cat "$SC_DIR/cancelled.out" 2>/dev/null)"
+fi
+
+echo "slurm_test: $fails failure(s) in $((SECONDS - T0)) s"
+[ "$fails" = 0 ]
