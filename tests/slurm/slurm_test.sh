@@ -75,6 +75,18 @@ else
   fail kolorun "the job failed: $out"
 fi
 
+# Processes matching $2 in node $1's network namespace.
+node_procs() {
+  local ns pid c=0
+  ns=$(sc_node_ns "$1")
+  for pid in $(pgrep -f "$2" || true); do
+    [ "$(ip netns identify "$pid" 2>/dev/null)" = "$ns" ] && c=$((c + 1))
+  done
+  echo "$c"
+}
+export -f node_procs sc_node_ns
+export SC_ID
+
 # A long-running srun job; waits until every rank trains.
 start_loop_job() {
   local name=$1
@@ -88,44 +100,46 @@ wait_training() {
   sc_wait 90 "job $1 training" grep -q "training" "$SC_DIR/$1.out"
 }
 
-# 3. A node lost mid-job: n2's slurmd and agent SIGKILLed.
-jid=$(start_loop_job nodelost)
-if wait_training nodelost; then
-  t=$SECONDS
-  kill -KILL "$SC_AGENT_PID_2" "$SC_SLURMD_PID_2"
-  bound=$(( (${SC_BACKEND_TIMEOUT_MS:-5000} + 999) / 1000 + 2 + 10 ))
-  # Every rank must end within the bound: n1's by their agent's failure of
-  # the job, n2's when their agent's socket closes.
-  sc_wait "$bound" "the ranks to end" sh -c "! pgrep -f 'kolo_check until $SC_DIR/nodelost.stop' >/dev/null" || true
-  dt=$((SECONDS - t))
-  out=$(cat "$SC_DIR/nodelost.out")
-  n1_err=$(grep -E '^ *[01]: .*(KOLO_ERR|failed)' <<<"$out" | head -n 2 || true)
-  if grep -qE '^ *[01]: .*n2' <<<"$out" && [ "$dt" -le "$bound" ]; then
-    pass nodelost "n1's ranks failed naming n2 ${dt} s after the kill (bound ${bound} s): $(head -c 300 <<<"$n1_err")"
-  else
-    fail nodelost "after ${dt} s (bound ${bound} s): $out"
-  fi
-else
-  fail nodelost "the job did not start training: $(cat "$SC_DIR/nodelost.out" 2>/dev/null)"
-fi
-ip netns exec "$SC_CTL_NS" scancel "$jid" 2>/dev/null || true
-
-# 4. scancel ends every rank and the agents drop the job.
+# 3. scancel ends every rank and the agents drop the job.
 jid=$(start_loop_job cancelled)
 if wait_training cancelled; then
   t=$SECONDS
   ip netns exec "$SC_CTL_NS" scancel "$jid"
-  if sc_wait 30 "the cancelled job's ranks to end" sh -c "! pgrep -f 'kolo_check until $SC_DIR/cancelled.stop' >/dev/null"; then
+  if sc_wait 30 "the cancelled job's ranks to end" sh -c "! pgrep -f '[k]olo_check until $SC_DIR/cancelled.stop' >/dev/null"; then
     dt=$((SECONDS - t))
     jobs=$(ip netns exec "$(sc_node_ns 1)" "$KOLO_BIN/kolo" --agent 10.77.0.11:7471 jobs 2>&1 || true)
     if grep -q "slurm-$jid" <<<"$jobs"; then fail scancel "agent n1 still lists the job: $jobs"
     else pass scancel "every rank ended ${dt} s after scancel; agent n1 lists no job slurm-$jid"; fi
   else
-    fail scancel "ranks still running 30 s after scancel: $(pgrep -af kolo_check)"
+    fail scancel "ranks still running 30 s after scancel: $(pgrep -af '[k]olo_check until')"
   fi
 else
   fail scancel "the job did not start training: $(cat "$SC_DIR/cancelled.out" 2>/dev/null)"
 fi
+
+# 4. A node lost mid-job: n2's slurmd and agent SIGKILLed.
+jid=$(start_loop_job nodelost)
+if wait_training nodelost; then
+  t=$SECONDS
+  kill -KILL "$SC_AGENT_PID_2" "$SC_SLURMD_PID_2"
+  bound=$(( (${SC_BACKEND_TIMEOUT_MS:-5000} + 999) / 1000 + 2 + 10 ))
+  # n1's ranks must end within the bound (their agent fails the job); n2's
+  # end when their agent's socket closes.
+  sc_wait "$bound" "n1's ranks to end" bash -c "[ \$(node_procs 1 '[k]olo_check until $SC_DIR/nodelost.stop') = 0 ]" || true
+  dt=$((SECONDS - t))
+  out=$(cat "$SC_DIR/nodelost.out")
+  n1_err=$(grep -E '^ *[01]: .*(KOLO_ERR|failed)' <<<"$out" | head -n 2 || true)
+  left=$(node_procs 1 "[k]olo_check until $SC_DIR/nodelost.stop")
+  sc_wait 30 "n2's ranks to end" sh -c "! pgrep -f '[k]olo_check until $SC_DIR/nodelost.stop' >/dev/null" || left="$left, and ranks on n2 still running"
+  if grep -qE '^ *[01]: .*lost node n2' <<<"$out" && [ "$dt" -lt "$bound" ] && [ "$left" = 0 ]; then
+    pass nodelost "n1's ranks failed naming n2 ${dt} s after the kill (bound ${bound} s): $(head -c 300 <<<"$n1_err")"
+  else
+    fail nodelost "after ${dt} s (bound ${bound} s), $left rank(s) left on n1: $out"
+  fi
+else
+  fail nodelost "the job did not start training: $(cat "$SC_DIR/nodelost.out" 2>/dev/null)"
+fi
+ip netns exec "$SC_CTL_NS" scancel "$jid" 2>/dev/null || true
 
 echo "slurm_test: $fails failure(s) in $((SECONDS - T0)) s"
 [ "$fails" = 0 ]
