@@ -103,13 +103,19 @@ wait_training() {
 # 3. scancel ends every rank and the agents drop the job.
 jid=$(start_loop_job cancelled)
 if wait_training cancelled; then
+  agent_status() { ip netns exec "$(sc_node_ns 1)" "$KOLO_BIN/kolo" status --agent 10.77.0.11:7471 2>&1; }
+  before=$(agent_status) || true
   t=$SECONDS
   ip netns exec "$SC_CTL_NS" scancel "$jid"
-  if sc_wait 30 "the cancelled job's ranks to end" sh -c "! pgrep -f '[k]olo_check until $SC_DIR/cancelled.stop' >/dev/null"; then
+  if ! grep -q "slurm-$jid\." <<<"$before"; then
+    fail scancel "agent n1 did not list job slurm-$jid while it ran: $before"
+  elif sc_wait 30 "the cancelled job's ranks to end" sh -c "! pgrep -f '[k]olo_check until $SC_DIR/cancelled.stop' >/dev/null"; then
     dt=$((SECONDS - t))
-    jobs=$(ip netns exec "$(sc_node_ns 1)" "$KOLO_BIN/kolo" --agent 10.77.0.11:7471 jobs 2>&1 || true)
-    if grep -q "slurm-$jid" <<<"$jobs"; then fail scancel "agent n1 still lists the job: $jobs"
-    else pass scancel "every rank ended ${dt} s after scancel; agent n1 lists no job slurm-$jid"; fi
+    sc_wait 10 "agent n1 to drop job slurm-$jid" ip netns exec "$(sc_node_ns 1)" \
+      bash -c "! '$KOLO_BIN/kolo' status --agent 10.77.0.11:7471 2>&1 | grep -q 'slurm-$jid\.'" || true
+    after=$(agent_status) || true
+    if grep -q "slurm-$jid\." <<<"$after"; then fail scancel "agent n1 still lists the job: $after"
+    else pass scancel "every rank ended ${dt} s after scancel; agent n1 listed job slurm-$jid before and not after"; fi
   else
     fail scancel "ranks still running 30 s after scancel: $(pgrep -af '[k]olo_check until')"
   fi
