@@ -151,6 +151,7 @@ sc_node_up() {
   unshare -m --propagation private sh -c "mount --bind '$SC_DIR/run-n$i' /run/kolo && exec sleep 100000" &
   holder=$!
   SC_PIDS+=("$holder")
+  eval "SC_HOLDER_PID_$i=$holder"
   sc_wait 10 "node n$i's mount namespace" nsenter -t "$holder" -m mountpoint -q /run/kolo
   nsenter -t "$holder" -m ip netns exec "$ns" env KOLO_BACKEND=tcp "$KOLO_BIN/kolo-agent" \
     --socket /run/kolo/agent.sock --coordinator "10.77.0.1:$SC_COORD_PORT" --agent-id "n$i" --hostname "n$i" \
@@ -163,6 +164,13 @@ sc_node_up() {
     >"$SC_DIR/log/slurmd-n$i.out" 2>&1 &
   SC_PIDS+=($!)
   eval "SC_SLURMD_PID_$i=$!"
+}
+
+# sc_on_node I CMD...: CMD on node I (its network and mount namespaces).
+sc_on_node() {
+  local i=$1; shift
+  local holder_var="SC_HOLDER_PID_$i"
+  nsenter -t "${!holder_var}" -m ip netns exec "$(sc_node_ns "$i")" "$@"
 }
 
 sc_all_idle() {

@@ -7,6 +7,8 @@
 #            token from deploy/slurm/prolog.sh
 #   kolorun  sbatch -N2 -n4: `kolorun -np 4 kolo_check M` (--launcher auto:
 #            one srun step, hosts from the allocation)
+#   mpirun   `mpirun -np 2 kolo_check allreduce` on node n1 (its system agent);
+#            without KOLO_JOB_TOKEN the error says what to set
 #   nodelost a running srun job loses node n2 (its slurmd and kolo-agent
 #            SIGKILLed): every remaining rank fails naming n2 within the bound
 #   scancel  scancel of a running job ends every rank; every agent drops the job
@@ -86,6 +88,21 @@ node_procs() {
 }
 export -f node_procs sc_node_ns
 export SC_ID
+
+# 2b. Direct launch by Open MPI's mpirun on node n1, joining its system
+# agent at /run/kolo/agent.sock: without a token it says what to set.
+if command -v mpirun >/dev/null; then
+  t=$SECONDS
+  out=$(KOLO_JOB_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n') \
+        sc_on_node 1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KOLO_JOB_TOKEN "$CHECK" allreduce 2>&1) || true
+  bad=$(sc_on_node 1 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$CHECK" allreduce 2>&1) || true
+  if [ "$(grep -c 'allreduce checks passed' <<<"$out")" = 2 ] &&
+     grep -q "a rank started by openmpi needs the job's token: export KOLO_JOB_TOKEN" <<<"$bad"; then
+    pass mpirun "2 ranks checked, and the tokenless run said what to set, $((SECONDS - t)) s"
+  else
+    fail mpirun "$out --- without a token: $bad"
+  fi
+fi
 
 # A long-running srun job; waits until every rank trains.
 start_loop_job() {
