@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
 #include <set>
 
 #include "common/launcher_env.h"
@@ -40,8 +41,11 @@ StatusOr<Launcher> chooseLauncher(const std::string& flag, bool hosts_given, int
   const bool in_allocation = !getOr(env, "SLURM_JOB_ID", getOr(env, "SLURM_JOBID", "")).empty();
   if (flag == "ssh") return Launcher::kSsh;
   if (flag == "auto" || flag.empty()) {
-    return in_allocation && !hosts_given && agents == 1 && srun_found ? Launcher::kSrun
-                                                                      : Launcher::kSsh;
+    if (!in_allocation || hosts_given || agents != 1 || !srun_found) return Launcher::kSsh;
+    // A one-node allocation runs as on any one machine (its system agent, or
+    // kolorun's private daemons when there is none).
+    ASSIGN_OR_RETURN(auto alloc, slurmAllocation(env));
+    return alloc && alloc->size() > 1 ? Launcher::kSrun : Launcher::kSsh;
   }
   if (flag != "srun")
     return invalidArgument("--launcher must be ssh, srun or auto, got '" + flag + "'");

@@ -17,8 +17,9 @@ namespace kolo::cli {
 
 enum class Launcher { kSsh, kSrun };
 
-// --launcher ssh|srun|auto. auto: srun inside an allocation (SLURM_JOB_ID
-// in `env`) when no -H/--hostfile is given and `srun_found`, else ssh.
+// --launcher ssh|srun|auto. auto: srun inside an allocation of several
+// nodes (SLURM_JOB_ID in `env`) when no -H/--hostfile is given, --agents is
+// 1 and `srun_found`, else ssh (which, without hosts, means this machine).
 // srun outside an allocation, or with -H/--hostfile or --agents > 1, is an
 // error that says why.
 StatusOr<Launcher> chooseLauncher(const std::string& flag, bool hosts_given, int agents,

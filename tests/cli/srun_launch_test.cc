@@ -27,6 +27,11 @@ TEST(SrunLaunch, ChoosesTheLauncher) {
   EXPECT_EQ(chooseLauncher("auto", false, 1, false, kAlloc).value(), Launcher::kSsh);
   EXPECT_EQ(chooseLauncher("auto", false, 1, true, Env{}).value(), Launcher::kSsh);
   EXPECT_EQ(chooseLauncher("ssh", false, 1, true, kAlloc).value(), Launcher::kSsh);
+  Env one = {{"SLURM_JOB_ID", "56"}, {"SLURM_JOB_NODELIST", "n4"}, {"SLURM_TASKS_PER_NODE", "4"}};
+  EXPECT_EQ(chooseLauncher("auto", false, 1, true, one).value(), Launcher::kSsh);  // one machine
+  EXPECT_EQ(chooseLauncher("srun", false, 1, true, one).value(), Launcher::kSrun);
+  Env bad = {{"SLURM_JOB_ID", "57"}, {"SLURM_JOB_NODELIST", "n[1-"}};
+  EXPECT_FALSE(chooseLauncher("auto", false, 1, true, bad).isOk());
   EXPECT_EQ(chooseLauncher("srun", false, 1, true, Env{}).status().message(),
             "--launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not set); run kolorun "
             "in an sbatch "
