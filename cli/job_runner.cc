@@ -410,8 +410,10 @@ void JobRunner::printSummary() {
     say(std::to_string(n) + (n == 1 ? " rank" : " ranks") + " finished in " +
         seconds(finished_ - started_) + " as one srun step, " +
         (received_signal_ != 0 ? "stopped by " + signalName(received_signal_)
-         : failed              ? "which failed (" + ranks_[0].exit.describe() + ")"
-                               : std::string("all succeeded")));
+         : failed_rank_ ? "rank " + std::to_string(*failed_rank_) + " failed (exited with code " +
+                              std::to_string(srun_failed_code_) + ")"
+         : failed ? "which failed (" + ranks_[0].exit.describe() + ")"
+                  : std::string("all succeeded")));
     return;
   }
   if (opts_.verbose || failed) {

@@ -136,6 +136,24 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> slurmTaskEnv(
   return out;
 }
 
+bool parseSrunTaskExit(std::string_view line, int* task, int* code) {
+  constexpr std::string_view kExit = ": Exited with exit code ";
+  if (line.substr(0, 13) != "srun: error: ") return false;
+  size_t e = line.find(kExit);
+  size_t t = line.find(": task");
+  if (e == std::string_view::npos || t == std::string_view::npos || t > e) return false;
+  size_t num = line.find_first_of("0123456789", t);
+  if (num == std::string_view::npos || num > e) return false;
+  int v = 0, c = 0;
+  auto r1 = std::from_chars(line.data() + num, line.data() + e, v);
+  auto r2 = std::from_chars(line.data() + e + kExit.size(), line.data() + line.size(), c);
+  if (r1.ec != std::errc() || r2.ec != std::errc() || r2.ptr != line.data() + line.size())
+    return false;
+  *task = v;
+  *code = c;
+  return true;
+}
+
 bool splitSrunLabel(std::string_view line, int* task, std::string_view* text) {
   size_t b = line.find_first_not_of(' ');
   if (b == std::string_view::npos) return false;

@@ -48,6 +48,9 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> slurmTaskEnv(
 // "1: text" (srun --label, the task number right-aligned) -> task 1, "text".
 // false when the line has no label.
 bool splitSrunLabel(std::string_view line, int* task, std::string_view* text);
+// srun's "srun: error: n1: task 1: Exited with exit code 3" (or "tasks 2-3:
+// ..."): the first task named and its code. false for any other line.
+bool parseSrunTaskExit(std::string_view line, int* task, int* code);
 
 }  // namespace kolo::cli
 

@@ -75,14 +75,30 @@ Status JobRunner::spawnSrunStep() {
     };
   };
   spec.on_stdout = forward(STDOUT_FILENO, "stdout");
-  spec.on_stderr = forward(STDERR_FILENO, "stderr");
+  // srun names the first task that failed ("srun: error: n1: task 1: Exited
+  // with exit code 3"); its code is the job's, as with kolorun's own ranks
+  // (srun's own exit code is the highest of all, 143 for those it stopped).
+  spec.on_stderr = [this, line_out = forward(STDERR_FILENO, "stderr")](std::string_view line) {
+    line_out(line);
+    int rank = -1, code = 0;
+    if (!failed_rank_ && parseSrunTaskExit(line, &rank, &code)) {
+      failed_rank_ = rank;
+      srun_failed_code_ = code;
+    }
+  };
   spec.on_exit = [this](const ExitInfo& info) {
     RankState& rs = ranks_[0];
     rs.done = true;
     rs.exit = info;
     if (info.success() || kill_deadline_) return;
-    say("the srun step " + info.describe());
-    exit_code_ = info.shellCode();
+    if (failed_rank_) {
+      say("rank " + std::to_string(*failed_rank_) + " exited with code " +
+          std::to_string(srun_failed_code_));
+      exit_code_ = srun_failed_code_;
+    } else {
+      say("the srun step " + info.describe());
+      exit_code_ = info.shellCode();
+    }
   };
   started_ = Clock::now();
   auto id = sup_->spawn(std::move(spec));

@@ -121,6 +121,17 @@ TEST(SrunLaunch, LabelledLines) {
   EXPECT_EQ(text, "");
   EXPECT_FALSE(splitSrunLabel("srun: error: n2: task 1: Exited with exit code 3", &task, &text));
   EXPECT_FALSE(splitSrunLabel(": x", &task, &text));
+  int code = 0;
+  ASSERT_TRUE(parseSrunTaskExit("srun: error: n1: task 1: Exited with exit code 3", &task, &code));
+  EXPECT_EQ(task, 1);
+  EXPECT_EQ(code, 3);
+  ASSERT_TRUE(
+      parseSrunTaskExit("srun: error: n2: tasks 2-3: Exited with exit code 143", &task, &code));
+  EXPECT_EQ(task, 2);
+  EXPECT_EQ(code, 143);
+  EXPECT_FALSE(parseSrunTaskExit("srun: error: n1: task 0: Terminated", &task, &code));
+  EXPECT_FALSE(
+      parseSrunTaskExit("3: srun: error: n1: task 1: Exited with exit code 3", &task, &code));
 }
 
 }  // namespace

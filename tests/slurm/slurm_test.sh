@@ -7,6 +7,8 @@
 #            token from deploy/slurm/prolog.sh
 #   kolorun  sbatch -N2 -n4: `kolorun -np 4 kolo_check M` (--launcher auto:
 #            one srun step, hosts from the allocation)
+#   kolorun-fail  rank 1 of kolorun's srun step exits 3: kolorun exits 3, the
+#            others (sleeping 60 s) are stopped
 #   mpirun   `mpirun -np 2 kolo_check allreduce` on node n1 (its system agent);
 #            without KOLO_JOB_TOKEN the error says what to set
 #   nodelost a running srun job loses node n2 (its slurmd and kolo-agent
@@ -88,6 +90,23 @@ node_procs() {
 }
 export -f node_procs sc_node_ns
 export SC_ID
+
+# 2a. kolorun's srun step when a rank fails: the step ends, kolorun exits
+# with the rank's code and says so; each rank saw its own KOLO_RANK.
+cat > "$SC_DIR/kolorun-fail.sh" <<'S'
+#!/bin/bash
+"$1/kolorun" -np "$2" sh -c 'echo "rank $KOLO_RANK of $KOLO_SIZE local $KOLO_LOCAL_RANK/$KOLO_LOCAL_SIZE on $SLURMD_NODENAME"; [ "$KOLO_RANK" != 1 ] || exit 3; sleep 60'
+echo "kolorun exit code $?"
+S
+t=$SECONDS
+out=$(run_batch kolorun-fail 120 "$SC_DIR/kolorun-fail.sh" "$KOLO_BIN" "$ranks") || true
+if grep -q "kolorun exit code 3" <<<"$out" && grep -q "as one srun step, rank 1 failed (exited with code 3)" <<<"$out" &&
+   grep -q "^\[1\]<stdout>:rank 1 of $ranks local 1/2 on n1" <<<"$out" &&
+   grep -q "^\[2\]<stdout>:rank 2 of $ranks local 0/2 on n2" <<<"$out" && [ $((SECONDS - t)) -lt 60 ]; then
+  pass kolorun-fail "exit code 3 and the others stopped in $((SECONDS - t)) s"
+else
+  fail kolorun-fail "$out"
+fi
 
 # 2b. Direct launch by Open MPI's mpirun on node n1, joining its system
 # agent at /run/kolo/agent.sock: without a token it says what to set.
