@@ -56,8 +56,10 @@ S
 t=$SECONDS
 if out=$(run_batch direct 300 "$SC_DIR/direct.sh"); then
   passed=$(grep -c "checks passed" <<<"$out" || true)
-  if [ "$passed" -ge $((ranks * 5)) ]; then pass direct "$passed 'checks passed' lines, $((SECONDS - t)) s"
-  else fail direct "only $passed 'checks passed' lines: $out"; fi
+  same=$(grep -cE "^ *([0-9]+): rank \\1/$ranks local" <<<"$out" || true)  # init-only: kolo rank = SLURM_PROCID
+  if [ "$passed" -ge $((ranks * 5)) ] && [ "$same" = "$ranks" ] && ! grep -q "kolo: warning: kolo rank" <<<"$out"; then
+    pass direct "$passed 'checks passed' lines, kolo ranks = SLURM_PROCID, $((SECONDS - t)) s"
+  else fail direct "$passed 'checks passed' lines, $same ranks equal to SLURM_PROCID: $out"; fi
 else
   fail direct "the job failed: $out $(tail -n 20 "$SC_DIR"/log/agent-n1.log)"
 fi
