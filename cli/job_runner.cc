@@ -1,8 +1,7 @@
 #include "cli/job_runner.h"
 
-#include <sys/stat.h>
-
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "cli/srun_launch.h"
 #include "common/coord_endpoints.h"
 #include "common/unix_socket.h"
 
@@ -106,7 +106,7 @@ int JobRunner::run() {
     }
   }
 
-  st = spawnRanks();
+  st = srun_ ? spawnSrunStep() : spawnRanks();
   if (!st.isOk()) {
     say(st.message());
     bool any_started = std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& r) { return r.child >= 0; });
@@ -120,10 +120,18 @@ int JobRunner::run() {
   superviseRanks();
   printSummary();
   if (daemons_) daemons_->stop();
+  if (!srun_hostfile_dir_.empty()) {
+    (void)::unlink((srun_hostfile_dir_ + "/hostfile").c_str());
+    (void)::rmdir(srun_hostfile_dir_.c_str());
+  }
   return exit_code_;
 }
 
 Status JobRunner::prepareNodes() {
+  ASSIGN_OR_RETURN(Launcher launcher,
+                   chooseLauncher(opts_.launcher, !opts_.hosts.empty() || !opts_.hostfile.empty(),
+                                  opts_.agents, findOnPath("srun"), processEnvironment()));
+  if (launcher == Launcher::kSrun) return prepareSrunNodes();
   std::vector<HostSlots> hosts;
   if (!opts_.hosts.empty()) {
     ASSIGN_OR_RETURN(hosts, parseHostList(opts_.hosts));
@@ -398,6 +406,16 @@ void JobRunner::superviseRanks() {
 void JobRunner::printSummary() {
   const int n = plan_.size();
   const bool failed = exit_code_ != 0;
+  if (srun_) {  // one srun step: srun reports the tasks that failed
+    say(std::to_string(n) + (n == 1 ? " rank" : " ranks") + " finished in " +
+        seconds(finished_ - started_) + " as one srun step, " +
+        (received_signal_ != 0 ? "stopped by " + signalName(received_signal_)
+         : failed_rank_ ? "rank " + std::to_string(*failed_rank_) + " failed (exited with code " +
+                              std::to_string(srun_failed_code_) + ")"
+         : failed ? "which failed (" + ranks_[0].exit.describe() + ")"
+                  : std::string("all succeeded")));
+    return;
+  }
   if (opts_.verbose || failed) {
     for (int r = 0; r < n; ++r) {
       const RankState& rs = ranks_[static_cast<size_t>(r)];

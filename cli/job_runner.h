@@ -34,6 +34,10 @@ class JobRunner {
   // Fills plan_.nodes/ranks (and starts embedded daemons when needed).
   Status prepareNodes();
   Status startEmbedded(int num_agents);
+  // --launcher srun (cli/srun_runner.cc): the nodes from the allocation,
+  // then one srun step runs every rank.
+  Status prepareSrunNodes();
+  Status spawnSrunStep();
   Status spawnRanks();
   void superviseRanks();
   void onRankExit(int rank, const ExitInfo& info);
@@ -55,6 +59,9 @@ class JobRunner {
   std::optional<int> failed_rank_;
   int received_signal_ = 0;
   bool daemon_failed_ = false;
+  int srun_failed_code_ = 0;       // srun: the first failed task's exit code
+  bool srun_ = false;              // the ranks are one srun step (ranks_[0] holds srun)
+  std::string srun_hostfile_dir_;  // SLURM_HOSTFILE's directory, removed at the end
   int exit_code_ = 0;
 };
 

@@ -7,10 +7,14 @@
 #include "cli/elastic_runner.h"
 #include "cli/job_runner.h"
 #include "cli/kolorun_options.h"
+#include "cli/srun_launch.h"
 #include "common/log.h"
 
 int main(int argc, char** argv) {
   std::map<std::string, std::string> env = kolo::cli::processEnvironment();
+  if (argc > 3 && std::string(argv[1]) == "--slurm-task" && std::string(argv[2]) == "--") {
+    return kolo::cli::execSlurmTask(env, argv + 3);  // a task of kolorun's srun step
+  }
   auto opts = kolo::cli::parseKolorunArgs(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!opts.isOk()) {
     std::fprintf(stderr, "kolorun: %s\n", opts.status().message().c_str());

@@ -127,6 +127,10 @@ void defineOptions(CLI::App& app, KolorunOptions& o) {
   app.add_option("-i,--ssh-identity-file", o.ssh_identity_file,
                  "ssh identity file (private key) for -H/--hostfile hosts")
       ->check(CLI::ExistingFile);
+  app.add_option("--launcher", o.launcher,
+                 "How ranks on other hosts start: ssh, srun (one Slurm step; hosts from the "
+                 "allocation) or auto (srun inside an allocation without -H/--hostfile)")
+      ->check(CLI::IsMember({"ssh", "srun", "auto"}));
   app.add_option("--agent-socket", o.agent_socket,
                  "The node agent's socket (default $KOLO_AGENT_SOCKET or /run/kolo/agent.sock)");
   app.add_option("--start-timeout", o.start_timeout_s,

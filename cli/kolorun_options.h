@@ -41,6 +41,7 @@ struct KolorunOptions {
   std::string wdir;                   // --wdir: the ranks' working directory
   int ssh_port = 0;                   // -p/--ssh-port (0: ssh's default)
   std::string ssh_identity_file;      // -i/--ssh-identity-file
+  std::string launcher = "auto";      // --launcher ssh|srun|auto (docs/slurm.md)
   std::vector<std::string> command;
   // horovodrun's knobs with no kolorun option of their own (autotune
   // details, stall check, timeline cycles), as the HOROVOD_* variables the

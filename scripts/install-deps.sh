@@ -12,6 +12,7 @@ pkgs=(
   libgtest-dev libgmock-dev
   openmpi-bin libopenmpi-dev libgloo-dev
   iproute2 iperf3 systemd
+  munge slurmctld slurmd slurm-client
   etcd-server etcd-client
   python3 python3-venv python3-pip
   openjdk-17-jre-headless

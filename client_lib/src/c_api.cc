@@ -247,6 +247,17 @@ void dropProcessSetsLocked() {
   nextProcessSetId() = 1;
 }
 
+// Direct launch: kolo's rank is the coordinator's (the agents' order by
+// host name, then the local rank); say so when srun's or mpirun's differs.
+void warnIfLauncherRankDiffers(const kolo::ClientOptions& o, int rank) {
+  if (o.launcher_rank < 0 || o.launcher_rank == rank) return;
+  std::string line = "kolo: warning: kolo rank " + std::to_string(rank) + " is " + o.launcher +
+                     " rank " + std::to_string(o.launcher_rank) +
+                     ": kolo numbers the nodes by host name and the ranks on a node by local rank "
+                     "(use block distribution, srun -m block; docs/slurm.md)\n";
+  (void)!::write(2, line.data(), line.size());
+}
+
 }  // namespace
 
 extern "C" {
@@ -289,6 +300,7 @@ kolo_status_t kolo_init(void) {
     if (!client.isOk()) return fail(client.status());
     g = std::shared_ptr<Client>(std::move(client).value());
     ++sessionGeneration();
+    warnIfLauncherRankDiffers(*opts, g->world().rank);
     if (Status tl = startTimelineFromEnv(*g); !tl.isOk()) {
       g->shutdown();
       g.reset();

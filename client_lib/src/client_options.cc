@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "common/launcher_env.h"
 
 extern char** environ;
 
@@ -15,9 +19,69 @@ std::chrono::milliseconds seconds(double s) {
 }
 
 Status missing(const std::string& var, const std::string& what) {
-  return invalidArgument(var + " is not set (" + what +
-                         "). kolorun sets it for every rank it starts: run the program as "
-                         "`kolorun -np N <program>`, or set it yourself.");
+  return invalidArgument(
+      var + " is not set (" + what +
+      "). kolorun sets it for every rank it starts: run the program as "
+      "`kolorun -np N <program>`, start it with srun or Open MPI's mpirun (docs/slurm.md), "
+      "or set it yourself.");
+}
+
+bool has(const std::map<std::string, std::string>& env, const char* name) {
+  auto it = env.find(name);
+  return it != env.end() && !it->second.empty();
+}
+
+// The job token of a direct launch: KOLO_JOB_TOKEN, else the file
+// KOLO_JOB_TOKEN_FILE names, else (Slurm) the one the prolog wrote.
+Status directLaunchToken(std::map<std::string, std::string>& env, const LauncherIdentity& id) {
+  if (has(env, "KOLO_JOB_TOKEN")) return okStatus();
+  std::string path;
+  std::string named_by;
+  if (has(env, "KOLO_JOB_TOKEN_FILE")) {
+    path = env["KOLO_JOB_TOKEN_FILE"];
+    named_by = "KOLO_JOB_TOKEN_FILE";
+  } else if (id.launcher == "slurm") {
+    std::string dir = has(env, "KOLO_JOB_TOKEN_DIR") ? env["KOLO_JOB_TOKEN_DIR"] : "/run/kolo/jobs";
+    path = dir + "/" + id.slurm_job + ".token";
+    named_by = "the kolo Slurm prolog (deploy/slurm/prolog.sh)";
+  } else {
+    return invalidArgument(
+        "a rank started by " + id.launcher +
+        " needs the job's token: export KOLO_JOB_TOKEN (the same random value for every rank, e.g. "
+        "`export KOLO_JOB_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \\n')` and `mpirun -x "
+        "KOLO_JOB_TOKEN ...`) or KOLO_JOB_TOKEN_FILE (a file with it, readable by the ranks only)");
+  }
+  std::ifstream in(path);
+  if (!in) {
+    return invalidArgument(
+        "cannot read the job token file " + path + " (named by " + named_by + "): " +
+        (id.launcher == "slurm" && named_by != "KOLO_JOB_TOKEN_FILE"
+             ? "is the kolo prolog configured on this node (Prolog= in slurm.conf, "
+               "docs/slurm.md)? Or export KOLO_JOB_TOKEN before srun"
+             : "no such file or no permission"));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string token = ss.str();
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) {
+    token.pop_back();
+  }
+  if (token.empty()) return invalidArgument("the job token file " + path + " is empty");
+  env["KOLO_JOB_TOKEN"] = token;
+  return okStatus();
+}
+
+// Direct launch: the KOLO_* job variables from srun's or mpirun's.
+StatusOr<std::optional<LauncherIdentity>> applyLauncher(std::map<std::string, std::string>& env) {
+  if (has(env, "KOLO_JOB_ID")) return std::optional<LauncherIdentity>();
+  ASSIGN_OR_RETURN(std::optional<LauncherIdentity> id, launcherIdentity(env));
+  if (!id) return id;
+  env["KOLO_JOB_ID"] = id->job_id;
+  env["KOLO_SIZE"] = std::to_string(id->size);
+  env["KOLO_LOCAL_RANK"] = std::to_string(id->local_rank);
+  env["KOLO_LOCAL_SIZE"] = std::to_string(id->local_size);
+  RETURN_IF_ERROR(directLaunchToken(env, *id));
+  return id;
 }
 
 }  // namespace
@@ -54,6 +118,13 @@ Config ClientOptions::makeConfig() {
   c.define("embedded-agent", KnobType::kBool, "false",
            "the agent is kolorun's private one, gone when the job ends (set by kolorun): "
            "messages point at its stall reports on stderr instead of `kolo job`");
+  c.define("job-token-file", KnobType::kString, "",
+           "direct launch (srun, mpirun; docs/slurm.md): a file holding the job's token, when "
+           "KOLO_JOB_TOKEN is not set");
+  c.define(
+      "job-token-dir", KnobType::kString, "/run/kolo/jobs",
+      "direct launch under Slurm: where the kolo prolog writes <SLURM_JOB_ID>.token, read when "
+      "neither KOLO_JOB_TOKEN nor KOLO_JOB_TOKEN_FILE is set");
   c.alias("size", "HOROVOD_SIZE");
   c.alias("local-rank", "HOROVOD_LOCAL_RANK");
   c.alias("local-size", "HOROVOD_LOCAL_SIZE");
@@ -75,6 +146,7 @@ StatusOr<ClientOptions> ClientOptions::fromEnv(const std::map<std::string, std::
   // the client reads the environment only.
   std::map<std::string, std::string> env = env_in;
   env.erase("KOLO_CONFIG");
+  ASSIGN_OR_RETURN(std::optional<LauncherIdentity> launched, applyLauncher(env));
   Config c = makeConfig();
   const char* argv0[] = {"libkolo"};
   RETURN_IF_ERROR(c.loadWithEnv(1, argv0, env));
@@ -141,6 +213,10 @@ StatusOr<ClientOptions> ClientOptions::fromEnv(const std::map<std::string, std::
   o.max_np = static_cast<int>(max_np);
   o.elastic_timeout = seconds(et);
   o.embedded_agent = c.getBool("embedded-agent");
+  if (launched) {
+    o.launcher = launched->launcher;
+    o.launcher_rank = launched->rank;
+  }
   std::string direct = c.getString("direct");
   std::transform(direct.begin(), direct.end(), direct.begin(),
                  [](unsigned char ch) { return std::tolower(ch); });

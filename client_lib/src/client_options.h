@@ -37,11 +37,20 @@ struct ClientOptions {
   // agent's size up.
   enum class Direct { kOff, kAuto, kAlways };
   Direct direct = Direct::kAuto;
+  // Direct launch (docs/slurm.md): the job came from srun's or mpirun's
+  // variables ("slurm", "openmpi"; empty under kolorun) and the rank that
+  // launcher gave this process (-1: none).
+  std::string launcher;
+  int launcher_rank = -1;
 
   // The knobs libkolo reads (for --dump-config style listings and docs).
   static Config makeConfig();
   // Reads the process environment. Missing job settings are an
-  // INVALID_ARGUMENT naming the variable (kolorun sets them all).
+  // INVALID_ARGUMENT naming the variable (kolorun sets them all). Without
+  // KOLO_JOB_ID, a process started by srun or mpirun takes its job, size,
+  // local rank and local size from the launcher (launcherIdentity) and its
+  // token from KOLO_JOB_TOKEN, KOLO_JOB_TOKEN_FILE or, under Slurm, the
+  // file the prolog wrote: <KOLO_JOB_TOKEN_DIR>/<SLURM_JOB_ID>.token.
   static StatusOr<ClientOptions> fromEnvironment();
   static StatusOr<ClientOptions> fromEnv(const std::map<std::string, std::string>& env);
 };

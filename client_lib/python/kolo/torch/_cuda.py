@@ -65,8 +65,10 @@ def forget_session():
 
 
 def _local_rank_from_env():
-    """kolorun's KOLO_LOCAL_RANK, else torchrun's LOCAL_RANK, else 0."""
-    for name in ("KOLO_LOCAL_RANK", "LOCAL_RANK"):
+    """kolorun's KOLO_LOCAL_RANK, else torchrun's LOCAL_RANK, else the
+    launcher's (mpirun's OMPI_COMM_WORLD_LOCAL_RANK, srun's SLURM_LOCALID:
+    direct launch, docs/slurm.md), else 0."""
+    for name in ("KOLO_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
         try:
             return int(os.environ[name])
         except (KeyError, ValueError):
