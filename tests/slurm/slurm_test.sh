@@ -22,6 +22,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 for p in slurmctld slurmd munged srun sbatch; do
   command -v "$p" >/dev/null || [ -x "/usr/sbin/$p" ] || { echo "slurm_test: SKIP: no $p (scripts/install-deps.sh)"; exit 77; }
 done
+# slurmd 22.05 needs a cgroup plugin (cluster.sh: cgroup/v1 unless
+# SC_CGROUP_PLUGIN says otherwise); without the v1 hierarchies it cannot start.
+if [ -z "${SC_CGROUP_PLUGIN:-}" ] && ! grep -qs " /sys/fs/cgroup/freezer cgroup " /proc/mounts; then
+  echo "slurm_test: SKIP: no cgroup v1 freezer hierarchy mounted for slurmd's cgroup/v1 plugin (set SC_CGROUP_PLUGIN)"
+  exit 77
+fi
 source "$here/cluster.sh"
 trap slurm_cluster_down EXIT
 N=${SLURM_TEST_NODES:-2}
