@@ -118,8 +118,6 @@ class Agent : private OpHost {
   void onJoinOnLoop(Job& job, ClientConn& c, const SubmitDesc& d);
   void finishJoinOnLoop(Job& job, const Status& st, int64_t last_joined_rank);
   void onCrossJoinDoneOnLoop(Job& job, const Job::CrossPending& p, const Status& st);
-  // Runs every copy (or reduction) on the executor; `done` once all finished.
-  void copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done);
   void finishOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles, uint64_t bytes,
                     const Status& st, DataType dtype = DataType::kFloat32, SteadyTime started = {},
                     CollectiveType collective = CollectiveType::kAllreduce, int64_t aux = 0);
@@ -131,6 +129,7 @@ class Agent : private OpHost {
   void finishSplitOnLoop(const std::string& job_id, const std::vector<uint64_t>& handles,
                          uint64_t bytes, int64_t aux, DataType dtype, SteadyTime started) override;
   void reduceOpOnLoop(LocalReduce r, std::function<void()> done) override;
+  // Runs every copy (or reduction) on the executor; `done` once all finished.
   void copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) override;
   void handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) override;
   uint64_t crossPipelineBytes() const override { return opts_.cross_pipeline_bytes; }

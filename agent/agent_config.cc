@@ -15,7 +15,10 @@
 
 namespace kolo {
 
-void defineAgentKnobs(Config& c) {
+namespace {
+
+// The socket, the addresses the agent serves and reaches, its identity.
+void defineSocketKnobs(Config& c) {
   c.define("socket", KnobType::kString, "/run/kolo/agent.sock",
            "Unix socket trainers connect to (parent directory is created)")
       .define("socket-mode", KnobType::kString, "0660", "File mode of the socket (octal)")
@@ -51,10 +54,14 @@ void defineAgentKnobs(Config& c) {
               "If set, write the bound gRPC address here once serving (for launchers)")
       .define("agent-id", KnobType::kString, "", "Stable id of this agent (default host:pid)")
       .define("hostname", KnobType::kString, "",
-              "Host name reported to the coordinator (default: gethostname)")
-      .define(
-          "arena-mb", KnobType::kInt, "1024",
-          "Default size of each trainer's shared arena in MiB (sparse; pages are used on touch)")
+              "Host name reported to the coordinator (default: gethostname)");
+}
+
+// The local data path: arenas, threads, direct, streamed and split copies,
+// fusion; registration with the coordinator.
+void defineLocalPathKnobs(Config& c) {
+  c.define("arena-mb", KnobType::kInt, "1024",
+           "Default size of each trainer's shared arena in MiB (sparse; pages are used on touch)")
       .define(
           "reduce-threads", KnobType::kInt, "0",
           "Threads for large local reductions (0 = the cores the agent may run on, its affinity "
@@ -121,10 +128,14 @@ void defineAgentKnobs(Config& c) {
               "In a job on one agent, an allreduce of at least this many KiB in the trainers' own "
               "memory is reduced by the ranks themselves, each its share, reading the others' "
               "arenas (docs/architecture.md, \"Split reduction\"); 0 = the agent reduces "
-              "every tensor")
-      .define("cycle-time-ms", KnobType::kDouble, "1",
-              "Accepted for Horovod compatibility: kolo negotiates as soon as a name is ready, so "
-              "no op waits for a cycle")
+              "every tensor");
+}
+
+// Negotiation cycles, autotune and the response cache.
+void defineAutotuneKnobs(Config& c) {
+  c.define("cycle-time-ms", KnobType::kDouble, "1",
+           "Accepted for Horovod compatibility: kolo negotiates as soon as a name is ready, so "
+           "no op waits for a cycle")
       .define("autotune", KnobType::kBool, "false",
               "Tune the fusion threshold and the small/large algorithm switch point online "
               "(multi-agent jobs)")
@@ -138,11 +149,15 @@ void defineAgentKnobs(Config& c) {
               "Scored samples before autotune keeps the best for good")
       .define("autotune-gaussian-process-noise", KnobType::kDouble, "0.8",
               "Noise of the Gaussian process (normalised score units)")
-      .define("cache-capacity", KnobType::kInt, "1024", "Response cache entries (0 disables)")
-      .define("timeline-filename", KnobType::kString, "",
-              "Write a Chrome trace of every collective here (%a = agent id); a relative name is "
-              "taken inside "
-              "--timeline-dir, an absolute one must lie inside it")
+      .define("cache-capacity", KnobType::kInt, "1024", "Response cache entries (0 disables)");
+}
+
+// The timeline, stall checks, the backends and the device path.
+void defineTimelineBackendKnobs(Config& c) {
+  c.define("timeline-filename", KnobType::kString, "",
+           "Write a Chrome trace of every collective here (%a = agent id); a relative name is "
+           "taken inside "
+           "--timeline-dir, an absolute one must lie inside it")
       .define("timeline-max-mb", KnobType::kInt, "1024",
               "The most MiB one timeline file may grow to; past it no more events are written "
               "(logged, counted as dropped); 0 = no cap")
@@ -179,10 +194,14 @@ void defineAgentKnobs(Config& c) {
               "stream that never reaches its copy-in)")
       .define("idle-cycle-ms", KnobType::kInt, "100",
               "An agent with nothing to negotiate still joins a cycle this often, so peers never "
-              "wait long")
-      .define("max-local-size", KnobType::kInt, "256",
-              "Most local ranks a job may declare in its Hello (its tensor table and rank vectors "
-              "grow with it)")
+              "wait long");
+}
+
+// The socket's bounds and quotas (AgentLimits, docs/security.md).
+void defineLimitKnobs(Config& c) {
+  c.define("max-local-size", KnobType::kInt, "256",
+           "Most local ranks a job may declare in its Hello (its tensor table and rank vectors "
+           "grow with it)")
       .define("max-arena-mb", KnobType::kInt, "65536",
               "Largest shared arena a trainer may ask for in its Hello, in MiB (larger asks are "
               "refused)")
@@ -211,9 +230,19 @@ void defineAgentKnobs(Config& c) {
       .define("status-max-in-flight", KnobType::kInt, "100",
               "In-flight collectives listed per job in status replies (GetStatus, ListJobs, "
               "GetJob; the oldest first, the rest counted); a reply also stops listing them past "
-              "1 MiB")
-      .define("log-level", KnobType::kString, "",
-              "Log level: trace|debug|info|warn|error, or per subsystem 'info,agent.ipc=debug'");
+              "1 MiB");
+}
+
+}  // namespace
+
+void defineAgentKnobs(Config& c) {
+  defineSocketKnobs(c);
+  defineLocalPathKnobs(c);
+  defineAutotuneKnobs(c);
+  defineTimelineBackendKnobs(c);
+  defineLimitKnobs(c);
+  c.define("log-level", KnobType::kString, "",
+           "Log level: trace|debug|info|warn|error, or per subsystem 'info,agent.ipc=debug'");
   defineGrpcClientKnobs(c, "coordinator", "coordinator");
   defineGrpcServerKnobs(c, "rpc", "gRPC status service");
   c.define("rpc-auth-token-create", KnobType::kBool, "false",
@@ -289,10 +318,8 @@ Status limitsFrom(const Config& c, AgentLimits* l) {
   return okStatus();
 }
 
-}  // namespace
-
-StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
-  AgentOptions o;
+// The socket, the addresses, the host name and the agent id.
+Status identityOptionsFrom(const Config& c, AgentOptions& o) {
   o.socket_path = c.getString("socket");
   char* end = nullptr;
   o.socket_mode = static_cast<uint32_t>(std::strtoul(c.getString("socket-mode").c_str(), &end, 8));
@@ -328,6 +355,11 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.hostname = c.getString("hostname").empty() ? host : c.getString("hostname");
   o.agent_id = c.getString("agent-id");
   if (o.agent_id.empty()) o.agent_id = o.hostname + ":" + std::to_string(::getpid());
+  return okStatus();
+}
+
+// The local data path: arenas, reduction threads, direct memory, spinning.
+Status localPathOptionsFrom(const Config& c, AgentOptions& o) {
   int64_t mb = c.getInt("arena-mb");
   if (mb < 16 || mb > (1 << 20)) return invalidArgument("--arena-mb must be between 16 and 1048576");
   o.arena_bytes = static_cast<uint64_t>(mb) << 20;
@@ -356,6 +388,11 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
     return invalidArgument("--coordinator-watch-retry-s must be between 1 and 3600");
   }
   o.spin_us = std::clamp<int64_t>(c.getInt("spin-us"), 0, 1'000'000);
+  return okStatus();
+}
+
+// The stall check, the backends, the device path, the cycle and the cache.
+Status backendDeviceOptionsFrom(const Config& c, AgentOptions& o) {
   o.stall_check_time_s = c.getInt("stall-check-time-s");
   o.backend = backendOptionsFromConfig(c);
   RETURN_IF_ERROR(validateBackendOptions(o.backend));
@@ -373,6 +410,11 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   ASSIGN_OR_RETURN(o.device_staging_timeout_s, intIn(c, "device-staging-timeout-s", 1, 86400));
   o.cache_capacity = static_cast<size_t>(std::max<int64_t>(0, c.getInt("cache-capacity")));
   o.idle_cycle_ms = std::max<int64_t>(1, c.getInt("idle-cycle-ms"));
+  return okStatus();
+}
+
+// Fusion, the inline and pipelined cross-agent paths, streamed and split copies.
+Status fusionOptionsFrom(const Config& c, AgentOptions& o) {
   if (c.getInt("fusion-threshold-mb") < 0) return invalidArgument("--fusion-threshold-mb must be >= 0");
   o.fusion_threshold_bytes = static_cast<uint64_t>(c.getInt("fusion-threshold-mb")) << 20;
   if (c.getInt("fusion-chunk-mb") < 0) return invalidArgument("--fusion-chunk-mb must be >= 0");
@@ -389,6 +431,11 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
   o.stream_copy_out = c.getBool("stream-copy-out");
   if (c.getInt("split-min-kb") < 0) return invalidArgument("--split-min-kb must be >= 0");
   o.split_min_bytes = static_cast<uint64_t>(c.getInt("split-min-kb")) << 10;
+  return okStatus();
+}
+
+// The timeline, autotune and the stall shutdown.
+Status timelineAutotuneOptionsFrom(const Config& c, AgentOptions& o) {
   o.timeline_filename = c.getString("timeline-filename");
   // "%a" stands for the agent id, so several agents on one host can share a setting.
   o.timeline_filename = substitutePathToken(o.timeline_filename, "%a", o.agent_id);
@@ -413,6 +460,11 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
                             c.find("small-message-bytes")->source != "default";
   o.stall_shutdown_time_s = c.getInt("stall-shutdown-time-s");
   o.stall_check_disable = c.getBool("stall-check-disable");
+  return okStatus();
+}
+
+// The socket's limits and the security of both gRPC ends.
+Status securityOptionsFrom(const Config& c, AgentOptions& o) {
   RETURN_IF_ERROR(limitsFrom(c, &o.limits));
   if (o.arena_bytes > o.limits.max_arena_bytes) {
     return invalidArgument("--arena-mb " + std::to_string(o.arena_bytes >> 20) +
@@ -431,6 +483,19 @@ StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
     RETURN_IF_ERROR(createAdminTokenFileIfMissing(file, o.socket_group));
   }
   ASSIGN_OR_RETURN(o.rpc_security, grpcServerSecurityFrom(c, "rpc"));
+  return okStatus();
+}
+
+}  // namespace
+
+StatusOr<AgentOptions> agentOptionsFrom(const Config& c) {
+  AgentOptions o;
+  RETURN_IF_ERROR(identityOptionsFrom(c, o));
+  RETURN_IF_ERROR(localPathOptionsFrom(c, o));
+  RETURN_IF_ERROR(backendDeviceOptionsFrom(c, o));
+  RETURN_IF_ERROR(fusionOptionsFrom(c, o));
+  RETURN_IF_ERROR(timelineAutotuneOptionsFrom(c, o));
+  RETURN_IF_ERROR(securityOptionsFrom(c, o));
   return o;
 }
 

@@ -219,7 +219,7 @@ void Agent::executeOnLoop(Job& job, ReadyOp op) {
   memoryOf(op).runOnLoop(*this, job, kind, std::move(op), std::move(handles));
 }
 
-void Agent::copyAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) {
+void Agent::copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) {
   auto left = std::make_shared<size_t>(copies.size());
   if (copies.empty()) {
     done();
@@ -245,10 +245,6 @@ void Agent::finishOpOnLoop(const std::string& job_id, const std::vector<uint64_t
 
 void Agent::reduceOpOnLoop(LocalReduce r, std::function<void()> done) {
   executor_.reduceOnLoop(std::move(r), std::move(done));
-}
-
-void Agent::copyOpAllOnLoop(std::vector<LocalReduce> copies, std::function<void()> done) {
-  copyAllOnLoop(std::move(copies), std::move(done));
 }
 
 void Agent::handOpToNegotiationOnLoop(const std::string& job_id, uint64_t gen, CrossWork w) {

@@ -38,25 +38,33 @@ std::string usageErrorText(CLI::App& app, int argc, char** argv, const std::stri
   return what;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace kolo::cli;
-  KoloCliOptions o;
-  o.agent = envOr("KOLO_AGENT_RPC", kDefaultAgentRpc);
-  o.coordinator = envOr("KOLO_COORDINATOR", kDefaultCoordinator);
-
-  CLI::App app("kolo: status and control of the kolo agent and coordinator", "kolo");
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "kolo " KOLO_VERSION);
+// The subcommands and what their options are parsed into. CLI11 keeps the
+// addresses of these fields: the struct stays where main() made it.
+struct Commands {
   // TLS and token flags, resolved with the environment in resolveSecurity().
   std::map<std::string, std::string> security_flags;
+  CLI::App *status, *jobs, *agents, *job, *timeline, *tl_start, *tl_stop, *tl_merge, *drain,
+      *undrain;
+  std::string job_id;
+  std::string timeline_path;
+  bool mark_cycles = false;
+  std::vector<std::string> merge_inputs;
+  std::string merge_output;
+  int drain_wait_s = 0;
+
+  // Adds the subcommands to `app`; their options land here and in `o`.
+  void define(CLI::App& app, kolo::cli::KoloCliOptions& o);
+  // Runs the one that was parsed; its exit code.
+  int run(const kolo::cli::KoloCliOptions& o) const;
+};
+
+void Commands::define(CLI::App& app, kolo::cli::KoloCliOptions& o) {
+  using namespace kolo::cli;
   auto security_opts = [&](CLI::App* sub, const std::string& peer, const std::string& env) {
     auto file = [&](const std::string& name, const std::string& what) {
       sub->add_option_function<std::string>(
-          "--" + peer + "-" + name, [&security_flags, peer, name](const std::string& v) {
-            security_flags[peer + "-" + name] = v;
-          },
+          "--" + peer + "-" + name,
+          [this, peer, name](const std::string& v) { security_flags[peer + "-" + name] = v; },
           what + " (default $" + env + "_" + kolo::Config::envName(name).substr(5) + ")");
     };
     file("ca", "PEM CA bundle that signed the " + peer + "'s certificate: connect with TLS");
@@ -65,7 +73,7 @@ int main(int argc, char** argv) {
     file("server-name", "Name to check the " + peer + "'s certificate against");
     file("token-file", "File holding the bearer token for calls that change state");
     sub->add_flag_function(
-        "--" + peer + "-tls", [&security_flags, peer](int64_t) { security_flags[peer + "-tls"] = "true"; },
+        "--" + peer + "-tls", [this, peer](int64_t) { security_flags[peer + "-tls"] = "true"; },
         "TLS with the system's root CAs");
   };
   auto agent_opt = [&](CLI::App* sub) {
@@ -80,25 +88,23 @@ int main(int argc, char** argv) {
   };
   auto json_opt = [&](CLI::App* sub) { sub->add_flag("--json", o.json, "Print one JSON document"); };
 
-  CLI::App* status = app.add_subcommand("status", "The agent: id, host, socket, uptime, clients, jobs, counters");
+  status =
+      app.add_subcommand("status", "The agent: id, host, socket, uptime, clients, jobs, counters");
   agent_opt(status);
   json_opt(status);
-  CLI::App* jobs = app.add_subcommand("jobs", "The coordinator's jobs: state, generation, ranks, agents");
+  jobs = app.add_subcommand("jobs", "The coordinator's jobs: state, generation, ranks, agents");
   coord_opt(jobs);
   json_opt(jobs);
-  CLI::App* agents = app.add_subcommand("agents", "The agents registered with the coordinator");
+  agents = app.add_subcommand("agents", "The agents registered with the coordinator");
   coord_opt(agents);
   json_opt(agents);
-  std::string job_id;
-  CLI::App* job = app.add_subcommand("job", "One job on the agent, with every collective in flight");
+  job = app.add_subcommand("job", "One job on the agent, with every collective in flight");
   job->add_option("ID", job_id, "The job id (job-...)")->required();
   agent_opt(job);
   json_opt(job);
-  CLI::App* timeline = app.add_subcommand("timeline", "Start or stop the agent's timeline");
+  timeline = app.add_subcommand("timeline", "Start or stop the agent's timeline");
   timeline->require_subcommand(1);
-  std::string timeline_path;
-  bool mark_cycles = false;
-  CLI::App* tl_start = timeline->add_subcommand("start", "Start writing a Chrome-trace timeline to PATH");
+  tl_start = timeline->add_subcommand("start", "Start writing a Chrome-trace timeline to PATH");
   tl_start
       ->add_option(
           "PATH", timeline_path,
@@ -108,52 +114,28 @@ int main(int argc, char** argv) {
   tl_start->add_flag("--mark-cycles", mark_cycles, "Also mark each negotiation cycle");
   agent_opt(tl_start);
   json_opt(tl_start);
-  CLI::App* tl_stop = timeline->add_subcommand("stop", "Stop the timeline");
+  tl_stop = timeline->add_subcommand("stop", "Stop the timeline");
   agent_opt(tl_stop);
   json_opt(tl_stop);
-  std::vector<std::string> merge_inputs;
-  std::string merge_output;
-  CLI::App* tl_merge = timeline->add_subcommand(
-      "merge", "Merge several agents' timeline files into one trace for the whole job (aligned on wall-clock time)");
+  tl_merge = timeline->add_subcommand("merge",
+                                      "Merge several agents' timeline files into one trace for the "
+                                      "whole job (aligned on wall-clock time)");
   tl_merge->add_option("FILES", merge_inputs, "The agents' timeline files")->required()->check(CLI::ExistingFile);
   tl_merge->add_option("-o,--output", merge_output, "The merged file to write")->required();
-  CLI::App* drain = app.add_subcommand("drain", "Drain the agent: finish running jobs, accept no new ones");
+  drain = app.add_subcommand("drain", "Drain the agent: finish running jobs, accept no new ones");
   agent_opt(drain);
   json_opt(drain);
-  int drain_wait_s = 0;
   drain
       ->add_option("--wait", drain_wait_s,
                    "Then wait up to SECONDS until no job is left on the agent (exit 1 if some are)")
       ->check(nonNegative());
-  CLI::App* undrain = app.add_subcommand("undrain", "Undo drain: the agent takes new jobs again");
+  undrain = app.add_subcommand("undrain", "Undo drain: the agent takes new jobs again");
   agent_opt(undrain);
   json_opt(undrain);
+}
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    // Usage errors: one readable line, exit 2 (CLI11's own codes are 100+).
-    std::cerr << "kolo: " << usageErrorText(app, argc, argv, e.what()) << " (see kolo --help)\n";
-    return 2;
-  }
-
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  if (kolo::Status st = resolveSecurity(o, security_flags, env); !st.isOk()) {
-    std::cerr << "kolo: " << st.message() << "\n";
-    return 2;
-  }
-
+int Commands::run(const kolo::cli::KoloCliOptions& o) const {
+  using namespace kolo::cli;
   if (status->parsed()) return cmdStatus(o, std::cout, std::cerr);
   if (jobs->parsed()) return cmdJobs(o, std::cout, std::cerr);
   if (agents->parsed()) return cmdAgents(o, std::cout, std::cerr);
@@ -173,4 +155,51 @@ int main(int argc, char** argv) {
   if (drain->parsed()) return cmdDrain(o, drain_wait_s, std::cout, std::cerr);
   if (undrain->parsed()) return cmdUndrain(o, std::cout, std::cerr);
   return 2;
+}
+
+// The process environment, name -> value.
+std::map<std::string, std::string> environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kolo::cli;
+  KoloCliOptions o;
+  o.agent = envOr("KOLO_AGENT_RPC", kDefaultAgentRpc);
+  o.coordinator = envOr("KOLO_COORDINATOR", kDefaultCoordinator);
+
+  CLI::App app("kolo: status and control of the kolo agent and coordinator", "kolo");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "kolo " KOLO_VERSION);
+  Commands cmds;
+  cmds.define(app, o);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors: one readable line, exit 2 (CLI11's own codes are 100+).
+    std::cerr << "kolo: " << usageErrorText(app, argc, argv, e.what()) << " (see kolo --help)\n";
+    return 2;
+  }
+
+  if (kolo::Status st = resolveSecurity(o, cmds.security_flags, environment()); !st.isOk()) {
+    std::cerr << "kolo: " << st.message() << "\n";
+    return 2;
+  }
+
+  return cmds.run(o);
 }

@@ -516,6 +516,44 @@ void CoordClient::startHeartbeats() {
   });
 }
 
+// joinAndWatch's JoinJob, with failover within its budget: OK, or the
+// refusal the watch posts.
+Status CoordClient::joinJob(const std::string& job_id, const std::string& token, int local_size,
+                            int world_size, const ElasticParams& elastic) {
+  coord::JoinJobRequest req;
+  req.set_job_id(job_id);
+  req.set_token(token);
+  req.set_agent_id(self_.agent_id());
+  req.set_agent_secret(agentSecret());
+  req.set_local_size(local_size);
+  req.set_world_size(world_size);
+  req.set_min_size(elastic.min_size);
+  req.set_max_size(elastic.max_size);
+  req.set_elastic_timeout_ms(elastic.timeout_ms);
+  coord::JoinJobReply rep;
+  const auto timeout = failoverBudget(std::chrono::seconds(10));
+  Outcome o = callWithFailover(Clock::now() + timeout, perTry(timeout), true,
+                               [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) {
+                                 return st.JoinJob(&ctx, req, &rep);
+                               });
+  if (!o.status.ok())
+    return fromGrpc(o.status, "the coordinator at " + o.address + " refused job " + job_id);
+  return okStatus();
+}
+
+// Why a job's watch ended for good: its last status, at each address tried.
+Status CoordClient::lostWatch(const std::string& job_id, const grpc::Status& last,
+                              const std::map<std::string, std::string>& errors) const {
+  Status st =
+      fromGrpc(last.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended") : last,
+               "lost the watch on job " + job_id + " at coordinator " + endpoints_.all()[0]);
+  if (endpoints_.size() > 1) {  // each address with why it failed
+    st = Status(st.code(), "lost the watch on job " + job_id + " at coordinators " +
+                               triedText(errors).substr(3));
+  }
+  return st;
+}
+
 // JoinJob (without reset/admit) may go again anywhere: the same agent
 // joining a FORMING job again only sets its local_size again, a member's
 // retried join of a RUNNING job with the same sizes is OK, and a retried
@@ -543,26 +581,9 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
     auto post = [this, cb](StatusOr<coord::World> r) {
       loop_.post([cb, r = std::move(r)]() mutable { cb(std::move(r)); });
     };
-    {
-      coord::JoinJobRequest req;
-      req.set_job_id(job_id);
-      req.set_token(token);
-      req.set_agent_id(self_.agent_id());
-      req.set_agent_secret(agentSecret());
-      req.set_local_size(local_size);
-      req.set_world_size(world_size);
-      req.set_min_size(elastic.min_size);
-      req.set_max_size(elastic.max_size);
-      req.set_elastic_timeout_ms(elastic.timeout_ms);
-      coord::JoinJobReply rep;
-      const auto timeout = failoverBudget(std::chrono::seconds(10));
-      Outcome o = callWithFailover(
-          Clock::now() + timeout, perTry(timeout), true,
-          [&](coord::Coordinator::Stub& st, grpc::ClientContext& ctx) { return st.JoinJob(&ctx, req, &rep); });
-      if (!o.status.ok()) {
-        post(fromGrpc(o.status, "the coordinator at " + o.address + " refused job " + job_id));
-        return;
-      }
+    if (Status joined = joinJob(job_id, token, local_size, world_size, elastic); !joined.isOk()) {
+      post(joined);
+      return;
     }
     // The watch survives a coordinator restart or failover: when the stream
     // breaks, it is opened again (a recovered coordinator or a new leader
@@ -635,14 +656,7 @@ void CoordClient::joinAndWatch(const std::string& job_id, const std::string& tok
       std::lock_guard<std::mutex> lock(watch_mu_);
       cancelled = w->cancelled;
     }
-    if (!stop_.load() && !cancelled) {
-      Status st = fromGrpc(last.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended") : last,
-                           "lost the watch on job " + job_id + " at coordinator " + endpoints_.all()[0]);
-      if (endpoints_.size() > 1) {  // each address with why it failed
-        st = Status(st.code(), "lost the watch on job " + job_id + " at coordinators " + triedText(errors).substr(3));
-      }
-      post(st);
-    }
+    if (!stop_.load() && !cancelled) post(lostWatch(job_id, last, errors));
   });
 }
 

@@ -148,6 +148,12 @@ class CoordClient {
   };
   std::mutex watch_mu_;
   std::map<std::string, std::shared_ptr<Watch>> watches_;
+  // joinAndWatch's JoinJob (failover within its budget): OK or the refusal.
+  Status joinJob(const std::string& job_id, const std::string& token, int local_size,
+                 int world_size, const ElasticParams& elastic);
+  // Why a job's watch ended for good: `last`, and each address's error.
+  Status lostWatch(const std::string& job_id, const grpc::Status& last,
+                   const std::map<std::string, std::string>& errors) const;
 
   // Adds the bearer token (if any) to a call.
   void prepare(grpc::ClientContext& ctx) const;
