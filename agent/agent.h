@@ -60,7 +60,6 @@ class Agent : private OpHost {
   agentrpc::ListJobsReply listJobsOnLoop() const;
   const Job* findJobOnLoop(const std::string& id) const;
   std::string metricsText() const { return metrics_.render(); }  // any thread
-  std::vector<const Job*> jobsOnLoop() const;
   void drainOnLoop();
   void undrainOnLoop();
   // The gRPC health service name that reads NOT_SERVING while drained.

@@ -15,12 +15,6 @@ const Job* Agent::findJobOnLoop(const std::string& id) const {
   return it == jobs_.end() ? nullptr : it->second.get();
 }
 
-std::vector<const Job*> Agent::jobsOnLoop() const {
-  std::vector<const Job*> out;
-  for (auto& [id, j] : jobs_) out.push_back(j.get());
-  return out;
-}
-
 static void fillMps(const gpu::MpsProbe& p, agentrpc::MpsInfo* out) {
   out->set_state(gpu::mpsStateName(p.state));
   out->set_reason(p.reason);
