@@ -223,9 +223,13 @@ def program_argv(c, bins, rewrite):
     image = c["image"].split(":")[0].rsplit("/", 1)[-1]
     command = list(c.get("command") or [])
     if not command:
-        command = [bins[IMAGE_ENTRYPOINTS[image]]]
-    argv = [rewrite(a) for a in command + list(c.get("args") or [])]
-    return [bins.get(os.path.basename(a), a) if a.startswith("/usr/bin/") else a for a in argv]
+        # The image's ENTRYPOINT is the built binary itself: a path of this
+        # machine, never rewritten into the pod's volumes (a build under /tmp
+        # is not the pod's emptyDir /tmp).
+        return [bins[IMAGE_ENTRYPOINTS[image]]] + [rewrite(a) for a in c.get("args") or []]
+    # An image path (/usr/bin/X) is the built X; anything else is the pod's.
+    return [bins.get(os.path.basename(a), a) if a.startswith("/usr/bin/") else rewrite(a)
+            for a in command + list(c.get("args") or [])]
 
 
 def run_probe(probe, sandbox, bins, priv, env, rewrite):
