@@ -50,11 +50,11 @@ struct BenchOptions {
   // collective in flight and rank 0 prints the CPU the agents and the ranks
   // used meanwhile (a daemon must not busy-poll when idle); 0: skipped.
   double idle_check_s = 0;
-  // --model-step FILE (issue 4): replay one training step's gradients (every
+  // --model-step FILE: replay one training step's gradients (every
   // tensor of FILE, reverse order, async, then synchronize all) instead of
   // the size sweep; -b/-e/-f are then unused.
   std::string model_step_path;
-  // --compute-ms X (issue 19): with --model-step, the backward pass's compute
+  // --compute-ms X: with --model-step, the backward pass's compute
   // per step: before each gradient is submitted the rank sleeps its share of
   // X, in proportion to the tensor's parameter count (0: no compute).
   double compute_ms = 0;
@@ -62,7 +62,7 @@ struct BenchOptions {
   // tensor's share of --compute-ms by weight (unlisted: 0) instead of by
   // parameter count.
   std::string compute_profile;
-  // --blocking (issue 18 part 2): with --model-step, also time the blocking
+  // --blocking: with --model-step, also time the blocking
   // per-tensor loop (each tensor in reverse order, submitted and synchronized
   // before the next, as Open MPI's per-tensor MPI_Allreduce loop), interleaved with
   // the async step and the flat allreduce.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compare_multi.sh: issue 3's figures. kolo across K agents (each acting as
+# compare_multi.sh: the across-agents figures. kolo across K agents (each acting as
 # a node, talking UCX over TCP) against, in the same invocation and on the
 # same path, Open MPI over TCP, Gloo's ring allreduce over TCP and iperf3's
 # bandwidth; prints every table, a comparison table per kolo configuration
@@ -548,7 +548,7 @@ done
 
 if [ ${#targets[@]} -gt 0 ]; then
   echo
-  echo "## Targets (issue 3), $path"
+  echo "## Targets, $path"
   for t in "${targets[@]}"; do echo "# $t"; done
 fi
 [ "$status" = 0 ] || echo "## compare_multi.sh: at least one benchmark FAILED" >&2

@@ -265,7 +265,7 @@ class Watcher final : public grpc::ClientReadReactor<coord::World> {
     req_.set_token(a_->job->token);
     req_.set_brief(true);  // as coord_client.cc asks
     req_.set_local_size_runs(true);
-    req_.set_agent_secret(a_->secret);  // a member's stream, as kolo-agent's (issue 47)
+    req_.set_agent_secret(a_->secret);  // a member's stream, as kolo-agent's (docs/security.md)
     a_->stub->async()->WatchJob(ctx, &req_, this);
     StartRead(&w_);
     StartCall();

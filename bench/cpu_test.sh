@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CTest (label bench) of the CPU figures (issue 18 part 4), small, seconds:
+# CTest (label bench) of the CPU figures (cpu-s/GB, idle CPU), small, seconds:
 # kolo-bench at N=2 under kolorun (embedded agent), mpi-allreduce-bench under
 # mpirun and gloo-allreduce-bench (each when built) must print the cpu-s/GB
 # column, positive on every row; kolo-bench --idle-check 2 must find its

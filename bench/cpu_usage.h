@@ -1,4 +1,4 @@
-// CPU cost of a benchmark (issue 18 part 4): the CPU seconds of the
+// CPU cost of a benchmark (cpu-s/GB): the CPU seconds of the
 // processes taking part (the ranks themselves, getrusage; the agents, found
 // by their socket, from their process CPU clock) and the figure the tables
 // print, CPU seconds per GB reduced. Linux only; pure parts unit-tested.

@@ -1,6 +1,6 @@
 // gloo-allreduce-bench: Gloo's ring allreduce over its TCP transport,
 // measured exactly like kolo-bench and mpi-allreduce-bench, so the tables
-// line up (issue 3's peer comparison):
+// line up (the across-agents peer comparison):
 //
 //   for r in 0 1; do
 //     gloo-allreduce-bench --rank $r --size 2 --store /tmp/st --host 127.0.0.1 -b 4 -e 256M &
@@ -10,12 +10,11 @@
 // directory shared by the ranks; compare_multi.sh makes one per run), then
 // a full mesh of gloo::transport::tcp pairs bound to --host. Each operation
 // is gloo::allreduce with AllreduceOptions::Algorithm::RING, float32 sum,
-// out of place (--inplace: in place, no input set). Same sizes (-b/-e/-f), same iteration plan (the first
-// warm-up op, max-reduced across ranks, decides how many iterations fit
-// -T), same statistic (median over iterations of the slowest rank's time,
-// the times max-reduced with a Gloo allreduce outside the timed region),
-// same check data and columns (bench/bench_check.h, bench/bench_table.h).
-// Rank 0 prints the table. Gloo reports errors with exceptions; they are
+// out of place (--inplace: in place, no input set). Same sizes (-b/-e/-f), same iteration plan (the
+// first warm-up op, max-reduced across ranks, decides how many iterations fit -T), same statistic
+// (median over iterations of the slowest rank's time, the times max-reduced with a Gloo allreduce
+// outside the timed region), same check data and columns (bench/bench_check.h,
+// bench/bench_table.h). Rank 0 prints the table. Gloo reports errors with exceptions; they are
 // caught here, in main's thread, and turned into exit status 3.
 #include <CLI/CLI.hpp>
 #include <cinttypes>

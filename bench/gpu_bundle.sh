@@ -6,7 +6,7 @@
 # by git through /build*), so that it can be carried to a GPU machine that has
 # no package registry:
 #   bin/  the GPU test binaries, the daemons, kolorun and kolo-gpu-bench, stripped
-#   lib/  libkolo.so (for the Python package: kolo.torch on CUDA, issue 16)
+#   lib/  libkolo.so (for the Python package: kolo.torch on CUDA)
 #         and every shared library they load that is not part of the C
 #         library (ldd), except libcuda (the driver's) and libnccl (208 MiB;
 #         the GPU image has it in the nvidia-nccl-cu13 wheel, which

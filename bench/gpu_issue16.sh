@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/gpu_issue16.sh [BUNDLE_OR_BUILD_DIR] [--list]
 #
-# Issue 16 (GPU training through kolo.torch) on a GPU machine, in one
+# GPU training through kolo.torch on a GPU machine, in one
 # command of about 8 minutes (KOLO_GPU16_BUDGET_S, default 480 s: a phase
 # that would start with too little of it left is skipped and says so):
 #
@@ -223,7 +223,7 @@ fi
 
 # --- 2. the device path through the daemons (C ABI stream included) --------
 phase cxx-stream 60 150 "$BIN/kolo_gpu_device_path_tests" --gtest_brief=1 --gtest_filter='DevicePath.*'
-# The device protocol tests of the host emulation (issue 39), unchanged, on
+# The device protocol tests of the host emulation, unchanged, on
 # the real CUDA implementation (the fault cases skip: the emulation injects them).
 phase cxx-seam-cuda 30 120 env KOLO_TEST_DEVICE=cuda "$BIN/kolo_gpu_seam_tests" --gtest_brief=1
 # NCCL with one rank per process, two processes on the one GPU with their
@@ -236,7 +236,7 @@ phase kolo-status 10 60 "$BIN/kolo_cli_tests" --gtest_brief=1 \
 # --- 3. every kolo.torch op on CUDA tensors ----------------------------------
 phase py-ops 90 200 "$PY" -m pytest -q -p no:cacheprovider -rs "$REPO/tests/python/test_device_ops.py" -k cuda
 
-# --- 3b. torch.distributed backend "kolo" (issue 25) under this torch -------
+# --- 3b. torch.distributed backend "kolo" under this torch -------------------
 # CPU collectives, DDP, errors and timeouts under torch 2.x, CUDA tensors
 # through the backend (stream order, DDP on CUDA) on the GPU, and FSDP /
 # FSDP2 on CPU (if torch's FSDP takes CPU modules) and CUDA.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""head_to_head.py: kolo against Gloo and Open MPI the way issue 48 measures.
+"""head_to_head.py: kolo with default settings against Gloo and Open MPI, head to head.
 
 kolo runs as a user runs it: kolo-bench (linked against libkolo.so, every
 operation through the C ABI) launched by kolorun with the environment as
@@ -20,7 +20,7 @@ run and summarised with each table, because the machine is shared.
 
 Prints a markdown table per setting (time in us, busbw in GB/s, the peer's
 time over kolo's = kolo's speed as a multiple of the peer's, and the spread
-of that ratio over the repeats), then each of issue 48's targets with met /
+of that ratio over the repeats), then each head-to-head target with met /
 MISSED. --markdown FILE also writes the tables with a header (date,
 commit, machine, load) for docs/benchmarks.md. Exit status: 0 when every
 run succeeded and verified (a missed target is reported, not a failure), 1
@@ -239,7 +239,7 @@ def veth_down():
 
 
 def targets(one_node, across):
-    """Issue 48's targets against the medians; one line each."""
+    """The head-to-head targets against the medians; one line each."""
     out = []
     for n, med in one_node:
         k, m = med.get("kolo user"), med.get("Open MPI")
@@ -356,7 +356,7 @@ def main():
         if a.veth:
             veth_down()
     lines = targets(one_node_meds, across_meds)
-    print("## Issue 48's targets (medians of this run)")
+    print("## Targets (medians of this run)")
     for ln in lines:
         print("- " + ln)
     load_note = (f"1-minute load average {min(r.loads):.1f}-{max(r.loads):.1f} over the runs"

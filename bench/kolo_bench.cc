@@ -454,9 +454,9 @@ int benchMain(int argc, char** argv) {
                 std::string(opKindName(o.op_kind)).c_str(), small.time_us);
     const bool targets = o.op_kind == OpKind::kAllreduce && small.bytes == 4;
     if (targets && kolo.crossSize() == 2) {
-      std::printf("  [target (issue 3) <= 100 us across 2 agents]");
+      std::printf("  [target <= 100 us across 2 agents]");
     } else if (targets && kolo.crossSize() > 2) {
-      std::printf("  [issue 3's target, <= 100 us, is for 2 agents]");
+      std::printf("  [the target, <= 100 us, is for 2 agents]");
     } else if (targets) {
       std::printf("  [target <= 30 us at N=2, <= 60 us at N=4]");
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# model_compare.sh: issue 18 part 2, "many tensors, user memory". One
+# model_compare.sh: "many tensors, user memory". One
 # model's gradients (default ResNet-50: 161 tensors) allreduced three ways on
 # this machine, in one invocation, alternating the systems run by run:
 #   kolo async     kolo-bench --model-step: every tensor kolo_allreduce_async in
@@ -11,7 +11,7 @@
 # kolo runs under kolorun (its embedded coordinator and one agent), with the
 # gradients in the trainer's own memory (no --zero-copy). Each figure is the
 # median over steps of the slowest rank's step time; the summary takes the
-# median over the --reps runs and checks the issue's targets:
+# median over the --reps runs and checks the targets:
 #   kolo async <= MPI loop;  kolo blocking <= 1.5 x MPI loop.
 #
 #   bench/model_compare.sh                       # resnet50, N=2 and N=4, 3 alternations
@@ -158,7 +158,7 @@ for r in $(seq 1 "$reps"); do
 done
 
 echo
-echo "## Summary (issue 18 part 2): $name, user memory, one agent; medians over $reps run(s) of each" \
+echo "## Summary: $name, user memory, one agent; medians over $reps run(s) of each" \
   "run's median step (slowest rank); load $(load)"
 echo "# targets: kolo async <= MPI loop; kolo blocking <= 1.5 x MPI loop"
 printf '#%3s %15s %18s %13s %10s %13s %16s %22s\n' N "kolo async(us)" "kolo blocking(us)" "MPI loop(us)" \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CTest smoke test of bench/model_compare.sh (issue 18 part 2): a 5-tensor
+# CTest smoke test of bench/model_compare.sh (many tensors, user memory): a 5-tensor
 # model (one tensor over 1 MiB, so the agent's direct user-memory path runs,
 # and four small ones through the arena) at N=2, one alternation, checked.
 # Passes when the script exits 0, every run verified (#wrong 0 in kolo-bench's

@@ -124,11 +124,11 @@ std::string stepTargetLine(const StepRow& r) {
   char line[256];
   double ratio = r.ratio();
   if (ratio <= kStepTargetRatio) {
-    std::snprintf(line, sizeof(line), "# Target (issue 4): step/flat %.2f <= %.2f: met", ratio,
+    std::snprintf(line, sizeof(line), "# Target: step/flat %.2f <= %.2f: met", ratio,
                   kStepTargetRatio);
   } else {
-    std::snprintf(line, sizeof(line), "# Target (issue 4): step/flat %.2f <= %.2f: MISSED by %.0f%%",
-                  ratio, kStepTargetRatio, (ratio / kStepTargetRatio - 1.0) * 100.0);
+    std::snprintf(line, sizeof(line), "# Target: step/flat %.2f <= %.2f: MISSED by %.0f%%", ratio,
+                  kStepTargetRatio, (ratio / kStepTargetRatio - 1.0) * 100.0);
   }
   return line;
 }

@@ -1,4 +1,4 @@
-// kolo-bench --model-step FILE (issue 4): a model's parameter list, the
+// kolo-bench --model-step FILE: a model's parameter list, the
 // layout of its gradients in one buffer, and the result row. Pure (no kolo
 // calls), unit-tested; the measurement is in model_step_run.cc.
 //
@@ -78,9 +78,9 @@ struct StepRow {
 // The column header (starts with '#'), aligned with formatStepRow.
 std::string stepTableHeader();
 std::string formatStepRow(const StepRow& r);
-// Issue 4's target: step time within 1.25x of the flat-buffer allreduce.
+// The model-step target: step time within 1.25x of the flat-buffer allreduce.
 inline constexpr double kStepTargetRatio = 1.25;
-// "# Target (issue 4): step/flat 1.10 <= 1.25: met" (or "MISSED by 12%").
+// "# Target: step/flat 1.10 <= 1.25: met" (or "MISSED by 12%").
 std::string stepTargetLine(const StepRow& r);
 
 }  // namespace kolo::bench

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# model_step.sh: issue 4's figures. kolo-bench --model-step for each model
+# model_step.sh: the model-step figures. kolo-bench --model-step for each model
 # (bench/models/*.txt) at each rank count, on one agent and across agents,
 # with the agents' default Tensor Fusion and (across agents) with fusion
 # disabled (KOLO_FUSION_THRESHOLD_MB=0 in the agents' environment); prints
@@ -134,7 +134,7 @@ for m in $models; do
 done
 
 echo
-echo "## Summary (issue 4): step = all tensors, reverse order, async then synchronize all;" \
+echo "## Summary: step = all tensors, reverse order, async then synchronize all;" \
   "flat = one allreduce of the same bytes; target step/flat <= 1.25"
 printf '#%11s %3s %3s %8s %13s %11s %13s %11s %10s  %s\n' model N K fusion "step(us)" "step busbw" \
   "flat(us)" "flat busbw" step/flat target

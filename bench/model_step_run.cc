@@ -410,7 +410,7 @@ int modelStepMain(const BenchOptions& o) {
                 probe_before, probe_after);
     std::printf("# Out of bounds values : %" PRIu64 " %s\n", row.wrong.value_or(0),
                 row.wrong.value_or(0) == 0 ? "OK" : "FAILED");
-    // With compute in the step, step/flat is no longer issue 4's figure: the efficiency below is.
+    // With compute in the step, step/flat is no longer the figure: the efficiency below is.
     if (o.compute_ms <= 0) std::printf("%s\n#\n", stepTargetLine(row).c_str());
     if (o.compute_ms > 0) {
       std::printf("# compute: %.1f ms per step (--compute-ms), slept before each gradient in proportion to "

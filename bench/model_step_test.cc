@@ -102,9 +102,9 @@ TEST(ModelStepTable, RowLinesUpWithTheHeaderAndTarget) {
   want.erase(want.begin());       // the leading "#"
   EXPECT_EQ(got, want) << header << "\n" << formatStepRow(r);
   EXPECT_NEAR(r.ratio(), 1.1223, 1e-3);
-  EXPECT_EQ(stepTargetLine(r), "# Target (issue 4): step/flat 1.12 <= 1.25: met");
+  EXPECT_EQ(stepTargetLine(r), "# Target: step/flat 1.12 <= 1.25: met");
   r.step_us = 1650000.0;
-  EXPECT_EQ(stepTargetLine(r), "# Target (issue 4): step/flat 1.50 <= 1.25: MISSED by 20%");
+  EXPECT_EQ(stepTargetLine(r), "# Target: step/flat 1.50 <= 1.25: MISSED by 20%");
   r.wrong.reset();
   EXPECT_NE(formatStepRow(r).find("N/A"), std::string::npos);
 }

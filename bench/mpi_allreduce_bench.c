@@ -18,7 +18,7 @@
  * (bench/bench_check.h): (r+1) * ((i % m) + 1) for the sums, exact in
  * float32, and ((i + 3 src + 5 dst) % 251) + 1 for the data the other ops move.
  *
- * --model-step FILE (issue 18 part 2): Open MPI's blocking per-tensor loop
+ * --model-step FILE: Open MPI's blocking per-tensor loop
  * over a model's gradients instead of the size sweep: FILE is kolo-bench
  * --model-step's format ("name count" per line, '#' comments;
  * bench/models/NAME.txt), laid out in one buffer as kolo-bench does (each

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""cluster.py: a cluster of K nodes on one machine, joined by shaped links (issue 19).
+"""cluster.py: a cluster of K nodes on one machine, joined by shaped links.
 
 Each node is a network namespace with one veth link (device `kc0`,
 10.231.0.<i+1>/24) to a bridge in a hub namespace of its own; nothing is

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""cost_model.py: an alpha-beta cost model of kolo across nodes (issue 19 part 5).
+"""cost_model.py: an alpha-beta cost model of kolo across nodes.
 
 Fitted from the shaped-link cluster measurements kept in docs/data/cluster-*
 (bench/cluster/cluster.py: K nodes x 1 rank, 500 Mbit/s and 1 Gbit/s links),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""smoke_test.py BUILD_DIR: ctest bench.cluster_smoke, the short shaped-link test of issue 19.
+"""smoke_test.py BUILD_DIR: ctest bench.cluster_smoke, the short shaped-link test.
 
 Two nodes (network namespaces) behind a bridge, each link shaped to 1 Gbit/s
 with tc tbf, a coordinator and one agent per node, one rank per node: a

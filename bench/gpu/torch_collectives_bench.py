@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Per-op time and bus bandwidth of kolo.torch's collectives on CUDA
-tensors (issue 16), nccl-tests style, under kolorun:
+tensors, nccl-tests style, under kolorun:
 
     kolorun -np 4 python3 bench/gpu/torch_collectives_bench.py [--min-bytes 4] \
         [--max-bytes 268435456] [--ops allreduce,broadcast,allgather,reducescatter,alltoall]

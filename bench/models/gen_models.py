@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the parameter lists kolo-bench --model-step replays (issue 4).
+"""Writes the parameter lists kolo-bench --model-step replays.
 
 One tensor per line, "name count", in the model's registration order (the
 order of torch's named_parameters()); kolo-bench submits them in reverse, as
