@@ -12,12 +12,13 @@
 # start), at -O1 -g1 (line tables: full stacks, a third less compile time
 # than -O2 -g), and runs those ctest labels:
 #   asan  unit, agent, client, fusion, backend, coordinator, integration,
-#         integration-multiagent, integration-collectives
+#         integration-multiagent, integration-collectives, device-emulation
+#         (the device protocol through real daemons over the host-emulated
+#         device, the pinned staging, the NCCL emulation)
 #   tsan  unit (event loop, worker pool, staging pool), agent (negotiation
 #         join: CrossJob over real peers), integration, integration-multiagent
 #         (the agent's threads under real jobs, one and several agents)
-# (device-emulation, the device protocol over the host emulation, is not in
-# them yet: it has not run under ASan/TSan.)
+# (device-emulation is not under TSan yet.)
 #
 # Every process a test starts (kolo-agent, kolo-coordinator, trainers)
 # inherits the sanitizer options and writes its reports to

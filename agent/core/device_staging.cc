@@ -1,5 +1,8 @@
 #include "agent/core/device_staging.h"
 
+#include <mutex>
+#include <vector>
+
 #include "common/log.h"
 
 namespace kolo {
@@ -9,13 +12,28 @@ std::shared_ptr<PinnedStaging> PinnedStaging::create(gpu::DeviceApi& api, int de
   return std::shared_ptr<PinnedStaging>(new PinnedStaging(api, device, stream, cache_bytes));
 }
 
+namespace {
+
+// Buffers the device may still copy from or into outlive their pool: they
+// are kept here, reachable (not a leak a checker reports), until the process
+// exits and its memory goes with it.
+std::mutex g_graveyard_mu;
+std::vector<std::shared_ptr<gpu::DevHostBuffer>>* g_graveyard = nullptr;
+
+void keepForever(std::shared_ptr<gpu::DevHostBuffer> b) {
+  std::lock_guard<std::mutex> lock(g_graveyard_mu);
+  if (g_graveyard == nullptr) g_graveyard = new std::vector<std::shared_ptr<gpu::DevHostBuffer>>();
+  g_graveyard->push_back(std::move(b));
+}
+
+}  // namespace
+
 PinnedStaging::~PinnedStaging() {
-  // Buffers the stream may still copy from or into are never freed under
-  // it: at exit the process's memory goes with it.
+  // Buffers the stream may still copy from or into are never freed under it.
   for (Parked& p : parked_) {
     if (p.passed->query().code() == Code::kInProgress) lost_.push_back(std::move(p.buf));
   }
-  for (auto& b : lost_) new std::shared_ptr<gpu::DevHostBuffer>(std::move(b));  // leaked on purpose
+  for (auto& b : lost_) keepForever(std::move(b));
 }
 
 size_t PinnedStaging::sizeClass(size_t bytes) {
