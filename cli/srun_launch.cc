@@ -81,12 +81,14 @@ std::vector<std::pair<std::string, std::string>> srunStepEnv(const LaunchPlan& p
 }
 
 std::vector<std::string> srunArgv(const LaunchPlan& plan, const std::string& kolorun) {
-  std::vector<std::string> argv = {"srun",
-                                   "--ntasks=" + std::to_string(plan.size()),
+  std::vector<std::string> argv = {"srun", "--ntasks=" + std::to_string(plan.size()),
                                    "--nodes=" + std::to_string(plan.nodes.size()),
-                                   "--distribution=arbitrary",
-                                   "--kill-on-bad-exit=1",
-                                   "--label"};
+                                   "--distribution=arbitrary", "--kill-on-bad-exit=1", "--label",
+                                   // The step may start while an earlier step's
+                                   // resources are still being released (else
+                                   // srun waits, "Requested nodes are busy",
+                                   // with back-off of a minute or more).
+                                   "--overlap"};
   if (!plan.wdir.empty()) argv.push_back("--chdir=" + plan.wdir);
   argv.insert(argv.end(), {kolorun, "--slurm-task", "--"});
   argv.insert(argv.end(), plan.command.begin(), plan.command.end());

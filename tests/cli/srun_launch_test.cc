@@ -66,9 +66,9 @@ TEST(SrunLaunch, OneStepWithTheRanksPlacedByTheHostfile) {
   plan.wdir = "/scratch/run";
   EXPECT_EQ(srunArgv(plan, "/usr/bin/kolorun"),
             (std::vector<std::string>{"srun", "--ntasks=5", "--nodes=3", "--distribution=arbitrary",
-                                      "--kill-on-bad-exit=1", "--label", "--chdir=/scratch/run",
-                                      "/usr/bin/kolorun", "--slurm-task", "--", "python",
-                                      "train.py", "--lr", "0.1"}));
+                                      "--kill-on-bad-exit=1", "--label", "--overlap",
+                                      "--chdir=/scratch/run", "/usr/bin/kolorun", "--slurm-task",
+                                      "--", "python", "train.py", "--lr", "0.1"}));
   EXPECT_EQ(srunHostfile(plan), "n1\nn1\nn2\nn2\nn3\n");
   Vars env = srunStepEnv(plan);
   EXPECT_EQ(find(env, "KOLO_JOB_ID"), "job-abc");

@@ -55,9 +55,9 @@ run_batch() {
 cat > "$SC_DIR/direct.sh" <<S
 #!/bin/bash
 for m in $collectives; do
-  srun --label --kill-on-bad-exit=1 "$CHECK" \$m || { echo "collective \$m failed"; exit 1; }
+  srun --label --overlap --kill-on-bad-exit=1 "$CHECK" \$m || { echo "collective \$m failed"; exit 1; }
 done
-srun --label "$CHECK" init-only
+srun --label --overlap "$CHECK" init-only
 S
 t=$SECONDS
 if out=$(run_batch direct 300 "$SC_DIR/direct.sh"); then
@@ -136,7 +136,7 @@ start_loop_job() {
   local name=$1
   cat > "$SC_DIR/$name.sh" <<S
 #!/bin/bash
-srun --label "$CHECK" until "$SC_DIR/$name.stop"
+srun --label --overlap "$CHECK" until "$SC_DIR/$name.stop"
 S
   ip netns exec "$SC_CTL_NS" sbatch -N "$N" -n "$ranks" -o "$SC_DIR/$name.out" "$SC_DIR/$name.sh" | awk '{print $4}'
 }
