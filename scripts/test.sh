@@ -17,7 +17,7 @@
 # Environment: KOLO_TEST_JOBS (2), KOLO_CI_FUZZ (0): 1 runs the fuzz pass,
 # KOLO_CI_FUZZ_SECONDS (300): backstop per target for its fixed run count,
 # KOLO_CI_SANITIZE=0 skips the sanitizer runs, KOLO_CI_ASAN_BUDGET_S (1800)
-# and KOLO_CI_TSAN_BUDGET_S (1200): wall-clock budget of each sanitizer
+# and KOLO_CI_TSAN_BUDGET_S (1500): wall-clock budget of each sanitizer
 # run, build and tests (past it the run stops and fails; 0: no budget).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +53,7 @@ else
   # hold a cold build (no ccache) plus the tests on a 2-core machine with
   # room to spare; see docs/operations.md "What CI runs".
   start=$SECONDS
-  SAN_BUDGET_S_asan=${KOLO_CI_ASAN_BUDGET_S:-1800} SAN_BUDGET_S_tsan=${KOLO_CI_TSAN_BUDGET_S:-1200} \
+  SAN_BUDGET_S_asan=${KOLO_CI_ASAN_BUDGET_S:-1800} SAN_BUDGET_S_tsan=${KOLO_CI_TSAN_BUDGET_S:-1500} \
     scripts/sanitize.sh asan tsan || rc=1
   echo "test.sh: sanitizer runs (ASan+UBSan, TSan: builds and tests) took $((SECONDS - start)) s"
 fi
