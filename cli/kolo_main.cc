@@ -8,6 +8,7 @@
 #include "agent/timeline/timeline_merge.h"
 #include "cli/kolo_commands.h"
 #include "cli/number_checks.h"
+#include "common/config.h"
 
 namespace {
 
@@ -17,8 +18,6 @@ std::string envOr(const char* name, const char* dflt) {
 }
 
 }  // namespace
-
-extern char** environ;
 
 namespace {
 
@@ -157,17 +156,6 @@ int Commands::run(const kolo::cli::KoloCliOptions& o) const {
   return 2;
 }
 
-// The process environment, name -> value.
-std::map<std::string, std::string> environment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return env;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,7 +184,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  if (kolo::Status st = resolveSecurity(o, cmds.security_flags, environment()); !st.isOk()) {
+  if (kolo::Status st = resolveSecurity(o, cmds.security_flags, kolo::processEnvironment());
+      !st.isOk()) {
     std::cerr << "kolo: " << st.message() << "\n";
     return 2;
   }

@@ -11,7 +11,7 @@
 #include "common/log.h"
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> env = kolo::cli::processEnvironment();
+  std::map<std::string, std::string> env = kolo::processEnvironment();
   if (argc > 3 && std::string(argv[1]) == "--slurm-task" && std::string(argv[2]) == "--") {
     return kolo::cli::execSlurmTask(env, argv + 3);  // a task of kolorun's srun step
   }

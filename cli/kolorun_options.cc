@@ -6,8 +6,6 @@
 
 #include "cli/number_checks.h"
 
-extern char** environ;
-
 namespace kolo::cli {
 
 namespace {
@@ -423,16 +421,6 @@ std::vector<std::pair<std::string, std::string>> embeddedAgentEnv(
   setVar(out, "KOLO_TIMELINE_FILENAME", abs);
   setVar(out, "KOLO_TIMELINE_DIR", dir.empty() ? "/" : dir);
   return out;
-}
-
-std::map<std::string, std::string> processEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return env;
 }
 
 std::string currentDirectory() {

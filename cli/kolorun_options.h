@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/config.h"
 #include "common/status.h"
 
 namespace kolo::cli {
@@ -83,8 +84,8 @@ std::vector<std::pair<std::string, std::string>> tuningEnv(const KolorunOptions&
 std::vector<std::pair<std::string, std::string>> embeddedAgentEnv(
     const KolorunOptions& o, const std::map<std::string, std::string>& env, const std::string& cwd);
 
-// This process's environment as a map; the current directory ("/" if unknown).
-std::map<std::string, std::string> processEnvironment();
+// The current directory ("/" if unknown). (This process's environment as a
+// map: kolo::processEnvironment, common/config.h.)
 std::string currentDirectory();
 
 }  // namespace kolo::cli

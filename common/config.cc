@@ -143,14 +143,18 @@ Status Config::loadFile(const std::string& path) {
   return okStatus();
 }
 
-Status Config::load(int argc, const char* const* argv, std::vector<std::string>* positional) {
+std::map<std::string, std::string> processEnvironment() {
   std::map<std::string, std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string s(*e);
     auto eq = s.find('=');
-    if (eq != std::string::npos) env[s.substr(0, eq)] = s.substr(eq + 1);
+    if (eq != std::string::npos) env.emplace(s.substr(0, eq), s.substr(eq + 1));
   }
-  return loadWithEnv(argc, argv, env, positional);
+  return env;
+}
+
+Status Config::load(int argc, const char* const* argv, std::vector<std::string>* positional) {
+  return loadWithEnv(argc, argv, processEnvironment(), positional);
 }
 
 Status Config::loadWithEnv(int argc, const char* const* argv,

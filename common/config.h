@@ -81,4 +81,8 @@ class Config {
 // Parses "1", "true", "yes", "on" (and their opposites).
 StatusOr<bool> parseBool(const std::string& s);
 
+// The process environment, name -> value (the first of a repeated name,
+// as getenv gives it).
+std::map<std::string, std::string> processEnvironment();
+
 }  // namespace kolo

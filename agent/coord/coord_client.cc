@@ -516,10 +516,9 @@ void CoordClient::startHeartbeats() {
   });
 }
 
-// joinAndWatch's JoinJob, with failover within its budget: OK, or the
-// refusal the watch posts.
-Status CoordClient::joinJob(const std::string& job_id, const std::string& token, int local_size,
-                            int world_size, const ElasticParams& elastic) {
+// What every JoinJob from this agent carries.
+coord::JoinJobRequest CoordClient::joinRequest(const std::string& job_id, const std::string& token,
+                                               int local_size, int world_size) const {
   coord::JoinJobRequest req;
   req.set_job_id(job_id);
   req.set_token(token);
@@ -527,6 +526,14 @@ Status CoordClient::joinJob(const std::string& job_id, const std::string& token,
   req.set_agent_secret(agentSecret());
   req.set_local_size(local_size);
   req.set_world_size(world_size);
+  return req;
+}
+
+// joinAndWatch's JoinJob, with failover within its budget: OK, or the
+// refusal the watch posts.
+Status CoordClient::joinJob(const std::string& job_id, const std::string& token, int local_size,
+                            int world_size, const ElasticParams& elastic) {
+  coord::JoinJobRequest req = joinRequest(job_id, token, local_size, world_size);
   req.set_min_size(elastic.min_size);
   req.set_max_size(elastic.max_size);
   req.set_elastic_timeout_ms(elastic.timeout_ms);
@@ -683,13 +690,7 @@ void CoordClient::stopWatch(const std::string& job_id) {
 void CoordClient::requestGeneration(const std::string& job_id, const std::string& token, int local_size,
                                     int world_size, const std::string& reason, bool admit) {
   oneshot_.submit([this, job_id, token, local_size, world_size, reason, admit] {
-    coord::JoinJobRequest req;
-    req.set_job_id(job_id);
-    req.set_token(token);
-    req.set_agent_id(self_.agent_id());
-    req.set_agent_secret(agentSecret());
-    req.set_local_size(local_size);
-    req.set_world_size(world_size);
+    coord::JoinJobRequest req = joinRequest(job_id, token, local_size, world_size);
     req.set_reset(!admit);
     req.set_admit(admit);
     req.set_reason(reason);

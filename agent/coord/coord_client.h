@@ -149,6 +149,8 @@ class CoordClient {
   std::mutex watch_mu_;
   std::map<std::string, std::shared_ptr<Watch>> watches_;
   // joinAndWatch's JoinJob (failover within its budget): OK or the refusal.
+  coord::JoinJobRequest joinRequest(const std::string& job_id, const std::string& token,
+                                    int local_size, int world_size) const;
   Status joinJob(const std::string& job_id, const std::string& token, int local_size,
                  int world_size, const ElasticParams& elastic);
   // Why a job's watch ended for good: `last`, and each address's error.

@@ -6,9 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/config.h"
 #include "common/launcher_env.h"
-
-extern char** environ;
 
 namespace kolo {
 
@@ -131,15 +130,7 @@ Config ClientOptions::makeConfig() {
   return c;
 }
 
-StatusOr<ClientOptions> ClientOptions::fromEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string s(*e);
-    auto eq = s.find('=');
-    if (eq != std::string::npos) env.emplace(s.substr(0, eq), s.substr(eq + 1));
-  }
-  return fromEnv(env);
-}
+StatusOr<ClientOptions> ClientOptions::fromEnvironment() { return fromEnv(processEnvironment()); }
 
 StatusOr<ClientOptions> ClientOptions::fromEnv(const std::map<std::string, std::string>& env_in) {
   // KOLO_CONFIG names the daemons' config file, whose keys are not ours:

@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <utility>
+
+#include "common/status.h"
 
 namespace kolo::client_text {
 
@@ -23,6 +26,14 @@ inline std::string quoteName(std::string_view name) {
   q.append(name.substr(0, kShown));
   q.append(name.size() > kShown ? "...'" : "'");
   return q;
+}
+
+// A status code received from the agent. 0 and values outside the enum become
+// `fallback` (the agent is another program: do not trust it blindly).
+inline Status wireStatus(int32_t code, std::string message, Code fallback) {
+  Code c = (code >= 2 && code <= 9) ? static_cast<Code>(code) : fallback;
+  if (message.empty()) message = std::string("the kolo agent reported ") + codeName(c);
+  return Status(c, std::move(message));
 }
 
 }  // namespace kolo::client_text
