@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 import cluster_fns  # noqa: E402
-from kolo.ray import ElasticRayExecutor, KoloRayError, RayExecutor  # noqa: E402
+from kolo.ray import KoloRayError, RayExecutor  # noqa: E402
 
 MARKER = "kolo-ray-"
 NODE_CPUS = 2
@@ -147,5 +147,5 @@ def test_bad_arguments():
         RayExecutor(settings(), num_workers=0)
     with pytest.raises(KoloRayError, match="not started"):
         RayExecutor(settings(), num_workers=1).run(print)
-    with pytest.raises(NotImplementedError, match="ElasticRayExecutor"):
-        ElasticRayExecutor(settings(), min_workers=1, max_workers=2)
+    with pytest.raises(KoloRayError, match="elastic options belong to ElasticRayExecutor"):
+        RayExecutor(settings(), num_workers=2, min_workers=1)

@@ -136,10 +136,11 @@ def make_dir(prefix):
     return tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("TMPDIR") or "/tmp")
 
 
-def start_coordinator(workdir, listen_host, timeout_s, log_level=None):
-    """A private kolo-coordinator on listen_host (port 0); waits for it."""
+def start_coordinator(workdir, listen_host, timeout_s, log_level=None, extra_args=()):
+    """A private kolo-coordinator on listen_host (port 0); waits for it.
+    extra_args: more flags (an elastic job's shorter lease)."""
     argv = [find_program("kolo-coordinator"), "--listen", "%s:0" % listen_host,
-            "--ready-file", os.path.join(workdir, "coordinator.ready")]
+            "--ready-file", os.path.join(workdir, "coordinator.ready")] + list(extra_args)
     if log_level:
         argv += ["--log-level", log_level]
     d = Daemon("kolo-coordinator", argv, _clean_env(_PRIVATE_COORDINATOR_ENV),

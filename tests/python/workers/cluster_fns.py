@@ -91,3 +91,55 @@ def kill_executor_on(victim):
         time.sleep(60)
     hvd.allreduce(torch.ones(4), name="kill.second")
     return hvd.rank()
+
+
+def elastic_train(progress_dir, max_steps=100000):
+    """kolo.torch.elastic training for ElasticRayExecutor (test_ray_elastic.py).
+
+    A linear model w (4 weights, zeros), SGD lr 1 on loss = w . ones: every
+    rank's gradient is ones, so each applied step moves w by exactly -1
+    whatever the world size, and a right state has w == -step (checked at
+    every step: a lost or doubled step fails the rank). Commits every 5
+    steps; stops at the first commit after progress_dir/stop exists on any
+    rank. Writes progress_dir/started.PID once it trained a step, and appends
+    hvd.size() to progress_dir/resets.PID in each reset callback."""
+    import kolo.torch as hvd
+    torch.set_num_threads(1)
+    hvd.init()
+    model = torch.nn.Linear(4, 1, bias=False)
+    with torch.no_grad():
+        model.weight.zero_()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                   named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model, opt, step=0)
+    sizes = []
+    stop = os.path.join(progress_dir, "stop")
+
+    def on_reset():
+        sizes.append(hvd.size())
+        with open(os.path.join(progress_dir, "resets.%d" % os.getpid()), "a") as f:
+            f.write("%d\n" % hvd.size())
+
+    state.register_reset_callbacks([on_reset])
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < max_steps:
+            opt.zero_grad()
+            model(torch.ones(1, 4)).sum().backward()
+            opt.step()
+            state.step += 1
+            if not torch.equal(model.weight.data, torch.full_like(model.weight, -float(state.step))):
+                raise AssertionError("step %d: w = %s" % (state.step, model.weight.data.tolist()))
+            if state.step == 1:
+                open(os.path.join(progress_dir, "started.%d" % os.getpid()), "w").close()
+            if state.step % 5 == 0:
+                state.commit()
+                flag = torch.tensor([1.0 if os.path.exists(stop) else 0.0])
+                if hvd.allreduce(flag, op=hvd.Sum, name="stop").item() > 0:
+                    return
+            time.sleep(0.02)
+
+    train(state)
+    return {"rank": hvd.rank(), "size": hvd.size(), "step": state.step, "pid": os.getpid(),
+            "w": model.weight.data.flatten().tolist(), "resets": sizes}

@@ -1,0 +1,256 @@
+"""kolo.ray.ElasticRayExecutor on a real Ray cluster of raylets on this machine
+(ray.cluster_utils.Cluster): a head with no CPU for workers and worker nodes
+of 2 CPUs, one slot each (cpus_per_slot=2). Nodes are added to and removed
+from the cluster while a kolo.torch.elastic job trains (docs/ray.md,
+"Elastic"). Its own cluster: the nodes it removes must not be missed by
+test_ray.py."""
+
+import glob
+import os
+import re
+import threading
+import time
+
+import pytest
+
+from conftest import PKG_DIR, WORKERS, build_dir
+from daemon_procs import wait_gone
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray on 127.0.0.1 (see test_ray.py)
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+import cluster_fns  # noqa: E402
+from kolo.ray import ElasticRayExecutor, KoloRayError  # noqa: E402
+
+MARKER = "kolo-ray-"
+NODE_CPUS = 2
+MEM = 80 * 1024 * 1024
+
+
+def _pid_alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _raylet_pid(node):
+    return node.all_processes["raylet"][0].process.pid
+
+
+def _ray_pids(session_dir):
+    """The processes of this cluster (raylets, GCS, workers): their command
+    line names its session directory."""
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and _pid_alive(int(d)):
+            try:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    if session_dir.encode() in f.read():
+                        found.append(int(d))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.fixture(scope="module")
+def cluster(stack):
+    saved = dict(os.environ)
+    os.environ.update({
+        "PYTHONPATH": os.pathsep.join([PKG_DIR, WORKERS, os.path.dirname(WORKERS)]),
+        "KOLO_LIBRARY": os.path.join(build_dir(), "lib", "libkolo.so"),
+        "KOLO_BUILD_DIR": build_dir(), "KOLO_OP_TIMEOUT": "60", "OMP_NUM_THREADS": "1",
+        "KOLO_RAY_COORDINATOR_HOST": "127.0.0.1", "RAY_USAGE_STATS_ENABLED": "0"})
+    os.environ.pop("KOLO_AGENT_SOCKET", None)
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "include_dashboard": False, "object_store_memory": MEM,
+        "node_ip_address": "127.0.0.1"})
+    session = c.head_node.get_session_dir_path()
+    try:
+        nodes = [add_node(c) for _ in range(2)]
+        c.wait_for_nodes(timeout=60)
+        ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
+        yield c, nodes
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        os.environ.clear()
+        os.environ.update(saved)
+    # Nothing of the cluster is left: no raylet, no GCS, no worker.
+    deadline = time.monotonic() + 30
+    while _ray_pids(session) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _ray_pids(session) == [], "Ray processes left after the cluster's shutdown"
+
+
+def add_node(c):
+    return c.add_node(num_cpus=NODE_CPUS, object_store_memory=MEM, node_ip_address="127.0.0.1")
+
+
+def settings(**kw):
+    kw.setdefault("timeout_s", 60)
+    kw.setdefault("elastic_timeout", 60)
+    kw.setdefault("discovery_interval_s", 0.5)
+    return ElasticRayExecutor.create_settings(**kw)
+
+
+def _wait(what, cond, timeout):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %s s waiting for %s" % (timeout, what))
+        time.sleep(0.1)
+
+
+def _sizes(d):
+    """Every worker's reset sizes (resets.PID files), in order."""
+    out = []
+    for p in glob.glob(os.path.join(d, "resets.*")):
+        with open(p) as f:
+            out.append([int(x) for x in f.read().split()])
+    return out
+
+
+def _seen(d, size, after=None):
+    for s in _sizes(d):
+        if size in (s if after is None else s[s.index(after) + 1:] if after in s else []):
+            return True
+    return False
+
+
+def _run_in_thread(ex, d):
+    """ex.run(elastic_train) in a thread (Ray's Cluster adds and removes
+    nodes from the main thread only); out["res"] or out["err"] once done."""
+    out = {}
+
+    def body():
+        try:
+            out["res"] = ex.run(cluster_fns.elastic_train, args=(d,))
+        except BaseException as e:  # noqa: BLE001 -- reported by the test
+            out["err"] = e
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    return t, out
+
+
+def _drive(ex, d, steps, bound):
+    """steps() in the main thread while the job runs; then the stop file
+    ends the job (whatever steps() did); the run's outcome within bound s."""
+    t, out = _run_in_thread(ex, d)
+    t0 = time.monotonic()
+    try:
+        try:
+            steps()
+        finally:
+            open(os.path.join(d, "stop"), "w").close()
+        t.join(bound)
+        assert not t.is_alive(), "run() did not return within %s s; events %s" % (bound, ex.events)
+    finally:
+        ex.shutdown()
+        t.join(30)
+    return out, time.monotonic() - t0
+
+
+def test_nodes_added_and_removed_grow_and_shrink_the_job(cluster, tmp_path):
+    c, nodes = cluster
+    d = str(tmp_path)
+    ex = ElasticRayExecutor(settings(min_np=1, max_np=3), cpus_per_slot=NODE_CPUS)
+    ex.start()
+    state = {}
+
+    def steps():
+        _wait("2 workers training", lambda: len(glob.glob(os.path.join(d, "started.*"))) >= 2, 120)
+        state["added"] = add_node(c)  # grows 2 -> 3 at a commit
+        _wait("the job at 3 workers", lambda: _seen(d, 3), 120)
+        victim = nodes[0]
+        raylet = _raylet_pid(victim)
+        c.remove_node(victim)  # shrinks 3 -> 2
+        _wait("the removed node's raylet to exit", lambda: not _pid_alive(raylet), 30)
+        _wait("the job at 2 workers after 3", lambda: _seen(d, 2, after=3), 120)
+        # a worker actor killed on a node that stays: 2 -> 1
+        host = [h for h in ex.hosts if h.node_id == nodes[1].node_id][0]
+        ray.kill(host.workers[0]["actor"], no_restart=True)
+        _wait("the job at 1 worker", lambda: _seen(d, 1), 120)
+
+    out, took = _drive(ex, d, steps, 120)
+    assert "err" not in out, "run() failed: %s; events %s" % (out.get("err"), ex.events)
+    res = out["res"]
+    assert took < 300
+    # one worker left (on the added node), its weights exactly -step
+    assert len(res) == 1 and res[0]["size"] == 1 and res[0]["rank"] == 0, res
+    assert res[0]["w"] == [-float(res[0]["step"])] * 4, res
+    assert res[0]["resets"] == [2, 1], res  # it joined at 3: then 2, then 1
+    assert _seen(d, 3) and _seen(d, 2, after=3)
+    text = "\n".join(ex.events)
+    print("events (%.1f s):\n%s" % (took, text))
+    assert "starting 2 worker(s) on 2 node(s)" in text, text
+    assert "Ray node %s added: starting 1 worker(s) there (the job grows to 3)" \
+        % state["added"].node_id[:12] in text, text
+    # the removed node: seen gone by the driver, or first by its worker's end
+    assert re.search(r"Ray node %s \(agent node00[01]\) (is gone from the Ray cluster|lost worker \d+ "
+                     r"\(its actor died: .*\)): 1 worker\(s\) dropped \(the job shrinks to 2\)"
+                     % nodes[0].node_id[:12], text), text
+    assert "lost worker" in text and "(the job shrinks to 1)" in text, text
+    assert wait_gone(MARKER, 20) == []
+
+
+def test_below_min_np_fails_with_the_cause_within_the_elastic_timeout(cluster, tmp_path):
+    d = str(tmp_path)
+    ex = ElasticRayExecutor(settings(min_np=2, max_np=2, elastic_timeout=3), cpus_per_slot=NODE_CPUS)
+    ex.start()
+    killed = []
+
+    def steps():
+        _wait("2 workers training", lambda: len(glob.glob(os.path.join(d, "started.*"))) >= 2, 120)
+        killed.append(time.monotonic())
+        ray.kill(ex.hosts[0].workers[0]["actor"], no_restart=True)
+        _wait("run() to fail", lambda: not t_alive(), 45)
+
+    t, out = _run_in_thread(ex, d)
+    t_alive = t.is_alive
+    try:
+        steps()
+        t.join(5)
+    finally:
+        ex.shutdown()
+        t.join(30)
+    assert isinstance(out.get("err"), KoloRayError), (out, ex.events)
+    assert time.monotonic() - killed[0] < 50
+    e = out["err"]
+    msg = str(e)
+    assert "below min_np 2" in msg, msg
+    assert "1 rank left, below --min-np 2, for 3 s" in msg, msg
+    assert wait_gone(MARKER, 20) == []
+
+
+def test_too_few_slots_is_a_clear_error_within_the_start_timeout(cluster):
+    ex = ElasticRayExecutor(settings(min_np=3, timeout_s=3), cpus_per_slot=NODE_CPUS)
+    ex.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KoloRayError) as e:
+            ex.run(cluster_fns.elastic_train, args=("/nonexistent",))
+        assert time.monotonic() - t0 < 15
+    finally:
+        ex.shutdown()
+    msg = str(e.value)
+    assert "has 2 slot(s) on 2 node(s) (cpus_per_slot=2), fewer than min_np 3, for timeout_s=3 s" \
+        in msg, msg
+    assert "Add nodes to the Ray cluster" in msg, msg
+    assert wait_gone(MARKER, 10) == []
+
+
+def test_bad_arguments():
+    with pytest.raises(KoloRayError, match="max_np 1 is below min_np 2"):
+        ElasticRayExecutor.create_settings(min_np=2, max_np=1)
+    with pytest.raises(KoloRayError, match="min_np must be a positive integer"):
+        ElasticRayExecutor.create_settings(min_np=0)
+    with pytest.raises(KoloRayError, match="override_discovery=False"):
+        ElasticRayExecutor(settings(), override_discovery=False)
+    with pytest.raises(KoloRayError, match="not started"):
+        ElasticRayExecutor(settings()).run(print)
+    ex = ElasticRayExecutor(settings(), min_workers=2, max_workers=4)  # Horovod 0.28's names
+    assert (ex.settings.min_np, ex.settings.max_np) == (2, 4)
