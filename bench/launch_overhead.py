@@ -1,8 +1,10 @@
 """Time from launch to the first allreduce, and per-step time, for one
-kolo.torch function under kolorun, kolo.ray.RayExecutor and kolo.spark.run
-on this machine (4 ranks, 2 "nodes"). docs/benchmarks.md, "Ray and Spark".
+kolo.torch function under kolorun (fixed and elastic), kolo.ray.RayExecutor,
+kolo.ray.ElasticRayExecutor and kolo.spark.run on this machine (4 ranks, 2
+"nodes"). docs/benchmarks.md, "Ray and Spark". Each line has the 1-minute
+load average at its end (the machine is shared).
 
-usage: KOLO_BUILD_DIR=build $KOLO_PYTHON bench/launch_overhead.py [steps]
+usage: KOLO_BUILD_DIR=build $KOLO_PYTHON bench/launch_overhead.py [steps [kolorun|ray|spark ...]]
 
 Ray: a 3-raylet ray.cluster_utils.Cluster; Spark: a standalone master and
 two workers on 127.0.0.2/.3 (as tests/python/test_ray.py, test_spark.py).
@@ -36,23 +38,24 @@ def summarize(name, t_launch, res):
     first = max(r["first"] for r in res) - t_launch
     step_ms = 1000 * sum(r["per_step"] for r in res) / len(res)
     print(json.dumps({"launcher": name, "launch_to_first_allreduce_s": round(first, 2),
-                      "per_step_ms": round(step_ms, 3)}), flush=True)
+                      "per_step_ms": round(step_ms, 3), "loadavg_1m": os.getloadavg()[0]}), flush=True)
 
 
 def bench_kolorun(steps):
-    with tempfile.TemporaryDirectory() as d:
-        t0 = time.time()
-        subprocess.run([os.path.join(BUILD, "bin", "kolorun"), "-np", "4", "--agents", "2", sys.executable,
-                        os.path.join(HERE, "launch_fn.py"), str(steps), d], check=True,
-                       stdout=subprocess.DEVNULL)
-        res = [json.load(open(os.path.join(d, "r%d.json" % r))) for r in range(4)]
-    summarize("kolorun", t0, res)
+    for name, extra in (("kolorun", []), ("kolorun elastic (--min-np 4)", ["--min-np", "4"])):
+        with tempfile.TemporaryDirectory() as d:
+            t0 = time.time()
+            subprocess.run([os.path.join(BUILD, "bin", "kolorun"), "-np", "4", "--agents", "2"] + extra +
+                           [sys.executable, os.path.join(HERE, "launch_fn.py"), str(steps), d], check=True,
+                           stdout=subprocess.DEVNULL)
+            res = [json.load(open(os.path.join(d, "r%d.json" % r))) for r in range(4)]
+        summarize(name, t0, res)
 
 
 def bench_ray(steps):
     import ray
     from ray.cluster_utils import Cluster
-    from kolo.ray import RayExecutor
+    from kolo.ray import ElasticRayExecutor, RayExecutor
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
                                                       "object_store_memory": 80 << 20})
     for _ in range(2):
@@ -67,6 +70,12 @@ def bench_ray(steps):
         summarize("kolo.ray (start+run)", t0, res)
         t1 = time.time()
         summarize("kolo.ray (run on a started executor)", t1, ex.run(steps_fn, args=(steps,)))
+        ex.shutdown()
+        # 4 slots (2 nodes of 2 CPUs, cpus_per_slot=1): 2 workers and one agent per node
+        ex = ElasticRayExecutor(ElasticRayExecutor.create_settings(min_np=4, max_np=4, timeout_s=60))
+        t0 = time.time()
+        ex.start()
+        summarize("kolo.ray elastic (start+run)", t0, ex.run(steps_fn, args=(steps,)))
         ex.shutdown()
     finally:
         ray.shutdown()
@@ -110,6 +119,6 @@ def bench_spark(steps):
 
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    bench_kolorun(n)
-    bench_ray(n)
-    bench_spark(n)
+    which = sys.argv[2:] or ["kolorun", "ray", "spark"]
+    for w in which:
+        {"kolorun": bench_kolorun, "ray": bench_ray, "spark": bench_spark}[w](n)
