@@ -9,46 +9,23 @@ import pytest
 import torch
 
 import common_model as cm
-from conftest import PKG_DIR, WORKERS, build_dir
 from daemon_procs import wait_gone
 
-# Every Ray address on loopback: Ray takes 127.0.0.1 as this node's IP only
-# so (read when ray is imported, hence before the import).
+# Ray on 127.0.0.1: read when ray is imported (tests/python/ray_cluster.py)
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
+from ray_cluster import NODE_CPUS, ray_cluster  # noqa: E402
 
 import cluster_fns  # noqa: E402
 from kolo.ray import KoloRayError, RayExecutor  # noqa: E402
 
 MARKER = "kolo-ray-"
-NODE_CPUS = 2
 
 
 @pytest.fixture(scope="module")
 def cluster(stack):
-    saved = dict(os.environ)
-    os.environ.update({
-        "PYTHONPATH": os.pathsep.join([PKG_DIR, WORKERS, os.path.dirname(WORKERS)]),
-        "KOLO_LIBRARY": os.path.join(build_dir(), "lib", "libkolo.so"),
-        "KOLO_BUILD_DIR": build_dir(), "KOLO_OP_TIMEOUT": "60", "OMP_NUM_THREADS": "1",
-        "KOLO_RAY_COORDINATOR_HOST": "127.0.0.1", "RAY_USAGE_STATS_ENABLED": "0"})
-    os.environ.pop("KOLO_AGENT_SOCKET", None)
-    mem = 80 * 1024 * 1024
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "include_dashboard": False, "object_store_memory": mem,
-        "node_ip_address": "127.0.0.1"})
-    try:
-        nodes = [c.add_node(num_cpus=NODE_CPUS, object_store_memory=mem, node_ip_address="127.0.0.1")
-                 for _ in range(2)]
-        c.wait_for_nodes(timeout=60)
-        ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
-        yield c, nodes
-    finally:
-        ray.shutdown()
-        c.shutdown()
-        os.environ.clear()
-        os.environ.update(saved)  # the later test modules see the environment they had
+    with ray_cluster(2) as c:
+        yield c
 
 
 def settings(**kw):

@@ -13,80 +13,23 @@ import time
 
 import pytest
 
-from conftest import PKG_DIR, WORKERS, build_dir
 from daemon_procs import wait_gone
 
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray on 127.0.0.1 (see test_ray.py)
+# Ray on 127.0.0.1: read when ray is imported (tests/python/ray_cluster.py)
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
+from ray_cluster import NODE_CPUS, add_node, pid_alive, ray_cluster, raylet_pid  # noqa: E402
 
 import cluster_fns  # noqa: E402
 from kolo.ray import ElasticRayExecutor, KoloRayError  # noqa: E402
 
 MARKER = "kolo-ray-"
-NODE_CPUS = 2
-MEM = 80 * 1024 * 1024
-
-
-def _pid_alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _raylet_pid(node):
-    return node.all_processes["raylet"][0].process.pid
-
-
-def _ray_pids(session_dir):
-    """The processes of this cluster (raylets, GCS, workers): their command
-    line names its session directory."""
-    found = []
-    for d in os.listdir("/proc"):
-        if d.isdigit() and _pid_alive(int(d)):
-            try:
-                with open("/proc/%s/cmdline" % d, "rb") as f:
-                    if session_dir.encode() in f.read():
-                        found.append(int(d))
-            except OSError:
-                pass
-    return found
 
 
 @pytest.fixture(scope="module")
 def cluster(stack):
-    saved = dict(os.environ)
-    os.environ.update({
-        "PYTHONPATH": os.pathsep.join([PKG_DIR, WORKERS, os.path.dirname(WORKERS)]),
-        "KOLO_LIBRARY": os.path.join(build_dir(), "lib", "libkolo.so"),
-        "KOLO_BUILD_DIR": build_dir(), "KOLO_OP_TIMEOUT": "60", "OMP_NUM_THREADS": "1",
-        "KOLO_RAY_COORDINATOR_HOST": "127.0.0.1", "RAY_USAGE_STATS_ENABLED": "0"})
-    os.environ.pop("KOLO_AGENT_SOCKET", None)
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "include_dashboard": False, "object_store_memory": MEM,
-        "node_ip_address": "127.0.0.1"})
-    session = c.head_node.get_session_dir_path()
-    try:
-        nodes = [add_node(c) for _ in range(2)]
-        c.wait_for_nodes(timeout=60)
-        ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
-        yield c, nodes
-    finally:
-        ray.shutdown()
-        c.shutdown()
-        os.environ.clear()
-        os.environ.update(saved)
-    # Nothing of the cluster is left: no raylet, no GCS, no worker.
-    deadline = time.monotonic() + 30
-    while _ray_pids(session) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _ray_pids(session) == [], "Ray processes left after the cluster's shutdown"
-
-
-def add_node(c):
-    return c.add_node(num_cpus=NODE_CPUS, object_store_memory=MEM, node_ip_address="127.0.0.1")
+    with ray_cluster(2) as c:
+        yield c
 
 
 def settings(**kw):
@@ -166,9 +109,9 @@ def test_nodes_added_and_removed_grow_and_shrink_the_job(cluster, tmp_path):
         state["added"] = add_node(c)  # grows 2 -> 3 at a commit
         _wait("the job at 3 workers", lambda: _seen(d, 3), 120)
         victim = nodes[0]
-        raylet = _raylet_pid(victim)
+        raylet = raylet_pid(victim)
         c.remove_node(victim)  # shrinks 3 -> 2
-        _wait("the removed node's raylet to exit", lambda: not _pid_alive(raylet), 30)
+        _wait("the removed node's raylet to exit", lambda: not pid_alive(raylet), 30)
         _wait("the job at 2 workers after 3", lambda: _seen(d, 2, after=3), 120)
         # a worker actor killed on a node that stays: 2 -> 1
         host = [h for h in ex.hosts if h.node_id == nodes[1].node_id][0]

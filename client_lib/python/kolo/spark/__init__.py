@@ -12,5 +12,6 @@ from ..errors import KoloNotImplementedError
 
 def run_elastic(*args, **kwargs):
     """Not yet implemented in kolo (docs/spark.md, "Not supported")."""
-    raise KoloNotImplementedError("kolo.spark.run_elastic", "use kolo.spark.run with a fixed num_proc; "
-                                  "see docs/spark.md")
+    raise KoloNotImplementedError("kolo.spark.run_elastic", "use kolo.spark.run with a fixed num_proc, "
+                                  "or kolo.ray.ElasticRayExecutor / kolorun's elastic mode for an "
+                                  "elastic job; see docs/spark.md")
