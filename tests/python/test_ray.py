@@ -94,6 +94,27 @@ def test_a_killed_worker_fails_run_naming_it(cluster):
     assert wait_gone(MARKER, 20) == []
 
 
+def test_a_worker_actor_killed_from_outside_fails_run_naming_it(cluster, tmp_path):
+    ex = RayExecutor(settings(), num_hosts=2, num_workers_per_host=1)
+    ex.start()
+    try:
+        refs = ex.run_remote(cluster_fns.allreduce_until, args=(str(tmp_path), 120))
+        deadline = time.monotonic() + 60
+        while len(os.listdir(tmp_path)) < 2:
+            assert time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        ray.kill(ex.workers[1], no_restart=True)
+        with pytest.raises(KoloRayError) as e:
+            ex._collect(refs, "run")
+        assert time.monotonic() - t0 < 30
+        # rank 0's allreduce fails too, but the cause named is rank 1's death
+        assert "run failed on rank 1" in str(e.value) and "its worker actor died" in str(e.value)
+    finally:
+        ex.shutdown()
+    assert wait_gone(MARKER, 20) == []
+
+
 def test_too_few_resources_is_a_clear_error_within_the_timeout(cluster):
     ex = RayExecutor(settings(placement_group_timeout_s=4), num_hosts=3, num_workers_per_host=1)
     t0 = time.monotonic()

@@ -143,3 +143,17 @@ def elastic_train(progress_dir, max_steps=100000):
     train(state)
     return {"rank": hvd.rank(), "size": hvd.size(), "step": state.step, "pid": os.getpid(),
             "w": model.weight.data.flatten().tolist(), "resets": sizes}
+
+
+def allreduce_until(marker_dir, seconds):
+    """Allreduces for `seconds` (a job a test kills a worker of); writes
+    marker_dir/started.RANK after the first one."""
+    import kolo.torch as hvd
+    hvd.init()
+    hvd.allreduce(torch.ones(4), name="until.first")
+    open(os.path.join(marker_dir, "started.%d" % hvd.rank()), "w").close()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        hvd.allreduce(torch.ones(4), name="until.step")
+        time.sleep(0.01)
+    return hvd.rank()

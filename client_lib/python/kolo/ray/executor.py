@@ -212,8 +212,24 @@ class RayExecutor:
                 try:
                     results[index[r]] = ray.get(r)
                 except Exception as e:  # noqa: BLE001 -- named and re-raised
-                    raise self._rank_error(index[r], what, e) from e
+                    i, e = self._root_cause(index, pending, index[r], e)
+                    raise self._rank_error(i, what, e) from e
         return results
+
+    def _root_cause(self, index, pending, i, e):
+        """A rank that raised because a peer died is not the cause: when a
+        worker actor died too (within 2 s), that rank and its death are."""
+        if isinstance(e, ray.exceptions.RayActorError) or not pending:
+            return i, e
+        done, _ = ray.wait(pending, num_returns=len(pending), timeout=2.0)
+        for r in done:
+            try:
+                ray.get(r)
+            except ray.exceptions.RayActorError as died:
+                return index[r], died
+            except Exception:  # noqa: BLE001 -- another rank's error: not the cause
+                pass
+        return i, e
 
     def _rank_error(self, i, what, e):
         kind = "its worker actor died" if isinstance(e, ray.exceptions.RayActorError) else "it raised"
