@@ -56,11 +56,14 @@ def _sizes(d):
     return out
 
 
-def _seen(d, size, after=None):
+def _seen(d, size, after=None, workers=1):
+    """At least `workers` workers' reset callbacks saw `size` (after `after`,
+    for a worker that saw `after` at all: one that joined later did not)."""
+    n = 0
     for s in _sizes(d):
-        if size in (s if after is None else s[s.index(after) + 1:] if after in s else []):
-            return True
-    return False
+        rest = s[s.index(after) + 1:] if after is not None and after in s else s
+        n += size in rest
+    return n >= workers
 
 
 def _run_in_thread(ex, d):
@@ -107,12 +110,13 @@ def test_nodes_added_and_removed_grow_and_shrink_the_job(cluster, tmp_path):
     def steps():
         _wait("2 workers training", lambda: len(glob.glob(os.path.join(d, "started.*"))) >= 2, 120)
         state["added"] = add_node(c)  # grows 2 -> 3 at a commit
-        _wait("the job at 3 workers", lambda: _seen(d, 3), 120)
+        _wait("the job at 3 workers", lambda: _seen(d, 3, workers=2), 120)
         victim = nodes[0]
         raylet = raylet_pid(victim)
         c.remove_node(victim)  # shrinks 3 -> 2
         _wait("the removed node's raylet to exit", lambda: not pid_alive(raylet), 30)
-        _wait("the job at 2 workers after 3", lambda: _seen(d, 2, after=3), 120)
+        # both workers left (the one that joined included) saw 2 before the next change
+        _wait("the job at 2 workers after 3", lambda: _seen(d, 2, after=3, workers=2), 120)
         # a worker actor killed on a node that stays: 2 -> 1
         host = [h for h in ex.hosts if h.node_id == nodes[1].node_id][0]
         ray.kill(host.workers[0]["actor"], no_restart=True)

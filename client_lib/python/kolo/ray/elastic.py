@@ -121,7 +121,7 @@ class ElasticRayExecutor:
 
     def _reset_run(self):
         self.hosts, self._blacklist, self._next_worker, self._next_agent = [], set(), 0, 0
-        self._changes, self._below_since, self._finishing = 0, None, False
+        self._changes, self._below_since, self._finishing = 0, None, None
 
     def _say(self, msg):
         self.events.append(msg)
@@ -339,7 +339,7 @@ class ElasticRayExecutor:
                     continue
                 try:
                     results[w["id"]] = ray.get(ref)
-                    self._finishing = True
+                    self._finishing = self._finishing or time.monotonic()
                 except ray.exceptions.RayActorError as e:
                     gone = w["host"].node_id not in self._alive_nodes()
                     self._drop_host(w["host"], "is gone from the Ray cluster" if gone else
@@ -348,8 +348,20 @@ class ElasticRayExecutor:
                 except Exception as e:  # noqa: BLE001 -- named and re-raised
                     raise self._worker_error(w, e) from e
             self._follow_cluster(fn)
+            self._drop_late(results)
         ranked = sorted(results.values(), key=lambda r: (r["rank"] is None, r["rank"] or 0))
         return [r["result"] for r in ranked]
+
+    def _drop_late(self, results):
+        """Once a worker returned, the job is finishing: a worker that has not
+        returned timeout_s later (one that was still waiting to join when the
+        others ended) is dropped, its node with it."""
+        if not self._finishing or time.monotonic() - self._finishing < self.settings.timeout_s:
+            return
+        for h in list(self.hosts):
+            if any(w["id"] not in results for w in h.workers):
+                self._drop_host(h, "did not return within timeout_s=%s s of the first worker that did"
+                                % self.settings.timeout_s)
 
     def _follow_cluster(self, fn):
         """Drops the hosts whose node is gone, adds workers on new nodes,
@@ -391,8 +403,10 @@ class ElasticRayExecutor:
                       % (node[:12], take, placed + take))
             try:
                 self._add_hosts([(node, take)], placed + take, fn)
-            except KoloRayError as e:
-                self._drop_host(self.hosts[-1], "could not start (%s)" % e)
+            except (KoloRayError, ray.exceptions.RayError) as e:  # e.g. the node went away meanwhile
+                h = [x for x in self.hosts if x.node_id == node]
+                if h:
+                    self._drop_host(h[0], "could not start (%s)" % str(e).strip().splitlines()[0])
 
     def _worker_error(self, w, e):
         s = self.settings
