@@ -56,14 +56,26 @@ def _sizes(d):
     return out
 
 
-def _seen(d, size, after=None, workers=1):
-    """At least `workers` workers' reset callbacks saw `size` (after `after`,
-    for a worker that saw `after` at all: one that joined later did not)."""
-    n = 0
+def _seen(d, size, after=None):
+    """Some worker's reset callback saw `size` (after `after`)."""
     for s in _sizes(d):
-        rest = s[s.index(after) + 1:] if after is not None and after in s else s
-        n += size in rest
-    return n >= workers
+        if size in (s[s.index(after) + 1:] if after is not None and after in s else []
+                    if after is not None else s):
+            return True
+    return False
+
+
+def _training_at(d, size):
+    """`size` workers committed in a world of `size` (world.PID files; a
+    dead worker's file keeps its last size)."""
+    n = 0
+    for p in glob.glob(os.path.join(d, "world.*")):
+        try:
+            with open(p) as f:
+                n += f.read().strip() == str(size)
+        except OSError:
+            pass
+    return n >= size
 
 
 def _run_in_thread(ex, d):
@@ -110,17 +122,16 @@ def test_nodes_added_and_removed_grow_and_shrink_the_job(cluster, tmp_path):
     def steps():
         _wait("2 workers training", lambda: len(glob.glob(os.path.join(d, "started.*"))) >= 2, 120)
         state["added"] = add_node(c)  # grows 2 -> 3 at a commit
-        _wait("the job at 3 workers", lambda: _seen(d, 3, workers=2), 120)
+        _wait("the job at 3 workers", lambda: _training_at(d, 3), 120)
         victim = nodes[0]
         raylet = raylet_pid(victim)
         c.remove_node(victim)  # shrinks 3 -> 2
         _wait("the removed node's raylet to exit", lambda: not pid_alive(raylet), 30)
-        # both workers left (the one that joined included) saw 2 before the next change
-        _wait("the job at 2 workers after 3", lambda: _seen(d, 2, after=3, workers=2), 120)
+        _wait("the job at 2 workers after 3", lambda: _training_at(d, 2), 120)
         # a worker actor killed on a node that stays: 2 -> 1
         host = [h for h in ex.hosts if h.node_id == nodes[1].node_id][0]
         ray.kill(host.workers[0]["actor"], no_restart=True)
-        _wait("the job at 1 worker", lambda: _seen(d, 1), 120)
+        _wait("the job at 1 worker", lambda: _training_at(d, 1), 120)
 
     out, took = _drive(ex, d, steps, 120)
     assert "err" not in out, "run() failed: %s; events %s" % (out.get("err"), ex.events)
@@ -129,7 +140,10 @@ def test_nodes_added_and_removed_grow_and_shrink_the_job(cluster, tmp_path):
     # one worker left (on the added node), its weights exactly -step
     assert len(res) == 1 and res[0]["size"] == 1 and res[0]["rank"] == 0, res
     assert res[0]["w"] == [-float(res[0]["step"])] * 4, res
-    assert res[0]["resets"] == [2, 1], res  # it joined at 3: then 2, then 1
+    # It joined at 3 (no callback: it had no world before); its callbacks saw
+    # the sizes after each change (2 may be missed: a change during its first
+    # sync is part of that sync), ending at 1. The others' saw 3, then 2.
+    assert res[0]["resets"] in ([2, 1], [1]), res
     assert _seen(d, 3) and _seen(d, 2, after=3)
     text = "\n".join(ex.events)
     print("events (%.1f s):\n%s" % (took, text))

@@ -101,8 +101,9 @@ def elastic_train(progress_dir, max_steps=100000):
     whatever the world size, and a right state has w == -step (checked at
     every step: a lost or doubled step fails the rank). Commits every 5
     steps; stops at the first commit after progress_dir/stop exists on any
-    rank. Writes progress_dir/started.PID once it trained a step, and appends
-    hvd.size() to progress_dir/resets.PID in each reset callback."""
+    rank. Writes progress_dir/started.PID once it trained a step, the size of
+    the world it trains in to progress_dir/world.PID after each commit, and
+    appends hvd.size() to progress_dir/resets.PID in each reset callback."""
     import kolo.torch as hvd
     torch.set_num_threads(1)
     hvd.init()
@@ -135,6 +136,10 @@ def elastic_train(progress_dir, max_steps=100000):
                 open(os.path.join(progress_dir, "started.%d" % os.getpid()), "w").close()
             if state.step % 5 == 0:
                 state.commit()
+                world = os.path.join(progress_dir, "world.%d" % os.getpid())
+                with open(world + ".tmp", "w") as f:
+                    f.write("%d\n" % hvd.size())
+                os.replace(world + ".tmp", world)
                 flag = torch.tensor([1.0 if os.path.exists(stop) else 0.0])
                 if hvd.allreduce(flag, op=hvd.Sum, name="stop").item() > 0:
                     return
