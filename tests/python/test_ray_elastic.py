@@ -182,6 +182,8 @@ def test_below_min_np_fails_with_the_cause_within_the_elastic_timeout(cluster, t
     assert time.monotonic() - killed[0] < 50
     e = out["err"]
     msg = str(e)
+    print("error: %s" % msg)
+    assert "\x1b[" not in msg, msg  # no terminal colours
     assert "below min_np 2" in msg, msg
     assert "1 rank left, below --min-np 2, for 3 s" in msg, msg
     assert wait_gone(MARKER, 20) == []

@@ -27,7 +27,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .. import _daemons
 from ._actors import NodeAgent, Worker
-from .executor import _PASSED_ON, KoloRayError
+from .executor import _PASSED_ON, KoloRayError, error_text
 
 _LOG = logging.getLogger("kolo.ray")
 # kolorun's elastic mode (cli/elastic_runner.cc): a lost agent is seen within 2 s.
@@ -344,7 +344,7 @@ class ElasticRayExecutor:
                     gone = w["host"].node_id not in self._alive_nodes()
                     self._drop_host(w["host"], "is gone from the Ray cluster" if gone else
                                     "lost worker %d (its actor died: %s)"
-                                    % (w["id"], str(e).strip().splitlines()[0]))
+                                    % (w["id"], (error_text(e).splitlines() or ["?"])[0]))
                 except Exception as e:  # noqa: BLE001 -- named and re-raised
                     raise self._worker_error(w, e) from e
             self._follow_cluster(fn)
@@ -406,7 +406,7 @@ class ElasticRayExecutor:
             except (KoloRayError, ray.exceptions.RayError) as e:  # e.g. the node went away meanwhile
                 h = [x for x in self.hosts if x.node_id == node]
                 if h:
-                    self._drop_host(h[0], "could not start (%s)" % str(e).strip().splitlines()[0])
+                    self._drop_host(h[0], "could not start (%s)" % (error_text(e).splitlines() or ["?"])[0])
 
     def _worker_error(self, w, e):
         s = self.settings
@@ -415,6 +415,6 @@ class ElasticRayExecutor:
             below = (" (the job had %d worker(s), below min_np %d, for %.0f s)"
                      % (self._placed(), s.min_np, time.monotonic() - self._below_since))
         err = KoloRayError("ElasticRayExecutor: run failed on worker %d (%s)%s: it raised: %s"
-                           % (w["id"], w["host"].label(), below, str(e).strip()))
+                           % (w["id"], w["host"].label(), below, error_text(e)))
         err.worker, err.cause = w["id"], e
         return err

@@ -14,6 +14,7 @@ share its agent's shared memory.
 """
 
 import os
+import re
 import shutil
 import time
 
@@ -30,6 +31,14 @@ from ._actors import NodeAgent, Worker
 # kolo build (libkolo, kolo-agent) and tuning.
 _PASSED_ON = ("KOLO_LIBRARY", "KOLO_BUILD_DIR", "KOLO_AGENT_BIN", "KOLO_OP_TIMEOUT",
               "KOLO_LOG_LEVEL", "KOLO_BACKEND", "KOLO_FUSION_THRESHOLD_MB", "KOLO_CYCLE_TIME_MS")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def error_text(e):
+    """A Ray error's text without the terminal colours Ray puts in it."""
+    return _ANSI.sub("", str(e)).strip()
 
 
 class KoloRayError(KoloError):
@@ -234,7 +243,7 @@ class RayExecutor:
     def _rank_error(self, i, what, e):
         kind = "its worker actor died" if isinstance(e, ray.exceptions.RayActorError) else "it raised"
         where = self.where[i]["node_id"][:12] if getattr(self, "where", None) and i < len(self.where) else "?"
-        cause = str(e).strip()
+        cause = error_text(e)
         err = KoloRayError("RayExecutor: %s failed on rank %d (Ray node %s): %s: %s"
                            % (what, i, where, kind, cause))
         err.rank, err.cause = i, e
