@@ -28,6 +28,21 @@ StatusOr<gpu::DevEvent*> SeveralGpus::link(gpu::DeviceApi& api, int gpu) {
   return e.get();
 }
 
+// The other GPUs copied from `source`'s slot on their streams: its stream
+// waits for those copies, so its ranks' out_ready (recorded after) does not
+// let a trainer reuse the slot while a peer still reads it.
+Status SeveralGpus::leaderWaitsForCopies(gpu::DeviceApi& api, std::vector<Group>& groups,
+                                         int source) {
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (static_cast<int>(i) == source) continue;
+    ASSIGN_OR_RETURN(gpu::DevEvent * e, link(api, groups[i].gpu));
+    RETURN_IF_ERROR(api.setDevice(groups[i].gpu));
+    RETURN_IF_ERROR(e->record(groups[i].s));
+    RETURN_IF_ERROR(e->streamWait(groups[source].s));
+  }
+  return okStatus();
+}
+
 Status SeveralGpus::enqueue(gpu::DeviceApi& api, const DeviceLocalOp& op,
                             const gpu::GpuGroupPlan& plan, nccl::NodeComm* comm) {
   const size_t k = op.grants.size();
@@ -123,7 +138,7 @@ Status SeveralGpus::reduce(gpu::DeviceApi& api, const DeviceLocalOp& op,
       RETURN_IF_ERROR(done->streamWait(groups[i].s));
       RETURN_IF_ERROR(api.copyAsync(groups[i].slots[0], out, bytes, groups[i].s));  // P2P
     }
-    return okStatus();
+    return leaderWaitsForCopies(api, groups, 0);
   }
   if (comm == nullptr) return internalError("several GPUs without peer access and no communicator");
   std::vector<void*> bufs, streams;
@@ -163,7 +178,7 @@ Status SeveralGpus::broadcast(gpu::DeviceApi& api, const DeviceLocalOp& op,
       RETURN_IF_ERROR(e->streamWait(g.s));
       RETURN_IF_ERROR(api.copyAsync(g.src, root_slot, bytes, g.s));  // P2P
     }
-    return okStatus();
+    return leaderWaitsForCopies(api, groups, root_group);
   }
   if (comm == nullptr) return internalError("several GPUs without peer access and no communicator");
   std::vector<void*> bufs, streams;

@@ -29,6 +29,7 @@ class SeveralGpus {
  private:
   struct Group;
   StatusOr<gpu::DevEvent*> link(gpu::DeviceApi& api, int gpu);
+  Status leaderWaitsForCopies(gpu::DeviceApi& api, std::vector<Group>& groups, int source);
   Status reduce(gpu::DeviceApi& api, const DeviceLocalOp& op, const gpu::GpuGroupPlan& plan,
                 std::vector<Group>& groups, nccl::NodeComm* comm);
   Status broadcast(gpu::DeviceApi& api, const DeviceLocalOp& op, const gpu::GpuGroupPlan& plan,
