@@ -169,5 +169,33 @@ TEST(SeveralGpusRefusal, AGpuBeyondTheNodeIsNamed) {
       << ranks[0].output();
 }
 
+// A trainer on GPU 1 dies with a device op submitted: the others (on GPUs 0
+// and 1) get an error within a bound, not a hang; the agent then serves a
+// new job over both GPUs. Peer kernel and node-local NCCL.
+class SeveralGpusDeath : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SeveralGpusDeath, ATrainerThatDiesMidOpFailsTheOthersNotTheAgent) {
+  KOLO_REQUIRE_EMULATION();
+  const std::string p2p = GetParam();
+  if (p2p == "none" && !kNcclBuilt) GTEST_SKIP() << "skipped: no NCCL in this build";
+  Cluster c(1, nodeEnv(2, p2p));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("severaldie" + p2p, 3, {kRank, "die"}, rankEnv(2, p2p, "0,1,1"));
+  ASSERT_TRUE(c.waitJob(ranks, 60s)) << c.agentLog(0);
+  EXPECT_EQ(ranks[2].exit_code, 7) << ranks[2].output();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output() << c.agentLog(0);
+    EXPECT_TRUE(has(ranks[r].output(), "DIE OK")) << ranks[r].output();
+    EXPECT_LT(ranks[r].seconds(), 30.0);
+  }
+  auto again = c.launchJob("severalafter" + p2p, 2, {kRank, "every"}, rankEnv(2, p2p, "1,0"));
+  expectAll(c, again, "EVERY OK", 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(P2p, SeveralGpusDeath, ::testing::Values("all", "none"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           return std::string(i.param);
+                         });
+
 }  // namespace
 }  // namespace kolo::testing
