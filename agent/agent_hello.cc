@@ -8,6 +8,7 @@
 
 #include "agent/agent.h"
 #include "agent/core/cross_memory.h"
+#include "agent/core/device_runtime.h"
 #include "agent/gpu/device_api.h"
 #include "agent/ipc/limits.h"
 #include "common/job_settings.h"
@@ -288,6 +289,7 @@ void Agent::maybeRemoveJobOnLoop(const std::string& job_id) {
   }
   coord_->stopWatch(job_id);
   stalls_.removeJob(job_id);
+  deviceRuntime().dropNodeComms(job_id + "\n");  // several GPUs' node-local NCCL
   ipcLog()->info("job {} removed ({} ops, {} bytes)", job_id, job.counters().ops_done,
                  job.counters().bytes_done);
   jobs_.erase(it);

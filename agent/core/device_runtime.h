@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/gpu/gpu_groups.h"
 #include "common/dtype.h"
 #include "common/fd.h"
 #include "common/status.h"
@@ -100,6 +101,22 @@ class DeviceRuntime {
   // every rank's slot and records every out_ready (no host wait; the pinned
   // buffer of step 0 waits for these copies when released).
   virtual Status stageFromHost(const DeviceLocalOp& op, const void* host) = 0;
+
+  // Ranks on several GPUs of this agent (docs/gpu.md, "Several GPUs per
+  // node"; `op.grants` on the plan's GPUs). Loop thread: whether GPU a's
+  // kernels can read GPU b's memory (asked once per pair and cached; peer
+  // access is enabled when they can).
+  virtual bool canAccessPeer(int a, int b) = 0;
+  // Whether this agent has a node-local NCCL (or its emulation).
+  virtual bool nodeNcclBuilt() = 0;
+  // kPeerKernel: on the loop thread, enqueues only. kNodeNccl: on the
+  // staging thread, blocking: the node-local communicator `comm_key` over
+  // the plan's GPUs is created on first use (bounded by `timeout_ms`).
+  virtual Status enqueueSeveralGpus(const DeviceLocalOp& op, const gpu::GpuGroupPlan& plan,
+                                    const std::string& comm_key, int64_t timeout_ms) = 0;
+  // Drops the node-local communicators whose key starts with `prefix`
+  // (a job removed). Loop thread.
+  virtual void dropNodeComms(const std::string& prefix) = 0;
 };
 
 }  // namespace kolo

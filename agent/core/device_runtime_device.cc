@@ -8,11 +8,14 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <thread>
+#include <utility>
 
 #include "agent/core/device_collectives.h"
 #include "agent/core/device_grant.h"
 #include "agent/core/device_runtime.h"
+#include "agent/core/device_several_gpus.h"
 #include "agent/gpu/device_ipc.h"
 #include "agent/gpu/mps_probe.h"
 #include "common/log.h"
@@ -86,6 +89,17 @@ class SeamDeviceRuntime final : public DeviceRuntime {
   Status stageFromHost(const DeviceLocalOp& op, const void* host) override;
   Status enqueueLocal(const DeviceLocalOp& op) override;
 
+  bool canAccessPeer(int a, int b) override;
+  bool nodeNcclBuilt() override { return nccl::nodeCommBuilt(); }
+  Status enqueueSeveralGpus(const DeviceLocalOp& op, const gpu::GpuGroupPlan& plan,
+                            const std::string& comm_key, int64_t timeout_ms) override;
+  void dropNodeComms(const std::string& prefix) override {
+    std::lock_guard<std::mutex> lock(comms_mu_);
+    for (auto it = comms_.lower_bound(prefix);
+         it != comms_.end() && it->first.compare(0, prefix.size(), prefix) == 0;)
+      it = comms_.erase(it);
+  }
+
  private:
   // The agent stream of the op's GPU, made to wait for every rank's
   // in_ready; `slots` receives the ranks' slot addresses (agent mapping).
@@ -143,7 +157,55 @@ class SeamDeviceRuntime final : public DeviceRuntime {
   }
 
   std::map<int, std::shared_ptr<DeviceCtx>> ctxs_;
+  std::map<std::pair<int, int>, bool> peer_;  // (a, b): a's kernels read b's memory
+  SeveralGpus several_;
+  std::mutex comms_mu_;  // the staging threads create them
+  std::map<std::string, std::shared_ptr<nccl::NodeComm>> comms_;
 };
+
+bool SeamDeviceRuntime::canAccessPeer(int a, int b) {
+  gpu::DeviceApi* api = gpu::deviceApi();
+  if (api == nullptr) return false;
+  auto it = peer_.find({a, b});
+  if (it != peer_.end()) return it->second;
+  auto can = api->canAccessPeer(a, b);
+  bool yes = can.isOk() && *can;
+  if (yes) {
+    Status st = api->enablePeerAccess(a, b);
+    if (!st.isOk()) {
+      devLog()->warn("device path: GPU {} can access GPU {}, but enabling it failed: {}", a, b,
+                     st.message());
+      yes = false;
+    }
+  }
+  devLog()->info("device path: GPU {} {} GPU {}'s memory", a, yes ? "reads" : "cannot read", b);
+  peer_[{a, b}] = yes;
+  return yes;
+}
+
+Status SeamDeviceRuntime::enqueueSeveralGpus(const DeviceLocalOp& op, const gpu::GpuGroupPlan& plan,
+                                             const std::string& comm_key, int64_t timeout_ms) {
+  gpu::DeviceApi* api = gpu::deviceApi();
+  if (api == nullptr) return noDevice();
+  std::shared_ptr<nccl::NodeComm> comm;
+  if (plan.route == gpu::NodeRoute::kNodeNccl) {
+    std::vector<int> gpus;
+    for (const gpu::GpuGroup& g : plan.groups) gpus.push_back(g.gpu);
+    std::lock_guard<std::mutex> lock(comms_mu_);
+    auto& c = comms_[comm_key];
+    if (c && c->devices() != gpus) c.reset();
+    if (!c) {
+      auto made = nccl::createNodeComm(gpus, std::chrono::milliseconds(timeout_ms));
+      if (!made.isOk()) {
+        comms_.erase(comm_key);
+        return made.status();  // nothing enqueued: the clients' out_ready waits pass
+      }
+      c = std::move(*made);
+    }
+    comm = c;
+  }
+  return several_.enqueue(*api, op, plan, comm.get());
+}
 
 Status SeamDeviceRuntime::enqueueWork(const DeviceLocalOp& op, const std::vector<void*>& slots,
                                       void* s) {

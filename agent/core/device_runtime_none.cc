@@ -24,6 +24,13 @@ class NoDeviceRuntime final : public DeviceRuntime {
   Status stageFromHost(const DeviceLocalOp&, const void*) override {
     return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
   }
+  bool canAccessPeer(int, int) override { return false; }
+  bool nodeNcclBuilt() override { return false; }
+  Status enqueueSeveralGpus(const DeviceLocalOp&, const gpu::GpuGroupPlan&, const std::string&,
+                            int64_t) override {
+    return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
+  }
+  void dropNodeComms(const std::string&) override {}
 };
 
 }  // namespace

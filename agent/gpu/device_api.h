@@ -106,6 +106,12 @@ class DeviceApi {
                               void* const* dsts, int ndst, size_t count, double prescale,
                               double postscale, void* stream) = 0;
   virtual PointerInfo pointerInfo(const void* p) = 0;
+  // Several GPUs in one process (docs/gpu.md, "Several GPUs per node"):
+  // cudaDeviceCanAccessPeer(device, peer) (false for device == peer), and
+  // cudaDeviceEnablePeerAccess from `device` to `peer` (already enabled: ok).
+  // A kernel on `device` may read `peer`'s memory only once enabled.
+  virtual StatusOr<bool> canAccessPeer(int device, int peer) = 0;
+  virtual Status enablePeerAccess(int device, int peer) = 0;
 
   // For test programs (never on a daemon's loop thread).
   virtual StatusOr<void*> allocDevice(size_t bytes) = 0;

@@ -144,6 +144,22 @@ class CudaDeviceApi final : public DeviceApi {
     info.ordinal = a.type == cudaMemoryTypeDevice ? a.device : -1;  // managed memory migrates
     return info;
   }
+  StatusOr<bool> canAccessPeer(int device, int peer) override {
+    if (device == peer) return false;
+    int v = 0;
+    KOLO_CUDA_RETURN_IF_ERROR(cudaDeviceCanAccessPeer(&v, device, peer));
+    return v != 0;
+  }
+  Status enablePeerAccess(int device, int peer) override {
+    RETURN_IF_ERROR(gpu::setDevice(device));
+    cudaError_t err = cudaDeviceEnablePeerAccess(peer, 0);
+    if (err == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();
+      return okStatus();
+    }
+    KOLO_CUDA_RETURN_IF_ERROR(err);
+    return okStatus();
+  }
   StatusOr<void*> allocDevice(size_t bytes) override {
     void* p = nullptr;
     KOLO_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));

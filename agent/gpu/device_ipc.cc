@@ -116,13 +116,20 @@ DevicePlan planDeviceOp(const std::string& name, const std::vector<bool>& device
       p.why = "tensor '" + name + "': local rank " + std::to_string(i) + "'s GPU is not known to the agent";
       return p;
     }
-    if (i > 0 && i < gpu.size() && gpu[i] != gpu[0]) {
-      p.why = "tensor '" + name + "': local ranks 0 and " + std::to_string(i) + " are on different GPUs (" +
-              std::to_string(gpu[0]) + " and " + std::to_string(gpu[i]) +
-              "); device tensors of ranks on different GPUs of one node need the node-local NCCL path, which is "
-              "not wired yet";
+  }
+  bool several = false;
+  for (size_t i = 1; i < k && i < gpu.size(); ++i) several = several || gpu[i] != gpu[0];
+  if (several) {
+    if (cross_size > 1) {
+      p.why = "tensor '" + name +
+              "': device tensors of ranks on several GPUs of one node are wired for jobs on one "
+              "agent only so far (this job spans " +
+              std::to_string(cross_size) +
+              " agents); put a node's ranks on one GPU, or copy the tensor to the host";
       return p;
     }
+    p.route = DeviceRoute::kSeveralGpus;
+    return p;
   }
   p.route = cross_size > 1 ? DeviceRoute::kStagedCross : DeviceRoute::kLocalKernel;
   return p;

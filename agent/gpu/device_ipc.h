@@ -56,9 +56,10 @@ Status deviceNotWired(const SubmitDesc& d);
 
 // What the agent does with one ready device op (all local ranks' descriptors).
 enum class DeviceRoute {
-  kLocalKernel,    // one GPU, one agent: the reduction kernel over the slots
-  kStagedCross,    // one GPU, several agents: kernel, then host staging over the host backend
-  kRefuse,         // mixed host/device ranks, or ranks on different GPUs: `why`
+  kLocalKernel,  // one GPU, one agent: the reduction kernel over the slots
+  kStagedCross,  // one GPU, several agents: kernel, then host staging over the host backend
+  kSeveralGpus,  // several GPUs, one agent: per-GPU groups, then across them (gpu_groups.h)
+  kRefuse,       // mixed host/device ranks, several GPUs across agents: `why`
 };
 struct DevicePlan {
   DeviceRoute route = DeviceRoute::kRefuse;

@@ -12,6 +12,7 @@
 #include "agent/core/shm_meta.h"
 #include "agent/gpu/device_ipc.h"
 #include "agent/ipc/client_conn.h"
+#include "agent/ops/device_several.h"
 #include "agent/ops/memory.h"
 #include "agent/ops/op.h"
 #include "agent/timeline/timeline.h"
@@ -142,6 +143,10 @@ void DeviceMemory::runOnLoop(OpHost& host, Job& job, const CollectiveOp* kind, R
       op.error = ready;  // and the other agents learn of it on the host path
       return hostMemory().runOnLoop(host, job, kind, std::move(op), std::move(handles));
     }
+  }
+  if (plan.route == gpu::DeviceRoute::kSeveralGpus) {
+    return runSeveralGpusOnLoop(host, job, std::move(op), std::move(dop), std::move(hold),
+                                std::move(handles));
   }
   if (plan.route == gpu::DeviceRoute::kStagedCross) {
     return stageCrossOnLoop(host, job, std::move(op), dop, std::move(hold), std::move(handles));

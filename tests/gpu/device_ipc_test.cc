@@ -125,8 +125,16 @@ TEST(DeviceIpc, PlanRoutes) {
             "tensor 'x': local rank 1 submitted a host tensor and another a device tensor; on one agent all ranks "
             "must hand the same kind (mixing is not wired yet)");
   p = planDeviceOp("x", {true, true}, {0, 1}, 1);
+  EXPECT_EQ(p.route, DeviceRoute::kSeveralGpus);
+  p = planDeviceOp("x", {true, true, true}, {1, 1, 0}, 1);
+  EXPECT_EQ(p.route, DeviceRoute::kSeveralGpus);
+  p = planDeviceOp("x", {true, true}, {0, 1}, 2);
   EXPECT_EQ(p.route, DeviceRoute::kRefuse);
-  EXPECT_NE(p.why.find("local ranks 0 and 1 are on different GPUs (0 and 1)"), std::string::npos) << p.why;
+  EXPECT_EQ(p.why,
+            "tensor 'x': device tensors of ranks on several GPUs of one node are wired for jobs on "
+            "one agent only "
+            "so far (this job spans 2 agents); put a node's ranks on one GPU, or copy the tensor "
+            "to the host");
   p = planDeviceOp("x", {true, true}, {0, -1}, 1);
   EXPECT_EQ(p.why, "tensor 'x': local rank 1's GPU is not known to the agent");
 }

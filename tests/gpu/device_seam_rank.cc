@@ -2,7 +2,7 @@
 // the device seam (agent/gpu/device_api.h) only, so the same program runs on
 // the host emulation (KOLO_DEVICE=host-emulated, CPU machines, sanitizers)
 // and on CUDA (a GPU machine). Links libkolo's internals and talks to a real
-// kolo-agent. Usage: kolo_gpu_seam_rank every|inflight|full|die|fault
+// kolo-agent. Usage: kolo_gpu_seam_rank every|inflight|full|die|fault|colls|mixed|cross|refused
 // Prints "<MODE> OK" and exits 0 on success; "SKIP: <why>" when no device
 // arena was granted; "FAULT: <status>" for the fault mode.
 #include <unistd.h>
@@ -315,12 +315,61 @@ int fault(Client& c) {
 
 #include "tests/gpu/device_seam_colls.inc"
 
+// Several GPUs per node, across agents: one device allreduce, refused with
+// the text on every rank; a host allreduce after it works.
+int refused(Client& c) {
+  int64_t shape[1] = {256};
+  DevBuf d(256 * 4);
+  auto h = c.allreduceAsync(floatArgs("refused.0", d.d, shape));
+  kolo::Status st = h.isOk() ? c.wait(*h, milliseconds(30'000)) : h.status();
+  std::printf("rank %d REFUSED: %s\n", rank_, st.toString().c_str());
+  if (st.isOk()) FAIL("the device allreduce was not refused");
+  std::vector<float> host(256, 1.0f);
+  h = c.allreduceAsync(floatArgs("refused.host", host.data(), shape));
+  st = h.isOk() ? c.wait(*h, milliseconds(30'000)) : h.status();
+  if (!st.isOk()) FAIL("the host allreduce after the refusal: %s", st.toString().c_str());
+  if (host[0] != static_cast<float>(c.world().size)) FAIL("host allreduce: %f", host[0]);
+  std::printf("REFUSED DONE\n");
+  return 0;
+}
+
+// The GPU this trainer uses, made current before kolo_init as a CUDA
+// trainer does (kolo.torch: the current device, else local_rank %
+// device_count): KOLO_TEST_GPU_OF_RANK="g0,g1,..." (by local rank) when
+// set, else local_rank % device_count.
+void pickGpu() {
+  auto n = api().deviceCount();
+  if (!n.isOk() || *n <= 1) return;
+  const char* lr = std::getenv("KOLO_LOCAL_RANK");
+  const int local = lr != nullptr ? std::atoi(lr) : 0;
+  int gpu = local % *n;
+  if (const char* map = std::getenv("KOLO_TEST_GPU_OF_RANK"); map != nullptr && *map != '\0') {
+    std::vector<int> gpus;
+    for (const char* p = map; *p != '\0';) {
+      gpus.push_back(std::atoi(p));
+      while (*p != '\0' && *p != ',') ++p;
+      if (*p == ',') ++p;
+    }
+    if (local < static_cast<int>(gpus.size())) gpu = gpus[local];
+  }
+  auto st = api().setDevice(gpu);
+  if (!st.isOk()) FAIL("setDevice(%d): %s", gpu, st.toString().c_str());
+  std::printf("local rank %d on GPU %d of %d\n", local, gpu, *n);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s every|inflight|full|die|fault|colls|mixed|cross\n", argv[0]);
+    std::fprintf(stderr, "usage: %s every|inflight|full|die|fault|colls|mixed|cross|refused\n",
+                 argv[0]);
     return 2;
+  }
+  if (const char* dev = std::getenv("KOLO_DEVICE"); dev != nullptr && *dev != '\0') {
+    auto kind = kolo::gpu::parseDeviceKind(dev);
+    if (kind.isOk() && kolo::gpu::selectDeviceApi(*kind).isOk() &&
+        kolo::gpu::deviceApi() != nullptr)
+      pickGpu();
   }
   auto opts = kolo::ClientOptions::fromEnvironment();
   if (!opts.isOk()) FAIL("options: %s", opts.status().toString().c_str());
@@ -351,6 +400,8 @@ int main(int argc, char** argv) {
     rc = mixed(c);
   else if (mode == "cross")
     rc = cross(c);
+  else if (mode == "refused")
+    rc = refused(c);
   std::fflush(stdout);
   c.shutdown();
   return rc;

@@ -1,9 +1,9 @@
 // The device seam's host emulation (device_api.h; docs/gpu.md, "The host
-// emulation"): one emulated GPU whose memory is host memory registered as
-// "device" (arenas are memfds shared across processes, test buffers are
-// anonymous mappings), copies and reductions run on the streams' FIFO
-// workers (the reduction through common/reduce, the CPU path's own code),
-// events as host_event.h says, faults as host_faults.h says.
+// emulation"): KOLO_DEVICE_EMU_GPUS emulated GPUs (host_gpus.h) whose memory is host memory
+// registered as "device" (arenas are memfds shared across processes, test buffers are anonymous
+// mappings), copies and reductions run on the streams' FIFO workers (the reduction through
+// common/reduce, the CPU path's own code), events as host_event.h says, faults as host_faults.h
+// says.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -16,11 +16,13 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "agent/gpu/device_api.h"
 #include "agent/gpu/emu/host_event.h"
 #include "agent/gpu/emu/host_faults.h"
+#include "agent/gpu/emu/host_gpus.h"
 #include "agent/gpu/emu/host_stream.h"
 #include "common/log.h"
 #include "common/reduce.h"
@@ -31,26 +33,28 @@ namespace {
 
 constexpr size_t kGranularity = 2u << 20;  // as the VMM arenas
 
-// Address ranges: the fake device heaps (they answer "device 0") and the
-// pinned host buffers (copies to and from them stay asynchronous).
+// Address ranges: the fake device heaps (each tagged with its device) and
+// the pinned host buffers (copies to and from them stay asynchronous).
 struct Ranges {
   std::mutex mu;
-  std::map<uintptr_t, size_t> ranges;  // base -> bytes
-  void add(void* p, size_t n) {
+  std::map<uintptr_t, std::pair<size_t, int>> ranges;  // base -> bytes, device
+  void add(void* p, size_t n, int device = -1) {
     std::lock_guard<std::mutex> lock(mu);
-    ranges[reinterpret_cast<uintptr_t>(p)] = n;
+    ranges[reinterpret_cast<uintptr_t>(p)] = {n, device};
   }
   void remove(void* p) {
     std::lock_guard<std::mutex> lock(mu);
     ranges.erase(reinterpret_cast<uintptr_t>(p));
   }
-  bool contains(const void* p) {
+  // The range's device (-1 for pinned memory), or -2 when `p` is in none.
+  int deviceOf(const void* p) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = ranges.upper_bound(reinterpret_cast<uintptr_t>(p));
-    if (it == ranges.begin()) return false;
+    if (it == ranges.begin()) return -2;
     --it;
-    return reinterpret_cast<uintptr_t>(p) < it->first + it->second;
+    return reinterpret_cast<uintptr_t>(p) < it->first + it->second.first ? it->second.second : -2;
   }
+  bool contains(const void* p) { return deviceOf(p) != -2; }
 };
 Ranges& heaps() {
   static Ranges* h = new Ranges;  // used until exit
@@ -60,7 +64,7 @@ Ranges& pinnedRanges() {
   static Ranges* h = new Ranges;
   return *h;
 }
-void registerHeap(void* p, size_t n) { heaps().add(p, n); }
+void registerHeap(void* p, size_t n, int device) { heaps().add(p, n, device); }
 void unregisterHeap(void* p) { heaps().remove(p); }
 bool inHeap(const void* p) { return heaps().contains(p); }
 bool pinned(const void* p) { return pinnedRanges().contains(p); }
@@ -89,8 +93,8 @@ Status refuseOnLoopThread() {
 
 class HostArena final : public DevArena {
  public:
-  HostArena(UniqueFd fd, void* p, size_t n) : fd_(std::move(fd)), p_(p), n_(n) {
-    registerHeap(p_, n_);
+  HostArena(UniqueFd fd, void* p, size_t n, int device) : fd_(std::move(fd)), p_(p), n_(n) {
+    registerHeap(p_, n_, device);
   }
   ~HostArena() override {
     unregisterHeap(p_);
@@ -113,6 +117,8 @@ class HostArena final : public DevArena {
 
 class HostStreamOwner final : public DevStream {
  public:
+  explicit HostStreamOwner(int device) { tagStream(&s_, device); }
+  ~HostStreamOwner() override { untagStream(&s_); }
   void* get() const override { return const_cast<HostStream*>(&s_); }
 
  private:
@@ -128,25 +134,74 @@ void enqueueTask(void* stream, std::function<void()> task) {
   });
 }
 
+// A kernel on the stream's device reads or writes another device's memory
+// only with peer access enabled (else CUDA faults: refused here).
+template <typename P>
+Status checkPeerReach(P const* ptrs, int n, void* stream) {
+  const int on = streamDevice(stream);
+  for (int i = 0; i < n; ++i) {
+    const int dev = heaps().deviceOf(ptrs[i]);
+    if (dev >= 0 && dev != on && !peerEnabled(on, dev)) {
+      return invalidArgument("launchReduce on device " + std::to_string(on) + " touches device " +
+                             std::to_string(dev) +
+                             "'s memory without peer access (cudaDeviceEnablePeerAccess): "
+                             "cudaErrorIllegalAddress");
+    }
+  }
+  return okStatus();
+}
+
 class HostDeviceApi final : public DeviceApi {
  public:
   const char* name() const override { return "host-emulated"; }
-  StatusOr<int> deviceCount() override { return 1; }
-  Status setDevice(int d) override {
+  StatusOr<int> deviceCount() override {
+    RETURN_IF_ERROR(emuGpus().status());
+    return emuGpus()->count;
+  }
+  Status validDevice(int d) {
     RETURN_IF_ERROR(stickyError());
-    if (d != 0)
-      return invalidArgument(
-          "cudaSetDevice: cudaErrorInvalidDevice: the emulation has device 0 only");
+    ASSIGN_OR_RETURN(int n, deviceCount());
+    if (d < 0 || d >= n) {
+      return invalidArgument("cudaSetDevice: cudaErrorInvalidDevice: device " + std::to_string(d) +
+                             " is not one of the emulation's " + std::to_string(n) +
+                             " (KOLO_DEVICE_EMU_GPUS)");
+    }
     return okStatus();
   }
-  StatusOr<int> currentDevice() override { return 0; }
+  Status setDevice(int d) override {
+    RETURN_IF_ERROR(validDevice(d));
+    setCurrentDevice(d);
+    return okStatus();
+  }
+  StatusOr<int> currentDevice() override { return emu::currentDevice(); }
   StatusOr<std::string> deviceUuid(int d) override {
-    RETURN_IF_ERROR(setDevice(d));
-    return std::string("kolo-emu-gpu-0\0\0", 16);
+    ASSIGN_OR_RETURN(int n, deviceCount());
+    if (d < 0 || d >= n)
+      return invalidArgument("cudaGetDeviceProperties: cudaErrorInvalidDevice: device " +
+                             std::to_string(d));
+    std::string u = "kolo-emu-gpu-" + std::to_string(d);
+    u.resize(16, '\0');
+    return u;
+  }
+  StatusOr<bool> canAccessPeer(int device, int peer) override {
+    ASSIGN_OR_RETURN(int n, deviceCount());
+    if (device < 0 || device >= n || peer < 0 || peer >= n)
+      return invalidArgument("cudaDeviceCanAccessPeer: cudaErrorInvalidDevice");
+    return device != peer && emuGpus()->p2p;
+  }
+  Status enablePeerAccess(int device, int peer) override {
+    ASSIGN_OR_RETURN(bool can, canAccessPeer(device, peer));
+    if (!can) {
+      return unavailable("cudaDeviceEnablePeerAccess: cudaErrorPeerAccessUnsupported: device " +
+                         std::to_string(device) + " cannot access device " + std::to_string(peer) +
+                         " (KOLO_DEVICE_EMU_P2P=none)");
+    }
+    enablePeer(device, peer);
+    return okStatus();
   }
   StatusOr<std::unique_ptr<DevStream>> createStream() override {
     RETURN_IF_ERROR(stickyError());
-    return std::unique_ptr<DevStream>(std::make_unique<HostStreamOwner>());
+    return std::unique_ptr<DevStream>(std::make_unique<HostStreamOwner>(emu::currentDevice()));
   }
   StatusOr<std::unique_ptr<DevEvent>> createEvent(bool ipc) override {
     return createHostEvent(ipc);
@@ -156,7 +211,7 @@ class HostDeviceApi final : public DeviceApi {
   }
 
   StatusOr<std::unique_ptr<DevArena>> createArena(int device, size_t min_bytes) override {
-    RETURN_IF_ERROR(setDevice(device));
+    RETURN_IF_ERROR(validDevice(device));
     const size_t n =
         (std::max<size_t>(min_bytes, 1) + kGranularity - 1) / kGranularity * kGranularity;
     UniqueFd fd(::memfd_create("kolo-emu-device-arena", MFD_CLOEXEC));
@@ -168,15 +223,15 @@ class HostDeviceApi final : public DeviceApi {
     void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
     if (p == MAP_FAILED)
       return unavailable("cuMemMap: CUDA_ERROR_OUT_OF_MEMORY: mapping the emulated arena");
-    return std::unique_ptr<DevArena>(std::make_unique<HostArena>(std::move(fd), p, n));
+    return std::unique_ptr<DevArena>(std::make_unique<HostArena>(std::move(fd), p, n, device));
   }
   StatusOr<std::unique_ptr<DevArena>> importArena(int fd, size_t bytes, int device) override {
-    RETURN_IF_ERROR(setDevice(device));
+    RETURN_IF_ERROR(validDevice(device));
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
       return invalidArgument(
           "cuMemImportFromShareableHandle: the emulated arena fd cannot be mapped");
-    return std::unique_ptr<DevArena>(std::make_unique<HostArena>(UniqueFd(), p, bytes));
+    return std::unique_ptr<DevArena>(std::make_unique<HostArena>(UniqueFd(), p, bytes, device));
   }
 
   Status copyAsync(void* dst, const void* src, size_t bytes, void* stream) override {
@@ -226,6 +281,8 @@ class HostDeviceApi final : public DeviceApi {
                              std::to_string(kMaxDeviceSources) + " and 1.." +
                              std::to_string(kMaxDeviceOutputs) + ")");
     }
+    RETURN_IF_ERROR(checkPeerReach(srcs, nsrc, stream));
+    RETURN_IF_ERROR(checkPeerReach(dsts, ndst, stream));
     std::vector<const void*> s(srcs, srcs + nsrc);
     std::vector<void*> d(dsts, dsts + ndst);
     enqueueTask(stream,
@@ -235,9 +292,10 @@ class HostDeviceApi final : public DeviceApi {
 
   PointerInfo pointerInfo(const void* p) override {
     PointerInfo info;
-    if (p != nullptr && inHeap(p)) {
+    const int dev = p != nullptr ? heaps().deviceOf(p) : -2;
+    if (dev >= 0) {
       info.device = true;
-      info.ordinal = 0;
+      info.ordinal = dev;
     }
     return info;
   }
@@ -248,7 +306,7 @@ class HostDeviceApi final : public DeviceApi {
     void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
       return unavailable("cudaMalloc: cudaErrorMemoryAllocation: emulated device memory");
-    registerHeap(p, n);
+    registerHeap(p, n, emu::currentDevice());
     std::lock_guard<std::mutex> lock(mu_);
     sizes_[p] = n;
     return p;
