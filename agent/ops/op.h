@@ -129,6 +129,35 @@ class CollectiveOp {
   // The copy (scaled) of the result into every slot, then the completions.
   static void copyBackOnLoop(OpHost& host, Job& job, const std::string& name,
                              std::shared_ptr<Job::CrossPending> p, const CrossResult& result);
+
+  // The steps the block collectives (allgather, alltoall, reducescatter)
+  // share (agent/ops/op_steps.cc).
+  //
+  // The local ranks' input and output slots (the output `out_prefix` bytes
+  // in) and their arenas. False when a rank's connection is gone (the op
+  // then failed as rankLeft). `skip_absent`: a joined rank (op.absent) has
+  // null slots.
+  struct LocalSlots {
+    std::vector<char*> ins, outs;
+    std::vector<std::shared_ptr<SharedRegion>> keep;
+  };
+  static bool localSlotsOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                               const std::vector<uint64_t>& handles, uint64_t out_prefix,
+                               bool skip_absent, LocalSlots* slots);
+  // One agent: `copies` on the executor (timeline activity `activity`),
+  // then the completions, `bytes` done.
+  void copiesThenFinishOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                              std::vector<uint64_t> handles, std::vector<LocalReduce> copies,
+                              uint64_t bytes, DataType dtype, const char* activity) const;
+  // Several agents: the request every agent negotiates for `op` (its
+  // parameters without this rank's handle and offsets; op.error crosses).
+  CrossWork crossWorkOf(const Job& job, const ReadyOp& op) const;
+  // Several agents: `p` becomes the op's Job::CrossPending, `copies` (the
+  // local step into the staging buffer) run on the executor, then `w` goes
+  // to the job's negotiation thread.
+  void copiesThenCrossOnLoop(OpHost& host, Job& job, const std::string& name, Job::CrossPending p,
+                             CrossWork w, std::vector<LocalReduce> copies,
+                             const char* activity) const;
 };
 
 // The op type of `c`, or null when the agent does not run it as an op (join,
