@@ -24,7 +24,8 @@ class AllgatherOp final : public CollectiveOp {
   CollectiveType type() const override { return CollectiveType::kAllgather; }
   Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
                         std::vector<int64_t>* meta) const override;
-  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+  void runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
+                 std::vector<uint64_t> handles) const override;
 
  private:
   // Every local input into every local output at its rank's offset.
@@ -70,59 +71,6 @@ Status AllgatherOp::validateOnLoop(const Job& job, ClientConn& c, const SubmitDe
 
 namespace {
 
-// Every rank's first dimension, as the first local rank that takes part
-// listed them (its private copy, taken and checked at its submission); the
-// other local ranks' copies must agree (they come from one allreduce), so
-// each local rank's rows and output region were checked by that rank. The
-// byte offset of each rank's rows in the gathered tensor (world + 1
-// entries), or the error that fails the op.
-StatusOr<std::vector<uint64_t>> gatheredOffsets(const Job& job, const ReadyOp& op) {
-  const int world = job.worldSize();
-  const int k = job.localSize();
-  std::vector<uint64_t> offsets(world + 1, 0);
-  auto absent = [&](int i) { return !op.absent.empty() && op.absent[i]; };
-  int lead = -1;  // the first local rank that takes part
-  for (int i = 0; i < k && lead < 0; ++i) {
-    if (!absent(i)) lead = i;
-  }
-  auto metaOf = [&](int i) -> const std::vector<int64_t>* {
-    const bool have = op.metas.size() == static_cast<size_t>(k) &&
-                      op.metas[i].size() == static_cast<size_t>(world);
-    return have ? &op.metas[i] : nullptr;
-  };
-  const std::vector<int64_t>* dims0 = lead >= 0 ? metaOf(lead) : nullptr;
-  if (lead >= 0 && dims0 == nullptr) {
-    return internalError("allgather of tensor '" + op.name + "': rank " +
-                         std::to_string(job.globalRank(lead)) +
-                         "'s list of first dimensions is not one of this generation's size " +
-                         std::to_string(world));
-  }
-  for (int i = 0; i < world && dims0 != nullptr; ++i) {
-    const int local = i - job.world().rank_offset;
-    if (local >= 0 && local < k && absent(local) && (*dims0)[i] != 0) {
-      return internalError("allgather of tensor '" + op.name + "': rank " + std::to_string(i) +
-                           " has joined but is listed with first dimension " +
-                           std::to_string((*dims0)[i]));
-    }
-  }
-  for (int i = lead + 1; i < k; ++i) {
-    if (absent(i)) continue;
-    const std::vector<int64_t>* dims = metaOf(i);
-    if (dims == nullptr || *dims != *dims0) {
-      return invalidArgument("allgather of tensor '" + op.name + "': ranks " +
-                             std::to_string(job.globalRank(lead)) + " and " +
-                             std::to_string(job.globalRank(i)) +
-                             " list different first dimensions for the other ranks");
-    }
-  }
-  if (dims0 != nullptr) {
-    const uint64_t row = rowBytesOf(op.descs[0]);
-    for (int r = 0; r < world; ++r)
-      offsets[r + 1] = offsets[r] + static_cast<uint64_t>((*dims0)[r]) * row;
-  }
-  return offsets;
-}
-
 // A byte copy of `bytes` from `src` to each of `dsts`.
 LocalReduce byteCopy(char* src, std::vector<void*> dsts, uint64_t bytes,
                      const std::vector<std::shared_ptr<SharedRegion>>& keep) {
@@ -138,26 +86,20 @@ LocalReduce byteCopy(char* src, std::vector<void*> dsts, uint64_t bytes,
 
 }  // namespace
 
-void AllgatherOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+void AllgatherOp::runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
                             std::vector<uint64_t> handles) const {
   const SubmitDesc& d0 = op.descs[0];
   const int world = job.worldSize();
-  const int k = job.localSize();
   // A rank that has joined (kolo_join) has no slots: it contributes zero
   // rows (its first dimension is 0 in everyone's list) and receives nothing.
   LocalSlots slots;
   if (!localSlotsOnLoop(host, job, op, handles, allgatherSizesBytes(world), /*skip_absent=*/true,
                         &slots))
     return;
-  std::vector<uint64_t> offsets(world + 1, 0);
-  if (op.error.isOk()) {
-    StatusOr<std::vector<uint64_t>> got = gatheredOffsets(job, op);
-    if (got.isOk()) {
-      offsets = std::move(*got);
-    } else {
-      op.error = got.status();
-    }
-  }
+  // Each rank's rows in the gathered tensor (zeros when the ranks' lists
+  // of first dimensions disagree: plan.error).
+  const std::vector<uint64_t>& offsets = plan.offsets;
+  op.error = plan.error;
   const auto dtype = static_cast<DataType>(d0.dtype);
   if (!op.error.isOk() && job.world().cross_size == 1) {
     gatherLog()->warn("job {}: {}", job.id(), op.error.message());

@@ -38,7 +38,8 @@ class AlltoallOp final : public CollectiveOp {
   CollectiveType type() const override { return CollectiveType::kAlltoall; }
   Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
                         std::vector<int64_t>* meta) const override;
-  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+  void runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
+                 std::vector<uint64_t> handles) const override;
   void finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
                          std::shared_ptr<Job::CrossPending> p,
                          const CrossResult& result) const override;
@@ -77,29 +78,6 @@ Status AlltoallOp::validateOnLoop(const Job& job, ClientConn& c, const SubmitDes
 }
 
 namespace {
-
-// Each rank's private copy of its split matrix (taken and checked at its
-// submission); they must be the same matrix, so every rank's rows and
-// columns used below were checked by the rank they belong to.
-StatusOr<std::vector<int64_t>> agreedSplits(const Job& job, const ReadyOp& op) {
-  const int n = job.worldSize();
-  const int k = job.localSize();
-  const size_t cells = static_cast<size_t>(n) * n;
-  for (int i = 0; i < k; ++i) {
-    if (op.metas.size() != static_cast<size_t>(k) || op.metas[i].size() != cells) {
-      return internalError(
-          "alltoall of tensor '" + op.name + "': rank " + std::to_string(job.globalRank(i)) +
-          "'s split matrix is not one of this generation's size " + std::to_string(n));
-    }
-    if (i > 0 && op.metas[i] != op.metas[0]) {
-      return invalidArgument("alltoall of tensor '" + op.name + "': ranks " +
-                             std::to_string(job.globalRank(0)) + " and " +
-                             std::to_string(job.globalRank(i)) + " hold different split matrices");
-    }
-  }
-  if (k == 0) return std::vector<int64_t>(cells, 0);
-  return op.metas[0];
-}
 
 LocalReduce byteCopy(const char* src, char* dst, uint64_t bytes,
                      const std::vector<std::shared_ptr<SharedRegion>>& keep) {
@@ -177,7 +155,7 @@ std::vector<AlltoallState::CopyOut> unpackPlan(const JobWorld& jw, int k, const 
 
 }  // namespace
 
-void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+void AlltoallOp::runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
                            std::vector<uint64_t> handles) const {
   const SubmitDesc& d0 = op.descs[0];
   const int n = job.worldSize();
@@ -186,15 +164,9 @@ void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   if (!localSlotsOnLoop(host, job, op, handles, alltoallSplitsBytes(n), /*skip_absent=*/false,
                         &slots))
     return;
-  std::vector<int64_t> m(static_cast<size_t>(n) * n, 0);
-  if (op.error.isOk()) {
-    StatusOr<std::vector<int64_t>> got = agreedSplits(job, op);
-    if (got.isOk()) {
-      m = std::move(*got);
-    } else {
-      op.error = got.status();
-    }
-  }
+  // The ranks' one split matrix (zeros when they disagree: plan.error).
+  const std::vector<int64_t>& m = plan.splits;
+  op.error = plan.error;
   const auto dtype = static_cast<DataType>(d0.dtype);
   if (!op.error.isOk() && job.world().cross_size == 1) {
     host.finishOpOnLoop(job.id(), handles, 0, op.error, dtype, {}, CollectiveType::kAlltoall);

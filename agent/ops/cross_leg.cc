@@ -155,12 +155,16 @@ int setBroadcastRoot(CrossWork& w, const Job& job, const ReadyOp& op) {
 }  // namespace
 
 void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
-                       std::vector<uint64_t> handles) {
+                       std::vector<uint64_t> handles, const CrossLegPlan* planned) {
   Job::CrossPending p = pendingOf(op, r, std::move(handles));
   // In place or through a staging buffer, pipelined or not: decided once
   // (agent/ops/cross_plan.h) and kept on the op for onCrossDoneOnLoop.
   const CrossLegInputs li = legInputsOf(op, r, p, host.crossPipelineBytes());
+  // A host op brings the leg its OpPlan computed from the descriptors; it
+  // must be the one its local step implies (a bug otherwise: the op fails
+  // on every agent below rather than run a leg its buffers do not fit).
   p.leg = planCrossLeg(li);
+  const bool plan_differs = planned != nullptr && !(*planned == p.leg);
   const CrossLegPlan leg = p.leg;
   if (li.direct && leg.pipelined) p.read_error = std::make_shared<FirstError>();
   // Streamed copy-in: the trainers are still copying. Every plan a
@@ -189,6 +193,11 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
     w.count = 0;
     w.req.error = "allreduce of tensor '" + op.name +
                   "': a streamed input reached the local step (internal error)";
+  }
+  if (plan_differs) {
+    w.count = 0;
+    w.req.error = std::string(collectiveName(w.collective)) + " of tensor '" + op.name +
+                  "': its plan and its local step disagree on the cross leg (internal error)";
   }
   const int bcast_root_local =
       w.collective == CollectiveType::kBroadcast ? setBroadcastRoot(w, job, op) : -1;

@@ -30,6 +30,7 @@
 #include "agent/core/job.h"
 #include "agent/core/local_executor.h"
 #include "agent/core/tensor_table.h"
+#include "agent/ops/op_plan.h"
 #include "common/dtype.h"
 #include "common/status.h"
 
@@ -104,8 +105,9 @@ class CollectiveOp {
   virtual Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
                                 std::vector<int64_t>* meta) const;
   // The node-ready op (op.error set: it fails here and, across agents, is
-  // announced to the other agents so that their ranks are released too).
-  virtual void runOnLoop(OpHost& host, Job& job, ReadyOp op,
+  // announced to the other agents so that their ranks are released too),
+  // with its plan (agent/ops/op_plan.h), computed once by HostMemory.
+  virtual void runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
                          std::vector<uint64_t> handles) const = 0;
   // Across agents, once the agents' collective succeeded
   // (Agent::onCrossDoneOnLoop): the result from the op's staging buffer, or
@@ -167,8 +169,13 @@ const CollectiveOp* collectiveOp(CollectiveType c);
 // The cross-agent leg of an allreduce or a broadcast, once its LocalReduce
 // is planned (agent/ops/cross_leg.cc): staging or in place, pipelined or not
 // (agent/ops/cross_plan.h), then the job's negotiation thread.
+// `planned`: the leg of the op's OpPlan (host ops); null: planned here from
+// the LocalReduce (the device path's staged ops).
 void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
-                       std::vector<uint64_t> handles);
+                       std::vector<uint64_t> handles, const CrossLegPlan* planned = nullptr);
+
+// What an op's plan reads of the job (planOp).
+OpWorld opWorldOf(const Job& job, uint64_t pipeline_bytes);
 
 // One type per collective (the table's entries).
 const CollectiveOp& allreduceOp();

@@ -7,6 +7,18 @@
 
 namespace kolo {
 
+OpWorld opWorldOf(const Job& job, uint64_t pipeline_bytes) {
+  OpWorld w;
+  w.world_size = job.worldSize();
+  w.local_size = job.localSize();
+  w.cross_size = job.world().cross_size;
+  w.rank_offset = job.world().rank_offset;
+  w.rank_offsets = job.world().rank_offsets;
+  w.local_sizes = job.world().local_sizes;
+  w.pipeline_bytes = pipeline_bytes;
+  return w;
+}
+
 bool CollectiveOp::localSlotsOnLoop(OpHost& host, Job& job, const ReadyOp& op,
                                     const std::vector<uint64_t>& handles, uint64_t out_prefix,
                                     bool skip_absent, LocalSlots* slots) {

@@ -23,25 +23,13 @@ struct ReducescatterState final : OpState {
   std::vector<std::pair<size_t, size_t>> scatter;
 };
 
-// The layout of one reducescatter: each global rank's block (element
-// offset, element count) of the whole tensor.
-struct RowBlocks {
-  RowBlocks(const SubmitDesc& d0, int world_size);
-  std::pair<size_t, size_t> blockOf(int global_rank) const;
-  int world;
-  uint64_t row;
-  int64_t dim0;
-  uint64_t count;
-  ReduceOp op_kind;
-  double post;
-};
-
 class ReducescatterOp final : public CollectiveOp {
  public:
   CollectiveType type() const override { return CollectiveType::kReducescatter; }
   Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
                         std::vector<int64_t>* meta) const override;
-  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+  void runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
+                 std::vector<uint64_t> handles) const override;
   void finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
                          std::shared_ptr<Job::CrossPending> p,
                          const CrossResult& result) const override;
@@ -51,7 +39,7 @@ class ReducescatterOp final : public CollectiveOp {
   // reducescatter (each rank's block to its output is finishCrossOnLoop's).
   void runAcrossAgentsOnLoop(OpHost& host, Job& job, const ReadyOp& op,
                              std::vector<uint64_t> handles, const LocalSlots& slots,
-                             const RowBlocks& rb) const;
+                             const OpPlan& plan) const;
 };
 
 }  // namespace
@@ -69,22 +57,9 @@ uint64_t rowElems(const SubmitDesc& d) {
   return row;
 }
 
-// The op's row blocks (reducescatterRows) over `world` ranks, its element
-// count, and its reduction: Average is Sum with the postscale divided by
-// the world size.
-RowBlocks::RowBlocks(const SubmitDesc& d0, int world_size)
-    : world(world_size),
-      row(rowElems(d0)),
-      dim0(d0.ndim >= 1 ? d0.shape[0] : 0),
-      count(static_cast<uint64_t>(dim0) * row) {
-  const auto rop = static_cast<ReduceOp>(d0.reduce_op);
-  op_kind = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
-  post = rop == ReduceOp::kAverage ? d0.postscale / world : d0.postscale;
-}
-
-std::pair<size_t, size_t> RowBlocks::blockOf(int global_rank) const {
-  return {reducescatterRowOffset(dim0, world, global_rank) * row,
-          reducescatterRows(dim0, world, global_rank) * row};
+// Global rank `r`'s block of the plan's tensor: (element offset, element count).
+std::pair<size_t, size_t> blockOf(const OpPlan& plan, int r) {
+  return {plan.offsets[r], plan.offsets[r + 1] - plan.offsets[r]};
 }
 
 }  // namespace
@@ -107,42 +82,41 @@ Status ReducescatterOp::validateOnLoop(const Job& job, ClientConn& c, const Subm
   return okStatus();
 }
 
-void ReducescatterOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+void ReducescatterOp::runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
                                 std::vector<uint64_t> handles) const {
   const SubmitDesc& d0 = op.descs[0];
   const int k = job.localSize();
   const auto dtype = static_cast<DataType>(d0.dtype);
   const size_t es = dataTypeSize(dtype);
-  const RowBlocks rb(d0, job.worldSize());
   LocalSlots slots;
   if (!localSlotsOnLoop(host, job, op, handles, 0, /*skip_absent=*/false, &slots)) return;
   if (job.world().cross_size > 1) {
-    runAcrossAgentsOnLoop(host, job, op, std::move(handles), slots, rb);
+    runAcrossAgentsOnLoop(host, job, op, std::move(handles), slots, plan);
     return;
   }
   const int base = job.world().rank_offset;
   std::vector<LocalReduce> parts;
   for (int i = 0; i < k; ++i) {
-    auto [off, n] = rb.blockOf(base + i);
+    auto [off, n] = blockOf(plan, base + i);
     if (n == 0) continue;
     LocalReduce r;
     r.dtype = dtype;
-    r.op = rb.op_kind;
+    r.op = plan.reduce;
     r.count = n;
     r.prescale = d0.prescale;
-    r.postscale = rb.post;
+    r.postscale = plan.postscale;
     for (int j = 0; j < k; ++j) r.slots.push_back(slots.ins[j] + off * es);
     r.dsts = {slots.outs[i]};
     r.keepalive = slots.keep;
     parts.push_back(std::move(r));
   }
-  copiesThenFinishOnLoop(host, job, op, std::move(handles), std::move(parts), rb.count * es, dtype,
-                         "LOCAL_REDUCE");
+  copiesThenFinishOnLoop(host, job, op, std::move(handles), std::move(parts), plan.count * es,
+                         dtype, "LOCAL_REDUCE");
 }
 
 void ReducescatterOp::runAcrossAgentsOnLoop(OpHost& host, Job& job, const ReadyOp& op,
                                             std::vector<uint64_t> handles, const LocalSlots& slots,
-                                            const RowBlocks& rb) const {
+                                            const OpPlan& plan) const {
   const SubmitDesc& d0 = op.descs[0];
   const int k = job.localSize();
   const auto dtype = static_cast<DataType>(d0.dtype);
@@ -153,37 +127,37 @@ void ReducescatterOp::runAcrossAgentsOnLoop(OpHost& host, Job& job, const ReadyO
   p.slots.assign(slots.outs.begin(), slots.outs.end());
   p.keepalive = slots.keep;
   p.dtype = dtype;
-  p.count = rb.count;
-  p.bytes = rb.count * es;
-  p.postscale = rb.post;
+  p.count = plan.count;
+  p.bytes = plan.count * es;
+  p.postscale = plan.postscale;
   p.started = op.first_arrival;
   p.collective = CollectiveType::kReducescatter;
   p.report_dtype = dtype;
   auto state = std::make_unique<ReducescatterState>();
-  for (int i = 0; i < k; ++i) state->scatter.push_back(rb.blockOf(base + i));
+  for (int i = 0; i < k; ++i) state->scatter.push_back(blockOf(plan, base + i));
   p.op_state = std::move(state);
-  p.staging = staging::acquire(rb.count * es);
+  p.staging = staging::acquire(plan.count * es);
 
   CrossWork w = crossWorkOf(job, op);
   w.req.params.out_bytes = 0;  // differs per rank
   w.staging = p.staging.get();
-  w.count = op.error.isOk() ? rb.count : 0;
+  w.count = op.error.isOk() ? plan.count : 0;
   w.dtype = dtype;
-  w.op = rb.op_kind;
+  w.op = plan.reduce;
   const JobWorld& jw = job.world();
   auto& blocks = w.blocks.emplace<ReducescatterBlocks>();
   for (int a = 0; a < jw.cross_size; ++a) {
     size_t n = 0;
     for (int r = jw.rank_offsets[a]; r < jw.rank_offsets[a] + jw.local_sizes[a]; ++r)
-      n += rb.blockOf(r).second;
+      n += blockOf(plan, r).second;
     blocks.counts.push_back(n);
   }
   std::vector<LocalReduce> parts;
   if (w.count > 0) {
     LocalReduce r;
     r.dtype = dtype;
-    r.op = rb.op_kind;
-    r.count = rb.count;
+    r.op = plan.reduce;
+    r.count = plan.count;
     r.prescale = d0.prescale;
     r.postscale = 1.0;  // applied after the agents' reduction
     r.slots.assign(slots.ins.begin(), slots.ins.end());
