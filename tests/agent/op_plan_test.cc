@@ -130,9 +130,13 @@ TEST(OpPlan, DirectMemoryNeverRunsInPlace) {
 TEST(OpPlan, StreamedAndSplitAreRecognised) {
   SubmitDesc d = desc(CollectiveType::kAllreduce, DataType::kFloat32, 16 << 20);
   d.flags = kSubmitFlagStreamed;
-  OpPlan s = planOp(ready(d, 1), world(2, 1));
-  EXPECT_TRUE(s.streamed);
-  EXPECT_EQ(s.path, OpPath::kPipelined);
+  OpPlan alone = planOp(ready(d, 1), world(2, 1));
+  EXPECT_TRUE(alone.streamed);
+  EXPECT_EQ(alone.path, OpPath::kInPlace);  // the ring reads the slot: nothing to pipeline
+  OpPlan two = planOp(ready(d, 2), world(2, 2));
+  EXPECT_TRUE(two.streamed);
+  EXPECT_EQ(two.path, OpPath::kPipelined);
+  EXPECT_FALSE(two.leg.localStepFirst());  // the input is read only on the negotiation thread
   d.flags = kSubmitFlagSplit;
   EXPECT_EQ(planOp(ready(d, 4), world(1, 4)).path, OpPath::kSplit);
   EXPECT_EQ(planOp(ready(d, 4), world(2, 4)).path, OpPath::kSplit);  // (the agent answers retry)
