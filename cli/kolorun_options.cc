@@ -210,17 +210,13 @@ void defineOptions(CLI::App& app, KolorunOptions& o) {
       ->check(nonNegative());
 }
 
-}  // namespace
-
-StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
-                                          const std::map<std::string, std::string>& env) {
-  KolorunOptions o;
-  CLI::App app(kUsage, "kolorun");
-  defineOptions(app, o);
-
-  // Split the options from the command: the first word that is neither an
-  // option nor an option's value starts the command ("--" also ends them).
-  std::vector<std::string> opts;
+// Splits the options from the command: the first word that is neither an
+// option nor an option's value starts the command ("--" also ends them).
+// The options go to `opts` (horovodrun's single-dash long ones as --name);
+// the command's first word's index, or the error for a refused or unknown
+// option.
+StatusOr<size_t> splitOptions(const CLI::App& app, const std::vector<std::string>& args,
+                              std::vector<std::string>* opts) {
   size_t i = 0;
   for (; i < args.size(); ++i) {
     std::string t = args[i];
@@ -246,48 +242,18 @@ StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
       }
       name = name.substr(0, 2);
     }
-    opts.push_back(t);
+    opts->push_back(t);
     bool inline_value = t.find('=') != std::string::npos || name.size() < t.size();
     const CLI::Option* opt = app.get_option_no_throw(name);
     if (opt != nullptr && opt->get_expected_max() > 0 && !inline_value && i + 1 < args.size()) {
-      opts.push_back(args[++i]);
+      opts->push_back(args[++i]);
     }
   }
-  o.command.assign(args.begin() + static_cast<long>(i), args.end());
-  for (const std::string& s : opts) {
-    if (s == "--version" || s == "--check-build") {  // (no -np needed)
-      o.version = s == "--version";
-      o.check_build = !o.version;
-      o.version_text = o.check_build ? checkBuildText() : versionText();
-      return o;
-    }
-  }
+  return i;
+}
 
-  std::vector<const char*> argv = {"kolorun"};
-  for (auto& s : opts) argv.push_back(s.c_str());
-  bool help = false;
-  for (auto& s : opts) help = help || s == "-h" || s == "--help";
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::CallForHelp&) {
-    help = true;
-  } catch (const CLI::ParseError& e) {
-    if (!help) {
-      std::string what = e.what();
-      if (what.find("--np is required") != std::string::npos) what = "-np N is required";
-      return invalidArgument(what + " (see kolorun --help)");
-    }
-  }
-  if (help) {
-    o.help = true;
-    o.help_text = app.help();
-    return o;
-  }
-
-  if (o.agent_socket.empty()) {
-    auto it = env.find("KOLO_AGENT_SOCKET");
-    o.agent_socket = it != env.end() && !it->second.empty() ? it->second : kDefaultAgentSocket;
-  }
+// The parsed options against each other and the environment.
+Status checkOptions(KolorunOptions& o, const std::map<std::string, std::string>& env) {
   if (o.command.empty()) {
     return invalidArgument("no command given: kolorun -np N [options] [--] command [args...]");
   }
@@ -334,6 +300,54 @@ StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
     return invalidArgument("--agents " + std::to_string(o.agents) + " is more than -np " +
                            std::to_string(o.np) + ": every agent needs at least one rank");
   }
+  return okStatus();
+}
+
+}  // namespace
+
+StatusOr<KolorunOptions> parseKolorunArgs(const std::vector<std::string>& args,
+                                          const std::map<std::string, std::string>& env) {
+  KolorunOptions o;
+  CLI::App app(kUsage, "kolorun");
+  defineOptions(app, o);
+  std::vector<std::string> opts;
+  ASSIGN_OR_RETURN(size_t i, splitOptions(app, args, &opts));
+  o.command.assign(args.begin() + static_cast<long>(i), args.end());
+  for (const std::string& s : opts) {
+    if (s == "--version" || s == "--check-build") {  // (no -np needed)
+      o.version = s == "--version";
+      o.check_build = !o.version;
+      o.version_text = o.check_build ? checkBuildText() : versionText();
+      return o;
+    }
+  }
+
+  std::vector<const char*> argv = {"kolorun"};
+  for (auto& s : opts) argv.push_back(s.c_str());
+  bool help = false;
+  for (auto& s : opts) help = help || s == "-h" || s == "--help";
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::CallForHelp&) {
+    help = true;
+  } catch (const CLI::ParseError& e) {
+    if (!help) {
+      std::string what = e.what();
+      if (what.find("--np is required") != std::string::npos) what = "-np N is required";
+      return invalidArgument(what + " (see kolorun --help)");
+    }
+  }
+  if (help) {
+    o.help = true;
+    o.help_text = app.help();
+    return o;
+  }
+
+  if (o.agent_socket.empty()) {
+    auto it = env.find("KOLO_AGENT_SOCKET");
+    o.agent_socket = it != env.end() && !it->second.empty() ? it->second : kDefaultAgentSocket;
+  }
+  RETURN_IF_ERROR(checkOptions(o, env));
   return o;
 }
 

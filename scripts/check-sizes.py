@@ -5,6 +5,10 @@ the tools' sources (agent/, client_lib/src, coordinator/, cli/, common/).
 
     scripts/check-sizes.py            # list what breaks a rule; exit 1 if any
     scripts/check-sizes.py --top 10   # also the 10 longest functions
+    scripts/check-sizes.py --self-test  # the rules caught on made-up files
+
+Run by ctest as SizeRules and SizeRulesSelfTest (label format, about a
+second each), so CI's test command keeps the rules true.
 
 A function is a brace block whose header (the text since the previous ';',
 '{' or '}') has a parameter list and is not a namespace, class, struct,
@@ -103,24 +107,65 @@ def sources(root):
     return [f for f in files if f.endswith(EXTS)]
 
 
+def violations(path, rel):
+    """What in one file breaks a rule, and its functions as (length, rel, start, name)."""
+    bad, funcs = [], []
+    n = sum(1 for _ in open(path, encoding="utf-8", errors="replace"))
+    if n > FILE_MAX:
+        bad.append(f"{rel}: {n} lines (files: at most {FILE_MAX})")
+    for name, start, length in functions(path):
+        funcs.append((length, rel, start, name))
+        if length > FUNC_MAX:
+            bad.append(f"{rel}:{start}: {name} is {length} lines (functions: at most {FUNC_MAX})")
+    return bad, funcs
+
+
+def self_test():
+    """The checker against files made to sit just inside and just over the limits."""
+    import tempfile
+
+    def body(lines):
+        return "".join(f"  x += {i};  // {{ not a brace\n" for i in range(lines - 2))
+
+    cases = {
+        # name: (text, the reports expected)
+        "fits.cc": ("int fits(int x) {\n" + body(FUNC_MAX) + "}\n", 0),
+        "long.cc": ("namespace k {\nint Op::run(int x) {\n" + body(FUNC_MAX + 1) + "}\n}\n", 1),
+        "lambda.cc": ("void f() {\n  auto g = [&](int x) {\n" + body(FUNC_MAX) + "  };\n}\n", 1),
+        "class.h": ("class A {\n" + "".join(f"  int m{i}() {{ return {i}; }}\n" for i in range(200)) + "};\n", 0),
+        "big.cc": ("".join(f"int v{i} = {i};\n" for i in range(FILE_MAX + 1)), 1),
+    }
+    failed = 0
+    with tempfile.TemporaryDirectory() as d:
+        for name, (text, want) in cases.items():
+            path = os.path.join(d, name)
+            with open(path, "w") as f:
+                f.write(text)
+            bad, _ = violations(path, name)
+            if len(bad) != want:
+                failed += 1
+                print(f"self-test: {name}: {len(bad)} reports, expected {want}: {bad}")
+    print(f"check-sizes self-test: {len(cases) - failed} of {len(cases)} cases as expected", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     ap.add_argument("--top", type=int, default=0)
+    ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args()
+    if args.self_test:
+        return self_test()
     bad = []
     all_funcs = []
     for rel in sources(args.root):
         path = os.path.join(args.root, rel)
         if not os.path.exists(path):
             continue
-        n = sum(1 for _ in open(path, encoding="utf-8", errors="replace"))
-        if n > FILE_MAX:
-            bad.append(f"{rel}: {n} lines (files: at most {FILE_MAX})")
-        for name, start, length in functions(path):
-            all_funcs.append((length, rel, start, name))
-            if length > FUNC_MAX:
-                bad.append(f"{rel}:{start}: {name} is {length} lines (functions: at most {FUNC_MAX})")
+        b, f = violations(path, rel)
+        bad += b
+        all_funcs += f
     for b in bad:
         print(b)
     if args.top:

@@ -247,26 +247,7 @@ Status CrossJob::cycle() {
   }
   const bool inline_usable = !state_.invertedBits();
   CycleMessage msg(state_.cacheVector(), proposal, backend_->rank() == 0, std::move(slots));
-  const int nagents = backend_->size();
-  if (!msg.gathers()) {
-    RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
-      backend_->allreduce(msg.data(), msg.size(), DataType::kUint8, ReduceOp::kMin, std::move(d));
-    }));
-  } else {
-    for (const auto& slot : msg.slots()) {
-      auto it = waiting_.find(slot.name);
-      if (it == waiting_.end() || it->second.staging == nullptr) continue;
-      fillWhole(it->second);
-      const size_t bytes = it->second.count * dataTypeSize(it->second.dtype);
-      if (bytes <= slot.bytes) std::memcpy(msg.payload(slot), it->second.staging, bytes);
-    }
-    uint8_t* all = msg.gatherBuffer(nagents);
-    RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
-      backend_->allgatherv(msg.data(), msg.size(), all, std::vector<size_t>(nagents, msg.size()),
-                           std::move(d));
-    }));
-    msg.combineGathered();
-  }
+  RETURN_IF_ERROR(exchangeCycleMessage(msg));
   applyAgreed(msg.agreed());
   // A slot's allreduce completes in this cycle if every agent set its bit
   // (or stands in for joined ranks with zeros: its region stays zero).
@@ -276,38 +257,8 @@ Status CrossJob::cycle() {
   }
   const std::vector<uint8_t> bits = msg.reducedCacheVector();
   std::vector<std::string> gathered;
-  bool gather = bits[0] == 0;
-  if (gather) {
-    std::string mine = state_.takeAnnouncements();
-    const int n = backend_->size();
-    std::vector<uint64_t> sizes(n, 0);
-    uint64_t my_size = mine.size();
-    RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
-      backend_->allgatherv(&my_size, 8, sizes.data(), std::vector<size_t>(n, 8), std::move(d));
-    }));
-    std::vector<size_t> recv(n);
-    size_t total = 0;
-    for (int i = 0; i < n; ++i) {
-      // A peer's announced size sizes our buffer: bounded (every agent sees
-      // the same sizes, so every agent fails this cycle alike).
-      if (sizes[i] > kMaxAnnouncementBytes) {
-        return invalidArgument("agent " + std::to_string(i) + " of the job announced " +
-                               std::to_string(sizes[i]) +
-                               " bytes of requests in one negotiation cycle (limit " +
-                               std::to_string(kMaxAnnouncementBytes) + ")");
-      }
-      total += recv[i] = sizes[i];
-    }
-    std::string all(total, '\0');
-    RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
-      backend_->allgatherv(mine.data(), mine.size(), all.data(), recv, std::move(d));
-    }));
-    size_t off = 0;
-    for (int i = 0; i < n; ++i) {
-      gathered.push_back(all.substr(off, recv[i]));
-      off += recv[i];
-    }
-  }
+  const bool gather = bits[0] == 0;
+  if (gather) RETURN_IF_ERROR(gatherAnnouncements(gathered));
   std::vector<CrossResponse> responses = state_.complete(bits, gather ? &gathered : nullptr);
   if (options_.timeline != nullptr && options_.timeline->markCycles()) options_.timeline->markCycleStart();
   std::vector<CrossWork> data;
@@ -319,94 +270,162 @@ Status CrossJob::cycle() {
         continue;
       }
     }
-    auto it = waiting_.find(r.name);
-    CrossWork w;
-    bool mine = it != waiting_.end();
-    if (!mine && r.params.group_id != 0 && failed_groups_.count(r.params.group_id) != 0) {
-      // A member of a group that failed earlier in this list of responses:
-      // it was failed (and dropped from waiting_) with the group.
-      continue;
-    }
-    if (!mine) {
-      bool joined;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        joined = joined_;
-      }
-      // Agreed by every agent, so it must be ours too (or we stand in for
-      // joined ranks): a bug if not.
-      if (!joined) return internalError("negotiated '" + r.name + "' which this agent never submitted");
-      ASSIGN_OR_RETURN(w, zeroContribution(r));
-    } else {
-      w = std::move(it->second);
-      waiting_.erase(it);
-      if (options_.timeline != nullptr) options_.timeline->activityEnd(r.name);  // NEGOTIATE_ACROSS_AGENTS
-      std::lock_guard<std::mutex> lock(mu_);
-      if (joined_ && r.name == join_name_) {
-        joined_ = false;  // every rank has joined: stop standing in
-        stand_in_sizes_.clear();
-      }
-    }
-    auto done = [this, mine](const std::string& name, const Status& st) {
-      if (mine) postDone(name, st);
-    };
-    const uint64_t gid = r.params.group_id;
-    if (gid != 0 && r.params.group_size > 1) {
-      // Grouped allreduce: hold the members until the whole group is agreed
-      // (every agent sees the same responses, so every agent holds alike).
-      Status err = r.error;
-      auto failed = failed_groups_.find(gid);
-      if (err.isOk() && failed != failed_groups_.end()) err = failed->second;
-      if (!err.isOk()) {
-        if (failed == failed_groups_.end()) {
-          Status why = invalidArgument("grouped " +
-                                       std::string(collectiveName(static_cast<CollectiveType>(r.params.collective))) +
-                                       " #" + std::to_string(gid) +
-                                       " failed because another of its tensors failed: " + err.message());
-          failed_groups_[gid] = why;
-          while (failed_groups_.size() > 256) failed_groups_.erase(failed_groups_.begin());
-          auto h = held_groups_.find(gid);
-          if (h != held_groups_.end()) {
-            for (auto& [held, held_mine] : h->second.works) {
-              if (held_mine) postDone(held.req.name, why);
-            }
-            held_groups_.erase(h);
-          }
-          // Members still negotiating (some agents may never submit them).
-          state_.forgetGroup(gid);
-          for (auto wit = waiting_.begin(); wit != waiting_.end();) {
-            if (wit->second.req.params.group_id == gid) {
-              postDone(wit->first, why);
-              wit = waiting_.erase(wit);
-            } else {
-              ++wit;
-            }
-          }
-        }
-        done(r.name, err);
-        continue;
-      }
-      HeldGroup& g = held_groups_[gid];
-      g.works.emplace_back(std::move(w), mine);
-      if (g.works.size() < r.params.group_size) continue;
-      for (auto& [member, member_mine] : g.works) {
-        if (member.count == 0) {
-          if (member_mine) postDone(member.req.name, okStatus());
-          continue;
-        }
-        data.push_back(std::move(member));  // next to each other: they fuse
-      }
-      held_groups_.erase(gid);
-      continue;
-    }
-    if (!r.error.isOk() || w.count == 0) {
-      done(r.name, r.error);
-      continue;
-    }
-    data.push_back(std::move(w));
+    RETURN_IF_ERROR(takeAgreed(r, data));
   }
   postData(std::move(data));
   return okStatus();
+}
+
+Status CrossJob::exchangeCycleMessage(CycleMessage& msg) {
+  const int nagents = backend_->size();
+  if (!msg.gathers()) {
+    return syncCollective([&](Backend::Done d) {
+      backend_->allreduce(msg.data(), msg.size(), DataType::kUint8, ReduceOp::kMin, std::move(d));
+    });
+  }
+  for (const auto& slot : msg.slots()) {
+    auto it = waiting_.find(slot.name);
+    if (it == waiting_.end() || it->second.staging == nullptr) continue;
+    fillWhole(it->second);
+    const size_t bytes = it->second.count * dataTypeSize(it->second.dtype);
+    if (bytes <= slot.bytes) std::memcpy(msg.payload(slot), it->second.staging, bytes);
+  }
+  uint8_t* all = msg.gatherBuffer(nagents);
+  RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
+    backend_->allgatherv(msg.data(), msg.size(), all, std::vector<size_t>(nagents, msg.size()),
+                         std::move(d));
+  }));
+  msg.combineGathered();
+  return okStatus();
+}
+
+Status CrossJob::gatherAnnouncements(std::vector<std::string>& gathered) {
+  std::string mine = state_.takeAnnouncements();
+  const int n = backend_->size();
+  std::vector<uint64_t> sizes(n, 0);
+  uint64_t my_size = mine.size();
+  RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
+    backend_->allgatherv(&my_size, 8, sizes.data(), std::vector<size_t>(n, 8), std::move(d));
+  }));
+  std::vector<size_t> recv(n);
+  size_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    // A peer's announced size sizes our buffer: bounded (every agent sees
+    // the same sizes, so every agent fails this cycle alike).
+    if (sizes[i] > kMaxAnnouncementBytes) {
+      return invalidArgument("agent " + std::to_string(i) + " of the job announced " +
+                             std::to_string(sizes[i]) +
+                             " bytes of requests in one negotiation cycle (limit " +
+                             std::to_string(kMaxAnnouncementBytes) + ")");
+    }
+    total += recv[i] = sizes[i];
+  }
+  std::string all(total, '\0');
+  RETURN_IF_ERROR(syncCollective([&](Backend::Done d) {
+    backend_->allgatherv(mine.data(), mine.size(), all.data(), recv, std::move(d));
+  }));
+  size_t off = 0;
+  for (int i = 0; i < n; ++i) {
+    gathered.push_back(all.substr(off, recv[i]));
+    off += recv[i];
+  }
+  return okStatus();
+}
+
+Status CrossJob::takeAgreed(CrossResponse& r, std::vector<CrossWork>& data) {
+  auto it = waiting_.find(r.name);
+  CrossWork w;
+  const bool mine = it != waiting_.end();
+  if (!mine && r.params.group_id != 0 && failed_groups_.count(r.params.group_id) != 0) {
+    // A member of a group that failed earlier in this list of responses:
+    // it was failed (and dropped from waiting_) with the group.
+    return okStatus();
+  }
+  if (!mine) {
+    bool joined;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      joined = joined_;
+    }
+    // Agreed by every agent, so it must be ours too (or we stand in for
+    // joined ranks): a bug if not.
+    if (!joined)
+      return internalError("negotiated '" + r.name + "' which this agent never submitted");
+    ASSIGN_OR_RETURN(w, zeroContribution(r));
+  } else {
+    w = std::move(it->second);
+    waiting_.erase(it);
+    if (options_.timeline != nullptr)
+      options_.timeline->activityEnd(r.name);  // NEGOTIATE_ACROSS_AGENTS
+    std::lock_guard<std::mutex> lock(mu_);
+    if (joined_ && r.name == join_name_) {
+      joined_ = false;  // every rank has joined: stop standing in
+      stand_in_sizes_.clear();
+    }
+  }
+  if (r.params.group_id != 0 && r.params.group_size > 1) {
+    holdGroupMember(r, std::move(w), mine, data);
+    return okStatus();
+  }
+  if (!r.error.isOk() || w.count == 0) {
+    if (mine) postDone(r.name, r.error);
+    return okStatus();
+  }
+  data.push_back(std::move(w));
+  return okStatus();
+}
+
+void CrossJob::holdGroupMember(const CrossResponse& r, CrossWork w, bool mine,
+                               std::vector<CrossWork>& data) {
+  // Grouped allreduce: hold the members until the whole group is agreed
+  // (every agent sees the same responses, so every agent holds alike).
+  const uint64_t gid = r.params.group_id;
+  Status err = r.error;
+  auto failed = failed_groups_.find(gid);
+  if (err.isOk() && failed != failed_groups_.end()) err = failed->second;
+  if (!err.isOk()) {
+    if (failed == failed_groups_.end()) failGroup(r, err);
+    if (mine) postDone(r.name, err);
+    return;
+  }
+  HeldGroup& g = held_groups_[gid];
+  g.works.emplace_back(std::move(w), mine);
+  if (g.works.size() < r.params.group_size) return;
+  for (auto& [member, member_mine] : g.works) {
+    if (member.count == 0) {
+      if (member_mine) postDone(member.req.name, okStatus());
+      continue;
+    }
+    data.push_back(std::move(member));  // next to each other: they fuse
+  }
+  held_groups_.erase(gid);
+}
+
+void CrossJob::failGroup(const CrossResponse& r, const Status& err) {
+  const uint64_t gid = r.params.group_id;
+  Status why = invalidArgument(
+      "grouped " + std::string(collectiveName(static_cast<CollectiveType>(r.params.collective))) +
+      " #" + std::to_string(gid) +
+      " failed because another of its tensors failed: " + err.message());
+  failed_groups_[gid] = why;
+  while (failed_groups_.size() > 256) failed_groups_.erase(failed_groups_.begin());
+  auto h = held_groups_.find(gid);
+  if (h != held_groups_.end()) {
+    for (auto& [held, held_mine] : h->second.works) {
+      if (held_mine) postDone(held.req.name, why);
+    }
+    held_groups_.erase(h);
+  }
+  // Members still negotiating (some agents may never submit them).
+  state_.forgetGroup(gid);
+  for (auto wit = waiting_.begin(); wit != waiting_.end();) {
+    if (wit->second.req.params.group_id == gid) {
+      postDone(wit->first, why);
+      wit = waiting_.erase(wit);
+    } else {
+      ++wit;
+    }
+  }
 }
 
 void CrossJob::completeInline(const std::string& name, const CycleMessage::InlineSlot& slot,

@@ -163,6 +163,21 @@ class CrossJob {
  private:
   void run();
   Status cycle();
+  // The cycle's message across agents: Min-reduced, or (with inline
+  // allreduces) this agent's payloads filled in and the whole allgathered.
+  Status exchangeCycleMessage(CycleMessage& msg);
+  // Every agent's announcements of new names, by cross rank.
+  Status gatherAnnouncements(std::vector<std::string>& gathered);
+  // One agreed response: its work (or a joined agent's stand-in) goes to
+  // `data`, is held with its group, or completes at once.
+  Status takeAgreed(CrossResponse& r, std::vector<CrossWork>& data);
+  // A grouped allreduce's member: held until its whole group is agreed
+  // (then all go to `data`, next to each other), or failed with the group.
+  void holdGroupMember(const CrossResponse& r, CrossWork w, bool mine,
+                       std::vector<CrossWork>& data);
+  // Fails group r.params.group_id because of member r's `err`: the held and
+  // still-negotiating members complete with the group's error.
+  void failGroup(const CrossResponse& r, const Status& err);
   // Posts on_done_ to the loop (any thread).
   void postDone(const std::string& name, const Status& st, CrossResult result = {});
   Status syncCollective(const std::function<void(Backend::Done)>& post);

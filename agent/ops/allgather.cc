@@ -24,7 +24,18 @@ class AllgatherOp final : public CollectiveOp {
   CollectiveType type() const override { return CollectiveType::kAllgather; }
   Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
                         std::vector<int64_t>* meta) const override;
-  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+  void runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
+                 std::vector<uint64_t> handles) const override;
+
+ private:
+  // Every local input into every local output at its rank's offset.
+  void runOneAgentOnLoop(OpHost& host, Job& job, const ReadyOp& op, std::vector<uint64_t> handles,
+                         const LocalSlots& slots, const std::vector<uint64_t>& offsets) const;
+  // The local inputs into a staging buffer of the whole output, then the
+  // agents' allgatherv (the copy back is finishCrossOnLoop's).
+  void runAcrossAgentsOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                             std::vector<uint64_t> handles, const LocalSlots& slots,
+                             const std::vector<uint64_t>& offsets) const;
 };
 
 }  // namespace
@@ -58,152 +69,96 @@ Status AllgatherOp::validateOnLoop(const Job& job, ClientConn& c, const SubmitDe
   return checkAllgatherSizes(d, world, job.globalRank(c.local_rank), *meta);
 }
 
-void AllgatherOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+namespace {
+
+// A byte copy of `bytes` from `src` to each of `dsts`.
+LocalReduce byteCopy(char* src, std::vector<void*> dsts, uint64_t bytes,
+                     const std::vector<std::shared_ptr<SharedRegion>>& keep) {
+  LocalReduce r;
+  r.dtype = DataType::kUint8;
+  r.op = ReduceOp::kSum;
+  r.count = bytes;
+  r.slots = {src};
+  r.dsts = std::move(dsts);
+  r.keepalive = keep;
+  return r;
+}
+
+}  // namespace
+
+void AllgatherOp::runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
                             std::vector<uint64_t> handles) const {
-  OpHost* h = &host;
   const SubmitDesc& d0 = op.descs[0];
   const int world = job.worldSize();
-  const int k = job.localSize();
-  const uint64_t prefix = allgatherSizesBytes(world);
-  const uint64_t row = rowBytesOf(d0);
-  std::vector<char*> ins, outs;
-  std::vector<std::shared_ptr<SharedRegion>> keep;
   // A rank that has joined (kolo_join) has no slots: it contributes zero
   // rows (its first dimension is 0 in everyone's list) and receives nothing.
-  auto absent = [&](int i) { return !op.absent.empty() && op.absent[i]; };
-  int lead = -1;  // the first local rank that takes part
-  for (int i = 0; i < k; ++i) {
-    if (absent(i)) {
-      ins.push_back(nullptr);
-      outs.push_back(nullptr);
-      continue;
-    }
-    ClientConn* c = job.client(i);
-    if (c == nullptr) {
-      rankLeft(host, job, handles);
-      return;
-    }
-    if (lead < 0) lead = i;
-    ins.push_back(c->slot(op.descs[i].data_offset));
-    outs.push_back(c->slot(op.descs[i].out_offset) + prefix);
-    keep.push_back(c->arena());
-  }
-  // Every rank's first dimension, as the first local rank listed them (its
-  // private copy, taken and checked at its submission); the other local
-  // ranks' copies must agree (they come from one allreduce), so each local
-  // rank's rows and output region were checked by that rank.
-  std::vector<uint64_t> offsets(world + 1, 0);
-  if (op.error.isOk()) {
-    auto metaOf = [&](int i) -> const std::vector<int64_t>* {
-      const bool have = op.metas.size() == static_cast<size_t>(k) &&
-                        op.metas[i].size() == static_cast<size_t>(world);
-      return have ? &op.metas[i] : nullptr;
-    };
-    const std::vector<int64_t>* dims0 = lead >= 0 ? metaOf(lead) : nullptr;
-    if (lead >= 0 && dims0 == nullptr) {
-      op.error = internalError("allgather of tensor '" + op.name + "': rank " +
-                               std::to_string(job.globalRank(lead)) +
-                               "'s list of first dimensions is not one of this generation's size " +
-                               std::to_string(world));
-    }
-    for (int i = 0; i < world && dims0 != nullptr && op.error.isOk(); ++i) {
-      const int local = i - job.world().rank_offset;
-      if (local >= 0 && local < k && absent(local) && (*dims0)[i] != 0) {
-        op.error = internalError(
-            "allgather of tensor '" + op.name + "': rank " + std::to_string(i) +
-            " has joined but is listed with first dimension " + std::to_string((*dims0)[i]));
-      }
-    }
-    for (int i = lead + 1; i < k && op.error.isOk(); ++i) {
-      if (absent(i)) continue;
-      const std::vector<int64_t>* dims = metaOf(i);
-      if (dims == nullptr || *dims != *dims0) {
-        op.error = invalidArgument("allgather of tensor '" + op.name + "': ranks " +
-                                   std::to_string(job.globalRank(lead)) + " and " +
-                                   std::to_string(job.globalRank(i)) +
-                                   " list different first dimensions for the other ranks");
-      }
-    }
-    if (op.error.isOk() && dims0 != nullptr) {
-      for (int r = 0; r < world; ++r) {
-        offsets[r + 1] = offsets[r] + static_cast<uint64_t>((*dims0)[r]) * row;
-      }
-    }
-  }
+  LocalSlots slots;
+  if (!localSlotsOnLoop(host, job, op, handles, allgatherSizesBytes(world), /*skip_absent=*/true,
+                        &slots))
+    return;
+  // Each rank's rows in the gathered tensor (zeros when the ranks' lists
+  // of first dimensions disagree: plan.error).
+  const std::vector<uint64_t>& offsets = plan.offsets;
+  op.error = plan.error;
+  const auto dtype = static_cast<DataType>(d0.dtype);
   if (!op.error.isOk() && job.world().cross_size == 1) {
     gatherLog()->warn("job {}: {}", job.id(), op.error.message());
-    h->finishOpOnLoop(job.id(), handles, 0, op.error, static_cast<DataType>(d0.dtype), {},
-                      CollectiveType::kAllgather);
+    host.finishOpOnLoop(job.id(), handles, 0, op.error, dtype, {}, CollectiveType::kAllgather);
     return;
   }
-  const uint64_t total = offsets[world];
-  std::string job_id = job.id();
-  auto dtype = static_cast<DataType>(d0.dtype);
-  const int base = job.world().rank_offset;
-  auto piece = [&](char* src, std::vector<void*> dsts, uint64_t bytes) {
-    LocalReduce r;
-    r.dtype = DataType::kUint8;
-    r.op = ReduceOp::kSum;
-    r.count = bytes;
-    r.slots = {src};
-    r.dsts = std::move(dsts);
-    r.keepalive = keep;
-    return r;
-  };
-
   if (job.world().cross_size == 1) {
-    std::vector<LocalReduce> copies;
-    for (int i = 0; i < k; ++i) {
-      uint64_t bytes = offsets[base + i + 1] - offsets[base + i];
-      if (bytes == 0 || absent(i)) continue;
-      std::vector<void*> dsts;
-      for (int j = 0; j < k; ++j) {
-        if (!absent(j)) dsts.push_back(outs[j] + offsets[base + i]);
-      }
-      copies.push_back(piece(ins[i], std::move(dsts), bytes));
-    }
-    InFlight in_flight = job.beginExecuting();
-    h->opTimeline().opStart(op.name, CollectiveType::kAllgather);
-    h->opTimeline().activityStart(op.name, "MEMCPY_ALLGATHER");
-    h->copyOpAllOnLoop(std::move(copies),
-                       [h, in_flight, job_id, handles = std::move(handles), total, name = op.name,
-                        dtype, started = op.first_arrival]() mutable {
-                         h->opTimeline().activityEnd(name);
-                         h->opTimeline().opEnd(name, dtype, {});
-                         in_flight.end();
-                         h->finishOpOnLoop(job_id, handles, total, okStatus(), dtype, started,
-                                           CollectiveType::kAllgather);
-                       });
-    return;
+    runOneAgentOnLoop(host, job, op, std::move(handles), slots, offsets);
+  } else {
+    runAcrossAgentsOnLoop(host, job, op, std::move(handles), slots, offsets);
   }
+}
 
-  // Several agents.
+void AllgatherOp::runOneAgentOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                                    std::vector<uint64_t> handles, const LocalSlots& slots,
+                                    const std::vector<uint64_t>& offsets) const {
+  const int k = job.localSize();
+  const int base = job.world().rank_offset;
+  auto absent = [&](int i) { return !op.absent.empty() && op.absent[i]; };
+  std::vector<LocalReduce> copies;
+  for (int i = 0; i < k; ++i) {
+    uint64_t bytes = offsets[base + i + 1] - offsets[base + i];
+    if (bytes == 0 || absent(i)) continue;
+    std::vector<void*> dsts;
+    for (int j = 0; j < k; ++j) {
+      if (!absent(j)) dsts.push_back(slots.outs[j] + offsets[base + i]);
+    }
+    copies.push_back(byteCopy(slots.ins[i], std::move(dsts), bytes, slots.keep));
+  }
+  copiesThenFinishOnLoop(host, job, op, std::move(handles), std::move(copies), offsets.back(),
+                         static_cast<DataType>(op.descs[0].dtype), "MEMCPY_ALLGATHER");
+}
+
+void AllgatherOp::runAcrossAgentsOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                                        std::vector<uint64_t> handles, const LocalSlots& slots,
+                                        const std::vector<uint64_t>& offsets) const {
+  const int k = job.localSize();
+  const int base = job.world().rank_offset;
+  const uint64_t total = offsets.back();
+  auto absent = [&](int i) { return !op.absent.empty() && op.absent[i]; };
   Job::CrossPending p;
   p.handles = std::move(handles);
-  for (char* o : outs) {
+  for (char* o : slots.outs) {
     if (o != nullptr) p.slots.push_back(o);
   }
-  p.keepalive = keep;
+  p.keepalive = slots.keep;
   p.dtype = DataType::kUint8;  // the copy back is a byte copy
   p.count = total;
   p.bytes = total;
   p.postscale = 1.0;
   p.started = op.first_arrival;
   p.collective = CollectiveType::kAllgather;
-  p.report_dtype = dtype;
+  p.report_dtype = static_cast<DataType>(op.descs[0].dtype);
   p.staging = staging::acquire(total);
 
-  CrossWork w;
-  w.req.name = op.name;
-  w.req.params = d0;
-  w.req.params.handle = 0;
-  w.req.params.data_offset = w.req.params.out_offset = 0;
-  w.req.first_rank = job.globalRank(0);
-  if (!op.error.isOk()) w.req.error = op.error.toString();  // its code crosses too
+  CrossWork w = crossWorkOf(job, op);
   w.staging = p.staging.get();
   w.count = op.error.isOk() ? total : 0;
   w.dtype = DataType::kUint8;
-  w.collective = CollectiveType::kAllgather;
   const JobWorld& jw = job.world();
   auto& blocks = w.blocks.emplace<AllgatherBlocks>();
   for (int a = 0; a < jw.cross_size; ++a) {
@@ -215,17 +170,12 @@ void AllgatherOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
     for (int i = 0; i < k; ++i) {
       uint64_t bytes = offsets[base + i + 1] - offsets[base + i];
       if (bytes > 0 && !absent(i))
-        copies.push_back(piece(ins[i], {p.staging.get() + offsets[base + i]}, bytes));
+        copies.push_back(
+            byteCopy(slots.ins[i], {p.staging.get() + offsets[base + i]}, bytes, slots.keep));
     }
   }
-  uint64_t gen = job.cross_generation;
-  p.in_flight = job.beginExecuting();
-  job.cross_pending.insert_or_assign(op.name, std::move(p));
-  h->opTimeline().opStart(op.name, CollectiveType::kAllgather);
-  h->opTimeline().activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
-  h->copyOpAllOnLoop(std::move(copies), [h, job_id, gen, w = std::move(w)]() mutable {
-    h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));
-  });
+  copiesThenCrossOnLoop(host, job, op.name, std::move(p), std::move(w), std::move(copies),
+                        "MEMCPY_IN_FUSION_BUFFER");
 }
 
 }  // namespace kolo

@@ -18,7 +18,8 @@ namespace {
 class AllreduceOp final : public CollectiveOp {
  public:
   CollectiveType type() const override { return CollectiveType::kAllreduce; }
-  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+  void runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
+                 std::vector<uint64_t> handles) const override;
 
  private:
   static void runSplitOnLoop(OpHost& host, Job& job, const ReadyOp& op,
@@ -76,41 +77,34 @@ void AllreduceOp::runSplitOnLoop(OpHost& host, Job& job, const ReadyOp& op,
   host.finishSplitOnLoop(job.id(), handles, d0.data_bytes, kSplitGo, dtype, op.first_arrival);
 }
 
-void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+void AllreduceOp::runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
                             std::vector<uint64_t> handles) const {
   const SubmitDesc& d0 = op.descs[0];
-  if (d0.data_bytes == 0 && job.world().cross_size == 1) {
+  if (plan.path == OpPath::kNothing) {
     host.finishOpOnLoop(job.id(), handles, 0, okStatus(), static_cast<DataType>(d0.dtype), {},
                         CollectiveType::kAllreduce);
     return;
   }
-  for (const SubmitDesc& d : op.descs) {
-    if ((d.flags & kSubmitFlagSplit) != 0) return runSplitOnLoop(host, job, op, handles);
-  }
+  if (plan.path == OpPath::kSplit) return runSplitOnLoop(host, job, op, handles);
   LocalReduce r;
   r.dtype = static_cast<DataType>(d0.dtype);
-  auto rop = static_cast<ReduceOp>(d0.reduce_op);
-  r.op = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
-  r.count = d0.data_bytes / dataTypeSize(r.dtype);
-  r.prescale = d0.prescale;
-  r.postscale = (rop == ReduceOp::kAverage ? d0.postscale / job.world().world_size : d0.postscale);
+  r.op = plan.reduce;
+  r.count = plan.count;
+  r.prescale = plan.prescale;
+  r.postscale = plan.postscale;
   // Out of place with both tensors in the shared arena: the result goes to
   // the rank's output slot and its input is left as it was.
   std::vector<void*> outs;
-  bool out_of_place = false;
-  bool direct = false;
   for (size_t i = 0; i < op.descs.size(); ++i) {
     if (!op.absent.empty() && op.absent[i]) continue;  // joined: contributes zeros
     ClientConn* c = job.client(static_cast<int>(i));
     if (c == nullptr) return rankLeft(host, job, handles);
     const SubmitDesc& d = op.descs[i];
     const bool oop = d.out_bytes > 0 && d.out_offset != d.data_offset;
-    out_of_place |= oop;
     r.keepalive.push_back(c->arena());
     if ((d.flags & kSubmitFlagUserMemory) != 0) {
       // Direct: the rank's tensor stays in its own memory (validated by
       // ClientConn::validateDirect; the pid is the connection's).
-      direct = true;
       r.remote_slots.resize(r.slots.size());
       r.remote_dsts.resize(outs.size());
       r.slots.push_back(nullptr);
@@ -131,7 +125,7 @@ void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
            oop ? nullptr : reinterpret_cast<std::atomic<uint64_t>*>(line + kStreamedFinalOffset)});
     }
   }
-  if (!r.streamed.empty() && job.world().cross_size == 1) {
+  if (plan.streamed && plan.placement == OpPlacement::kOneAgent) {
     // Only the cross-agent leg waits for a streamed input (libkolo streams
     // only across agents): refuse rather than reduce a half-copied tensor.
     host.finishOpOnLoop(job.id(), handles, 0,
@@ -140,9 +134,10 @@ void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
                         r.dtype, {}, CollectiveType::kAllreduce);
     return;
   }
-  if (out_of_place) r.dsts = outs;
+  const bool direct = plan.memory == OpMemoryKind::kDirect;
+  if (plan.out_of_place) r.dsts = outs;
   if (direct) r.error = std::make_shared<FirstError>();
-  if (op.anyAbsent() && r.op != ReduceOp::kSum && d0.data_bytes > 0) {
+  if (plan.zero_source) {
     // Min, Max, Product: the joined ranks' zeros change the result, so one
     // zero source stands for them (Sum and Average need none).
     if (r.dsts.empty()) r.dsts = r.slots;
@@ -151,8 +146,8 @@ void AllreduceOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
     r.slots.push_back(zeros.get());
     r.scratch = zeros;
   }
-  if (job.world().cross_size > 1) {
-    runCrossLegOnLoop(host, job, std::move(op), std::move(r), std::move(handles));
+  if (plan.placement == OpPlacement::kAcrossAgents) {
+    runCrossLegOnLoop(host, job, std::move(op), std::move(r), std::move(handles), &plan.leg);
     return;
   }
   InFlight in_flight = job.beginExecuting();

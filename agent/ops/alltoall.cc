@@ -38,10 +38,18 @@ class AlltoallOp final : public CollectiveOp {
   CollectiveType type() const override { return CollectiveType::kAlltoall; }
   Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
                         std::vector<int64_t>* meta) const override;
-  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+  void runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
+                 std::vector<uint64_t> handles) const override;
   void finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
                          std::shared_ptr<Job::CrossPending> p,
                          const CrossResult& result) const override;
+
+ private:
+  // The local inputs packed per destination agent into a send staging
+  // buffer, then the agents' alltoallv (the unpacking is finishCrossOnLoop's).
+  void runAcrossAgentsOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                             std::vector<uint64_t> handles, const LocalSlots& slots,
+                             const std::vector<int64_t>& m, uint64_t my_bytes) const;
 };
 
 }  // namespace
@@ -69,115 +77,133 @@ Status AlltoallOp::validateOnLoop(const Job& job, ClientConn& c, const SubmitDes
   return checkAlltoallSplits(d, n, job.globalRank(c.local_rank), *meta);
 }
 
-void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+namespace {
+
+LocalReduce byteCopy(const char* src, char* dst, uint64_t bytes,
+                     const std::vector<std::shared_ptr<SharedRegion>>& keep) {
+  LocalReduce r;
+  r.dtype = DataType::kUint8;
+  r.op = ReduceOp::kSum;
+  r.count = bytes;
+  r.slots = {const_cast<char*>(src)};
+  r.dsts = {dst};
+  r.keepalive = keep;
+  return r;
+}
+
+// The rows s sends to d (matrix m of n ranks), and the byte offset of those
+// rows inside s's input and inside d's output.
+struct SplitMatrix {
+  const std::vector<int64_t>& m;
+  int n;
+  uint64_t row;
+  uint64_t at(int s, int d) const {
+    return static_cast<uint64_t>(m[static_cast<size_t>(s) * n + d]);
+  }
+  uint64_t srcOff(int s, int d) const {
+    uint64_t o = 0;
+    for (int t = 0; t < d; ++t) o += at(s, t);
+    return o * row;
+  }
+  uint64_t dstOff(int s, int d) const {
+    uint64_t o = 0;
+    for (int t = 0; t < s; ++t) o += at(t, d);
+    return o * row;
+  }
+};
+
+// Pack: per destination agent, (s in mine, d in theirs), each block from
+// its rows in s's input to its place in the send staging buffer.
+std::vector<LocalReduce> packCopies(const JobWorld& jw, int k, const SplitMatrix& sm,
+                                    const std::vector<char*>& ins, char* send,
+                                    const std::vector<std::shared_ptr<SharedRegion>>& keep) {
+  const int base = jw.rank_offset;
+  std::vector<LocalReduce> copies;
+  uint64_t off = 0;
+  for (int a = 0; a < jw.cross_size; ++a) {
+    const int lo = jw.rank_offsets[a], hi = lo + jw.local_sizes[a];
+    for (int s = base; s < base + k; ++s) {
+      for (int d = lo; d < hi; ++d) {
+        const uint64_t bytes = sm.at(s, d) * sm.row;
+        if (bytes > 0)
+          copies.push_back(byteCopy(ins[s - base] + sm.srcOff(s, d), send + off, bytes, keep));
+        off += bytes;
+      }
+    }
+  }
+  return copies;
+}
+
+// Unpack: per source agent, (s in theirs, d in mine), each block from the
+// receive staging buffer to its place in d's output.
+std::vector<AlltoallState::CopyOut> unpackPlan(const JobWorld& jw, int k, const SplitMatrix& sm) {
+  const int base = jw.rank_offset;
+  std::vector<AlltoallState::CopyOut> out;
+  uint64_t off = 0;
+  for (int a = 0; a < jw.cross_size; ++a) {
+    const int lo = jw.rank_offsets[a], hi = lo + jw.local_sizes[a];
+    for (int s = lo; s < hi; ++s) {
+      for (int d = base; d < base + k; ++d) {
+        const uint64_t bytes = sm.at(s, d) * sm.row;
+        out.push_back({off, d - base, sm.dstOff(s, d), bytes});
+        off += bytes;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void AlltoallOp::runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
                            std::vector<uint64_t> handles) const {
-  OpHost* h = &host;
   const SubmitDesc& d0 = op.descs[0];
   const int n = job.worldSize();
   const int k = job.localSize();
-  const uint64_t prefix = alltoallSplitsBytes(n);
-  const uint64_t row = rowBytesOf(d0);
+  LocalSlots slots;
+  if (!localSlotsOnLoop(host, job, op, handles, alltoallSplitsBytes(n), /*skip_absent=*/false,
+                        &slots))
+    return;
+  // The ranks' one split matrix (zeros when they disagree: plan.error).
+  const std::vector<int64_t>& m = plan.splits;
+  op.error = plan.error;
   const auto dtype = static_cast<DataType>(d0.dtype);
-  std::vector<char*> ins, outs;
-  std::vector<std::shared_ptr<SharedRegion>> keep;
-  for (int i = 0; i < k; ++i) {
-    ClientConn* c = job.client(i);
-    if (c == nullptr) {
-      rankLeft(host, job, handles);
-      return;
-    }
-    ins.push_back(c->slot(op.descs[i].data_offset));
-    outs.push_back(c->slot(op.descs[i].out_offset) + prefix);
-    keep.push_back(c->arena());
-  }
-  // Each rank's private copy of its split matrix (taken and checked at its
-  // submission); they must be the same matrix, so every rank's rows and
-  // columns used below were checked by the rank they belong to.
-  std::vector<int64_t> m(static_cast<size_t>(n) * n, 0);
-  if (op.error.isOk()) {
-    for (int i = 0; i < k && op.error.isOk(); ++i) {
-      if (op.metas.size() != static_cast<size_t>(k) || op.metas[i].size() != m.size()) {
-        op.error = internalError(
-            "alltoall of tensor '" + op.name + "': rank " + std::to_string(job.globalRank(i)) +
-            "'s split matrix is not one of this generation's size " + std::to_string(n));
-      } else if (i == 0) {
-        m = op.metas[0];
-      } else if (op.metas[i] != m) {
-        op.error = invalidArgument(
-            "alltoall of tensor '" + op.name + "': ranks " + std::to_string(job.globalRank(0)) +
-            " and " + std::to_string(job.globalRank(i)) + " hold different split matrices");
-      }
-    }
-    if (!op.error.isOk()) std::fill(m.begin(), m.end(), 0);
-  }
   if (!op.error.isOk() && job.world().cross_size == 1) {
-    h->finishOpOnLoop(job.id(), handles, 0, op.error, dtype, {}, CollectiveType::kAlltoall);
+    host.finishOpOnLoop(job.id(), handles, 0, op.error, dtype, {}, CollectiveType::kAlltoall);
     return;
   }
-  auto M = [&](int s, int d) { return static_cast<uint64_t>(m[static_cast<size_t>(s) * n + d]); };
-  // Byte offset of the rows s sends to d inside s's input, and of the rows d
-  // receives from s inside d's output.
-  auto srcOff = [&](int s, int d) {
-    uint64_t o = 0;
-    for (int t = 0; t < d; ++t) o += M(s, t);
-    return o * row;
-  };
-  auto dstOff = [&](int s, int d) {
-    uint64_t o = 0;
-    for (int t = 0; t < s; ++t) o += M(t, d);
-    return o * row;
-  };
-  auto copy = [&](const char* src, char* dst, uint64_t bytes) {
-    LocalReduce r;
-    r.dtype = DataType::kUint8;
-    r.op = ReduceOp::kSum;
-    r.count = bytes;
-    r.slots = {const_cast<char*>(src)};
-    r.dsts = {dst};
-    r.keepalive = keep;
-    return r;
-  };
-  const int base = job.world().rank_offset;
-  std::string job_id = job.id();
   uint64_t my_bytes = 0;
   for (int i = 0; i < k; ++i) my_bytes += op.descs[i].data_bytes;
-
   if (job.world().cross_size == 1) {
+    const uint64_t row = rowBytesOf(d0);
     std::vector<LocalReduce> copies;
-    for (const AlltoallCopy& x : alltoallLocalCopies(m, n, base, k, row)) {
-      copies.push_back(copy(ins[x.src_local] + x.src_off, outs[x.dst_local] + x.dst_off, x.bytes));
+    for (const AlltoallCopy& x : alltoallLocalCopies(m, n, job.world().rank_offset, k, row)) {
+      copies.push_back(byteCopy(slots.ins[x.src_local] + x.src_off,
+                                slots.outs[x.dst_local] + x.dst_off, x.bytes, slots.keep));
     }
-    InFlight in_flight = job.beginExecuting();
-    h->opTimeline().opStart(op.name, CollectiveType::kAlltoall);
-    h->opTimeline().activityStart(op.name, "MEMCPY_ALLTOALL");
-    h->copyOpAllOnLoop(std::move(copies),
-                       [h, in_flight, job_id, handles = std::move(handles), my_bytes,
-                        name = op.name, dtype, started = op.first_arrival]() mutable {
-                         h->opTimeline().activityEnd(name);
-                         h->opTimeline().opEnd(name, dtype, {});
-                         in_flight.end();
-                         h->finishOpOnLoop(job_id, handles, my_bytes, okStatus(), dtype, started,
-                                           CollectiveType::kAlltoall);
-                       });
+    copiesThenFinishOnLoop(host, job, op, std::move(handles), std::move(copies), my_bytes, dtype,
+                           "MEMCPY_ALLTOALL");
     return;
   }
+  runAcrossAgentsOnLoop(host, job, op, std::move(handles), slots, m, my_bytes);
+}
 
-  // Several agents.
+void AlltoallOp::runAcrossAgentsOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                                       std::vector<uint64_t> handles, const LocalSlots& slots,
+                                       const std::vector<int64_t>& m, uint64_t my_bytes) const {
+  const int n = job.worldSize();
+  const int k = job.localSize();
+  const uint64_t row = rowBytesOf(op.descs[0]);
+  const int base = job.world().rank_offset;
   const JobWorld& jw = job.world();
   const int agents = jw.cross_size;
+  auto M = [&](int s, int d) { return static_cast<uint64_t>(m[static_cast<size_t>(s) * n + d]); };
   auto ranksOf = [&](int a) {
     return std::pair<int, int>(jw.rank_offsets[a], jw.rank_offsets[a] + jw.local_sizes[a]);
   };
-  CrossWork w;
-  w.req.name = op.name;
-  w.req.params = d0;
-  w.req.params.handle = 0;
-  w.req.params.data_offset = w.req.params.out_offset = 0;
+  CrossWork w = crossWorkOf(job, op);
   w.req.params.data_bytes = w.req.params.out_bytes = 0;
-  w.req.first_rank = job.globalRank(0);
-  if (!op.error.isOk()) w.req.error = op.error.toString();  // its code crosses too
   w.dtype = DataType::kUint8;
-  w.collective = CollectiveType::kAlltoall;
   uint64_t send_total = 0, recv_total = 0, all_total = 0;
   auto& blocks = w.blocks.emplace<AlltoallBlocks>();
   for (int a = 0; a < agents; ++a) {
@@ -199,58 +225,30 @@ void AlltoallOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
     }
   Job::CrossPending p;
   p.handles = std::move(handles);
-  p.slots.assign(outs.begin(), outs.end());
-  p.keepalive = keep;
+  p.slots.assign(slots.outs.begin(), slots.outs.end());
+  p.keepalive = slots.keep;
   p.dtype = DataType::kUint8;
   p.count = recv_total;
   p.bytes = my_bytes;
   p.started = op.first_arrival;
   p.collective = CollectiveType::kAlltoall;
-  p.report_dtype = dtype;
+  p.report_dtype = static_cast<DataType>(op.descs[0].dtype);
   p.staging = staging::acquire(recv_total);
   auto state = std::make_unique<AlltoallState>();
   state->send_staging = staging::acquire(send_total);
-  // Pack: per destination agent, (s in mine, d in theirs); unpack: per
-  // source agent, (s in theirs, d in mine).
   std::vector<LocalReduce> copies;
-  uint64_t off = 0;
-  for (int a = 0; a < agents; ++a) {
-    auto [lo, hi] = ranksOf(a);
-    for (int s = base; s < base + k; ++s) {
-      for (int d = lo; d < hi; ++d) {
-        uint64_t bytes = M(s, d) * row;
-        if (bytes > 0 && op.error.isOk())
-          copies.push_back(
-              copy(ins[s - base] + srcOff(s, d), state->send_staging.get() + off, bytes));
-        off += bytes;
-      }
-    }
-  }
-  off = 0;
-  for (int a = 0; a < agents; ++a) {
-    auto [lo, hi] = ranksOf(a);
-    for (int s = lo; s < hi; ++s) {
-      for (int d = base; d < base + k; ++d) {
-        uint64_t bytes = M(s, d) * row;
-        state->copy_out.push_back({off, d - base, dstOff(s, d), bytes});
-        off += bytes;
-      }
-    }
-  }
+  const SplitMatrix sm{m, n, row};
+  if (op.error.isOk())
+    copies = packCopies(jw, k, sm, slots.ins, state->send_staging.get(), slots.keep);
+  state->copy_out = unpackPlan(jw, k, sm);
   w.staging = p.staging.get();
   blocks.send = state->send_staging.get();
   p.op_state = std::move(state);
   // Zero rows anywhere in the job: nothing to exchange (every agent agrees).
   w.count = op.error.isOk() ? all_total : 0;
   if (w.count == 0) p.bytes = 0;
-  uint64_t gen = job.cross_generation;
-  p.in_flight = job.beginExecuting();
-  job.cross_pending.insert_or_assign(op.name, std::move(p));
-  h->opTimeline().opStart(op.name, CollectiveType::kAlltoall);
-  h->opTimeline().activityStart(op.name, "MEMCPY_IN_FUSION_BUFFER");
-  h->copyOpAllOnLoop(std::move(copies), [h, job_id, gen, w = std::move(w)]() mutable {
-    h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));
-  });
+  copiesThenCrossOnLoop(host, job, op.name, std::move(p), std::move(w), std::move(copies),
+                        "MEMCPY_IN_FUSION_BUFFER");
 }
 
 // The received blocks to their places in the local outputs (a rank may

@@ -16,7 +16,8 @@ class BroadcastOp final : public CollectiveOp {
   CollectiveType type() const override { return CollectiveType::kBroadcast; }
   Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
                         std::vector<int64_t>* meta) const override;
-  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+  void runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
+                 std::vector<uint64_t> handles) const override;
 };
 
 }  // namespace
@@ -37,10 +38,10 @@ Status BroadcastOp::validateOnLoop(const Job& job, ClientConn&, const SubmitDesc
   return okStatus();
 }
 
-void BroadcastOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+void BroadcastOp::runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
                             std::vector<uint64_t> handles) const {
   const SubmitDesc& d0 = op.descs[0];
-  if (d0.data_bytes == 0 && job.world().cross_size == 1) {
+  if (plan.path == OpPath::kNothing) {
     host.finishOpOnLoop(job.id(), handles, 0, okStatus(), static_cast<DataType>(d0.dtype), {},
                         CollectiveType::kBroadcast);
     return;
@@ -48,15 +49,15 @@ void BroadcastOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
   LocalReduce r;
   r.dtype = DataType::kUint8;  // a byte copy, whatever the dtype
   r.op = ReduceOp::kSum;
-  r.count = d0.data_bytes;
+  r.count = plan.count;
   for (size_t i = 0; i < op.descs.size(); ++i) {
     ClientConn* c = job.client(static_cast<int>(i));
     if (c == nullptr) return rankLeft(host, job, handles);
     r.slots.push_back(c->slot(op.descs[i].data_offset));
     r.keepalive.push_back(c->arena());
   }
-  if (job.world().cross_size > 1) {
-    runCrossLegOnLoop(host, job, std::move(op), std::move(r), std::move(handles));
+  if (plan.placement == OpPlacement::kAcrossAgents) {
+    runCrossLegOnLoop(host, job, std::move(op), std::move(r), std::move(handles), &plan.leg);
     return;
   }
   const int root = d0.root - job.world().rank_offset;

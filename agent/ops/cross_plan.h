@@ -65,6 +65,7 @@ struct CrossLegPlan {
   bool resultInSlots(bool drained, bool fused) const {
     return drained || (in_place_final && !fused);
   }
+  bool operator==(const CrossLegPlan&) const = default;
 };
 
 CrossLegPlan planCrossLeg(const CrossLegInputs& in);

@@ -43,7 +43,9 @@ void HostMemory::runOnLoop(OpHost& host, Job& job, const CollectiveOp* kind, Rea
         {}, coll);
     return;
   }
-  kind->runOnLoop(host, job, std::move(op), std::move(handles));
+  // The op's plan, once (agent/ops/op_plan.h).
+  const OpPlan plan = planOp(op, opWorldOf(job, host.crossPipelineBytes()));
+  kind->runOnLoop(host, job, plan, std::move(op), std::move(handles));
 }
 
 }  // namespace

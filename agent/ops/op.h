@@ -30,6 +30,7 @@
 #include "agent/core/job.h"
 #include "agent/core/local_executor.h"
 #include "agent/core/tensor_table.h"
+#include "agent/ops/op_plan.h"
 #include "common/dtype.h"
 #include "common/status.h"
 
@@ -104,8 +105,9 @@ class CollectiveOp {
   virtual Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
                                 std::vector<int64_t>* meta) const;
   // The node-ready op (op.error set: it fails here and, across agents, is
-  // announced to the other agents so that their ranks are released too).
-  virtual void runOnLoop(OpHost& host, Job& job, ReadyOp op,
+  // announced to the other agents so that their ranks are released too),
+  // with its plan (agent/ops/op_plan.h), computed once by HostMemory.
+  virtual void runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
                          std::vector<uint64_t> handles) const = 0;
   // Across agents, once the agents' collective succeeded
   // (Agent::onCrossDoneOnLoop): the result from the op's staging buffer, or
@@ -129,6 +131,35 @@ class CollectiveOp {
   // The copy (scaled) of the result into every slot, then the completions.
   static void copyBackOnLoop(OpHost& host, Job& job, const std::string& name,
                              std::shared_ptr<Job::CrossPending> p, const CrossResult& result);
+
+  // The steps the block collectives (allgather, alltoall, reducescatter)
+  // share (agent/ops/op_steps.cc).
+  //
+  // The local ranks' input and output slots (the output `out_prefix` bytes
+  // in) and their arenas. False when a rank's connection is gone (the op
+  // then failed as rankLeft). `skip_absent`: a joined rank (op.absent) has
+  // null slots.
+  struct LocalSlots {
+    std::vector<char*> ins, outs;
+    std::vector<std::shared_ptr<SharedRegion>> keep;
+  };
+  static bool localSlotsOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                               const std::vector<uint64_t>& handles, uint64_t out_prefix,
+                               bool skip_absent, LocalSlots* slots);
+  // One agent: `copies` on the executor (timeline activity `activity`),
+  // then the completions, `bytes` done.
+  void copiesThenFinishOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                              std::vector<uint64_t> handles, std::vector<LocalReduce> copies,
+                              uint64_t bytes, DataType dtype, const char* activity) const;
+  // Several agents: the request every agent negotiates for `op` (its
+  // parameters without this rank's handle and offsets; op.error crosses).
+  CrossWork crossWorkOf(const Job& job, const ReadyOp& op) const;
+  // Several agents: `p` becomes the op's Job::CrossPending, `copies` (the
+  // local step into the staging buffer) run on the executor, then `w` goes
+  // to the job's negotiation thread.
+  void copiesThenCrossOnLoop(OpHost& host, Job& job, const std::string& name, Job::CrossPending p,
+                             CrossWork w, std::vector<LocalReduce> copies,
+                             const char* activity) const;
 };
 
 // The op type of `c`, or null when the agent does not run it as an op (join,
@@ -138,8 +169,13 @@ const CollectiveOp* collectiveOp(CollectiveType c);
 // The cross-agent leg of an allreduce or a broadcast, once its LocalReduce
 // is planned (agent/ops/cross_leg.cc): staging or in place, pipelined or not
 // (agent/ops/cross_plan.h), then the job's negotiation thread.
+// `planned`: the leg of the op's OpPlan (host ops); null: planned here from
+// the LocalReduce (the device path's staged ops).
 void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
-                       std::vector<uint64_t> handles);
+                       std::vector<uint64_t> handles, const CrossLegPlan* planned = nullptr);
+
+// What an op's plan reads of the job (planOp).
+OpWorld opWorldOf(const Job& job, uint64_t pipeline_bytes);
 
 // One type per collective (the table's entries).
 const CollectiveOp& allreduceOp();

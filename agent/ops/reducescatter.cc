@@ -28,10 +28,18 @@ class ReducescatterOp final : public CollectiveOp {
   CollectiveType type() const override { return CollectiveType::kReducescatter; }
   Status validateOnLoop(const Job& job, ClientConn& c, const SubmitDesc& d,
                         std::vector<int64_t>* meta) const override;
-  void runOnLoop(OpHost& host, Job& job, ReadyOp op, std::vector<uint64_t> handles) const override;
+  void runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
+                 std::vector<uint64_t> handles) const override;
   void finishCrossOnLoop(OpHost& host, Job& job, const std::string& name,
                          std::shared_ptr<Job::CrossPending> p,
                          const CrossResult& result) const override;
+
+ private:
+  // The local inputs reduced into a staging buffer, then the agents'
+  // reducescatter (each rank's block to its output is finishCrossOnLoop's).
+  void runAcrossAgentsOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                             std::vector<uint64_t> handles, const LocalSlots& slots,
+                             const OpPlan& plan) const;
 };
 
 }  // namespace
@@ -47,6 +55,11 @@ uint64_t rowElems(const SubmitDesc& d) {
   uint64_t row = 1;
   for (int i = 1; i < d.ndim && i < kMaxDims; ++i) row *= static_cast<uint64_t>(d.shape[i]);
   return row;
+}
+
+// Global rank `r`'s block of the plan's tensor: (element offset, element count).
+std::pair<size_t, size_t> blockOf(const OpPlan& plan, int r) {
+  return {plan.offsets[r], plan.offsets[r + 1] - plan.offsets[r]};
 }
 
 }  // namespace
@@ -69,129 +82,91 @@ Status ReducescatterOp::validateOnLoop(const Job& job, ClientConn& c, const Subm
   return okStatus();
 }
 
-void ReducescatterOp::runOnLoop(OpHost& host, Job& job, ReadyOp op,
+void ReducescatterOp::runOnLoop(OpHost& host, Job& job, const OpPlan& plan, ReadyOp op,
                                 std::vector<uint64_t> handles) const {
-  OpHost* h = &host;
   const SubmitDesc& d0 = op.descs[0];
-  const int world = job.worldSize();
   const int k = job.localSize();
   const auto dtype = static_cast<DataType>(d0.dtype);
   const size_t es = dataTypeSize(dtype);
-  const uint64_t row = rowElems(d0);
-  const int64_t dim0 = d0.ndim >= 1 ? d0.shape[0] : 0;
-  auto rop = static_cast<ReduceOp>(d0.reduce_op);
-  const ReduceOp op_kind = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
-  const double post = (rop == ReduceOp::kAverage ? d0.postscale / world : d0.postscale);
-  std::vector<char*> ins, outs;
-  std::vector<std::shared_ptr<SharedRegion>> keep;
-  for (int i = 0; i < k; ++i) {
-    ClientConn* c = job.client(i);
-    if (c == nullptr) {
-      rankLeft(host, job, handles);
-      return;
-    }
-    ins.push_back(c->slot(op.descs[i].data_offset));
-    outs.push_back(c->slot(op.descs[i].out_offset));
-    keep.push_back(c->arena());
-  }
-  auto blockOf = [&](int global_rank) {
-    return std::pair<size_t, size_t>(reducescatterRowOffset(dim0, world, global_rank) * row,
-                                     reducescatterRows(dim0, world, global_rank) * row);
-  };
-  const int base = job.world().rank_offset;
-  std::string job_id = job.id();
-  const uint64_t count = static_cast<uint64_t>(dim0) * row;
-
-  if (job.world().cross_size == 1) {
-    std::vector<LocalReduce> parts;
-    for (int i = 0; i < k; ++i) {
-      auto [off, n] = blockOf(base + i);
-      if (n == 0) continue;
-      LocalReduce r;
-      r.dtype = dtype;
-      r.op = op_kind;
-      r.count = n;
-      r.prescale = d0.prescale;
-      r.postscale = post;
-      for (int j = 0; j < k; ++j) r.slots.push_back(ins[j] + off * es);
-      r.dsts = {outs[i]};
-      r.keepalive = keep;
-      parts.push_back(std::move(r));
-    }
-    InFlight in_flight = job.beginExecuting();
-    h->opTimeline().opStart(op.name, CollectiveType::kReducescatter);
-    h->opTimeline().activityStart(op.name, "LOCAL_REDUCE");
-    h->copyOpAllOnLoop(std::move(parts),
-                       [h, in_flight, job_id, handles = std::move(handles), bytes = count * es,
-                        name = op.name, dtype, started = op.first_arrival]() mutable {
-                         h->opTimeline().activityEnd(name);
-                         h->opTimeline().opEnd(name, dtype, {});
-                         in_flight.end();
-                         h->finishOpOnLoop(job_id, handles, bytes, okStatus(), dtype, started,
-                                           CollectiveType::kReducescatter);
-                       });
+  LocalSlots slots;
+  if (!localSlotsOnLoop(host, job, op, handles, 0, /*skip_absent=*/false, &slots)) return;
+  if (job.world().cross_size > 1) {
+    runAcrossAgentsOnLoop(host, job, op, std::move(handles), slots, plan);
     return;
   }
+  const int base = job.world().rank_offset;
+  std::vector<LocalReduce> parts;
+  for (int i = 0; i < k; ++i) {
+    auto [off, n] = blockOf(plan, base + i);
+    if (n == 0) continue;
+    LocalReduce r;
+    r.dtype = dtype;
+    r.op = plan.reduce;
+    r.count = n;
+    r.prescale = d0.prescale;
+    r.postscale = plan.postscale;
+    for (int j = 0; j < k; ++j) r.slots.push_back(slots.ins[j] + off * es);
+    r.dsts = {slots.outs[i]};
+    r.keepalive = slots.keep;
+    parts.push_back(std::move(r));
+  }
+  copiesThenFinishOnLoop(host, job, op, std::move(handles), std::move(parts), plan.count * es,
+                         dtype, "LOCAL_REDUCE");
+}
 
-  // Several agents.
+void ReducescatterOp::runAcrossAgentsOnLoop(OpHost& host, Job& job, const ReadyOp& op,
+                                            std::vector<uint64_t> handles, const LocalSlots& slots,
+                                            const OpPlan& plan) const {
+  const SubmitDesc& d0 = op.descs[0];
+  const int k = job.localSize();
+  const auto dtype = static_cast<DataType>(d0.dtype);
+  const size_t es = dataTypeSize(dtype);
+  const int base = job.world().rank_offset;
   Job::CrossPending p;
   p.handles = std::move(handles);
-  p.slots.assign(outs.begin(), outs.end());
-  p.keepalive = keep;
+  p.slots.assign(slots.outs.begin(), slots.outs.end());
+  p.keepalive = slots.keep;
   p.dtype = dtype;
-  p.count = count;
-  p.bytes = count * es;
-  p.postscale = post;
+  p.count = plan.count;
+  p.bytes = plan.count * es;
+  p.postscale = plan.postscale;
   p.started = op.first_arrival;
   p.collective = CollectiveType::kReducescatter;
   p.report_dtype = dtype;
   auto state = std::make_unique<ReducescatterState>();
-  for (int i = 0; i < k; ++i) state->scatter.push_back(blockOf(base + i));
+  for (int i = 0; i < k; ++i) state->scatter.push_back(blockOf(plan, base + i));
   p.op_state = std::move(state);
-  p.staging = staging::acquire(count * es);
+  p.staging = staging::acquire(plan.count * es);
 
-  CrossWork w;
-  w.req.name = op.name;
-  w.req.params = d0;
-  w.req.params.handle = 0;
-  w.req.params.data_offset = w.req.params.out_offset = 0;
+  CrossWork w = crossWorkOf(job, op);
   w.req.params.out_bytes = 0;  // differs per rank
-  w.req.first_rank = job.globalRank(0);
-  if (!op.error.isOk()) w.req.error = op.error.toString();  // its code crosses too
   w.staging = p.staging.get();
-  w.count = op.error.isOk() ? count : 0;
+  w.count = op.error.isOk() ? plan.count : 0;
   w.dtype = dtype;
-  w.op = op_kind;
-  w.collective = CollectiveType::kReducescatter;
+  w.op = plan.reduce;
   const JobWorld& jw = job.world();
   auto& blocks = w.blocks.emplace<ReducescatterBlocks>();
   for (int a = 0; a < jw.cross_size; ++a) {
     size_t n = 0;
     for (int r = jw.rank_offsets[a]; r < jw.rank_offsets[a] + jw.local_sizes[a]; ++r)
-      n += blockOf(r).second;
+      n += blockOf(plan, r).second;
     blocks.counts.push_back(n);
   }
   std::vector<LocalReduce> parts;
   if (w.count > 0) {
     LocalReduce r;
     r.dtype = dtype;
-    r.op = op_kind;
-    r.count = count;
+    r.op = plan.reduce;
+    r.count = plan.count;
     r.prescale = d0.prescale;
     r.postscale = 1.0;  // applied after the agents' reduction
-    r.slots.assign(ins.begin(), ins.end());
+    r.slots.assign(slots.ins.begin(), slots.ins.end());
     r.dsts = {p.staging.get()};
-    r.keepalive = keep;
+    r.keepalive = slots.keep;
     parts.push_back(std::move(r));
   }
-  uint64_t gen = job.cross_generation;
-  p.in_flight = job.beginExecuting();
-  job.cross_pending.insert_or_assign(op.name, std::move(p));
-  h->opTimeline().opStart(op.name, CollectiveType::kReducescatter);
-  h->opTimeline().activityStart(op.name, "LOCAL_REDUCE");
-  h->copyOpAllOnLoop(std::move(parts), [h, job_id, gen, w = std::move(w)]() mutable {
-    h->handOpToNegotiationOnLoop(job_id, gen, std::move(w));
-  });
+  copiesThenCrossOnLoop(host, job, op.name, std::move(p), std::move(w), std::move(parts),
+                        "LOCAL_REDUCE");
 }
 
 // Each local rank's block of the agents' result, scaled, into its output slot.

@@ -388,6 +388,23 @@ class Client {
   // and the op. `what` names the op in errors.
   Status prepareHost(const OpArgs& a, uint64_t bytes, const std::string& what,
                      Clock::time_point deadline, SubmitDesc* d, Op* op, StreamedCopy* streamed);
+  // prepareHost's first step, under mu_: the slot plan (direct or the
+  // arena; KOLO_DIRECT=auto takes an arena slot, or a split one, at once
+  // while there is room) and what the later steps read of the world.
+  struct HostPlacement {
+    StatusOr<SlotPlan> planned = internalError("not planned");
+    std::optional<uint64_t> slot_taken;
+    uint64_t node_bytes = 0;  // in flight on this node with this copy (arenaCopy)
+    int cross_size = 1;
+    bool split = false;  // split reduction (client_split.cc)
+    std::shared_ptr<const PeerArenas> peers;
+    WorldView world;
+  };
+  HostPlacement placeHostLocked(const OpArgs& a, const SlotRequest& r, uint64_t bytes);
+  // Split reduction: the cleared header, and every share but this rank's
+  // own copied into the slot.
+  SplitOp startSplit(const OpArgs& a, const SlotPlan& plan, const HostPlacement& h, uint64_t slot,
+                     uint64_t header);
   // After publish: copies a streamed input in order, 1 MiB at a time,
   // counting the bytes for the agent; then frees the slot if the op already
   // ended meanwhile (it failed: finishOpLocked leaves a copying op's slot).

@@ -249,6 +249,76 @@ SlotRequest slotRequest(const OpArgs& a, uint64_t bytes) {
   return r;
 }
 
+Client::HostPlacement Client::placeHostLocked(const OpArgs& a, const SlotRequest& r,
+                                              uint64_t bytes) {
+  HostPlacement h;
+  h.node_bytes = nodeBytesInFlightLocked(bytes);
+  h.cross_size = world_.cross_size;
+  // Across agents with this rank alone on its agent, the arena path runs
+  // the agents' ring in place on this rank's slot: as few copies as the
+  // direct path, though here at submission, before the ring. From the
+  // agents' pipeline size up the direct path wins even so: the agent reads
+  // and writes the tensor chunk by chunk while the ring runs.
+  const bool alone = world_.cross_size > 1 && world_.local_size < 2;
+  h.planned = planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size,
+                                        alone ? direct_alone_min_bytes_ : direct_min_bytes_});
+  if (!h.planned.isOk() || !h.planned->direct || alone ||
+      opts_.direct != ClientOptions::Direct::kAuto)
+    return h;
+  // KOLO_DIRECT=auto: the arena while it has room (over a step's
+  // tensors the trainers' copies overlap the agent's reductions, and
+  // the agent pins no trainer pages); direct only for a tensor that
+  // would have to wait for arena space (docs/architecture.md).
+  StatusOr<SlotPlan> in_arena = planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size, 0});
+  if (in_arena.isOk() && splittable(a, *in_arena, false) && usableLocked().isOk()) {
+    // Split reduction beats both, with its header before the slot.
+    if (auto off = alloc_->allocate(in_arena->slot_bytes + splitHeaderBytes(world_.local_size))) {
+      ++unpublished_slots_;
+      h.slot_taken = *off;
+      h.split = true;
+      h.peers = peers_;
+      h.world = world_;
+      h.planned = std::move(in_arena);
+    }
+  } else if (in_arena.isOk() && usableLocked().isOk()) {
+    if (auto off = alloc_->allocate(in_arena->slot_bytes)) {
+      ++unpublished_slots_;
+      h.slot_taken = *off;
+      h.planned = std::move(in_arena);
+    }
+  }
+  return h;
+}
+
+Client::SplitOp Client::startSplit(const OpArgs& a, const SlotPlan& plan, const HostPlacement& h,
+                                   uint64_t slot, uint64_t header) {
+  // Every share but this rank's own (read from the caller's tensor at
+  // kSplitGo), behind a cleared SplitHeader.
+  const uint64_t base = slot + header;
+  SplitOp s;
+  s.peers = h.peers;
+  s.input = static_cast<const char*>(a.input);
+  s.header = new (arena_.data() + slot) SplitHeader();
+  s.slot_data = arena_.data() + plan.input.offset(base);
+  s.header_bytes = header;
+  s.dtype = static_cast<DataType>(a.dtype);
+  const uint64_t es = dataTypeSize(s.dtype);
+  s.count = plan.input.bytes / es;
+  const auto rop = static_cast<ReduceOp>(a.op);
+  s.op = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
+  s.prescale = a.prescale;
+  s.postscale = rop == ReduceOp::kAverage ? a.postscale / h.world.size : a.postscale;
+  s.index = h.world.local_rank;
+  s.parts = h.world.local_size;
+  for (int j = 0; j < s.parts; ++j) {
+    if (j == s.index) continue;
+    uint64_t b = 0, m = 0;
+    splitShare(s.count, es, s.parts, j, &b, &m);
+    arenaCopy(s.slot_data + b * es, s.input + b * es, m * es, splitCopyNodeBytes(h.node_bytes));
+  }
+  return s;
+}
+
 Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& what,
                            Clock::time_point deadline, SubmitDesc* d, Op* op,
                            StreamedCopy* streamed) {
@@ -265,84 +335,40 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
   r.output_addr = reinterpret_cast<uint64_t>(a.output);
   r.out_of_place = a.out_of_place;
   r.compressed = a.compressed;
-  StatusOr<SlotPlan> planned = internalError("not planned");
-  std::optional<uint64_t> slot_taken;
-  uint64_t node_bytes = 0;  // in flight on this node with this copy (arenaCopy)
-  int cross_size = 1;
-  bool split = false;       // split reduction (client_split.cc)
-  bool split_slot = false;  // slot_taken has the split header
-  std::shared_ptr<const PeerArenas> peers;
-  WorldView world;
+  HostPlacement h;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    node_bytes = nodeBytesInFlightLocked(bytes);
-    cross_size = world_.cross_size;
-    // Across agents with this rank alone on its agent, the arena path runs
-    // the agents' ring in place on this rank's slot: as few copies as the
-    // direct path, though here at submission, before the ring. From the
-    // agents' pipeline size up the direct path wins even so: the agent reads
-    // and writes the tensor chunk by chunk while the ring runs.
-    const bool alone = world_.cross_size > 1 && world_.local_size < 2;
-    planned = planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size,
-                                        alone ? direct_alone_min_bytes_ : direct_min_bytes_});
-    if (planned.isOk() && planned->direct && !alone &&
-        opts_.direct == ClientOptions::Direct::kAuto) {
-      // KOLO_DIRECT=auto: the arena while it has room (over a step's
-      // tensors the trainers' copies overlap the agent's reductions, and
-      // the agent pins no trainer pages); direct only for a tensor that
-      // would have to wait for arena space (docs/architecture.md).
-      StatusOr<SlotPlan> in_arena =
-          planSlots(r, SlotGeometry{&shared_, world_.rank, world_.size, 0});
-      if (in_arena.isOk() && splittable(a, *in_arena, false) && usableLocked().isOk()) {
-        // Split reduction beats both, with its header before the slot.
-        if (auto off =
-                alloc_->allocate(in_arena->slot_bytes + splitHeaderBytes(world_.local_size))) {
-          ++unpublished_slots_;
-          slot_taken = *off;
-          split_slot = true;
-          peers = peers_;
-          world = world_;
-          planned = std::move(in_arena);
-        }
-      } else if (in_arena.isOk() && usableLocked().isOk()) {
-        if (auto off = alloc_->allocate(in_arena->slot_bytes)) {
-          ++unpublished_slots_;
-          slot_taken = *off;
-          planned = std::move(in_arena);
-        }
-      }
-    }
+    h = placeHostLocked(a, r, bytes);
   }
-  RETURN_IF_ERROR(planned.status());
-  const SlotPlan& plan = *planned;
-  if (split_slot) {
-    split = true;
-  } else {
+  RETURN_IF_ERROR(h.planned.status());
+  const SlotPlan& plan = *h.planned;
+  if (!h.split) {
     std::lock_guard<std::mutex> lock(mu_);
-    split = splittable(a, plan, slot_taken.has_value()) &&
-            plan.slot_bytes + splitHeaderBytes(world_.local_size) <= alloc_->capacity();
-    if (split) {
-      peers = peers_;
-      world = world_;
+    h.split = splittable(a, plan, h.slot_taken.has_value()) &&
+              plan.slot_bytes + splitHeaderBytes(world_.local_size) <= alloc_->capacity();
+    if (h.split) {
+      h.peers = peers_;
+      h.world = world_;
     }
   }
+  const bool split = h.split;  // split reduction (client_split.cc)
   // Streamed copy-in (docs/architecture.md): across agents, a large
   // allreduce is published first and copied after, in order, with the
   // count of bytes copied in the cache line before the input, so that the
   // copy overlaps the agents' negotiation and ring (the agent reads each
   // chunk once the count covers it).
-  const bool stream = streamed_min_bytes_ > 0 && cross_size > 1 && !slot_taken &&
+  const bool stream = streamed_min_bytes_ > 0 && h.cross_size > 1 && !h.slot_taken &&
                       a.collective == static_cast<int>(CollectiveType::kAllreduce) &&
                       plan.copy == CopyIn::kPlain && !plan.direct && plan.header.bytes == 0 &&
                       plan.input.in_slot && plan.input.at == 0 &&
                       plan.input.bytes >= streamed_min_bytes_ &&
                       plan.slot_bytes + kStreamedHeaderBytes <= alloc_->capacity();
   const uint64_t header = stream  ? kStreamedHeaderBytes
-                          : split ? splitHeaderBytes(world.local_size)
+                          : split ? splitHeaderBytes(h.world.local_size)
                                   : 0;
   uint64_t slot = 0;
-  if (slot_taken) {
-    slot = *slot_taken;
+  if (h.slot_taken) {
+    slot = *h.slot_taken;
     op->slot = slot;
   } else if (plan.slot_bytes > 0) {
     ASSIGN_OR_RETURN(slot, allocateSlot(plan.slot_bytes + header, what, deadline));
@@ -361,34 +387,11 @@ Status Client::prepareHost(const OpArgs& a, uint64_t bytes, const std::string& w
     }
     op->copying = true;
     *streamed = {arena_.data() + plan.input.offset(base), static_cast<const char*>(a.input),
-                 plan.input.bytes, copied, node_bytes};
+                 plan.input.bytes, copied, h.node_bytes};
   } else if (split) {
-    // Every share but this rank's own (read from the caller's tensor at
-    // kSplitGo), behind a cleared SplitHeader.
-    SplitOp s;
-    s.peers = std::move(peers);
-    s.input = static_cast<const char*>(a.input);
-    s.header = new (arena_.data() + slot) SplitHeader();
-    s.slot_data = arena_.data() + plan.input.offset(base);
-    s.header_bytes = header;
-    s.dtype = static_cast<DataType>(a.dtype);
-    const uint64_t es = dataTypeSize(s.dtype);
-    s.count = plan.input.bytes / es;
-    const auto rop = static_cast<ReduceOp>(a.op);
-    s.op = rop == ReduceOp::kAverage ? ReduceOp::kSum : rop;
-    s.prescale = a.prescale;
-    s.postscale = rop == ReduceOp::kAverage ? a.postscale / world.size : a.postscale;
-    s.index = world.local_rank;
-    s.parts = world.local_size;
-    for (int j = 0; j < s.parts; ++j) {
-      if (j == s.index) continue;
-      uint64_t b = 0, m = 0;
-      splitShare(s.count, es, s.parts, j, &b, &m);
-      arenaCopy(s.slot_data + b * es, s.input + b * es, m * es, splitCopyNodeBytes(node_bytes));
-    }
-    op->split = std::move(s);
+    op->split = startSplit(a, plan, h, slot, header);
   } else {
-    copyIn(a, plan, slot, node_bytes);
+    copyIn(a, plan, slot, h.node_bytes);
   }
   *d = describeSubmit(r, plan, base);
   if (stream) d->flags |= kSubmitFlagStreamed;
