@@ -78,7 +78,7 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
   w.req.params.device_event = 0;
   w.req.first_rank = job.globalRank(0);
   if (!op.error.isOk()) w.req.error = op.error.toString();  // its code crosses too
-  w.staging = leg.in_place ? p.slots[0] : p.stagingData();
+  w.staging = leg.in_place || leg.first_slot ? p.slots[0] : p.stagingData();
   if (leg.pipelined) {
     if (leg.copy_in)
       w.input = r.slots[0];  // the backend reads the input (no copy) when it goes in chunks
