@@ -75,7 +75,19 @@ class Runner:
                        "-w", str(args.warmup), "-n", str(args.iters), "-T", str(args.max_time),
                        "-c", "1", "--inplace"]
         self.kolo_env = self.env_with(args.kolo_env)
-        self.ab_env = self.env_with(args.kolo_env + " " + args.ab) if args.ab else None
+        self.ab_env = None
+        self.ab_bin = self.bin
+        if args.ab or args.ab_build_dir:
+            self.ab_env = self.env_with(args.kolo_env + " " + args.ab)
+        if args.ab_build_dir:
+            # Each side's programs, and its own libkolo before the one in
+            # kolo-bench's RUNPATH (LD_LIBRARY_PATH is searched first: a
+            # copied build's kolo-bench still names the original's lib/).
+            self.ab_bin = os.path.join(args.ab_build_dir, "bin")
+            for env, d in ((self.kolo_env, args.build_dir), (self.ab_env, args.ab_build_dir)):
+                lib = os.path.join(os.path.abspath(d), "lib")
+                old = env.get("LD_LIBRARY_PATH", "")
+                env["LD_LIBRARY_PATH"] = lib + (":" + old if old else "")
 
     @staticmethod
     def env_with(pairs):
@@ -145,9 +157,11 @@ class Runner:
     # --- the systems -------------------------------------------------------
     def kolo(self, tag, n, agents, rpa, memory, ab=False):
         args = ["-d", "float32", "-o", "sum"] + self.common + (["--zero-copy"] if memory == "shared" else [])
-        bench = [os.path.join(self.bin, "kolo-bench")] + args
+        bindir = self.ab_bin if ab else self.bin
+        bench = [os.path.join(bindir, "kolo-bench")] + args
         if self.a.veth:
-            cmd = [os.path.join(self.a.script_dir, "multi_agent_run.sh"), "--build-dir", self.a.build_dir,
+            build_dir = self.a.ab_build_dir if ab and self.a.ab_build_dir else self.a.build_dir
+            cmd = [os.path.join(self.a.script_dir, "multi_agent_run.sh"), "--build-dir", build_dir,
                    "--agents", str(agents), "--ranks-per-agent", str(rpa), "--netns", f"{NS_A} {NS_B}",
                    "--coord-host", HOST_A, "--timeout", str(self.a.timeout)]
             extra = (self.a.kolo_env + " " + self.a.ab) if ab else self.a.kolo_env
@@ -155,7 +169,7 @@ class Runner:
                 cmd += ["--agent-env", extra.strip()]
             cmd += ["--"] + bench
         else:
-            cmd = [os.path.join(self.bin, "kolorun"), "-np", str(n)]
+            cmd = [os.path.join(bindir, "kolorun"), "-np", str(n)]
             if agents > 1:
                 cmd += ["--agents", str(agents)]
             cmd += ["--"] + bench
@@ -196,8 +210,13 @@ def summarise(title, n, series, peer, load_lo, load_hi):
                 med[sysname][s] = statistics.median(ts)
     lines = [f"**{title}** (N={n}; load {load_lo:.1f}-{load_hi:.1f}; median of "
              f"{max(len(r) for r in series.values())} runs each)", ""]
+    # An A/B pair ("kolo M" and "kolo M (ab)"): the (ab) column's speed as a
+    # multiple of the other's, per repeat (the two ran next to each other),
+    # median and spread.
+    ab_pairs = [k for k in series if k.endswith(" (ab)") and k[:-len(" (ab)")] in series]
     head = "| size |" + "".join(f" {k} (us) | {k} busbw |" for k in series) + "".join(
-        f" {k} / {peer} | spread |" for k in series if k != peer)
+        f" {k} / {peer} | spread |" for k in series if k != peer) + "".join(
+        f" {k} / {k[:-len(' (ab)')]} per repeat | spread |" for k in ab_pairs)
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
     for s in sizes:
         cells = [human(s)]
@@ -211,6 +230,12 @@ def summarise(title, n, series, peer, load_lo, load_hi):
             ratios = [pr[s]["time_us"] / kr[s]["time_us"] for kr, pr in zip(series[k], series[peer])
                       if s in kr and s in pr and kr[s]["time_us"] > 0]
             cells += [f"{p / t:.2f}" if t and p else "-",
+                      f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-"]
+        for k in ab_pairs:
+            base = k[:-len(" (ab)")]
+            ratios = [br[s]["time_us"] / ar[s]["time_us"] for br, ar in zip(series[base], series[k])
+                      if s in br and s in ar and ar[s]["time_us"] > 0]
+            cells += [f"{statistics.median(ratios):.2f}" if ratios else "-",
                       f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n", med
@@ -285,6 +310,9 @@ def main():
     ap.add_argument("--kolo-env", default="", help="'K=V ...' for kolo's processes (an A/B; default: none)")
     ap.add_argument("--ab", default="", help="'K=V ...': also run kolo with these added, as its own "
                     "column 'kolo M (ab)', alternating with the rest (before/after figures in one run)")
+    ap.add_argument("--ab-build-dir", default="", help="run the '(ab)' column with this build's "
+                    "programs and libkolo (e.g. a copy of the build before a change: old against new "
+                    "binaries in one run, interleaved); with --ab, its variables too")
     ap.add_argument("--timeout", type=int, default=600, help="per run, seconds")
     ap.add_argument("--out", default="", help="keep logs and JSON here")
     ap.add_argument("--markdown", default="", help="also write the tables and header to this file")
@@ -293,9 +321,10 @@ def main():
     need = ["kolorun", "kolo-bench", "kolo-agent", "kolo-coordinator"]
     need += [] if a.skip_one_node else ["mpi-allreduce-bench"]
     need += [] if a.skip_across else ["gloo-allreduce-bench"]
-    for p in need:
-        if not os.access(os.path.join(a.build_dir, "bin", p), os.X_OK):
-            sys.exit(f"head_to_head.py: {a.build_dir}/bin/{p} not found (build it, or pass --build-dir)")
+    for d in [a.build_dir] + ([a.ab_build_dir] if a.ab_build_dir else []):
+        for p in need if d == a.build_dir else ["kolorun", "kolo-bench", "kolo-agent", "kolo-coordinator"]:
+            if not os.access(os.path.join(d, "bin", p), os.X_OK):
+                sys.exit(f"head_to_head.py: {d}/bin/{p} not found (build it, or pass --build-dir)")
     if not a.skip_one_node and shutil.which("mpirun") is None:
         sys.exit("head_to_head.py: mpirun not in PATH")
     if a.repeats < 1:
@@ -307,7 +336,9 @@ def main():
     start = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     header = (f"head_to_head.py {start} (commit {commit}) on {socket.gethostname()}, {os.cpu_count()} cores "
               f"({cpu}); kolo environment: {a.kolo_env or 'defaults'}"
-              + (f"; 'kolo ... (ab)': with {a.ab}" if a.ab else "") + "; path across agents: "
+              + (f"; 'kolo ... (ab)': with {a.ab}" if a.ab else "")
+              + (f"; 'kolo ... (ab)': the programs and libkolo of {a.ab_build_dir}" if a.ab_build_dir else "")
+              + "; path across agents: "
               f"{'veth between two namespaces' if a.veth else 'loopback'}; float32 sum, in place")
     print("# " + header, flush=True)
     if a.veth:
@@ -317,7 +348,7 @@ def main():
     try:
         if not a.skip_one_node:
             for n in [int(x) for x in a.one_node.split()]:
-                systems = ["kolo user"] + (["kolo user (ab)"] if a.ab else []) + ["Open MPI"]
+                systems = ["kolo user"] + (["kolo user (ab)"] if r.ab_env else []) + ["Open MPI"]
                 series = {s: [] for s in systems}
                 lo = len(r.loads)
                 for rep in range(a.repeats):
@@ -335,7 +366,7 @@ def main():
             for kr in a.across.split():
                 k, rpa = (int(x) for x in kr.split("x"))
                 n = k * rpa
-                systems = [f"kolo {m}{x}" for m in a.memory.split() for x in ([""] + ([" (ab)"] if a.ab else []))]
+                systems = [f"kolo {m}{x}" for m in a.memory.split() for x in ([""] + ([" (ab)"] if r.ab_env else []))]
                 systems += ["Gloo"]
                 series = {s: [] for s in systems}
                 lo = len(r.loads)

@@ -11,7 +11,7 @@ pkgs=(
   libspdlog-dev libfmt-dev libucx-dev ucx-utils libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev
   openmpi-bin libopenmpi-dev libgloo-dev
-  iproute2 iperf3 systemd
+  iproute2 iperf3 systemd linux-perf
   munge slurmctld slurmd slurm-client
   etcd-server etcd-client
   python3 python3-venv python3-pip

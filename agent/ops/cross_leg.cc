@@ -184,7 +184,7 @@ void runCrossLegOnLoop(OpHost& host, Job& job, ReadyOp op, LocalReduce r,
     p.staging = staging::acquire(p.bytes);
   }
   CrossWork w = legWorkOf(job, op, r);
-  w.staging = leg.in_place ? p.slots[0] : p.stagingData();
+  w.staging = leg.in_place || leg.first_slot ? p.slots[0] : p.stagingData();
   if (leg.pipelined) addPipelineSteps(w, r, p);
   if (streamed) addStreamedSteps(w, r, leg, streamed, host.streamedOutCounter());
   if (streamed && leg.localStepFirst()) {

@@ -18,6 +18,17 @@ CrossLegPlan planCrossLeg(const CrossLegInputs& in) {
                 (in.collective == CollectiveType::kBroadcast && in.outputs == 0));
   p.copy_in = p.in_place && in.output_elsewhere;
   p.in_place_final = p.in_place && in.postscale == 1.0;
+  // Several local ranks (an allreduce, in place in their host slots): the
+  // first rank's slot is the staging buffer. The local reduction then
+  // writes the lines it has just read instead of a separate buffer's, and
+  // the result is copied into k-1 slots instead of k: per op of S bytes on
+  // k ranks, S bytes fewer written by the local step (and the staging
+  // buffer's S bytes not touched at all) and S fewer by the copy back. The
+  // first slot holds partial sums while the agents reduce, so a failed op
+  // leaves it undefined, as in place above (a zero-copy rank's own buffer).
+  p.first_slot = !p.in_place && in.ok && in.count > 0 && !in.direct && in.sources >= 2 &&
+                 in.outputs == 0 && !in.has_scratch && !in.has_before_finish &&
+                 in.collective == CollectiveType::kAllreduce;
   // A large allreduce is pipelined: the negotiation thread reduces it into
   // the staging buffer chunk by chunk as it posts the chunks, and the job's
   // drain thread writes each reduced chunk back into the slots. Nothing is

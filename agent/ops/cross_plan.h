@@ -48,9 +48,15 @@ struct CrossLegPlan {
   bool pipelined = false;
   // The agents' result needs no scaling or copy when it lands in place.
   bool in_place_final = false;
+  // Several local ranks, an allreduce in place in their host slots: the
+  // local step reduces them into the first rank's slot (in place) and the
+  // agents reduce that slot, so no staging buffer is written and the
+  // result is copied into the other ranks' slots only (the first one is
+  // scaled in place, if at all).
+  bool first_slot = false;
 
-  // Whether the ring reads a staging buffer filled by the agent (not the slot).
-  bool needsStaging() const { return !in_place; }
+  // Whether the ring reads a staging buffer filled by the agent (not a slot).
+  bool needsStaging() const { return !in_place && !first_slot; }
   // Pipelined: whether the negotiation thread must fill (reduce or copy the
   // input into) the buffer the ring reads, and whether the drain thread must
   // write the result back into the slots.

@@ -65,7 +65,7 @@ void CollectiveOp::copyBackOnLoop(OpHost& host, Job& job, const std::string& nam
   r.count = p->count;
   r.prescale = 1.0;
   r.postscale = p->postscale;
-  r.slots = {p->leg.in_place ? p->slots[0] : p->stagingData()};
+  r.slots = {p->leg.in_place || p->leg.first_slot ? p->slots[0] : p->stagingData()};
   r.dsts = p->slots;
   r.remote_dsts = p->remote_slots;  // direct: into the ranks' own memory
   r.error = p->error;

@@ -62,17 +62,50 @@ TEST(CrossPlan, OutOfPlaceOneRankCopiesIn) {
   EXPECT_TRUE(p.localStepFirst());  // the copy into the output slot
 }
 
-TEST(CrossPlan, SeveralRanksStageAndPipelineLargeOnes) {
+TEST(CrossPlan, SeveralRanksReduceIntoTheFirstSlotAndPipelineLargeOnes) {
   CrossLegPlan small = planCrossLeg(allreduce(1024, 2));
   EXPECT_FALSE(small.in_place);
-  EXPECT_TRUE(small.needsStaging());
+  EXPECT_TRUE(small.first_slot);
+  EXPECT_FALSE(small.needsStaging());
   EXPECT_FALSE(small.pipelined);
   EXPECT_TRUE(small.localStepFirst());
+  EXPECT_FALSE(small.resultInSlots(false, false));  // copied into the other slots
   CrossLegPlan large = planCrossLeg(allreduce(8 << 20, 2));
+  EXPECT_TRUE(large.first_slot);
+  EXPECT_FALSE(large.needsStaging());
   EXPECT_TRUE(large.pipelined);
   EXPECT_TRUE(large.fills());
   EXPECT_TRUE(large.drains());
   EXPECT_FALSE(large.localStepFirst());
+  EXPECT_TRUE(large.resultInSlots(true, false));
+  CrossLegInputs pre = allreduce(8 << 20, 4);
+  pre.prescale = 0.5;  // applied to every source as it is reduced into the first slot
+  pre.postscale = 2.0;
+  EXPECT_TRUE(planCrossLeg(pre).first_slot);
+}
+
+TEST(CrossPlan, SeveralRanksStageWhenTheFirstSlotCannotHoldTheSum) {
+  CrossLegInputs oop = allreduce(1024, 2);
+  oop.outputs = 2;  // zero copy out of place: the inputs must stay as they are
+  EXPECT_FALSE(planCrossLeg(oop).first_slot);
+  EXPECT_TRUE(planCrossLeg(oop).needsStaging());
+  CrossLegInputs direct = allreduce(1024, 2);
+  direct.direct = true;  // the first rank's tensor is in its own process
+  EXPECT_FALSE(planCrossLeg(direct).first_slot);
+  CrossLegInputs joined = allreduce(1024, 2);
+  joined.has_scratch = true;  // a joined rank's zeros
+  EXPECT_FALSE(planCrossLeg(joined).first_slot);
+  CrossLegInputs device = allreduce(1024, 2);
+  device.has_before_finish = true;
+  EXPECT_FALSE(planCrossLeg(device).first_slot);
+  CrossLegInputs bcast = allreduce(1024, 2);
+  bcast.collective = CollectiveType::kBroadcast;  // the root's data, not a sum
+  EXPECT_FALSE(planCrossLeg(bcast).first_slot);
+  EXPECT_TRUE(planCrossLeg(bcast).needsStaging());
+  CrossLegInputs failed = allreduce(1024, 2);
+  failed.ok = false;
+  EXPECT_FALSE(planCrossLeg(failed).first_slot);
+  EXPECT_FALSE(planCrossLeg(allreduce(1024, 1)).first_slot);  // one rank: in place
 }
 
 TEST(CrossPlan, NeverPipelined) {
