@@ -91,6 +91,13 @@ Status Client::prepareDevice(const OpArgs& a, uint64_t bytes, const std::string&
   const uint64_t slot_bytes = std::max<uint64_t>(plan.slot_bytes, 1);
   auto staged = device_->stageIn(a.input, bytes, slot_bytes, plan.input.at, stream, deadline);
   while (!staged.isOk() && staged.status().code() == Code::kInProgress) {
+    // Every event pair in flight: ask the agent for more (the ops in flight
+    // may be waiting for ops not submitted yet, a group's later members or
+    // other ranks' orders), else wait for completions as below.
+    if (device_->eventsExhausted() && growDeviceEvents()) {
+      staged = device_->stageIn(a.input, bytes, slot_bytes, plan.input.at, stream, deadline);
+      continue;
+    }
     // Ops in flight hold the device arena space or the event pairs: let
     // their completions free them (bounded by the op timeout).
     uint64_t before = 0;

@@ -97,6 +97,20 @@ class DeviceClient {
   virtual void retire(const Staged& s, void* stream) = 0;
   // The device address of the slot's offset `at` (this process's mapping).
   virtual void* address(const Staged& s, uint64_t at) const = 0;
+
+  // More event pairs (docs/gpu.md, "More than 64 device ops in flight"):
+  // whether every pair is in flight and more may be asked for (fewer than
+  // gpu::kMaxDeviceEventPairs, and the agent never refused).
+  virtual bool eventsExhausted() = 0;
+  // New in_ready events (as many again as there are, at most 512 a frame),
+  // their handles for the DeviceEvents frame; kept apart until
+  // attachEvents (the agent's out_ready handles of DeviceEventsGranted)
+  // numbers them after the existing pairs, or dropNewEvents (refused: no
+  // more growth, the submissions wait for pairs as before).
+  virtual StatusOr<std::string> newEvents() = 0;
+  virtual Status attachEvents(const std::string& agent_handles) = 0;
+  virtual void dropNewEvents() = 0;
+  virtual uint32_t eventPairs() = 0;
 };
 
 }  // namespace kolo

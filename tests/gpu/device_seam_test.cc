@@ -111,6 +111,8 @@ TEST_P(SeamRanks, EveryCollectiveOnOneAgent) {
   std::printf("[colls] rank 0: %s", ranks[0].output().c_str());
 }
 
+#include "tests/gpu/device_seam_fusion_test.inc"
+
 INSTANTIATE_TEST_SUITE_P(Trainers, SeamRanks, ::testing::Values(2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "n" + std::to_string(i.param);
