@@ -5,9 +5,13 @@
 // builds run it); with KOLO_TEST_DEVICE=cuda the same tests run unchanged on
 // the real CUDA implementation (a GPU machine; they skip without a GPU).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <ostream>
 #include <string>
