@@ -409,6 +409,10 @@ class Client {
   // All device event pairs in flight: asks the agent for more
   // (client_device_events.cc); false when none could be had.
   bool growDeviceEvents();
+  // A grouped allreduce of device tensors on one stream copies in with one
+  // batched copy (DeviceClient::beginBatch); false when it does not apply.
+  bool beginDeviceGroup(const std::vector<OpArgs>& members);
+  void endDeviceGroup(size_t members);
   Status prepareDevice(const OpArgs& a, uint64_t bytes, const std::string& what,
                        Clock::time_point deadline, SubmitDesc* d, Op* op);
   // Publishes a prepared op and its descriptor (ring + table), waiting for

@@ -111,6 +111,18 @@ class DeviceClient {
   virtual Status attachEvents(const std::string& agent_handles) = 0;
   virtual void dropNewEvents() = 0;
   virtual uint32_t eventPairs() = 0;
+
+  // One copy-in launch per group (docs/gpu.md, "Device Tensor Fusion"): the
+  // calling thread's next `members` stageIn calls on `stream` whose source
+  // is device memory only take their slot and pair; the last one enqueues
+  // every copy as one batched copy and records every in_ready before it
+  // returns (so before the group's last member is published: the agent
+  // holds a group's members until the last arrives, and waits on in_ready
+  // only then). endBatch() flushes what is left (a group that failed half
+  // way) and ends it. The number of batched copy launches of the last flush.
+  virtual void beginBatch(void* stream, size_t members) = 0;
+  virtual Status endBatch() = 0;
+  virtual int lastBatchLaunches() const = 0;
 };
 
 }  // namespace kolo

@@ -2,6 +2,7 @@
 // docs/gpu.md): the same protocol on CUDA and on the host emulation
 // (KOLO_DEVICE=host-emulated, test builds only).
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -48,6 +49,16 @@ Status selectFromEnv() {
   ASSIGN_OR_RETURN(gpu::DeviceKind kind, gpu::parseDeviceKind(env));
   return gpu::selectDeviceApi(kind);
 }
+
+// The calling thread's group copy-in (DeviceClient::beginBatch).
+struct CopyBatch {
+  bool on = false;
+  void* stream = nullptr;
+  size_t left = 0;
+  std::vector<gpu::CopySegment> segs;
+  std::vector<uint32_t> events;  // in_ready to record after the copy
+};
+thread_local CopyBatch t_batch;
 
 class SeamDeviceClient final : public DeviceClient {
  public:
@@ -148,6 +159,18 @@ class SeamDeviceClient final : public DeviceClient {
     new_done_.clear();
     no_growth_ = true;
   }
+  void beginBatch(void* stream, size_t members) override {
+    t_batch = CopyBatch{};
+    t_batch.on = ready() && members > 1;
+    t_batch.stream = stream;
+    t_batch.left = members;
+  }
+  Status endBatch() override {
+    Status st = flushBatch();
+    t_batch = CopyBatch{};
+    return st;
+  }
+  int lastBatchLaunches() const override { return last_launches_.load(); }
   uint32_t eventPairs() override {
     std::lock_guard<std::mutex> lock(mu_);
     return pool_.size();
@@ -229,6 +252,28 @@ class SeamDeviceClient final : public DeviceClient {
   // Pairs asked for (newEvents) and not yet granted; no_growth_ once refused.
   std::vector<std::unique_ptr<gpu::DevEvent>> new_in_, new_done_;
   bool no_growth_ = false;
+  std::atomic<int> last_launches_{0};
+
+  // The batch's copies as one batched copy, then its in_ready records
+  // (each recorded even after a failed copy: the agent's wait must not
+  // pass on an earlier record; the op fails with the copy's error).
+  Status flushBatch() {
+    if (t_batch.events.empty()) return okStatus();
+    DeviceScope scope(*api_, device_);
+    Status st = scope.status();
+    if (st.isOk()) {
+      auto n = api_->batchedCopy(t_batch.segs.data(), t_batch.segs.size(), t_batch.stream);
+      st = n.status();
+      if (n.isOk()) last_launches_ = *n;
+    }
+    for (uint32_t e : t_batch.events) {
+      Status rec = in_[e]->record(t_batch.stream);
+      if (st.isOk()) st = rec;
+    }
+    t_batch.segs.clear();
+    t_batch.events.clear();
+    return st;
+  }
 };
 
 StatusOr<std::string> SeamDeviceClient::newEvents() {
@@ -336,6 +381,27 @@ StatusOr<DeviceClient::Staged> SeamDeviceClient::stageIn(const void* src, uint64
           "the copies of earlier results are still queued on their streams");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  if (t_batch.on && t_batch.left > 0 && stream == t_batch.stream && bytes > 0 &&
+      api_->pointerInfo(src).device) {
+    t_batch.segs.push_back({src, slot(s.offset + in_at), bytes});
+    t_batch.events.push_back(s.event);
+    if (--t_batch.left > 0) return s;
+    Status st = flushBatch();  // the group's last member: every copy and record now
+    if (!st.isOk()) {
+      (void)finish(s, nullptr, 0, 0, stream, false, false);
+      return st;
+    }
+    return s;
+  }
+  if (t_batch.on && t_batch.left > 0 && --t_batch.left == 0) {
+    // The last member not batched (host memory, another stream): the
+    // others' copies go first.
+    Status fl = flushBatch();
+    if (!fl.isOk()) {
+      (void)finish(s, nullptr, 0, 0, stream, false, false);
+      return fl;
+    }
   }
   Status st = bytes == 0 ? okStatus() : api_->copyAsync(slot(s.offset + in_at), src, bytes, stream);
   if (st.isOk()) st = in_[s.event]->record(stream);

@@ -35,6 +35,9 @@ class NoDeviceClient final : public DeviceClient {
   Status attachEvents(const std::string&) override { return unavailable(why()); }
   void dropNewEvents() override {}
   uint32_t eventPairs() override { return 0; }
+  void beginBatch(void*, size_t) override {}
+  Status endBatch() override { return okStatus(); }
+  int lastBatchLaunches() const override { return 0; }
 
  private:
   bool asked_ = false;
