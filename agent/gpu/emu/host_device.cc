@@ -243,12 +243,14 @@ class HostDeviceApi final : public DeviceApi {
                                      kDefaultCopyChunkBytes, kMaxCopyItemsPerLaunch));
     if (launches.empty()) return 0;
     if (faults().fail_launch) return injectedLaunchFailure();
-    for (const CopyItem& it : launches.front().items) {
-      if (!inHeap(reinterpret_cast<const void*>(it.src)) ||
-          !inHeap(reinterpret_cast<void*>(it.dst))) {
-        return invalidArgument(
-            "batchedCopy: cudaErrorIllegalAddress: a segment outside device memory (the host "
-            "emulation checks every item's source and destination)");
+    for (const CopyLaunch& l : launches) {
+      for (const CopyItem& it : l.items) {
+        if (!inHeap(reinterpret_cast<const void*>(it.src)) ||
+            !inHeap(reinterpret_cast<void*>(it.dst))) {
+          return invalidArgument(
+              "batchedCopy: cudaErrorIllegalAddress: a segment outside device memory (the host "
+              "emulation checks every item's source and destination)");
+        }
       }
     }
     for (CopyLaunch& l : launches) {
