@@ -93,6 +93,8 @@ class Agent : private OpHost {
   void refuseFrameOnLoop(ClientConn& c, const Status& st, const std::string& frame, bool close,
                          int retry_after_ms = 0);
   Status trainerTimelineOnLoop(ClientConn& c, const ipc::TimelineControl& t);
+  // More device event pairs for a trainer (agent_device_events.cc).
+  void deviceEventsOnLoop(ClientConn& c, const ipc::DeviceEvents& e);
   void acceptOverflowOnLoop(int err);
   void pauseAcceptOnLoop();
   void closeLateHandshakesOnLoop();
@@ -145,6 +147,8 @@ class Agent : private OpHost {
   DeviceStaging deviceStaging() const override {
     return {opts_.device_staging_timeout_s * 1000, &staging_cancel_};
   }
+  void postOnLoop(std::function<void()> fn) override { loop_.post(std::move(fn)); }
+  uint64_t fusionThresholdBytes() const override { return opts_.fusion_threshold_bytes; }
   void updateGaugesOnLoop();
   void failJobOnLoop(Job& job, const Status& st, bool tell_coordinator);
   void endJobForRankOnLoop(Job& job, int local_rank);

@@ -225,6 +225,9 @@ void Agent::handleFrameOnLoop(ClientConn& c, const std::string& payload) {
       }
       return;
     }
+    case ipc::ClientFrame::kDeviceEvents:
+      deviceEventsOnLoop(c, f.device_events());
+      return;
     default:
       log::rateLimited(g_drop_log, *ipcLog(), spdlog::level::warn,
                        "dropping connection from pid {}: unknown frame type", c.pid());

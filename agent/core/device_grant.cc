@@ -42,17 +42,41 @@ StatusOr<std::shared_ptr<SeamGrant>> makeSeamGrant(gpu::DeviceApi& api,
   auto g = std::make_shared<SeamGrant>();
   ASSIGN_OR_RETURN(g->arena_, api.createArena(ctx->device, bytes));
   g->ctx_ = std::move(ctx);
-  for (uint32_t i = 0; i < nevents; ++i) {
+  g->in_.reserve(gpu::kMaxDeviceEventPairs);
+  g->out_.reserve(gpu::kMaxDeviceEventPairs);
+  (void)nevents;
+  ASSIGN_OR_RETURN(g->agent_events_, g->addEvents(client_events));
+  return g;
+}
+
+StatusOr<std::string> SeamGrant::addEvents(const std::string& client_events) {
+  gpu::DeviceApi& api = *gpu::deviceApi();
+  ASSIGN_OR_RETURN(uint32_t n,
+                   gpu::countEventHandles(client_events.size(), gpu::kMaxDeviceEventPairs));
+  if (in_.size() + n > gpu::kMaxDeviceEventPairs) {
+    return unavailable("this trainer would have " + std::to_string(in_.size() + n) +
+                       " device event pairs; at most " + std::to_string(gpu::kMaxDeviceEventPairs) +
+                       " are granted");
+  }
+  RETURN_IF_ERROR(api.setDevice(ctx_->device));
+  std::vector<std::unique_ptr<gpu::DevEvent>> ins, outs;
+  std::string handles;
+  for (uint32_t i = 0; i < n; ++i) {
     gpu::IpcEventBytes h;
     std::memcpy(h.data(), client_events.data() + i * h.size(), h.size());
     ASSIGN_OR_RETURN(auto in, api.openEvent(h));
-    g->in_.push_back(std::move(in));
+    ins.push_back(std::move(in));
     ASSIGN_OR_RETURN(auto out, api.createEvent(true));
     ASSIGN_OR_RETURN(gpu::IpcEventBytes oh, out->exportHandle());
-    g->agent_events_.append(reinterpret_cast<const char*>(oh.data()), oh.size());
-    g->out_.push_back(std::move(out));
+    handles.append(reinterpret_cast<const char*>(oh.data()), oh.size());
+    outs.push_back(std::move(out));
   }
-  return g;
+  // All or nothing, so the indices stay the client's.
+  for (uint32_t i = 0; i < n; ++i) {
+    in_.push_back(std::move(ins[i]));
+    out_.push_back(std::move(outs[i]));
+  }
+  return handles;
 }
 
 }  // namespace kolo

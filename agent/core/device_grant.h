@@ -29,6 +29,9 @@ struct DeviceCtx {
   std::unique_ptr<gpu::DevStream> stream;
   std::shared_ptr<PinnedStaging> staging;  // thread-safe; parks behind `stream`
   std::deque<RetiredGrant> retired;
+  // Device Tensor Fusion's buffer (device_fused.cc): grown on demand, the
+  // old one retired behind the stream like a dropped grant's arena.
+  std::unique_ptr<gpu::DevArena> fusion;
   void* s() const { return stream->get(); }
   // Frees the retired grants the stream has passed.
   void sweep();
@@ -42,11 +45,15 @@ class SeamGrant final : public DeviceGrant {
   int device() const override { return ctx_->device; }
   StatusOr<UniqueFd> exportFd() const override { return arena_->exportFd(); }
   const std::string& agentEvents() const override { return agent_events_; }
+  StatusOr<std::string> addEvents(const std::string& client_events) override;
 
   void* slot(uint64_t offset) const { return static_cast<char*>(arena_->data()) + offset; }
 
   std::shared_ptr<DeviceCtx> ctx_;
   std::unique_ptr<gpu::DevArena> arena_;
+  // Reserved for gpu::kMaxDeviceEventPairs at creation, so that adding
+  // pairs on the loop never moves the ones the staging thread reads (by
+  // index, operator[]: the index was validated on the loop).
   std::vector<std::unique_ptr<gpu::DevEvent>> in_;   // the client's, opened here
   std::vector<std::unique_ptr<gpu::DevEvent>> out_;  // ours, exported
   std::string agent_events_;

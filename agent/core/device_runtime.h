@@ -37,6 +37,10 @@ class DeviceGrant {
   virtual int device() const = 0;  // the agent's CUDA ordinal of the client's GPU
   virtual StatusOr<UniqueFd> exportFd() const = 0;
   virtual const std::string& agentEvents() const = 0;  // out_ready handles, for Welcome
+  // More event pairs (the DeviceEvents frame; at most gpu::kMaxDeviceEventPairs
+  // in all): opens the client's new in_ready handles, creates as many
+  // out_ready events; their handles, for DeviceEventsGranted.
+  virtual StatusOr<std::string> addEvents(const std::string& client_events) = 0;
 };
 
 // A reduction (or broadcast) over the k local ranks' device slots, written
@@ -66,6 +70,12 @@ struct DeviceLocalOp {
   std::vector<int64_t> meta;
 };
 
+// Kernel launches (a fused cycle's, or a runtime's totals).
+struct DeviceFusedLaunches {
+  uint64_t reduce = 0;
+  uint64_t batched_copy = 0;
+};
+
 class DeviceRuntime {
  public:
   virtual ~DeviceRuntime() = default;
@@ -81,6 +91,19 @@ class DeviceRuntime {
   // rank's out_ready record. Returns once enqueued; the clients' streams
   // wait for out_ready before they copy the result out.
   virtual Status enqueueLocal(const DeviceLocalOp& op) = 0;
+  // Device Tensor Fusion (docs/gpu.md, "Device Tensor Fusion"): allreduces
+  // of one dtype, op and scale factors over the same local ranks on one GPU,
+  // tensor j at byte offset `offsets[j]` (64-byte aligned) of a fusion
+  // buffer of `buffer_bytes` per rank in the agent's device memory. Every
+  // rank's in_ready waits, one batched copy packs every rank's tensors into
+  // its part of the buffer, ONE reduction launch reduces the k parts into
+  // the first, one batched copy unpacks it into every rank's slots, every
+  // out_ready is recorded (also after a failed step). No host wait.
+  virtual StatusOr<DeviceFusedLaunches> enqueueFused(const std::vector<DeviceLocalOp>& ops,
+                                                     const std::vector<uint64_t>& offsets,
+                                                     uint64_t buffer_bytes) = 0;
+  // Every reduction and batched-copy launch this runtime enqueued.
+  virtual DeviceFusedLaunches launchTotals() const = 0;
 
   // Device tensors across agents, staged through host memory (the host
   // backend carries them; docs/gpu.md). Step 0, on the staging thread:

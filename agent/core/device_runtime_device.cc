@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "agent/core/device_collectives.h"
+#include "agent/core/device_fused.h"
 #include "agent/core/device_grant.h"
 #include "agent/core/device_runtime.h"
 #include "agent/core/device_several_gpus.h"
@@ -44,7 +45,7 @@ bool isLayoutCollective(CollectiveType c) {
 Status recordOutputs(const DeviceLocalOp& op, void* s) {
   Status first;
   for (size_t i = 0; i < op.grants.size(); ++i) {
-    Status st = seam(op.grants[i])->out_.at(op.events[i])->record(s);
+    Status st = seam(op.grants[i])->out_[op.events[i]]->record(s);
     if (!st.isOk() && first.isOk()) first = st;
   }
   return first;
@@ -88,6 +89,22 @@ class SeamDeviceRuntime final : public DeviceRuntime {
                      const std::atomic<bool>* cancel) override;
   Status stageFromHost(const DeviceLocalOp& op, const void* host) override;
   Status enqueueLocal(const DeviceLocalOp& op) override;
+  StatusOr<DeviceFusedLaunches> enqueueFused(const std::vector<DeviceLocalOp>& ops,
+                                             const std::vector<uint64_t>& offsets,
+                                             uint64_t buffer_bytes) override {
+    gpu::DeviceApi* api = gpu::deviceApi();
+    if (api == nullptr) return noDevice();
+    if (ops.empty() || ops[0].grants.empty()) return internalError("device op without ranks");
+    auto n = enqueueFusedOnCtx(*api, *seam(ops[0].grants[0])->ctx_, ops, offsets, buffer_bytes);
+    if (n.isOk()) {
+      reduces_ += n->reduce;
+      batched_copies_ += n->batched_copy;
+    }
+    return n;
+  }
+  DeviceFusedLaunches launchTotals() const override {
+    return {reduces_.load(), batched_copies_.load()};
+  }
 
   bool canAccessPeer(int a, int b) override;
   bool nodeNcclBuilt() override { return nccl::nodeCommBuilt(); }
@@ -121,7 +138,7 @@ class SeamDeviceRuntime final : public DeviceRuntime {
     for (size_t i = 0; i < k; ++i) {
       SeamGrant* g = seam(op.grants[i]);
       if (g->ctx_.get() != ctx) return internalError("device op over two GPUs");
-      RETURN_IF_ERROR(g->in_.at(op.events[i])->streamWait(ctx->s()));
+      RETURN_IF_ERROR(g->in_[op.events[i]]->streamWait(ctx->s()));
       (*slots)[i] = g->slot(op.offsets[i]);
     }
     return ctx;
@@ -161,6 +178,8 @@ class SeamDeviceRuntime final : public DeviceRuntime {
   SeveralGpus several_;
   std::mutex comms_mu_;  // the staging threads create them
   std::map<std::string, std::shared_ptr<nccl::NodeComm>> comms_;
+  std::atomic<uint64_t> reduces_{0};  // reduction launches (the staging thread's too)
+  std::atomic<uint64_t> batched_copies_{0};
 };
 
 bool SeamDeviceRuntime::canAccessPeer(int a, int b) {
@@ -230,6 +249,7 @@ Status SeamDeviceRuntime::enqueueWork(const DeviceLocalOp& op, const std::vector
   const int nd = static_cast<int>(std::min<size_t>(k, gpu::kMaxDeviceOutputs));
   RETURN_IF_ERROR(api.launchReduce(op.dtype, op.op, slots.data(), static_cast<int>(k), slots.data(),
                                    nd, op.count, op.prescale, op.postscale, s));
+  ++reduces_;
   for (size_t i = static_cast<size_t>(nd); i < k; ++i)
     RETURN_IF_ERROR(api.copyAsync(slots[i], slots[0], bytes, s));
   return okStatus();
@@ -269,6 +289,7 @@ Status SeamDeviceRuntime::stageToHost(const DeviceLocalOp& op, void* host, int64
   if (!op.broadcast) {
     RETURN_IF_ERROR(api->launchReduce(op.dtype, op.op, slots.data(), static_cast<int>(slots.size()),
                                       slots.data(), 1, op.count, op.prescale, 1.0, s));
+    ++reduces_;
     src = slots[0];
   } else if (op.broadcast_root >= 0 && op.broadcast_root < static_cast<int>(slots.size())) {
     src = slots[op.broadcast_root];

@@ -15,6 +15,11 @@ class NoDeviceRuntime final : public DeviceRuntime {
   Status enqueueLocal(const DeviceLocalOp&) override {
     return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
   }
+  StatusOr<DeviceFusedLaunches> enqueueFused(const std::vector<DeviceLocalOp>&,
+                                             const std::vector<uint64_t>&, uint64_t) override {
+    return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
+  }
+  DeviceFusedLaunches launchTotals() const override { return {}; }
   StatusOr<std::shared_ptr<char>> stagingBuffer(const DeviceLocalOp&, size_t) override {
     return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
   }

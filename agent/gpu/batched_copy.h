@@ -18,9 +18,6 @@
 
 namespace kolo::gpu {
 
-constexpr size_t kMaxCopyItemsPerLaunch = 128;
-constexpr size_t kDefaultCopyChunkBytes = 64 * 1024;
-
 // Enqueues the copies on `stream`; returns the number of kernel launches.
 StatusOr<int> batchedCopy(const std::vector<CopySegment>& segments, cudaStream_t stream,
                           size_t chunk_bytes = kDefaultCopyChunkBytes);

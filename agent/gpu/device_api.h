@@ -24,6 +24,7 @@
 #include <string>
 
 #include "agent/gpu/device_ipc.h"
+#include "agent/gpu/plan.h"
 #include "common/dtype.h"
 #include "common/fd.h"
 #include "common/status.h"
@@ -105,6 +106,12 @@ class DeviceApi {
   virtual Status launchReduce(DataType dtype, ReduceOp op, const void* const* srcs, int nsrc,
                               void* const* dsts, int ndst, size_t count, double prescale,
                               double postscale, void* stream) = 0;
+  // agent/gpu/batched_copy.h's batchedCopy: `n` device-to-device copies
+  // (none overlapping within a segment) in as few kernel launches as
+  // planBatchedCopy makes of them (items of kDefaultCopyChunkBytes, at most
+  // kMaxCopyItemsPerLaunch per launch), ordered on `stream`. Returns the
+  // number of launches (0 when every segment is empty).
+  virtual StatusOr<int> batchedCopy(const CopySegment* segments, size_t n, void* stream) = 0;
   virtual PointerInfo pointerInfo(const void* p) = 0;
   // Several GPUs in one process (docs/gpu.md, "Several GPUs per node"):
   // cudaDeviceCanAccessPeer(device, peer) (false for device == peer), and

@@ -8,6 +8,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "agent/gpu/batched_copy.h"
 #include "agent/gpu/cuda_status.h"
 #include "agent/gpu/device.h"
 #include "agent/gpu/device_api.h"
@@ -132,6 +133,9 @@ class CudaDeviceApi final : public DeviceApi {
                       void* const* dsts, int ndst, size_t count, double pre, double post,
                       void* s) override {
     return gpu::launchReduce(dtype, op, srcs, nsrc, dsts, ndst, count, pre, post, cs(s));
+  }
+  StatusOr<int> batchedCopy(const CopySegment* segs, size_t n, void* s) override {
+    return gpu::batchedCopy(std::vector<CopySegment>(segs, segs + n), cs(s));
   }
   PointerInfo pointerInfo(const void* p) override {
     PointerInfo info;

@@ -17,6 +17,9 @@ namespace kolo::gpu {
 
 constexpr size_t kIpcEventHandleBytes = 64;  // sizeof(cudaIpcEventHandle_t)
 constexpr uint64_t kDefaultDeviceArenaBytes = 256ull << 20;
+// A trainer starts with kMaxDeviceEvents (64) event pairs and asks for more
+// (the DeviceEvents frame, doubling) while all are in flight, up to this.
+constexpr uint32_t kMaxDeviceEventPairs = 4096;
 
 // Which interprocess event pairs are free: the client takes one per device op
 // at submission and gives it back once the result's copy-out is enqueued.
@@ -27,6 +30,8 @@ class EventSlotPool {
   // False for an index that is out of range or not taken.
   bool release(uint32_t slot);
   uint32_t size() const { return static_cast<uint32_t>(taken_.size()); }
+  // `n` more free pairs, numbered after the existing ones.
+  void grow(uint32_t n) { taken_.resize(taken_.size() + n, false); }
   uint32_t inUse() const { return in_use_; }
 
  private:

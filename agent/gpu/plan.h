@@ -19,6 +19,10 @@
 namespace kolo::gpu {
 
 constexpr size_t kVectorBytes = 16;
+// The batched copy kernel's launch geometry (batched_copy.h): work items per
+// launch (they travel in the kernel parameters) and bytes per item.
+constexpr size_t kMaxCopyItemsPerLaunch = 128;
+constexpr size_t kDefaultCopyChunkBytes = 64 * 1024;
 
 struct VectorSplit {
   size_t head = 0;     // scalar elements before the first aligned vector

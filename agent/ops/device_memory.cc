@@ -1,5 +1,6 @@
 // Device memory (docs/gpu.md): the reduction kernel over the ranks' device
-// slots on one GPU, enqueued behind their in_ready events; the completion
+// slots on one GPU, enqueued behind their in_ready events (allreduces fused
+// with the others ready in the same pass: device_fusion.h); the completion
 // goes out at once (the clients' streams wait on out_ready). Across agents
 // the tensor is staged through host memory and crosses as an allreduce or a
 // broadcast on the host path (runCrossLegOnLoop). An op the device path
@@ -13,6 +14,7 @@
 #include "agent/gpu/device_ipc.h"
 #include "agent/ipc/client_conn.h"
 #include "agent/ops/device_several.h"
+#include "agent/ops/device_fusion.h"
 #include "agent/ops/memory.h"
 #include "agent/ops/op.h"
 #include "agent/timeline/timeline.h"
@@ -151,14 +153,11 @@ void DeviceMemory::runOnLoop(OpHost& host, Job& job, const CollectiveOp* kind, R
   if (plan.route == gpu::DeviceRoute::kStagedCross) {
     return stageCrossOnLoop(host, job, std::move(op), dop, std::move(hold), std::move(handles));
   }
-  host.opTimeline().opStart(op.name, coll);
-  Status st = deviceRuntime().enqueueLocal(dop);
-  host.opTimeline().opEnd(
-      op.name, dop.dtype,
-      std::vector<int64_t>(d0.shape, d0.shape + std::min<int>(d0.ndim, kMaxDims)));
-  if (!st.isOk())
-    log::get("agent.ops")->warn("job {}: device op '{}': {}", job.id(), op.name, st.message());
-  host.finishOpOnLoop(job.id(), handles, d0.data_bytes, st, dop.dtype, op.first_arrival, coll);
+  if (coll == CollectiveType::kAllreduce) {  // fused with the others of this pass, if any
+    return queueDeviceFusionOnLoop(
+        host, job, DeviceFusionItem{std::move(op), dop, std::move(hold), std::move(handles)});
+  }
+  runDeviceLocalOnLoop(host, job, op, dop, handles);
 }
 
 void DeviceMemory::stageCrossOnLoop(OpHost& host, Job& job, ReadyOp op, const DeviceLocalOp& dop,

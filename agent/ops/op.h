@@ -95,6 +95,11 @@ class OpHost {
     const std::atomic<bool>* cancel = nullptr;  // set when the agent stops
   };
   virtual DeviceStaging deviceStaging() const = 0;
+  // Runs `fn` on the loop after the work already there (device Tensor
+  // Fusion flushes the ops that became ready in this pass of the loop).
+  virtual void postOnLoop(std::function<void()> fn) = 0;
+  // The agent's --fusion-threshold-mb in bytes (a job's own setting wins).
+  virtual uint64_t fusionThresholdBytes() const = 0;
 };
 
 class CollectiveOp {

@@ -399,6 +399,15 @@ void Client::handleAgentFrame(const std::string& payload) {
     timeline_reply_ = okStatus();  // the answer to timelineControl
     ++timeline_replies_;
     cv_.notify_all();
+  } else if (f.has_device_events_granted()) {
+    device_events_reply_ = f.device_events_granted().handles();
+    ++device_event_replies_;
+    cv_.notify_all();
+  } else if (f.has_refused() && f.refused().frame() == "DeviceEvents") {
+    device_events_reply_ =
+        wireStatus(f.refused().code(), f.refused().message(), Code::kUnavailable);
+    ++device_event_replies_;
+    cv_.notify_all();
   } else if (f.has_refused() && f.refused().frame() == "TimelineControl") {
     timeline_reply_ =
         wireStatus(f.refused().code(), f.refused().message(), Code::kPermissionDenied);

@@ -423,6 +423,13 @@ class Client {
   // this rank can take it, and the staging copy into the device arena.
   bool wantsDevice(const OpArgs& a) const;
   Status deviceAdmits(const OpArgs& a, const std::string& what) const;
+  // All device event pairs in flight: asks the agent for more
+  // (client_device_events.cc); false when none could be had.
+  bool growDeviceEvents();
+  // A grouped allreduce of device tensors on one stream copies in with one
+  // batched copy (DeviceClient::beginBatch); false when it does not apply.
+  bool beginDeviceGroup(const std::vector<OpArgs>& members);
+  void endDeviceGroup(size_t members);
   Status prepareDevice(const OpArgs& a, uint64_t bytes, const std::string& what,
                        Clock::time_point deadline, SubmitDesc* d, Op* op);
   // Publishes a prepared op and its descriptor (ring + table), waiting for
@@ -497,7 +504,11 @@ class Client {
   uint64_t generation_notice_ = 0;
   std::string stall_notice_;       // the agent's last stall report for this job (Notice)
   uint64_t timeline_replies_ = 0;  // the agent's answers to timelineControl so far
-  Status timeline_reply_;          // the last of them
+  // The agent's answers to DeviceEvents frames (growDeviceEvents, one at a time).
+  std::mutex grow_mu_;
+  uint64_t device_event_replies_ = 0;
+  StatusOr<std::string> device_events_reply_{std::string()};
+  Status timeline_reply_;                               // the last of them
   std::unordered_map<uint64_t, GatherResult> results_;  // allgather outputs until release()
   pid_t owner_pid_ = -1;
   std::unique_ptr<DeviceClient> device_;  // set in connect(); never null after

@@ -139,6 +139,16 @@ StatusOr<std::vector<uint64_t>> Client::groupedAsync(std::vector<OpArgs> members
   const uint64_t gid = groups_.fetch_add(1) + 1;
   std::vector<uint64_t> handles;
   handles.reserve(members.size());
+  // Device tensors on one stream: one copy-in launch for the group.
+  const bool batched = beginDeviceGroup(members);
+  struct EndBatch {
+    Client* c;
+    bool on;
+    size_t n;
+    ~EndBatch() {
+      if (on) c->endDeviceGroup(n);
+    }
+  } end_batch{this, batched, members.size()};
   for (OpArgs& a : members) {
     a.group_id = gid;
     a.group_hash = hash;

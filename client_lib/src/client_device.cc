@@ -8,6 +8,7 @@
 
 #include "agent/gpu/device_ipc.h"
 #include "client.h"
+#include "common/log.h"
 
 namespace kolo {
 
@@ -91,6 +92,13 @@ Status Client::prepareDevice(const OpArgs& a, uint64_t bytes, const std::string&
   const uint64_t slot_bytes = std::max<uint64_t>(plan.slot_bytes, 1);
   auto staged = device_->stageIn(a.input, bytes, slot_bytes, plan.input.at, stream, deadline);
   while (!staged.isOk() && staged.status().code() == Code::kInProgress) {
+    // Every event pair in flight: ask the agent for more (the ops in flight
+    // may be waiting for ops not submitted yet, a group's later members or
+    // other ranks' orders), else wait for completions as below.
+    if (device_->eventsExhausted() && growDeviceEvents()) {
+      staged = device_->stageIn(a.input, bytes, slot_bytes, plan.input.at, stream, deadline);
+      continue;
+    }
     // Ops in flight hold the device arena space or the event pairs: let
     // their completions free them (bounded by the op timeout).
     uint64_t before = 0;
@@ -135,6 +143,30 @@ Status Client::prepareDevice(const OpArgs& a, uint64_t bytes, const std::string&
   op->staged = *staged;
   op->stream = stream;
   return okStatus();
+}
+
+bool Client::beginDeviceGroup(const std::vector<OpArgs>& members) {
+  if (!device_ || !device_->ready() || members.size() < 2) return false;
+  void* const stream = deviceStream(members[0]);
+  for (const OpArgs& a : members) {
+    if (a.collective != static_cast<int>(CollectiveType::kAllreduce) || a.compressed ||
+        !wantsDevice(a) || deviceStream(a) != stream) {
+      return false;
+    }
+  }
+  device_->beginBatch(stream, members.size());
+  return true;
+}
+
+void Client::endDeviceGroup(size_t members) {
+  Status st = device_->endBatch();
+  static auto logger = log::get("client.device");
+  if (!st.isOk()) {
+    logger->warn("the copy-in of a device group of {} tensors: {}", members, st.message());
+    return;
+  }
+  logger->debug("device group of {} tensors copied in by {} batched copy launches", members,
+                device_->lastBatchLaunches());
 }
 
 StatusOr<uint64_t> Client::submitDeviceDescForTest(const char* name, uint64_t bytes) {

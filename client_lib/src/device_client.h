@@ -97,6 +97,32 @@ class DeviceClient {
   virtual void retire(const Staged& s, void* stream) = 0;
   // The device address of the slot's offset `at` (this process's mapping).
   virtual void* address(const Staged& s, uint64_t at) const = 0;
+
+  // More event pairs (docs/gpu.md, "More than 64 device ops in flight"):
+  // whether every pair is in flight and more may be asked for (fewer than
+  // gpu::kMaxDeviceEventPairs, and the agent never refused).
+  virtual bool eventsExhausted() = 0;
+  // New in_ready events (as many again as there are, at most 512 a frame),
+  // their handles for the DeviceEvents frame; kept apart until
+  // attachEvents (the agent's out_ready handles of DeviceEventsGranted)
+  // numbers them after the existing pairs, or dropNewEvents (refused: no
+  // more growth, the submissions wait for pairs as before).
+  virtual StatusOr<std::string> newEvents() = 0;
+  virtual Status attachEvents(const std::string& agent_handles) = 0;
+  virtual void dropNewEvents() = 0;
+  virtual uint32_t eventPairs() = 0;
+
+  // One copy-in launch per group (docs/gpu.md, "Device Tensor Fusion"): the
+  // calling thread's next `members` stageIn calls on `stream` whose source
+  // is device memory only take their slot and pair; the last one enqueues
+  // every copy as one batched copy and records every in_ready before it
+  // returns (so before the group's last member is published: the agent
+  // holds a group's members until the last arrives, and waits on in_ready
+  // only then). endBatch() flushes what is left (a group that failed half
+  // way) and ends it. The number of batched copy launches of the last flush.
+  virtual void beginBatch(void* stream, size_t members) = 0;
+  virtual Status endBatch() = 0;
+  virtual int lastBatchLaunches() const = 0;
 };
 
 }  // namespace kolo

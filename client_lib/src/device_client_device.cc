@@ -2,6 +2,7 @@
 // docs/gpu.md): the same protocol on CUDA and on the host emulation
 // (KOLO_DEVICE=host-emulated, test builds only).
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -48,6 +49,16 @@ Status selectFromEnv() {
   ASSIGN_OR_RETURN(gpu::DeviceKind kind, gpu::parseDeviceKind(env));
   return gpu::selectDeviceApi(kind);
 }
+
+// The calling thread's group copy-in (DeviceClient::beginBatch).
+struct CopyBatch {
+  bool on = false;
+  void* stream = nullptr;
+  size_t left = 0;
+  std::vector<gpu::CopySegment> segs;
+  std::vector<uint32_t> events;  // in_ready to record after the copy
+};
+thread_local CopyBatch t_batch;
 
 class SeamDeviceClient final : public DeviceClient {
  public:
@@ -134,6 +145,36 @@ class SeamDeviceClient final : public DeviceClient {
                 bool copy, bool hold) override;
   void retire(const Staged& s, void* stream) override;
   void* address(const Staged& s, uint64_t at) const override { return slot(s.offset + at); }
+  bool eventsExhausted() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    sweepLocked();
+    return ready() && !no_growth_ && pool_.inUse() == pool_.size() &&
+           pool_.size() < gpu::kMaxDeviceEventPairs;
+  }
+  StatusOr<std::string> newEvents() override;
+  Status attachEvents(const std::string& agent_handles) override;
+  void dropNewEvents() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    new_in_.clear();
+    new_done_.clear();
+    no_growth_ = true;
+  }
+  void beginBatch(void* stream, size_t members) override {
+    t_batch = CopyBatch{};
+    t_batch.on = ready() && members > 1;
+    t_batch.stream = stream;
+    t_batch.left = members;
+  }
+  Status endBatch() override {
+    Status st = flushBatch();
+    t_batch = CopyBatch{};
+    return st;
+  }
+  int lastBatchLaunches() const override { return last_launches_.load(); }
+  uint32_t eventPairs() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pool_.size();
+  }
 
  private:
   Status createEvents(ipc::Hello* h) {
@@ -145,6 +186,11 @@ class SeamDeviceClient final : public DeviceClient {
     h->set_cuda_device(device_);
     h->set_gpu_uuid(uuid);
     std::string handles;
+    // Never moved once made (stageIn and finish index them unlocked while
+    // attachEvents appends).
+    in_.reserve(gpu::kMaxDeviceEventPairs);
+    done_.reserve(gpu::kMaxDeviceEventPairs);
+    out_.reserve(gpu::kMaxDeviceEventPairs);
     for (uint32_t i = 0; i < kEventPairs; ++i) {
       ASSIGN_OR_RETURN(auto e, api_->createEvent(true));
       ASSIGN_OR_RETURN(gpu::IpcEventBytes hb, e->exportHandle());
@@ -203,7 +249,85 @@ class SeamDeviceClient final : public DeviceClient {
   gpu::EventSlotPool pool_{kEventPairs};
   std::deque<Staged> retiring_;  // in finish order
   bool leaked_ = false;
+  // Pairs asked for (newEvents) and not yet granted; no_growth_ once refused.
+  std::vector<std::unique_ptr<gpu::DevEvent>> new_in_, new_done_;
+  bool no_growth_ = false;
+  std::atomic<int> last_launches_{0};
+
+  // The batch's copies as one batched copy, then its in_ready records
+  // (each recorded even after a failed copy: the agent's wait must not
+  // pass on an earlier record; the op fails with the copy's error).
+  Status flushBatch() {
+    if (t_batch.events.empty()) return okStatus();
+    DeviceScope scope(*api_, device_);
+    Status st = scope.status();
+    if (st.isOk()) {
+      auto n = api_->batchedCopy(t_batch.segs.data(), t_batch.segs.size(), t_batch.stream);
+      st = n.status();
+      if (n.isOk()) last_launches_ = *n;
+    }
+    for (uint32_t e : t_batch.events) {
+      Status rec = in_[e]->record(t_batch.stream);
+      if (st.isOk()) st = rec;
+    }
+    t_batch.segs.clear();
+    t_batch.events.clear();
+    return st;
+  }
 };
+
+StatusOr<std::string> SeamDeviceClient::newEvents() {
+  DeviceScope scope(*api_, device_);
+  RETURN_IF_ERROR(scope.status());
+  uint32_t have = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    have = pool_.size();
+  }
+  const uint32_t n = std::min({have, 512u, gpu::kMaxDeviceEventPairs - have});
+  std::vector<std::unique_ptr<gpu::DevEvent>> ins, dones;
+  std::string handles;
+  for (uint32_t i = 0; i < n; ++i) {
+    ASSIGN_OR_RETURN(auto e, api_->createEvent(true));
+    ASSIGN_OR_RETURN(gpu::IpcEventBytes hb, e->exportHandle());
+    handles.append(reinterpret_cast<const char*>(hb.data()), hb.size());
+    ins.push_back(std::move(e));
+    ASSIGN_OR_RETURN(auto d, api_->createEvent(false));
+    dones.push_back(std::move(d));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  new_in_ = std::move(ins);
+  new_done_ = std::move(dones);
+  return handles;
+}
+
+Status SeamDeviceClient::attachEvents(const std::string& agent_handles) {
+  DeviceScope scope(*api_, device_);
+  RETURN_IF_ERROR(scope.status());
+  ASSIGN_OR_RETURN(uint32_t n,
+                   gpu::countEventHandles(agent_handles.size(), gpu::kMaxDeviceEventPairs));
+  std::vector<std::unique_ptr<gpu::DevEvent>> outs;
+  for (uint32_t i = 0; i < n; ++i) {
+    gpu::IpcEventBytes hb;
+    std::memcpy(hb.data(), agent_handles.data() + i * hb.size(), hb.size());
+    ASSIGN_OR_RETURN(auto e, api_->openEvent(hb));
+    outs.push_back(std::move(e));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (n != new_in_.size()) {
+    return internalError("the agent granted " + std::to_string(n) + " event pairs for our " +
+                         std::to_string(new_in_.size()));
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    in_.push_back(std::move(new_in_[i]));
+    done_.push_back(std::move(new_done_[i]));
+    out_.push_back(std::move(outs[i]));
+  }
+  new_in_.clear();
+  new_done_.clear();
+  pool_.grow(n);
+  return okStatus();
+}
 
 StatusOr<DeviceClient::Staged> SeamDeviceClient::takeLocked(uint64_t bytes, bool* retry) {
   *retry = false;
@@ -220,7 +344,7 @@ StatusOr<DeviceClient::Staged> SeamDeviceClient::takeLocked(uint64_t bytes, bool
                         std::to_string(alloc_->usedBytes()) + " held by ops in flight)");
     }
   } else if (retiring_.empty()) {
-    return Status(Code::kInProgress, "all " + std::to_string(kEventPairs) +
+    return Status(Code::kInProgress, "all " + std::to_string(pool_.size()) +
                                          " device event pairs are held by ops in flight");
   }
   *retry = true;
@@ -257,6 +381,27 @@ StatusOr<DeviceClient::Staged> SeamDeviceClient::stageIn(const void* src, uint64
           "the copies of earlier results are still queued on their streams");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  if (t_batch.on && t_batch.left > 0 && stream == t_batch.stream && bytes > 0 &&
+      api_->pointerInfo(src).device) {
+    t_batch.segs.push_back({src, slot(s.offset + in_at), bytes});
+    t_batch.events.push_back(s.event);
+    if (--t_batch.left > 0) return s;
+    Status st = flushBatch();  // the group's last member: every copy and record now
+    if (!st.isOk()) {
+      (void)finish(s, nullptr, 0, 0, stream, false, false);
+      return st;
+    }
+    return s;
+  }
+  if (t_batch.on && t_batch.left > 0 && --t_batch.left == 0) {
+    // The last member not batched (host memory, another stream): the
+    // others' copies go first.
+    Status fl = flushBatch();
+    if (!fl.isOk()) {
+      (void)finish(s, nullptr, 0, 0, stream, false, false);
+      return fl;
+    }
   }
   Status st = bytes == 0 ? okStatus() : api_->copyAsync(slot(s.offset + in_at), src, bytes, stream);
   if (st.isOk()) st = in_[s.event]->record(stream);

@@ -30,6 +30,14 @@ class NoDeviceClient final : public DeviceClient {
   }
   void retire(const Staged&, void*) override {}
   void* address(const Staged&, uint64_t) const override { return nullptr; }
+  bool eventsExhausted() override { return false; }
+  StatusOr<std::string> newEvents() override { return unavailable(why()); }
+  Status attachEvents(const std::string&) override { return unavailable(why()); }
+  void dropNewEvents() override {}
+  uint32_t eventPairs() override { return 0; }
+  void beginBatch(void*, size_t) override {}
+  Status endBatch() override { return okStatus(); }
+  int lastBatchLaunches() const override { return 0; }
 
  private:
   bool asked_ = false;

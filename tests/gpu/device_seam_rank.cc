@@ -2,7 +2,8 @@
 // the device seam (agent/gpu/device_api.h) only, so the same program runs on
 // the host emulation (KOLO_DEVICE=host-emulated, CPU machines, sanitizers)
 // and on CUDA (a GPU machine). Links libkolo's internals and talks to a real
-// kolo-agent. Usage: kolo_gpu_seam_rank every|inflight|full|die|fault|colls|mixed|cross|refused
+// kolo-agent. Usage: kolo_gpu_seam_rank every|inflight|full|die|fault|colls|mixed|cross|
+// refused|fused|many|fusedie
 // Prints "<MODE> OK" and exits 0 on success; "SKIP: <why>" when no device
 // arena was granted; "FAULT: <status>" for the fault mode.
 #include <unistd.h>
@@ -314,6 +315,7 @@ int fault(Client& c) {
 }
 
 #include "tests/gpu/device_seam_colls.inc"
+#include "tests/gpu/device_seam_fusion.inc"
 
 // Several GPUs per node, across agents: one device allreduce, refused with
 // the text on every rank; a host allreduce after it works.
@@ -361,7 +363,8 @@ void pickGpu() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s every|inflight|full|die|fault|colls|mixed|cross|refused\n",
+    std::fprintf(stderr,
+                 "usage: %s every|inflight|full|die|fault|colls|mixed|cross|refused|fused|many|fusedie\n",
                  argv[0]);
     return 2;
   }
@@ -402,6 +405,12 @@ int main(int argc, char** argv) {
     rc = cross(c);
   else if (mode == "refused")
     rc = refused(c);
+  else if (mode == "fused")
+    rc = fused(c);
+  else if (mode == "many")
+    rc = many(c);
+  else if (mode == "fusedie")
+    rc = fusedie(c);
   std::fflush(stdout);
   c.shutdown();
   return rc;

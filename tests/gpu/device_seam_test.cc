@@ -5,9 +5,13 @@
 // builds run it); with KOLO_TEST_DEVICE=cuda the same tests run unchanged on
 // the real CUDA implementation (a GPU machine; they skip without a GPU).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <ostream>
 #include <string>
@@ -110,6 +114,8 @@ TEST_P(SeamRanks, EveryCollectiveOnOneAgent) {
   if (skipped) GTEST_SKIP() << ranks[0].output();
   std::printf("[colls] rank 0: %s", ranks[0].output().c_str());
 }
+
+#include "tests/gpu/device_seam_fusion_test.inc"
 
 INSTANTIATE_TEST_SUITE_P(Trainers, SeamRanks, ::testing::Values(2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& i) {

@@ -290,6 +290,37 @@ class HostDeviceApi final : public DeviceApi {
     return okStatus();
   }
 
+  // The kernel's launches as planBatchedCopy cuts them, each one task on
+  // the stream (its items copied in order, as one launch's blocks finish
+  // before the next launch starts).
+  StatusOr<int> batchedCopy(const CopySegment* segs, size_t n, void* stream) override {
+    RETURN_IF_ERROR(stickyError());
+    ASSIGN_OR_RETURN(auto launches,
+                     planBatchedCopy(std::vector<CopySegment>(segs, segs + n),
+                                     kDefaultCopyChunkBytes, kMaxCopyItemsPerLaunch));
+    if (launches.empty()) return 0;
+    if (faults().fail_launch) return injectedLaunchFailure();
+    for (const CopyLaunch& l : launches) {
+      for (const CopyItem& it : l.items) {
+        if (!inHeap(reinterpret_cast<const void*>(it.src)) ||
+            !inHeap(reinterpret_cast<void*>(it.dst))) {
+          return invalidArgument(
+              "batchedCopy: cudaErrorIllegalAddress: a segment outside device memory (the host "
+              "emulation checks every item's source and destination)");
+        }
+      }
+    }
+    for (CopyLaunch& l : launches) {
+      enqueueTask(stream, [items = std::move(l.items)] {
+        for (const CopyItem& it : items) {
+          std::memcpy(reinterpret_cast<void*>(it.dst), reinterpret_cast<const void*>(it.src),
+                      it.bytes);
+        }
+      });
+    }
+    return static_cast<int>(launches.size());
+  }
+
   PointerInfo pointerInfo(const void* p) override {
     PointerInfo info;
     const int dev = p != nullptr ? heaps().deviceOf(p) : -2;
