@@ -29,8 +29,10 @@ constexpr uint32_t kArenaMagic = 0x4b4f4c41;  // "KOLA"
 // 2: SubmitDesc gained the group fields; 3: generation; 4: the header's
 // wake-up flags (agent_polling, client_waiting honoured, frames_sent);
 // 5: SubmitDesc.split_epoch (split reduction); 6: SubmitDesc.meta_offset
-// (the header of a device allgather / alltoall, in the shared arena).
-constexpr uint32_t kIpcProtocolVersion = 6;
+// (the header of a device allgather / alltoall, in the shared arena); 7:
+// the DeviceEvents / DeviceEventsGranted frames (a device event pool that
+// grows past 64 pairs).
+constexpr uint32_t kIpcProtocolVersion = 7;
 constexpr size_t kMaxNameBytes = 255;
 constexpr int kMaxDims = 8;
 constexpr size_t kMaxErrorBytes = 440;
