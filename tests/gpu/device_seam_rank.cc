@@ -2,7 +2,7 @@
 // the device seam (agent/gpu/device_api.h) only, so the same program runs on
 // the host emulation (KOLO_DEVICE=host-emulated, CPU machines, sanitizers)
 // and on CUDA (a GPU machine). Links libkolo's internals and talks to a real
-// kolo-agent. Usage: kolo_gpu_seam_rank every|inflight|full|die|fault
+// kolo-agent. Usage: kolo_gpu_seam_rank every|inflight|full|die|fault|colls|mixed|cross|zerocopy
 // Prints "<MODE> OK" and exits 0 on success; "SKIP: <why>" when no device
 // arena was granted; "FAULT: <status>" for the fault mode.
 #include <unistd.h>
@@ -314,12 +314,14 @@ int fault(Client& c) {
 }
 
 #include "tests/gpu/device_seam_colls.inc"
+#include "tests/gpu/device_seam_zerocopy.inc"
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s every|inflight|full|die|fault|colls|mixed|cross\n", argv[0]);
+    std::fprintf(stderr, "usage: %s every|inflight|full|die|fault|colls|mixed|cross|zerocopy\n",
+                 argv[0]);
     return 2;
   }
   auto opts = kolo::ClientOptions::fromEnvironment();
@@ -351,6 +353,8 @@ int main(int argc, char** argv) {
     rc = mixed(c);
   else if (mode == "cross")
     rc = cross(c);
+  else if (mode == "zerocopy")
+    rc = zerocopy(c);
   std::fflush(stdout);
   c.shutdown();
   return rc;
