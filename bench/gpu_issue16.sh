@@ -105,12 +105,13 @@ declare -a summary phases
 missing=()
 for f in bin/kolorun bin/kolo-agent bin/kolo-coordinator bin/kolo bin/kolo_gpu_device_path_tests \
          bin/kolo_gpu_device_rank bin/kolo_gpu_seam_tests bin/kolo_gpu_seam_rank \
-         bin/kolo_gpu_nccl_process_tests bin/kolo_gpu_nccl_rank bin/kolo_cli_tests lib/libkolo.so; do
+         bin/kolo_gpu_nccl_process_tests bin/kolo_gpu_nccl_rank bin/kolo_cli_tests bin/kolo-bench \
+         lib/libkolo.so; do
   [[ -e "$DIR/$f" ]] || missing+=("$DIR/$f")
 done
 for f in client_lib/python/kolo/torch/_cuda.py tests/python/test_device_ops.py \
          examples/pytorch_synthetic_benchmark.py examples/ddp_synthetic_benchmark.py \
-         bench/gpu_check.sh; do
+         bench/gpu_check.sh bench/device_bench_all.sh client_lib/python/kolo/torch/_zero_copy.py; do
   [[ -e "$REPO/$f" ]] || missing+=("$REPO/$f")
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
