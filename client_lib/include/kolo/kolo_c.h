@@ -416,7 +416,10 @@ kolo_status_t kolo_device_path(int* device);
  * kolo_device_free: NULL is a no-op. KOLO_ERR_INVALID_ARGUMENT for a pointer
  * kolo_device_alloc did not return (or freed already), and for a buffer an
  * op still in flight uses (its name). Like cudaFreeAsync, the space is
- * reused once the calling thread's kolo stream has passed the free. */
+ * reused once the calling thread's kolo stream has passed the free: free a
+ * buffer on the stream its ops ran on (the agent may still be working in it
+ * when kolo_synchronize returns; that stream waits for it), or after
+ * synchronizing that stream. */
 kolo_status_t kolo_device_alloc(size_t bytes, void** ptr);
 kolo_status_t kolo_device_free(void* ptr);
 /* The same as an allocator hook of the shape torch's CUDAPluggableAllocator
