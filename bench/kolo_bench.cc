@@ -392,6 +392,31 @@ Status writeJson(const Run& run, const std::vector<Row>& rows, double avg_busbw)
   return okStatus();
 }
 
+// The run's buffers, each of the largest size (broadcast on the host uses
+// only `send`, barrier neither): host memory or kolo_alloc_shared, and with
+// --device the device buffers besides (send/recv are then their mirrors).
+Status allocateBuffers(Run& run, uint64_t max_bytes, KoloSession::Buffer* send,
+                       KoloSession::Buffer* recv) {
+  const BenchOptions& o = run.opts;
+  const bool device = run.dev != nullptr;
+  const bool need_recv = !o.in_place && (o.op_kind != OpKind::kBroadcast || device);
+  for (KoloSession::Buffer* b : {send, recv}) {
+    if (max_bytes == 0 || (b == recv && !need_recv)) break;
+    ASSIGN_OR_RETURN(*b, run.kolo->allocate(max_bytes, o.zero_copy && !device));
+  }
+  run.send = send->get();
+  run.recv = need_recv ? recv->get() : run.send;
+  if (device && max_bytes > 0) {
+    ASSIGN_OR_RETURN(run.dsend, run.dev->alloc(max_bytes));
+    run.drecv = run.dsend;
+    if (need_recv) {
+      ASSIGN_OR_RETURN(run.drecv, run.dev->alloc(max_bytes));
+    }
+    run.buf_bytes = max_bytes;
+  }
+  return okStatus();
+}
+
 int benchMain(int argc, char** argv) {
   auto parsed = parseBenchArgs(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed.isOk()) {
@@ -465,29 +490,10 @@ int benchMain(int argc, char** argv) {
   // Declared after the session: freed before kolo_shutdown. Each holds the
   // largest size (broadcast uses only `send`, barrier neither).
   KoloSession::Buffer send, recv;
-  const bool need_recv = !o.in_place && (o.op_kind != OpKind::kBroadcast || device);
-  for (KoloSession::Buffer* b : {&send, &recv}) {
-    if (max_bytes == 0 || (b == &recv && !need_recv)) break;
-    auto buf = kolo.allocate(max_bytes, o.zero_copy && !device);  // --device: host mirrors
-    if (!buf.isOk()) {
-      std::fprintf(stderr, "kolo-bench: rank %d: %s\n", run.rank, buf.status().toString().c_str());
-      return 2;
-    }
-    *b = std::move(buf).value();
-  }
-  run.send = send.get();
-  run.recv = need_recv ? recv.get() : run.send;
-  if (dev && max_bytes > 0) {
-    auto ds = dev->alloc(max_bytes);
-    auto dr = need_recv && ds.isOk() ? dev->alloc(max_bytes) : ds;
-    if (!ds.isOk() || !dr.isOk()) {
-      std::fprintf(stderr, "kolo-bench: rank %d: device buffers: %s\n", run.rank,
-                   (ds.isOk() ? dr : ds).status().toString().c_str());
-      return 2;
-    }
-    run.dsend = *ds;
-    run.drecv = *dr;
-    run.buf_bytes = max_bytes;
+  Status buffers = allocateBuffers(run, max_bytes, &send, &recv);
+  if (!buffers.isOk()) {
+    std::fprintf(stderr, "kolo-bench: rank %d: %s\n", run.rank, buffers.toString().c_str());
+    return 2;
   }
 
   if (run.rank == 0) printHeader(run, kolo, sizes);
