@@ -144,6 +144,11 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
                "Allocate the buffers with kolo_alloc_shared (no copy-in/copy-out)");
   app.add_flag("--inplace", o.in_place,
                "Allreduce in place (output == input) instead of out of place");
+  app.add_option(
+      "--device", o.device,
+      "Device tensors: 'cuda' or 'host-emulated' (the test emulation, test builds: "
+      "CPU timings, not GPU figures); buffers are device memory (--zero-copy: "
+      "kolo_device_alloc), each op ends with a stream synchronize (bench/device_bench.h)");
   app.add_option("--json", o.json_path, "Also write rank 0's rows to this JSON file");
   app.add_option("--idle-check", o.idle_check_s,
                  "After the sizes, sleep S seconds with no collective in flight and print the CPU "
@@ -207,9 +212,19 @@ StatusOr<BenchOptions> parseBenchArgs(const std::vector<std::string>& args) {
                            hint + ")");
   }
   o.op_kind = *kind;
-  if (o.in_place && o.op_kind != OpKind::kAllreduce) {
-    return invalidArgument("--inplace is for --op allreduce (broadcast is always in place; " +
-                           kind_s + " has no in-place form here)");
+  if (!o.device.empty() && o.device != "cuda" && o.device != "host-emulated") {
+    return invalidArgument("unknown --device '" + o.device + "' (cuda host-emulated)");
+  }
+  if (!o.device.empty() && (o.op_kind == OpKind::kBarrier || !o.model_step_path.empty())) {
+    return invalidArgument(
+        "--device is for the collectives with data (not barrier, not --model-step)");
+  }
+  if (o.in_place && o.op_kind != OpKind::kAllreduce &&
+      !(o.op_kind == OpKind::kBroadcast && !o.device.empty())) {
+    return invalidArgument(
+        "--inplace is for --op allreduce (and broadcast with --device; on the host "
+        "broadcast is always in place; " +
+        kind_s + " has no in-place form here)");
   }
   if (o.root < 0) return invalidArgument("--root must be >= 0");
   if (o.warmup_iters < 0) return invalidArgument("--warmup-iters must be >= 0");

@@ -1,6 +1,8 @@
 // kolo-bench's command line, nccl-tests style:
 //   kolo-bench [--op allreduce|allgather|broadcast|alltoall|reducescatter|barrier]
-//              -b 4 -e 256M -f 2 -d float32 -o sum -w 5 -n 20 -c 1 [--zero-copy] [--json FILE]
+//              -b 4 -e 256M -f 2 -d float32 -o sum -w 5 -n 20 -c 1 [--zero-copy] [--device
+//              cuda|host-emulated]
+//              [--inplace] [--json FILE]
 // Pure parsing (no kolo calls), so it is unit-tested.
 #pragma once
 
@@ -43,7 +45,9 @@ struct BenchOptions {
   double max_time_s = 0.5;
   bool check = true;
   bool zero_copy = false;
-  bool in_place = false;                // allreduce only
+  bool in_place = false;  // allreduce (and broadcast with --device)
+  // --device cuda|host-emulated: device tensors (bench/device_bench.h); "": host.
+  std::string device;
   OpKind op_kind = OpKind::kAllreduce;  // --op (alias --op-kind)
   std::string json_path;
   // --idle-check S: after the sizes, every rank sleeps S seconds with no

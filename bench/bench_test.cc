@@ -153,6 +153,25 @@ TEST(BenchOptions, CollectiveErrors) {
   EXPECT_FALSE(parseBenchArgs({"--op", "alltoall", "--model-step", "x.txt"}).isOk());
 }
 
+// --device: cuda or host-emulated; broadcast takes --inplace there; not for
+// barrier or --model-step.
+TEST(BenchOptions, DeviceMode) {
+  auto d = parseBenchArgs({"--device", "host-emulated", "--op", "broadcast", "--inplace"});
+  ASSERT_TRUE(d.isOk()) << d.status().message();
+  EXPECT_EQ(d->device, "host-emulated");
+  EXPECT_TRUE(d->in_place);
+  EXPECT_TRUE(parseBenchArgs({"--device", "cuda", "--zero-copy"}).isOk());
+  EXPECT_TRUE(parseBenchArgs({}).isOk() && parseBenchArgs({})->device.empty());
+  auto bad = parseBenchArgs({"--device", "rocm"});
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().message(), "unknown --device 'rocm' (cuda host-emulated)");
+  auto barrier = parseBenchArgs({"--device", "cuda", "--op", "barrier"});
+  ASSERT_FALSE(barrier.isOk());
+  EXPECT_EQ(barrier.status().message(),
+            "--device is for the collectives with data (not barrier, not --model-step)");
+  EXPECT_FALSE(parseBenchArgs({"--op", "broadcast", "--inplace"}).isOk());  // host: always in place
+}
+
 // nccl-tests' size per op: the n-part ops round to n elements (at least n).
 TEST(BenchOptions, OpMessageSizes) {
   using V = std::vector<OpSize>;

@@ -17,8 +17,8 @@ mib=$(du -sm "$work/bundle" | cut -f1)
 (( mib < 64 )) || fail "the bundle is ${mib} MiB, over the device tool's 64 MiB"
 
 list=$("$HERE/gpu_issue16.sh" "$work/bundle" --list) || { echo "$list"; fail "--list"; }
-for p in env torch cxx-stream cxx-seam-cuda nccl-procs kolo-status py-ops torch-dist \
-         synth-ceiling-2 synth-kolo-2 synth-ddp-gloo-2 collectives-2 gpu-check; do
+for p in env torch cxx-stream cxx-seam-cuda nccl-procs kolo-status py-ops py-zerocopy torch-dist \
+         synth-ceiling-2 synth-kolo-2 synth-ddp-gloo-2 collectives-2 collectives-device-2 gpu-check; do
   grep -qE "^  $p +[0-9]+- *[0-9]+s" <<< "$list" || { echo "$list"; fail "phase $p not listed"; }
 done
 grep -q 'inputs present' <<< "$list" || fail "--list did not check the inputs"

@@ -17,6 +17,8 @@
 #   3. py-ops     every kolo.torch op on CUDA tensors (tests/python/
 #                 test_device_ops.py: 2 and 4 trainers sharing the GPU on the
 #                 device path, and 2 with every op staged through host memory)
+#   3a. py-zerocopy the same with KOLO_DEVICE_ZERO_COPY=1 (torch's allocator
+#                 is the device arena's: device ops copy nothing)
 #   3b. torch-dist the torch.distributed backend "kolo" under this torch
 #                 (tests/python/test_torch_distributed.py: CPU ops, DDP, and
 #                 CUDA tensors with stream order, DDP and FSDP on CUDA)
@@ -28,7 +30,10 @@
 #                 (examples/ddp_synthetic_benchmark.py) with 2 and 4 ranks
 #   5. collectives per-op time and busbw of allreduce, broadcast, allgather,
 #                 reducescatter and alltoall on CUDA tensors, 4 B to 256 MiB, 2
-#                 and 4 trainers (bench/gpu/torch_collectives_bench.py)
+#                 and 4 trainers (bench/gpu/torch_collectives_bench.py); and
+#                 kolo-bench --device cuda (bench/device_bench_all.sh): the C
+#                 ABI's device collectives, user memory and zero copy
+#                 (kolo_device_alloc), in place and not
 #   6. gpu-check  bench/gpu_check.sh: every GPU test, kolo-gpu-bench, the
 #                 device allreduce timings under its own MPS daemon (the
 #                 timings without MPS skipped: KOLO_GPU_CHECK_PLAIN_BENCH=0)
@@ -45,7 +50,7 @@
 #   ninja -C build-cuda kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer kolo-gpu-bench \
 #     kolo_gpu_device_path_tests kolo_gpu_device_rank kolo_gpu_seam_tests kolo_gpu_seam_rank \
 #     kolo_gpu_nccl_process_tests kolo_gpu_nccl_rank kolo_cli_tests \
-#     kolo-agent kolo-coordinator kolorun kolo kolo_client
+#     kolo-agent kolo-coordinator kolorun kolo kolo_client kolo-bench
 #   bench/gpu_bundle.sh build-cuda build-gpubundle
 # With the device tool: run(command="bench/gpu_issue16.sh build-gpubundle",
 #                           carry=["build-gpubundle"], timeout_s=600)
@@ -100,12 +105,13 @@ declare -a summary phases
 missing=()
 for f in bin/kolorun bin/kolo-agent bin/kolo-coordinator bin/kolo bin/kolo_gpu_device_path_tests \
          bin/kolo_gpu_device_rank bin/kolo_gpu_seam_tests bin/kolo_gpu_seam_rank \
-         bin/kolo_gpu_nccl_process_tests bin/kolo_gpu_nccl_rank bin/kolo_cli_tests lib/libkolo.so; do
+         bin/kolo_gpu_nccl_process_tests bin/kolo_gpu_nccl_rank bin/kolo_cli_tests bin/kolo-bench \
+         lib/libkolo.so; do
   [[ -e "$DIR/$f" ]] || missing+=("$DIR/$f")
 done
 for f in client_lib/python/kolo/torch/_cuda.py tests/python/test_device_ops.py \
          examples/pytorch_synthetic_benchmark.py examples/ddp_synthetic_benchmark.py \
-         bench/gpu_check.sh; do
+         bench/gpu_check.sh bench/device_bench_all.sh client_lib/python/kolo/torch/_zero_copy.py; do
   [[ -e "$REPO/$f" ]] || missing+=("$REPO/$f")
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
@@ -234,7 +240,10 @@ phase kolo-status 10 60 "$BIN/kolo_cli_tests" --gtest_brief=1 \
   --gtest_filter='KoloCliDaemons.Status:KoloCliDaemonsWithMps.*'
 
 # --- 3. every kolo.torch op on CUDA tensors ----------------------------------
-phase py-ops 90 200 "$PY" -m pytest -q -p no:cacheprovider -rs "$REPO/tests/python/test_device_ops.py" -k cuda
+phase py-ops 90 200 "$PY" -m pytest -q -p no:cacheprovider -rs "$REPO/tests/python/test_device_ops.py" -k "cuda and not zerocopy"
+# --- 3a. zero copy: KOLO_DEVICE_ZERO_COPY=1 puts every CUDA tensor of kolo.torch in the
+# device arena (torch's pluggable allocator over kolo_device_alloc_stream); every op again.
+phase py-zerocopy 30 150 "$PY" -m pytest -q -p no:cacheprovider -rs "$REPO/tests/python/test_device_ops.py" -k zerocopy
 
 # --- 3b. torch.distributed backend "kolo" under this torch -------------------
 # CPU collectives, DDP, errors and timeouts under torch 2.x, CUDA tensors
@@ -256,6 +265,9 @@ for k in 2 4; do
   # --- 5. per-op time and busbw of every collective on CUDA tensors ---------
   phase "collectives-$k" 40 90 "$BIN/kolorun" -np "$k" -- "$PY" \
     "$REPO/bench/gpu/torch_collectives_bench.py" --time-per-size 0.1
+  # kolo-bench --device cuda: every device collective the agent serves, 4 B - 256 MiB,
+  # user memory and zero copy (kolo_device_alloc), out of place and in place.
+  phase "collectives-device-$k" 40 150 "$REPO/bench/device_bench_all.sh" "$BIN" "$k" cuda
 done
 phase "synth-ceiling-1" 40 120 "$BIN/kolorun" -np 1 -- "$PY" "${SYNTH[@]}" --no-allreduce
 

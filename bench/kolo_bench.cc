@@ -25,8 +25,8 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -37,6 +37,7 @@
 #include "bench/bench_options.h"
 #include "bench/bench_table.h"
 #include "bench/cpu_usage.h"
+#include "bench/device_bench.h"
 #include "bench/kolo_session.h"
 #include "bench/model_step_run.h"
 #include "common/dtype.h"
@@ -55,6 +56,12 @@ struct Run {
   CheckPattern pattern;  // reducing ops
   void* send = nullptr;
   void* recv = nullptr;  // == send in place
+  // --device: the device buffers the ops use (send/recv are then their host
+  // mirrors, for the check), each `buf_bytes` long.
+  DeviceBench* dev = nullptr;
+  void* dsend = nullptr;
+  void* drecv = nullptr;
+  uint64_t buf_bytes = 0;
   // Local rank 0 measures its agent's CPU (the others leave it unset); a
   // local rank 0 whose agent was not found makes the CPU column N/A.
   bool measures_agent = false;
@@ -103,25 +110,55 @@ char* at(void* buf, uint64_t elems, DataType dtype) {
 // One operation of the run's collective. `keep`: allgather and alltoall copy
 // the library-owned result into run.recv (for the check); timed operations
 // leave it where the library put it.
-Status runOnce(Run& run, const OpSize& s, const std::string& name, bool keep) {
+Status runOnceOn(Run& run, const OpSize& s, const std::string& name, bool keep, void* send,
+                 void* recv) {
   const BenchOptions& o = run.opts;
   KoloSession& k = *run.kolo;
   switch (o.op_kind) {
     case OpKind::kAllreduce:
-      return k.allreduce(name, run.send, run.recv, s.count, o.dtype, o.op);
+      return k.allreduce(name, send, recv, s.count, o.dtype, o.op);
     case OpKind::kBroadcast:
-      return k.broadcast(name, run.send, s.count, o.dtype, o.root);
+      if (run.dev != nullptr && send != recv)
+        return k.broadcastOop(name, send, recv, s.count, o.dtype, o.root);
+      return k.broadcast(name, send, s.count, o.dtype, o.root);
     case OpKind::kAllgather:
-      return k.allgather(name, run.send, s.count, o.dtype, keep ? run.recv : nullptr);
+      return k.allgather(name, send, s.count, o.dtype, keep ? run.recv : nullptr);
     case OpKind::kAlltoall:
-      return k.alltoall(name, run.send, s.count, o.dtype, keep ? run.recv : nullptr);
+      return k.alltoall(name, send, s.count, o.dtype, keep ? run.recv : nullptr);
     case OpKind::kReducescatter:
-      return k.reducescatter(name, run.send, run.recv, s.count * static_cast<uint64_t>(run.size),
-                             o.dtype, o.op);
+      return k.reducescatter(name, send, recv, s.count * static_cast<uint64_t>(run.size), o.dtype,
+                             o.op);
     case OpKind::kBarrier:
       return k.barrier();
   }
   return internalError("unknown op kind");
+}
+
+// The op on the run's buffers; with --device on the device ones, then the
+// stream synchronized (the time includes the device work).
+Status runOnce(Run& run, const OpSize& s, const std::string& name, bool keep) {
+  if (run.dev == nullptr) return runOnceOn(run, s, name, keep, run.send, run.recv);
+  RETURN_IF_ERROR(runOnceOn(run, s, name, keep, run.dsend, run.drecv));
+  return run.dev->sync();
+}
+
+// --device: the host mirrors to the device buffers (after fillBuffers) and back.
+Status toDevice(Run& run) {
+  if (run.dev == nullptr) return okStatus();
+  RETURN_IF_ERROR(run.dev->upload(run.dsend, run.send, run.buf_bytes));
+  if (run.drecv != run.dsend) RETURN_IF_ERROR(run.dev->upload(run.drecv, run.recv, run.buf_bytes));
+  return okStatus();
+}
+// (allgather / alltoall: their result is the library's, copied into the
+// host `recv` by runOnce already.)
+Status fromDevice(Run& run) {
+  if (run.dev == nullptr) return okStatus();
+  RETURN_IF_ERROR(run.dev->download(run.send, run.dsend, run.buf_bytes));
+  const bool gathered =
+      run.opts.op_kind == OpKind::kAllgather || run.opts.op_kind == OpKind::kAlltoall;
+  if (run.drecv != run.dsend && !gathered)
+    RETURN_IF_ERROR(run.dev->download(run.recv, run.drecv, run.buf_bytes));
+  return okStatus();
 }
 
 // This rank's input for the op (checkable data) and a poisoned output.
@@ -142,6 +179,8 @@ void fillBuffers(Run& run, const OpSize& s) {
       // Broadcast: the root's data, and on the others data that must be overwritten.
       fillMoved(o.dtype, run.rank, 0, run.send, s.count);
       if (o.op_kind == OpKind::kAllgather) fillValue(o.dtype, run.recv, s.count * n, 0.0);
+      if (o.op_kind == OpKind::kBroadcast && run.recv != run.send)  // --device, out of place
+        fillValue(o.dtype, run.recv, s.count, 0.0);
       break;
     case OpKind::kAlltoall:
       for (uint64_t d = 0; d < n; ++d) {
@@ -166,7 +205,7 @@ uint64_t countWrongOutput(const Run& run, const OpSize& s) {
     case OpKind::kReducescatter:
       return countWrong(run.pattern, run.recv, s.count, static_cast<uint64_t>(run.rank) * s.count);
     case OpKind::kBroadcast:
-      return countWrongMoved(o.dtype, o.root, 0, run.send, s.count);
+      return countWrongMoved(o.dtype, o.root, 0, run.recv, s.count);  // == send in place
     case OpKind::kAllgather:
     case OpKind::kAlltoall:
       for (uint64_t src = 0; src < n; ++src) {
@@ -211,6 +250,7 @@ StatusOr<Row> runSize(Run& run, const OpSize& s) {
   auto once = [&]() { return runOnce(run, s, name, false); };
 
   fillBuffers(run, s);
+  RETURN_IF_ERROR(toDevice(run));
 
   // The first warm-up op, timed, decides how many iterations this size gets.
   std::vector<double> first(1);
@@ -255,7 +295,9 @@ StatusOr<Row> runSize(Run& run, const OpSize& s) {
       wrong[0] = static_cast<int64_t>(w);
     } else {
       fillBuffers(run, s);
+      RETURN_IF_ERROR(toDevice(run));
       RETURN_IF_ERROR(runOnce(run, s, name, true));
+      RETURN_IF_ERROR(fromDevice(run));
       wrong[0] = static_cast<int64_t>(countWrongOutput(run, s));
       if (wrong[0] != 0) {
         std::fprintf(stderr,
@@ -277,7 +319,8 @@ std::string describeOp(const BenchOptions& o) {
     case OpKind::kReducescatter:
       return "out of place; size = the input (n x each rank's count)";
     case OpKind::kBroadcast:
-      return "in place, root " + std::to_string(o.root);
+      return std::string(o.device.empty() || o.in_place ? "in place" : "out of place") + ", root " +
+             std::to_string(o.root);
     case OpKind::kAllgather:
       return "size = the gathered output (n x each rank's count); result read with kolo_result, "
              "not copied out";
@@ -296,8 +339,12 @@ void printHeader(const Run& run, KoloSession& kolo, const std::vector<OpSize>& s
               std::string(opKindName(o.op_kind)).c_str(), run.size, kolo.describeAgents().c_str());
   std::printf("# dtype %s, op %s, buffers %s, %s\n", std::string(dataTypeName(o.dtype)).c_str(),
               opKindReduces(o.op_kind) ? std::string(reduceOpName(o.op)).c_str() : "none",
-              o.zero_copy ? "zero-copy (kolo_alloc_shared)" : "user memory (copy-in/copy-out)",
+              run.dev != nullptr ? run.dev->describe().c_str()
+              : o.zero_copy      ? "zero-copy (kolo_alloc_shared)"
+                                 : "user memory (copy-in/copy-out)",
               describeOp(o).c_str());
+  if (run.dev != nullptr && run.dev->emulated())
+    std::printf("%s\n", DeviceBench::emulationWarning());
   std::printf("# minBytes %" PRIu64 " maxBytes %" PRIu64
               " step: %g(factor) warmup iters: %d iters: %d "
               "(cut to ~%g s per size) validation: %d\n",
@@ -325,6 +372,8 @@ Status writeJson(const Run& run, const std::vector<Row>& rows, double avg_busbw)
   j["op"] = opKindReduces(run.opts.op_kind) ? std::string(reduceOpName(run.opts.op)) : "none";
   if (run.opts.op_kind == OpKind::kBroadcast) j["root"] = run.opts.root;
   j["zero_copy"] = run.opts.zero_copy;
+  j["device"] = run.opts.device.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.opts.device);
+  if (run.dev != nullptr) j["emulated"] = run.dev->emulated();
   j["in_place"] = run.opts.in_place;
   j["avg_busbw_gbps"] = avg_busbw;
   j["rows"] = nlohmann::json::array();
@@ -340,6 +389,31 @@ Status writeJson(const Run& run, const std::vector<Row>& rows, double avg_busbw)
   f << j.dump(2) << "\n";
   f.close();
   if (!f) return internalError("cannot write --json file " + run.opts.json_path);
+  return okStatus();
+}
+
+// The run's buffers, each of the largest size (broadcast on the host uses
+// only `send`, barrier neither): host memory or kolo_alloc_shared, and with
+// --device the device buffers besides (send/recv are then their mirrors).
+Status allocateBuffers(Run& run, uint64_t max_bytes, KoloSession::Buffer* send,
+                       KoloSession::Buffer* recv) {
+  const BenchOptions& o = run.opts;
+  const bool device = run.dev != nullptr;
+  const bool need_recv = !o.in_place && (o.op_kind != OpKind::kBroadcast || device);
+  for (KoloSession::Buffer* b : {send, recv}) {
+    if (max_bytes == 0 || (b == recv && !need_recv)) break;
+    ASSIGN_OR_RETURN(*b, run.kolo->allocate(max_bytes, o.zero_copy && !device));
+  }
+  run.send = send->get();
+  run.recv = need_recv ? recv->get() : run.send;
+  if (device && max_bytes > 0) {
+    ASSIGN_OR_RETURN(run.dsend, run.dev->alloc(max_bytes));
+    run.drecv = run.dsend;
+    if (need_recv) {
+      ASSIGN_OR_RETURN(run.drecv, run.dev->alloc(max_bytes));
+    }
+    run.buf_bytes = max_bytes;
+  }
   return okStatus();
 }
 
@@ -367,13 +441,36 @@ int benchMain(int argc, char** argv) {
        opMessageSizes(o.op_kind, guess_n, o.min_bytes, o.max_bytes, o.step_factor, esize)) {
     max_bytes = std::max(max_bytes, s.bytes);
   }
-  KoloSession::reserveArena(max_bytes * (o.in_place ? 1 : 2));
+  const bool device = !o.device.empty();
+  std::unique_ptr<DeviceBench> dev_before;  // selected before kolo_init
+  if (device) {
+    auto d = DeviceBench::prepare(o.device, max_bytes * (o.in_place ? 1 : 2), o.zero_copy);
+    if (!d.isOk()) {
+      std::fprintf(stderr, "kolo-bench: %s\n", d.status().toString().c_str());
+      return 2;
+    }
+    dev_before = std::move(*d);
+    KoloSession::setResultCopy(DeviceBench::copyResult);
+  } else {
+    KoloSession::reserveArena(max_bytes * (o.in_place ? 1 : 2));
+  }
   auto session = KoloSession::start();
   if (!session.isOk()) {
     std::fprintf(stderr, "kolo-bench: %s\n", session.status().toString().c_str());
     return 2;
   }
   KoloSession& kolo = **session;
+  // Destroyed before the session (its kolo_device_alloc buffers need it).
+  std::unique_ptr<DeviceBench> dev = std::move(dev_before);
+  if (dev) {
+    Status st = dev->attach();
+    if (!st.isOk()) {
+      std::fprintf(stderr, "kolo-bench: --device %s: %s\n", o.device.c_str(),
+                   st.toString().c_str());
+      return 2;
+    }
+    run.dev = dev.get();
+  }
   run.kolo = &kolo;
   run.rank = kolo.rank();
   run.size = kolo.size();
@@ -393,18 +490,11 @@ int benchMain(int argc, char** argv) {
   // Declared after the session: freed before kolo_shutdown. Each holds the
   // largest size (broadcast uses only `send`, barrier neither).
   KoloSession::Buffer send, recv;
-  const bool need_recv = !o.in_place && o.op_kind != OpKind::kBroadcast;
-  for (KoloSession::Buffer* b : {&send, &recv}) {
-    if (max_bytes == 0 || (b == &recv && !need_recv)) break;
-    auto buf = kolo.allocate(max_bytes, o.zero_copy);
-    if (!buf.isOk()) {
-      std::fprintf(stderr, "kolo-bench: rank %d: %s\n", run.rank, buf.status().toString().c_str());
-      return 2;
-    }
-    *b = std::move(buf).value();
+  Status buffers = allocateBuffers(run, max_bytes, &send, &recv);
+  if (!buffers.isOk()) {
+    std::fprintf(stderr, "kolo-bench: rank %d: %s\n", run.rank, buffers.toString().c_str());
+    return 2;
   }
-  run.send = send.get();
-  run.recv = need_recv ? recv.get() : run.send;
 
   if (run.rank == 0) printHeader(run, kolo, sizes);
   std::vector<Row> rows;
@@ -468,6 +558,8 @@ int benchMain(int argc, char** argv) {
     } else if (o.idle_check_s > 0) {
       std::printf("# Idle CPU : N/A (an agent was not found)\n");
     }
+    if (run.dev != nullptr && run.dev->emulated())
+      std::printf("%s\n", DeviceBench::emulationWarning());
     std::printf("#\n");
     std::fflush(stdout);
     if (!o.json_path.empty()) {

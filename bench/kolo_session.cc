@@ -123,6 +123,16 @@ Status KoloSession::broadcast(const std::string& name, void* buffer, uint64_t co
   return wait(h, name);
 }
 
+Status KoloSession::broadcastOop(const std::string& name, const void* input, void* output,
+                                 uint64_t count, DataType dtype, int root) {
+  const int64_t shape[1] = {static_cast<int64_t>(count)};
+  kolo_handle_t h = 0;
+  RETURN_IF_ERROR(fromKolo(kolo_broadcast_oop_async(name.c_str(), input, output, 1, shape,
+                                                    static_cast<kolo_dtype_t>(dtype), root, &h),
+                           "kolo_broadcast_oop_async(" + name + ")"));
+  return wait(h, name);
+}
+
 Status KoloSession::reducescatter(const std::string& name, const void* input, void* output,
                                   uint64_t count_total, DataType dtype, ReduceOp op) {
   const int64_t shape[1] = {static_cast<int64_t>(count_total)};
@@ -132,6 +142,18 @@ Status KoloSession::reducescatter(const std::string& name, const void* input, vo
                                static_cast<kolo_dtype_t>(dtype), static_cast<kolo_op_t>(op), &h),
       "kolo_reducescatter_async(" + name + ")"));
   return wait(h, name);
+}
+
+namespace {
+Status memcpyResult(void* dst, const void* src, uint64_t bytes) {
+  std::memcpy(dst, src, bytes);
+  return okStatus();
+}
+KoloSession::ResultCopy g_result_copy = memcpyResult;
+}  // namespace
+
+void KoloSession::setResultCopy(ResultCopy copy) {
+  g_result_copy = copy != nullptr ? copy : memcpyResult;
 }
 
 namespace {
@@ -150,7 +172,7 @@ Status finishGathered(kolo_handle_t h, const std::string& name, const char* what
                          " elements, expected " + std::to_string(want_dim0));
     }
     if (st.isOk() && output != nullptr && dim0 > 0) {
-      std::memcpy(output, data, static_cast<size_t>(dim0) * esize);
+      st = g_result_copy(output, data, static_cast<uint64_t>(dim0) * esize);
     }
   }
   kolo_release(h);

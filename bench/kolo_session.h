@@ -69,6 +69,13 @@ class KoloSession {
 
   // kolo_broadcast_async + kolo_synchronize, in place, from global rank `root`.
   Status broadcast(const std::string& name, void* buffer, uint64_t count, DataType dtype, int root);
+  // kolo_broadcast_oop_async + kolo_synchronize (kolo-bench --device without --inplace).
+  Status broadcastOop(const std::string& name, const void* input, void* output, uint64_t count,
+                      DataType dtype, int root);
+  // How allgather / alltoall copy a library-owned result to `output`
+  // (default: memcpy; kolo-bench --device: a device-to-host copy).
+  using ResultCopy = Status (*)(void* dst, const void* src, uint64_t bytes);
+  static void setResultCopy(ResultCopy copy);
   // kolo_reducescatter_async + kolo_synchronize: `input` holds count_total
   // elements (a multiple of size()), `output` this rank's count_total / size().
   Status reducescatter(const std::string& name, const void* input, void* output,

@@ -226,6 +226,12 @@ class Client {
   std::string deviceWhy() const { return device_ ? device_->why() : std::string(); }
   // The CUDA device of this process's device arena (-1: none).
   int deviceOrdinal() const { return deviceReady() ? device_->device() : -1; }
+  // kolo_device_alloc / kolo_device_free (client_device_resident.cc).
+  StatusOr<void*> deviceAlloc(size_t bytes);
+  // The space is reused once `stream` has passed the free.
+  Status deviceFree(void* ptr, void* stream);
+  // Device copies libkolo enqueued so far (tests: zero copy copies nothing).
+  uint64_t deviceCopies() const { return device_ ? device_->copiesEnqueued() : 0; }
   // Tests only: submits a descriptor flagged as a device tensor of `bytes`
   // uint8 at device offset 0, event 0, without any copy (the agent's checks
   // of device descriptors, on machines without a GPU).
@@ -432,6 +438,15 @@ class Client {
   void endDeviceGroup(size_t members);
   Status prepareDevice(const OpArgs& a, uint64_t bytes, const std::string& what,
                        Clock::time_point deadline, SubmitDesc* d, Op* op);
+  // Zero copy (client_device_resident.cc): the op's tensor is the
+  // kolo_device_alloc buffer at device-arena offset `at`.
+  Status prepareResident(const OpArgs& a, uint64_t bytes, uint64_t at, const std::string& what,
+                         Clock::time_point deadline, SubmitDesc* d, Op* op);
+  // Runs `stage` until it gets its slot / event pair, draining completions
+  // while ops in flight hold them (bounded by `deadline`).
+  StatusOr<DeviceClient::Staged> stageDraining(
+      const std::function<StatusOr<DeviceClient::Staged>()>& stage, Clock::time_point deadline);
+  static void* deviceStream(const OpArgs& a);
   // Publishes a prepared op and its descriptor (ring + table), waiting for
   // in-flight room until `deadline`. On success `op` is moved into the
   // table; on failure it is left for abandon(), which frees what it holds.

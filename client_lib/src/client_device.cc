@@ -4,6 +4,7 @@
 #include <cassert>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "agent/gpu/device_ipc.h"
@@ -59,7 +60,44 @@ Status Client::deviceAdmits(const OpArgs& a, const std::string& what) const {
 
 // The stream of a device op: the one in OpArgs, else the calling thread's
 // (kolo_set_stream), else NULL (the legacy default stream).
-static void* deviceStream(const OpArgs& a) { return a.stream != nullptr ? a.stream : threadStream().stream; }
+void* Client::deviceStream(const OpArgs& a) {
+  return a.stream != nullptr ? a.stream : threadStream().stream;
+}
+
+StatusOr<DeviceClient::Staged> Client::stageDraining(
+    const std::function<StatusOr<DeviceClient::Staged>()>& stage, Clock::time_point deadline) {
+  auto staged = stage();
+  while (!staged.isOk() && staged.status().code() == Code::kInProgress) {
+    // Every event pair in flight: ask the agent for more (the ops in flight
+    // may be waiting for ops not submitted yet, a group's later members or
+    // other ranks' orders), else wait for completions as below.
+    if (device_->eventsExhausted() && growDeviceEvents()) {
+      staged = stage();
+      continue;
+    }
+    // Ops in flight hold the device arena space or the event pairs: let
+    // their completions free them (bounded by the op timeout).
+    uint64_t before = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      before = in_flight_;
+    }
+    if (before == 0) return internalError(staged.status().message() + ", but nothing is in flight");
+    if (Clock::now() >= deadline) {
+      return timedOut(staged.status().message() +
+                      " and none of them completed within the op timeout "
+                      "(KOLO_OP_TIMEOUT); raise KOLO_DEVICE_ARENA_MB or wait on handles sooner");
+    }
+    progressUntil([&] { return in_flight_ < before || !failed_.isOk(); }, deadline,
+                  std::chrono::milliseconds(1000));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      RETURN_IF_ERROR(usableLocked());
+    }
+    staged = stage();
+  }
+  return staged;
+}
 
 Status Client::prepareDevice(const OpArgs& a, uint64_t bytes, const std::string& what,
                              Clock::time_point deadline, SubmitDesc* d, Op* op) {
@@ -74,6 +112,11 @@ Status Client::prepareDevice(const OpArgs& a, uint64_t bytes, const std::string&
   const auto coll = static_cast<CollectiveType>(a.collective);
   const bool layout = coll == CollectiveType::kAllgather || coll == CollectiveType::kAlltoall ||
                       coll == CollectiveType::kReducescatter;
+  if (!layout) {  // zero copy: the tensor lives in the device arena (kolo_device_alloc)
+    void* target = a.output != nullptr ? a.output : const_cast<void*>(a.input);
+    if (auto at = device_->residentOffset(target, bytes))
+      return prepareResident(a, bytes, *at, what, deadline, d, op);
+  }
   if (layout) {
     static const std::map<uint64_t, uint64_t> kNoShared;
     const WorldView w = world();
@@ -90,44 +133,9 @@ Status Client::prepareDevice(const OpArgs& a, uint64_t bytes, const std::string&
     std::memcpy(arena_.data() + meta, plan.header_src, plan.header.bytes);
   }
   const uint64_t slot_bytes = std::max<uint64_t>(plan.slot_bytes, 1);
-  auto staged = device_->stageIn(a.input, bytes, slot_bytes, plan.input.at, stream, deadline);
-  while (!staged.isOk() && staged.status().code() == Code::kInProgress) {
-    // Every event pair in flight: ask the agent for more (the ops in flight
-    // may be waiting for ops not submitted yet, a group's later members or
-    // other ranks' orders), else wait for completions as below.
-    if (device_->eventsExhausted() && growDeviceEvents()) {
-      staged = device_->stageIn(a.input, bytes, slot_bytes, plan.input.at, stream, deadline);
-      continue;
-    }
-    // Ops in flight hold the device arena space or the event pairs: let
-    // their completions free them (bounded by the op timeout).
-    uint64_t before = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      before = in_flight_;
-    }
-    if (before == 0) {
-      staged = internalError(staged.status().message() + ", but nothing is in flight");
-      break;
-    }
-    if (Clock::now() >= deadline) {
-      staged = timedOut(staged.status().message() +
-                        " and none of them completed within the op timeout "
-                        "(KOLO_OP_TIMEOUT); raise KOLO_DEVICE_ARENA_MB or wait on handles sooner");
-      break;
-    }
-    progressUntil([&] { return in_flight_ < before || !failed_.isOk(); }, deadline,
-                  std::chrono::milliseconds(1000));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      Status u = usableLocked();
-      if (!u.isOk()) {
-        staged = u;
-        break;
-      }
-    }
-    staged = device_->stageIn(a.input, bytes, slot_bytes, plan.input.at, stream, deadline);
-  }
+  auto staged = stageDraining(
+      [&] { return device_->stageIn(a.input, bytes, slot_bytes, plan.input.at, stream, deadline); },
+      deadline);
   if (!staged.isOk())
     return Status(staged.status().code(), what + ": " + staged.status().message());
   // Offsets are device-arena offsets (the slot's), the header's a shared-arena one.

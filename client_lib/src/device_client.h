@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/fd.h"
@@ -53,6 +54,10 @@ class DeviceClient {
   struct Staged {
     uint64_t offset = 0;  // in the device arena
     uint32_t event = 0;   // the event pair
+    // Zero copy (kolo_device_alloc): `offset` is the caller's own buffer in
+    // the device arena; no slot is taken, nothing is copied out, and only
+    // the event pair retires.
+    bool resident = false;
   };
 
   static std::unique_ptr<DeviceClient> create();
@@ -123,6 +128,25 @@ class DeviceClient {
   virtual void beginBatch(void* stream, size_t members) = 0;
   virtual Status endBatch() = 0;
   virtual int lastBatchLaunches() const = 0;
+
+  // Zero copy (kolo_device_alloc / kolo_device_free, device_client_resident.cc;
+  // docs/gpu.md, "Zero copy"). The defaults refuse: a libkolo without a
+  // device path.
+  // A buffer of `bytes` inside the device arena, owned by the caller.
+  virtual StatusOr<void*> allocResident(uint64_t bytes);
+  // Gives it back; its space is reused once `stream` has passed this point.
+  virtual Status freeResident(void* p, void* stream);
+  // The arena offset of [p, p + bytes) when it lies inside one live
+  // allocResident buffer, else nullopt.
+  virtual std::optional<uint64_t> residentOffset(const void* p, uint64_t bytes) const;
+  // Takes an event pair for an op on the resident buffer at `offset`, copies
+  // `bytes` from `copy_from` into it first when not null (out of place), and
+  // records in_ready on `stream`. InProgress / TimedOut as stageIn.
+  virtual StatusOr<Staged> stageResident(uint64_t offset, const void* copy_from, uint64_t bytes,
+                                         void* stream, Clock::time_point deadline);
+  // Device copies libkolo enqueued so far (copy-in, copy-out, the out of
+  // place copy of a resident op): the tests' proof that zero copy copies nothing.
+  virtual uint64_t copiesEnqueued() const { return 0; }
 };
 
 }  // namespace kolo

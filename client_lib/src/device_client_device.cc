@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -176,6 +177,13 @@ class SeamDeviceClient final : public DeviceClient {
     return pool_.size();
   }
 
+  StatusOr<void*> allocResident(uint64_t bytes) override;
+  Status freeResident(void* p, void* stream) override;
+  std::optional<uint64_t> residentOffset(const void* p, uint64_t bytes) const override;
+  StatusOr<Staged> stageResident(uint64_t offset, const void* copy_from, uint64_t bytes,
+                                 void* stream, Clock::time_point deadline) override;
+  uint64_t copiesEnqueued() const override { return copies_.load(std::memory_order_relaxed); }
+
  private:
   Status createEvents(ipc::Hello* h) {
     ASSIGN_OR_RETURN(int n, api_->deviceCount());
@@ -222,14 +230,24 @@ class SeamDeviceClient final : public DeviceClient {
   // Takes a slot and an event pair, or says why not (InProgress: ops in
   // flight hold them).
   StatusOr<Staged> takeLocked(uint64_t bytes, bool* retry);
-  // Gives back the slots and event pairs whose copy-out has passed.
+  // An event pair alone (a resident op), or why not (as takeLocked).
+  StatusOr<uint32_t> takePairLocked(bool* retry);
+  // Waits (bounded by `deadline`) for what `take` needs to free up.
+  template <typename Take>
+  StatusOr<Staged> takeUntil(Take take, Clock::time_point deadline);
+  // Gives back the slots and event pairs whose copy-out has passed, and
+  // the freed resident buffers whose stream passed their free.
   void sweepLocked() {
     while (!retiring_.empty()) {
       const Staged& s = retiring_.front();
       if (done_[s.event]->query().code() == Code::kInProgress) break;
-      alloc_->free(s.offset);
+      if (!s.resident) alloc_->free(s.offset);  // a resident buffer stays the caller's
       pool_.release(s.event);
       retiring_.pop_front();
+    }
+    while (!freed_.empty() && freed_.front().second->query().code() != Code::kInProgress) {
+      alloc_->free(freed_.front().first);
+      freed_.pop_front();
     }
   }
   char* slot(uint64_t offset) const { return static_cast<char*>(arena_->data()) + offset; }
@@ -244,7 +262,7 @@ class SeamDeviceClient final : public DeviceClient {
   std::vector<std::unique_ptr<gpu::DevEvent>> done_;  // copy-out passed, per pair
   std::unique_ptr<gpu::DevArena> arena_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unique_ptr<ArenaAllocator> alloc_;
   gpu::EventSlotPool pool_{kEventPairs};
   std::deque<Staged> retiring_;  // in finish order
@@ -274,6 +292,13 @@ class SeamDeviceClient final : public DeviceClient {
     t_batch.events.clear();
     return st;
   }
+
+  // Zero copy: live kolo_device_alloc buffers (offset -> bytes asked) and
+  // freed ones waiting for their stream (offset, event recorded at the free).
+  std::map<uint64_t, uint64_t> resident_;
+  uint64_t resident_bytes_ = 0;  // their rounded sizes
+  std::deque<std::pair<uint64_t, std::unique_ptr<gpu::DevEvent>>> freed_;
+  std::atomic<uint64_t> copies_{0};
 };
 
 StatusOr<std::string> SeamDeviceClient::newEvents() {
@@ -363,25 +388,9 @@ StatusOr<DeviceClient::Staged> SeamDeviceClient::stageIn(const void* src, uint64
         "its " + std::to_string(slot_bytes) + " bytes are more than the whole device arena (" +
         std::to_string(alloc_->capacity()) + " bytes); raise KOLO_DEVICE_ARENA_MB");
   }
-  Staged s;
-  for (;;) {
-    bool retry = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto t = takeLocked(slot_bytes, &retry);
-      if (t.isOk()) {
-        s = *t;
-        break;
-      }
-      if (!retry) return t.status();
-    }
-    if (Clock::now() >= deadline) {
-      return timedOut(
-          "waited for device arena space or an event pair until the op timeout (KOLO_OP_TIMEOUT); "
-          "the copies of earlier results are still queued on their streams");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
+  ASSIGN_OR_RETURN(Staged s,
+                   takeUntil([&](bool* retry) { return takeLocked(slot_bytes, retry); }, deadline));
+  if (bytes > 0) copies_.fetch_add(1, std::memory_order_relaxed);
   if (t_batch.on && t_batch.left > 0 && stream == t_batch.stream && bytes > 0 &&
       api_->pointerInfo(src).device) {
     t_batch.segs.push_back({src, slot(s.offset + in_at), bytes});
@@ -421,8 +430,10 @@ Status SeamDeviceClient::finish(const Staged& s, void* dst, uint64_t result_at, 
   // it enqueued), and a wait on a never-recorded event passes at once.
   Status waited = st.isOk() ? out_[s.event]->streamWait(stream) : st;
   if (st.isOk()) st = waited;
-  if (st.isOk() && copy && bytes > 0)
+  if (st.isOk() && copy && bytes > 0 && !s.resident) {  // resident: the result is in place
+    copies_.fetch_add(1, std::memory_order_relaxed);
     st = api_->copyAsync(dst, slot(s.offset + result_at), bytes, stream);
+  }
   if (hold && waited.isOk()) return st;  // retire() gives it back
   Status rec = waited.isOk() ? done_[s.event]->record(stream) : waited;
   std::lock_guard<std::mutex> lock(mu_);
@@ -444,6 +455,26 @@ void SeamDeviceClient::retire(const Staged& s, void* stream) {
     leaked_ = true;
   }
 }
+
+template <typename Take>
+StatusOr<DeviceClient::Staged> SeamDeviceClient::takeUntil(Take take, Clock::time_point deadline) {
+  for (;;) {
+    bool retry = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto t = take(&retry);
+      if (t.isOk() || !retry) return t;
+    }
+    if (Clock::now() >= deadline) {
+      return timedOut(
+          "waited for device arena space or an event pair until the op timeout (KOLO_OP_TIMEOUT); "
+          "the copies of earlier results are still queued on their streams");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+#include "device_client_resident.inc"
 
 }  // namespace
 

@@ -180,6 +180,22 @@ namespace {
 
 // C ABI revision 2: the calling thread's CUDA stream (kolo_c.h). No GPU
 // needed: the stream is only recorded here, and used by device collectives.
+// C ABI revision 3: zero copy on the device, before kolo_init (the calls
+// with a device arena run in tests/gpu/device_seam_test.cc, SeamZeroCopy).
+TEST(CApiDeviceAlloc, BeforeInitAndBadArgumentsAreRefusedWithTheirText) {
+  EXPECT_GE(KOLO_ABI_VERSION, 3);
+  EXPECT_EQ(kolo_device_alloc(64, nullptr), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(kolo_last_error(), "kolo_device_alloc: ptr is NULL");
+  int x = 0;
+  void* p = &x;
+  EXPECT_EQ(kolo_device_alloc(64, &p), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_NE(std::string(kolo_last_error()).find("has not been initialized"), std::string::npos)
+      << kolo_last_error();
+  EXPECT_EQ(kolo_device_free(nullptr), KOLO_OK);
+  EXPECT_EQ(kolo_device_free(&x), KOLO_ERR_INVALID_ARGUMENT);
+}
+
 TEST(CApiStream, DefaultIsTheLegacyStreamOnAnyDevice) {
   EXPECT_GE(KOLO_ABI_VERSION, 2);
   kolo_stream_t s = KOLO_STREAM_INIT;

@@ -3,7 +3,7 @@
 // the host emulation (KOLO_DEVICE=host-emulated, CPU machines, sanitizers)
 // and on CUDA (a GPU machine). Links libkolo's internals and talks to a real
 // kolo-agent. Usage: kolo_gpu_seam_rank every|inflight|full|die|fault|colls|mixed|cross|
-// refused|fused|many|fusedie
+// refused|fused|many|fusedie|zerocopy
 // Prints "<MODE> OK" and exits 0 on success; "SKIP: <why>" when no device
 // arena was granted; "FAULT: <status>" for the fault mode.
 #include <unistd.h>
@@ -316,6 +316,7 @@ int fault(Client& c) {
 
 #include "tests/gpu/device_seam_colls.inc"
 #include "tests/gpu/device_seam_fusion.inc"
+#include "tests/gpu/device_seam_zerocopy.inc"
 
 // Several GPUs per node, across agents: one device allreduce, refused with
 // the text on every rank; a host allreduce after it works.
@@ -364,7 +365,7 @@ void pickGpu() {
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr,
-                 "usage: %s every|inflight|full|die|fault|colls|mixed|cross|refused|fused|many|fusedie\n",
+                 "usage: %s every|inflight|full|die|fault|colls|mixed|cross|refused|fused|many|fusedie|zerocopy\n",
                  argv[0]);
     return 2;
   }
@@ -411,6 +412,8 @@ int main(int argc, char** argv) {
     rc = many(c);
   else if (mode == "fusedie")
     rc = fusedie(c);
+  else if (mode == "zerocopy")
+    rc = zerocopy(c);
   std::fflush(stdout);
   c.shutdown();
   return rc;

@@ -122,6 +122,73 @@ INSTANTIATE_TEST_SUITE_P(Trainers, SeamRanks, ::testing::Values(2, 3, 4),
                            return "n" + std::to_string(i.param);
                          });
 
+// Zero copy (kolo_device_alloc buffers; docs/gpu.md, "Zero copy on the
+// device"): allreduce of 8 dtype/op pairs and broadcast of 3 dtypes, in place
+// and out of place, bit for bit, 2-4 trainers on one agent; libkolo enqueued
+// no device copy for an in place op, one out of place, two for user memory
+// (the rank checks each); then the refusals with their text.
+class SeamZeroCopy : public ::testing::TestWithParam<int> {};
+
+void expectZeroCopyRefusals(const std::vector<Proc>& ranks) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string out = ranks[r].output();
+    EXPECT_TRUE(has(out, "REFUSED free-host: INVALID_ARGUMENT: kolo_device_free: ")) << out;
+    EXPECT_TRUE(has(out,
+                    "was not returned by kolo_device_alloc (or was freed already, or kolo was "
+                    "re-initialized since): it is not in the device arena ("))
+        << out;
+    EXPECT_TRUE(has(out, "REFUSED free-inside: INVALID_ARGUMENT") &&
+                has(out, "it lies inside the device arena but is not the start of a live buffer"))
+        << out;
+    EXPECT_TRUE(has(out, "REFUSED free-twice: INVALID_ARGUMENT")) << out;
+    EXPECT_TRUE(has(out,
+                    "REFUSED alloc-zero: INVALID_ARGUMENT: kolo_device_alloc: size 0; ask "
+                    "for at least one byte"))
+        << out;
+    EXPECT_TRUE(has(out,
+                    "REFUSED alloc-big: UNAVAILABLE: kolo_device_alloc(67108864 bytes): the "
+                    "device arena has no free block that large (16777216 bytes, ") &&
+                has(out, "free device buffers or raise KOLO_DEVICE_ARENA_MB (now 16)"))
+        << out;
+    if (r == 0) {
+      EXPECT_TRUE(has(out,
+                      "REFUSED free-busy: INVALID_ARGUMENT: kolo_device_free: the buffer is "
+                      "in use by the allreduce of device tensor 'zc.busy', still in flight"))
+          << out;
+    }
+  }
+}
+
+TEST_P(SeamZeroCopy, AllreduceAndBroadcastInPlaceAndNotWithoutCopies) {
+  KOLO_REQUIRE_SEAM();
+  Cluster c(1, withDevice({}));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchJob("seamzc", GetParam(), {kRank, "zerocopy"}, rankEnv());
+  bool skipped = false;
+  expectAll(c, ranks, "ZEROCOPY OK", 1, &skipped);
+  if (skipped) GTEST_SKIP() << ranks[0].output();
+  expectZeroCopyRefusals(ranks);
+  std::printf("[zerocopy] rank 0: %s", ranks[0].output().c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Trainers, SeamZeroCopy, ::testing::Values(2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "n" + std::to_string(i.param);
+                         });
+
+// The same across two agents (2 + 1 ranks): reduced in place in the
+// resident buffers on each agent, staged through host memory across.
+TEST(SeamZeroCopyCross, AcrossTwoAgents) {
+  KOLO_REQUIRE_SEAM();
+  Cluster c(2, withDevice({}));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("seamzcx", {2, 1}, {kRank, "zerocopy"}, rankEnv());
+  bool skipped = false;
+  expectAll(c, ranks, "ZEROCOPY OK", 2, &skipped);
+  if (skipped) GTEST_SKIP() << ranks[0].output();
+  expectZeroCopyRefusals(ranks);
+}
+
 // Two agents ("nodes"): reduced per agent on the device, staged through host
 // memory across agents, copied back.
 TEST(Seam, EveryDtypeAndOpAcrossTwoAgents) {

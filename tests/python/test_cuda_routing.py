@@ -13,7 +13,7 @@ from conftest import REPO, build_dir
 
 import kolo.torch as hvd  # noqa: E402,F401  (conftest put the checkout on sys.path)
 from kolo import _library  # noqa: E402
-from kolo.torch import _cuda, _dtypes  # noqa: E402
+from kolo.torch import _cuda, _dtypes, _zero_copy  # noqa: E402
 
 
 class FakeCuda:
@@ -87,7 +87,7 @@ def test_stream_struct_matches_the_header():
     assert ctypes.sizeof(_library.kolo_stream_t) == 24
     assert _library.kolo_stream_t.stream.offset == 16
     text = open(os.path.join(REPO, "client_lib", "include", "kolo", "kolo_c.h")).read()
-    assert "#define KOLO_ABI_VERSION 2" in text
+    assert "#define KOLO_ABI_VERSION 3" in text
     assert "#define KOLO_DEVICE_ANY (-1)" in text
 
 
@@ -121,3 +121,51 @@ def test_the_arena_gpu_follows_kolorun_then_torchrun_local_rank(monkeypatch):
     monkeypatch.setenv("KOLO_LOCAL_RANK", "1")
     assert _cuda._local_rank_from_env() == 1
 
+
+
+# Zero copy (KOLO_DEVICE_ZERO_COPY=1, _zero_copy.py; C ABI revision 3): what
+# runs without a GPU. The allocator swap itself runs in bench/gpu_issue16.sh
+# (phase py-zerocopy) only.
+def test_revision_3_allocator_hooks_through_ctypes(stack):
+    os.environ.setdefault("KOLO_LIBRARY", os.path.join(build_dir(), "lib", "libkolo.so"))
+    lib = _library.lib()
+    for name in ("kolo_device_alloc", "kolo_device_free", _zero_copy.ALLOC_FN, _zero_copy.FREE_FN):
+        assert _library.has_symbol(name), name
+    alloc = getattr(lib, _zero_copy.ALLOC_FN)
+    alloc.restype = ctypes.c_void_p
+    alloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    assert alloc(64, 0, None) is None  # before kolo_init: NULL, and why
+    assert "has not been initialized" in _library.last_error()
+    assert alloc(0, 0, None) is None
+
+
+def test_zero_copy_is_ignored_with_a_warning_without_cuda(monkeypatch):
+    monkeypatch.setenv("KOLO_DEVICE_ZERO_COPY", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.warns(RuntimeWarning, match="KOLO_DEVICE_ZERO_COPY=1 is ignored: CUDA is not available"):
+        assert _zero_copy.before_init() is False
+    assert not _zero_copy.installed()
+    monkeypatch.setenv("KOLO_DEVICE_ZERO_COPY", "0")
+    assert not _zero_copy.requested()
+
+
+def test_zero_copy_after_torch_allocated_names_the_way_out(monkeypatch, stack):
+    # torch refuses to swap an allocator it initialized already; kolo says
+    # what to do instead. (torch's allocator calls are stood in for: no GPU.)
+    os.environ.setdefault("KOLO_LIBRARY", os.path.join(build_dir(), "lib", "libkolo.so"))
+    import torch.cuda.memory as tcm
+    monkeypatch.setenv("KOLO_DEVICE_ZERO_COPY", "1")
+    monkeypatch.delenv("KOLO_DEVICE_ARENA_MB", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    seen = []
+    monkeypatch.setattr(tcm, "CUDAPluggableAllocator", lambda *a: seen.append(a) or object())
+
+    def refuse(_):
+        raise RuntimeError("Can't swap an already initialized allocator")
+    monkeypatch.setattr(tcm, "change_current_allocator", refuse)
+    with pytest.raises(RuntimeError) as e:
+        _zero_copy.before_init()
+    assert "call kolo.torch.init() before the first CUDA tensor, or leave KOLO_DEVICE_ZERO_COPY unset" in str(e.value)
+    assert seen and seen[0][1:] == (_zero_copy.ALLOC_FN, _zero_copy.FREE_FN)
+    assert os.environ["KOLO_DEVICE_ARENA_MB"] == str(_zero_copy.DEFAULT_ZERO_COPY_ARENA_MB)
+    assert not _zero_copy.installed()

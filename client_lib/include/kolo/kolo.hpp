@@ -517,5 +517,19 @@ inline Expected<int> devicePath() {
   return device;
 }
 
+// --- zero copy on the device (C ABI revision 3) ------------------------------
+// Device memory in this rank's device arena (kolo_device_alloc): an allreduce
+// or broadcast of a tensor here is reduced in place by the agent, with no
+// copy in or out. Mind the stream ordering of kolo_c.h: until the op's
+// synchronize, no stream may touch the tensor.
+inline Expected<void*> deviceAlloc(size_t bytes) {
+  void* p = nullptr;
+  kolo_status_t st = kolo_device_alloc(bytes, &p);
+  if (st != KOLO_OK) return Result::fromC(st);
+  return p;
+}
+// Reused once the calling thread's kolo stream has passed this point.
+inline Result deviceFree(void* p) { return Result::fromC(kolo_device_free(p)); }
+
 }  // namespace api_v1
 }  // namespace kolo

@@ -23,8 +23,9 @@ extern "C" {
  * 1: everything marked "added in ABI 1". 2: CUDA streams (kolo_stream_t,
  * kolo_set_stream, kolo_get_stream, kolo_device_path); the symbols added
  * in 2 carry the version KOLO_2, so an older libkolo refuses to load a
- * program that uses them instead of failing at the call. */
-#define KOLO_ABI_VERSION 2
+ * program that uses them instead of failing at the call. 3: zero copy on
+ * the device (kolo_device_alloc, kolo_device_free; version KOLO_3). */
+#define KOLO_ABI_VERSION 3
 
 typedef enum {
   KOLO_OK = 0,
@@ -383,6 +384,54 @@ kolo_status_t kolo_get_stream(kolo_stream_t* s);
  * (KOLO_DEVICE_ARENA_MB not set, no GPU, the agent granted none, a libkolo
  * built without CUDA, ...). KOLO_ERR_INVALID_ARGUMENT before kolo_init. */
 kolo_status_t kolo_device_path(int* device);
+
+/* --- zero copy on the device (added in ABI 3, additive) ----------------- */
+/* Device memory inside this rank's device arena (the one kolo_device_path
+ * reports; KOLO_DEVICE_ARENA_MB sizes it), which the agent maps too: an
+ * allreduce or broadcast whose tensor lies in such a buffer is "resident":
+ * nothing is copied into a staging slot before it or out after it; the
+ * agent reduces (broadcast: copies) in place in the buffer. In place
+ * (input == output) it moves no byte besides the reduction itself; out of
+ * place with the output resident, the input is copied into the output on
+ * the stream first (one copy) and the op runs in place there.
+ *
+ * Ordering on the op's stream (kolo_set_stream): the agent starts after the
+ * work queued on that stream before the submission (the tensor's producer)
+ * and nothing else; until kolo_synchronize / kolo_poll has seen the op
+ * complete (which makes that stream wait for the agent), no work on any
+ * stream may write the input or touch the output, the op's own stream
+ * included (with user memory the input may be rewritten on the op's stream
+ * right after the submission: the copy-in came first; here there is none).
+ * After it the result is ready on the op's stream, as with user memory.
+ *
+ * kolo_device_alloc: KOLO_OK and *ptr (64-byte aligned, on the arena's
+ * device), or *ptr = NULL and KOLO_ERR_UNAVAILABLE when this rank has no
+ * device arena (the reason) or the arena has no free block that large (its
+ * size, what kolo_device_alloc buffers and ops in flight hold, the largest
+ * free block, and the knob: KOLO_DEVICE_ARENA_MB), KOLO_ERR_INVALID_ARGUMENT
+ * for size 0 or ptr NULL, or before kolo_init. Buffers and the staging
+ * slots of user-memory ops share the arena. A buffer is valid until
+ * kolo_device_free or kolo_shutdown.
+ *
+ * kolo_device_free: NULL is a no-op. KOLO_ERR_INVALID_ARGUMENT for a pointer
+ * kolo_device_alloc did not return (or freed already), and for a buffer an
+ * op still in flight uses (its name). Like cudaFreeAsync, the space is
+ * reused once the calling thread's kolo stream has passed the free: free a
+ * buffer on the stream its ops ran on (the agent may still be working in it
+ * when kolo_synchronize returns; that stream waits for it), or after
+ * synchronizing that stream. */
+kolo_status_t kolo_device_alloc(size_t bytes, void** ptr);
+kolo_status_t kolo_device_free(void* ptr);
+/* The same as an allocator hook of the shape torch's CUDAPluggableAllocator
+ * (and cudaMallocAsync) use: kolo.torch installs them with
+ * KOLO_DEVICE_ZERO_COPY=1 so that every CUDA tensor lives in the device
+ * arena. kolo_device_alloc_stream returns NULL for size 0 and on any error
+ * (then kolo_last_error and stderr say why; `device` >= 0 must be the
+ * arena's); the buffer is usable on any stream. kolo_device_free_stream
+ * reuses the space once `stream` passed the free (size and device are
+ * ignored); an error goes to kolo_last_error and stderr. */
+void* kolo_device_alloc_stream(size_t bytes, int device, void* stream);
+void kolo_device_free_stream(void* ptr, size_t bytes, int device, void* stream);
 
 /* --- errors ------------------------------------------------------------- */
 const char* kolo_status_string(kolo_status_t status);  /* "KOLO_ERR_TIMED_OUT" */

@@ -22,9 +22,13 @@ int main() {
   check(kolo_dtype_size(KOLO_FLOAT64) == 8, "size of float64");
   check(kolo_dtype_size(KOLO_INT64) == 8, "size of int64");
   check(static_cast<int>(kolo::DataType::kFloat32) == KOLO_FLOAT32, "C++ enum matches the C one");
-  check(KOLO_ABI_VERSION == 2, "ABI version 2");
+  check(KOLO_ABI_VERSION == 3, "ABI version 3");
   kolo_stream_t stream = KOLO_STREAM_INIT;
   check(kolo_get_stream(&stream) == KOLO_OK && stream.stream == nullptr, "kolo_get_stream (ABI 2): the legacy default stream");
+
+  void* dev = &stream;
+  check(kolo_device_alloc(64, &dev) == KOLO_ERR_INVALID_ARGUMENT && dev == nullptr,
+        "kolo_device_alloc (ABI 3) before kolo_init");
 
   kolo_status_t st = kolo_init();
   const char* msg = kolo_last_error();

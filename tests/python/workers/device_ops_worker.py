@@ -20,6 +20,7 @@ a tensor on another GPU (when there are two) is refused naming both.
 Prints "passed <test>" per test and "WORKER-OK rank R <mode> <route>".
 """
 
+import os
 import sys
 
 import torch
@@ -253,14 +254,22 @@ def main():
     torch.set_num_threads(1)
     if MODE == "staged":
         fake_staging()
-    if MODE == "cuda":
+    # KOLO_DEVICE_ZERO_COPY=1: torch's allocator is swapped in init(), which
+    # must come before torch initializes CUDA (set_device does).
+    zero_copy = os.environ.get("KOLO_DEVICE_ZERO_COPY") == "1"
+    if MODE == "cuda" and not zero_copy:
         torch.cuda.set_device(device())  # as a Horovod script does (after init is fine too)
     hvd.init()
+    if MODE == "cuda" and zero_copy:
+        torch.cuda.set_device(device())
     r, n = hvd.rank(), hvd.size()
     route = "host"
     if MODE == "cuda":
         arena, why = _cuda.arena_device()
         route = "device" if arena >= 0 else "staged (%s)" % why
+        if zero_copy:
+            from kolo.torch import _zero_copy
+            route += " zero-copy" if _zero_copy.installed() else " (zero copy NOT installed)"
     tests = [test_allreduce, test_grouped_allreduce, test_broadcast, test_allgather,
              test_alltoall, test_reducescatter, test_process_set, test_optimizer, test_objects]
     if MODE == "cuda":

@@ -48,7 +48,7 @@ from ..errors import (  # noqa: F401
     KoloLibraryNotFound,
     KoloNotImplementedError,
 )
-from . import _cuda, _handles, shared as _shared
+from . import _cuda, _handles, _zero_copy, shared as _shared
 from .compression import Compression  # noqa: F401
 from .functions import (  # noqa: F401
     allgather_object,
@@ -127,13 +127,17 @@ def init(comm=None, process_sets=None):
     through host memory) on its GPU: the current device if the script
     already set one, else local_rank % device_count (Horovod's convention:
     the script's torch.cuda.set_device(hvd.local_rank()) after init then
-    names the same GPU)."""
+    names the same GPU). KOLO_DEVICE_ZERO_COPY=1 (before init, and before
+    the first CUDA tensor) puts every CUDA tensor in that arena, so device
+    allreduces and broadcasts copy nothing (kolo/torch/_zero_copy.py;
+    not run on a GPU yet)."""
     if isinstance(process_sets, str) and process_sets != "dynamic":
         raise ValueError('kolo init: process_sets must be a list of ProcessSets or '
                          '"dynamic", got %r' % (process_sets,))
     was_initialized = _basics.is_initialized()
     with _cuda.init_context():
         _basics_init(comm)
+    _zero_copy.after_init(_cuda.arena_device)
     if process_sets is None or isinstance(process_sets, str) or was_initialized:
         return
     for ps in process_sets:

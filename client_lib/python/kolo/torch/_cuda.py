@@ -37,6 +37,7 @@ import warnings
 import torch
 
 from .. import _library
+from . import _zero_copy
 from ..errors import ERR_INVALID_ARGUMENT, OK, KoloInternalError
 
 HOST, DEVICE, STAGED = "host", "device", "staged"
@@ -89,8 +90,10 @@ def init_context():
     except Exception:  # a broken driver: the host path only
         available = False
     if not available:
+        _zero_copy.before_init()  # warns when asked for
         yield
         return
+    _zero_copy.before_init()  # KOLO_DEVICE_ZERO_COPY=1: torch's allocator -> the arena
     os.environ.setdefault("KOLO_DEVICE_ARENA_MB", str(DEFAULT_DEVICE_ARENA_MB))
     if os.environ.get("KOLO_DEVICE_ARENA_MB", "0").strip() in ("", "0"):
         yield

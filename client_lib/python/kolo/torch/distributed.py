@@ -734,6 +734,8 @@ def _init_with_device_arena():
     instead of host staging (docs/user-guide-python.md)."""
     with _cuda.init_context():
         basics.init()
+    from . import _zero_copy  # KOLO_DEVICE_ZERO_COPY=1: the arena must be there
+    _zero_copy.after_init(_cuda.arena_device)
 
 
 def _create(opts, pg_options=None):
