@@ -80,7 +80,8 @@ def run_kolo(opts, model, n):
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=opts.timeout)
     text = res.stdout + res.stderr
     if res.returncode != 0:
-        raise RuntimeError("kolo np %d %s exited %d:\n%s" % (n, model, res.returncode, text[-3000:]))
+        raise RuntimeError("kolo np %d %s exited %d:\n%s"
+                           % (n, model, res.returncode, text[-3000:]))
     return parse_total(text, "kolo")
 
 
@@ -89,8 +90,8 @@ def run_mwms(opts, model, n):
     cluster = {"worker": ["127.0.0.1:%d" % p for p in ports]}
     procs = []
     for i in range(n):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
+        config = {"cluster": cluster, "task": {"type": "worker", "index": i}}
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps(config))
         cmd = [opts.python, os.path.join(HERE, "tf_mwms_worker.py"),
                "--bytes-per-pack", str(opts.bytes_per_pack)] + bench_args(model)
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
