@@ -14,7 +14,7 @@ import pytest
 from conftest import EXAMPLES, PYTHON, WORKERS, rank_env, run_bounded
 
 CHECKS = ["allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall",
-          "reducescatter", "gradients", "tape_training sparse_as_dense=False",
+          "reducescatter", "gradients", "adasum", "tape_training sparse_as_dense=False",
           "tape_training sparse_as_dense=True", "errors", "process_set", "join"]
 
 

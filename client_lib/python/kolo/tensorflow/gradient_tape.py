@@ -6,7 +6,8 @@ import tensorflow as tf
 from .. import basics
 from ..process_sets import global_process_set, resolve as _resolve_set
 from .compression import Compression
-from .mpi_ops import Average, Sum, _grouped_allreduce, _op_value
+from .mpi_ops import Adasum, Average, Sum, _grouped_allreduce, _op_value
+from . import adasum as _adasum
 from . import reduce as _reduce
 
 
@@ -41,10 +42,14 @@ def make_allreduce_grads_fn(name, compression, sparse_as_dense, op, gradient_pre
             # One atomic, fused group per bucket (eagerly: one round trip).
             for bucket in _buckets(dense, grads, num_groups, groups):
                 comp = [compression.compress(grads[i]) for i in bucket]
-                red = _grouped_allreduce([c[0] for c in comp], op=op, prescale_factor=pre,
-                                         postscale_factor=post, process_set=process_set,
-                                         name=None if not tf.executing_eagerly()
-                                         else "%s.%d" % (name, bucket[0]))
+                gname = None if not tf.executing_eagerly() else "%s.%d" % (name, bucket[0])
+                if op == Adasum:
+                    red = _adasum.grouped_allreduce([c[0] for c in comp], name=gname,
+                                                    process_set=process_set)
+                else:
+                    red = _grouped_allreduce([c[0] for c in comp], op=op, prescale_factor=pre,
+                                             postscale_factor=post, process_set=process_set,
+                                             name=gname)
                 for i, r, c in zip(bucket, red, comp):
                     out[i] = compression.decompress(r, c[1])
         else:
@@ -92,7 +97,7 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     or densified with sparse_as_dense=True)."""
     if not basics.is_initialized():
         raise ValueError("kolo DistributedGradientTape: call kolo.tensorflow.init() first")
-    op = _op_value(op, None, "DistributedGradientTape")
+    op = _op_value(op, None, "DistributedGradientTape", adasum=True)
     fn = make_allreduce_grads_fn("DistributedGradientTape", compression, sparse_as_dense, op,
                                  gradient_predivide_factor, process_set, num_groups, groups)
     # The new tape shares the recorded tape's state (its attributes, which hold

@@ -90,16 +90,20 @@ def _set_id(process_set, what):
     return _resolve_set(process_set, what).id
 
 
-def _op_value(op, average, what):
+def _op_value(op, average, what, adasum=False):
+    """The op's value; Adasum only where `adasum` (allreduce, grouped
+    allreduce, DistributedGradientTape: adasum.py)."""
     if average is not None:
         if op is not None:
             raise ValueError("kolo %s: give op or average, not both" % what)
         return Average if average else Sum
     op = Average if op is None else op
-    if op == Adasum:
-        raise NotImplementedError("kolo %s: Adasum is not supported by kolo.tensorflow" % what)
+    if op == Adasum and not adasum:
+        raise NotImplementedError("kolo %s: Adasum is not supported here (allreduce, "
+                                  "grouped_allreduce and DistributedGradientTape take it)" % what)
     if op not in _OP_NAMES:
-        raise ValueError("kolo %s: unknown op %r (Average, Sum, Min, Max, Product)" % (what, op))
+        raise ValueError("kolo %s: unknown op %r (Average, Sum, Adasum, Min, Max, Product)"
+                         % (what, op))
     return op
 
 
@@ -223,29 +227,31 @@ def _ps_of(op):
 
 @tf.RegisterGradient("KoloAllreduce")
 def _allreduce_grad(op, grad):
-    reduce_op = op.get_attr("reduce_op")
-    if reduce_op not in (Sum, Average):
-        raise NotImplementedError("kolo allreduce: no gradient for op %s (Sum and Average only, "
-                                  "as Horovod)" % _OP_NAMES.get(reduce_op, reduce_op))
-    return _allreduce(grad, op=reduce_op, prescale_factor=op.get_attr("prescale_factor"),
-                      postscale_factor=op.get_attr("postscale_factor"), process_set=_ps_of(op))
+    """Horovod's: the same allreduce (op, scale factors, set) of the
+    gradient, for every op. For Sum and Average that is the derivative; for
+    Min, Max and Product it is Horovod's definition, not the derivative
+    (docs/tensorflow.md)."""
+    return _allreduce(grad, op=op.get_attr("reduce_op"),
+                      prescale_factor=op.get_attr("prescale_factor"),
+                      postscale_factor=op.get_attr("postscale_factor"),
+                      ignore_name_scope=op.get_attr("ignore_name_scope"), process_set=_ps_of(op))
 
 
 @tf.RegisterGradient("KoloGroupedAllreduce")
 def _grouped_allreduce_grad(op, *grads):
-    reduce_op = op.get_attr("reduce_op")
-    if reduce_op not in (Sum, Average):
-        raise NotImplementedError("kolo grouped_allreduce: no gradient for op %s"
-                                  % _OP_NAMES.get(reduce_op, reduce_op))
-    return _grouped_allreduce(list(grads), op=reduce_op,
+    grads = [tf.zeros_like(x) if g is None else g for g, x in zip(grads, op.inputs)]
+    return _grouped_allreduce(list(grads), op=op.get_attr("reduce_op"),
                               prescale_factor=op.get_attr("prescale_factor"),
                               postscale_factor=op.get_attr("postscale_factor"),
+                              ignore_name_scope=op.get_attr("ignore_name_scope"),
                               process_set=_ps_of(op))
 
 
 def _gather_grad_slice(x, grad, ps):
-    """This rank's rows of the sum over ranks of `grad` (allgather's gradient)."""
-    grad = _allreduce(grad, op=Sum, process_set=ps)
+    """This rank's rows of the Average allreduce of `grad` (Horovod's
+    allgather gradient: it averages the ranks' gradients, as if the loss
+    were the ranks' mean)."""
+    grad = _allreduce(grad, op=Average, process_set=ps)
     d = tf.reshape(tf.shape(x, out_type=tf.int64)[0], [1])
     sizes = allgather(d, process_set=ps)
     info = _resolve_set(ps, "allgather")
@@ -260,14 +266,19 @@ def _allgather_grad(op, grad):
 
 @tf.RegisterGradient("KoloGroupedAllgather")
 def _grouped_allgather_grad(op, *grads):
+    # One allreduce per tensor, as Horovod: TensorFlow may hand a float32 zero
+    # gradient for an unused float64 output.
     ps = _ps_of(op)
-    return [_gather_grad_slice(x, g, ps) for x, g in zip(op.inputs, grads)]
+    return [_gather_grad_slice(x, tf.zeros_like(y) if g is None else g, ps)
+            for x, y, g in zip(op.inputs, op.outputs, grads)]
 
 
 @tf.RegisterGradient("KoloBroadcast")
 def _broadcast_grad(op, grad):
+    """Horovod's: the Average allreduce of the gradient on the root, zeros
+    elsewhere."""
     ps = _ps_of(op)
-    reduced = _allreduce(grad, op=Sum, process_set=ps)
+    reduced = _allreduce(grad, op=Average, process_set=ps)
     if basics.rank() != op.get_attr("root_rank"):
         return reduced * 0
     return reduced
@@ -281,10 +292,13 @@ def _alltoall_grad(op, grad_wrt_output, grad_wrt_received_splits):
 
 
 def _scatter_grad(grad, reduce_op, ps):
-    out = allgather(grad, process_set=ps)
-    if reduce_op == Average:
-        out = out / tf.cast(_resolve_set(ps, "reducescatter").size, out.dtype)
-    return out
+    """Horovod's reducescatter gradient: the allgather of the gradient, times
+    the set's size for Sum (Average: as it is). The scale factors are
+    TensorFlow multiplications around the op (reduce.py), differentiated
+    by TensorFlow, as Horovod multiplies the gradient by them."""
+    if reduce_op == Sum:
+        grad = grad * tf.cast(_resolve_set(ps, "reducescatter").size, grad.dtype)
+    return allgather(grad, process_set=ps)
 
 
 @tf.RegisterGradient("KoloReducescatter")
@@ -295,4 +309,5 @@ def _reducescatter_grad(op, grad):
 @tf.RegisterGradient("KoloGroupedReducescatter")
 def _grouped_reducescatter_grad(op, *grads):
     ps, rop = _ps_of(op), op.get_attr("reduce_op")
-    return [_scatter_grad(g, rop, ps) for g in grads]
+    return [_scatter_grad(tf.zeros_like(y) if g is None else g, rop, ps)
+            for y, g in zip(op.outputs, grads)]

@@ -4,8 +4,9 @@ signatures (compression, IndexedSlices, scale factors) over mpi_ops."""
 import tensorflow as tf
 
 from ..process_sets import global_process_set, resolve as _resolve_set
+from . import adasum as _adasum
 from .compression import Compression
-from .mpi_ops import (Average, Sum, _allreduce, _grouped_allreduce, _grouped_reducescatter,
+from .mpi_ops import (Adasum, Average, Sum, _allreduce, _grouped_allreduce, _grouped_reducescatter,
                       _op_value, _reducescatter, allgather)
 
 
@@ -15,8 +16,12 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     """Reduces `tensor` over the ranks of the set (default op Average).
     An IndexedSlices is allgathered (values and indices), its values
     divided by the size for Average, as Horovod does."""
-    op = _op_value(op, average, "allreduce")
+    op = _op_value(op, average, "allreduce", adasum=True)
     if isinstance(tensor, tf.IndexedSlices):
+        if op == Adasum:
+            raise NotImplementedError("kolo allreduce: Adasum does not support sparse tensors "
+                                      "(IndexedSlices); pass sparse_as_dense=True to "
+                                      "DistributedGradientTape, as Horovod says")
         if op not in (Average, Sum):
             raise ValueError("kolo allreduce: IndexedSlices take Average or Sum only")
         values = allgather(tensor.values, name=None if name is None else name + ".values",
@@ -31,9 +36,13 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     tensor = tf.convert_to_tensor(tensor)
     compressed, ctx = compression.compress(tensor)
-    reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
-                         postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
-                         process_set=process_set)
+    if op == Adasum:
+        reduced = _adasum.allreduce(compressed, name=name, prescale_factor=prescale_factor,
+                                    postscale_factor=postscale_factor, process_set=process_set)
+    else:
+        reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
+                             postscale_factor=postscale_factor,
+                             ignore_name_scope=ignore_name_scope, process_set=process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -42,12 +51,19 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       postscale_factor=1.0, process_set=global_process_set,
                       ignore_name_scope=False, name=None):
     """allreduce of every tensor as one atomic, fused group."""
-    op = _op_value(op, average, "grouped_allreduce")
+    op = _op_value(op, average, "grouped_allreduce", adasum=True)
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     comp = [compression.compress(t) for t in tensors]
-    red = _grouped_allreduce([c[0] for c in comp], name=name, op=op,
-                             prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                             ignore_name_scope=ignore_name_scope, process_set=process_set)
+    if op == Adasum:
+        red = _adasum.grouped_allreduce([c[0] for c in comp], name=name,
+                                        prescale_factor=prescale_factor,
+                                        postscale_factor=postscale_factor,
+                                        process_set=process_set)
+    else:
+        red = _grouped_allreduce([c[0] for c in comp], name=name, op=op,
+                                 prescale_factor=prescale_factor,
+                                 postscale_factor=postscale_factor,
+                                 ignore_name_scope=ignore_name_scope, process_set=process_set)
     return [compression.decompress(r, c[1]) for r, c in zip(red, comp)]
 
 

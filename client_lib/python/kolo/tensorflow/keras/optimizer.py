@@ -7,7 +7,7 @@ TF_USE_LEGACY_KERAS=1): apply_gradients() is wrapped."""
 from ...process_sets import global_process_set
 from ..compression import Compression
 from ..gradient_tape import make_allreduce_grads_fn
-from ..mpi_ops import Average, _op_value
+from ..mpi_ops import Adasum, Average, _op_value
 
 _classes = {}
 
@@ -58,6 +58,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     aggregated before one update (summed, or averaged with
     average_aggregated_gradients=True, as Horovod). Keras 3 accumulates them
     (its gradient_accumulation_steps); kolo reduces every pass."""
+    if op == Adasum:
+        raise ValueError("kolo DistributedOptimizer: op == Adasum is not supported yet with Keras "
+                         "(as Horovod); use kolo.tensorflow.DistributedGradientTape(op=Adasum)")
     op = _op_value(op, None, "DistributedOptimizer")
     base = optimizer.__class__
     cls = _distributed_class(base)
