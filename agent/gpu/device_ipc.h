@@ -56,9 +56,11 @@ Status deviceNotWired(const SubmitDesc& d);
 
 // What the agent does with one ready device op (all local ranks' descriptors).
 enum class DeviceRoute {
-  kLocalKernel,    // one GPU, one agent: the reduction kernel over the slots
-  kStagedCross,    // one GPU, several agents: kernel, then host staging over the host backend
-  kRefuse,         // mixed host/device ranks, or ranks on different GPUs: `why`
+  kLocalKernel,  // one GPU, one agent: the reduction kernel over the slots
+  kStagedCross,  // one GPU, several agents: kernel, then host staging over the host backend
+  kNcclCross,    // the same over the generation's NCCL communicator (when the agents chose it;
+                 // agent/ops/device_cross_nccl.cc; planDeviceOp itself never answers it)
+  kRefuse,       // mixed host/device ranks, or ranks on different GPUs: `why`
 };
 struct DevicePlan {
   DeviceRoute route = DeviceRoute::kRefuse;

@@ -314,12 +314,15 @@ int fault(Client& c) {
 }
 
 #include "tests/gpu/device_seam_colls.inc"
+#include "tests/gpu/device_seam_nccl.inc"
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s every|inflight|full|die|fault|colls|mixed|cross\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s every|inflight|full|die|fault|colls|mixed|cross|loop|elastic|bench\n",
+                 argv[0]);
     return 2;
   }
   auto opts = kolo::ClientOptions::fromEnvironment();
@@ -351,6 +354,12 @@ int main(int argc, char** argv) {
     rc = mixed(c);
   else if (mode == "cross")
     rc = cross(c);
+  else if (mode == "loop")
+    rc = loop(c);
+  else if (mode == "elastic")
+    rc = elastic(c);
+  else if (mode == "bench")
+    rc = bench(c);
   std::fflush(stdout);
   c.shutdown();
   return rc;
