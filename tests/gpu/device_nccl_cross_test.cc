@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -137,8 +138,14 @@ TEST(NcclCrossFailure, AnAgentKilledMidOpFailsTheOthersWithTheCause) {
     const std::string out = ranks[r].output();
     EXPECT_EQ(ranks[r].exit_code, 0) << out << allLogs(c, 2);
     EXPECT_TRUE(has(out, "LOOP FAILED")) << out << allLogs(c, 2);
+    // The cause: the lost node (the agents' negotiation saw it first) or
+    // the NCCL collective in flight failing with the peer's exit.
     EXPECT_TRUE(has(out, "job nccllost")) << out;
-    std::printf("[killed] rank %d: %s", r, out.c_str());
+    EXPECT_TRUE(has(out, "lost node node2") || has(out, "remote process exited")) << out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex("([0-9.]+) s after the last success"))) << out;
+    EXPECT_LT(std::stod(m[1]), 10.0) << out;  // the backend timeout is 5 s
+    std::printf("[killed] rank %d: %s\n", r, m[0].str().c_str());
   }
   // The surviving agents serve a new device job (over NCCL, 2 agents).
   // (A fresh cluster is not needed: agents 0 and 1 are still up.)
