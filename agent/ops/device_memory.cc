@@ -1,8 +1,9 @@
 // Device memory (docs/gpu.md): the reduction kernel over the ranks' device
 // slots on one GPU, enqueued behind their in_ready events; the completion
 // goes out at once (the clients' streams wait on out_ready). Across agents
-// the tensor is staged through host memory and crosses as an allreduce or a
-// broadcast on the host path (runCrossLegOnLoop). An op the device path
+// it goes over the generation's NCCL communicator when the agents chose it
+// (device_cross_nccl.cc), else it is staged through host memory and crosses
+// as an allreduce or a broadcast on the host path (runCrossLegOnLoop). An op the device path
 // refuses (or that failed before it ran) is announced as on the host path.
 #include <algorithm>
 #include <cstdlib>

@@ -79,6 +79,19 @@ TEST_P(NcclCross, EveryDtypeAndOpAndBroadcastBitExact) {
   }
 }
 
+// Prescale and postscale (Sum, Average) over NCCL, bit for bit: the
+// prescale in the local kernel, the postscale after the agents' sum.
+TEST_P(NcclCross, PrescaleAndPostscaleBitExact) {
+  const std::vector<int> layout = GetParam();
+  const int n = static_cast<int>(layout.size());
+  Cluster c(options(n));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("ncclscaled", layout, {kRank, "scaled"}, rankEnv());
+  expectAll(c, ranks, "SCALED OK", n);
+  EXPECT_TRUE(has(c.agentLog(0), "device tensors cross agents over NCCL (the first: 'scaled.0')"))
+      << c.agentLog(0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Agents, NcclCross,
                          ::testing::Values(std::vector<int>{2, 1}, std::vector<int>{1, 1, 1},
                                            std::vector<int>{1, 2, 1, 1}),
@@ -117,6 +130,7 @@ TEST(NcclCrossChoice, ForcedNcclWithAnAgentLackingItFailsWithTheText) {
     EXPECT_TRUE(has(r.output(), "FAULT DONE")) << r.output();
     EXPECT_TRUE(has(r.output(), text)) << r.output() << allLogs(c, 2);
     EXPECT_LT(r.seconds(), 20.0) << r.output();
+    std::printf("[forced] %s", r.output().c_str());
   }
   for (int a = 0; a < 2; ++a) EXPECT_TRUE(has(c.agentLog(a), text)) << c.agentLog(a);
 }

@@ -320,9 +320,10 @@ int fault(Client& c) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr,
-                 "usage: %s every|inflight|full|die|fault|colls|mixed|cross|loop|elastic|bench\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s every|inflight|full|die|fault|colls|mixed|cross|loop|elastic|bench|scaled\n",
+        argv[0]);
     return 2;
   }
   auto opts = kolo::ClientOptions::fromEnvironment();
@@ -360,6 +361,8 @@ int main(int argc, char** argv) {
     rc = elastic(c);
   else if (mode == "bench")
     rc = bench(c);
+  else if (mode == "scaled")
+    rc = scaled(c);
   std::fflush(stdout);
   c.shutdown();
   return rc;
