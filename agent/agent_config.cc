@@ -182,8 +182,8 @@ void defineTimelineBackendKnobs(Config& c) {
       .define("device-cross", KnobType::kString, "auto",
               "How device tensors cross agents: auto (NCCL when every agent of the job has NCCL "
               "and a GPU for it, host staging otherwise), nccl (forced: the job's device ops fail "
-              "when it is not viable), staged (always through host memory). Not wired yet: device "
-              "tensors cross agents by host staging whatever it says (docs/gpu.md)")
+              "when it is not viable, with the reason), staged (always through host memory). "
+              "Chosen alike by every agent of each job generation, and logged (docs/gpu.md)")
       .define("device", KnobType::kString, "cuda",
               "The device implementation under the device path: cuda, or host-emulated (the test "
               "emulation: device tensors in host memory, no GPU; only in builds with "

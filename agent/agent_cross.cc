@@ -11,6 +11,7 @@
 #include "agent/agent.h"
 #include "agent/backends/backend_choice.h"
 #include "agent/coord/coord_kv_store.h"
+#include "agent/core/nccl_comm.h"
 #include "agent/ops/cross_plan.h"
 #include "agent/ops/op.h"
 #include "common/log.h"
@@ -50,7 +51,10 @@ void Agent::startCrossOnLoop(Job& job) {
   job.cross_backend_reason.clear();
   crossLog()->info("job {}: connecting to {} other agents (backend {})", job_id, w.cross_size - 1,
                    setting);
-  setup_pool_.submit([this, job_id, token, bo, gen, setting]() mutable {
+  // How its device tensors cross agents: chosen by every agent alike, with
+  // the NCCL communicator made here when chosen (agent/core/nccl_comm.h).
+  DeviceCrossRequest dreq = deviceCrossRequestFor(job, opts_.device_cross, bo.timeout);
+  setup_pool_.submit([this, job_id, token, bo, gen, setting, dreq]() mutable {
     CoordKvStore kv(*coord_, job_id, token);
     // Every agent states its setting and what its node offers; all take the
     // same backend before the first connection (backend_choice.h).
@@ -69,7 +73,9 @@ void Agent::startCrossOnLoop(Job& job) {
                        choice->value().reason);
       *made = createBackend(choice->value().backend, bo, kv);
     }
-    loop_.post([this, job_id, gen, made, choice] {
+    auto device = std::make_shared<StatusOr<DeviceCrossSetup>>(unavailable("not tried"));
+    if (made->isOk()) *device = setUpDeviceCross(dreq, kv);
+    loop_.post([this, job_id, gen, made, choice, device] {
       auto it = jobs_.find(job_id);
       if (it == jobs_.end() || it->second->cross_generation != gen) return;
       Job& job = *it->second;
@@ -114,6 +120,15 @@ void Agent::startCrossOnLoop(Job& job) {
           [this, job_id, gen](const std::string& name, Status st, const CrossResult& result) {
             onCrossDoneOnLoop(job_id, gen, name, st, result);
           });
+      if (device->isOk()) {
+        job.cross->setDeviceCross(std::move(device->value().choice),
+                                  std::move(device->value().nccl));
+      } else {  // the KV store failed: every device op of the job says so
+        job.cross->setDeviceCross(
+            {gpu::DeviceCrossChoiceKind::kFail,
+             "the device-cross choice failed: " + device->status().toString()},
+            nullptr);
+      }
       crossLog()->info("job {}: agents connected; {} local ranks may start", job_id, job.localSize());
       maybeSendWorldOnLoop(job);
     });
@@ -182,8 +197,16 @@ void Agent::onCrossDoneOnLoop(const std::string& job_id, uint64_t generation, co
         failJobOnLoop(job, st, true);
       }
     }
+    if (p->device_finish) (void)p->device_finish(false);  // out_ready after what was enqueued
     timeline_->opEnd(name, p->dtype, {});
     finishOnLoop(job_id, p->handles, 0, job.state() == JobState::kFailed ? job.failure() : st, p->report_dtype, {},
+                 p->collective);
+    return;
+  }
+  if (p->device_finish) {  // device tensors over NCCL: the result is in slot 0 on the GPU
+    Status fs = p->device_finish(true);
+    timeline_->opEnd(name, p->dtype, {});
+    finishOnLoop(job_id, p->handles, fs.isOk() ? p->bytes : 0, fs, p->report_dtype, p->started,
                  p->collective);
     return;
   }

@@ -18,7 +18,7 @@
 #   ninja -C build kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer \
 #     kolo-gpu-bench kolo_gpu_device_path_tests kolo_gpu_device_rank kolo_gpu_seam_tests \
 #     kolo_gpu_seam_rank kolo_gpu_nccl_process_tests kolo_gpu_nccl_rank kolo_cli_tests \
-#     kolo-agent kolo-coordinator kolorun kolo kolo_client kolo-bench
+#     kolo_gpu_nccl_cross_tests kolo-agent kolo-coordinator kolorun kolo kolo_client kolo-bench
 # Then, with the device tool: run(command="bench/gpu_issue16.sh build-gpubundle",
 # carry=["build-gpubundle"]) (or bench/gpu_check.sh for the C++ part only).
 # The bundle must stay under the tool's 64 MiB.
@@ -28,7 +28,8 @@ BUILD_DIR=$(cd "${1:-build}" && pwd)
 BUNDLE=${2:-build-gpubundle}
 BINS=(kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer kolo-gpu-bench kolo_gpu_device_path_tests
       kolo_gpu_device_rank kolo_gpu_seam_tests kolo_gpu_seam_rank kolo_gpu_nccl_process_tests
-      kolo_gpu_nccl_rank kolo_cli_tests kolo-agent kolo-coordinator kolorun kolo kolo-bench)
+      kolo_gpu_nccl_rank kolo_cli_tests kolo_gpu_nccl_cross_tests kolo-agent kolo-coordinator
+      kolorun kolo kolo-bench)
 
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"

@@ -18,7 +18,8 @@ mib=$(du -sm "$work/bundle" | cut -f1)
 
 list=$("$HERE/gpu_issue16.sh" "$work/bundle" --list) || { echo "$list"; fail "--list"; }
 for p in env torch cxx-stream cxx-seam-cuda nccl-procs kolo-status py-ops py-zerocopy torch-dist \
-         synth-ceiling-2 synth-kolo-2 synth-ddp-gloo-2 collectives-2 collectives-device-2 gpu-check; do
+         synth-ceiling-2 synth-kolo-2 synth-ddp-gloo-2 collectives-2 collectives-device-2 \
+         nccl-cross-kolo-2 nccl-cross-staged-4 nccl-cross-torch-4 gpu-check; do
   grep -qE "^  $p +[0-9]+- *[0-9]+s" <<< "$list" || { echo "$list"; fail "phase $p not listed"; }
 done
 grep -q 'inputs present' <<< "$list" || fail "--list did not check the inputs"

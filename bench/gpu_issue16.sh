@@ -34,6 +34,10 @@
 #                 kolo-bench --device cuda (bench/device_bench_all.sh): the C
 #                 ABI's device collectives, user memory and zero copy
 #                 (kolo_device_alloc), in place and not
+#   5b. nccl-cross device allreduce 4 B..256 MiB across 2 and 4 agents on the
+#                 one GPU (own NCCL_HOSTID each, trainers under MPS): kolo over
+#                 NCCL, the same forced through host staging, torch.distributed
+#                 over NCCL with the same layout; a table in the summary
 #   6. gpu-check  bench/gpu_check.sh: every GPU test, kolo-gpu-bench, the
 #                 device allreduce timings under its own MPS daemon (the
 #                 timings without MPS skipped: KOLO_GPU_CHECK_PLAIN_BENCH=0)
@@ -49,7 +53,7 @@
 # examples come from this checkout. On the build machine:
 #   ninja -C build-cuda kolo_gpu_plan_tests kolo_gpu_tests kolo_gpu_test_peer kolo-gpu-bench \
 #     kolo_gpu_device_path_tests kolo_gpu_device_rank kolo_gpu_seam_tests kolo_gpu_seam_rank \
-#     kolo_gpu_nccl_process_tests kolo_gpu_nccl_rank kolo_cli_tests \
+#     kolo_gpu_nccl_process_tests kolo_gpu_nccl_rank kolo_cli_tests kolo_gpu_nccl_cross_tests \
 #     kolo-agent kolo-coordinator kolorun kolo kolo_client kolo-bench
 #   bench/gpu_bundle.sh build-cuda build-gpubundle
 # With the device tool: run(command="bench/gpu_issue16.sh build-gpubundle",
@@ -106,12 +110,13 @@ missing=()
 for f in bin/kolorun bin/kolo-agent bin/kolo-coordinator bin/kolo bin/kolo_gpu_device_path_tests \
          bin/kolo_gpu_device_rank bin/kolo_gpu_seam_tests bin/kolo_gpu_seam_rank \
          bin/kolo_gpu_nccl_process_tests bin/kolo_gpu_nccl_rank bin/kolo_cli_tests bin/kolo-bench \
-         lib/libkolo.so; do
+         bin/kolo_gpu_nccl_cross_tests lib/libkolo.so; do
   [[ -e "$DIR/$f" ]] || missing+=("$DIR/$f")
 done
 for f in client_lib/python/kolo/torch/_cuda.py tests/python/test_device_ops.py \
          examples/pytorch_synthetic_benchmark.py examples/ddp_synthetic_benchmark.py \
-         bench/gpu_check.sh bench/device_bench_all.sh client_lib/python/kolo/torch/_zero_copy.py; do
+         bench/gpu_check.sh bench/device_bench_all.sh client_lib/python/kolo/torch/_zero_copy.py \
+         bench/gpu/torch_nccl_hostid_bench.py; do
   [[ -e "$REPO/$f" ]] || missing+=("$REPO/$f")
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
@@ -271,6 +276,19 @@ for k in 2 4; do
 done
 phase "synth-ceiling-1" 40 120 "$BIN/kolorun" -np 1 -- "$PY" "${SYNTH[@]}" --no-allreduce
 
+# --- 5b. nccl-cross: device tensors across 2 and 4 agents on the one GPU ----
+# Each agent with its own NCCL_HOSTID (NCCL's socket transport over
+# loopback), one trainer per agent under MPS: kolo's busbw of float32
+# allreduce 4 B..256 MiB over NCCL, the same job forced through host
+# staging, and torch.distributed over NCCL with the same NCCL_HOSTID layout.
+for n in 2 4; do
+  phase "nccl-cross-kolo-$n" 20 150 env KOLO_NCCL_BENCH_AGENTS=$n KOLO_NCCL_BENCH_CROSS=nccl \
+    "$BIN/kolo_gpu_nccl_cross_tests" --gtest_also_run_disabled_tests --gtest_filter='NcclCrossGpu.*'
+  phase "nccl-cross-staged-$n" 20 150 env KOLO_NCCL_BENCH_AGENTS=$n KOLO_NCCL_BENCH_CROSS=staged \
+    "$BIN/kolo_gpu_nccl_cross_tests" --gtest_also_run_disabled_tests --gtest_filter='NcclCrossGpu.*'
+  phase "nccl-cross-torch-$n" 20 150 "$PY" "$REPO/bench/gpu/torch_nccl_hostid_bench.py" --np "$n"
+done
+
 if [[ $mps_up == 1 ]]; then
   echo quit | nvidia-cuda-mps-control
   trap - EXIT
@@ -317,6 +335,20 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "" && b > 0) prin
       grep -E '^\[0\]<stdout>:' "$log_dir/collectives-$k.log" | sed 's/^\[0\]<stdout>://' | grep -v '^COLLECTIVES'
     fi
   done
+  for n in 2 4; do
+    [[ -f "$log_dir/nccl-cross-kolo-$n.log" || -f "$log_dir/nccl-cross-torch-$n.log" ]] || continue
+    echo
+    echo "nccl-cross: float32 allreduce of device tensors, $n agents on one GPU (NCCL_HOSTID each), us/op and busbw GB/s:"
+    printf '%-10s %10s %9s %10s %9s %10s %9s %11s\n' bytes "kolo us" busbw "staged us" busbw "torch us" busbw kolo/torch
+    rows() { [[ -f "$1" ]] && grep -o 'BENCHROW .*' "$1" | awk '{print $2, $3, $5}'; }
+    join -a1 -a2 -e - -o 0,1.2,1.3,2.2,2.3 <(rows "$log_dir/nccl-cross-kolo-$n.log" | sort -k1,1) \
+      <(rows "$log_dir/nccl-cross-staged-$n.log" | sort -k1,1) |
+      join -a1 -a2 -e - -o 0,1.2,1.3,1.4,1.5,2.2,2.3 - <(rows "$log_dir/nccl-cross-torch-$n.log" | sort -k1,1) |
+      sort -n | while read -r b ku kb su sb tu tb; do
+        printf '%-10s %10s %9s %10s %9s %10s %9s %11s\n' "$b" "$ku" "$kb" "$su" "$sb" "$tu" "$tb" "$(ratio "$kb" "$tb")"
+      done
+  done
+  echo "(targets: kolo/torch busbw >= 0.9 at 64-256 MiB; small ops within 1.2x torch's us + 50 us)"
   if [[ -f "$log_dir/torch-dist.log" ]]; then
     echo
     echo "torch.distributed backend kolo: $(grep -E '[0-9]+ (passed|failed|skipped)' "$log_dir/torch-dist.log" | tail -n 1)"

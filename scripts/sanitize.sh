@@ -48,7 +48,8 @@ asan_targets=(kolo-agent kolo-coordinator kolo_check
   kolo_integration_tests kolo_shm_attack_tests kolo_multi_agent_tests kolo_autotune_tests
   kolo_collectives_tests
   kolo_gpu_seam_tests kolo_gpu_seam_rank kolo_gpu_staging_tests kolo_nccl_comm_tests
-  kolo_nccl_emu_process_tests kolo_gpu_nccl_rank kolo_gpu_several_tests kolo_gpu_emu_gpus_tests)
+  kolo_nccl_emu_process_tests kolo_gpu_nccl_rank kolo_gpu_several_tests kolo_gpu_emu_gpus_tests
+  kolo_gpu_nccl_cross_tests)
 asan_labels='^(unit|agent|client|fusion|backend|coordinator|integration|integration-multiagent|integration-collectives|device-emulation)$'
 tsan_targets=(kolo-agent kolo-coordinator kolo_check
   kolo_unit_tests kolo_agent_tests kolo_integration_tests kolo_shm_attack_tests kolo_multi_agent_tests

@@ -154,6 +154,11 @@ class Job {
     // run before the completions of a successful one (device staging).
     std::shared_ptr<void> scratch;
     std::function<Status()> before_finish;
+    // Device tensors over NCCL (agent/ops/device_cross_nccl.cc): once the
+    // agents' collective is done (`ok`) or failed, the result into the
+    // ranks' device slots and their out_ready events; the op then completes
+    // with its status (Agent::onCrossDoneOnLoop).
+    std::function<Status(bool ok)> device_finish;
     CollectiveType collective = CollectiveType::kAllreduce;  // for metrics
     DataType report_dtype = DataType::kFloat32;               // the tensor's dtype, for metrics
     InFlight in_flight;  // counts the op in Job::executing() until it comes back

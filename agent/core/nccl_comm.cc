@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "agent/backends/nccl/factory.h"
+#include "agent/core/job.h"
+#include "agent/ipc/client_conn.h"
 #include "common/log.h"
 
 namespace kolo {
@@ -51,6 +53,12 @@ StatusOr<DeviceCrossSetup> setUpDeviceCross(const DeviceCrossRequest& req, KvSto
   RETURN_IF_ERROR(kv.put(gpu::deviceCapabilityKey(req.generation, req.cross_rank),
                          gpu::encodeCapability(req.mine)));
   DeviceCrossSetup out;
+  if (req.publish_only) {
+    out.choice.kind = gpu::DeviceCrossChoiceKind::kStaged;
+    out.choice.why = "no local trainer of the job has a device arena here";
+    log->debug("job {} generation {}: {}", req.job, req.generation, out.choice.why);
+    return out;
+  }
   out.choice = gpu::chooseDeviceCross(req.mode, readCapabilities(req, kv));
   if (out.choice.kind == gpu::DeviceCrossChoiceKind::kNccl) {
     BackendOptions o;
@@ -71,6 +79,39 @@ StatusOr<DeviceCrossSetup> setUpDeviceCross(const DeviceCrossRequest& req, KvSto
   // Once per job and generation, on every agent, with the same words.
   log->info("job {} generation {}: {}", req.job, req.generation, out.choice.why);
   return out;
+}
+
+DeviceCrossRequest deviceCrossRequestFor(const Job& job, gpu::DeviceCrossMode mode,
+                                         std::chrono::milliseconds timeout) {
+  DeviceCrossRequest req;
+  req.job = job.id();
+  req.generation = job.world().generation;
+  req.cross_rank = job.world().cross_rank;
+  req.cross_size = job.world().cross_size;
+  req.mode = mode;
+  req.timeout = timeout;
+  std::vector<int> gpus;
+  std::string why;
+  for (int r = 0; r < job.localSize(); ++r) {
+    const ClientConn* c = job.client(r);
+    if (c == nullptr) continue;
+    if (c->device) {
+      gpus.push_back(c->device->device());
+    } else if (why.empty() && !c->device_error.empty()) {
+      why = c->device_error;
+    }
+  }
+  req.publish_only = gpus.empty();
+  req.mine = gpu::localDeviceCapability(ncclBackendCompiled(), gpus, why);
+  if (req.mine.nccl) {
+    // Built with NCCL, but it may not load here (or the emulation says so).
+    Status usable = ncclUsable();
+    if (!usable.isOk()) {
+      req.mine.nccl = false;
+      req.mine.lacks = usable.message() + (req.mine.lacks.empty() ? "" : "; " + req.mine.lacks);
+    }
+  }
+  return req;
 }
 
 }  // namespace kolo

@@ -7,8 +7,9 @@
 // gpu::ncclKeyPrefix(generation), non-blocking init bounded by the timeout).
 // Blocking: run it on a worker thread, never the agent's loop.
 //
-// Not wired into the agent yet: the job's device ops still stage through
-// host memory (docs/gpu.md says what remains).
+// The agent runs it on setup_pool_ for every generation of a job over
+// several agents (Agent::startCrossOnLoop), before its trainers learn the
+// world; the CrossJob holds the choice and the communicator.
 #pragma once
 
 #include <chrono>
@@ -30,7 +31,18 @@ struct DeviceCrossRequest {
   gpu::DeviceCrossMode mode = gpu::DeviceCrossMode::kAuto;
   gpu::DeviceCrossCapability mine;
   std::chrono::milliseconds timeout{30000};  // the backend timeout: the records and NCCL's init
+  // No local trainer has a device arena (so this agent runs no device op
+  // of the job): publish the record so that the others need not wait for
+  // it, read nothing, answer staging.
+  bool publish_only = false;
 };
+
+class Job;
+// The request for `job`'s current generation on this agent: its record from
+// the build and its local trainers' device arenas (localDeviceCapability).
+// Loop thread.
+DeviceCrossRequest deviceCrossRequestFor(const Job& job, gpu::DeviceCrossMode mode,
+                                         std::chrono::milliseconds timeout);
 
 struct DeviceCrossSetup {
   gpu::DeviceCrossChoice choice;

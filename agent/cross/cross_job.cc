@@ -70,6 +70,7 @@ CrossJob::~CrossJob() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  device_backend_.reset();  // (NCCL) completes anything still queued with Aborted
   backend_.reset();  // completes anything still queued with Aborted
   drainer_.reset();  // runs the drains (and completions) those queued
 }
@@ -116,7 +117,15 @@ void CrossJob::abort(Status why) {
   }
   quit_.store(true, std::memory_order_relaxed);
   backend_->abort(why);
+  if (device_backend_) device_backend_->abort(why);
   cv_.notify_all();
+}
+
+void CrossJob::setDeviceCross(gpu::DeviceCrossChoice choice, std::unique_ptr<Backend> nccl) {
+  device_cross_ = std::move(choice);
+  device_backend_ = std::move(nccl);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!aborted_.isOk() && device_backend_) device_backend_->abort(aborted_);
 }
 
 Status CrossJob::syncCollective(const std::function<void(Backend::Done)>& post) {
@@ -532,6 +541,11 @@ void CrossJob::postData(std::vector<CrossWork> works) {
     batch.clear();
   };
   for (CrossWork& w : works) {
+    if (w.device_post) {
+      flush();
+      postDevice(std::move(w));
+      continue;
+    }
     const bool blocks = w.collective == CollectiveType::kAllgather || w.collective == CollectiveType::kReducescatter;
     if (w.collective == CollectiveType::kAllreduce || blocks) {
       if (!batch.empty() && batch[0].collective != w.collective) flush();
@@ -543,6 +557,26 @@ void CrossJob::postData(std::vector<CrossWork> works) {
     postOther(std::move(w));
   }
   flush();
+}
+
+void CrossJob::postDevice(CrossWork w) {
+  std::string name = w.req.name;
+  Timeline* tl = options_.timeline;
+  if (!device_backend_) {
+    postDone(name,
+             internalError("device tensor '" + name +
+                           "': routed over NCCL but the generation has no NCCL communicator"));
+    return;
+  }
+  if (!device_logged_) {  // once per generation: the route is in use
+    device_logged_ = true;
+    logger()->info("{}: device tensors cross agents over NCCL (the first: '{}')", label_, name);
+  }
+  if (tl != nullptr) tl->activityStart(name, "CROSS_NCCL", {{"backend", "nccl"}});
+  w.device_post(*device_backend_, [this, name, tl](Status st) {
+    if (tl != nullptr) tl->activityEnd(name);
+    postDone(name, st);
+  });
 }
 
 void CrossJob::postOther(CrossWork w) {

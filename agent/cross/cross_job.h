@@ -22,6 +22,7 @@
 #include "agent/backends/backend.h"
 #include "agent/cross/cycle_message.h"
 #include "agent/cross/negotiation_state.h"
+#include "agent/gpu/device_cross.h"
 #include "common/event_loop.h"
 #include "common/metrics.h"
 #include "common/worker_pool.h"
@@ -87,6 +88,11 @@ struct CrossWork {
   // the inputs are complete.
   std::function<void(size_t end, const std::atomic<bool>& stop, std::chrono::milliseconds stall)>
       await_input;
+  // Device tensors over NCCL (agent/ops/device_cross_nccl.cc): posts the
+  // collective on the job's NCCL backend instead of the host one, in the
+  // agreed order (never fused, inline or pipelined: every agent of the
+  // generation made the same device-cross choice).
+  std::function<void(Backend& nccl, Backend::Done done)> device_post;
 };
 
 namespace timeline {
@@ -159,6 +165,11 @@ class CrossJob {
   void submitJoin(CrossWork join);
   void abort(Status why);       // thread-safe; fails everything in flight
   Backend& backend() { return *backend_; }
+  // How the generation's device tensors cross agents (agent/core/nccl_comm.h)
+  // and, with NCCL, its communicator, aborted with the host backend and
+  // destroyed before it. Set on the loop before any device op is submitted.
+  void setDeviceCross(gpu::DeviceCrossChoice choice, std::unique_ptr<Backend> nccl);
+  const gpu::DeviceCrossChoice& deviceCross() const { return device_cross_; }
 
  private:
   void run();
@@ -188,6 +199,8 @@ class CrossJob {
   void postData(std::vector<CrossWork> works);
   void postAllreduces(std::vector<CrossWork> works);
   void postOther(CrossWork work);
+  // A device tensor over NCCL (CrossWork::device_post).
+  void postDevice(CrossWork work);
   // An unfused allreduce of at least the agreed pipeline_bytes: in chunks
   // (see CrossWork).
   void postPipelined(CrossWork work);
@@ -217,6 +230,9 @@ class CrossJob {
 
   std::string label_;
   std::unique_ptr<Backend> backend_;
+  gpu::DeviceCrossChoice device_cross_;
+  std::unique_ptr<Backend> device_backend_;  // NCCL, with device_cross_ kNccl
+  bool device_logged_ = false;               // negotiation thread
   NegotiationState state_;
   CrossJobOptions options_;
   EventLoop& loop_;

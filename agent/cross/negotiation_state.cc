@@ -114,8 +114,10 @@ std::vector<NegotiationState::InlineSlot> NegotiationState::inlineSlots(uint64_t
     // of the gather that follows (CrossJob::zeroContribution).
     if (e == nullptr || isAllgatherSizesName(e->name)) continue;
     const SubmitDesc& p = e->params;
-    if (static_cast<CollectiveType>(p.collective) != CollectiveType::kAllreduce || p.group_id != 0 ||
-        p.data_bytes == 0 || p.data_bytes > max_tensor_bytes) {
+    // Nor does a device tensor (it crosses over NCCL: CrossWork::device_post).
+    if (static_cast<CollectiveType>(p.collective) != CollectiveType::kAllreduce ||
+        p.group_id != 0 || (p.flags & kSubmitFlagDevice) != 0 || p.data_bytes == 0 ||
+        p.data_bytes > max_tensor_bytes) {
       continue;
     }
     const size_t offset = (end + 7) / 8 * 8;

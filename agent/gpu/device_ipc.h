@@ -64,6 +64,9 @@ enum class DeviceRoute {
   kLocalKernel,  // one GPU, one agent: the reduction kernel over the slots
   kStagedCross,  // one GPU, several agents: kernel, then host staging over the host backend
   kSeveralGpus,  // several GPUs, one agent: per-GPU groups, then across them (gpu_groups.h)
+  kNcclCross,    // one GPU, several agents: kernel, then the generation's NCCL communicator
+                 // (when the agents chose it;
+                 // agent/ops/device_cross_nccl.cc; planDeviceOp itself never answers it)
   kRefuse,       // mixed host/device ranks, several GPUs across agents: `why`
 };
 struct DevicePlan {

@@ -2,8 +2,9 @@
 // slots on one GPU, enqueued behind their in_ready events (allreduces fused
 // with the others ready in the same pass: device_fusion.h); the completion
 // goes out at once (the clients' streams wait on out_ready). Across agents
-// the tensor is staged through host memory and crosses as an allreduce or a
-// broadcast on the host path (runCrossLegOnLoop). An op the device path
+// it goes over the generation's NCCL communicator when the agents chose it
+// (device_cross_nccl.cc), else it is staged through host memory and crosses
+// as an allreduce or a broadcast on the host path (runCrossLegOnLoop). An op the device path
 // refuses (or that failed before it ran) is announced as on the host path.
 #include <algorithm>
 #include <cstdlib>
@@ -11,10 +12,12 @@
 
 #include "agent/core/device_runtime.h"
 #include "agent/core/shm_meta.h"
+#include "agent/cross/cross_job.h"
 #include "agent/gpu/device_ipc.h"
 #include "agent/ipc/client_conn.h"
 #include "agent/ops/device_several.h"
 #include "agent/ops/device_fusion.h"
+#include "agent/ops/device_cross_nccl.h"
 #include "agent/ops/memory.h"
 #include "agent/ops/op.h"
 #include "agent/timeline/timeline.h"
@@ -40,7 +43,7 @@ Status describeLayoutOp(const Job& job, const ReadyOp& op, gpu::DeviceRoute rout
   const std::string what =
       std::string(collectiveName(coll)) + " of device tensor '" + op.name + "'";
   const int world = job.worldSize();
-  if (route == gpu::DeviceRoute::kStagedCross || world != job.localSize()) {
+  if (route != gpu::DeviceRoute::kLocalKernel || world != job.localSize()) {
     return invalidArgument(what +
                            ": device tensors of this collective are wired for the ranks of " +
                            "one agent only so far (this job has " + std::to_string(world) +
@@ -111,6 +114,15 @@ void DeviceMemory::runOnLoop(OpHost& host, Job& job, const CollectiveOp* kind, R
     }
     plan = gpu::planDeviceOp(op.name, flags, gpus, job.world().cross_size);
   }
+  if (plan.route == gpu::DeviceRoute::kStagedCross && job.cross) {
+    // The generation's device-cross choice (agent/core/nccl_comm.h).
+    const gpu::DeviceCrossChoice& c = job.cross->deviceCross();
+    if (c.kind == gpu::DeviceCrossChoiceKind::kNccl) plan.route = gpu::DeviceRoute::kNcclCross;
+    if (c.kind == gpu::DeviceCrossChoiceKind::kFail) {
+      op.error = unavailable("device tensor '" + op.name + "': " + c.why);
+      return hostMemory().runOnLoop(host, job, kind, std::move(op), std::move(handles));
+    }
+  }
   if (plan.route == gpu::DeviceRoute::kRefuse) {
     op.error = invalidArgument(plan.why);  // and the other agents learn of it on the host path
     return hostMemory().runOnLoop(host, job, kind, std::move(op), std::move(handles));
@@ -149,6 +161,9 @@ void DeviceMemory::runOnLoop(OpHost& host, Job& job, const CollectiveOp* kind, R
   if (plan.route == gpu::DeviceRoute::kSeveralGpus) {
     return runSeveralGpusOnLoop(host, job, std::move(op), std::move(dop), std::move(hold),
                                 std::move(handles));
+  }
+  if (plan.route == gpu::DeviceRoute::kNcclCross) {
+    return runNcclCrossOnLoop(host, job, std::move(op), dop, std::move(hold), std::move(handles));
   }
   if (plan.route == gpu::DeviceRoute::kStagedCross) {
     return stageCrossOnLoop(host, job, std::move(op), dop, std::move(hold), std::move(handles));

@@ -7,8 +7,8 @@
 //                   (agent/ops/<collective>.cc); an op that failed before it
 //                   ran is announced here (agent/ops/host_memory.cc)
 //   deviceMemory()  device tensors (docs/gpu.md): the reduction kernel over
-//                   the ranks' device slots on one GPU, or staged through
-//                   host memory across agents (agent/ops/device_memory.cc)
+//                   the ranks' device slots on one GPU; across agents over
+//                   NCCL or staged through host memory (agent/ops/device_memory.cc)
 //
 // Loop thread only.
 #pragma once

@@ -505,15 +505,15 @@ void Client::copyIn(const OpArgs& a, const SlotPlan& plan, uint64_t slot, uint64
 // neither ring can ever be full: the agent never has to wait for this
 // client to make room for a completion.
 Status Client::publish(SubmitDesc d, Op& op, Clock::time_point deadline, const std::string& what) {
-  // Device descriptors carry no generation and do not take the membership
-  // notice (as before the submit paths were one).
-  const bool device_desc = (d.flags & kSubmitFlagDevice) != 0;
+  // Device descriptors carry the generation and take the membership notice
+  // too: across agents an elastic job's device op of an ended generation
+  // must be refused, not run in the next one (docs/gpu.md).
   const uint64_t desc_bytes = submitDescBytes(d);
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       RETURN_IF_ERROR(usableLocked());
-      if (!device_desc && generation_notice_ != 0) {
+      if (generation_notice_ != 0) {
         Status changed(Code::kMembershipChanged,
                        "the job's membership changed: generation " +
                            std::to_string(generation_notice_) + " (" + std::to_string(world_.size) +
@@ -524,7 +524,7 @@ Status Client::publish(SubmitDesc d, Op& op, Clock::time_point deadline, const s
         return changed;
       }
       if (roomToPublishLocked(desc_bytes)) {
-        if (!device_desc) d.generation = world_.generation;
+        d.generation = world_.generation;
         if (op.desc) {  // (a kSplitRetry resubmits it with this handle)
           op.desc->handle = d.handle;
           op.desc->generation = d.generation;

@@ -317,6 +317,7 @@ int fault(Client& c) {
 #include "tests/gpu/device_seam_colls.inc"
 #include "tests/gpu/device_seam_fusion.inc"
 #include "tests/gpu/device_seam_zerocopy.inc"
+#include "tests/gpu/device_seam_nccl.inc"
 
 // Several GPUs per node, across agents: one device allreduce, refused with
 // the text on every rank; a host allreduce after it works.
@@ -365,7 +366,8 @@ void pickGpu() {
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr,
-                 "usage: %s every|inflight|full|die|fault|colls|mixed|cross|refused|fused|many|fusedie|zerocopy\n",
+                 "usage: %s every|inflight|full|die|fault|colls|mixed|cross|refused|fused|many|"
+                 "fusedie|zerocopy|loop|elastic|bench|scaled\n",
                  argv[0]);
     return 2;
   }
@@ -414,6 +416,14 @@ int main(int argc, char** argv) {
     rc = fusedie(c);
   else if (mode == "zerocopy")
     rc = zerocopy(c);
+  else if (mode == "loop")
+    rc = loop(c);
+  else if (mode == "elastic")
+    rc = elastic(c);
+  else if (mode == "bench")
+    rc = bench(c);
+  else if (mode == "scaled")
+    rc = scaled(c);
   std::fflush(stdout);
   c.shutdown();
   return rc;

@@ -189,8 +189,9 @@ TEST(SeamZeroCopyCross, AcrossTwoAgents) {
   expectZeroCopyRefusals(ranks);
 }
 
-// Two agents ("nodes"): reduced per agent on the device, staged through host
-// memory across agents, copied back.
+// Two agents ("nodes"): reduced per agent on the device, across agents over
+// NCCL (--device-cross=auto; the emulation has it), copied back
+// (device_nccl_cross_test.cc covers NCCL and forced staging).
 TEST(Seam, EveryDtypeAndOpAcrossTwoAgents) {
   KOLO_REQUIRE_SEAM();
   Cluster c(2, withDevice({}));
@@ -300,7 +301,8 @@ struct FaultCase {
 TEST(Seam, AStuckTrainerStreamAcrossAgentsFailsAtTheStagingDeadline) {
   if (testDevice() != "host-emulated" || !kEmulationBuilt)
     GTEST_SKIP() << "skipped: faults are injected by the emulation";
-  Cluster c(2, withDevice({{"KOLO_DEVICE_STAGING_TIMEOUT_S", "3"}}));
+  Cluster c(2,
+            withDevice({{"KOLO_DEVICE_STAGING_TIMEOUT_S", "3"}, {"KOLO_DEVICE_CROSS", "staged"}}));
   ASSERT_TRUE(c.ok()) << c.error();
   auto ranks = c.launchMultiJob("seamstuck", {1, 1}, {kRank, "fault"},
                                 rankEnv("16", {{"KOLO_DEVICE_EMU_FAULTS", "hang-events"}}));

@@ -17,6 +17,10 @@
 
 namespace kolo {
 
+namespace gpu {
+class DevEvent;
+}
+
 // On the calling thread's current CUDA device.
 StatusOr<std::unique_ptr<Backend>> createNcclBackend(const BackendOptions& options, KvStore& kv);
 // On CUDA device `device`. Blocks until the communicator is up on every rank
@@ -27,5 +31,15 @@ StatusOr<std::unique_ptr<Backend>> createNcclBackend(const BackendOptions& optio
 
 // True when this build has the NCCL backend.
 bool ncclBackendCompiled();
+// Whether this process can use NCCL (libnccl, or the emulation with the
+// host-emulated device): Unavailable "not viable: ..." with the reason.
+Status ncclUsable();
+
+// Device tensors across agents (agent/ops/device_cross_nccl.cc): the next
+// collective posted on `nccl` (made by createNcclBackend) first makes the
+// backend's stream wait for `ready`, an event recorded on another stream of
+// its device (no host wait). Call it from the thread that posts, right
+// before that post. InvalidArgument when `nccl` is not an nccl backend.
+Status ncclWaitBeforeNext(Backend& nccl, std::shared_ptr<gpu::DevEvent> ready);
 
 }  // namespace kolo

@@ -16,4 +16,10 @@ StatusOr<std::unique_ptr<Backend>> createNcclBackend(const BackendOptions&, KvSt
 
 bool ncclBackendCompiled() { return false; }
 
+Status ncclUsable() { return unavailable("not viable: this build has no NCCL"); }
+
+Status ncclWaitBeforeNext(Backend&, std::shared_ptr<gpu::DevEvent>) {
+  return unavailable("not viable: this build has no NCCL");
+}
+
 }  // namespace kolo

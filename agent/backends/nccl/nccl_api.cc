@@ -3,6 +3,7 @@
 #include "agent/backends/nccl/nccl_api.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -28,6 +29,10 @@ const NcclApi* emulatedNccl() { return nullptr; }
 StatusOr<const NcclApi*> processNccl() {
   gpu::DeviceApi* dev = gpu::deviceApi();
   if (dev == nullptr || std::strcmp(dev->name(), "host-emulated") != 0) return &realNccl();
+  // Tests: an agent whose NCCL is missing (KOLO_NCCL_EMU_FAULTS=absent).
+  const char* faults = std::getenv("KOLO_NCCL_EMU_FAULTS");
+  if (faults != nullptr && std::strstr(faults, "absent") != nullptr)
+    return unavailable("not viable: NCCL is absent (injected: KOLO_NCCL_EMU_FAULTS=absent)");
   const NcclApi* emu = emulatedNccl();
   if (emu == nullptr)
     return unavailable(

@@ -279,6 +279,12 @@ class NcclBackend final : public Backend {
     });
   }
 
+  // ncclWaitBeforeNext (factory.h).
+  void waitBeforeNext(std::shared_ptr<gpu::DevEvent> ready) {
+    std::lock_guard<std::mutex> lock(mu_);
+    next_after_ = std::move(ready);
+  }
+
   void abort(Status why) override {
     if (why.isOk()) why = aborted("nccl backend aborted");
     {
@@ -293,6 +299,7 @@ class NcclBackend final : public Backend {
     std::string what;
     Enqueue enqueue;
     Done done;
+    std::shared_ptr<gpu::DevEvent> after;  // the stream waits for it first (ncclWaitBeforeNext)
   };
 
   void post(std::string what, Done done, Enqueue enqueue) {
@@ -300,10 +307,12 @@ class NcclBackend final : public Backend {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (broken_.isOk()) {
-        queue_.push_back(Op{std::move(what), std::move(enqueue), std::move(done)});
+        queue_.push_back(
+            Op{std::move(what), std::move(enqueue), std::move(done), std::move(next_after_)});
       } else {
         broken = broken_;
       }
+      next_after_.reset();
     }
     if (!broken.isOk()) return done(std::move(broken));  // complete outside the lock
     cv_.notify_all();
@@ -370,6 +379,7 @@ class NcclBackend final : public Backend {
 
   Status run(const Op& op) {
     const auto deadline = Clock::now() + opts_.timeout;
+    if (op.after != nullptr) RETURN_IF_ERROR(op.after->streamWait(stream_->get()));
     Status s = settle(g_nccl->groupStart(), comm_, deadline, "ncclGroupStart");
     if (!s.isOk()) return s;
     Status enq = op.enqueue(comm_, static_cast<cudaStream_t>(stream_->get()));
@@ -427,6 +437,7 @@ class NcclBackend final : public Backend {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Op> queue_;
+  std::shared_ptr<gpu::DevEvent> next_after_;  // for the next post; guarded by mu_
   Status broken_;     // first failure; guarded by mu_
   Status abort_why_;  // abort()/destructor request; guarded by mu_
   bool stop_ = false;
@@ -462,5 +473,15 @@ StatusOr<std::unique_ptr<Backend>> createNcclBackend(const BackendOptions& optio
 }
 
 bool ncclBackendCompiled() { return true; }
+
+Status ncclUsable() { return nccl::processNccl().status(); }
+
+Status ncclWaitBeforeNext(Backend& nccl, std::shared_ptr<gpu::DevEvent> ready) {
+  auto* b = dynamic_cast<NcclBackend*>(&nccl);
+  if (b == nullptr)
+    return invalidArgument("ncclWaitBeforeNext on the " + std::string(nccl.name()) + " backend");
+  b->waitBeforeNext(std::move(ready));
+  return okStatus();
+}
 
 }  // namespace kolo
