@@ -316,8 +316,8 @@ int fault(Client& c) {
 
 #include "tests/gpu/device_seam_colls.inc"
 #include "tests/gpu/device_seam_fusion.inc"
-#include "tests/gpu/device_seam_zerocopy.inc"
 #include "tests/gpu/device_seam_nccl.inc"
+#include "tests/gpu/device_seam_zerocopy.inc"
 
 // Several GPUs per node, across agents: one device allreduce, refused with
 // the text on every rank; a host allreduce after it works.
