@@ -25,6 +25,16 @@ DIR=${1:-build}
 [[ $# -gt 0 ]] && shift
 [[ ${1:-} == "--" ]] && shift
 DIR=$(cd "$DIR" && pwd) || { echo "no such directory" >&2; exit 1; }
+# A bundle packed by bench/gpu_bundle.sh (bundle.tar.xz): unpacked in place
+# once (Python's tarfile: the GPU machine need not have xz).
+if [[ -f "$DIR/bundle.tar.xz" && ! -d "$DIR/bin" ]]; then
+  unpack_py=${KOLO_GPU16_PYTHON:-${KOLO_PYTHON:-}}
+  [[ -n $unpack_py && -x $unpack_py ]] || unpack_py=python3
+  "$unpack_py" -c 'import sys, tarfile
+kw = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$DIR/bundle.tar.xz" "$DIR" ||
+    { echo "cannot unpack $DIR/bundle.tar.xz" >&2; exit 1; }
+fi
 BIN="$DIR/bin"
 status=0
 declare -a summary

@@ -13,8 +13,12 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$HERE/gpu_bundle.sh" "$BUILD" "$work/bundle" > "$work/bundle.log" 2>&1 || { cat "$work/bundle.log"; fail "gpu_bundle.sh"; }
+[[ -f "$work/bundle/bundle.tar.xz" && ! -e "$work/bundle/bin" ]] || fail "the bundle is not packed"
 mib=$(du -sm "$work/bundle" | cut -f1)
-(( mib < 64 )) || fail "the bundle is ${mib} MiB, over the device tool's 64 MiB"
+# What travels: the packed bundle and the working tree (tracked files).
+tree=$(cd "$HERE/.." && git ls-files -z 2>/dev/null | xargs -0 du -cm 2>/dev/null | tail -1 | cut -f1)
+(( mib + ${tree:-0} < 64 )) ||
+  fail "the bundle (${mib} MiB) and the working tree (${tree} MiB) are over the device tool's 64 MiB"
 
 list=$("$HERE/gpu_issue16.sh" "$work/bundle" --list) || { echo "$list"; fail "--list"; }
 for p in env torch cxx-stream cxx-seam-cuda nccl-procs kolo-status py-ops py-zerocopy torch-dist \

@@ -77,6 +77,16 @@ for a in "$@"; do
   esac
 done
 DIR=$(cd "$DIR" 2>/dev/null && pwd) || { echo "no such directory: $DIR" >&2; exit 2; }
+# A bundle packed by bench/gpu_bundle.sh (bundle.tar.xz): unpacked in place
+# once (Python's tarfile: the GPU machine need not have xz).
+if [[ -f "$DIR/bundle.tar.xz" && ! -d "$DIR/bin" ]]; then
+  unpack_py=${KOLO_GPU16_PYTHON:-${KOLO_PYTHON:-}}
+  [[ -n $unpack_py && -x $unpack_py ]] || unpack_py=python3
+  "$unpack_py" -c 'import sys, tarfile
+kw = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$DIR/bundle.tar.xz" "$DIR" ||
+    { echo "cannot unpack $DIR/bundle.tar.xz" >&2; exit 1; }
+fi
 BIN="$DIR/bin"
 BUDGET=${KOLO_GPU16_BUDGET_S:-480}
 # KOLO_GPU16_PHASES=a,b: run only those phases (a rerun of what failed).
