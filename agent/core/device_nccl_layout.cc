@@ -239,6 +239,35 @@ Status scatterOutput(gpu::DeviceApi& api, const DeviceLocalOp& op, const NcclCro
   return okStatus();
 }
 
+// Frees `staging` once the agent stream has passed what is enqueued now
+// (DeviceCtx::sweep), never waiting for it here.
+Status retireBehindStream(gpu::DeviceApi& api, DeviceCtx& ctx,
+                          std::unique_ptr<gpu::DevArena>& staging) {
+  if (!staging) return okStatus();
+  ASSIGN_OR_RETURN(auto passed, api.createEvent(false));
+  Status st = passed->record(ctx.s());
+  if (!st.isOk()) return st;  // (the buffer is then freed with its caller's state)
+  RetiredGrant r;
+  r.passed = std::move(passed);
+  r.arena = std::move(staging);
+  ctx.retired.push_back(std::move(r));
+  return okStatus();
+}
+
+Status enqueueLayoutWork(gpu::DeviceApi& api, const DeviceLocalOp& op, const NcclCrossLayout& l,
+                         DeviceCtx& ctx, NcclCrossBuffer* out) {
+  switch (op.collective) {
+    case CollectiveType::kAllgather:
+      return gatherInput(api, op, l, ctx.s(), out);
+    case CollectiveType::kReducescatter:
+      return scatterInput(api, op, l, ctx.s(), out);
+    case CollectiveType::kAlltoall:
+      return alltoallInput(api, op, l, ctx, out);
+    default:
+      return invalidArgument(what(op) + ": not wired across agents over NCCL");
+  }
+}
+
 }  // namespace
 
 StatusOr<NcclCrossBuffer> enqueueNcclLayoutInput(const DeviceLocalOp& op,
@@ -251,22 +280,18 @@ StatusOr<NcclCrossBuffer> enqueueNcclLayoutInput(const DeviceLocalOp& op,
   for (size_t i = 0; i < op.grants.size(); ++i)
     RETURN_IF_ERROR(seam(op.grants[i])->in_.at(op.events[i])->streamWait(ctx.s()));
   NcclCrossBuffer out;
-  switch (op.collective) {
-    case CollectiveType::kAllgather:
-      RETURN_IF_ERROR(gatherInput(api, op, layout, ctx.s(), &out));
-      break;
-    case CollectiveType::kReducescatter:
-      RETURN_IF_ERROR(scatterInput(api, op, layout, ctx.s(), &out));
-      break;
-    case CollectiveType::kAlltoall:
-      RETURN_IF_ERROR(alltoallInput(api, op, layout, ctx, &out));
-      break;
-    default:
-      return invalidArgument(what(op) + ": not wired across agents over NCCL yet");
+  Status st = enqueueLayoutWork(api, op, layout, ctx, &out);
+  StatusOr<std::unique_ptr<gpu::DevEvent>> ev = internalError("no event");
+  if (st.isOk()) {
+    ev = api.createEvent(false);
+    st = ev.isOk() ? (*ev)->record(ctx.s()) : ev.status();
   }
-  ASSIGN_OR_RETURN(auto ev, api.createEvent(false));
-  RETURN_IF_ERROR(ev->record(ctx.s()));
-  out.ready = std::shared_ptr<gpu::DevEvent>(std::move(ev));
+  if (!st.isOk()) {
+    // Copies into the staging buffer may be enqueued: it outlives them.
+    (void)retireBehindStream(api, ctx, out.staging);
+    return st;
+  }
+  out.ready = std::shared_ptr<gpu::DevEvent>(std::move(*ev));
   return out;
 }
 
@@ -286,18 +311,9 @@ Status enqueueNcclLayoutOutput(const DeviceLocalOp& op, const NcclCrossLayout& l
       st = alltoallOutput(api, op, layout, buf, ctx.s());
     }
   }
-  if (buf.staging) {  // freed once the agent stream has passed the copies out of it
-    RetiredGrant r;
-    auto passed = api.createEvent(false);
-    if (passed.isOk() && (*passed)->record(ctx.s()).isOk()) {
-      r.passed = std::move(*passed);
-      r.arena = std::move(buf.staging);
-      ctx.retired.push_back(std::move(r));
-    } else if (st.isOk()) {
-      st = passed.isOk() ? internalError(what(op) + ": no marker for its staging buffer")
-                         : passed.status();
-    }
-  }
+  // The staging buffer is freed once the agent stream has passed the copies out of it.
+  Status ret = retireBehindStream(api, ctx, buf.staging);
+  if (st.isOk()) st = ret;
   Status rec;
   for (size_t i = 0; i < op.grants.size(); ++i) {
     Status r = seam(op.grants[i])->out_.at(op.events[i])->record(ctx.s());
