@@ -118,6 +118,16 @@ INSTANTIATE_TEST_SUITE_P(Agents, NcclCross,
                            return layoutName(i.param);
                          });
 
+// The layout collectives with several ranks on the first and the last of
+// three agents (2, 1, 2): every agent's send and receive blocks interleave
+// ranks of two agents.
+TEST(NcclCrossLayout, AllgatherAlltoallReducescatterOverTwoOneTwo) {
+  Cluster c(options(3));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("ncclxcolls212", {2, 1, 2}, {kRank, "xcolls"}, rankEnv());
+  expectAll(c, ranks, "XCOLLS OK", 3);
+}
+
 // --device-cross=staged: host staging, bit-exact, and the logged reason.
 TEST(NcclCrossChoice, ForcedStagedStagesWithItsLoggedReason) {
   Cluster c(options(2, {{"KOLO_DEVICE_CROSS", "staged"}}));
