@@ -11,4 +11,13 @@ Status enqueueNcclCrossOutput(const DeviceLocalOp&, const NcclCrossBuffer&, bool
   return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
 }
 
+StatusOr<NcclCrossBuffer> enqueueNcclLayoutInput(const DeviceLocalOp&, const NcclCrossLayout&) {
+  return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
+}
+
+Status enqueueNcclLayoutOutput(const DeviceLocalOp&, const NcclCrossLayout&, NcclCrossBuffer&,
+                               bool) {
+  return unavailable("this kolo-agent was built without CUDA (KOLO_WITH_CUDA=OFF)");
+}
+
 }  // namespace kolo

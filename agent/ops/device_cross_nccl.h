@@ -20,7 +20,10 @@ class OpHost;
 // it on the NCCL backend in the agreed order (the backend's stream waits for
 // the local step's event), then the result from slot 0 into every rank's
 // slot and every out_ready, and the completions. An op that cannot start is
-// announced as failed to the other agents on the host path.
+// announced as failed to the other agents on the host path. Allgather and
+// reducescatter (dop.collective, the per-agent layout from the job's world):
+// the layout steps of device_nccl_steps.h around the agents' allgatherv /
+// reducescatter.
 void runNcclCrossOnLoop(OpHost& host, Job& job, ReadyOp op, const DeviceLocalOp& dop,
                         std::vector<std::shared_ptr<DeviceGrant>> hold,
                         std::vector<uint64_t> handles);

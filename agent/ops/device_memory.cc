@@ -43,12 +43,16 @@ Status describeLayoutOp(const Job& job, const ReadyOp& op, gpu::DeviceRoute rout
   const std::string what =
       std::string(collectiveName(coll)) + " of device tensor '" + op.name + "'";
   const int world = job.worldSize();
-  if (route != gpu::DeviceRoute::kLocalKernel || world != job.localSize()) {
+  // Across agents: over the generation's NCCL communicator
+  // (device_cross_nccl.cc); staged through host memory, not yet.
+  const bool nccl_cross = route == gpu::DeviceRoute::kNcclCross;
+  if (!nccl_cross && (route != gpu::DeviceRoute::kLocalKernel || world != job.localSize())) {
     return invalidArgument(what +
                            ": device tensors of this collective are wired for the ranks of " +
                            "one agent only so far (this job has " + std::to_string(world) +
-                           " ranks, " + std::to_string(job.localSize()) +
-                           " of them here); copy the tensor to the host for it across agents");
+                           " ranks, " + std::to_string(job.localSize()) + " of them here)" +
+                           "; across agents they go over NCCL only (--device-cross=auto or "
+                           "nccl, every agent with NCCL), else copy the tensor to the host");
   }
   dop->collective = coll;
   dop->name = op.name;

@@ -92,12 +92,41 @@ TEST_P(NcclCross, PrescaleAndPostscaleBitExact) {
       << c.agentLog(0);
 }
 
+// Allgather (uneven first dimensions, one rank with none), alltoall
+// (splits, empty blocks) and reducescatter (uneven blocks, every op,
+// prescale/postscale), every dtype, bit for bit against the rank's
+// reference, over NCCL.
+TEST_P(NcclCross, AllgatherAlltoallReducescatterEveryDtypeBitExact) {
+  const std::vector<int> layout = GetParam();
+  const int n = static_cast<int>(layout.size());
+  Cluster c(options(n));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("ncclxcolls", layout, {kRank, "xcolls"}, rankEnv());
+  expectAll(c, ranks, "XCOLLS OK", n);
+  for (int a = 0; a < n; ++a) {
+    EXPECT_TRUE(has(c.agentLog(a),
+                    "device tensors cross agents over NCCL (the first: "
+                    "'colls.gather.0')"))
+        << c.agentLog(a);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Agents, NcclCross,
                          ::testing::Values(std::vector<int>{2, 1}, std::vector<int>{1, 1, 1},
                                            std::vector<int>{1, 2, 1, 1}),
                          [](const ::testing::TestParamInfo<std::vector<int>>& i) {
                            return layoutName(i.param);
                          });
+
+// The layout collectives with several ranks on the first and the last of
+// three agents (2, 1, 2): every agent's send and receive blocks interleave
+// ranks of two agents.
+TEST(NcclCrossLayout, AllgatherAlltoallReducescatterOverTwoOneTwo) {
+  Cluster c(options(3));
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto ranks = c.launchMultiJob("ncclxcolls212", {2, 1, 2}, {kRank, "xcolls"}, rankEnv());
+  expectAll(c, ranks, "XCOLLS OK", 3);
+}
 
 // --device-cross=staged: host staging, bit-exact, and the logged reason.
 TEST(NcclCrossChoice, ForcedStagedStagesWithItsLoggedReason) {

@@ -2,7 +2,7 @@
 // the device seam (agent/gpu/device_api.h) only, so the same program runs on
 // the host emulation (KOLO_DEVICE=host-emulated, CPU machines, sanitizers)
 // and on CUDA (a GPU machine). Links libkolo's internals and talks to a real
-// kolo-agent. Usage: kolo_gpu_seam_rank every|inflight|full|die|fault|colls|mixed|cross|
+// kolo-agent. Usage: kolo_gpu_seam_rank every|inflight|full|die|fault|colls|mixed|cross|xcolls|
 // refused|fused|many|fusedie|zerocopy
 // Prints "<MODE> OK" and exits 0 on success; "SKIP: <why>" when no device
 // arena was granted; "FAULT: <status>" for the fault mode.
@@ -365,10 +365,11 @@ void pickGpu() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr,
-                 "usage: %s every|inflight|full|die|fault|colls|mixed|cross|refused|fused|many|"
-                 "fusedie|zerocopy|loop|elastic|bench|scaled\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s every|inflight|full|die|fault|colls|mixed|cross|xcolls|refused|fused|many|"
+        "fusedie|zerocopy|loop|elastic|bench|scaled\n",
+        argv[0]);
     return 2;
   }
   if (const char* dev = std::getenv("KOLO_DEVICE"); dev != nullptr && *dev != '\0') {
@@ -422,6 +423,8 @@ int main(int argc, char** argv) {
     rc = elastic(c);
   else if (mode == "bench")
     rc = bench(c);
+  else if (mode == "xcolls")
+    rc = xcolls(c);
   else if (mode == "scaled")
     rc = scaled(c);
   std::fflush(stdout);

@@ -220,11 +220,12 @@ TEST(Seam, MixedHostAndDeviceTensorsAreRefusedWithTheText) {
   }
 }
 
-// Across two agents a device allgather is refused on every rank with the
-// text (not wired yet); a device allreduce after it works.
+// Across two agents staging through host memory (--device-cross=staged) a
+// device allgather is refused on every rank with the text (over NCCL it
+// runs: device_nccl_cross_test.cc); a device allreduce after it works.
 TEST(Seam, DeviceAllgatherAcrossAgentsIsRefusedWithTheText) {
   KOLO_REQUIRE_SEAM();
-  Cluster c(2, withDevice({}));
+  Cluster c(2, withDevice({{"KOLO_DEVICE_CROSS", "staged"}}));
   ASSERT_TRUE(c.ok()) << c.error();
   auto ranks = c.launchMultiJob("seamxgather", {1, 1}, {kRank, "cross"}, rankEnv());
   bool skipped = false;
@@ -233,7 +234,8 @@ TEST(Seam, DeviceAllgatherAcrossAgentsIsRefusedWithTheText) {
   for (auto& r : ranks) {
     EXPECT_TRUE(has(r.output(),
                     "allgather of device tensor 'cross.gather': device tensors of this "
-                    "collective are wired for the ranks of one agent only so far"))
+                    "collective are wired for the ranks of one agent only so far (this job has 2 "
+                    "ranks, 1 of them here); across agents they go over NCCL only"))
         << r.output();
   }
 }
