@@ -14,7 +14,10 @@
 #   asan  unit, agent, client, fusion, backend, coordinator, integration,
 #         integration-multiagent, integration-collectives, device-emulation
 #         (the device protocol through real daemons over the host-emulated
-#         device, the pinned staging, the NCCL emulation)
+#         device, the pinned staging, several emulated GPUs; the sanitizer
+#         builds have no CUDA and so no NCCL: the NCCL emulation's tests,
+#         the NCCL route across agents and the node-local NCCL cases skip
+#         or are not built there)
 #   tsan  unit (event loop, worker pool, staging pool), agent (negotiation
 #         join: CrossJob over real peers), integration, integration-multiagent
 #         (the agent's threads under real jobs, one and several agents)
