@@ -45,8 +45,12 @@ Status describeLayoutOp(const Job& job, const ReadyOp& op, gpu::DeviceRoute rout
   const int world = job.worldSize();
   // Across agents: over the generation's NCCL communicator
   // (device_cross_nccl.cc); staged through host memory, not yet.
+  // Several GPUs of one agent: runSeveralGpusOnLoop refuses these
+  // collectives with its own text (naming the GPUs).
   const bool nccl_cross = route == gpu::DeviceRoute::kNcclCross;
-  if (!nccl_cross && (route != gpu::DeviceRoute::kLocalKernel || world != job.localSize())) {
+  const bool one_agent =
+      route == gpu::DeviceRoute::kLocalKernel || route == gpu::DeviceRoute::kSeveralGpus;
+  if (!nccl_cross && (!one_agent || world != job.localSize())) {
     return invalidArgument(what +
                            ": device tensors of this collective are wired for the ranks of " +
                            "one agent only so far (this job has " + std::to_string(world) +

@@ -9,6 +9,7 @@ soon as a rank fails or its connection drops (a killed executor).
 
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -54,9 +55,18 @@ class _Listener:
 
     def _fail(self, who, text):
         with self.cond:
-            if self.failure is None:
+            # A rank that failed because another one ended first is not the
+            # cause: that one's own failure replaces it when it comes.
+            if self.failure is None or (_is_consequence(self.failure[1]) and not _is_consequence(text)):
                 self.failure = (who, text)
             self.cond.notify_all()
+
+    def settled_failure(self, wait_s=2.0):
+        """The failure to report: a consequence (a peer ended) waits up to
+        wait_s for the peer's own failure. Call with cond held."""
+        if self.failure is not None and _is_consequence(self.failure[1]):
+            self.cond.wait_for(lambda: not _is_consequence(self.failure[1]), timeout=wait_s)
+        return self.failure
 
     def _serve(self, conn):
         part, rank = None, None
@@ -182,7 +192,7 @@ def _run_stage(sc, group, listener, job, fn, args, kwargs, num_proc, start_timeo
         # drops; the rank's own report names it better, so wait for it briefly.
         with listener.cond:
             listener.cond.wait_for(lambda: listener.failure is not None, timeout=3)
-            failure = listener.failure
+            failure = listener.settled_failure()
         reason = _spark_reason(outcome["error"])
         if failure is not None:
             raise KoloSparkError("kolo.spark.run: %s failed: %s (Spark: %s)"
@@ -190,6 +200,16 @@ def _run_stage(sc, group, listener, job, fn, args, kwargs, num_proc, start_timeo
         raise KoloSparkError("kolo.spark.run: the Spark stage failed: %s" % reason) from outcome["error"]
     results = dict(outcome["results"])
     return [results[r] for r in range(num_proc)]
+
+
+# libkolo's texts for an op that failed because another rank ended or was
+# lost (kolo/errors.py, the agent's job failure texts).
+_CONSEQUENCE = re.compile(r"rank \d+ of job \S+ has shut down|collectives that need it can no longer "
+                          r"complete|lost node|has left the job")
+
+
+def _is_consequence(text):
+    return bool(_CONSEQUENCE.search(text or ""))
 
 
 def _spark_reason(e):
@@ -206,7 +226,7 @@ def _wait(listener, thread, outcome, deadline, num_proc, start_timeout):
     with listener.cond:
         while True:
             if listener.failure is not None:
-                who, text = listener.failure
+                who, text = listener.settled_failure()
                 raise KoloSparkError("kolo.spark.run: %s failed: %s" % (who, text.strip()))
             if not thread.is_alive():
                 return
