@@ -57,12 +57,38 @@ inline typename Acc<T>::type roundTrip(typename Acc<T>::type v) {
   else return v;
 }
 
+// Integer sums and products wrap modulo 2^bits, as on the GPU kernel and
+// in MPI's and Gloo's loops on every machine kolo runs on; written in
+// unsigned arithmetic (at least unsigned int wide, so that 16-bit operands
+// do not promote to int), because a signed overflow is undefined
+// behaviour in C++ (UBSan stops on it). The same bits for every result
+// that does not overflow.
+template <typename A>
+using WrapT = std::conditional_t<(sizeof(A) < sizeof(unsigned)), unsigned,
+                                 std::make_unsigned_t<A>>;
+template <typename A>
+inline A addOf(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    return static_cast<A>(static_cast<WrapT<A>>(a) + static_cast<WrapT<A>>(b));
+  } else {
+    return static_cast<A>(a + b);
+  }
+}
+template <typename A>
+inline A mulOf(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    return static_cast<A>(static_cast<WrapT<A>>(a) * static_cast<WrapT<A>>(b));
+  } else {
+    return static_cast<A>(a * b);
+  }
+}
+
 template <typename A>
 inline void combine(ReduceOp op, A* __restrict acc, const A* __restrict x, size_t n) {
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
-      for (size_t i = 0; i < n; ++i) acc[i] = static_cast<A>(acc[i] + x[i]);
+      for (size_t i = 0; i < n; ++i) acc[i] = addOf(acc[i], x[i]);
       break;
     case ReduceOp::kMin:
       for (size_t i = 0; i < n; ++i) acc[i] = x[i] < acc[i] ? x[i] : acc[i];
@@ -71,7 +97,7 @@ inline void combine(ReduceOp op, A* __restrict acc, const A* __restrict x, size_
       for (size_t i = 0; i < n; ++i) acc[i] = x[i] > acc[i] ? x[i] : acc[i];
       break;
     case ReduceOp::kProduct:
-      for (size_t i = 0; i < n; ++i) acc[i] = static_cast<A>(acc[i] * x[i]);
+      for (size_t i = 0; i < n; ++i) acc[i] = mulOf(acc[i], x[i]);
       break;
   }
 }
