@@ -64,8 +64,7 @@ inline typename Acc<T>::type roundTrip(typename Acc<T>::type v) {
 // behaviour in C++ (UBSan stops on it). The same bits for every result
 // that does not overflow.
 template <typename A>
-using WrapT = std::conditional_t<(sizeof(A) < sizeof(unsigned)), unsigned,
-                                 std::make_unsigned_t<A>>;
+using WrapT = std::conditional_t<(sizeof(A) < sizeof(unsigned)), unsigned, std::make_unsigned_t<A>>;
 template <typename A>
 inline A addOf(A a, A b) {
   if constexpr (std::is_integral_v<A>) {
